@@ -1,0 +1,34 @@
+# Two commands matter: `make demo` and `make test`. Both create .venv and install first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean setup
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@# the official client is a black-box test peer only (interop tests skip without it)
+	-$(PY) -m pip install -q amps-python-client
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check ampsclient ampsclient_server_stub tests benchmarks examples
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) -m pytest benchmarks --benchmark-only -p no:cacheprovider
+	$(PY) benchmarks/publish_vs_official.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

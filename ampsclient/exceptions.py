@@ -1,0 +1,336 @@
+"""The one exception tree of ampsclient.
+
+Every error raised by the library is an :class:`AMPSError`::
+
+    AMPSError                                  (alias AMPSException)
+    ├── AMPSConnectionError                    (alias ConnectionException)
+    │   ├── DisconnectedError                  (alias DisconnectedException)
+    │   ├── ConnectionRefusedError_            (alias ConnectionRefusedException)
+    │   ├── AuthenticationError                (alias AuthenticationException)   reason "auth failure"
+    │   ├── NameInUseError                     (alias NameInUseException)        reason "name in use"
+    │   ├── NotEntitledError                   (alias NotEntitledException)      reason "not entitled"
+    │   ├── InvalidURIError                    (alias InvalidUriException)
+    │   ├── TransportError                     (alias TransportException)
+    │   └── RetryOperationError                (alias RetryOperationException)
+    ├── TimeoutError                           (alias TimedOutException; also builtins.TimeoutError)
+    ├── ProtocolError
+    │   ├── FrameTooLargeError
+    │   └── MalformedFrameError
+    ├── CommandError                           (alias CommandException)           carries .reason
+    │   ├── BadFilterError                     reason "bad filter"
+    │   ├── BadRegexTopicError                 reason "bad regex topic"
+    │   ├── BadSowKeyError                     reason "bad sow key"
+    │   ├── InvalidBookmarkError               reason "invalid bookmark"
+    │   ├── InvalidOptionsError                reason "invalid options"
+    │   ├── InvalidOrderByError                reason "invalid order by"
+    │   ├── InvalidSubIdError                  reason "invalid subId"
+    │   ├── InvalidTopicError                  reason "invalid topic"
+    │   ├── LogonRequiredError                 reason "logon required"
+    │   ├── SubidInUseError                    reason "subid in use"
+    │   ├── DuplicateLogonError
+    │   ├── MissingFieldsError
+    │   ├── PublishError                       reason "sow store failed", "tx store failure"
+    │   └── UnknownError
+    ├── StoreError                             (alias StoreException)
+    │   ├── PublishStoreGapError               (alias PublishStoreGapException)
+    │   └── CorruptStoreError
+    └── UsageError                             (alias UsageException)
+
+The names ending in ``Exception`` are the official AMPS Python client's names, kept as aliases so that a
+script written for it runs after ``import ampsclient as AMPS``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+__all__ = [
+    "AMPSConnectionError",
+    "AMPSError",
+    "AMPSException",
+    "AlreadyConnectedException",
+    "AuthenticationError",
+    "AuthenticationException",
+    "BadFilterError",
+    "BadFilterException",
+    "BadRegexTopicError",
+    "BadRegexTopicException",
+    "BadSowKeyError",
+    "BadSowKeyException",
+    "CommandError",
+    "CommandException",
+    "ConnectionException",
+    "ConnectionRefusedError_",
+    "ConnectionRefusedException",
+    "CorruptStoreError",
+    "DisconnectedError",
+    "DisconnectedException",
+    "DuplicateLogonError",
+    "DuplicateLogonException",
+    "FrameTooLargeError",
+    "InvalidBookmarkError",
+    "InvalidBookmarkException",
+    "InvalidOptionsError",
+    "InvalidOptionsException",
+    "InvalidOrderByError",
+    "InvalidOrderByException",
+    "InvalidSubIdError",
+    "InvalidSubIdException",
+    "InvalidTopicError",
+    "InvalidTopicException",
+    "InvalidURIError",
+    "InvalidUriException",
+    "LogonRequiredError",
+    "LogonRequiredException",
+    "MalformedFrameError",
+    "MissingFieldsError",
+    "MissingFieldsException",
+    "NameInUseError",
+    "NameInUseException",
+    "NotEntitledError",
+    "NotEntitledException",
+    "ProtocolError",
+    "PublishError",
+    "PublishException",
+    "PublishStoreGapError",
+    "PublishStoreGapException",
+    "RetryOperationError",
+    "RetryOperationException",
+    "StoreError",
+    "StoreException",
+    "SubidInUseError",
+    "SubidInUseException",
+    "TimedOutException",
+    "TimeoutError",
+    "TransportError",
+    "TransportException",
+    "UnknownError",
+    "UnknownException",
+    "UsageError",
+    "UsageException",
+    "error_for_reason",
+]
+
+
+class AMPSError(Exception):
+    """Base class of every error raised by ampsclient."""
+
+
+class AMPSConnectionError(AMPSError):
+    """The connection could not be made, was refused, or was lost."""
+
+
+class DisconnectedError(AMPSConnectionError):
+    """The peer or the network closed the connection (not the application)."""
+
+
+class ConnectionRefusedError_(AMPSConnectionError):  # noqa: N801 - avoids shadowing the builtin
+    """The server refused the connection."""
+
+
+class AuthenticationError(AMPSConnectionError):
+    """The server rejected the credentials (reason ``auth failure``)."""
+
+
+class NameInUseError(AMPSConnectionError):
+    """Another connection is logged on with this client name (reason ``name in use``)."""
+
+
+class NotEntitledError(AMPSConnectionError):
+    """The user may not do this (reason ``not entitled``)."""
+
+
+class InvalidURIError(AMPSConnectionError):
+    """The connection URI cannot be understood."""
+
+
+class TransportError(AMPSConnectionError):
+    """A transport-level failure other than a plain disconnect."""
+
+
+class RetryOperationError(AMPSConnectionError):
+    """The operation was interrupted by a reconnect and may be retried."""
+
+
+class TimeoutError(AMPSError, builtins.TimeoutError):  # noqa: A001 - deliberate, like nats.py
+    """A wait for an ack, a flush or a connection ran out of time."""
+
+
+class ProtocolError(AMPSError):
+    """Bytes on the wire that do not follow the AMPS protocol."""
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame is larger than the configured maximum frame size."""
+
+
+class MalformedFrameError(ProtocolError):
+    """A frame or header that cannot be parsed."""
+
+
+class CommandError(AMPSError):
+    """The server answered a command with ``status: failure``.
+
+    Attributes:
+        reason: the exact AMPS reason string (``""`` when the server gave none).
+    """
+
+    def __init__(self, message: str = "", *, reason: str = "", ack: Any = None) -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+        """The exact reason string the server sent."""
+        self.ack = ack
+        """The failure ack message, when there was one."""
+
+
+class BadFilterError(CommandError):
+    """Reason ``bad filter``."""
+
+
+class BadRegexTopicError(CommandError):
+    """Reason ``bad regex topic``."""
+
+
+class BadSowKeyError(CommandError):
+    """Reason ``bad sow key``."""
+
+
+class InvalidBookmarkError(CommandError):
+    """Reason ``invalid bookmark`` (also raised locally for a malformed bookmark)."""
+
+
+class InvalidOptionsError(CommandError):
+    """Reason ``invalid options``."""
+
+
+class InvalidOrderByError(CommandError):
+    """Reason ``invalid order by``."""
+
+
+class InvalidSubIdError(CommandError):
+    """Reason ``invalid subId``."""
+
+
+class InvalidTopicError(CommandError):
+    """Reason ``invalid topic`` or ``invalid topic or filter``."""
+
+
+class LogonRequiredError(CommandError):
+    """Reason ``logon required``."""
+
+
+class SubidInUseError(CommandError):
+    """Reason ``subid in use``."""
+
+
+class DuplicateLogonError(CommandError):
+    """A second logon on one connection."""
+
+
+class MissingFieldsError(CommandError):
+    """A command lacks a field the server needs."""
+
+
+class PublishError(CommandError):
+    """Reasons ``sow store failed`` and ``tx store failure``."""
+
+
+class UnknownError(CommandError):
+    """A failure the client cannot classify."""
+
+
+class StoreError(AMPSError):
+    """A publish, bookmark or recovery-point store failed."""
+
+
+class PublishStoreGapError(StoreError):
+    """A publish store found a gap in its sequence numbers."""
+
+
+class CorruptStoreError(StoreError):
+    """A store file is damaged beyond what recovery can repair."""
+
+
+class UsageError(AMPSError):
+    """The library was called in a way it does not support."""
+
+
+# The official client's names, so that ``import ampsclient as AMPS`` works for existing scripts.
+AMPSException = AMPSError
+ConnectionException = AMPSConnectionError
+DisconnectedException = DisconnectedError
+ConnectionRefusedException = ConnectionRefusedError_
+AuthenticationException = AuthenticationError
+NameInUseException = NameInUseError
+NotEntitledException = NotEntitledError
+InvalidUriException = InvalidURIError
+TransportException = TransportError
+RetryOperationException = RetryOperationError
+AlreadyConnectedException = UsageError
+TimedOutException = TimeoutError
+CommandException = CommandError
+BadFilterException = BadFilterError
+BadRegexTopicException = BadRegexTopicError
+BadSowKeyException = BadSowKeyError
+InvalidBookmarkException = InvalidBookmarkError
+InvalidOptionsException = InvalidOptionsError
+InvalidOrderByException = InvalidOrderByError
+InvalidSubIdException = InvalidSubIdError
+InvalidTopicException = InvalidTopicError
+LogonRequiredException = LogonRequiredError
+SubidInUseException = SubidInUseError
+DuplicateLogonException = DuplicateLogonError
+MissingFieldsException = MissingFieldsError
+PublishException = PublishError
+UnknownException = UnknownError
+StoreException = StoreError
+PublishStoreGapException = PublishStoreGapError
+UsageException = UsageError
+
+
+_REASONS: dict[str, type[AMPSError]] = {
+    "auth failure": AuthenticationError,
+    "authentication failure": AuthenticationError,
+    "bad filter": BadFilterError,
+    "bad regex topic": BadRegexTopicError,
+    "bad sow key": BadSowKeyError,
+    "invalid bookmark": InvalidBookmarkError,
+    "invalid options": InvalidOptionsError,
+    "invalid order by": InvalidOrderByError,
+    "invalid orderby": InvalidOrderByError,
+    "invalid subId": InvalidSubIdError,
+    "invalid sub_id": InvalidSubIdError,
+    "invalid topic": InvalidTopicError,
+    "invalid topic or filter": InvalidTopicError,
+    "logon required": LogonRequiredError,
+    "name in use": NameInUseError,
+    "not entitled": NotEntitledError,
+    "subid in use": SubidInUseError,
+    "sow store failed": PublishError,
+    "tx store failure": PublishError,
+}
+
+
+def error_for_reason(reason: str | None, *, ack: Any = None) -> AMPSError:
+    """Build the exception that matches an AMPS failure reason string.
+
+    Args:
+        reason: the ``reason`` header of a failure ack (``None`` when absent).
+        ack: the ack message, attached to command errors for inspection.
+
+    Returns:
+        An instance of the most specific class in the tree; unknown reasons give a
+        :class:`CommandError` with the official client's wording.
+    """
+    text = reason if reason is not None else "null"
+    cls = _REASONS.get(text)
+    if cls is None:
+        return CommandError(
+            f"Error from server while processing this command: '{text}'", reason=text, ack=ack
+        )
+    if issubclass(cls, CommandError):
+        return cls(text, reason=text, ack=ack)
+    exc = cls(text)
+    exc.reason = text  # type: ignore[attr-defined]
+    return exc

@@ -1,0 +1,387 @@
+"""Messages: a lazily parsed AMPS payload with the official client's accessors.
+
+A :class:`Message` wraps the payload bytes of one frame. Nothing is parsed until asked:
+routing needs only ``sids`` (found with one ``bytes.find``), the body offset is found with a
+cheap scan in the common case, and the header dict is decoded on first use of any other field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from .acks import AckType, parse_ack_types
+from .header import Header, decode_header
+
+__all__ = ["Message", "body_offset", "find_sids", "split_sow_batch"]
+
+_SIDS: Final = b'"sids":"'
+_QUOTE: Final = b'"'
+_BACKSLASH: Final = b"\\"
+
+
+def find_sids(payload: bytes) -> str | None:
+    """The ``sids`` value of a delivery without parsing the header, or ``None``."""
+    i = payload.find(_SIDS)
+    if i < 0:
+        return None
+    i += 8
+    j = payload.find(_QUOTE, i)
+    if j < 0:
+        return None
+    return payload[i:j].decode()
+
+
+def body_offset(payload: bytes) -> int:
+    """Offset of the first body byte (the byte after the header's closing brace)."""
+    i = payload.find(b"}")
+    # fast path: no escapes before the brace, and an even number of quotes = not in a string
+    while i >= 0:
+        if payload.find(_BACKSLASH, 0, i) >= 0:
+            break
+        if payload.count(_QUOTE, 0, i) % 2 == 0:
+            return i + 1
+        i = payload.find(b"}", i + 1)
+    return decode_header(payload)[1]
+
+
+class Message:
+    """One message received from (or built for) an AMPS server.
+
+    Accessors follow the official client (``get_data()``, ``get_topic()``, ...); properties
+    (``data``, ``topic``, ...) are the Pythonic spelling. ``data`` is bytes; ``get_data()``
+    decodes it as UTF-8 text like the official client does for text message types.
+    """
+
+    __slots__ = ("_body", "_data", "_hdr", "_raw", "_sub_id")
+
+    def __init__(
+        self,
+        payload: bytes = b"",
+        *,
+        header: Header | None = None,
+        data: bytes | None = None,
+        sub_id: str | None = None,
+    ) -> None:
+        self._raw = payload
+        self._hdr = header
+        self._data = data
+        self._body = -1
+        self._sub_id = sub_id
+
+    # -- parsing ---------------------------------------------------------------------------
+
+    @property
+    def header(self) -> Header:
+        """The decoded header (canonical keys)."""
+        hdr = self._hdr
+        if hdr is None:
+            hdr, self._body = decode_header(self._raw)
+            self._hdr = hdr
+        return hdr
+
+    @property
+    def data(self) -> bytes:
+        """The body bytes."""
+        data = self._data
+        if data is None:
+            if self._body < 0:
+                self._body = body_offset(self._raw)
+            data = self._data = self._raw[self._body :]
+        return data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A header field by canonical key."""
+        return self.header.get(key, default)
+
+    def _str(self, key: str) -> str | None:
+        v = self.header.get(key)
+        return None if v is None else str(v)
+
+    def _int(self, key: str) -> int | None:
+        v = self.header.get(key)
+        if v is None or v == "":
+            return None
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            return None
+
+    # -- payload helpers -------------------------------------------------------------------
+
+    def get_data(self) -> str:
+        """The body as text (UTF-8, undecodable bytes replaced)."""
+        return self.data.decode("utf-8", "replace")
+
+    def get_data_raw(self) -> bytes:
+        """The body as bytes."""
+        return self.data
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.data)
+
+    def unpack(self) -> Any:
+        """The body parsed as msgpack."""
+        import msgpack
+
+        return msgpack.unpackb(self.data, raw=False)
+
+    # -- fields ----------------------------------------------------------------------------
+
+    @property
+    def command(self) -> str:
+        """``c``: ``p``, ``ack``, ``sow``, ``oof``, ``group_begin``, ``heartbeat``..."""
+        return str(self.header.get("c", ""))
+
+    @property
+    def topic(self) -> str | None:
+        """``t``."""
+        return self._str("t")
+
+    @property
+    def sub_id(self) -> str | None:
+        """The subscription this message was routed to (or the ``sub_id`` header)."""
+        if self._sub_id is not None:
+            return self._sub_id
+        sid = self._str("sub_id")
+        if sid is None:
+            sid = self._str("sids")
+        return sid
+
+    @property
+    def sub_ids(self) -> str | None:
+        """``sids``: every subscription of this connection the message matched."""
+        return self._str("sids")
+
+    @property
+    def command_id(self) -> str | None:
+        """``cid``."""
+        return self._str("cid")
+
+    @property
+    def query_id(self) -> str | None:
+        """``query_id``."""
+        return self._str("query_id")
+
+    @property
+    def bookmark(self) -> str | None:
+        """``bm``."""
+        return self._str("bm")
+
+    @property
+    def sow_key(self) -> str | None:
+        """``k``."""
+        return self._str("k")
+
+    @property
+    def correlation_id(self) -> str | None:
+        """``x``."""
+        return self._str("x")
+
+    @property
+    def sequence(self) -> int | None:
+        """``s``."""
+        return self._int("s")
+
+    @property
+    def timestamp(self) -> str | None:
+        """``ts``."""
+        return self._str("ts")
+
+    @property
+    def status(self) -> str | None:
+        """``status`` of an ack."""
+        return self._str("status")
+
+    @property
+    def reason(self) -> str | None:
+        """``reason`` of an ack."""
+        return self._str("reason")
+
+    @property
+    def ack_type(self) -> AckType:
+        """``a`` as flags."""
+        return parse_ack_types(self._str("a"))
+
+    @property
+    def options(self) -> str | None:
+        """``o``."""
+        return self._str("o")
+
+    @property
+    def filter(self) -> str | None:
+        """``filter``."""
+        return self._str("filter")
+
+    @property
+    def batch_size(self) -> int | None:
+        """``bs``."""
+        return self._int("bs")
+
+    @property
+    def lease_period(self) -> str | None:
+        """``lp`` (present on queue messages)."""
+        return self._str("lp")
+
+    # official accessors -------------------------------------------------------------------
+
+    def get_command(self) -> str:
+        """Official accessor for :attr:`command`."""
+        return self.command
+
+    def get_topic(self) -> str | None:
+        """Official accessor for :attr:`topic`."""
+        return self.topic
+
+    def get_sub_id(self) -> str | None:
+        """Official accessor for :attr:`sub_id`."""
+        return self.sub_id
+
+    def get_sub_ids(self) -> str | None:
+        """Official accessor for :attr:`sub_ids`."""
+        return self.sub_ids
+
+    def get_command_id(self) -> str | None:
+        """Official accessor for :attr:`command_id`."""
+        return self.command_id
+
+    def get_query_id(self) -> str | None:
+        """Official accessor for :attr:`query_id`."""
+        return self.query_id
+
+    def get_bookmark(self) -> str | None:
+        """Official accessor for :attr:`bookmark`."""
+        return self.bookmark
+
+    def get_sow_key(self) -> str | None:
+        """Official accessor for :attr:`sow_key`."""
+        return self.sow_key
+
+    def get_correlation_id(self) -> str | None:
+        """Official accessor for :attr:`correlation_id`."""
+        return self.correlation_id
+
+    def get_sequence(self) -> int | None:
+        """Official accessor for :attr:`sequence`."""
+        return self.sequence
+
+    def get_timestamp(self) -> str | None:
+        """Official accessor for :attr:`timestamp`."""
+        return self.timestamp
+
+    def get_status(self) -> str | None:
+        """Official accessor for :attr:`status`."""
+        return self.status
+
+    def get_reason(self) -> str | None:
+        """Official accessor for :attr:`reason`."""
+        return self.reason
+
+    def get_ack_type(self) -> str | None:
+        """The ``a`` header as the wire's text."""
+        return self._str("a")
+
+    def get_options(self) -> str | None:
+        """Official accessor for :attr:`options`."""
+        return self.options
+
+    def get_filter(self) -> str | None:
+        """Official accessor for :attr:`filter`."""
+        return self.filter
+
+    def get_batch_size(self) -> int | None:
+        """Official accessor for :attr:`batch_size`."""
+        return self.batch_size
+
+    def get_lease_period(self) -> str | None:
+        """Official accessor for :attr:`lease_period`."""
+        return self.lease_period
+
+    def get_matches(self) -> int | None:
+        """``matches`` of a stats/completed ack."""
+        return self._int("matches")
+
+    def get_topic_matches(self) -> int | None:
+        """``topic_matches`` of a stats/completed ack."""
+        return self._int("topic_matches")
+
+    def get_records_returned(self) -> int | None:
+        """``records_returned`` of a completed ack."""
+        return self._int("records_returned")
+
+    def get_records_deleted(self) -> int | None:
+        """``records_deleted`` of a stats ack."""
+        return self._int("records_deleted")
+
+    def get_records_inserted(self) -> int | None:
+        """``records_inserted`` of a stats ack."""
+        return self._int("records_inserted")
+
+    def get_records_updated(self) -> int | None:
+        """``records_updated`` of a stats ack."""
+        return self._int("records_updated")
+
+    def get_client_name(self) -> str | None:
+        """``client_name`` (logon acks)."""
+        return self._str("client_name")
+
+    def get_version(self) -> str | None:
+        """``version`` (logon acks: the server's version)."""
+        return self._str("version")
+
+    def get_user_id(self) -> str | None:
+        """``user_id``."""
+        return self._str("user_id")
+
+    def get_password(self) -> str | None:
+        """``pw``."""
+        return self._str("pw")
+
+    def get_expiration(self) -> str | None:
+        """``e``."""
+        return self._str("e")
+
+    def __repr__(self) -> str:
+        try:
+            hdr = self.header
+        except Exception:  # pragma: no cover - repr of a broken payload
+            return f"Message(<unparsable {len(self._raw)} bytes>)"
+        data = self.data
+        shown = data[:80] + (b"..." if len(data) > 80 else b"")
+        return f"Message({hdr!r}, data={shown!r})"
+
+    def __copy__(self) -> Message:
+        return Message(self._raw, header=self._hdr, data=self._data, sub_id=self._sub_id)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Message:
+        return self.__copy__()
+
+
+def split_sow_batch(payload: bytes) -> tuple[Header, list[Message]]:
+    """Split a ``sow`` batch frame into its records (``shared/protocol.md`` §4.4).
+
+    Each record is a record header carrying ``l`` (data length) followed by that many bytes.
+    Outer-header fields apply to every record; record-header fields override them.
+
+    Returns:
+        The outer header and one :class:`Message` per record (command ``sow``).
+    """
+    outer, pos = decode_header(payload)
+    size = len(payload)
+    records: list[Message] = []
+    while pos < size:
+        rh, rend = decode_header(payload, pos)
+        try:
+            n = int(rh.get("l", 0))
+        except (TypeError, ValueError):
+            from ..exceptions import MalformedFrameError
+
+            raise MalformedFrameError("sow record header with a non-integer l") from None
+        hdr = dict(outer)
+        hdr.pop("bs", None)
+        hdr.pop("l", None)
+        hdr.update(rh)
+        records.append(Message(header=hdr, data=payload[rend : rend + n]))
+        pos = rend + n
+    return outer, records

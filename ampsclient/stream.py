@@ -1,0 +1,253 @@
+"""Message streams: the iterator form of subscriptions and queries.
+
+One :class:`MessageStream` serves both colours: ``for message in stream`` blocks the calling
+thread (the sync facade), ``async for message in stream`` awaits on the client's loop. Messages
+are put by the client's receive path on the loop thread.
+
+A stream ends when its command completes (a ``sow`` query after ``group_end`` and the
+``completed`` ack; a ``sow_delete`` after its ``stats`` ack), when it is closed (which
+unsubscribes), or when the connection drops (iteration then raises
+:class:`~ampsclient.exceptions.DisconnectedError`, unless the stream belongs to an HA client
+that re-places it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from .exceptions import AMPSError
+from .protocol.message import Message
+
+__all__ = ["MessageStream"]
+
+_END = object()
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class MessageStream(Iterator[Message], AsyncIterator[Message]):
+    """A queue of messages for one command, iterable synchronously or asynchronously.
+
+    Args:
+        loop: the client's event loop (where messages are put).
+        on_close: called once when the application closes the stream early.
+        max_depth: when more than this many messages wait, ``pause``/``resume`` callbacks
+            push back on the socket (0 = unbounded).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        on_close: Callable[[MessageStream], None] | None = None,
+        max_depth: int = 0,
+        pause: Callable[[], None] | None = None,
+        resume: Callable[[], None] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._items: collections.deque[Any] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        self._error: BaseException | None = None
+        self._closed = False
+        self._on_close = on_close
+        self._timeout: float | None = None
+        self._max_depth = max_depth
+        self._pause = pause
+        self._resume = resume
+        self._paused = False
+        self.command_id: str | None = None
+        """The command id of the command this stream belongs to."""
+        self.sub_id: str | None = None
+        """The subscription id, for subscriptions."""
+        self.query_id: str | None = None
+        """The query id, for queries."""
+
+    # -- producer side (loop thread) ------------------------------------------------------
+
+    def _put(self, message: Message) -> None:
+        if self._ended:
+            return
+        with self._cond:
+            self._items.append(message)
+            self._cond.notify()
+        self._wake()
+        if self._max_depth and not self._paused and len(self._items) >= self._max_depth:
+            self._paused = True
+            if self._pause is not None:
+                self._pause()
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._error = error
+        with self._cond:
+            self._items.append(_END)
+            self._cond.notify_all()
+        self._wake()
+        self._release()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            if not w.done():
+                w.set_result(None)
+        else:
+            self._loop.call_soon_threadsafe(_set_done, w)
+
+    def _release(self) -> None:
+        if self._paused:
+            self._paused = False
+            if self._resume is not None:
+                try:
+                    self._loop.call_soon_threadsafe(self._resume)
+                except RuntimeError:  # loop closed
+                    pass
+
+    def _taken(self) -> None:
+        if self._paused and len(self._items) <= self._max_depth // 2:
+            self._release()
+
+    # -- consumer side -----------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting to be read."""
+        return sum(1 for m in self._items if m is not _END)
+
+    def get_depth(self) -> int:
+        """Official spelling of :attr:`depth`."""
+        return self.depth
+
+    def timeout(self, milliseconds: int) -> MessageStream:
+        """Make ``next()`` yield ``None`` when nothing arrives for this long (official API)."""
+        self._timeout = milliseconds / 1000.0 if milliseconds else None
+        return self
+
+    def max_depth(self, depth: int) -> MessageStream:
+        """Push back on the socket when this many messages wait (official API)."""
+        self._max_depth = depth
+        return self
+
+    def _take(self) -> Message:
+        item = self._items.popleft()
+        if item is _END:
+            self._items.appendleft(_END)
+            self._raise_end()
+        self._taken()
+        return item  # type: ignore[no-any-return]
+
+    def _raise_end(self) -> None:
+        if self._error is not None:
+            raise self._error
+        raise StopIteration
+
+    def __iter__(self) -> MessageStream:
+        return self
+
+    def __next__(self) -> Message:
+        with self._cond:
+            if not self._items:
+                if self._timeout is None:
+                    while not self._items:
+                        self._cond.wait()
+                else:
+                    deadline = time.monotonic() + self._timeout
+                    while not self._items:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return None  # type: ignore[return-value]  # official behaviour
+                        self._cond.wait(left)
+            return self._take()
+
+    def get(self, timeout: float | None = None) -> Message | None:
+        """Blocking read with a timeout in seconds; ``None`` on timeout; raises at the end."""
+        with self._cond:
+            if not self._items:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while not self._items:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return None
+                    self._cond.wait(left)
+            try:
+                return self._take()
+            except StopIteration:
+                raise AMPSError("the stream has ended") from None
+
+    def __aiter__(self) -> MessageStream:
+        return self
+
+    async def __anext__(self) -> Message:
+        while True:
+            if self._items:
+                try:
+                    with self._cond:
+                        return self._take()
+                except StopIteration:
+                    raise StopAsyncIteration from None
+            self._waiter = self._loop.create_future()
+            try:
+                if self._items:
+                    continue
+                if self._timeout is None:
+                    await self._waiter
+                else:
+                    try:
+                        await asyncio.wait_for(self._waiter, self._timeout)
+                    except asyncio.TimeoutError:
+                        return None  # type: ignore[return-value]
+            finally:
+                self._waiter = None
+
+    # -- closing -----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """``True`` once the stream ended or was closed."""
+        return self._ended
+
+    def close(self) -> None:
+        """Stop the stream; a subscription is unsubscribed."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._on_close is not None and not self._ended:
+            self._on_close(self)
+        self._finish(None)
+
+    def __enter__(self) -> MessageStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> MessageStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # dropping an unfinished stream unsubscribes, like the official client
+        if not self._ended and not self._closed and self._on_close is not None:
+            try:
+                self._loop.call_soon_threadsafe(self.close)
+            except RuntimeError:
+                pass

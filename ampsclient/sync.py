@@ -1,0 +1,325 @@
+"""The synchronous facade: :class:`Client` drives an :class:`~ampsclient.client.AsyncClient`.
+
+Each ``Client`` owns one background thread running an asyncio loop (like the official
+client's receive thread): handlers run there, blocking methods wait for results from it.
+``publish`` does not hop threads: it encodes in the caller's thread and queues the bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from .authenticator import Authenticator
+from .client import AsyncClient, ConnectionEvent, Handler
+from .command import Command
+from .exceptions import TimeoutError, UsageError
+from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from .protocol.message import Message
+from .stream import MessageStream
+
+__all__ = ["Client", "LoopThread"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio loop on a daemon thread, with a way to run coroutines on it and wait."""
+
+    def __init__(self, name: str = "ampsclient-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._ready.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                pending = asyncio.all_tasks(self.loop)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    self.loop.run_until_complete(
+                        asyncio.gather(*pending, return_exceptions=True)
+                    )
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            finally:
+                self.loop.close()
+
+    @property
+    def ident(self) -> int | None:
+        """The thread id of the loop thread."""
+        return self._thread.ident
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result."""
+        if threading.get_ident() == self._thread.ident:
+            coro.close()
+            raise UsageError(
+                "a blocking client method was called from one of the client's own handlers; "
+                "use the AsyncClient or hand the work to another thread"
+            )
+        if self.loop.is_closed():
+            coro.close()
+            raise UsageError("the client is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError("timed out") from None
+
+    def stop(self) -> None:
+        """Stop the loop and join the thread."""
+        if self.loop.is_closed():
+            return
+        if threading.get_ident() == self._thread.ident:
+            self.loop.stop()
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+class Client:
+    """A synchronous AMPS client with the official client's method names.
+
+    Example::
+
+        with Client("publisher-1") as client:
+            client.connect("tcp://127.0.0.1:9007/amps/json")
+            client.logon()
+            client.publish("orders", '{"id": 1}')
+            client.flush()
+
+    Every method of :class:`~ampsclient.client.AsyncClient` is available with the same
+    arguments, blocking until done. Timeouts named ``timeout`` are milliseconds.
+    """
+
+    def __init__(
+        self,
+        name: str = "",
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        default_max_depth: int = 0,
+        logon_options: str | None = None,
+    ) -> None:
+        self._async = AsyncClient(
+            name,
+            max_frame_size=max_frame_size,
+            default_max_depth=default_max_depth,
+            logon_options=logon_options,
+        )
+        self._lt: LoopThread | None = LoopThread(f"ampsclient-{name or 'client'}")
+        self.publish = self._async.publish
+        self.delta_publish = self._async.delta_publish
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """The asyncio client this facade drives."""
+        return self._async
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the client runs on."""
+        return self._thread().loop
+
+    def _thread(self) -> LoopThread:
+        if self._lt is None:
+            raise UsageError("the client is closed")
+        return self._lt
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._thread().run(coro)
+
+    # ---------------------------------------------------------------- state and settings
+    @property
+    def name(self) -> str:
+        """The client name."""
+        return self._async.name
+
+    def get_name(self) -> str:
+        """Official spelling of :attr:`name`."""
+        return self._async.name
+
+    @property
+    def uri(self) -> str | None:
+        """The current URI without credentials."""
+        return self._async.uri
+
+    def get_uri(self) -> str | None:
+        """Official spelling of :attr:`uri`."""
+        return self._async.uri
+
+    @property
+    def connected(self) -> bool:
+        """``True`` while connected."""
+        return self._async.connected
+
+    @property
+    def logged_on(self) -> bool:
+        """``True`` while logged on."""
+        return self._async.logged_on
+
+    def get_server_version(self) -> int:
+        """The server version as a number (official API)."""
+        return self._async.get_server_version()
+
+    def get_server_version_info(self) -> str | None:
+        """The server's version string."""
+        return self._async.get_server_version_info()
+
+    @property
+    def logon_ack(self) -> Message | None:
+        """The last logon ack."""
+        return self._async.logon_ack
+
+    def statistics(self) -> dict[str, int]:
+        """Counters."""
+        return self._async.statistics()
+
+    def set_last_chance_message_handler(self, handler: Handler | None) -> None:
+        """Receives messages that no other handler took."""
+        self._async.set_last_chance_message_handler(handler)
+
+    def set_exception_listener(self, listener: Callable[[BaseException], Any] | None) -> None:
+        """Receives exceptions raised by handlers."""
+        self._async.set_exception_listener(listener)
+
+    def set_disconnect_handler(self, handler: Callable[..., Any] | None) -> None:
+        """Called when the connection drops."""
+        if handler is None:
+            self._async.set_disconnect_handler(None)
+        else:
+            self._async.set_disconnect_handler(lambda _c, exc: handler(self, exc))
+
+    def add_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
+        """Receives connection events."""
+        self._async.add_connection_state_listener(listener)
+
+    def remove_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
+        """Stop sending events to ``listener``."""
+        self._async.remove_connection_state_listener(listener)
+
+    def set_global_command_type_message_handler(self, command: str, handler: Handler) -> None:
+        """See every ``ack`` or ``heartbeat``."""
+        self._async.set_global_command_type_message_handler(command, handler)
+
+    def set_heartbeat(self, interval: float, timeout: float | None = None) -> None:
+        """Heartbeats every ``interval`` seconds; close after ``timeout`` s of silence."""
+        self._async.set_heartbeat(interval, timeout)
+
+    # ------------------------------------------------------------------------ connection
+    def connect(self, uri: str, *, timeout: float | None = None) -> None:
+        """Connect to ``uri``."""
+        self._run(self._async.connect(uri, timeout=timeout))
+
+    def logon(
+        self,
+        timeout: int = 0,
+        authenticator: Authenticator | None = None,
+        options: str | None = None,
+    ) -> str:
+        """Log on (``timeout`` in ms)."""
+        return self._run(self._async.logon(timeout, authenticator, options))
+
+    def connect_and_logon(
+        self, uri: str, *, timeout: int = 0, authenticator: Authenticator | None = None
+    ) -> str:
+        """Connect then log on."""
+        return self._run(
+            self._async.connect_and_logon(uri, timeout=timeout, authenticator=authenticator)
+        )
+
+    # --------------------------------------------------------------------------- commands
+    def execute(self, command: Command) -> MessageStream:
+        """Send ``command``; return a stream of its messages."""
+        return self._run(self._async.execute(command))
+
+    def execute_async(self, command: Command, handler: Handler | None = None) -> str:
+        """Send ``command``; its messages go to ``handler`` on the client's thread."""
+        return self._run(self._async.execute_async(command, handler))
+
+    def subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
+        """See :meth:`AsyncClient.subscribe`."""
+        return self._run(self._async.subscribe(*args, **kwargs))
+
+    def delta_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
+        """See :meth:`AsyncClient.delta_subscribe`."""
+        return self._run(self._async.delta_subscribe(*args, **kwargs))
+
+    def bookmark_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
+        """See :meth:`AsyncClient.bookmark_subscribe`."""
+        return self._run(self._async.bookmark_subscribe(*args, **kwargs))
+
+    def sow(self, *args: Any, **kwargs: Any) -> str | MessageStream:
+        """See :meth:`AsyncClient.sow`."""
+        return self._run(self._async.sow(*args, **kwargs))
+
+    def sow_and_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
+        """See :meth:`AsyncClient.sow_and_subscribe`."""
+        return self._run(self._async.sow_and_subscribe(*args, **kwargs))
+
+    def sow_and_delta_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
+        """See :meth:`AsyncClient.sow_and_delta_subscribe`."""
+        return self._run(self._async.sow_and_delta_subscribe(*args, **kwargs))
+
+    def sow_delete(self, *args: Any, **kwargs: Any) -> Message | str:
+        """See :meth:`AsyncClient.sow_delete`."""
+        return self._run(self._async.sow_delete(*args, **kwargs))
+
+    def sow_delete_by_keys(self, *args: Any, **kwargs: Any) -> Message | str:
+        """See :meth:`AsyncClient.sow_delete_by_keys`."""
+        return self._run(self._async.sow_delete_by_keys(*args, **kwargs))
+
+    def sow_delete_by_data(self, *args: Any, **kwargs: Any) -> Message | str:
+        """See :meth:`AsyncClient.sow_delete_by_data`."""
+        return self._run(self._async.sow_delete_by_data(*args, **kwargs))
+
+    def unsubscribe(self, sub_id: str = "all") -> None:
+        """Cancel a subscription (or ``"all"``)."""
+        self._run(self._async.unsubscribe(sub_id))
+
+    def flush(self, timeout: int = 0) -> None:
+        """Wait until the server processed everything sent before (``timeout`` in ms)."""
+        self._run(self._async.flush(timeout))
+
+    # ---------------------------------------------------------------------------- closing
+    def close(self) -> None:
+        """Close the connection and stop the client's thread."""
+        lt = self._lt
+        if lt is None:
+            return
+        try:
+            if not lt.loop.is_closed():
+                lt.run(self._async.close())
+        finally:
+            self._lt = None
+            lt.stop()
+
+    def disconnect(self) -> None:
+        """Close the connection; the client may connect again (official API)."""
+        lt = self._lt
+        if lt is not None and not lt.loop.is_closed():
+            lt.run(self._async.close())
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        lt = getattr(self, "_lt", None)
+        if lt is not None:
+            try:
+                lt.loop.call_soon_threadsafe(lt.loop.stop)
+            except RuntimeError:
+                pass

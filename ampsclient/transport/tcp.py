@@ -1,0 +1,155 @@
+"""tcp:// (and tcps://): an asyncio Protocol feeding a :class:`TcpFramer`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+
+from ..exceptions import AMPSConnectionError, DisconnectedError, ProtocolError, TimeoutError
+from ..protocol.framing import TcpFramer
+from ..uri import URI
+from .base import OnClose, OnPayload, Transport
+
+__all__ = ["TcpTransport"]
+
+log = logging.getLogger("ampsclient.transport")
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, owner: TcpTransport) -> None:
+        self.owner = owner
+
+    def data_received(self, data: bytes) -> None:
+        owner = self.owner
+        framer = owner._framer
+        try:
+            framer.receive_data(data)
+        except ProtocolError as exc:
+            log.warning("closing connection: %s", exc)
+            owner._fail(exc)
+            return
+        on_payload = owner._on_payload
+        for payload in framer.frames():
+            on_payload(payload)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.owner._on_writable is not None:
+            self.owner._on_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.owner._on_writable is not None:
+            self.owner._on_writable(True)
+
+
+class TcpTransport(Transport):
+    """A TCP connection carrying 4-byte-length-framed payloads."""
+
+    def __init__(
+        self,
+        *,
+        on_payload: OnPayload,
+        on_close: OnClose,
+        on_writable: Callable[[bool], None] | None,
+        max_frame_size: int,
+    ) -> None:
+        self._on_payload = on_payload
+        self._on_close = on_close
+        self._on_writable = on_writable
+        self._framer = TcpFramer(max_frame_size=max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._closed = False
+        self._error: BaseException | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        uri: URI,
+        *,
+        on_payload: OnPayload,
+        on_close: OnClose,
+        on_writable: Callable[[bool], None] | None = None,
+        max_frame_size: int,
+        connect_timeout: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> TcpTransport:
+        """Open a connection to ``uri``."""
+        self = cls(
+            on_payload=on_payload,
+            on_close=on_close,
+            on_writable=on_writable,
+            max_frame_size=max_frame_size,
+        )
+        loop = asyncio.get_running_loop()
+        if uri.tls and ssl_context is None:
+            ssl_context = ssl.create_default_context()
+        try:
+            coro = loop.create_connection(
+                lambda: _Protocol(self),
+                uri.host,
+                uri.port,
+                ssl=ssl_context if uri.tls else None,
+            )
+            transport, _ = await asyncio.wait_for(coro, connect_timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"timed out connecting to {uri.redacted()}") from None
+        except OSError as exc:
+            raise AMPSConnectionError(f"cannot connect to {uri.redacted()}: {exc}") from exc
+        sock = transport.get_extra_info("socket")
+        if sock is not None and uri.options.get("tcp_nodelay", "true").lower() != "false":
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        self._transport = transport  # type: ignore[assignment]
+        return self
+
+    def write(self, data: bytes) -> None:
+        t = self._transport
+        if t is None or self._closed:
+            raise DisconnectedError("the connection is closed")
+        t.write(data)
+
+    def close(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection without flushing."""
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _lost(self, exc: BaseException | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        err = self._error or exc
+        if err is not None and not isinstance(err, DisconnectedError):
+            wrapped: BaseException = DisconnectedError(f"connection lost: {err}")
+            wrapped.__cause__ = err
+            err = wrapped
+        self._on_close(err)
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+
+    @property
+    def write_buffer_size(self) -> int:
+        t = self._transport
+        return 0 if t is None else t.get_write_buffer_size()

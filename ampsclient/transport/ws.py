@@ -1,0 +1,193 @@
+"""ws:// (and wss://): the websockets library, with AMPS's WebSocket message framing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import ssl
+import struct
+from collections.abc import Callable
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, WebSocketException
+
+from ..exceptions import AMPSConnectionError, DisconnectedError, ProtocolError, TimeoutError
+from ..protocol.framing import WsClientFramer, encode_ws_from_client
+from ..protocol.message import body_offset
+from ..uri import URI
+from .base import OnClose, OnPayload, Transport
+
+__all__ = ["WebSocketTransport"]
+
+log = logging.getLogger("ampsclient.transport")
+_unpack_len = struct.Struct(">I").unpack_from
+
+
+class WebSocketTransport(Transport):
+    """A WebSocket connection speaking AMPS's WebSocket framing (``shared/protocol.md`` §12)."""
+
+    def __init__(
+        self,
+        ws: ClientConnection,
+        *,
+        on_payload: OnPayload,
+        on_close: OnClose,
+        on_writable: Callable[[bool], None] | None,
+        max_frame_size: int,
+        text: bool,
+    ) -> None:
+        self._ws = ws
+        self._on_payload = on_payload
+        self._on_close = on_close
+        self._on_writable = on_writable
+        self._framer = WsClientFramer(max_frame_size=max_frame_size)
+        self._text = text
+        self._outq: asyncio.Queue[list[bytes | str] | None] = asyncio.Queue()
+        self._pending_bytes = 0
+        self._closed = False
+        self._reading = asyncio.Event()
+        self._reading.set()
+        self._reader = asyncio.ensure_future(self._read_loop())
+        self._writer = asyncio.ensure_future(self._write_loop())
+
+    @classmethod
+    async def connect(
+        cls,
+        uri: URI,
+        *,
+        on_payload: OnPayload,
+        on_close: OnClose,
+        on_writable: Callable[[bool], None] | None = None,
+        max_frame_size: int,
+        connect_timeout: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> WebSocketTransport:
+        """Open a WebSocket to ``uri`` and announce the encoding."""
+        url = f"{uri.scheme}://{uri.host}:{uri.port}{uri.path}"
+        headers = {}
+        if uri.user is not None:
+            token = f"{uri.user}:{uri.password or ''}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+        try:
+            ws = await asyncio.wait_for(
+                connect(
+                    url,
+                    additional_headers=headers,
+                    max_size=max_frame_size,
+                    compression=None,
+                    ssl=ssl_context if uri.tls else None,
+                    open_timeout=None,
+                    ping_interval=None,
+                ),
+                connect_timeout,
+            )
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"timed out connecting to {uri.redacted()}") from None
+        except (OSError, WebSocketException) as exc:
+            raise AMPSConnectionError(f"cannot connect to {uri.redacted()}: {exc}") from exc
+        text = uri.message_type == "json"
+        await ws.send("text" if text else "binary")
+        return cls(
+            ws,
+            on_payload=on_payload,
+            on_close=on_close,
+            on_writable=on_writable,
+            max_frame_size=max_frame_size,
+            text=text,
+        )
+
+    def write(self, data: bytes) -> None:
+        if self._closed:
+            raise DisconnectedError("the connection is closed")
+        messages: list[bytes | str] = []
+        pos = 0
+        size = len(data)
+        text = self._text
+        while pos < size:
+            (n,) = _unpack_len(data, pos)
+            payload = data[pos + 4 : pos + 4 + n]
+            pos += 4 + n
+            end = body_offset(payload)
+            header = payload[:end]
+            body = payload[end:] if end < len(payload) else None
+            parts = encode_ws_from_client(header, body)
+            messages.append(parts[0])
+            for part in parts[1:]:
+                if text:
+                    try:
+                        messages.append(part.decode())
+                        continue
+                    except UnicodeDecodeError:
+                        pass
+                messages.append(part)
+        self._pending_bytes += size
+        if self._on_writable is not None and self._pending_bytes > 4 * 1024 * 1024:
+            self._on_writable(False)
+        self._outq.put_nowait(messages)
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                batch = await self._outq.get()
+                if batch is None:
+                    break
+                for message in batch:
+                    await self._ws.send(message)
+                self._pending_bytes = max(0, self._pending_bytes - sum(len(m) for m in batch))
+                if self._on_writable is not None and self._pending_bytes <= 1024 * 1024:
+                    self._on_writable(True)
+        except ConnectionClosed:
+            pass
+        except Exception as exc:  # pragma: no cover - unexpected
+            log.exception("websocket writer failed")
+            self._finish(exc)
+
+    async def _read_loop(self) -> None:
+        error: BaseException | None = None
+        try:
+            async for message in self._ws:
+                if not self._reading.is_set():
+                    await self._reading.wait()
+                payload = self._framer.receive_message(message)
+                if payload is not None:
+                    self._on_payload(payload)
+        except ConnectionClosed as exc:
+            if not self._closed:
+                error = DisconnectedError(f"connection lost: {exc}")
+        except ProtocolError as exc:
+            log.warning("closing connection: %s", exc)
+            error = exc
+        except Exception as exc:
+            error = DisconnectedError(f"connection lost: {exc}")
+            error.__cause__ = exc
+        else:
+            if not self._closed:
+                error = DisconnectedError("connection closed by the server")
+        self._finish(error)
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._outq.put_nowait(None)
+        with contextlib.suppress(Exception):
+            asyncio.ensure_future(self._ws.close())
+        self._on_close(error)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._finish(None)
+        self._reader.cancel()
+
+    def pause_reading(self) -> None:
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    @property
+    def write_buffer_size(self) -> int:
+        return self._pending_bytes

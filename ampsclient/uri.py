@@ -1,0 +1,84 @@
+"""Connection URIs: ``tcp://[user[:password]@]host:port/amps/<message type>[?options]``.
+
+``ws://`` takes the same form. The message type (``json``, ``msgpack``, ``binary``...) is the
+last path segment and is sent in the logon as ``mt``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .exceptions import InvalidURIError
+
+__all__ = ["URI", "parse_uri"]
+
+_SCHEMES = ("tcp", "ws", "tcps", "wss")
+
+
+@dataclass(frozen=True, slots=True)
+class URI:
+    """A parsed connection URI."""
+
+    scheme: str
+    host: str
+    port: int
+    protocol: str = "amps"
+    message_type: str = "json"
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    options: dict[str, str] = field(default_factory=dict)
+    path: str = "/amps/json"
+
+    @property
+    def websocket(self) -> bool:
+        """``True`` for ``ws://`` and ``wss://``."""
+        return self.scheme in ("ws", "wss")
+
+    @property
+    def tls(self) -> bool:
+        """``True`` for ``tcps://`` and ``wss://``."""
+        return self.scheme in ("tcps", "wss")
+
+    def redacted(self) -> str:
+        """The URI without credentials, safe to log."""
+        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+
+    def __str__(self) -> str:
+        return self.redacted()
+
+
+def parse_uri(text: str) -> URI:
+    """Parse a connection URI.
+
+    Raises:
+        InvalidURIError: unknown scheme, missing host or port, or no ``/amps/<type>`` path.
+    """
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidURIError(f"invalid URI: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES:
+        raise InvalidURIError(f"unsupported URI scheme {parts.scheme!r} (use tcp:// or ws://)")
+    if not parts.hostname or port is None:
+        raise InvalidURIError("the URI must name a host and a port")
+    segments = [s for s in parts.path.split("/") if s]
+    if not segments:
+        raise InvalidURIError("the URI path must be /amps/<message type>")
+    protocol = segments[0].lower()
+    if protocol != "amps":
+        raise InvalidURIError(f"unsupported protocol {segments[0]!r} (only 'amps')")
+    message_type = segments[1].lower() if len(segments) > 1 else "json"
+    return URI(
+        scheme=scheme,
+        host=parts.hostname,
+        port=port,
+        protocol=protocol,
+        message_type=message_type,
+        user=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        options=dict(parse_qsl(parts.query)),
+        path="/" + "/".join(segments),
+    )
