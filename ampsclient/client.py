@@ -41,7 +41,7 @@ from .exceptions import (
 from .protocol.acks import AckType, format_ack_types
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.header import encode_header, escape
-from .protocol.message import Message, find_sids, split_sow_batch
+from .protocol.message import Message, split_sow_batch
 from .stream import MessageStream
 from .transport.base import Transport, open_transport
 from .uri import URI, parse_uri
@@ -68,6 +68,52 @@ _SUBSCRIBE_COMMANDS: Final = frozenset(
 )
 _QUERY_COMMANDS: Final = frozenset({"sow", "sow_and_subscribe", "sow_and_delta_subscribe"})
 _P_PREFIX: Final = b'{"c":"p"'
+_SIDS_KEY: Final = b'"sids":"'
+
+
+class _Routes(dict[str, "Handler"]):
+    """Subscription id -> handler, plus the receive fast path's cache.
+
+    The cache maps the first bytes of a delivery, from ``{"c":"p"`` through the closing quote
+    of its ``sids`` value, to the one subscription they route to. A stream of deliveries to one
+    subscription shares that prefix, so routing costs one slice and one dict lookup. Any change
+    of the routes clears it.
+    """
+
+    __slots__ = ("cache", "lengths")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache: dict[bytes, tuple[str, Handler]] = {}
+        self.lengths: list[int] = []
+
+    def learn(self, prefix: bytes, sid: str, handler: Handler) -> None:
+        if len(self.cache) >= 1024 or len(self.lengths) >= 8:
+            self.cache.clear()
+            self.lengths.clear()
+        self.cache[prefix] = (sid, handler)
+        if len(prefix) not in self.lengths:
+            self.lengths.append(len(prefix))
+
+    def forget(self) -> None:
+        self.cache.clear()
+        self.lengths.clear()
+
+    def __setitem__(self, key: str, value: Handler) -> None:
+        self.forget()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.forget()
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
+        self.forget()
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        self.forget()
+        super().clear()
 
 
 class ConnectionState(enum.Enum):
@@ -142,7 +188,7 @@ class AsyncClient:
         self._logged_on = False
         self._cid = itertools.count(1)
         self._pending: dict[str, _Pending] = {}
-        self._subs: dict[str, Handler] = {}
+        self._subs: _Routes = _Routes()
         self._queries: dict[str, Handler] = {}
         self._query_cids: dict[str, str] = {}
         self._streams: dict[str, MessageStream] = {}
@@ -313,7 +359,7 @@ class AsyncClient:
         self._closed_by_user = False
         transport = await open_transport(
             parsed,
-            on_payload=self._on_payload,
+            on_payload=self._on_payloads,
             on_close=self._on_close,
             on_writable=self._on_writable,
             max_frame_size=self._max_frame_size,
@@ -887,13 +933,41 @@ class AsyncClient:
 
     # ------------------------------------------------------------------------------ receiving
 
+    def _on_payloads(self, payloads: list[bytes]) -> None:
+        """The receive hot path: a delivery whose header prefix was seen before is routed with
+        one slice and one dict lookup, without parsing anything."""
+        self._rx = True
+        routes = self._subs
+        cache = routes.cache
+        lengths = routes.lengths
+        n = 0
+        for payload in payloads:
+            for length in lengths:
+                route = cache.get(payload[:length])
+                if route is not None:
+                    n += 1
+                    try:
+                        route[1](Message(payload, route[0]))
+                    except Exception as exc:
+                        self._report(exc)
+                    break
+            else:
+                self._on_payload(payload)
+        self._stats["messages_received"] += n
+
     def _on_payload(self, payload: bytes) -> None:
         self._rx = True
         if payload.startswith(_P_PREFIX):
-            sids = find_sids(payload)
-            if sids is not None:
-                self._deliver(payload, sids)
-                return
+            i = payload.find(_SIDS_KEY)
+            if i >= 0:
+                j = payload.find(b'"', i + 8)
+                if j > 0:
+                    sids = payload[i + 8 : j].decode()
+                    handler = self._subs.get(sids)
+                    if handler is not None and "," not in sids:
+                        self._subs.learn(payload[: j + 1], sids, handler)
+                    self._deliver(payload, sids)
+                    return
         try:
             message = Message(payload)
             c = message.command
@@ -929,7 +1003,7 @@ class AsyncClient:
                 self._unrouted(message or Message(payload))
                 return
             try:
-                handler(Message(payload, sub_id=sids))
+                handler(Message(payload, sids))
             except Exception as exc:
                 self._report(exc)
             return

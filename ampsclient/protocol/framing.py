@@ -80,17 +80,17 @@ class TcpFramer:
             FrameTooLargeError: a length prefix exceeds ``max_frame_size``.
         """
         buf = self._buf
-        if not buf:
-            # fast path: parse straight out of ``data`` and keep only the tail
-            view = data
-            pos = 0
-            end = len(view)
-        else:
+        if buf:
+            # join the held tail with the new bytes once, then slice bytes (one copy per frame)
             buf += data
-            view = buf
-            pos = 0
-            end = len(buf)
+            view = bytes(buf)
+            buf.clear()
+        else:
+            view = data
+        end = len(view)
+        pos = 0
         ready = self._ready
+        append = ready.append
         limit = self._max
         while end - pos >= 4:
             (n,) = _unpack_len(view, pos)
@@ -99,11 +99,9 @@ class TcpFramer:
             stop = pos + 4 + n
             if stop > end:
                 break
-            ready.append(bytes(view[pos + 4 : stop]))
+            append(bytes(view[pos + 4 : stop]) if type(view) is not bytes else view[pos + 4 : stop])
             pos = stop
-        if view is buf:
-            del buf[:pos]
-        elif pos < end:
+        if pos < end:
             buf += view[pos:end]
 
     def frames(self) -> list[bytes]:

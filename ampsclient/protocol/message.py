@@ -58,16 +58,16 @@ class Message:
     def __init__(
         self,
         payload: bytes = b"",
+        sub_id: str | None = None,
         *,
         header: Header | None = None,
         data: bytes | None = None,
-        sub_id: str | None = None,
     ) -> None:
         self._raw = payload
+        self._sub_id = sub_id
         self._hdr = header
         self._data = data
         self._body = -1
-        self._sub_id = sub_id
 
     # -- parsing ---------------------------------------------------------------------------
 

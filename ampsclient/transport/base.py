@@ -10,8 +10,8 @@ from ..uri import URI
 
 __all__ = ["OnClose", "OnPayload", "Transport", "open_transport"]
 
-OnPayload = Callable[[bytes], None]
-"""Called on the loop with each received payload (header + body)."""
+OnPayload = Callable[[list[bytes]], None]
+"""Called on the loop with the payloads (header + body) completed by one read."""
 
 OnClose = Callable[[BaseException | None], None]
 """Called once on the loop when the connection ends (``None`` = closed by us)."""

@@ -31,9 +31,9 @@ class _Protocol(asyncio.Protocol):
             log.warning("closing connection: %s", exc)
             owner._fail(exc)
             return
-        on_payload = owner._on_payload
-        for payload in framer.frames():
-            on_payload(payload)
+        frames = framer.frames()
+        if frames:
+            owner._on_payload(frames)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.owner._lost(exc)

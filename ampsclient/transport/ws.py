@@ -152,7 +152,7 @@ class WebSocketTransport(Transport):
                     await self._reading.wait()
                 payload = self._framer.receive_message(message)
                 if payload is not None:
-                    self._on_payload(payload)
+                    self._on_payload([payload])
         except ConnectionClosed as exc:
             if not self._closed:
                 error = DisconnectedError(f"connection lost: {exc}")

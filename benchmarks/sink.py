@@ -1,0 +1,171 @@
+"""Minimal AMPS servers for benchmarks: they do as little as possible so the client is measured.
+
+* ``SinkServer``: reads frames; acks logon and flush (processed, echoing cid) and sends one
+  conflated persisted ack (``s`` = highest seen) per batch of frames read, when asked for.
+* ``PumpServer``: on a subscribe, acks it and then writes N ``p`` frames routed to its sub id
+  as fast as the socket takes them.
+
+Each runs in a child process so that the server does not share the GIL
+with the client being measured. Uses only the stdlib and ampsclient.protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import struct
+import subprocess
+import sys
+from typing import Any
+
+from ampsclient.protocol import TcpFramer, decode_header, encode_header, tcp_frame
+
+_CID = re.compile(rb'"cid":"([^"]*)"')
+_S = re.compile(rb'"s":"?(\d+)')
+
+
+class _Sink(asyncio.Protocol):
+    def __init__(self, counter: dict[str, int]) -> None:
+        self.framer = TcpFramer()
+        self.counter = counter
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.framer.receive_data(data)
+        frames = self.framer.frames()
+        top = -1
+        out = []
+        for payload in frames:
+            if payload.startswith(b'{"c":"p"'):
+                if b'"s":' in payload[:120]:
+                    m = _S.search(payload, 0, 200)
+                    if m:
+                        top = max(top, int(m.group(1)))
+                continue
+            header, _ = decode_header(payload)
+            c = header.get("c")
+            if c == "p":
+                if "s" in header:
+                    top = max(top, int(header["s"]))
+                continue
+            if c in ("logon", "flush", "subscribe") and "cid" in header:
+                ack: dict[str, Any] = {
+                    "c": "ack",
+                    "cid": header["cid"],
+                    "a": "processed",
+                    "status": "success",
+                }
+                if c == "logon":
+                    ack.update({"s": 0, "client_name": header.get("client_name", ""), "version": "5.3.5.0"})
+                if top >= 0 and c == "flush":
+                    out.append(tcp_frame(encode_header({"c": "ack", "a": "persisted", "s": top, "status": "success"})))
+                    top = -1
+                out.append(tcp_frame(encode_header(ack)))
+        self.counter["n"] = self.counter.get("n", 0) + len(frames)
+        if top >= 0:
+            out.insert(0, tcp_frame(encode_header({"c": "ack", "a": "persisted", "s": top, "status": "success"})))
+        if out and self.transport is not None:
+            self.transport.write(b"".join(out))
+
+
+class _Pump(asyncio.Protocol):
+    def __init__(self, count: int, body: bytes) -> None:
+        self.framer = TcpFramer()
+        self.count = count
+        self.body = body
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.framer.receive_data(data)
+        for payload in self.framer.frames():
+            header, _ = decode_header(payload)
+            c = header.get("c")
+            if c in ("logon", "flush", "subscribe") and "cid" in header:
+                ack: dict[str, Any] = {"c": "ack", "cid": header["cid"], "a": "processed", "status": "success"}
+                if c == "logon":
+                    ack.update({"s": 0, "client_name": header.get("client_name", ""), "version": "5.3.5.0"})
+                if c == "subscribe":
+                    ack["sub_id"] = header.get("sub_id", header["cid"])
+                assert self.transport is not None
+                self.transport.write(tcp_frame(encode_header(ack)))
+                if c == "subscribe":
+                    asyncio.ensure_future(self.pump(str(ack["sub_id"]), str(header.get("t", "t"))))
+
+    async def pump(self, sub_id: str, topic: str) -> None:
+        assert self.transport is not None
+        # frames are built before timing matters: one template, only the bookmark varies
+        head = encode_header({"c": "p", "t": topic, "sids": sub_id})[:-1] + b',"bm":"12345|'
+        body = self.body
+        chunk = 5000
+        sent = 0
+        while sent < self.count:
+            n = min(chunk, self.count - sent)
+            frames = []
+            for i in range(sent + 1, sent + n + 1):
+                payload = head + str(i).encode() + b'|"}' + body
+                frames.append(struct.pack(">I", len(payload)) + payload)
+            self.transport.write(b"".join(frames))
+            sent += n
+            while self.transport.get_write_buffer_size() > 8 * 1024 * 1024:
+                await asyncio.sleep(0.001)
+
+
+def _serve(kind: str, count: int) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        counter: dict[str, int] = {}
+        if kind == "sink":
+            server = await loop.create_server(lambda: _Sink(counter), "127.0.0.1", 0)
+        else:
+            server = await loop.create_server(
+                lambda: _Pump(count, b'{"id":1,"sym":"IBM","px":101.5}'), "127.0.0.1", 0
+            )
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+
+    asyncio.run(main())
+
+
+class _ChildServer:
+    """A server in a child process (so it does not share the GIL with the measured client)."""
+
+    def __init__(self, kind: str, count: int = 0) -> None:
+        self._args = [sys.executable, __file__, kind, str(count)]
+        self._proc: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def __enter__(self) -> _ChildServer:
+        self._proc = subprocess.Popen(
+            self._args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self._proc.stdout is not None
+        self.port = int(self._proc.stdout.readline())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(5)
+
+    def uri(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}/amps/json"
+
+
+def SinkServer() -> _ChildServer:  # noqa: N802 - reads like a class
+    """A sink in a child process; use as a context manager, then ``.uri()``."""
+    return _ChildServer("sink")
+
+
+def PumpServer(count: int) -> _ChildServer:  # noqa: N802
+    """A pumping server that answers a subscribe with ``count`` messages."""
+    return _ChildServer("pump", count)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)
