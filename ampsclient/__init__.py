@@ -11,7 +11,17 @@ from .client import CLIENT_VERSION, AsyncClient, ConnectionEvent, ConnectionStat
 from .command import Command
 from .exceptions import *  # noqa: F403 - the exception tree, official aliases included
 from .protocol.acks import AckType
+from .protocol.bookmarks import (
+    EPOCH,
+    MOST_RECENT,
+    NOW,
+    Bookmarks,
+    bookmark_list,
+    range_bookmark,
+    timestamp_bookmark,
+)
 from .protocol.message import Message
+from .protocol.options import Options
 from .stream import MessageStream
 from .sync import Client
 from .uri import URI, parse_uri
@@ -20,6 +30,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CLIENT_VERSION",
+    "EPOCH",
+    "MOST_RECENT",
+    "NOW",
+    "Bookmarks",
+    "Options",
+    "bookmark_list",
+    "range_bookmark",
+    "timestamp_bookmark",
     "URI",
     "AckType",
     "AsyncClient",

@@ -18,6 +18,7 @@ Threading rules:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import enum
 import itertools
@@ -39,6 +40,7 @@ from .exceptions import (
     error_for_reason,
 )
 from .protocol.acks import AckType, format_ack_types
+from .protocol.bookmarks import MOST_RECENT, Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.header import encode_header, escape
 from .protocol.message import Message, split_sow_batch
@@ -107,7 +109,7 @@ class _Routes(dict[str, "Handler"]):
         self.forget()
         super().__delitem__(key)
 
-    def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
+    def pop(self, key: str, *default: Any) -> Any:
         self.forget()
         return super().pop(key, *default)
 
@@ -214,6 +216,9 @@ class AsyncClient:
         self._on_sub_persisted: Callable[[Message], None] | None = None
         self._keep_routes_on_disconnect = False
         self._stats = {"messages_received": 0, "frames_sent": 0}
+
+    Bookmarks = Bookmarks
+    """``EPOCH``, ``NOW`` and ``MOST_RECENT``."""
 
     # ---------------------------------------------------------------- properties / official getters
 
@@ -527,7 +532,7 @@ class AsyncClient:
             return await fut
         try:
             return await asyncio.wait_for(fut, timeout_ms / 1000.0)
-        except asyncio.TimeoutError:
+        except builtins.TimeoutError:
             raise TimeoutError(f"timed out waiting for the {what} ack") from None
 
     # ---------------------------------------------------------------------------- publishing
@@ -565,7 +570,9 @@ class AsyncClient:
         if expiration is None and correlation_id is None and sow_key is None:
             prefix = self._pub_prefix.get(topic)
             if prefix is None:
-                prefix = self._pub_prefix[topic] = ('{"c":"p","t":"' + escape(topic) + '"}').encode()
+                prefix = self._pub_prefix[topic] = (
+                    '{"c":"p","t":"' + escape(topic) + '"}'
+                ).encode()
             self._send_frame(_pack_len(len(prefix) + len(data)) + prefix + data)
             return
         header = encode_header(
@@ -782,9 +789,15 @@ class AsyncClient:
         cmd.set_filter(p.get("filter"))
         cmd.set_options(_opts(p.get("options")))
         cmd.set_sub_id(p.get("sub_id"))
-        cmd.set_bookmark(p.get("bookmark"))
+        cmd.set_bookmark(self._resolve_bookmark(p.get("bookmark"), p.get("sub_id")))
         cmd.set_timeout(p.get("timeout") or 0)
         return cmd
+
+    def _resolve_bookmark(self, bookmark: str | None, sub_id: str | None) -> str | None:
+        """``MOST_RECENT`` is resolved here and never sent: with no bookmark store it is EPOCH."""
+        if bookmark == MOST_RECENT:
+            return "0"
+        return bookmark
 
     async def sow(self, *args: Any, **kwargs: Any) -> str | MessageStream:
         """``sow(handler, topic, filter=None, batch_size=10, timeout=0, top_n=None,
@@ -792,7 +805,16 @@ class AsyncClient:
         handler, p = _bind(
             args,
             kwargs,
-            ("topic", "filter", "batch_size", "timeout", "top_n", "order_by", "bookmark", "options"),
+            (
+                "topic",
+                "filter",
+                "batch_size",
+                "timeout",
+                "top_n",
+                "order_by",
+                "bookmark",
+                "options",
+            ),
         )
         return await self._run(self._sow_command("sow", p), handler)
 
@@ -895,8 +917,6 @@ class AsyncClient:
         deadline = loop.time() + timeout / 1000.0 if timeout else None
         try:
             async for message in stream:
-                if message is None:
-                    break
                 if message.command == "ack" and message.ack_type & AckType.STATS:
                     return message
                 if deadline is not None and loop.time() > deadline:
@@ -927,7 +947,9 @@ class AsyncClient:
     async def flush(self, timeout: int = 0) -> None:
         """Wait until the server has processed every command sent before this one."""
         cid = self._next_cid()
-        ack = await self._request(cid, "flush", {"c": "flush", "cid": cid, "a": "processed"}, None, timeout)
+        ack = await self._request(
+            cid, "flush", {"c": "flush", "cid": cid, "a": "processed"}, None, timeout
+        )
         if ack.status == "failure":
             raise error_for_reason(ack.reason, ack=ack)
 
@@ -975,10 +997,10 @@ class AsyncClient:
             log.warning("dropping a malformed frame from %s: %s", self.uri, exc)
             return
         try:
-            if c == "p" or c == "oof":
-                sids = message.sub_ids
-                if sids:
-                    self._deliver(payload, sids, message)
+            if c == "publish" or c == "oof":
+                routed = message.sub_ids
+                if routed:
+                    self._deliver(payload, routed, message)
                 else:
                     self._unrouted(message)
             elif c == "ack":
@@ -1055,8 +1077,10 @@ class AsyncClient:
         if c == "group_end" and qid is not None:
             cid = self._query_cids.get(qid)
             pending = self._pending.get(cid) if cid is not None else None
-            if pending is not None and pending.name == "sow" and not (
-                pending.terminal & AckType.COMPLETED
+            if (
+                pending is not None
+                and pending.name == "sow"
+                and not (pending.terminal & AckType.COMPLETED)
             ):
                 self._complete(pending)
 
@@ -1098,16 +1122,9 @@ class AsyncClient:
                 pending.handler(message)
             except Exception as exc:
                 self._report(exc)
-        elif (
-            flag & AckType.STATS
-            and pending.stream is not None
-            and pending.name == "sow_delete"
-        ):
+        elif flag & AckType.STATS and pending.stream is not None and pending.name == "sow_delete":
             pending.stream._put(message)
         if flag & pending.terminal:
-            if pending.name == "sow_delete" and not (pending.user_acks & AckType.STATS):
-                if pending.stream is not None and flag & AckType.STATS:
-                    pass
             self._complete(pending)
 
     def _complete(self, pending: _Pending) -> None:

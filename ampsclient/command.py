@@ -61,7 +61,7 @@ class Command:
         """``t``."""
         return self._set("t", topic)
 
-    def set_filter(self, filter: str | None) -> Command:  # noqa: A002 - official name
+    def set_filter(self, filter: str | None) -> Command:
         """``filter``."""
         return self._set("filter", filter)
 

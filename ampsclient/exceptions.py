@@ -6,9 +6,9 @@ Every error raised by the library is an :class:`AMPSError`::
     ├── AMPSConnectionError                    (alias ConnectionException)
     │   ├── DisconnectedError                  (alias DisconnectedException)
     │   ├── ConnectionRefusedError_            (alias ConnectionRefusedException)
-    │   ├── AuthenticationError                (alias AuthenticationException)   reason "auth failure"
-    │   ├── NameInUseError                     (alias NameInUseException)        reason "name in use"
-    │   ├── NotEntitledError                   (alias NotEntitledException)      reason "not entitled"
+    │   ├── AuthenticationError                (AuthenticationException) reason "auth failure"
+    │   ├── NameInUseError                     (NameInUseException)      reason "name in use"
+    │   ├── NotEntitledError                   (NotEntitledException)    reason "not entitled"
     │   ├── InvalidURIError                    (alias InvalidUriException)
     │   ├── TransportError                     (alias TransportException)
     │   └── RetryOperationError                (alias RetryOperationException)
@@ -36,8 +36,8 @@ Every error raised by the library is an :class:`AMPSError`::
     │   └── CorruptStoreError
     └── UsageError                             (alias UsageException)
 
-The names ending in ``Exception`` are the official AMPS Python client's names, kept as aliases so that a
-script written for it runs after ``import ampsclient as AMPS``.
+The names ending in ``Exception`` are the official AMPS Python client's names, kept as
+aliases so that a script written for it runs after ``import ampsclient as AMPS``.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class DisconnectedError(AMPSConnectionError):
     """The peer or the network closed the connection (not the application)."""
 
 
-class ConnectionRefusedError_(AMPSConnectionError):  # noqa: N801 - avoids shadowing the builtin
+class ConnectionRefusedError_(AMPSConnectionError):
     """The server refused the connection."""
 
 
@@ -153,7 +153,7 @@ class RetryOperationError(AMPSConnectionError):
     """The operation was interrupted by a reconnect and may be retried."""
 
 
-class TimeoutError(AMPSError, builtins.TimeoutError):  # noqa: A001 - deliberate, like nats.py
+class TimeoutError(AMPSError, builtins.TimeoutError):
     """A wait for an ack, a flush or a connection ran out of time."""
 
 

@@ -211,7 +211,7 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
                 else:
                     try:
                         await asyncio.wait_for(self._waiter, self._timeout)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         return None  # type: ignore[return-value]
             finally:
                 self._waiter = None

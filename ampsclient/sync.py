@@ -17,6 +17,7 @@ from .authenticator import Authenticator
 from .client import AsyncClient, ConnectionEvent, Handler
 from .command import Command
 from .exceptions import TimeoutError, UsageError
+from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.message import Message
 from .stream import MessageStream
@@ -47,9 +48,7 @@ class LoopThread:
                 for task in pending:
                     task.cancel()
                 if pending:
-                    self.loop.run_until_complete(
-                        asyncio.gather(*pending, return_exceptions=True)
-                    )
+                    self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             finally:
                 self.loop.close()
@@ -102,6 +101,9 @@ class Client:
     Every method of :class:`~ampsclient.client.AsyncClient` is available with the same
     arguments, blocking until done. Timeouts named ``timeout`` are milliseconds.
     """
+
+    Bookmarks = Bookmarks
+    """``Client.Bookmarks.EPOCH`` / ``NOW`` / ``MOST_RECENT``, as in the official client."""
 
     def __init__(
         self,

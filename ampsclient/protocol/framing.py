@@ -80,6 +80,7 @@ class TcpFramer:
             FrameTooLargeError: a length prefix exceeds ``max_frame_size``.
         """
         buf = self._buf
+        view: bytes | bytearray | memoryview
         if buf:
             # join the held tail with the new bytes once, then slice bytes (one copy per frame)
             buf += data

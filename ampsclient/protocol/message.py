@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from .acks import AckType, parse_ack_types
 from .header import Header, decode_header
+from .options import Options
 
 __all__ = ["Message", "body_offset", "find_sids", "split_sow_batch"]
 
@@ -131,8 +132,12 @@ class Message:
 
     @property
     def command(self) -> str:
-        """``c``: ``p``, ``ack``, ``sow``, ``oof``, ``group_begin``, ``heartbeat``..."""
-        return str(self.header.get("c", ""))
+        """The command: ``publish``, ``ack``, ``sow``, ``oof``, ``group_begin``, ``heartbeat``...
+
+        Like the official client, a delivery (``"c":"p"`` on the wire) reports ``publish``.
+        """
+        c = str(self.header.get("c", ""))
+        return "publish" if c == "p" else c
 
     @property
     def topic(self) -> str | None:
@@ -356,6 +361,11 @@ class Message:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Message:
         return self.__copy__()
+
+
+# the official client's nested names: Message.Options.OOF, Message.AckType.persisted
+setattr(Message, "Options", Options)  # noqa: B010 - slots class; keeps the annotations clean
+setattr(Message, "AckType", AckType)  # noqa: B010
 
 
 def split_sow_batch(payload: bytes) -> tuple[Header, list[Message]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import socket
 import ssl
@@ -96,7 +97,7 @@ class TcpTransport(Transport):
                 ssl=ssl_context if uri.tls else None,
             )
             transport, _ = await asyncio.wait_for(coro, connect_timeout)
-        except asyncio.TimeoutError:
+        except builtins.TimeoutError:
             raise TimeoutError(f"timed out connecting to {uri.redacted()}") from None
         except OSError as exc:
             raise AMPSConnectionError(f"cannot connect to {uri.redacted()}: {exc}") from exc
@@ -107,7 +108,7 @@ class TcpTransport(Transport):
             except OSError:
                 pass
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = transport
         return self
 
     def write(self, data: bytes) -> None:

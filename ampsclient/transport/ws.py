@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import contextlib
 import logging
 import ssl
@@ -47,6 +48,7 @@ class WebSocketTransport(Transport):
         self._outq: asyncio.Queue[list[bytes | str] | None] = asyncio.Queue()
         self._pending_bytes = 0
         self._closed = False
+        self._closer: asyncio.Future[None] | None = None
         self._reading = asyncio.Event()
         self._reading.set()
         self._reader = asyncio.ensure_future(self._read_loop())
@@ -83,7 +85,7 @@ class WebSocketTransport(Transport):
                 ),
                 connect_timeout,
             )
-        except asyncio.TimeoutError:
+        except builtins.TimeoutError:
             raise TimeoutError(f"timed out connecting to {uri.redacted()}") from None
         except (OSError, WebSocketException) as exc:
             raise AMPSConnectionError(f"cannot connect to {uri.redacted()}: {exc}") from exc
@@ -173,7 +175,7 @@ class WebSocketTransport(Transport):
         self._closed = True
         self._outq.put_nowait(None)
         with contextlib.suppress(Exception):
-            asyncio.ensure_future(self._ws.close())
+            self._closer = asyncio.ensure_future(self._ws.close())
         self._on_close(error)
 
     def close(self) -> None:

@@ -265,7 +265,7 @@ def test_message_lazy_accessors() -> None:
     assert m.data == b'{"id":1}'
     assert m.get_data() == '{"id":1}'
     assert m.json() == {"id": 1}
-    assert m.get_command() == "p"
+    assert m.get_command() == "publish"  # official spelling of "c":"p"
     assert m.get_topic() == "orders"
     assert m.get_sub_id() == "s2"
     assert m.get_sub_ids() == "s1,s2"
