@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@# the official client is a black-box test peer only (interop tests skip without it)
 	-$(PY) -m pip install -q amps-python-client
+	-command -v npm >/dev/null && cd tests/interop/js && npm install --no-audit --no-fund --silent
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -22,7 +22,7 @@ from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.message import Message
 from .stream import MessageStream
 
-__all__ = ["Client", "LoopThread"]
+__all__ = ["Client", "HAClient", "LoopThread"]
 
 T = TypeVar("T")
 
@@ -119,7 +119,10 @@ class Client:
             default_max_depth=default_max_depth,
             logon_options=logon_options,
         )
-        self._lt: LoopThread | None = LoopThread(f"ampsclient-{name or 'client'}")
+        self._start()
+
+    def _start(self) -> None:
+        self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
         self.publish = self._async.publish
         self.delta_publish = self._async.delta_publish
 
@@ -325,3 +328,147 @@ class Client:
                 lt.loop.call_soon_threadsafe(lt.loop.stop)
             except RuntimeError:
                 pass
+
+
+class HAClient(Client):
+    """The synchronous HA client: reconnects, fails over, replays, resubscribes.
+
+    Example::
+
+        with HAClient("orders-publisher", publish_store="orders.store") as client:
+            client.get_server_chooser().add("tcp://127.0.0.1:9007/amps/json")
+            client.connect_and_logon()
+            for order in orders:
+                client.publish("orders", order)
+            client.publish_flush(10_000)
+
+    See :class:`~ampsclient.ha.client.AsyncHAClient` for the arguments. ``close()`` (and the
+    ``with`` block) flush the publish store first, bounded by ``close_timeout`` ms.
+    """
+
+    def __init__(
+        self,
+        name: str = "",
+        publish_store: Any = None,
+        bookmark_store: Any = None,
+        *,
+        close_timeout: int = 5000,
+        **options: Any,
+    ) -> None:
+        from .ha.client import AsyncHAClient
+
+        self._ha = AsyncHAClient(name, publish_store, bookmark_store, **options)
+        self._async = self._ha
+        self._close_timeout = close_timeout
+        self._start()
+
+    @property
+    def async_client(self) -> Any:
+        """The :class:`AsyncHAClient` this facade drives."""
+        return self._ha
+
+    def set_server_chooser(self, chooser: Any) -> None:
+        """Use ``chooser`` to pick servers."""
+        self._ha.set_server_chooser(chooser)
+
+    def get_server_chooser(self) -> Any:
+        """The server chooser."""
+        return self._ha.get_server_chooser()
+
+    def set_reconnect_delay_strategy(self, strategy: Any) -> None:
+        """Use ``strategy`` between connection attempts."""
+        self._ha.set_reconnect_delay_strategy(strategy)
+
+    def get_reconnect_delay_strategy(self) -> Any:
+        """The reconnect delay strategy."""
+        return self._ha.get_reconnect_delay_strategy()
+
+    def set_reconnect_delay(self, milliseconds: int) -> None:
+        """A fixed reconnect delay."""
+        self._ha.set_reconnect_delay(milliseconds)
+
+    def set_failed_write_handler(self, handler: Any) -> None:
+        """``handler(message, reason)`` for publishes the server refused."""
+        self._ha.set_failed_write_handler(handler)
+
+    def set_failed_resubscribe_handler(self, handler: Any) -> None:
+        """Called when re-placing a subscription fails."""
+        self._ha.set_failed_resubscribe_handler(handler)
+
+    def set_resubscription_timeout(self, milliseconds: int) -> None:
+        """Timeout for each re-placed subscription."""
+        self._ha.set_resubscription_timeout(milliseconds)
+
+    @property
+    def publish_store(self) -> Any:
+        """The publish store."""
+        return self._ha.publish_store
+
+    @property
+    def unpersisted_count(self) -> int:
+        """Publishes not yet acknowledged as persisted."""
+        return self._ha.unpersisted_count
+
+    def get_unpersisted_count(self) -> int:
+        """Official spelling of :attr:`unpersisted_count`."""
+        return self._ha.unpersisted_count
+
+    def connect_and_logon(  # type: ignore[override]
+        self,
+        uri: str | None = None,
+        *,
+        timeout: int = 0,
+        authenticator: Authenticator | None = None,
+    ) -> str:
+        """Connect to the chooser's servers (failing over) and log on."""
+        return self._run(
+            self._ha.connect_and_logon(uri, timeout=timeout, authenticator=authenticator)
+        )
+
+    def publish_flush(self, timeout: int = 0) -> None:
+        """Wait until everything published so far is persisted (``timeout`` in ms)."""
+        self._run(self._ha.publish_flush(timeout))
+
+    def publish_and_wait(self, topic: str, data: Any, *, timeout: int = 0, **kwargs: Any) -> int:
+        """Publish and wait for this message's persisted ack; returns its sequence."""
+        return self._run(self._ha.publish_and_wait(topic, data, timeout=timeout, **kwargs))
+
+    def publish_future(self, topic: str, data: Any, **kwargs: Any) -> concurrent.futures.Future[int]:
+        """Publish; the returned future resolves (any thread) on the persisted ack."""
+        outer: concurrent.futures.Future[int] = concurrent.futures.Future()
+
+        async def track() -> None:
+            try:
+                outer.set_result(await self._ha.publish_future(topic, data, **kwargs))
+            except BaseException as exc:
+                outer.set_exception(exc)
+
+        asyncio.run_coroutine_threadsafe(track(), self.loop)
+        return outer
+
+    def close(self, timeout: int | None = None) -> int:  # type: ignore[override]
+        """Safe shutdown: flush (bounded by ``timeout`` ms, default ``close_timeout``), close.
+
+        Returns:
+            How many messages were left unpersisted.
+        """
+        lt = self._lt
+        if lt is None:
+            return self._ha.unpersisted_count
+        wait = self._close_timeout if timeout is None else timeout
+        try:
+            if not lt.loop.is_closed():
+                return lt.run(self._ha.close(wait))
+            return self._ha.unpersisted_count
+        finally:
+            self._lt = None
+            lt.stop()
+
+    def disconnect(self) -> None:
+        """Close the connection (after flushing); the client may connect again."""
+        lt = self._lt
+        if lt is not None and not lt.loop.is_closed():
+            lt.run(self._ha.close(self._close_timeout))
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,653 @@
+"""AsyncHAClient: an AsyncClient that reconnects, fails over, replays and resubscribes.
+
+Composition of small parts (``shared/style.md`` rule 11): the connection is the inherited
+:class:`~ampsclient.client.AsyncClient`; next to it sit a :class:`ServerChooser`, a
+:class:`ReconnectDelayStrategy`, a publish store and a :class:`SubscriptionManager`.
+
+The reconnect sequence after every logon:
+
+1. discard from the publish store what the logon ack's ``s`` covers;
+2. replay every unpersisted message in sequence order (their original ``s``; the server
+   de-duplicates by client name and sequence);
+3. re-place every subscription, one at a time, each waiting for its processed ack;
+4. replay what was stored during steps 2-3, then let new publishes go straight out.
+
+While disconnected, ``publish()`` stores and returns (or blocks, with
+``publish_while_disconnected="block"``); the message goes out after the reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ..authenticator import Authenticator
+from ..client import AsyncClient, ConnectionState, Handler, _Pending
+from ..command import Command
+from ..exceptions import (
+    AMPSError,
+    DisconnectedError,
+    PublishError,
+    TimeoutError,
+    UsageError,
+    error_for_reason,
+)
+from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from ..protocol.header import encode_header, escape
+from ..protocol.message import Message
+from ..stores.publish import FilePublishStore, MemoryPublishStore, PublishStore, StoredMessage
+from ..stream import MessageStream
+from .chooser import DefaultServerChooser, ServerChooser
+from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
+from .subscriptions import SubscriptionManager
+
+__all__ = ["AsyncHAClient", "FailedWriteHandler"]
+
+log = logging.getLogger("ampsclient.ha")
+
+FailedWriteHandler = Callable[[Message, str], Any]
+"""``handler(message, reason)`` for a publish the server refused (``duplicate``, ...)."""
+
+_SUBSCRIBE_COMMANDS = frozenset(
+    {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
+)
+
+
+class AsyncHAClient(AsyncClient):
+    """A highly available client: reconnects, fails over, never loses a stored publish.
+
+    Args:
+        name: the client name (must be stable across restarts for de-duplication).
+        publish_store: a :class:`PublishStore`, or a path string for a
+            :class:`FilePublishStore` (official form); default: a memory store.
+        bookmark_store: a bookmark store for resumable subscriptions (later issue).
+        server_chooser: where to connect (default: an empty :class:`DefaultServerChooser`).
+        reconnect_delay_strategy: how long to wait between attempts (default:
+            :class:`ExponentialDelayStrategy` with the official defaults).
+        publish_while_disconnected: ``"store"`` (return at once; sent after reconnect) or
+            ``"block"`` (wait until connected).
+        logon_timeout: ms to wait for each logon ack (0 = no limit).
+        connect_timeout: seconds to wait for each TCP/WebSocket connection.
+    """
+
+    def __init__(
+        self,
+        name: str = "",
+        publish_store: PublishStore | str | None = None,
+        bookmark_store: object | None = None,
+        *,
+        server_chooser: ServerChooser | None = None,
+        reconnect_delay_strategy: ReconnectDelayStrategy | None = None,
+        publish_while_disconnected: Literal["store", "block"] = "store",
+        logon_timeout: int = 10_000,
+        connect_timeout: float | None = 10.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        default_max_depth: int = 0,
+        logon_options: str | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            max_frame_size=max_frame_size,
+            default_max_depth=default_max_depth,
+            logon_options=logon_options,
+        )
+        if isinstance(publish_store, str):
+            publish_store = FilePublishStore(publish_store)
+        self._store: PublishStore = publish_store or MemoryPublishStore()
+        self._bookmark_store = bookmark_store
+        self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
+        self._strategy: ReconnectDelayStrategy = (
+            reconnect_delay_strategy or ExponentialDelayStrategy()
+        )
+        self._block_when_disconnected = publish_while_disconnected == "block"
+        self._logon_timeout = logon_timeout
+        self._connect_timeout = connect_timeout
+        self._subscriptions = SubscriptionManager()
+        self._pub_lock = threading.Lock()
+        self._can_send = False
+        self._can_send_event = threading.Event()
+        self._closing = False
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._in_connect_loop = False
+        self._failed_write: FailedWriteHandler | None = None
+        self._failed_resubscribe: Callable[[Command, int, BaseException], bool] | None = None
+        self._resubscription_timeout = 0
+        self._give_up_error: BaseException | None = None
+        self._futures: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
+        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._seq_suffix: dict[str, bytes] = {}
+        self._keep_routes_on_disconnect = True
+        self._on_publish_persisted = self._persisted
+        self.set_disconnect_handler(self._disconnected)
+
+    # ------------------------------------------------------------------ configuration (official)
+
+    def set_server_chooser(self, chooser: ServerChooser) -> None:
+        """Use ``chooser`` to pick servers."""
+        self._chooser = chooser
+
+    def get_server_chooser(self) -> ServerChooser:
+        """The server chooser."""
+        return self._chooser
+
+    def set_reconnect_delay_strategy(self, strategy: ReconnectDelayStrategy) -> None:
+        """Use ``strategy`` between connection attempts."""
+        self._strategy = strategy
+
+    def get_reconnect_delay_strategy(self) -> ReconnectDelayStrategy:
+        """The reconnect delay strategy."""
+        return self._strategy
+
+    def set_reconnect_delay(self, milliseconds: int) -> None:
+        """A fixed reconnect delay (official shortcut)."""
+        from .reconnect import FixedDelayStrategy
+
+        self._strategy = FixedDelayStrategy(milliseconds)
+
+    def set_failed_write_handler(self, handler: FailedWriteHandler | None) -> None:
+        """Called with ``(message, reason)`` when the server refuses a stored publish."""
+        self._failed_write = handler
+
+    def set_failed_resubscribe_handler(
+        self, handler: Callable[[Command, int, BaseException], bool] | None
+    ) -> None:
+        """Called when re-placing a subscription fails: return ``True`` to drop it,
+        ``False`` to reconnect and try again."""
+        self._failed_resubscribe = handler
+
+    def set_resubscription_timeout(self, milliseconds: int) -> None:
+        """How long each re-placed subscription may wait for its ack (0 = no limit)."""
+        self._resubscription_timeout = int(milliseconds)
+
+    def get_resubscription_timeout(self) -> int:
+        """The resubscription timeout in ms."""
+        return self._resubscription_timeout
+
+    @property
+    def publish_store(self) -> PublishStore:
+        """The publish store."""
+        return self._store
+
+    @property
+    def bookmark_store(self) -> object | None:
+        """The bookmark store, if any."""
+        return self._bookmark_store
+
+    @property
+    def unpersisted_count(self) -> int:
+        """Publishes stored and not yet acknowledged as persisted."""
+        return self._store.unpersisted_count
+
+    def get_unpersisted_count(self) -> int:
+        """Official spelling of :attr:`unpersisted_count`."""
+        return self._store.unpersisted_count
+
+    # ---------------------------------------------------------------------------- connecting
+
+    async def connect_and_logon(  # type: ignore[override]
+        self,
+        uri: str | None = None,
+        *,
+        timeout: int = 0,
+        authenticator: Authenticator | None = None,
+    ) -> str:
+        """Connect to the chooser's current server (trying the others on failure) and log on.
+
+        A ``uri`` argument is added to the chooser first (a convenience beyond the official
+        API). Raises :class:`RetryLimitError` when the delay strategy gives up.
+        """
+        if uri is not None:
+            if isinstance(self._chooser, DefaultServerChooser):
+                self._chooser.add(uri, authenticator)
+            else:
+                raise UsageError("pass URIs to your server chooser")
+        self._closing = False
+        self._give_up_error = None
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop_tid = threading.get_ident()
+        if timeout:
+            return await asyncio.wait_for(self._connect_loop(), timeout / 1000.0)
+        return await self._connect_loop()
+
+    async def _connect_loop(self) -> str:
+        self._in_connect_loop = True
+        try:
+            while True:
+                if self._closing:
+                    raise DisconnectedError("the client is closing")
+                uri = self._chooser.get_current_uri()
+                if uri is None:
+                    raise UsageError("no server to connect to: add a URI to the server chooser")
+                try:
+                    wait_ms = self._strategy.get_connect_wait_time(uri)
+                except RetryLimitError as exc:
+                    self._give_up(exc)
+                    raise
+                if wait_ms:
+                    await asyncio.sleep(wait_ms / 1000.0)
+                try:
+                    await AsyncClient.connect(self, uri, timeout=self._connect_timeout)
+                    cid = await AsyncClient.logon(
+                        self, self._logon_timeout, self._chooser.get_current_authenticator()
+                    )
+                    await self._after_logon()
+                except AMPSError as exc:
+                    if isinstance(exc, UsageError):
+                        raise
+                    log.info("connection to %s failed: %s", _redact(uri), exc)
+                    self._drop(exc)
+                    self._chooser.report_failure(exc)
+                    continue
+                self._chooser.report_success()
+                self._strategy.reset()
+                return cid
+        finally:
+            self._in_connect_loop = False
+
+    def _drop(self, error: BaseException) -> None:
+        """Close a half-made connection without ending subscriptions."""
+        transport = self._transport
+        if transport is None:
+            return
+        abort = getattr(transport, "abort", None)
+        if abort is not None:
+            abort()
+        else:
+            transport.close()
+        self._on_close(error)
+
+    async def _after_logon(self) -> None:
+        ack = self._logon_ack
+        store = self._store
+        # 1. what the server already has
+        persisted = ack.sequence if ack is not None else None
+        if persisted:
+            store.discard_up_to(persisted)
+            self._resolve_up_to(persisted)
+        # 2. replay everything unpersisted, in order
+        with self._pub_lock:
+            last = self._replay(0)
+        self._emit(ConnectionState.PUBLISH_REPLAYED)
+        # 3. resubscribe
+        await self._resubscribe()
+        # 4. what was stored meanwhile, then open the gate
+        with self._pub_lock:
+            self._replay(last)
+            self._can_send = True
+            self._can_send_event.set()
+        self._emit(ConnectionState.RESUBSCRIBED)
+
+    def _replay(self, after: int) -> int:
+        """Send stored messages with sequence > ``after``; return the last sequence sent."""
+        last = after
+        sent = 0
+
+        def send(message: StoredMessage) -> None:
+            nonlocal last, sent
+            if message.sequence > after:
+                self._send_payload(message.payload)
+                last = message.sequence
+                sent += 1
+
+        self._store.replay(send)
+        if sent:
+            log.info("replayed %d unpersisted message(s) to %s", sent, self.uri)
+        return last
+
+    async def _resubscribe(self) -> None:
+        # the old pending entries of subscriptions are dead: their cids were on the old socket
+        for cid, pending in list(self._pending.items()):
+            if pending.sub_id is not None:
+                del self._pending[cid]
+        for sub in self._subscriptions:
+            command = Command(sub.command.name)
+            command.fields = dict(sub.command.fields)
+            command.data = sub.command.data
+            command.set_ack_type(sub.command.ack_types)
+            command.set_timeout(self._resubscription_timeout)
+            self._resolve_resubscribe_bookmark(command)
+            try:
+                await AsyncClient._execute(self, command, sub.handler, sub.stream)  # type: ignore[arg-type]
+            except DisconnectedError:
+                raise
+            except AMPSError as exc:
+                drop = True
+                if self._failed_resubscribe is not None:
+                    drop = bool(self._failed_resubscribe(command, int(command.ack_types), exc))
+                log.warning("could not re-place subscription %s: %s", sub.sub_id, exc)
+                if drop:
+                    self._subscriptions.remove(sub.sub_id)
+                    if sub.stream is not None:
+                        sub.stream._finish(exc)
+                else:
+                    raise
+
+    def _resolve_resubscribe_bookmark(self, command: Command) -> None:
+        """Hook for bookmark stores: the bookmark to resume a subscription from."""
+        return None
+
+    def _disconnected(self, client: AsyncClient, error: BaseException | None) -> None:
+        with self._pub_lock:
+            self._can_send = False
+            self._can_send_event.clear()
+        if self._closing or self._in_connect_loop:
+            return
+        if error is not None:
+            self._chooser.report_failure(error)
+        if self._reconnect_task is None or self._reconnect_task.done():
+            self._reconnect_task = asyncio.ensure_future(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        try:
+            await self._connect_loop()
+        except RetryLimitError:
+            pass
+        except AMPSError as exc:
+            if not self._closing:
+                log.error("reconnect failed: %s", exc)
+                self._give_up(exc)
+
+    def _give_up(self, error: BaseException) -> None:
+        self._give_up_error = error
+        log.error("giving up reconnecting: %s", error)
+        for _, fut in self._flush_waiters:
+            if not fut.done():
+                fut.set_exception(error)
+        self._flush_waiters.clear()
+        self._can_send_event.set()  # release blocked publishers; they will see the error
+
+    # ---------------------------------------------------------------------------- publishing
+
+    def _suffix(self, topic: str) -> bytes:
+        suffix = self._seq_suffix.get(topic)
+        if suffix is None:
+            suffix = (',"a":"persisted","t":"' + escape(topic) + '"}').encode()
+            self._seq_suffix[topic] = suffix
+        return suffix
+
+    def publish(  # type: ignore[override]
+        self,
+        topic: str,
+        data: str | bytes | Any,
+        expiration: int | None = None,
+        *,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> int:
+        """Store and publish; returns the message's sequence number. Thread-safe.
+
+        Connected: the message goes out at once. Disconnected: it is stored and sent after
+        the reconnect (or, with ``publish_while_disconnected="block"``, this waits).
+        """
+        if type(data) is not bytes:
+            data = self._encode_data(data)
+        if expiration is None and correlation_id is None and sow_key is None:
+            head = b'{"c":"p","s":'
+            tail = self._suffix(topic) + data
+        else:
+            extra = encode_header(
+                {
+                    "a": "persisted",
+                    "t": topic,
+                    "e": None if expiration is None else str(expiration),
+                    "x": correlation_id,
+                    "k": sow_key,
+                }
+            )
+            head = b'{"c":"p","s":'
+            tail = b"," + extra[1:] + data
+        return self._store_and_send(head, tail)
+
+    def delta_publish(  # type: ignore[override]
+        self,
+        topic: str,
+        data: str | bytes | Any,
+        expiration: int | None = None,
+        *,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> int:
+        """Store and delta-publish; returns the sequence number."""
+        extra = encode_header(
+            {
+                "a": "persisted",
+                "t": topic,
+                "e": None if expiration is None else str(expiration),
+                "x": correlation_id,
+                "k": sow_key,
+            }
+        )
+        return self._store_and_send(
+            b'{"c":"delta_publish","s":', b"," + extra[1:] + self._encode_data(data)
+        )
+
+    def _store_and_send(self, head: bytes, tail: bytes) -> int:
+        if self._block_when_disconnected and not self._can_send:
+            self._wait_connected()
+        payload = b""
+
+        def build(sequence: int) -> bytes:
+            nonlocal payload
+            payload = head + str(sequence).encode() + tail
+            return payload
+
+        with self._pub_lock:
+            seq = self._store.store(build)
+            if self._can_send:
+                try:
+                    self._send_payload(payload)
+                except DisconnectedError:
+                    pass  # stored: the reconnect replays it
+        return seq
+
+    def _wait_connected(self) -> None:
+        if threading.get_ident() == self._loop_tid:
+            raise UsageError("publish would block the client's own event loop while disconnected")
+        while not self._can_send_event.wait(0.5):
+            if self._closing:
+                raise DisconnectedError("the client is closed")
+        if self._give_up_error is not None and not self._can_send:
+            raise DisconnectedError("reconnecting gave up") from self._give_up_error
+
+    async def publish_and_wait(
+        self, topic: str, data: str | bytes | Any, *, timeout: int = 0, **kwargs: Any
+    ) -> int:
+        """Publish and wait for the server's persisted ack of this very message.
+
+        Returns:
+            The sequence number.
+
+        Raises:
+            PublishError: the server refused the message (the failed-write reason).
+            TimeoutError: no ack within ``timeout`` ms.
+        """
+        future = self.publish_future(topic, data, **kwargs)
+        if timeout:
+            try:
+                return await asyncio.wait_for(future, timeout / 1000.0)
+            except asyncio.TimeoutError:
+                raise TimeoutError("timed out waiting for the persisted ack") from None
+        return await future
+
+    def publish_future(
+        self, topic: str, data: str | bytes | Any, **kwargs: Any
+    ) -> asyncio.Future[int]:
+        """Publish; the returned future (on the client's loop) resolves on the persisted ack."""
+        loop = self._loop
+        if loop is None:
+            raise DisconnectedError("not connected")
+        future: asyncio.Future[int] = loop.create_future()
+        with self._pub_lock:
+            # the future is queued before the message can be acked
+            seq = self._store.next_sequence()
+            self._futures.append((seq, future))
+        got = self.publish(topic, data, **kwargs)
+        if got != seq:  # pragma: no cover - another thread published in between
+            raise UsageError("publish_future needs a single publishing thread")
+        return future
+
+    def _persisted(self, ack: Message) -> None:
+        seq = ack.sequence
+        if seq is None:
+            return
+        if ack.status == "failure":
+            reason = ack.reason or ""
+            stored = self._store.get(seq)
+            self._store.discard(seq)
+            self._fail_future(seq, reason)
+            if stored is not None and self._failed_write is not None:
+                try:
+                    self._failed_write(Message(stored.payload), reason)
+                except Exception as exc:
+                    self._report(exc)
+            elif self._failed_write is None:
+                log.warning("the server refused publish s=%d: %s", seq, reason)
+                self._unrouted(ack)
+        else:
+            self._store.discard_up_to(seq)
+            self._resolve_up_to(seq)
+        self._check_flush_waiters()
+
+    def _resolve_up_to(self, seq: int) -> None:
+        futures = self._futures
+        while futures and futures[0][0] <= seq:
+            _, fut = futures.popleft()
+            if not fut.done():
+                fut.set_result(_)
+
+    def _fail_future(self, seq: int, reason: str) -> None:
+        for i, (s, fut) in enumerate(self._futures):
+            if s == seq:
+                del self._futures[i]
+                if not fut.done():
+                    fut.set_exception(
+                        error_for_reason(reason)
+                        if reason not in ("duplicate", "")
+                        else PublishError(reason, reason=reason)
+                    )
+                return
+
+    def _check_flush_waiters(self) -> None:
+        if not self._flush_waiters:
+            return
+        lowest = self._store.lowest_unpersisted
+        keep = []
+        for target, fut in self._flush_waiters:
+            if lowest is None or lowest > target:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((target, fut))
+        self._flush_waiters = keep
+
+    async def publish_flush(self, timeout: int = 0) -> None:
+        """Wait until every message stored before this call is persisted (across reconnects).
+
+        Raises:
+            TimeoutError: "Timed out waiting to flush publish store." after ``timeout`` ms.
+        """
+        store = self._store
+        target = store.next_sequence() - 1
+        lowest = store.lowest_unpersisted
+        if lowest is None or lowest > target:
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._flush_waiters.append((target, fut))
+        if self.logged_on:
+            try:
+                await AsyncClient.flush(self, timeout)
+            except (DisconnectedError, TimeoutError):
+                pass
+        self._check_flush_waiters()
+        try:
+            if timeout:
+                await asyncio.wait_for(asyncio.shield(fut), timeout / 1000.0)
+            else:
+                await fut
+        except asyncio.TimeoutError:
+            raise TimeoutError("Timed out waiting to flush publish store.") from None
+        finally:
+            self._flush_waiters = [(t, f) for t, f in self._flush_waiters if f is not fut]
+
+    # ------------------------------------------------------------------------ subscriptions
+
+    async def _execute(
+        self, command: Command, handler: Handler | None, stream: MessageStream | None
+    ) -> _Pending | None:
+        pending = await super()._execute(command, handler, stream)
+        if (
+            pending is not None
+            and pending.sub_id is not None
+            and command.name in _SUBSCRIBE_COMMANDS
+            and handler is not None
+        ):
+            options = str(command.fields.get("o", ""))
+            if "pause" not in options.split(",") and "resume" not in options.split(","):
+                self._subscriptions.add(pending.sub_id, command, handler, stream)
+        return pending
+
+    async def unsubscribe(self, sub_id: str = "all") -> None:
+        """Cancel a subscription (or ``"all"``); it is not re-placed after a reconnect."""
+        self._subscriptions.remove(sub_id)
+        if self._transport is None:
+            for sid in list(self._subs) if sub_id == "all" else sub_id.split(","):
+                self._subs.pop(sid, None)
+                stream = self._streams.pop(sid, None)
+                if stream is not None:
+                    stream._finish()
+            return
+        await super().unsubscribe(sub_id)
+
+    def _close_stream(self, stream: MessageStream) -> None:
+        if stream.sub_id is not None:
+            self._subscriptions.remove(stream.sub_id)
+        super()._close_stream(stream)
+
+    # ------------------------------------------------------------------------------- closing
+
+    async def close(self, timeout: int = 5000) -> int:  # type: ignore[override]
+        """Safe shutdown: flush the publish store (bounded by ``timeout`` ms), then close.
+
+        Returns:
+            How many messages were left unpersisted (logged as a warning when not 0); a file
+            store keeps them for the next run.
+        """
+        self._closing = True
+        task = self._reconnect_task
+        if task is not None and not task.done():
+            task.cancel()
+        left = self._store.unpersisted_count
+        if left and self.logged_on and timeout >= 0:
+            try:
+                await self.publish_flush(timeout)
+            except (TimeoutError, DisconnectedError) as exc:
+                log.debug("flush on close: %s", exc)
+            left = self._store.unpersisted_count
+        if left:
+            log.warning(
+                "closing %s with %d unpersisted message(s) (lowest s=%s)",
+                self.name,
+                left,
+                self._store.lowest_unpersisted,
+            )
+        await super().close()
+        for stream in [s.stream for s in self._subscriptions if s.stream is not None]:
+            stream._finish(None)
+        self._subscriptions.clear()
+        self._can_send_event.set()
+        return left
+
+    disconnect = close  # type: ignore[assignment]
+
+
+def _redact(uri: str) -> str:
+    if "@" in uri and "://" in uri:
+        scheme, rest = uri.split("://", 1)
+        return scheme + "://" + rest.split("@", 1)[1]
+    return uri

@@ -1,0 +1,152 @@
+"""Command line: ``python -m ampsclient_server_stub`` / ``ampsclient-server``.
+
+Starts a :class:`~ampsclient_server_stub.server.ReferenceServer`, logs
+``listening tcp://HOST:PORT ws://HOST:PORT`` (INFO, stderr) once every listener is bound,
+and shuts down cleanly (exit status 0) on SIGINT or SIGTERM.
+
+Without ``--config`` the server uses :func:`~ampsclient_server_stub.config.default_config`.
+With ``--config FILE`` (AMPS-style XML) the file's settings apply, and the flags given
+explicitly override them: ``--host``/``--tcp-port`` the first TCP transport,
+``--host``/``--ws-port`` the first WebSocket transport, ``--name`` and ``--data-dir`` the
+instance name and data directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ampsclient_server_stub.config import (
+    DEFAULT_HOST,
+    DEFAULT_SERVER_NAME,
+    ConfigError,
+    ServerConfig,
+    TransportConfig,
+    default_config,
+    load_config,
+)
+
+from .server import ReferenceServer
+
+__all__ = ["build_config", "main", "parse_args"]
+
+logger = logging.getLogger("ampsclient_server_stub")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line."""
+    parser = argparse.ArgumentParser(
+        prog="ampsclient-server",
+        description="AMPS-compatible reference server (TCP and WebSocket).",
+    )
+    parser.add_argument("--host", default=None, help=f"listen address (default {DEFAULT_HOST})")
+    parser.add_argument(
+        "--tcp-port", type=int, default=None, help="TCP port, 0 = any free port (default 9007)"
+    )
+    parser.add_argument(
+        "--ws-port", type=int, default=None, help="WebSocket port, 0 = any (default 9008)"
+    )
+    parser.add_argument("--data-dir", type=Path, default=None, help="directory for SOW files")
+    parser.add_argument("--name", default=None, help=f"instance name ({DEFAULT_SERVER_NAME})")
+    parser.add_argument("--config", type=Path, default=None, help="AMPS-style XML config file")
+    parser.add_argument(
+        "--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ...)"
+    )
+    return parser.parse_args(argv)
+
+
+def _override(transport: TransportConfig, host: str | None, port: int | None) -> TransportConfig:
+    changes: dict[str, object] = {}
+    if host is not None:
+        changes["host"] = host
+    if port is not None:
+        changes["port"] = port
+    return dataclasses.replace(transport, **changes) if changes else transport  # type: ignore[arg-type]
+
+
+def build_config(args: argparse.Namespace) -> ServerConfig:
+    """The configuration selected by the parsed command line.
+
+    Raises:
+        ConfigError: the file is invalid or a flag is out of range.
+    """
+    for label, port in (("--tcp-port", args.tcp_port), ("--ws-port", args.ws_port)):
+        if port is not None and not 0 <= port <= 65535:
+            raise ConfigError(f"{label} must be in 0..65535, got {port}")
+    if args.config is None:
+        return default_config(
+            host=args.host if args.host is not None else DEFAULT_HOST,
+            tcp_port=args.tcp_port if args.tcp_port is not None else 9007,
+            ws_port=args.ws_port if args.ws_port is not None else 9008,
+            data_dir=args.data_dir,
+            name=args.name if args.name is not None else DEFAULT_SERVER_NAME,
+        )
+    config = load_config(args.config)
+    transports: list[TransportConfig] = []
+    seen_tcp = seen_ws = False
+    for transport in config.transports:
+        if transport.is_websocket and not seen_ws:
+            seen_ws = True
+            transport = _override(transport, args.host, args.ws_port)
+        elif transport.type == "tcp" and not transport.is_websocket and not seen_tcp:
+            seen_tcp = True
+            transport = _override(transport, args.host, args.tcp_port)
+        elif args.host is not None:
+            transport = _override(transport, args.host, None)
+        transports.append(transport)
+    changes: dict[str, object] = {"transports": tuple(transports)}
+    if args.name is not None:
+        changes["name"] = args.name
+    if args.data_dir is not None:
+        changes["data_dir"] = args.data_dir.expanduser().absolute()
+    return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+
+
+async def _serve(config: ServerConfig) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - e.g. Windows
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+    server = ReferenceServer(config)
+    await server.start()
+    try:
+        await stop.wait()
+        logger.info("signal received, shutting down")
+    finally:
+        await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``ampsclient-server``; returns the process exit status."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = build_config(args)
+    except ConfigError as exc:
+        logger.error("configuration error: %s", exc)
+        return 2
+    try:
+        asyncio.run(_serve(config))
+    except OSError as exc:
+        logger.error("cannot start the server: %s", exc)
+        return 1
+    except KeyboardInterrupt:  # pragma: no cover - signal arrived before the handler was set
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

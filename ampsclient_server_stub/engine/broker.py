@@ -1,0 +1,1568 @@
+"""The reference server's broker: every command's semantics, with no sockets and no asyncio.
+
+The network layer (``ampsclient_server_stub.net``) turns bytes into payloads (header + body,
+TCP-shaped whatever the transport) and calls :meth:`Broker.handle` once per payload; the
+broker answers by calling ``send(payload)`` on the :class:`Session` of each connection it
+writes to. Everything runs on one thread (the server's event loop), so a command is handled
+completely (query snapshot, subscription registration, deliveries, acks) before the next
+one: ``sow_and_subscribe`` is atomic by construction.
+
+Semantics follow ``shared/protocol.md`` (wire shapes, verified against the official clients)
+and ``shared/amps-semantics.md`` (server behaviour). Summary:
+
+* ``logon`` must come first. Anything else before it gets a ``processed`` failure
+  ``logon required`` when an ack was requested, else the connection is closed. A logon with
+  a client name that is already connected disconnects the older connection.
+* Acks: exactly the requested types (``received``, ``processed``, ``completed``, ``stats``;
+  ``persisted`` is conflated; ``parsed`` is ignored), in that order, each its own frame
+  echoing ``cid`` and ``sub_id``/``query_id``. Failures carry ``status: failure`` and the
+  AMPS ``reason`` on the processed ack.
+* Publishes are routed to every matching subscription with ONE frame per session whose
+  ``sids`` lists that session's matching subscriptions. The payload is parsed at most once,
+  and only when a filter or a SOW topic needs it.
+* Persisted acks (publishes/sow_deletes carrying ``s`` and requesting ``persisted``) are
+  cumulative: ``s`` is the highest sequence seen from that client name; a sequence at or
+  below it is a duplicate (not routed again, still covered by the next ack). They are sent
+  at most once per ``ack_conflation`` interval (default 5 ms, logon option
+  ``ack_conflation=<duration>``) or after 256 messages, and always before a ``flush`` ack.
+* Topics are scoped by message type, as in AMPS: a json subscription never sees a msgpack
+  publish to a topic of the same name.
+* Pause/resume of a plain (non-bookmark) subscription buffers at most
+  :data:`PAUSE_BUFFER_LIMIT` deliveries while paused, dropping the OLDEST beyond that (with a
+  warning); ``resume`` delivers the buffer in order.
+
+Deferred to later tasks (hooks are named so they are easy to find): bookmark replay from a
+transaction log (:meth:`Broker.start_bookmark_replay`; any bookmark is treated as NOW and a
+requested ``completed`` ack is sent at once), journal bookmarks for non-SOW topics
+(:meth:`Broker.assign_bookmark`), durable per-client sequence numbers, entitlements
+(``authenticate`` is a plain callable, allow-all by default), paginated subscriptions and
+conflation options, queues (a ``sow_delete`` carrying only ``bookmark`` is accepted as a
+no-op).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import lru_cache
+from typing import Any, Final, Protocol
+
+from ampsclient.exceptions import MalformedFrameError
+from ampsclient.protocol.acks import AckType, parse_ack_types
+from ampsclient.protocol.header import Header, decode_header, encode_header, escape
+from ampsclient_server_stub.config import ServerConfig, SowTopicConfig, parse_duration
+
+from .filters import FilterError, compile_filter
+from .payload import (
+    OrderBy,
+    OrderByError,
+    Select,
+    SelectError,
+    apply_select,
+    decode,
+    encode,
+    lookup_path,
+    parse_options,
+    parse_order_by,
+    parse_path,
+    parse_select,
+)
+from .sow import SowRecord, SowTopic
+from .topics import TopicError, TopicMatcher, compile_topic
+
+try:
+    from ampsclient.protocol.bookmarks import publisher_id_for
+except ImportError:  # pragma: no cover - the protocol package always has it nowadays
+    import hashlib
+
+    def publisher_id_for(client_name: str) -> int:
+        """Stable uint64 publisher id: BLAKE2b-64 of the UTF-8 name, big-endian."""
+        digest = hashlib.blake2b(client_name.encode("utf-8"), digest_size=8).digest()
+        return int.from_bytes(digest, "big")
+
+
+__all__ = [
+    "DEFAULT_ACK_CONFLATION",
+    "PAUSE_BUFFER_LIMIT",
+    "PERSISTED_ACK_BATCH",
+    "SERVER_VERSION",
+    "Authenticator",
+    "Broker",
+    "CallLater",
+    "CommandFailure",
+    "Connection",
+    "Session",
+    "Subscription",
+    "TimerHandle",
+    "format_timestamp",
+]
+
+logger = logging.getLogger(__name__)
+
+SERVER_VERSION: Final = "5.3.5.0"
+"""Version reported in logon acks (clients adapt their behaviour to it)."""
+
+DEFAULT_ACK_CONFLATION: Final = 0.005
+"""Seconds between conflated persisted acks unless the logon asks otherwise."""
+
+PERSISTED_ACK_BATCH: Final = 256
+"""A persisted ack is sent at once after this many persisted publishes."""
+
+PAUSE_BUFFER_LIMIT: Final = 10_000
+"""Deliveries held for a paused plain subscription (the oldest are dropped beyond)."""
+
+_ROUTE_CACHE_LIMIT: Final = 100_000
+
+# Ack flags as plain ints: IntFlag arithmetic is slow on the publish path.
+_RECEIVED: Final = int(AckType.RECEIVED)
+_PROCESSED: Final = int(AckType.PROCESSED)
+_PERSISTED: Final = int(AckType.PERSISTED)
+_COMPLETED: Final = int(AckType.COMPLETED)
+_STATS: Final = int(AckType.STATS)
+
+_FAST_PUBLISH: Final = b'{"c":"p","t":"'
+_FAST_LEN: Final = len(_FAST_PUBLISH)
+_CLOSE_BRACE: Final = ord("}")
+_SUBSCRIBE_COMMANDS: Final = frozenset(
+    {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
+)
+
+
+# --------------------------------------------------------------------------- interfaces
+
+
+class Session(Protocol):
+    """What the broker needs from a connection's transport."""
+
+    def send(self, payload: bytes) -> None:
+        """Queue one TCP-shaped payload (header + body) for the client."""
+
+    def disconnect(self, reason: str) -> None:
+        """Close the connection after writing what is already queued."""
+
+    def start_heartbeat(self, interval: float) -> None:
+        """Heartbeat every ``interval`` s; drop the client after 2 silent intervals."""
+
+
+class TimerHandle(Protocol):
+    """A scheduled callback (``asyncio.TimerHandle`` fits)."""
+
+    def cancel(self) -> None:
+        """Cancel the callback if it has not run."""
+
+
+CallLater = Callable[[float, Callable[[], None]], TimerHandle]
+"""``call_later(delay, callback)``; the server passes ``loop.call_later``."""
+
+Authenticator = Callable[[str, str], bool]
+"""``authenticate(user_id, password) -> bool`` (the later entitlement task plugs in here)."""
+
+
+class CommandFailure(Exception):
+    """A command is refused; ``reason`` is the exact AMPS reason string."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- helpers
+
+_ABSENT: Final[Any] = object()
+_EMPTY_OPTIONS: Final[Mapping[str, str]] = {}
+
+
+@lru_cache(maxsize=1024)
+def _cached_options(text: str) -> Mapping[str, str]:
+    return parse_options(text)
+
+
+@lru_cache(maxsize=256)
+def _parse_flags(text: str) -> int:
+    return int(parse_ack_types(text))
+
+
+def _flags(hdr: Header) -> int:
+    """The requested ack types (``a``) as an int bit set."""
+    a = hdr.get("a")
+    if not a:
+        return 0
+    return _parse_flags(str(a))
+
+
+def _options(hdr: Header) -> Mapping[str, str]:
+    o = hdr.get("o")
+    if not o:
+        return _EMPTY_OPTIONS
+    return _cached_options(str(o))
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    return text or None
+
+
+def _int_field(value: Any, *, reason: str = "invalid options") -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise CommandFailure(reason, f"not an integer: {value!r}")
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise CommandFailure(reason, f"not an integer: {value!r}") from None
+
+
+def _split_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [part for part in (p.strip() for p in str(value).split(",")) if part]
+
+
+def format_timestamp(now: float) -> str:
+    """AMPS-style UTC timestamp ``YYYYmmddTHHMMSS.ffffffZ`` for epoch seconds ``now``."""
+    secs = int(now)
+    micros = round((now - secs) * 1_000_000)
+    if micros >= 1_000_000:
+        secs += 1
+        micros -= 1_000_000
+    t = time.gmtime(secs)
+    return (
+        f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}.{micros:06d}Z"
+    )
+
+
+def _set_path(target: dict[str, Any], parts: Sequence[str], value: Any) -> None:
+    cur = target
+    for part in parts[:-1]:
+        child = cur.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            cur[part] = child
+        cur = child
+    cur[parts[-1]] = value
+
+
+# --------------------------------------------------------------------------- state
+
+
+class _ClientState:
+    """What the broker remembers about a client name across its connections."""
+
+    __slots__ = ("bookmark_seq", "last_seq", "name", "publisher_id")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.publisher_id = publisher_id_for(name)
+        self.last_seq = 0
+        """Highest publish sequence persisted for this client name (in memory for now)."""
+        self.bookmark_seq = 0
+
+
+class Connection:
+    """The broker's view of one client connection (created by :meth:`Broker.connect`)."""
+
+    __slots__ = (
+        "ack_conflation",
+        "client_name",
+        "closed",
+        "id",
+        "logged_on",
+        "message_type",
+        "peer",
+        "persist_count",
+        "persist_pending",
+        "persist_timer",
+        "session",
+        "state",
+        "subs",
+        "transport",
+        "user_id",
+    )
+
+    def __init__(
+        self,
+        conn_id: int,
+        session: Session,
+        *,
+        message_type: str | None,
+        transport: str,
+        peer: str,
+    ) -> None:
+        self.id = conn_id
+        self.session = session
+        self.message_type = message_type.lower() if message_type else None
+        """Message type of this connection (ws path, transport config or logon ``mt``)."""
+        self.transport = transport
+        self.peer = peer
+        self.logged_on = False
+        self.closed = False
+        self.client_name: str | None = None
+        self.user_id: str | None = None
+        self.state: _ClientState | None = None
+        self.subs: dict[str, Subscription] = {}
+        self.ack_conflation = DEFAULT_ACK_CONFLATION
+        self.persist_pending = False
+        self.persist_count = 0
+        self.persist_timer: TimerHandle | None = None
+
+    @property
+    def mt(self) -> str:
+        """The connection's message type (``json`` when nobody said)."""
+        return self.message_type or "json"
+
+    def __repr__(self) -> str:
+        return f"Connection(#{self.id} {self.client_name!r} {self.transport} {self.peer})"
+
+
+class Subscription:
+    """One subscription of one connection."""
+
+    __slots__ = (
+        "conn",
+        "delta",
+        "dropped",
+        "filter_text",
+        "held",
+        "matcher",
+        "message_type",
+        "no_empties",
+        "oof",
+        "options",
+        "paused",
+        "predicate",
+        "send_keys",
+        "sid",
+        "sub_id",
+        "timestamp",
+    )
+
+    def __init__(
+        self,
+        conn: Connection,
+        sub_id: str,
+        matcher: TopicMatcher,
+        *,
+        filter_text: str | None,
+        predicate: Callable[[Any], bool] | None,
+        options: Mapping[str, str],
+        delta: bool,
+    ) -> None:
+        self.conn = conn
+        self.sub_id = sub_id
+        self.sid = escape(sub_id)
+        """``sub_id`` escaped for a header string."""
+        self.matcher = matcher
+        self.message_type = conn.mt
+        self.filter_text = filter_text
+        self.predicate = predicate
+        self.options = options
+        self.delta = delta
+        self.oof = "oof" in options
+        self.timestamp = "timestamp" in options
+        self.no_empties = "no_empties" in options
+        self.send_keys = "send_keys" in options
+        self.paused = "pause" in options
+        self.held: deque[bytes] = deque(maxlen=PAUSE_BUFFER_LIMIT)
+        self.dropped = 0
+
+    def hold(self, payload: bytes) -> None:
+        """Buffer a delivery while paused (bounded; the oldest is dropped when full)."""
+        if len(self.held) == PAUSE_BUFFER_LIMIT:
+            if self.dropped == 0:
+                logger.warning(
+                    "paused subscription %r of %r: buffer full, dropping oldest deliveries",
+                    self.sub_id,
+                    self.conn,
+                )
+            self.dropped += 1
+        self.held.append(payload)
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.sub_id!r}, {self.matcher.topic!r}, filter={self.filter_text!r})"
+
+
+Route = tuple[tuple[Connection, tuple[Subscription, ...]], ...]
+"""Matching subscriptions of one (message type, topic), grouped by connection."""
+
+_Handler = Callable[[Connection, Header, bytes, int], None]
+
+
+# --------------------------------------------------------------------------- broker
+
+
+class Broker:
+    """All server semantics, driven by plain method calls.
+
+    Args:
+        config: the server configuration (SOW topics are created from it); ``None`` means no
+            SOW topics beyond those passed in ``sow_topics``.
+        sow_topics: extra, already opened SOW topics (tests).
+        call_later: timer scheduler used for conflated persisted acks; ``None`` sends every
+            persisted ack at once (handy in unit tests).
+        clock: wall clock (epoch seconds) for timestamps and expirations.
+        authenticate: ``(user_id, password) -> bool``; default: allow everyone.
+        version: server version reported in logon acks.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig | None = None,
+        *,
+        sow_topics: Iterable[SowTopic] = (),
+        call_later: CallLater | None = None,
+        clock: Callable[[], float] = time.time,
+        authenticate: Authenticator | None = None,
+        version: str = SERVER_VERSION,
+    ) -> None:
+        self.call_later = call_later
+        self.clock = clock
+        self.authenticate: Authenticator = authenticate or (lambda user, password: True)
+        """Authentication hook: replace to refuse logons (reason ``auth failure``)."""
+        self.version = version
+        self._next_id = 0
+        self._connections: dict[int, Connection] = {}
+        self._by_name: dict[str, Connection] = {}
+        self._states: dict[str, _ClientState] = {}
+        self._exact: dict[tuple[str, str], list[Subscription]] = {}
+        self._regex: dict[str, list[Subscription]] = {}
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._sow_by_name: dict[str, list[SowTopic]] = {}
+        self._sow_expiration: dict[int, float] = {}
+        self._owned_sows: list[SowTopic] = []
+        self.counters: dict[str, int] = {
+            "connections": 0,
+            "logons": 0,
+            "publishes": 0,
+            "duplicates": 0,
+            "failures": 0,
+            "heartbeats_sent": 0,
+        }
+        """Running totals (for statistics and tests)."""
+        self._commands: dict[str, _Handler] = {
+            "logon": self._cmd_logon,
+            "p": self._cmd_publish,
+            "delta_publish": self._cmd_delta_publish,
+            "subscribe": self._cmd_subscribe,
+            "delta_subscribe": self._cmd_delta_subscribe,
+            "sow": self._cmd_sow,
+            "sow_and_subscribe": self._cmd_sow_and_subscribe,
+            "sow_and_delta_subscribe": self._cmd_sow_and_delta_subscribe,
+            "sow_delete": self._cmd_sow_delete,
+            "unsubscribe": self._cmd_unsubscribe,
+            "flush": self._cmd_flush,
+            "heartbeat": self._cmd_heartbeat,
+        }
+        if config is not None:
+            for topic_config in config.sow_topics:
+                opened = self._open_sow(topic_config)
+                self._owned_sows.append(opened)
+                self.add_sow_topic(opened, expiration=topic_config.expiration)
+        for sow in sow_topics:
+            self.add_sow_topic(sow)
+
+    # ------------------------------------------------------------------ SOW topics
+
+    @staticmethod
+    def _open_sow(cfg: SowTopicConfig) -> SowTopic:
+        if cfg.file_name is not None:
+            cfg.file_name.parent.mkdir(parents=True, exist_ok=True)
+        return SowTopic(
+            cfg.topic,
+            keys=cfg.keys,
+            message_type=cfg.message_type,
+            filename=cfg.file_name,
+            key_domain=cfg.key_domain,
+        )
+
+    def add_sow_topic(self, sow: SowTopic, *, expiration: float | None = None) -> None:
+        """Make ``sow`` a SOW topic of this broker (``expiration``: default record lifetime, s)."""
+        self._sow_by_name.setdefault(sow.topic, []).append(sow)
+        if expiration is not None:
+            self._sow_expiration[id(sow)] = expiration
+
+    @property
+    def sow_topics(self) -> list[SowTopic]:
+        """Every SOW topic."""
+        return [s for group in self._sow_by_name.values() for s in group]
+
+    def sow_topic(self, topic: str, message_type: str = "json") -> SowTopic | None:
+        """The SOW topic called ``topic`` for ``message_type``, or ``None``."""
+        for sow in self._sow_by_name.get(topic, ()):
+            if sow.message_type == message_type:
+                return sow
+        return None
+
+    def close(self) -> None:
+        """Close the SOW topics the broker opened from its configuration."""
+        for sow in self._owned_sows:
+            try:
+                sow.close()
+            except Exception:  # pragma: no cover - best effort on shutdown
+                logger.exception("closing SOW topic %r", sow.topic)
+
+    # ------------------------------------------------------------------ connections
+
+    def connect(
+        self,
+        session: Session,
+        *,
+        message_type: str | None = None,
+        transport: str = "tcp",
+        peer: str = "",
+    ) -> Connection:
+        """Register a new connection; its first command must be ``logon``."""
+        self._next_id += 1
+        conn = Connection(
+            self._next_id, session, message_type=message_type, transport=transport, peer=peer
+        )
+        self._connections[conn.id] = conn
+        self.counters["connections"] += 1
+        return conn
+
+    def disconnect(self, conn: Connection) -> None:
+        """The connection is gone: forget its subscriptions (idempotent)."""
+        if conn.closed:
+            return
+        conn.closed = True
+        if conn.persist_timer is not None:
+            conn.persist_timer.cancel()
+            conn.persist_timer = None
+        for sub in list(conn.subs.values()):
+            self._remove_sub(sub)
+        conn.subs.clear()
+        self._connections.pop(conn.id, None)
+        if conn.client_name is not None and self._by_name.get(conn.client_name) is conn:
+            del self._by_name[conn.client_name]
+
+    def kick(self, conn: Connection, reason: str) -> None:
+        """Disconnect ``conn`` from the server side (pending output is still written)."""
+        if conn.closed:
+            return
+        logger.info("disconnecting %r: %s", conn, reason)
+        self.disconnect(conn)
+        try:
+            conn.session.disconnect(reason)
+        except Exception:  # pragma: no cover - a broken session must not hurt others
+            logger.exception("disconnecting %r", conn)
+
+    @property
+    def connections(self) -> list[Connection]:
+        """Open connections."""
+        return list(self._connections.values())
+
+    def connection_for(self, client_name: str) -> Connection | None:
+        """The connection logged on as ``client_name``, if any."""
+        return self._by_name.get(client_name)
+
+    def last_sequence(self, client_name: str) -> int:
+        """Highest persisted publish sequence seen from ``client_name`` (0 if none)."""
+        state = self._states.get(client_name)
+        return 0 if state is None else state.last_seq
+
+    def statistics(self) -> dict[str, int]:
+        """Counters plus current sizes."""
+        stats = dict(self.counters)
+        stats["open_connections"] = len(self._connections)
+        stats["subscriptions"] = sum(len(c.subs) for c in self._connections.values())
+        return stats
+
+    # ------------------------------------------------------------------ entry point
+
+    def handle(self, conn: Connection, payload: bytes) -> None:
+        """Process one payload (header + body) received on ``conn``. Never raises."""
+        if conn.closed:
+            return
+        # Fast path: the official Python client's plain publish {"c":"p","t":"T"}BODY.
+        if conn.logged_on and payload.startswith(_FAST_PUBLISH):
+            j = payload.find(b'"', _FAST_LEN)
+            if (
+                j > _FAST_LEN
+                and len(payload) > j + 1
+                and payload[j + 1] == _CLOSE_BRACE
+                and payload.find(b"\\", _FAST_LEN, j) < 0
+            ):
+                try:
+                    topic = payload[_FAST_LEN:j].decode()
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    try:
+                        self._do_publish(conn, topic, None, payload, j + 2, False)
+                    except Exception as exc:
+                        self._failed(conn, {"c": "p", "t": topic}, exc)
+                    return
+        try:
+            hdr, end = decode_header(payload)
+        except MalformedFrameError as exc:
+            logger.warning("malformed header from %r: %s", conn, exc)
+            self.kick(conn, "malformed header")
+            return
+        c = hdr.get("c")
+        try:
+            if not conn.logged_on and c != "logon":
+                self._logon_required(conn, hdr)
+                return
+            handler = self._commands.get(c) if isinstance(c, str) else None
+            if handler is None:
+                raise CommandFailure("invalid command", f"unknown command {c!r}")
+            handler(conn, hdr, payload, end)
+        except Exception as exc:
+            self._failed(conn, hdr, exc)
+
+    def _failed(self, conn: Connection, hdr: Header, exc: Exception) -> None:
+        self.counters["failures"] += 1
+        if isinstance(exc, CommandFailure):
+            reason = exc.reason
+            logger.info("%r: %s failed: %s (%s)", conn, hdr.get("c"), reason, exc)
+        else:
+            reason = "internal error"
+            logger.exception("%r: error handling %r", conn, hdr.get("c"))
+        try:
+            self._send_failure(conn, hdr, reason)
+        except Exception:  # pragma: no cover - never let one client's error escape
+            logger.exception("%r: sending a failure ack", conn)
+
+    def _logon_required(self, conn: Connection, hdr: Header) -> None:
+        flags = _flags(hdr)
+        if flags & (_RECEIVED | _PROCESSED | _COMPLETED | _STATS | _PERSISTED):
+            self._send_failure(conn, hdr, "logon required", always_processed=True)
+        else:
+            logger.warning("%r sent %r before logon; disconnecting", conn, hdr.get("c"))
+            self.kick(conn, "logon required")
+
+    # ------------------------------------------------------------------ acks
+
+    def _ack(
+        self,
+        conn: Connection,
+        hdr: Header,
+        ack_type: str,
+        *,
+        status: str = "success",
+        reason: str | None = None,
+        sub_id: str | None = None,
+        query_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        fields: dict[str, Any] = {"c": "ack", "cid": _text(hdr.get("cid")), "a": ack_type}
+        fields["status"] = status
+        if reason is not None:
+            fields["reason"] = reason
+        fields["sub_id"] = sub_id if sub_id is not None else _text(hdr.get("sub_id"))
+        fields["query_id"] = query_id if query_id is not None else _text(hdr.get("query_id"))
+        if extra:
+            fields.update(extra)
+        conn.session.send(encode_header(fields))
+
+    def _acks(
+        self,
+        conn: Connection,
+        hdr: Header,
+        flags: int,
+        *,
+        sub_id: str | None = None,
+        query_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Success acks for the types in ``flags`` (in canonical order; persisted excluded)."""
+        if flags & _RECEIVED:
+            self._ack(conn, hdr, "received", sub_id=sub_id, query_id=query_id)
+        if flags & _PROCESSED:
+            self._ack(conn, hdr, "processed", sub_id=sub_id, query_id=query_id)
+        if flags & _COMPLETED:
+            self._ack(conn, hdr, "completed", sub_id=sub_id, query_id=query_id, extra=extra)
+        if flags & _STATS:
+            self._ack(conn, hdr, "stats", sub_id=sub_id, query_id=query_id, extra=extra)
+
+    def _send_failure(
+        self, conn: Connection, hdr: Header, reason: str, *, always_processed: bool = False
+    ) -> None:
+        flags = _flags(hdr)
+        c = hdr.get("c")
+        sub_id = _text(hdr.get("sub_id"))
+        if sub_id is None and c in _SUBSCRIBE_COMMANDS:
+            sub_id = _text(hdr.get("cid"))
+        if flags & _RECEIVED:
+            self._ack(conn, hdr, "received", sub_id=sub_id)
+        if flags & _PROCESSED or always_processed:
+            self._ack(conn, hdr, "processed", status="failure", reason=reason, sub_id=sub_id)
+        if flags & _PERSISTED and c in ("p", "delta_publish", "sow_delete"):
+            seq = hdr.get("s")
+            if seq is not None and conn.logged_on:
+                self._flush_persisted(conn)
+                conn.session.send(
+                    encode_header(
+                        {
+                            "c": "ack",
+                            "a": "persisted",
+                            "s": _int_field(seq, reason=reason),
+                            "status": "failure",
+                            "reason": reason,
+                        }
+                    )
+                )
+
+    # ------------------------------------------------------------------ persisted acks
+
+    def _note_persisted(self, conn: Connection) -> None:
+        conn.persist_pending = True
+        conn.persist_count += 1
+        if conn.persist_count >= PERSISTED_ACK_BATCH or self.call_later is None:
+            self._flush_persisted(conn)
+        elif conn.persist_timer is None:
+            conn.persist_timer = self.call_later(
+                conn.ack_conflation, lambda: self._persist_timer_fired(conn)
+            )
+
+    def _persist_timer_fired(self, conn: Connection) -> None:
+        conn.persist_timer = None
+        if not conn.closed:
+            self._flush_persisted(conn)
+
+    def _flush_persisted(self, conn: Connection) -> None:
+        """Send the pending conflated persisted ack of ``conn`` now (if any)."""
+        timer = conn.persist_timer
+        if timer is not None:
+            conn.persist_timer = None
+            timer.cancel()
+        if not conn.persist_pending or conn.state is None:
+            return
+        conn.persist_pending = False
+        conn.persist_count = 0
+        conn.session.send(
+            encode_header(
+                {"c": "ack", "a": "persisted", "s": conn.state.last_seq, "status": "success"}
+            )
+        )
+
+    def flush_persisted(self, conn: Connection) -> None:
+        """Public form of the conflation flush (used on shutdown and by tests)."""
+        self._flush_persisted(conn)
+
+    def _sequence(self, conn: Connection, hdr: Header, flags: int) -> int | None:
+        """The publish sequence to track (``s`` with a persisted ack requested), else None."""
+        if not flags & _PERSISTED:
+            return None
+        seq = hdr.get("s")
+        if seq is None or seq == "":
+            return None
+        return _int_field(seq, reason="invalid sequence")
+
+    # ------------------------------------------------------------------ logon
+
+    def _cmd_logon(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        name = _text(hdr.get("client_name"))
+        user = str(hdr.get("user_id") or "")
+        password = str(hdr.get("pw") or "")
+        if conn.logged_on:
+            if name is not None and name != conn.client_name:
+                raise CommandFailure("name in use", "a connection can log on only once")
+            self._logon_ack(conn, hdr)
+            return
+        if not self.authenticate(user, password):
+            self._ack(conn, hdr, "processed", status="failure", reason="auth failure")
+            self.kick(conn, "authentication failure")
+            return
+        options = _options(hdr)
+        conflation = options.get("ack_conflation")
+        if conflation is not None:
+            try:
+                value = float(conflation) if conflation.isdigit() else parse_duration(conflation)
+            except (ValueError, TypeError):
+                raise CommandFailure("invalid options", f"ack_conflation={conflation}") from None
+            conn.ack_conflation = max(0.0, value)
+        if conn.message_type is None:
+            mt = _text(hdr.get("mt"))
+            conn.message_type = mt.lower() if mt else "json"
+        if name is None:
+            name = f"anonymous-{conn.id}"
+        older = self._by_name.get(name)
+        if older is not None and older is not conn:
+            self.kick(older, f"client name {name!r} logged on again from {conn.peer}")
+        conn.client_name = name
+        conn.user_id = user or None
+        conn.logged_on = True
+        state = self._states.get(name)
+        if state is None:
+            state = self._states[name] = _ClientState(name)
+        conn.state = state
+        self._by_name[name] = conn
+        self.counters["logons"] += 1
+        logger.info("%r logged on (mt=%s)", conn, conn.mt)
+        self._logon_ack(conn, hdr)
+
+    def _logon_ack(self, conn: Connection, hdr: Header) -> None:
+        state = conn.state
+        assert state is not None
+        conn.session.send(
+            encode_header(
+                {
+                    "c": "ack",
+                    "cid": _text(hdr.get("cid")),
+                    "a": "processed",
+                    "s": state.last_seq,
+                    "status": "success",
+                    "client_name": state.name,
+                    "version": self.version,
+                    "bm": f"{state.publisher_id}|{state.last_seq}|",
+                }
+            )
+        )
+
+    # ------------------------------------------------------------------ hooks for later tasks
+
+    def assign_bookmark(self, conn: Connection, topic: str, seq: int | None) -> str:
+        """Bookmark of a message written to a SOW topic.
+
+        Hook for the transaction-log task, which will return the journal bookmark. For now:
+        ``<publisherId>|<n>|`` with the client's publish sequence when it sent one, else a
+        per-client-name counter.
+        """
+        state = conn.state
+        assert state is not None
+        if seq is not None:
+            state.bookmark_seq = max(state.bookmark_seq, seq)
+            return f"{state.publisher_id}|{seq}|"
+        state.bookmark_seq += 1
+        return f"{state.publisher_id}|{state.bookmark_seq}|"
+
+    def start_bookmark_replay(
+        self, conn: Connection, sub: Subscription, bookmark: str, hdr: Header
+    ) -> None:
+        """Hook for the transaction-log task: replay the journal after ``bookmark``.
+
+        For now every bookmark is treated as NOW (live messages only): nothing is replayed and
+        the caller sends the requested ``completed`` ack at once.
+        """
+        logger.debug("%r: bookmark %r on %r treated as NOW (no journal)", conn, bookmark, sub)
+
+    # ------------------------------------------------------------------ routing
+
+    def _add_sub(self, sub: Subscription) -> None:
+        sub.conn.subs[sub.sub_id] = sub
+        if sub.matcher.is_regex:
+            self._regex.setdefault(sub.message_type, []).append(sub)
+        else:
+            self._exact.setdefault((sub.message_type, sub.matcher.topic), []).append(sub)
+        self._routes.clear()
+
+    def _remove_sub(self, sub: Subscription) -> None:
+        if sub.conn.subs.get(sub.sub_id) is sub:
+            del sub.conn.subs[sub.sub_id]
+        if sub.matcher.is_regex:
+            regex_group = self._regex.get(sub.message_type)
+            if regex_group is not None and sub in regex_group:
+                regex_group.remove(sub)
+                if not regex_group:
+                    del self._regex[sub.message_type]
+        else:
+            key = (sub.message_type, sub.matcher.topic)
+            exact_group = self._exact.get(key)
+            if exact_group is not None and sub in exact_group:
+                exact_group.remove(sub)
+                if not exact_group:
+                    del self._exact[key]
+        self._routes.clear()
+
+    def _route(self, mt: str, topic: str) -> Route:
+        key = (mt, topic)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._build_route(mt, topic)
+            if len(self._routes) >= _ROUTE_CACHE_LIMIT:
+                self._routes.clear()
+            self._routes[key] = route
+        return route
+
+    def _build_route(self, mt: str, topic: str) -> Route:
+        subs = list(self._exact.get((mt, topic), ()))
+        for sub in self._regex.get(mt, ()):
+            if sub.matcher.matches(topic):
+                subs.append(sub)
+        if not subs:
+            return ()
+        grouped: dict[int, tuple[Connection, list[Subscription]]] = {}
+        for sub in subs:
+            entry = grouped.get(sub.conn.id)
+            if entry is None:
+                grouped[sub.conn.id] = (sub.conn, [sub])
+            else:
+                entry[1].append(sub)
+        return tuple((conn, tuple(group)) for conn, group in grouped.values())
+
+    # ------------------------------------------------------------------ publish
+
+    def _cmd_publish(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        self._publish_command(conn, hdr, payload, end, delta=False)
+
+    def _cmd_delta_publish(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        self._publish_command(conn, hdr, payload, end, delta=True)
+
+    def _publish_command(
+        self, conn: Connection, hdr: Header, payload: bytes, end: int, *, delta: bool
+    ) -> None:
+        topic = _text(hdr.get("t"))
+        if topic is None:
+            raise CommandFailure("invalid topic", "publish without a topic")
+        flags = _flags(hdr)
+        seq = self._sequence(conn, hdr, flags)
+        state = conn.state
+        assert state is not None
+        if seq is not None and seq <= state.last_seq:
+            self.counters["duplicates"] += 1
+            self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED))
+            self._note_persisted(conn)
+            return
+        self._do_publish(conn, topic, hdr, payload, end, delta, seq)
+        if flags:
+            self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED | _COMPLETED | _STATS))
+        if seq is not None:
+            state.last_seq = seq
+            self._note_persisted(conn)
+
+    def _sow_for_publish(self, mt: str, topic: str) -> SowTopic | None:
+        group = self._sow_by_name.get(topic)
+        if group is None:
+            return None
+        for sow in group:
+            if sow.message_type == mt:
+                return sow
+        raise CommandFailure(
+            "invalid message type", f"topic {topic!r} is a SOW topic of another message type"
+        )
+
+    def _do_publish(
+        self,
+        conn: Connection,
+        topic: str,
+        hdr: Header | None,
+        payload: bytes,
+        end: int,
+        delta: bool,
+        seq: int | None = None,
+    ) -> None:
+        self.counters["publishes"] += 1
+        mt = conn.mt
+        sow = self._sow_for_publish(mt, topic) if self._sow_by_name else None
+        if sow is not None:
+            self._publish_sow(conn, sow, hdr or {}, payload[end:], delta, seq)
+            return
+        route = self._routes.get((mt, topic))
+        if route is None:
+            route = self._route(mt, topic)
+        if route:
+            x = _text(hdr.get("x")) if hdr is not None else None
+            self._deliver_plain(route, topic, payload[end:], x, mt)
+
+    def _deliver_plain(self, route: Route, topic: str, data: bytes, x: str | None, mt: str) -> None:
+        head = '{"c":"p","t":"' + escape(topic) + '","sids":"'
+        tail = '"' + (',"x":"' + escape(x) + '"' if x else "") + "}"
+        doc: Any = _ABSENT
+        ts_tail: str | None = None
+        for conn, subs in route:
+            sids: list[str] = []
+            ts_sids: list[str] | None = None
+            for sub in subs:
+                pred = sub.predicate
+                if pred is not None:
+                    if doc is _ABSENT:
+                        doc = decode(mt, data)
+                    if doc is None or not pred(doc):
+                        continue
+                if sub.timestamp:
+                    if ts_sids is None:
+                        ts_sids = []
+                    if ts_tail is None:
+                        ts_tail = tail[:-1] + ',"ts":"' + format_timestamp(self.clock()) + '"}'
+                    if sub.paused:
+                        sub.hold((head + sub.sid + ts_tail).encode() + data)
+                    else:
+                        ts_sids.append(sub.sid)
+                elif sub.paused:
+                    sub.hold((head + sub.sid + tail).encode() + data)
+                else:
+                    sids.append(sub.sid)
+            send = conn.session.send
+            if sids:
+                send((head + ",".join(sids) + tail).encode() + data)
+            if ts_sids:
+                assert ts_tail is not None
+                send((head + ",".join(ts_sids) + ts_tail).encode() + data)
+
+    # ------------------------------------------------------------------ SOW publish
+
+    def _expiration(self, sow: SowTopic, hdr: Header, now: float) -> float | None:
+        e = hdr.get("e")
+        if e is not None and e != "":
+            try:
+                seconds = float(e)
+            except (TypeError, ValueError):
+                raise CommandFailure("invalid options", f"bad expiration {e!r}") from None
+            return now + seconds if seconds > 0 else None
+        default = self._sow_expiration.get(id(sow))
+        return now + default if default else None
+
+    def _publish_sow(
+        self,
+        conn: Connection,
+        sow: SowTopic,
+        hdr: Header,
+        data: bytes,
+        delta: bool,
+        seq: int | None,
+    ) -> None:
+        mt = sow.message_type
+        doc = decode(mt, data)
+        sow_key = _text(hdr.get("k"))
+        if doc is None and not sow_key:
+            raise CommandFailure("bad sow key", "cannot compute a SOW key for this payload")
+        key = sow.compute_key(doc, sow_key)
+        prev_doc = sow.doc(key) if key in sow else _ABSENT
+        now = self.clock()
+        bookmark = self.assign_bookmark(conn, sow.topic, seq)
+        x = _text(hdr.get("x"))
+        kwargs: dict[str, Any] = {
+            "doc": doc,
+            "sow_key": sow_key,
+            "bookmark": bookmark,
+            "timestamp": format_timestamp(now),
+            "correlation_id": x,
+            "expiration": self._expiration(sow, hdr, now),
+        }
+        try:
+            if delta:
+                record, _previous, new_doc = sow.delta_publish(data, **kwargs)
+            else:
+                record, _previous = sow.publish(data, **kwargs)
+                new_doc = doc
+        except Exception as exc:
+            logger.exception("SOW %r: write failed", sow.topic)
+            raise CommandFailure("sow store failed", str(exc)) from exc
+        route = self._route(mt, sow.topic)
+        if route:
+            self._deliver_sow(route, sow, record, new_doc, prev_doc)
+
+    def _delta_body(self, sow: SowTopic, prev_doc: Any, new_doc: Any) -> tuple[bytes, bool] | None:
+        """``(delta payload, changed)``, or ``None`` when a delta cannot be computed."""
+        if not isinstance(prev_doc, dict) or not isinstance(new_doc, dict):
+            return None
+        out: dict[str, Any] = {}
+        for name, value in new_doc.items():
+            if name not in prev_doc or prev_doc[name] != value:
+                out[name] = value
+        changed = bool(out)
+        for path in sow.keys:
+            parts = parse_path(path)
+            if parts and parts[0] not in out:
+                value = lookup_path(new_doc, path)
+                if value is not None:
+                    _set_path(out, parts, value)
+        ordered = {name: out[name] for name in new_doc if name in out}
+        try:
+            return encode(sow.message_type, ordered), changed
+        except ValueError:
+            return None
+
+    def _deliver_sow(
+        self,
+        route: Route,
+        sow: SowTopic,
+        record: SowRecord,
+        new_doc: Any,
+        prev_doc: Any,
+    ) -> None:
+        base: dict[str, Any] = {"c": "p", "t": sow.topic, "sids": None, "k": record.key}
+        if record.bookmark:
+            base["bm"] = record.bookmark
+        if record.correlation_id:
+            base["x"] = record.correlation_id
+        delta_info: Any = _ABSENT
+        for conn, subs in route:
+            # (kind, timestamp) -> sub ids; kind: "p" full, "d" delta, "o" oof
+            groups: dict[tuple[str, bool], list[Subscription]] = {}
+            for sub in subs:
+                pred = sub.predicate
+                if pred is None or (new_doc is not None and pred(new_doc)):
+                    kind = "p"
+                    if sub.delta and prev_doc is not _ABSENT:
+                        if delta_info is _ABSENT:
+                            delta_info = self._delta_body(sow, prev_doc, new_doc)
+                        if delta_info is not None:
+                            if not delta_info[1] and sub.no_empties:
+                                continue
+                            kind = "d"
+                elif (
+                    sub.oof
+                    and pred is not None
+                    and prev_doc is not _ABSENT
+                    and prev_doc is not None
+                    and pred(prev_doc)
+                ):
+                    kind = "o"
+                else:
+                    continue
+                groups.setdefault((kind, sub.timestamp and kind != "o"), []).append(sub)
+            for (kind, with_ts), group in groups.items():
+                if kind == "o":
+                    fields: dict[str, Any] = {
+                        "c": "oof",
+                        "t": sow.topic,
+                        "sids": None,
+                        "k": record.key,
+                        "reason": "match",
+                    }
+                    body = record.data
+                else:
+                    fields = dict(base)
+                    if with_ts:
+                        fields["ts"] = record.timestamp
+                    body = delta_info[0] if kind == "d" else record.data
+                self._send_group(conn, group, fields, body)
+
+    @staticmethod
+    def _send_group(
+        conn: Connection, group: Sequence[Subscription], fields: dict[str, Any], body: bytes
+    ) -> None:
+        live = [s.sid for s in group if not s.paused]
+        for sub in group:
+            if sub.paused:
+                fields["sids"] = sub.sub_id
+                sub.hold(encode_header(fields) + body)
+        if live:
+            fields["sids"] = ",".join(s.sub_id for s in group if not s.paused)
+            conn.session.send(encode_header(fields) + body)
+
+    def _sow_removed(self, sow: SowTopic, records: Sequence[SowRecord], reason: str) -> None:
+        """Send oof ``reason`` (``deleted``/``expired``) for removed records to oof subscribers."""
+        if not records:
+            return
+        route = self._route(sow.message_type, sow.topic)
+        targets = [(conn, [s for s in subs if s.oof]) for conn, subs in route]
+        targets = [(conn, subs) for conn, subs in targets if subs]
+        if not targets:
+            return
+        for record in records:
+            doc: Any = _ABSENT
+            for conn, subs in targets:
+                group: list[Subscription] = []
+                for sub in subs:
+                    pred = sub.predicate
+                    if pred is not None:
+                        if doc is _ABSENT:
+                            doc = decode(sow.message_type, record.data)
+                        if doc is None or not pred(doc):
+                            continue
+                    group.append(sub)
+                if group:
+                    fields: dict[str, Any] = {
+                        "c": "oof",
+                        "t": sow.topic,
+                        "sids": None,
+                        "k": record.key,
+                        "reason": reason,
+                    }
+                    if record.correlation_id:
+                        fields["x"] = record.correlation_id
+                    self._send_group(conn, group, fields, record.data)
+
+    def expire(self, now: float | None = None) -> int:
+        """Remove expired SOW records (oof ``expired``); return how many. Call periodically."""
+        when = self.clock() if now is None else now
+        total = 0
+        for sow in self.sow_topics:
+            try:
+                gone = sow.expire(when)
+            except Exception:  # pragma: no cover - storage trouble must not stop the loop
+                logger.exception("SOW %r: expiration failed", sow.topic)
+                continue
+            total += len(gone)
+            self._sow_removed(sow, gone, "expired")
+        return total
+
+    # ------------------------------------------------------------------ subscribe
+
+    def _cmd_subscribe(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        self._subscribe_command(conn, hdr, delta=False)
+
+    def _cmd_delta_subscribe(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        self._subscribe_command(conn, hdr, delta=True)
+
+    @staticmethod
+    def _compile_filter(hdr: Header) -> tuple[str | None, Callable[[Any], bool] | None]:
+        text = _text(hdr.get("filter"))
+        if text is None or not text.strip():
+            return None, None
+        try:
+            return text, compile_filter(text)
+        except FilterError as exc:
+            raise CommandFailure("bad filter", str(exc)) from None
+        except (RecursionError, ValueError) as exc:
+            raise CommandFailure("bad filter", str(exc)) from None
+
+    @staticmethod
+    def _matcher(topic: str) -> TopicMatcher:
+        try:
+            return compile_topic(topic)
+        except TopicError as exc:
+            raise CommandFailure("bad regex topic", str(exc)) from None
+
+    def _check_topic_type(self, conn: Connection, matcher: TopicMatcher) -> None:
+        if matcher.is_regex:
+            return
+        group = self._sow_by_name.get(matcher.topic)
+        if group and all(s.message_type != conn.mt for s in group):
+            raise CommandFailure(
+                "invalid message type",
+                f"topic {matcher.topic!r} is a SOW topic of another message type",
+            )
+
+    def _prepare_subscription(
+        self, conn: Connection, hdr: Header, options: Mapping[str, str], *, delta: bool
+    ) -> tuple[Subscription, Subscription | None]:
+        """Validate a subscribe-type command; return ``(new sub, sub it replaces or None)``."""
+        topic = _text(hdr.get("t"))
+        if topic is None:
+            raise CommandFailure("invalid topic", "subscribe without a topic")
+        matcher = self._matcher(topic)
+        self._check_topic_type(conn, matcher)
+        filter_text, predicate = self._compile_filter(hdr)
+        sub_id = _text(hdr.get("sub_id")) or _text(hdr.get("cid"))
+        if sub_id is None or "," in sub_id:
+            raise CommandFailure("invalid subId", f"bad sub_id {sub_id!r}")
+        existing = conn.subs.get(sub_id)
+        if existing is not None and "replace" not in options:
+            raise CommandFailure("subid in use", f"sub_id {sub_id!r} already exists")
+        for name in ("top_n", "skip_n", "max_backlog"):
+            if name in options:
+                value = _int_field(options[name])
+                if value is not None and value < 0:
+                    raise CommandFailure("invalid options", f"{name} must be >= 0")
+        sub = Subscription(
+            conn,
+            sub_id,
+            matcher,
+            filter_text=filter_text,
+            predicate=predicate,
+            options=options,
+            delta=delta,
+        )
+        if existing is not None:
+            sub.paused = existing.paused if "pause" not in options else True
+            sub.held = existing.held
+            sub.dropped = existing.dropped
+        return sub, existing
+
+    def _install(self, sub: Subscription, replaced: Subscription | None) -> None:
+        if replaced is not None:
+            self._remove_sub(replaced)
+        self._add_sub(sub)
+
+    def _pause_resume(
+        self, conn: Connection, hdr: Header, options: Mapping[str, str]
+    ) -> str | None:
+        ids = _split_list(hdr.get("sub_id"))
+        if not ids:
+            raise CommandFailure("invalid subId", "pause/resume without sub_id")
+        for sub_id in ids:
+            sub = conn.subs.get(sub_id)
+            if sub is None:
+                continue
+            if "pause" in options:
+                sub.paused = True
+            elif sub.paused:
+                sub.paused = False
+                held = list(sub.held)
+                sub.held.clear()
+                if sub.dropped:
+                    logger.warning("%r: %d deliveries dropped while paused", sub, sub.dropped)
+                    sub.dropped = 0
+                for frame in held:
+                    conn.session.send(frame)
+        return ",".join(ids)
+
+    def _subscribe_command(self, conn: Connection, hdr: Header, *, delta: bool) -> None:
+        options = _options(hdr)
+        flags = _flags(hdr)
+        if ("pause" in options or "resume" in options) and _text(hdr.get("t")) is None:
+            sub_ids = self._pause_resume(conn, hdr, options)
+            self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED | _COMPLETED), sub_id=sub_ids)
+            return
+        sub, replaced = self._prepare_subscription(conn, hdr, options, delta=delta)
+        self._install(sub, replaced)
+        if "resume" in options and sub.paused:
+            self._pause_resume(conn, {"sub_id": sub.sub_id}, {"resume": ""})
+        bookmark = _text(hdr.get("bm"))
+        self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED), sub_id=sub.sub_id)
+        if bookmark is not None:
+            self.start_bookmark_replay(conn, sub, bookmark, hdr)
+        self._acks(conn, hdr, flags & _COMPLETED, sub_id=sub.sub_id)
+
+    # ------------------------------------------------------------------ unsubscribe / flush
+
+    def _cmd_unsubscribe(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        ids = _split_list(hdr.get("sub_id"))
+        if not ids:
+            raise CommandFailure("invalid subId", "unsubscribe without sub_id")
+        if "all" in ids:
+            for sub in list(conn.subs.values()):
+                self._remove_sub(sub)
+        else:
+            for sub_id in ids:
+                found = conn.subs.get(sub_id)
+                if found is not None:
+                    self._remove_sub(found)
+        flags = _flags(hdr)
+        self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED | _COMPLETED))
+
+    def _cmd_flush(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        self._flush_persisted(conn)
+        flags = _flags(hdr)
+        self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED))
+        if flags & _PERSISTED:
+            self._ack(conn, hdr, "persisted")
+        self._acks(conn, hdr, flags & _COMPLETED)
+
+    def _cmd_heartbeat(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        options = _split_list(hdr.get("o"))
+        if options and options[0] == "start":
+            interval: float | None = None
+            if len(options) > 1:
+                try:
+                    interval = float(options[1])
+                except ValueError:
+                    interval = None
+            if interval is None or interval <= 0:
+                raise CommandFailure("invalid options", f"bad heartbeat options {hdr.get('o')!r}")
+            conn.session.start_heartbeat(interval)
+        flags = _flags(hdr)
+        self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED))
+
+    # ------------------------------------------------------------------ sow queries
+
+    def _cmd_sow(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        self._sow_command(conn, hdr, subscribe=False, delta=False)
+
+    def _cmd_sow_and_subscribe(
+        self, conn: Connection, hdr: Header, payload: bytes, end: int
+    ) -> None:
+        self._sow_command(conn, hdr, subscribe=True, delta=False)
+
+    def _cmd_sow_and_delta_subscribe(
+        self, conn: Connection, hdr: Header, payload: bytes, end: int
+    ) -> None:
+        self._sow_command(conn, hdr, subscribe=True, delta=True)
+
+    def _sows_for(self, conn: Connection, matcher: TopicMatcher) -> list[SowTopic]:
+        """SOW topics selected by ``matcher`` for the connection's message type."""
+        mt = conn.mt
+        if not matcher.is_regex:
+            group = self._sow_by_name.get(matcher.topic)
+            if not group:
+                raise CommandFailure("invalid topic", f"{matcher.topic!r} is not a SOW topic")
+            found = [s for s in group if s.message_type == mt]
+            if not found:
+                raise CommandFailure(
+                    "invalid message type", f"{matcher.topic!r} is a SOW topic of another type"
+                )
+            return found
+        found = [
+            s
+            for name, group in self._sow_by_name.items()
+            if matcher.matches(name)
+            for s in group
+            if s.message_type == mt
+        ]
+        if not found:
+            raise CommandFailure("invalid topic", f"no SOW topic matches {matcher.topic!r}")
+        return found
+
+    def _query(
+        self,
+        sows: Sequence[SowTopic],
+        predicate: Callable[[Any], bool] | None,
+        *,
+        keys: list[str] | None,
+        order_by: OrderBy | None,
+        top_n: int | None,
+        skip_n: int,
+    ) -> tuple[list[tuple[SowTopic, SowRecord]], int, int]:
+        """``(records, matches, topic_matches)``."""
+        topic_matches = sum(len(s) for s in sows)
+        if len(sows) == 1:
+            sow = sows[0]
+            records, matches = sow.query(
+                predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n
+            )
+            return [(sow, r) for r in records], matches, topic_matches
+        combined: list[tuple[SowTopic, SowRecord]] = []
+        matches = 0
+        for sow in sows:
+            records, count = sow.query(predicate, keys=keys)
+            matches += count
+            combined.extend((sow, r) for r in records)
+        if order_by is not None:
+            combined.sort(key=lambda item: order_by.key(item[0].doc(item[1].key)))
+        stop = None if top_n is None else skip_n + top_n
+        return combined[skip_n:stop], matches, topic_matches
+
+    def _sow_command(self, conn: Connection, hdr: Header, *, subscribe: bool, delta: bool) -> None:
+        options = _options(hdr)
+        flags = _flags(hdr)
+        topic = _text(hdr.get("t"))
+        if topic is None:
+            raise CommandFailure("invalid topic", "sow without a topic")
+        matcher = self._matcher(topic)
+        sows = self._sows_for(conn, matcher)
+        _filter_text, predicate = self._compile_filter(hdr)
+        order_by: OrderBy | None = None
+        order_text = _text(hdr.get("orderby")) or options.get("orderby") or None
+        if order_text:
+            try:
+                order_by = parse_order_by(order_text)
+            except OrderByError as exc:
+                raise CommandFailure("invalid order by", str(exc)) from None
+        top_n = _int_field(hdr.get("top_n"))
+        if top_n is None:
+            top_n = _int_field(options.get("top_n"))
+        skip_n = _int_field(options.get("skip_n")) or 0
+        if (top_n is not None and top_n < 0) or skip_n < 0:
+            raise CommandFailure("invalid options", "top_n/skip_n must be >= 0")
+        select: Select | None = None
+        if options.get("select"):
+            try:
+                select = parse_select(options["select"])
+            except SelectError as exc:
+                raise CommandFailure("invalid options", str(exc)) from None
+        batch_size = _int_field(hdr.get("bs")) or 1
+        if batch_size < 1:
+            batch_size = 1
+        keys = _split_list(hdr.get("sow_keys")) if hdr.get("sow_keys") else None
+        sub: Subscription | None = None
+        replaced: Subscription | None = None
+        if subscribe:
+            sub, replaced = self._prepare_subscription(conn, hdr, options, delta=delta)
+        cid = _text(hdr.get("cid"))
+        query_id = _text(hdr.get("query_id")) or cid or (sub.sub_id if sub else None) or ""
+        sub_id = sub.sub_id if sub is not None else None
+
+        results, matches, topic_matches = self._query(
+            sows, predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n
+        )
+        self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED), sub_id=sub_id, query_id=query_id)
+        send = conn.session.send
+        send(encode_header({"c": "group_begin", "query_id": query_id}))
+        with_ts = "timestamp" in options
+        for batch_topic, batch in self._batches(results, batch_size):
+            parts: list[bytes] = []
+            with_x = any(r.correlation_id for _, r in batch)
+            for sow, record in batch:
+                data = record.data
+                if select is not None:
+                    doc = sow.doc(record.key)
+                    if doc is not None:
+                        data = encode(sow.message_type, apply_select(doc, select))
+                rh: dict[str, Any] = {"k": record.key, "bm": record.bookmark}
+                if with_x:
+                    rh["x"] = record.correlation_id or ""
+                if with_ts:
+                    rh["ts"] = record.timestamp
+                rh["l"] = len(data)
+                parts.append(encode_header(rh))
+                parts.append(data)
+            outer = {"c": "sow", "t": batch_topic, "query_id": query_id, "bs": len(batch)}
+            send(encode_header(outer) + b"".join(parts))
+        send(encode_header({"c": "group_end", "query_id": query_id}))
+        if sub is not None:
+            self._install(sub, replaced)
+            bookmark = _text(hdr.get("bm"))
+            if bookmark is not None:
+                self.start_bookmark_replay(conn, sub, bookmark, hdr)
+        stats = {
+            "records_returned": len(results),
+            "topic_matches": topic_matches,
+            "matches": matches,
+        }
+        self._acks(
+            conn, hdr, flags & (_COMPLETED | _STATS), sub_id=sub_id, query_id=query_id, extra=stats
+        )
+
+    @staticmethod
+    def _batches(
+        results: list[tuple[SowTopic, SowRecord]], size: int
+    ) -> Iterator[tuple[str, list[tuple[SowTopic, SowRecord]]]]:
+        batch: list[tuple[SowTopic, SowRecord]] = []
+        current: str | None = None
+        for item in results:
+            topic = item[0].topic
+            if batch and (topic != current or len(batch) >= size):
+                assert current is not None
+                yield current, batch
+                batch = []
+            current = topic
+            batch.append(item)
+        if batch:
+            assert current is not None
+            yield current, batch
+
+    # ------------------------------------------------------------------ sow_delete
+
+    def _cmd_sow_delete(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        topic = _text(hdr.get("t"))
+        if topic is None:
+            raise CommandFailure("invalid topic", "sow_delete without a topic")
+        flags = _flags(hdr)
+        matcher = self._matcher(topic)
+        body = payload[end:]
+        filter_text, predicate = self._compile_filter(hdr)
+        keys = _split_list(hdr.get("sow_keys")) if hdr.get("sow_keys") else None
+        state = conn.state
+        assert state is not None
+        seq = self._sequence(conn, hdr, flags)
+        duplicate = seq is not None and seq <= state.last_seq
+        deleted = 0
+        topic_matches = 0
+        queue_ack = (
+            _text(hdr.get("bm")) is not None and filter_text is None and keys is None and not body
+        )
+        if queue_ack:
+            # Queue acknowledgement (protocol.md §9): queues are a later task; accept as no-op.
+            logger.debug("%r: queue ack on %r ignored (no queues)", conn, topic)
+        elif duplicate:
+            self.counters["duplicates"] += 1
+        else:
+            sows = self._sows_for(conn, matcher)
+            sow_key = _text(hdr.get("k"))
+            data_doc: Any = None
+            if body:
+                data_doc = decode(conn.mt, body)
+                if data_doc is None and not sow_key:
+                    raise CommandFailure("bad sow key", "cannot compute a SOW key for the data")
+            for sow in sows:
+                topic_matches += len(sow)
+                try:
+                    gone = sow.delete(
+                        predicate,
+                        keys=keys,
+                        data_doc=data_doc,
+                        sow_key=sow_key if body or sow_key else None,
+                    )
+                except Exception as exc:
+                    logger.exception("SOW %r: delete failed", sow.topic)
+                    raise CommandFailure("sow store failed", str(exc)) from exc
+                deleted += len(gone)
+                self._sow_removed(sow, gone, "deleted")
+        self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED))
+        if seq is not None:
+            if not duplicate:
+                state.last_seq = seq
+            self._note_persisted(conn)
+        stats = {"records_deleted": deleted, "matches": deleted, "topic_matches": topic_matches}
+        self._acks(conn, hdr, flags & (_COMPLETED | _STATS), extra=stats)

@@ -1,0 +1,81 @@
+"""Topic matching for subscriptions and SOW queries: exact names and regular expressions.
+
+AMPS treats a topic given to ``subscribe``/``sow``/``sow_delete`` as a regular expression
+when it contains a regex character (amps-semantics.md §3). The full trigger set is
+unconfirmed; this module uses any of ``. ^ $ * + ? ( ) [ ] { } | \\``. A regex topic is
+matched with :func:`re.search` (unanchored, like ``LIKE``): ``ORDERS`` as a regex would also
+match ``X_ORDERS_Y``; anchor with ``^...$`` for an exact match.
+
+Publishing always names one literal topic; only subscriptions and queries use patterns.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Final
+
+__all__ = ["REGEX_CHARS", "TopicError", "TopicMatcher", "compile_topic", "is_regex_topic"]
+
+REGEX_CHARS: Final = frozenset(".^$*+?()[]{}|\\")
+"""Characters that make a topic a regular expression."""
+
+_REGEX_RE: Final = re.compile(r"[.^$*+?()\[\]{}|\\]")
+
+
+class TopicError(ValueError):
+    """A regex topic that does not compile (AMPS reason ``bad regex topic``)."""
+
+    reason: Final = "bad regex topic"
+
+
+def is_regex_topic(topic: str) -> bool:
+    """Whether ``topic`` contains a regex character and so is matched as a pattern."""
+    return _REGEX_RE.search(topic) is not None
+
+
+class TopicMatcher:
+    """A compiled subscription topic: :meth:`matches` tells whether a published topic fits.
+
+    Attributes:
+        topic: the topic text as given by the client.
+        pattern: the compiled regex, or ``None`` for an exact (literal) topic.
+    """
+
+    __slots__ = ("pattern", "topic")
+
+    def __init__(self, topic: str, pattern: re.Pattern[str] | None) -> None:
+        self.topic: Final = topic
+        self.pattern: Final = pattern
+
+    @property
+    def is_regex(self) -> bool:
+        """True when the topic is a pattern rather than a literal name."""
+        return self.pattern is not None
+
+    def matches(self, topic: str) -> bool:
+        """Whether the literal ``topic`` is selected by this matcher."""
+        pattern = self.pattern
+        if pattern is None:
+            return topic == self.topic
+        return pattern.search(topic) is not None
+
+    def __repr__(self) -> str:
+        kind = "regex" if self.pattern is not None else "exact"
+        return f"TopicMatcher({self.topic!r}, {kind})"
+
+
+@lru_cache(maxsize=4096)
+def compile_topic(topic: str) -> TopicMatcher:
+    """Compile a subscription/query topic (cached).
+
+    Raises:
+        TopicError: the topic is a regex and does not compile.
+    """
+    if not is_regex_topic(topic):
+        return TopicMatcher(topic, None)
+    try:
+        pattern = re.compile(topic)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise TopicError(f"bad regex topic {topic!r}: {exc}") from None
+    return TopicMatcher(topic, pattern)

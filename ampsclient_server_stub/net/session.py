@@ -1,0 +1,223 @@
+"""Transport-independent part of a server connection: batching, heartbeats, slow clients.
+
+A :class:`NetSession` is the broker's :class:`~ampsclient_server_stub.engine.broker.Session`.
+``send()`` only appends to a list; the first append of an event-loop iteration schedules one
+flush with ``loop.call_soon``, so every payload produced while handling a burst of input (or
+while routing another client's publishes) leaves in a single transport write.
+
+Heartbeats (protocol.md §10, amps-semantics.md §6): after ``heartbeat`` with ``start,N`` the
+session sends ``{"c":"heartbeat"}`` every N seconds and drops the client once nothing has
+arrived from it for 2N seconds. Client ``beat`` frames are never echoed.
+
+Slow-client protection: when the transport's write buffer plus pending output exceeds
+``max_write_buffer`` bytes, the connection is aborted (a later task refines the policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from ampsclient_server_stub.engine.broker import Broker, Connection
+
+__all__ = ["DEFAULT_MAX_FRAME_SIZE", "DEFAULT_MAX_WRITE_BUFFER", "HEARTBEAT", "NetSession"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
+"""Largest inbound payload accepted (16 MiB); a bigger one closes that connection."""
+
+DEFAULT_MAX_WRITE_BUFFER: Final = 64 * 1024 * 1024
+"""Bytes queued towards one client before it is disconnected as too slow (64 MiB)."""
+
+HEARTBEAT: Final = b'{"c":"heartbeat"}'
+
+
+class NetSession:
+    """Base class of the TCP and WebSocket sessions.
+
+    Subclasses implement :meth:`_write` (put a list of payloads on the wire),
+    :meth:`_buffered` (bytes waiting in the transport) and :meth:`_close_transport`.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        transport_name: str,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+    ) -> None:
+        self.broker = broker
+        self.loop = loop
+        self.transport_name = transport_name
+        self.max_frame_size = max_frame_size
+        self.max_write_buffer = max_write_buffer
+        self.conn: Connection | None = None
+        self.peer = ""
+        self.last_received = loop.time()
+        """Event-loop time of the last inbound data (heartbeat liveness)."""
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flush_scheduled = False
+        self._closing = False
+        self._hb_interval = 0.0
+        self._hb_next = 0.0
+        self._hb_timer: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def attach(self, *, message_type: str | None, peer: str) -> Connection:
+        """Register with the broker once the transport is up."""
+        self.peer = peer
+        self.conn = self.broker.connect(
+            self, message_type=message_type, transport=self.transport_name, peer=peer
+        )
+        logger.debug("connection %r opened", self.conn)
+        return self.conn
+
+    @property
+    def closing(self) -> bool:
+        """True once the session is closing or closed."""
+        return self._closing
+
+    def connection_closed(self) -> None:
+        """The transport is gone: tell the broker, stop timers (idempotent)."""
+        self._closing = True
+        self._out = []
+        self._out_bytes = 0
+        self._cancel_heartbeat()
+        if self.conn is not None:
+            self.broker.disconnect(self.conn)
+
+    def handle_payloads(self, payloads: list[bytes]) -> None:
+        """Hand complete payloads to the broker, stopping if the connection closes."""
+        conn = self.conn
+        if conn is None:
+            return
+        handle = self.broker.handle
+        for payload in payloads:
+            if conn.closed or self._closing:
+                return
+            handle(conn, payload)
+
+    # ------------------------------------------------------------------ Session interface
+
+    def send(self, payload: bytes) -> None:
+        """Queue a payload; it is written with everything else queued in this loop iteration."""
+        if self._closing:
+            return
+        self._out.append(payload)
+        self._out_bytes += len(payload)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        elif self._out_bytes > self.max_write_buffer:
+            self._too_slow()
+
+    def disconnect(self, reason: str) -> None:
+        """Write what is queued, then close the connection."""
+        if self._closing:
+            return
+        logger.info("closing %s connection %s: %s", self.transport_name, self.peer, reason)
+        self._flush()
+        self._closing = True
+        self._cancel_heartbeat()
+        self._close_transport()
+
+    def start_heartbeat(self, interval: float) -> None:
+        """Arm (or re-arm) the heartbeat timer."""
+        now = self.loop.time()
+        self._hb_interval = interval
+        self._hb_next = now + interval
+        self.last_received = now
+        self._schedule_heartbeat()
+
+    # ------------------------------------------------------------------ internals
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out or self._closing:
+            return
+        self._out = []
+        self._out_bytes = 0
+        try:
+            self._write(out)
+        except Exception:
+            logger.exception("write to %s failed", self.peer)
+            self._abort("write failed")
+            return
+        if self._buffered() > self.max_write_buffer:
+            self._too_slow()
+
+    def _too_slow(self) -> None:
+        logger.warning(
+            "%s client %s is too slow (more than %d bytes queued); disconnecting",
+            self.transport_name,
+            self.peer,
+            self.max_write_buffer,
+        )
+        self._abort("slow consumer")
+
+    def _abort(self, reason: str) -> None:
+        self._closing = True
+        self._out = []
+        self._out_bytes = 0
+        self._cancel_heartbeat()
+        if self.conn is not None:
+            self.broker.disconnect(self.conn)
+        self._abort_transport()
+
+    def _cancel_heartbeat(self) -> None:
+        if self._hb_timer is not None:
+            self._hb_timer.cancel()
+            self._hb_timer = None
+
+    def _schedule_heartbeat(self) -> None:
+        self._cancel_heartbeat()
+        if self._closing or self._hb_interval <= 0:
+            return
+        deadline = min(self._hb_next, self.last_received + 2 * self._hb_interval)
+        self._hb_timer = self.loop.call_at(deadline, self._heartbeat_tick)
+
+    def _heartbeat_tick(self) -> None:
+        self._hb_timer = None
+        if self._closing:
+            return
+        now = self.loop.time()
+        interval = self._hb_interval
+        if now - self.last_received >= 2 * interval:
+            logger.warning(
+                "%s client %s sent nothing for %.3g s (heartbeat %g s); disconnecting",
+                self.transport_name,
+                self.peer,
+                now - self.last_received,
+                interval,
+            )
+            if self.conn is not None:
+                self.broker.kick(self.conn, "heartbeat timeout")
+            else:  # pragma: no cover - heartbeats start only after a command
+                self.disconnect("heartbeat timeout")
+            return
+        if now >= self._hb_next:
+            self.send(HEARTBEAT)
+            self.broker.counters["heartbeats_sent"] += 1
+            self._hb_next = now + interval
+        self._schedule_heartbeat()
+
+    # ------------------------------------------------------------------ for subclasses
+
+    def _write(self, payloads: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def _buffered(self) -> int:
+        raise NotImplementedError
+
+    def _close_transport(self) -> None:
+        raise NotImplementedError
+
+    def _abort_transport(self) -> None:
+        self._close_transport()

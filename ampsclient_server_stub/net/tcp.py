@@ -1,0 +1,135 @@
+"""TCP listener: an asyncio ``Protocol`` per connection (no streams, for speed).
+
+Inbound bytes go through :class:`ampsclient.protocol.TcpFramer` (4-byte big-endian length
+prefix, protocol.md §1); outbound payloads are length-prefixed and written with one
+``transport.write`` per event-loop iteration. A length prefix above ``max_frame_size`` closes
+only that connection. The connection's message type comes from the transport configuration
+or, failing that, from the logon's ``mt``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import Any, Final
+
+from ampsclient.exceptions import FrameTooLargeError
+from ampsclient.protocol.framing import TcpFramer
+from ampsclient_server_stub.engine.broker import Broker
+
+from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
+
+__all__ = ["TcpSession", "start_tcp_listener"]
+
+logger = logging.getLogger(__name__)
+
+_pack_len: Final = struct.Struct(">I").pack
+
+
+class TcpSession(NetSession, asyncio.Protocol):
+    """One TCP client connection."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        message_type: str | None = None,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+    ) -> None:
+        super().__init__(
+            broker,
+            loop,
+            transport_name="tcp",
+            max_frame_size=max_frame_size,
+            max_write_buffer=max_write_buffer,
+        )
+        self.message_type = message_type
+        self.framer = TcpFramer(max_frame_size=max_frame_size)
+        self.transport: asyncio.Transport | None = None
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peername: Any = transport.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        self.attach(message_type=self.message_type, peer=peer)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self.last_received = self.loop.time()
+        framer = self.framer
+        try:
+            framer.receive_data(data)
+        except FrameTooLargeError as exc:
+            logger.warning("tcp client %s: %s; disconnecting", self.peer, exc)
+            self.handle_payloads(framer.frames())
+            if self.conn is not None:
+                self.broker.kick(self.conn, "frame too large")
+            else:  # pragma: no cover
+                self.disconnect("frame too large")
+            return
+        self.handle_payloads(framer.frames())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            logger.debug("tcp client %s lost: %s", self.peer, exc)
+        self.connection_closed()
+
+    # ------------------------------------------------------------------ NetSession
+
+    def _write(self, payloads: list[bytes]) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if len(payloads) == 1:
+            payload = payloads[0]
+            transport.write(_pack_len(len(payload)) + payload)
+            return
+        parts: list[bytes] = []
+        append = parts.append
+        for payload in payloads:
+            append(_pack_len(len(payload)))
+            append(payload)
+        transport.write(b"".join(parts))
+
+    def _buffered(self) -> int:
+        transport = self.transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
+    def _close_transport(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _abort_transport(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+async def start_tcp_listener(
+    broker: Broker,
+    host: str,
+    port: int,
+    *,
+    message_type: str | None = None,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+) -> asyncio.Server:
+    """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over TCP."""
+    loop = asyncio.get_running_loop()
+
+    def factory() -> TcpSession:
+        return TcpSession(
+            broker,
+            loop,
+            message_type=message_type,
+            max_frame_size=max_frame_size,
+            max_write_buffer=max_write_buffer,
+        )
+
+    return await loop.create_server(factory, host, port, reuse_address=True)

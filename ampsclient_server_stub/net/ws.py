@@ -1,0 +1,199 @@
+"""WebSocket listener (``websockets.asyncio.server``), protocol.md §12.
+
+* The request path must be ``/amps/<message type>`` (a query string is ignored); anything
+  else is refused with HTTP 404 before the upgrade.
+* Client messages (optional ``"text"``/``"binary"`` announcement, then per command a 4-byte
+  little-endian count and that many messages) are assembled by
+  :class:`ampsclient.protocol.WsServerFramer` into TCP-shaped payloads.
+* Replies are split by :func:`ampsclient.protocol.encode_ws_from_server` into the messages
+  the client expects and sent as text messages when the client announced ``"text"`` (or,
+  without an announcement, when the message type is json), as binary messages otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any, Final
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from ampsclient.exceptions import FrameTooLargeError, MalformedFrameError
+from ampsclient.protocol.framing import WsServerFramer, encode_ws_from_server
+from ampsclient_server_stub.engine.broker import Broker
+
+from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
+
+__all__ = ["WsSession", "parse_ws_path", "start_ws_listener"]
+
+logger = logging.getLogger(__name__)
+
+_PATH_RE: Final = re.compile(r"^/amps/([A-Za-z0-9_.-]+)/?$")
+
+
+def parse_ws_path(path: str) -> str | None:
+    """The message type named by a ``/amps/<type>`` request path, or ``None``."""
+    match = _PATH_RE.match(path.split("?", 1)[0])
+    return match.group(1).lower() if match else None
+
+
+class WsSession(NetSession):
+    """One WebSocket client connection."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        loop: asyncio.AbstractEventLoop,
+        ws: ServerConnection,
+        *,
+        message_type: str,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+    ) -> None:
+        super().__init__(
+            broker,
+            loop,
+            transport_name="ws",
+            max_frame_size=max_frame_size,
+            max_write_buffer=max_write_buffer,
+        )
+        self.ws = ws
+        self.message_type = message_type
+        self.framer = WsServerFramer(max_frame_size=max_frame_size)
+        self.text: bool = message_type == "json"
+        """Send text messages (else binary)."""
+        self._first = True
+        self._queue: list[str | bytes] = []
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+
+    def receive(self, message: str | bytes) -> None:
+        """Feed one WebSocket message from the client."""
+        if self._closing:
+            return
+        self.last_received = self.loop.time()
+        if self._first:
+            self._first = False
+            if isinstance(message, str) and message in ("text", "binary"):
+                self.text = message == "text"
+        try:
+            payload = self.framer.receive_message(message)
+        except (MalformedFrameError, FrameTooLargeError) as exc:
+            logger.warning("ws client %s: %s; disconnecting", self.peer, exc)
+            if self.conn is not None:
+                self.broker.kick(self.conn, "malformed websocket framing")
+            return
+        if payload is not None:
+            self.handle_payloads([payload])
+
+    async def run(self) -> None:
+        """Serve the connection until it closes."""
+        peer: Any = self.ws.remote_address
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.attach(message_type=self.message_type, peer=peer_text)
+        self._writer = asyncio.create_task(self._write_loop())
+        try:
+            async for message in self.ws:
+                self.receive(message)
+                if self._closing:
+                    break
+        except ConnectionClosed:
+            pass
+        finally:
+            self.connection_closed()
+            self._wake.set()
+            if self._writer is not None:
+                try:
+                    await self._writer
+                except ConnectionClosed:
+                    pass
+
+    # ------------------------------------------------------------------ NetSession
+
+    def _write(self, payloads: list[bytes]) -> None:
+        queue = self._queue
+        text = self.text
+        for payload in payloads:
+            for part in encode_ws_from_server(payload):
+                queue.append(part.decode("utf-8", "replace") if text else part)
+        self._wake.set()
+
+    def _buffered(self) -> int:
+        transport = self.ws.transport
+        size = 0 if transport is None else transport.get_write_buffer_size()
+        return size + sum(len(m) for m in self._queue)
+
+    async def _write_loop(self) -> None:
+        ws = self.ws
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            messages = self._queue
+            self._queue = []
+            try:
+                for message in messages:
+                    await ws.send(message)
+            except ConnectionClosed:
+                return
+            if self._closing and not self._queue:
+                await ws.close()
+                return
+
+    def _close_transport(self) -> None:
+        # the writer sends what is queued, then closes the WebSocket
+        self._wake.set()
+        if self._writer is None:
+            self.loop.create_task(self.ws.close())
+
+    def _abort_transport(self) -> None:
+        self._queue = []
+        transport = self.ws.transport
+        if transport is not None:
+            transport.abort()
+
+
+async def start_ws_listener(
+    broker: Broker,
+    host: str,
+    port: int,
+    *,
+    message_type: str | None = None,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+) -> Server:
+    """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over WebSocket.
+
+    ``message_type``, when set, is the only type the transport accepts (other paths → 404).
+    """
+    loop = asyncio.get_running_loop()
+
+    def process_request(connection: ServerConnection, request: Request) -> Response | None:
+        mt = parse_ws_path(request.path)
+        if mt is None or (message_type is not None and mt != message_type.lower()):
+            return connection.respond(404, "AMPS WebSocket path must be /amps/<message type>\n")
+        return None
+
+    async def handler(ws: ServerConnection) -> None:
+        mt = parse_ws_path(ws.request.path if ws.request is not None else "") or "json"
+        session = WsSession(
+            broker,
+            loop,
+            ws,
+            message_type=mt,
+            max_frame_size=max_frame_size,
+            max_write_buffer=max_write_buffer,
+        )
+        await session.run()
+
+    return await serve(
+        handler,
+        host,
+        port,
+        process_request=process_request,
+        max_size=max_frame_size,
+        compression=None,
+        ping_interval=None,
+    )

@@ -1,0 +1,386 @@
+"""The reference server: a :class:`Broker` behind TCP and WebSocket listeners.
+
+:class:`ReferenceServer` runs on the caller's event loop (``async with``); :class:`ServerThread`
+runs one on its own loop in a background thread, for tests, the demo and synchronous code::
+
+    with ServerThread() as server:          # port 0: free ports are picked
+        client.connect(server.uri("tcp"))   # tcp://127.0.0.1:<port>/amps/json
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from websockets.asyncio.server import Server as WsServer
+
+from ampsclient_server_stub.config import ServerConfig, TransportConfig, default_config
+from ampsclient_server_stub.engine.broker import Authenticator, Broker
+
+from .net.session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER
+from .net.tcp import start_tcp_listener
+from .net.ws import start_ws_listener
+
+__all__ = ["ReferenceServer", "ServerThread", "run_server"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+_EXPIRATION_INTERVAL = 1.0
+"""Seconds between SOW expiration sweeps."""
+
+
+def _client_host(host: str) -> str:
+    """A host a local client can dial for a listening address."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "::1"
+    return host
+
+
+class ReferenceServer:
+    """An AMPS-compatible server on the running event loop.
+
+    Args:
+        config: transports and SOW topics; default :func:`default_config` with ports 0.
+        max_frame_size: largest inbound payload; a larger one closes that connection.
+        max_write_buffer: bytes queued towards one client before it is dropped as too slow.
+        authenticate: ``(user_id, password) -> bool`` logon hook (default: allow all).
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+        authenticate: Authenticator | None = None,
+    ) -> None:
+        self.config = config if config is not None else default_config(tcp_port=0, ws_port=0)
+        self.max_frame_size = max_frame_size
+        self.max_write_buffer = max_write_buffer
+        self.authenticate = authenticate
+        self.broker: Broker | None = None
+        self._tcp: list[tuple[TransportConfig, asyncio.Server]] = []
+        self._ws: list[tuple[TransportConfig, WsServer]] = []
+        self._expiry: asyncio.Task[None] | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Open the SOW topics and bind every listener."""
+        if self._started:
+            return
+        loop = asyncio.get_running_loop()
+        self.broker = Broker(self.config, call_later=loop.call_later)
+        if self.authenticate is not None:
+            self.broker.authenticate = self.authenticate
+        self._started = True
+        try:
+            for transport in self.config.transports:
+                if transport.protocol not in ("amps", "websocket"):
+                    logger.warning(
+                        "transport %r: protocol %r not supported; skipped",
+                        transport.name,
+                        transport.protocol,
+                    )
+                elif transport.type == "ws" or (transport.type == "tcp" and transport.is_websocket):
+                    ws = await start_ws_listener(
+                        self.broker,
+                        transport.host,
+                        transport.port,
+                        message_type=transport.message_type,
+                        max_frame_size=self.max_frame_size,
+                        max_write_buffer=self.max_write_buffer,
+                    )
+                    self._ws.append((transport, ws))
+                elif transport.type == "tcp":
+                    tcp = await start_tcp_listener(
+                        self.broker,
+                        transport.host,
+                        transport.port,
+                        message_type=transport.message_type,
+                        max_frame_size=self.max_frame_size,
+                        max_write_buffer=self.max_write_buffer,
+                    )
+                    self._tcp.append((transport, tcp))
+                else:
+                    logger.warning(
+                        "transport %r: type %r not supported yet; skipped",
+                        transport.name,
+                        transport.type,
+                    )
+        except BaseException:
+            await self.stop()
+            raise
+        self._expiry = asyncio.create_task(self._expire_loop())
+        logger.info("%s", self.listening_line())
+
+    async def stop(self) -> None:
+        """Close the listeners and every connection, then the SOW topics."""
+        if not self._started:
+            return
+        self._started = False
+        if self._expiry is not None:
+            self._expiry.cancel()
+            try:
+                await self._expiry
+            except asyncio.CancelledError:
+                pass
+            self._expiry = None
+        for _, tcp in self._tcp:
+            tcp.close()
+        for _, ws in self._ws:
+            ws.close(close_connections=False)
+        broker = self.broker
+        if broker is not None:
+            for conn in broker.connections:
+                broker.flush_persisted(conn)
+                broker.kick(conn, "server shutting down")
+        for _, tcp in self._tcp:
+            try:
+                await asyncio.wait_for(tcp.wait_closed(), 5)
+            except TimeoutError:  # pragma: no cover
+                logger.warning("tcp listener did not close in time")
+        for _, ws in self._ws:
+            try:
+                await asyncio.wait_for(ws.wait_closed(), 5)
+            except TimeoutError:  # pragma: no cover
+                logger.warning("ws listener did not close in time")
+        self._tcp.clear()
+        self._ws.clear()
+        if broker is not None:
+            broker.close()
+        logger.info("server stopped")
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_EXPIRATION_INTERVAL)
+            if self.broker is not None:
+                self.broker.expire()
+
+    # ------------------------------------------------------------------ addresses
+
+    @staticmethod
+    def _port(server: asyncio.Server | WsServer) -> int:
+        sockets = server.sockets
+        if not sockets:
+            raise RuntimeError("listener has no socket")
+        port: int = sockets[0].getsockname()[1]
+        return port
+
+    @property
+    def tcp_port(self) -> int:
+        """Port of the first TCP listener (the actual one when configured as 0)."""
+        if not self._tcp:
+            raise RuntimeError("no tcp listener is running")
+        return self._port(self._tcp[0][1])
+
+    @property
+    def ws_port(self) -> int:
+        """Port of the first WebSocket listener."""
+        if not self._ws:
+            raise RuntimeError("no ws listener is running")
+        return self._port(self._ws[0][1])
+
+    @property
+    def host(self) -> str:
+        """Host a local client should dial (the first listener's address)."""
+        listeners = [t for t, _ in self._tcp] + [t for t, _ in self._ws]
+        return _client_host(listeners[0].host) if listeners else "127.0.0.1"
+
+    def uri(self, kind: str = "tcp", message_type: str = "json") -> str:
+        """A client URI such as ``tcp://127.0.0.1:9007/amps/json`` (``kind``: tcp or ws)."""
+        listeners: list[tuple[TransportConfig, asyncio.Server | WsServer]]
+        if kind == "tcp":
+            listeners = list(self._tcp)
+        elif kind == "ws":
+            listeners = list(self._ws)
+        else:
+            raise ValueError(f"kind must be 'tcp' or 'ws', got {kind!r}")
+        if not listeners:
+            raise RuntimeError(f"no {kind} listener is running")
+        transport, server = listeners[0]
+        host = _client_host(transport.host)
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{kind}://{host}:{self._port(server)}/amps/{message_type}"
+
+    def listening_line(self) -> str:
+        """``listening tcp://HOST:PORT ws://HOST:PORT`` for every listener."""
+        parts = [f"tcp://{t.host}:{self._port(s)}" for t, s in self._tcp]
+        parts += [f"ws://{t.host}:{self._port(s)}" for t, s in self._ws]
+        return "listening " + " ".join(parts)
+
+    def statistics(self) -> dict[str, int]:
+        """Broker counters (connections, publishes, heartbeats_sent, ...)."""
+        return self.broker.statistics() if self.broker is not None else {}
+
+
+async def run_server(
+    config: ServerConfig | None = None,
+    *,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[ReferenceServer], None] | None = None,
+    **kwargs: Any,
+) -> None:
+    """Run a :class:`ReferenceServer` until ``stop`` is set (or the task is cancelled).
+
+    Args:
+        config: server configuration (default: :func:`default_config` with ports 0).
+        stop: event that ends the server; ``None`` runs until cancelled.
+        ready: called with the server once every listener is bound.
+        **kwargs: passed to :class:`ReferenceServer`.
+    """
+    server = ReferenceServer(config, **kwargs)
+    await server.start()
+    try:
+        if ready is not None:
+            ready(server)
+        if stop is None:
+            await asyncio.Event().wait()
+        else:
+            await stop.wait()
+    finally:
+        await server.stop()
+
+
+class ServerThread:
+    """A :class:`ReferenceServer` on its own event loop in a daemon thread.
+
+    ``start()`` returns once the ports are bound (and raises what startup raised); ``stop()``
+    shuts the server down and joins the thread. Usable as a context manager.
+    """
+
+    def __init__(self, config: ServerConfig | None = None, **kwargs: Any) -> None:
+        self.server = ReferenceServer(config, **kwargs)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._stopping: asyncio.Event | None = None
+
+    def start(self, timeout: float = 30.0) -> Self:
+        """Start the thread and wait until the server listens."""
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name="ampsclient-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError("reference server did not start in time")
+        if self._error is not None:
+            self._thread.join(timeout)
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self.loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            self._stopping = asyncio.Event()
+            loop.run_until_complete(self.server.start())
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_until_complete(self._stopping.wait())
+            loop.run_until_complete(self.server.stop())
+        except Exception:  # pragma: no cover - logged, thread ends
+            logger.exception("reference server thread failed")
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the server and join the thread (idempotent)."""
+        thread = self._thread
+        if thread is None:
+            return
+        loop, stopping = self.loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:  # loop closed meanwhile
+                pass
+        thread.join(timeout)
+        if thread.is_alive():  # pragma: no cover
+            logger.warning("reference server thread did not stop in %s s", timeout)
+        self._thread = None
+
+    def call(self, fn: Callable[[], _T], timeout: float = 10.0) -> _T:
+        """Run ``fn()`` on the server's loop thread and return its result (thread-safe)."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("server thread is not running")
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        loop.call_soon_threadsafe(run)
+        return future.result(timeout)
+
+    @property
+    def broker(self) -> Broker:
+        """The running broker (touch it only through :meth:`call` while running)."""
+        if self.server.broker is None:
+            raise RuntimeError("server not started")
+        return self.server.broker
+
+    @property
+    def tcp_port(self) -> int:
+        """Bound TCP port."""
+        return self.server.tcp_port
+
+    @property
+    def ws_port(self) -> int:
+        """Bound WebSocket port."""
+        return self.server.ws_port
+
+    def uri(self, kind: str = "tcp", message_type: str = "json") -> str:
+        """Client URI, see :meth:`ReferenceServer.uri`."""
+        return self.server.uri(kind, message_type)
+
+    def statistics(self) -> dict[str, int]:
+        """Broker counters, read on the loop thread."""
+        return self.call(self.server.statistics)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,360 @@
+"""The reference server over real sockets: raw TCP and raw WebSocket clients built on
+``ampsclient.protocol``, plus the command-line entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from ampsclient.protocol.framing import TcpFramer, tcp_frame
+from ampsclient.protocol.header import decode_header, encode_header
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import default_config
+
+pytestmark = pytest.mark.integration
+
+Frame = tuple[dict[str, Any], bytes]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class RawTcp:
+    """A minimal blocking AMPS-over-TCP client for tests."""
+
+    def __init__(self, port: int, *, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(5)
+        self.sock.connect(("127.0.0.1", port))
+        self.framer = TcpFramer()
+        self.ready: deque[bytes] = deque()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, hdr: dict[str, Any], body: bytes = b"") -> None:
+        self.sock.sendall(tcp_frame(encode_header(hdr) + body))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def logon(self, name: str) -> dict[str, Any]:
+        self.send({"c": "logon", "cid": "L", "client_name": name, "mt": "json", "a": "processed"})
+        hdr, _ = self.recv()
+        assert hdr["c"] == "ack" and hdr["status"] == "success"
+        return hdr
+
+    def recv(self, timeout: float = 5.0) -> Frame:
+        deadline = time.monotonic() + timeout
+        while not self.ready:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no frame")
+            self.sock.settimeout(remaining)
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed by server")
+            self.framer.receive_data(data)
+            self.ready.extend(self.framer.frames())
+        payload = self.ready.popleft()
+        hdr, end = decode_header(payload)
+        return hdr, payload[end:]
+
+    def recv_until(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 5.0) -> Frame:
+        deadline = time.monotonic() + timeout
+        while True:
+            frame = self.recv(max(0.0, deadline - time.monotonic()))
+            if pred(frame[0]):
+                return frame
+
+    def wait_closed(self, timeout: float = 5.0) -> bool:
+        """Read (discarding) until the server closes the connection; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except TimeoutError:
+                return False
+            except (ConnectionResetError, BrokenPipeError):
+                return True
+        return False
+
+
+@pytest.fixture
+def tcp(server: ServerThread) -> Iterator[Callable[[str], RawTcp]]:
+    opened: list[RawTcp] = []
+
+    def factory(name: str) -> RawTcp:
+        client = RawTcp(server.tcp_port)
+        opened.append(client)
+        client.logon(name)
+        return client
+
+    yield factory
+    for client in opened:
+        client.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+# --------------------------------------------------------------------------- TCP
+
+
+def test_tcp_logon_publish_subscribe(server: ServerThread, tcp: Callable[[str], RawTcp]) -> None:
+    sub = tcp("sub")
+    sub.send({"c": "subscribe", "t": "orders", "cid": "s1", "a": "processed", "filter": "/n >= 0"})
+    ack, _ = sub.recv()
+    assert ack == {"c": "ack", "cid": "s1", "a": "processed", "status": "success", "sub_id": "s1"}
+    publisher = tcp("pub")
+    for n in range(200):
+        publisher.send({"c": "p", "t": "orders"}, json.dumps({"n": n}).encode())
+    publisher.send({"c": "flush", "cid": "f", "a": "processed"})
+    assert publisher.recv()[0]["cid"] == "f"
+    got = [sub.recv() for _ in range(200)]
+    assert [json.loads(b)["n"] for _, b in got] == list(range(200))
+    assert all(h == {"c": "p", "t": "orders", "sids": "s1"} for h, _ in got)
+
+
+def test_tcp_persisted_acks_and_logon_sequence(
+    server: ServerThread, tcp: Callable[[str], RawTcp]
+) -> None:
+    publisher = tcp("ha")
+    for seq in range(1, 51):
+        publisher.send({"c": "p", "t": "t", "a": "persisted", "s": seq}, b"{}")
+    seen = 0
+    while seen < 50:
+        hdr, _ = publisher.recv_until(lambda h: h.get("a") == "persisted")
+        seen = int(hdr["s"])
+    publisher.close()
+    again = RawTcp(server.tcp_port)
+    try:
+        assert again.logon("ha")["s"] == 50
+    finally:
+        again.close()
+
+
+def test_bad_frames_disconnect_only_the_offender(
+    server: ServerThread, tcp: Callable[[str], RawTcp]
+) -> None:
+    sub = tcp("sub")
+    sub.send({"c": "subscribe", "t": "t", "cid": "s", "a": "processed"})
+    sub.recv()
+    publisher = tcp("pub")
+
+    oversized = tcp("big")
+    oversized.send_raw(struct.pack(">I", 17 * 1024 * 1024) + b"{")
+    garbage = tcp("garbage")
+    garbage.send_raw(tcp_frame(b"\x00\xffnot a header"))
+    early = RawTcp(server.tcp_port)  # never logs on; no ack requested
+    early.send({"c": "p", "t": "t"}, b"{}")
+    try:
+        for offender in (oversized, garbage, early):
+            assert offender.wait_closed(5)
+    finally:
+        early.close()
+
+    for n in range(10):
+        publisher.send({"c": "p", "t": "t"}, str(n).encode())
+    assert [sub.recv()[1] for _ in range(10)] == [str(n).encode() for n in range(10)]
+    wait_for(lambda: server.statistics()["open_connections"] == 2)
+
+
+def test_slow_consumer_is_disconnected() -> None:
+    with ServerThread(default_config(tcp_port=0, ws_port=0), max_write_buffer=256 * 1024) as srv:
+        slow = RawTcp(srv.tcp_port, rcvbuf=4096)
+        slow.logon("slow")
+        slow.send({"c": "subscribe", "t": "t", "cid": "s", "a": "processed"})
+        slow.recv()
+        publisher = RawTcp(srv.tcp_port)
+        publisher.logon("pub")
+        body = b"x" * 10_000
+        try:
+            for _ in range(1500):  # 15 MB the slow client never reads
+                publisher.send({"c": "p", "t": "t"}, body)
+            publisher.send({"c": "flush", "cid": "f", "a": "processed"})
+            assert publisher.recv(10)[0]["cid"] == "f"
+            wait_for(lambda: srv.statistics()["open_connections"] == 1, 10)
+        finally:
+            slow.close()
+            publisher.close()
+
+
+def test_heartbeats_sent_and_silent_client_dropped(
+    server: ServerThread, tcp: Callable[[str], RawTcp]
+) -> None:
+    client = tcp("hb")
+    started = time.monotonic()
+    client.send({"c": "heartbeat", "o": "start,1", "cid": "h", "a": "received"})
+    assert client.recv()[0]["a"] == "received"
+    beats = 0
+    closed_at: float | None = None
+    while time.monotonic() - started < 4.0:
+        try:
+            hdr, _ = client.recv(timeout=4.0 - (time.monotonic() - started))
+        except ConnectionError:
+            closed_at = time.monotonic() - started
+            break
+        except TimeoutError:
+            break
+        assert hdr == {"c": "heartbeat"}
+        beats += 1
+    assert beats >= 1
+    assert closed_at is not None and 1.9 <= closed_at < 3.5
+
+
+def test_heartbeat_keeps_a_beating_client(
+    server: ServerThread, tcp: Callable[[str], RawTcp]
+) -> None:
+    client = tcp("beater")
+    client.send({"c": "heartbeat", "o": "start,1"})
+    for _ in range(3):  # answer 3 heartbeats (~3 s): still connected afterwards
+        hdr, _ = client.recv(timeout=3)
+        assert hdr == {"c": "heartbeat"}
+        client.send({"c": "heartbeat", "o": "beat"})
+    client.send({"c": "flush", "cid": "f", "a": "processed"})
+    assert client.recv_until(lambda h: h.get("cid") == "f")[0]["status"] == "success"
+
+
+# --------------------------------------------------------------------------- WebSocket
+
+
+def ws_send(ws: ClientConnection, hdr: dict[str, Any], body: bytes | None = None) -> None:
+    ws.send(struct.pack("<I", 1 if body is None else 2))
+    ws.send(encode_header(hdr).decode())
+    if body is not None:
+        ws.send(body.decode())
+
+
+def ws_recv(ws: ClientConnection) -> str:
+    message = ws.recv(timeout=5)
+    assert isinstance(message, str), message
+    return message
+
+
+def test_ws_framing_text_mode(server: ServerThread) -> None:
+    with connect(server.uri("ws", "json")) as ws:
+        ws.send("text")
+        ws_send(ws, {"c": "logon", "cid": "auto0", "client_name": "js", "a": "processed"})
+        logon = json.loads(ws_recv(ws))
+        assert logon["status"] == "success" and logon["version"] == "5.3.5.0"
+        for i in range(3):
+            body = json.dumps({"clientName": "js", "subId": f"s{i}", "bookmark": f"1|{i}|"})
+            ws_send(ws, {"c": "publish", "t": "/ADMIN/bookmark_store"}, body.encode())
+        ws_send(
+            ws, {"c": "sow", "t": "/ADMIN/bookmark_store", "cid": "q", "bs": 2, "a": "completed"}
+        )
+        messages = [ws_recv(ws) for _ in range(11)]
+        assert json.loads(messages[0]) == {"c": "group_begin", "query_id": "q"}
+        first = json.loads(messages[1])
+        assert first["c"] == "sow" and first["bs"] == 2
+        assert json.loads(messages[2])["l"] == len(messages[3].encode())
+        assert json.loads(messages[3])["subId"] == "s0"
+        assert json.loads(messages[5])["subId"] == "s1"
+        assert json.loads(messages[6])["bs"] == 1
+        assert json.loads(messages[8])["subId"] == "s2"
+        assert json.loads(messages[9]) == {"c": "group_end", "query_id": "q"}
+        done = json.loads(messages[10])
+        assert done["a"] == "completed" and done["records_returned"] == 3
+        ws_send(ws, {"c": "subscribe", "t": "live", "cid": "s", "a": "processed", "filter": ""})
+        assert json.loads(ws_recv(ws))["sub_id"] == "s"
+        ws_send(ws, {"c": "publish", "t": "live"}, b'{"v":1}')
+        assert json.loads(ws_recv(ws)) == {"c": "p", "t": "live", "sids": "s"}
+        assert ws_recv(ws) == '{"v":1}'
+
+
+def test_ws_binary_mode_and_bad_path(server: ServerThread) -> None:
+    with connect(server.uri("ws", "json")) as ws:
+        ws.send("binary")
+        ws_send(ws, {"c": "logon", "cid": "auto0", "client_name": "bin", "a": "processed"})
+        message = ws.recv(timeout=5)
+        assert isinstance(message, bytes) and b'"status":"success"' in message
+    bad = server.uri("ws", "json").replace("/amps/json", "/nope")
+    with pytest.raises(InvalidStatus):
+        connect(bad, open_timeout=5)
+
+
+def test_ws_malformed_framing_disconnects_only_offender(
+    server: ServerThread, tcp: Callable[[str], RawTcp]
+) -> None:
+    sub = tcp("sub")
+    sub.send({"c": "subscribe", "t": "t", "cid": "s", "a": "processed"})
+    sub.recv()
+    with connect(server.uri("ws", "json")) as ws:
+        ws.send("text")
+        ws_send(ws, {"c": "logon", "cid": "auto0", "client_name": "bad", "a": "processed"})
+        ws_recv(ws)
+        ws.send("this is not a count message")
+        with pytest.raises(Exception):  # noqa: B017 - closed by the server
+            for _ in range(10):
+                ws.recv(timeout=5)
+    publisher = tcp("pub")
+    publisher.send({"c": "p", "t": "t"}, b"1")
+    assert sub.recv()[1] == b"1"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_sigterm_exits_cleanly(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ampsclient_server_stub", "--tcp-port", "0", "--ws-port", "0"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    found = threading.Event()
+    ports: dict[str, int] = {}
+
+    def reader() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            match = re.search(r"listening tcp://[^:]+:(\d+) ws://[^:]+:(\d+)", line)
+            if match:
+                ports["tcp"], ports["ws"] = int(match.group(1)), int(match.group(2))
+                found.set()
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        assert found.wait(30), "".join(lines)
+        client = RawTcp(ports["tcp"])
+        try:
+            client.logon("cli")
+        finally:
+            client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        thread.join(5)
