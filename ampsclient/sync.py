@@ -73,8 +73,10 @@ class LoopThread:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if future.done():  # the coroutine itself raised a TimeoutError: keep it
+                raise
             future.cancel()
-            raise TimeoutError("timed out") from None
+            raise TimeoutError("timed out waiting for the client's event loop") from None
 
     def stop(self) -> None:
         """Stop the loop and join the thread."""

@@ -152,9 +152,16 @@ class ReferenceServer:
                 logger.warning("tcp listener did not close in time")
         for _, ws in self._ws:
             try:
-                await asyncio.wait_for(ws.wait_closed(), 5)
-            except TimeoutError:  # pragma: no cover
-                logger.warning("ws listener did not close in time")
+                await asyncio.wait_for(asyncio.shield(ws.wait_closed()), 2)
+            except TimeoutError:
+                # peers that do not complete the closing handshake are cut off
+                for connection in ws.connections:
+                    if connection.transport is not None:
+                        connection.transport.abort()
+                try:
+                    await asyncio.wait_for(ws.wait_closed(), 2)
+                except TimeoutError:  # pragma: no cover
+                    logger.warning("ws listener did not close in time")
         self._tcp.clear()
         self._ws.clear()
         if broker is not None:
@@ -309,6 +316,11 @@ class ServerThread:
         try:
             loop.run_until_complete(self._stopping.wait())
             loop.run_until_complete(self.server.stop())
+            leftovers = asyncio.all_tasks(loop)
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
         except Exception:  # pragma: no cover - logged, thread ends
             logger.exception("reference server thread failed")
         finally:

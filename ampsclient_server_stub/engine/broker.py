@@ -695,7 +695,10 @@ class Broker:
         if flags & _PROCESSED or always_processed:
             self._ack(conn, hdr, "processed", status="failure", reason=reason, sub_id=sub_id)
         if flags & _PERSISTED and c in ("p", "delta_publish", "sow_delete"):
-            seq = hdr.get("s")
+            try:
+                seq = _int_field(hdr.get("s"))
+            except CommandFailure:
+                seq = None
             if seq is not None and conn.logged_on:
                 self._flush_persisted(conn)
                 conn.session.send(
@@ -703,7 +706,7 @@ class Broker:
                         {
                             "c": "ack",
                             "a": "persisted",
-                            "s": _int_field(seq, reason=reason),
+                            "s": seq,
                             "status": "failure",
                             "reason": reason,
                         }

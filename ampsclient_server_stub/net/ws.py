@@ -196,4 +196,5 @@ async def start_ws_listener(
         max_size=max_frame_size,
         compression=None,
         ping_interval=None,
+        close_timeout=2,
     )

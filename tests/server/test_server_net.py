@@ -358,3 +358,23 @@ def test_cli_sigterm_exits_cleanly(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
         thread.join(5)
+
+
+def test_cli_config_file_with_flag_overrides(tmp_path: Path) -> None:
+    from ampsclient_server_stub.__main__ import build_config, parse_args
+
+    config_file = tmp_path / "amps.xml"
+    config_file.write_text(
+        "<AMPSConfig><Name>cfg</Name><Transports>"
+        "<Transport><Name>t</Name><Type>tcp</Type><InetAddr>9999</InetAddr>"
+        "<Protocol>amps</Protocol><MessageType>json</MessageType></Transport>"
+        "<Transport><Name>w</Name><Type>websocket</Type><InetAddr>9998</InetAddr></Transport>"
+        "</Transports><SOW><Topic><Name>orders</Name><MessageType>json</MessageType>"
+        "<Key>/id</Key></Topic></SOW></AMPSConfig>"
+    )
+    config = build_config(parse_args(["--config", str(config_file), "--tcp-port", "0"]))
+    assert config.name == "cfg"
+    assert [(t.name, t.port) for t in config.transports] == [("t", 0), ("w", 9998)]
+    assert [s.topic for s in config.sow_topics] == ["orders"]
+    default = build_config(parse_args(["--tcp-port", "0", "--ws-port", "0", "--name", "n"]))
+    assert [t.port for t in default.transports] == [0, 0] and default.name == "n"

@@ -1,0 +1,483 @@
+"""The publish store contract, and the in-memory index both implementations share.
+
+A publish store keeps every message a reliable publisher has sent until the server's
+*persisted* ack covers it, so that the client can replay the unacknowledged ones after a
+reconnect or a restart (protocol §7; the official client's ``PublishStore`` API).
+
+Store methods are sync-coloured (local, bounded) and thread-safe: the publisher thread calls
+:meth:`PublishStore.store` while the client's event-loop thread calls
+:meth:`PublishStore.discard_up_to` for each persisted ack. Each store guards its state with one
+:class:`threading.Lock`; the only blocking call is :meth:`PublishStore.wait_for`.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final
+
+from ...exceptions import PublishStoreGapError, StoreError
+
+__all__ = [
+    "Build",
+    "PublishStore",
+    "Replayer",
+    "StoredMessage",
+    "initial_sequence",
+]
+
+Build = Callable[[int], bytes]
+"""``build(sequence) -> payload``: encodes the complete message with ``sequence`` in its header."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message held by a publish store.
+
+    Attributes:
+        sequence: the publisher sequence number (the ``s`` header field).
+        payload: the complete AMPS payload (header + body) exactly as sent, with its ``s``
+            already in the header.
+    """
+
+    sequence: int
+    payload: bytes
+
+
+Replayer = Callable[[StoredMessage], None]
+"""Called once per message by :meth:`PublishStore.replay`, in sequence order."""
+
+
+def initial_sequence(now_ns: int | None = None) -> int:
+    """The first sequence number of a brand-new store: ``epoch_ms * 1_000_000 + 1``.
+
+    Args:
+        now_ns: the current time in nanoseconds since the epoch (default: ``time.time_ns()``).
+
+    Returns:
+        The sequence number the store's first message gets (protocol §7.1).
+    """
+    ns = time.time_ns() if now_ns is None else now_ns
+    return (ns // 1_000_000) * 1_000_000 + 1
+
+
+class PublishStore(abc.ABC):
+    """What a publish store does; :class:`MemoryPublishStore` and :class:`FilePublishStore`.
+
+    Sequence numbers start at ``epoch_ms * 1_000_000 + 1`` for a new store and rise by one per
+    stored message; a number is never reused, not even after a restart of a file store.
+    """
+
+    @abc.abstractmethod
+    def next_sequence(self) -> int:
+        """The sequence number the next :meth:`store` will assign (a peek; nothing changes)."""
+
+    @abc.abstractmethod
+    def store(self, build: Build) -> int:
+        """Assign the next sequence number, build the payload with it, and keep the message.
+
+        ``build(s)`` runs while the store's lock is held (so that sequence order and storage
+        order agree): it must be quick and must not call back into the store. If it raises,
+        nothing is stored and the sequence number is not used up.
+
+        Args:
+            build: ``build(sequence) -> payload``.
+
+        Returns:
+            The sequence number assigned to the message.
+
+        Raises:
+            StoreError: the store is closed, or the message could not be recorded.
+        """
+
+    def store_many(self, builds: Iterable[Build]) -> list[int]:
+        """Store several messages at once (one lock round, and one fsync for a file store).
+
+        Args:
+            builds: one ``build(sequence) -> payload`` per message, in publish order.
+
+        Returns:
+            The assigned sequence numbers, in order.
+
+        Raises:
+            StoreError: as :meth:`store`. A file store records all or none of the batch.
+        """
+        return [self.store(build) for build in builds]
+
+    @abc.abstractmethod
+    def discard_up_to(self, sequence: int) -> int:
+        """Drop every message whose sequence number is ``<= sequence`` (a persisted ack).
+
+        ``sequence`` above every stored number (a logon ack from a server that has seen more)
+        also moves :meth:`next_sequence` past it. ``sequence`` below :attr:`last_persisted`
+        (a server that lost messages this store has already dropped) is ignored, or raises
+        :class:`~ampsclient.exceptions.PublishStoreGapError` when
+        :attr:`error_on_publish_gap` is set. ``0`` is always ignored (fresh logon).
+
+        Args:
+            sequence: the ``s`` of the persisted ack.
+
+        Returns:
+            How many stored messages were dropped.
+
+        Raises:
+            PublishStoreGapError: see above.
+            StoreError: the store is closed.
+        """
+
+    @abc.abstractmethod
+    def discard(self, sequence: int) -> bool:
+        """Drop one message (a publish that failed before it reached the wire).
+
+        Args:
+            sequence: the message's sequence number.
+
+        Returns:
+            ``True`` if the message was in the store.
+
+        Raises:
+            StoreError: the store is closed.
+        """
+
+    @abc.abstractmethod
+    def replay(self, replayer: Replayer) -> int:
+        """Call ``replayer`` for every unpersisted message, in sequence order.
+
+        The store takes a snapshot under its lock and calls ``replayer`` without holding it,
+        so the replayer may call the store (for instance :meth:`discard_up_to` when an ack
+        arrives meanwhile). A message discarded during the replay may still be replayed;
+        the server treats it as a duplicate.
+
+        Args:
+            replayer: called once per message.
+
+        Returns:
+            How many messages were replayed.
+        """
+
+    @abc.abstractmethod
+    def replay_single(self, replayer: Replayer, sequence: int) -> bool:
+        """Call ``replayer`` for one unpersisted message.
+
+        Args:
+            replayer: called at most once.
+            sequence: the message's sequence number.
+
+        Returns:
+            ``True`` if the message was in the store (and was replayed).
+        """
+
+    @abc.abstractmethod
+    def get(self, sequence: int) -> StoredMessage | None:
+        """The unpersisted message with this sequence number, or ``None``."""
+
+    @property
+    @abc.abstractmethod
+    def unpersisted_count(self) -> int:
+        """How many messages are stored and not yet discarded."""
+
+    @property
+    @abc.abstractmethod
+    def lowest_unpersisted(self) -> int | None:
+        """The smallest stored sequence number, or ``None`` when the store is empty."""
+
+    @property
+    @abc.abstractmethod
+    def last_persisted(self) -> int:
+        """The highest sequence number discarded by :meth:`discard_up_to` (0 if none yet)."""
+
+    @property
+    @abc.abstractmethod
+    def error_on_publish_gap(self) -> bool:
+        """Whether :meth:`discard_up_to` raises on a publish gap (see there)."""
+
+    @error_on_publish_gap.setter
+    @abc.abstractmethod
+    def error_on_publish_gap(self, value: bool) -> None: ...
+
+    @abc.abstractmethod
+    def wait_for(self, sequence: int, timeout: float | None = None) -> bool:
+        """Block until every message ``<= sequence`` has been discarded (used by publish_flush).
+
+        Args:
+            sequence: typically the last sequence number stored.
+            timeout: seconds to wait at most; ``None`` waits forever.
+
+        Returns:
+            ``True`` once everything ``<= sequence`` is discarded, ``False`` on timeout.
+
+        Raises:
+            StoreError: the store was closed while waiting.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store's resources; idempotent. Later mutations raise ``StoreError``."""
+
+    @abc.abstractmethod
+    def statistics(self) -> dict[str, int]:
+        """Counters for monitoring: ``stored``, ``bytes``, ``stored_total``... (see docs)."""
+
+    # ------------------------------------------------------------------ official names
+
+    def get_unpersisted_count(self) -> int:
+        """Official name of :attr:`unpersisted_count`."""
+        return self.unpersisted_count
+
+    def get_lowest_unpersisted(self) -> int | None:
+        """Official name of :attr:`lowest_unpersisted`."""
+        return self.lowest_unpersisted
+
+    def get_last_persisted(self) -> int:
+        """Official name of :attr:`last_persisted`."""
+        return self.last_persisted
+
+    def get_error_on_publish_gap(self) -> bool:
+        """Official name of the :attr:`error_on_publish_gap` getter."""
+        return self.error_on_publish_gap
+
+    def set_error_on_publish_gap(self, value: bool) -> None:
+        """Official name of the :attr:`error_on_publish_gap` setter."""
+        self.error_on_publish_gap = value
+
+    # ------------------------------------------------------------------ context manager
+
+    def __enter__(self) -> PublishStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+_COMPACT_MIN: Final = 4096
+"""The index list is compacted once this many dropped slots sit at its front (and they are
+at least half of it), which keeps :meth:`discard_up_to` amortized O(1)."""
+
+
+class IndexedPublishStore(PublishStore):
+    """The in-memory index shared by both stores (internal base class).
+
+    Stored sequence numbers are contiguous from ``_first`` (the lowest unpersisted one): the
+    index is a list ``_buf`` of payloads whose live part starts at ``_head``; slot ``i`` holds
+    sequence ``_first + i - _head``. A message dropped singly by :meth:`discard` leaves a
+    ``None`` hole, except at either end, which is trimmed, so the first and last live slots
+    always hold a message. Dropping a prefix only moves ``_head``; the list is compacted when
+    the dead prefix is at least half of it.
+    """
+
+    def __init__(self, *, error_on_publish_gap: bool = False, next_sequence: int | None = None):
+        self._lock = threading.Lock()
+        """Guards every field below; the critical sections are a few statements long."""
+        self._cond = threading.Condition(self._lock)
+        """Wakes :meth:`wait_for` callers after a discard or a close."""
+        self._waiters = 0
+        """How many threads sit in :meth:`wait_for` (notify only when someone listens)."""
+        self._buf: list[bytes | None] = []
+        self._head = 0
+        self._first = 0
+        self._count = 0
+        """Live messages (slots that are not holes)."""
+        self._holes = 0
+        """``None`` slots inside the live part."""
+        self._next = initial_sequence() if next_sequence is None else next_sequence
+        self._last_persisted = 0
+        self._error_on_publish_gap = error_on_publish_gap
+        self._closed = False
+        self._stored_total = 0
+        self._discarded_total = 0
+
+    # ------------------------------------------------------------------ index helpers
+    # All helpers below expect self._lock to be held.
+
+    def _index_reset(self) -> None:
+        self._buf.clear()
+        self._head = 0
+        self._count = 0
+        self._holes = 0
+
+    def _index_drop_through(self, sequence: int) -> tuple[int, int]:
+        """Drop every slot ``<= sequence``; returns ``(dropped messages, highest dropped seq)``.
+
+        ``sequence`` must be ``>= self._first`` and the index must not be empty.
+        """
+        buf = self._buf
+        head = self._head
+        span = len(buf) - head
+        k = sequence - self._first + 1
+        if k >= span:
+            dropped = self._count
+            top = self._first + span - 1
+            self._index_reset()
+            return dropped, top
+        holes = 0
+        if self._holes:
+            holes = buf[head : head + k].count(None)
+            self._holes -= holes
+        dropped = k - holes
+        head += k
+        first = sequence + 1
+        while buf[head] is None:  # the last live slot is never a hole, so this stops
+            head += 1
+            first += 1
+            self._holes -= 1
+        self._first = first
+        self._count -= dropped
+        if head >= _COMPACT_MIN and head * 2 >= len(buf):
+            del buf[:head]
+            head = 0
+        self._head = head
+        return dropped, sequence
+
+    def _index_drop_one(self, sequence: int) -> bool:
+        """Drop a single slot; returns whether it held a message."""
+        if not self._count:
+            return False
+        buf = self._buf
+        idx = self._head + sequence - self._first
+        if idx < self._head or idx >= len(buf) or buf[idx] is None:
+            return False
+        self._count -= 1
+        if not self._count:
+            self._index_reset()
+        elif idx == len(buf) - 1:
+            buf.pop()
+            while buf[-1] is None:
+                buf.pop()
+                self._holes -= 1
+        elif idx == self._head:
+            idx += 1
+            while buf[idx] is None:
+                idx += 1
+                self._holes -= 1
+            self._first += idx - self._head
+            self._head = idx
+        else:
+            buf[idx] = None
+            self._holes += 1
+        return True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"{type(self).__name__} is closed")
+
+    def _gap(self, sequence: int) -> None:
+        """Called for ``0 < sequence < last_persisted``: raise when configured to."""
+        if self._error_on_publish_gap:
+            raise PublishStoreGapError(
+                f"Server last saw {sequence} from this client but the store has already "
+                f"discarded up to {self._last_persisted}, which would leave a gap of "
+                "unreceived messages"
+            )
+
+    def _wake(self) -> None:
+        if self._waiters:
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ read side
+
+    def next_sequence(self) -> int:
+        """The sequence number the next :meth:`store` will assign (a peek)."""
+        return self._next
+
+    def _snapshot(self) -> tuple[int, list[bytes | None]]:
+        with self._lock:
+            return self._first, self._buf[self._head :]
+
+    def replay(self, replayer: Replayer) -> int:
+        """Call ``replayer`` for every unpersisted message in sequence order (see base)."""
+        first, payloads = self._snapshot()
+        n = 0
+        for i, payload in enumerate(payloads):
+            if payload is not None:
+                replayer(StoredMessage(first + i, payload))
+                n += 1
+        return n
+
+    def replay_single(self, replayer: Replayer, sequence: int) -> bool:
+        """Call ``replayer`` for one unpersisted message (see base)."""
+        message = self.get(sequence)
+        if message is None:
+            return False
+        replayer(message)
+        return True
+
+    def get(self, sequence: int) -> StoredMessage | None:
+        """The unpersisted message with this sequence number, or ``None``."""
+        with self._lock:
+            if not self._count:
+                return None
+            idx = self._head + sequence - self._first
+            if idx < self._head or idx >= len(self._buf):
+                return None
+            payload = self._buf[idx]
+        return None if payload is None else StoredMessage(sequence, payload)
+
+    @property
+    def unpersisted_count(self) -> int:
+        """How many messages are stored and not yet discarded."""
+        return self._count
+
+    @property
+    def lowest_unpersisted(self) -> int | None:
+        """The smallest stored sequence number, or ``None`` when empty."""
+        with self._lock:
+            return self._first if self._count else None
+
+    @property
+    def last_persisted(self) -> int:
+        """The highest sequence number discarded by :meth:`discard_up_to` (0 if none)."""
+        return self._last_persisted
+
+    @property
+    def error_on_publish_gap(self) -> bool:
+        """Whether :meth:`discard_up_to` raises :class:`PublishStoreGapError` on a gap."""
+        return self._error_on_publish_gap
+
+    @error_on_publish_gap.setter
+    def error_on_publish_gap(self, value: bool) -> None:
+        self._error_on_publish_gap = bool(value)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def wait_for(self, sequence: int, timeout: float | None = None) -> bool:
+        """Block until every message ``<= sequence`` is discarded; ``False`` on timeout."""
+        with self._cond:
+            self._waiters += 1
+            try:
+                self._cond.wait_for(
+                    lambda: self._closed or not self._count or self._first > sequence, timeout
+                )
+                if not self._count or self._first > sequence:
+                    return True
+                if self._closed:
+                    raise StoreError(f"{type(self).__name__} was closed during wait_for")
+                return False
+            finally:
+                self._waiters -= 1
+
+    def statistics(self) -> dict[str, int]:
+        """Counters: ``stored``, ``bytes``, ``next_sequence``, ``last_persisted``,
+        ``stored_total``, ``discarded_total``, ``waiters``."""
+        with self._lock:
+            live = self._buf[self._head :]
+            return {
+                "stored": self._count,
+                "bytes": sum(len(p) for p in live if p is not None),
+                "next_sequence": self._next,
+                "last_persisted": self._last_persisted,
+                "stored_total": self._stored_total,
+                "discarded_total": self._discarded_total,
+                "waiters": self._waiters,
+            }

@@ -1,0 +1,110 @@
+"""MemoryPublishStore: unacknowledged publishes kept in process memory.
+
+The default store of an HA client. It survives reconnects but not a restart of the process.
+``store`` is O(1) (a list append under a lock) and ``discard_up_to`` amortized O(1) (it moves
+the start of the live part of the list, which is compacted now and then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .base import Build, IndexedPublishStore
+
+__all__ = ["MemoryPublishStore"]
+
+
+class MemoryPublishStore(IndexedPublishStore):
+    """A thread-safe in-memory publish store.
+
+    Args:
+        error_on_publish_gap: raise :class:`~ampsclient.exceptions.PublishStoreGapError` when
+            :meth:`discard_up_to` is called below :attr:`last_persisted` (see
+            :meth:`PublishStore.discard_up_to`).
+        next_sequence: the first sequence number (default ``epoch_ms * 1_000_000 + 1``).
+
+    Example::
+
+        store = MemoryPublishStore()
+        s = store.store(lambda s: b'{"c":"p","t":"orders","a":"persisted","s":%d}{"id":1}' % s)
+        store.discard_up_to(s)   # the persisted ack
+        assert store.unpersisted_count == 0
+    """
+
+    def __init__(
+        self, *, error_on_publish_gap: bool = False, next_sequence: int | None = None
+    ) -> None:
+        super().__init__(error_on_publish_gap=error_on_publish_gap, next_sequence=next_sequence)
+
+    def store(self, build: Build) -> int:
+        """Assign the next sequence number, build the payload with it, keep it; returns it."""
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            s = self._next
+            payload = build(s)
+            if not self._count:
+                self._first = s
+            self._buf.append(payload)
+            self._count += 1
+            self._stored_total += 1
+            self._next = s + 1
+            return s
+
+    def store_many(self, builds: Iterable[Build]) -> list[int]:
+        """Store several messages under one lock round; returns their sequence numbers."""
+        with self._lock:
+            self._check_open()
+            s = self._next
+            payloads: list[bytes] = []
+            for build in builds:
+                payloads.append(build(s + len(payloads)))
+            if not payloads:
+                return []
+            if not self._count:
+                self._first = s
+            self._buf.extend(payloads)
+            n = len(payloads)
+            self._count += n
+            self._stored_total += n
+            self._next = s + n
+            return list(range(s, s + n))
+
+    def discard_up_to(self, sequence: int) -> int:
+        """Drop every message ``<= sequence`` (a persisted ack); returns how many."""
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            if sequence <= self._last_persisted:
+                if 0 < sequence < self._last_persisted:
+                    self._gap(sequence)
+                return 0
+            self._last_persisted = sequence
+            if sequence >= self._next:
+                self._next = sequence + 1
+            dropped = 0
+            if self._count and sequence >= self._first:
+                dropped = self._index_drop_through(sequence)[0]
+                self._discarded_total += dropped
+                if self._waiters:
+                    self._cond.notify_all()
+            return dropped
+
+    def discard(self, sequence: int) -> bool:
+        """Drop one message (a failed publish); ``True`` if it was stored."""
+        with self._lock:
+            self._check_open()
+            if not self._index_drop_one(sequence):
+                return False
+            self._discarded_total += 1
+            self._wake()
+            return True
+
+    def close(self) -> None:
+        """Mark the store closed: later stores and discards raise ``StoreError``.
+
+        Threads blocked in :meth:`wait_for` wake up (and raise ``StoreError``).
+        """
+        with self._lock:
+            self._closed = True
+            self._cond.notify_all()

@@ -1,0 +1,197 @@
+"""Run reference servers as separate processes: start, ``kill -9``, restart on the same ports.
+
+For tests and examples that need real process faults::
+
+    with ServerProcess(data_dir=tmp_path / "a") as server:
+        client.connect(server.uri())
+        server.kill()            # SIGKILL, like a crash
+        server.start()           # same ports, same data directory
+
+Ports are chosen free at construction (so a restarted server comes back where clients
+expect it) unless given. Only loopback addresses are used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["ServerProcess", "free_port"]
+
+log = logging.getLogger("ampsclient_server_stub.harness")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """A reference server in a child process.
+
+    Args:
+        data_dir: the server's data directory (SOW files, journal), kept across restarts.
+        name: the instance name.
+        tcp_port / ws_port: fixed ports (default: free ones picked now).
+        config: an AMPS-style XML config file (flags still override ports and names).
+        extra_args: more command-line arguments.
+        log_level: the child's log level.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        name: str = "ampsclient-server",
+        tcp_port: int | None = None,
+        ws_port: int | None = None,
+        config: str | os.PathLike[str] | None = None,
+        extra_args: Sequence[str] = (),
+        log_level: str = "WARNING",
+    ) -> None:
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.name = name
+        self.tcp_port = tcp_port or free_port()
+        self.ws_port = ws_port or free_port()
+        self.config = config
+        self.extra_args = list(extra_args)
+        self.log_level = log_level
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr_lines: list[str] = []
+        self._reader: threading.Thread | None = None
+
+    def command(self) -> list[str]:
+        """The command line that starts the server."""
+        cmd = [
+            sys.executable,
+            "-m",
+            "ampsclient_server_stub",
+            "--host",
+            "127.0.0.1",
+            "--tcp-port",
+            str(self.tcp_port),
+            "--ws-port",
+            str(self.ws_port),
+            "--name",
+            self.name,
+            "--log-level",
+            "INFO",
+        ]
+        if self.data_dir is not None:
+            cmd += ["--data-dir", str(self.data_dir)]
+        if self.config is not None:
+            cmd += ["--config", str(self.config)]
+        return cmd + self.extra_args
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        """Start the process and wait until it listens (retrying while the port is in use)."""
+        if self.running:
+            return self
+        deadline = time.monotonic() + timeout
+        while True:
+            self._spawn()
+            if self._wait_listening(deadline):
+                return self
+            code = self.proc.poll() if self.proc else None
+            tail = "".join(self.stderr_lines[-20:])
+            if time.monotonic() > deadline or "Address already in use" not in tail:
+                self.kill()
+                raise RuntimeError(f"server {self.name} did not start (exit {code}):\n{tail}")
+            time.sleep(0.05)  # the old socket is still in TIME_WAIT: retry shortly
+
+    def _spawn(self) -> None:
+        if self.data_dir is not None:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.stderr_lines = []
+        self._listening = threading.Event()
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        self._reader = threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)
+        self._reader.start()
+
+    def _read_stderr(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            self.stderr_lines.append(line)
+            if "listening" in line and "tcp://" in line:
+                self._listening.set()
+        self._listening.set()
+
+    def _wait_listening(self, deadline: float) -> bool:
+        left = max(0.0, deadline - time.monotonic())
+        self._listening.wait(left)
+        return self.running and any("listening" in line for line in self.stderr_lines)
+
+    @property
+    def running(self) -> bool:
+        """``True`` while the process is alive."""
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The process id."""
+        return None if self.proc is None else self.proc.pid
+
+    def uri(self, kind: str = "tcp", message_type: str = "json") -> str:
+        """``tcp://127.0.0.1:PORT/amps/json`` (or ``ws``)."""
+        port = self.tcp_port if kind == "tcp" else self.ws_port
+        return f"{kind}://127.0.0.1:{port}/amps/{message_type}"
+
+    def kill(self) -> None:
+        """``kill -9`` the server and reap it."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(5)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM (a clean shutdown) and wait; SIGKILL if it does not exit in time."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return None if proc is None else proc.returncode
+        proc.terminate()
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("server %s ignored SIGTERM; killing it", self.name)
+            self.kill()
+            return proc.returncode
+
+    def restart(self) -> ServerProcess:
+        """Kill (if running) and start again on the same ports and data directory."""
+        self.kill()
+        return self.start()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

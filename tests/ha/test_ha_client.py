@@ -1,0 +1,264 @@
+"""HAClient against real reference-server processes: failover, replay, resubscribe."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ampsclient import Client, ConnectionEvent, ConnectionState, Message
+from ampsclient.exceptions import TimeoutError
+from ampsclient.ha import DefaultServerChooser, ExponentialDelayStrategy, FixedDelayStrategy
+from ampsclient.ha.reconnect import RetryLimitError
+from ampsclient.stores.publish import MemoryPublishStore
+from ampsclient.sync import HAClient
+from ampsclient_server_stub.harness import ServerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+class Collector:
+    """Collects the ``n`` field of JSON messages, thread-safe."""
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, message: Message) -> None:
+        with self.lock:
+            self.items.append(json.loads(message.get_data())["n"])
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    a = ServerProcess(data_dir=tmp_path / "a", name="A")
+    b = ServerProcess(data_dir=tmp_path / "b", name="B")
+    a.start()
+    b.start()
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+# --------------------------------------------------------------------- pure strategies
+
+
+def test_exponential_delay_strategy_per_uri_and_limit() -> None:
+    now = [0.0]
+    s = ExponentialDelayStrategy(100, 1000, 2.0, maximum_retry_time=5000, jitter=0, clock=lambda: now[0])
+    assert [s.get_connect_wait_time("a") for _ in range(6)] == [0, 100, 200, 400, 800, 1000]
+    assert s.get_connect_wait_time("b") == 0  # first attempt at another URI: no delay
+    now[0] = 4.9
+    assert s.get_connect_wait_time("b") == 100
+    now[0] = 5.1
+    with pytest.raises(RetryLimitError):
+        s.get_connect_wait_time("a")
+    s.reset()
+    assert s.get_connect_wait_time("a") == 0
+
+
+def test_exponential_jitter_is_bounded() -> None:
+    s = ExponentialDelayStrategy(200, 20_000, 2.0, jitter=1.0)
+    s.get_connect_wait_time("a")
+    delays = [s.get_connect_wait_time("a") for _ in range(4)]
+    for i, d in enumerate(delays):
+        base = 200 * 2**i
+        assert base <= d <= base + 200
+
+
+def test_fixed_delay_strategy() -> None:
+    now = [0.0]
+    s = FixedDelayStrategy(50, 1000, clock=lambda: now[0])
+    assert [s.get_connect_wait_time("a") for _ in range(3)] == [0, 50, 50]
+    now[0] = 2.0
+    with pytest.raises(RetryLimitError):
+        s.get_connect_wait_time("a")
+
+
+def test_default_server_chooser_rotates_on_failure() -> None:
+    c = DefaultServerChooser()
+    c.add("tcp://a:1/amps/json").add_all(["tcp://b:2/amps/json"])
+    assert c.get_current_uri() == "tcp://a:1/amps/json"
+    c.report_failure(OSError("refused"))
+    assert c.get_current_uri() == "tcp://b:2/amps/json"
+    assert "refused" in c.get_error()
+    c.report_success()
+    assert c.get_current_uri() == "tcp://b:2/amps/json"
+    c.report_failure(OSError("x"))
+    assert c.get_current_uri() == "tcp://a:1/amps/json"
+
+
+# ------------------------------------------------------------------------ with servers
+
+
+def test_publish_flush_and_exactly_once_delivery(two_servers: tuple[ServerProcess, ServerProcess]) -> None:
+    a, _ = two_servers
+    got = Collector()
+    with Client("observer") as observer, HAClient("ha-pub") as ha:
+        observer.connect(a.uri())
+        observer.logon(5000)
+        observer.subscribe(got, "orders")
+        ha.get_server_chooser().add(a.uri())
+        ha.connect_and_logon()
+        seqs = [ha.publish("orders", json.dumps({"n": i})) for i in range(2000)]
+        assert seqs == sorted(seqs) and len(set(seqs)) == 2000
+        assert seqs[0] > int(time.time() * 1000 - 60_000) * 1_000_000  # epoch-ms seeding
+        ha.publish_flush(10_000)
+        assert ha.get_unpersisted_count() == 0
+    wait_for(lambda: len(got.items) == 2000, what="2000 deliveries")
+    assert got.items == list(range(2000))
+
+
+def test_failover_replays_unpersisted_on_the_second_server(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    a, b = two_servers
+    at_b = Collector()
+    events: list[ConnectionEvent] = []
+    lowest_at_drop: list[int] = []
+    with Client("observer-b") as observer, HAClient(
+        "ha-failover", MemoryPublishStore(), reconnect_delay_strategy=FixedDelayStrategy(50)
+    ) as ha:
+        observer.connect(b.uri())
+        observer.logon(5000)
+        observer.subscribe(at_b, "orders")
+
+        def on_event(event: ConnectionEvent) -> None:
+            events.append(event)
+            if event.state is ConnectionState.DISCONNECTED:
+                store = ha.publish_store
+                lowest = store.lowest_unpersisted
+                lowest_at_drop.append(lowest if lowest is not None else store.next_sequence())
+
+        ha.add_connection_state_listener(on_event)
+        ha.get_server_chooser().add_all([a.uri(), b.uri()])
+        ha.set_heartbeat(1)
+        ha.connect_and_logon()
+        for i in range(3000):
+            ha.publish("orders", json.dumps({"n": i}))
+            if i == 1500:
+                a.kill()
+        ha.publish_flush(20_000)
+        assert ha.get_unpersisted_count() == 0
+        assert ha.uri is not None and str(b.tcp_port) in ha.uri
+    states = [e.state for e in events]
+    assert ConnectionState.DISCONNECTED in states
+    assert states[-1] is ConnectionState.SHUTDOWN
+    assert states.count(ConnectionState.RESUBSCRIBED) == 2
+    # every message not persisted by A when it died reached B exactly once, in order
+    first = lowest_at_drop[0]
+    base = ha.publish_store.last_persisted - 2999  # sequence of n=0
+    start_n = first - base if first - base > 0 else 0
+    wait_for(lambda: len(at_b.items) >= 3000 - start_n, what="the replayed messages on B")
+    assert at_b.items == list(range(start_n, 3000))
+
+
+def test_resubscribe_after_server_restart_handler_and_stream(tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path / "s")
+    with server:
+        got = Collector()
+        with HAClient("ha-sub", reconnect_delay_strategy=FixedDelayStrategy(50)) as sub, Client(
+            "plain-pub"
+        ) as pub:
+            sub.get_server_chooser().add(server.uri())
+            sub.connect_and_logon()
+            sub.subscribe(got, "ticks", "/n >= 0")
+            stream = sub.subscribe("ticks")
+            assert not isinstance(stream, str)
+            pub.connect(server.uri())
+            pub.logon(5000)
+            pub.publish("ticks", '{"n": 0}')
+            pub.flush(5000)
+            wait_for(lambda: got.items == [0], what="first tick")
+            first = stream.get(5)
+            assert first is not None and first.json() == {"n": 0}
+            server.restart()
+            wait_for(lambda: sub.logged_on, what="the HA client to reconnect")
+            with Client("plain-pub-2") as pub2:
+                pub2.connect(server.uri())
+                pub2.logon(5000)
+                # resubscription happens after logon: publish until it is routed
+                n = 1
+                while len(got.items) < 2:
+                    pub2.publish("ticks", json.dumps({"n": n}))
+                    pub2.flush(5000)
+                    n += 1
+                    assert n < 500, "the subscription was not re-placed"
+            second = stream.get(5)
+            assert second is not None and second.json()["n"] >= 1
+            assert got.items[0] == 0 and got.items[1] >= 1
+
+
+def test_publish_while_disconnected_is_stored_and_sent_after_reconnect(tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path / "s")
+    with server:
+        with HAClient("ha-offline", reconnect_delay_strategy=FixedDelayStrategy(50)) as ha:
+            ha.get_server_chooser().add(server.uri())
+            ha.connect_and_logon()
+            server.kill()
+            wait_for(lambda: not ha.connected, what="the disconnect")
+            for i in range(10):
+                ha.publish("offline", json.dumps({"n": i}))
+            assert ha.get_unpersisted_count() == 10
+            with pytest.raises(TimeoutError, match="Timed out waiting to flush publish store"):
+                ha.publish_flush(300)
+            got = Collector()
+            server.start()
+            with Client("observer") as observer:
+                observer.connect(server.uri())
+                observer.logon(5000)
+                observer.subscribe(got, "offline")
+                # the HA client may already have replayed before the observer subscribed:
+                # publish_flush proves persistence; the observer sees the later ones
+                ha.publish_flush(10_000)
+                assert ha.get_unpersisted_count() == 0
+                ha.publish("offline", json.dumps({"n": 10}))
+                ha.publish_flush(5000)
+                wait_for(lambda: 10 in got.items, what="the post-reconnect publish")
+
+
+def test_safe_shutdown_reports_unpersisted(tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path / "s")
+    with server:
+        ha = HAClient("ha-close", reconnect_delay_strategy=FixedDelayStrategy(50))
+        ha.get_server_chooser().add(server.uri())
+        ha.connect_and_logon()
+        server.kill()
+        wait_for(lambda: not ha.connected, what="the disconnect")
+        ha.publish("x", "{}")
+        assert ha.close(timeout=200) == 1
+
+
+def test_publish_and_wait_confirms_each_message(tmp_path: Path) -> None:
+    with ServerProcess(data_dir=tmp_path / "s") as server, HAClient("ha-confirm") as ha:
+        ha.get_server_chooser().add(server.uri())
+        ha.connect_and_logon()
+        seq = ha.publish_and_wait("confirm", "{}", timeout=5000)
+        assert ha.publish_store.last_persisted >= seq
+        future = ha.publish_future("confirm", "{}")
+        assert future.result(5) > seq
+
+
+def test_gives_up_after_maximum_retry_time(tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path / "s")
+    uri = server.uri()  # nothing listens there
+    with HAClient(
+        "ha-giveup", reconnect_delay_strategy=FixedDelayStrategy(20, maximum=300)
+    ) as ha:
+        ha.get_server_chooser().add(uri)
+        with pytest.raises(RetryLimitError):
+            ha.connect_and_logon()
