@@ -415,7 +415,7 @@ class HAClient(Client):
         """Official spelling of :attr:`unpersisted_count`."""
         return self._ha.unpersisted_count
 
-    def connect_and_logon(  # type: ignore[override]
+    def connect_and_logon(
         self,
         uri: str | None = None,
         *,
@@ -435,7 +435,9 @@ class HAClient(Client):
         """Publish and wait for this message's persisted ack; returns its sequence."""
         return self._run(self._ha.publish_and_wait(topic, data, timeout=timeout, **kwargs))
 
-    def publish_future(self, topic: str, data: Any, **kwargs: Any) -> concurrent.futures.Future[int]:
+    def publish_future(
+        self, topic: str, data: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[int]:
         """Publish; the returned future resolves (any thread) on the persisted ack."""
         outer: concurrent.futures.Future[int] = concurrent.futures.Future()
 

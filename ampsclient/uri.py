@@ -13,7 +13,7 @@ from .exceptions import InvalidURIError
 
 __all__ = ["URI", "parse_uri"]
 
-_SCHEMES = ("tcp", "ws", "tcps", "wss")
+_SCHEMES = ("tcp", "ws", "tcps", "wss", "memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,8 @@ def parse_uri(text: str) -> URI:
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
         raise InvalidURIError(f"unsupported URI scheme {parts.scheme!r} (use tcp:// or ws://)")
+    if scheme == "memory" and port is None:
+        port = 0
     if not parts.hostname or port is None:
         raise InvalidURIError("the URI must name a host and a port")
     segments = [s for s in parts.path.split("/") if s]

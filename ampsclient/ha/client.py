@@ -19,6 +19,7 @@ While disconnected, ``publish()`` stores and returns (or blocks, with
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import logging
 import threading
@@ -188,7 +189,7 @@ class AsyncHAClient(AsyncClient):
 
     # ---------------------------------------------------------------------------- connecting
 
-    async def connect_and_logon(  # type: ignore[override]
+    async def connect_and_logon(
         self,
         uri: str | None = None,
         *,
@@ -312,7 +313,7 @@ class AsyncHAClient(AsyncClient):
             command.set_timeout(self._resubscription_timeout)
             self._resolve_resubscribe_bookmark(command)
             try:
-                await AsyncClient._execute(self, command, sub.handler, sub.stream)  # type: ignore[arg-type]
+                await AsyncClient._execute(self, command, sub.handler, sub.stream)
             except DisconnectedError:
                 raise
             except AMPSError as exc:
@@ -470,7 +471,7 @@ class AsyncHAClient(AsyncClient):
         if timeout:
             try:
                 return await asyncio.wait_for(future, timeout / 1000.0)
-            except asyncio.TimeoutError:
+            except builtins.TimeoutError:
                 raise TimeoutError("timed out waiting for the persisted ack") from None
         return await future
 
@@ -570,7 +571,7 @@ class AsyncHAClient(AsyncClient):
                 await asyncio.wait_for(asyncio.shield(fut), timeout / 1000.0)
             else:
                 await fut
-        except asyncio.TimeoutError:
+        except builtins.TimeoutError:
             raise TimeoutError("Timed out waiting to flush publish store.") from None
         finally:
             self._flush_waiters = [(t, f) for t, f in self._flush_waiters if f is not fut]

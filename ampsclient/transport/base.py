@@ -53,6 +53,10 @@ async def open_transport(
     ssl_context: ssl.SSLContext | None = None,
 ) -> Transport:
     """Connect to ``uri`` with the transport its scheme names."""
+    if uri.scheme == "memory":
+        from .memory import MemoryTransport
+
+        return await MemoryTransport.connect(uri, on_payload=on_payload, on_close=on_close)
     if uri.websocket:
         from .ws import WebSocketTransport
 

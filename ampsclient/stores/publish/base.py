@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final
+from typing import Final, Self
 
 from ...exceptions import PublishStoreGapError, StoreError
 
@@ -246,7 +246,7 @@ class PublishStore(abc.ABC):
 
     # ------------------------------------------------------------------ context manager
 
-    def __enter__(self) -> PublishStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -270,8 +270,9 @@ class IndexedPublishStore(PublishStore):
     index is a list ``_buf`` of payloads whose live part starts at ``_head``; slot ``i`` holds
     sequence ``_first + i - _head``. A message dropped singly by :meth:`discard` leaves a
     ``None`` hole, except at either end, which is trimmed, so the first and last live slots
-    always hold a message. Dropping a prefix only moves ``_head``; the list is compacted when
-    the dead prefix is at least half of it.
+    always hold a message (``_pad`` remembers how many were trimmed from the end, so that the
+    next store can restore the holes before appending). Dropping a prefix only moves
+    ``_head``; the list is compacted when the dead prefix is at least half of it.
     """
 
     def __init__(self, *, error_on_publish_gap: bool = False, next_sequence: int | None = None):
@@ -288,11 +289,13 @@ class IndexedPublishStore(PublishStore):
         """Live messages (slots that are not holes)."""
         self._holes = 0
         """``None`` slots inside the live part."""
+        self._pad = 0
+        """Sequence numbers dropped from the end by :meth:`discard` since the last store: the
+        next store first appends this many holes so that slots stay contiguous."""
         self._next = initial_sequence() if next_sequence is None else next_sequence
         self._last_persisted = 0
         self._error_on_publish_gap = error_on_publish_gap
         self._closed = False
-        self._stored_total = 0
         self._discarded_total = 0
 
     # ------------------------------------------------------------------ index helpers
@@ -303,6 +306,13 @@ class IndexedPublishStore(PublishStore):
         self._head = 0
         self._count = 0
         self._holes = 0
+        self._pad = 0
+
+    def _index_pad(self) -> None:
+        """Re-insert the holes left by single discards at the end (before a store)."""
+        self._buf.extend([None] * self._pad)
+        self._holes += self._pad
+        self._pad = 0
 
     def _index_drop_through(self, sequence: int) -> tuple[int, int]:
         """Drop every slot ``<= sequence``; returns ``(dropped messages, highest dropped seq)``.
@@ -350,9 +360,11 @@ class IndexedPublishStore(PublishStore):
             self._index_reset()
         elif idx == len(buf) - 1:
             buf.pop()
+            self._pad += 1
             while buf[-1] is None:
                 buf.pop()
                 self._holes -= 1
+                self._pad += 1
         elif idx == self._head:
             idx += 1
             while buf[idx] is None:
@@ -469,7 +481,7 @@ class IndexedPublishStore(PublishStore):
 
     def statistics(self) -> dict[str, int]:
         """Counters: ``stored``, ``bytes``, ``next_sequence``, ``last_persisted``,
-        ``stored_total``, ``discarded_total``, ``waiters``."""
+        ``stored_total`` (stored or loaded by this instance), ``discarded_total``, ``waiters``."""
         with self._lock:
             live = self._buf[self._head :]
             return {
@@ -477,7 +489,7 @@ class IndexedPublishStore(PublishStore):
                 "bytes": sum(len(p) for p in live if p is not None),
                 "next_sequence": self._next,
                 "last_persisted": self._last_persisted,
-                "stored_total": self._stored_total,
+                "stored_total": self._count + self._discarded_total,
                 "discarded_total": self._discarded_total,
                 "waiters": self._waiters,
             }

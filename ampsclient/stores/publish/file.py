@@ -19,6 +19,7 @@ and lookups never touch the disk; the file is only read when the store is opened
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -151,7 +152,8 @@ class SegmentInfo:
     records: int
     """Intact records (stores and discards)."""
     high: int
-    """The highest sequence number used up to the end of this segment."""
+    """The highest sequence number used before the next segment was started (for the newest
+    segment: the highest found so far)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +332,8 @@ def _scan(directory: Path) -> tuple[StoreInspection, list[tuple[int, bytes]], se
             count += 1
             offset = end
         segments.append(SegmentInfo(path, first, offset, count, high))
+    for older, newer in itertools.pairwise(segments):
+        older.high = newer.first_sequence - 1  # exactly next - 1 when the store rolled over
     high = max(high, last_persisted)
     live = [(s, p) for s, p in records.items() if s > last_persisted]
     while live and live[-1][0] in singles:
@@ -481,10 +485,12 @@ class FilePublishStore(IndexedPublishStore):
         self._lock_fd = self._acquire_directory()
         try:
             self._load()
-        except BaseException:
+        except BaseException as exc:
             if self._fd >= 0:
                 os.close(self._fd)
             os.close(self._lock_fd)
+            if isinstance(exc, OSError):
+                raise StoreError(f"cannot open publish store {self._dir}: {exc}") from exc
             raise
         if fsync == "interval":
             self._thread = threading.Thread(
@@ -543,6 +549,7 @@ class FilePublishStore(IndexedPublishStore):
             self._buf = [None if s in singles else p for s, p in live]
             self._count = len(inspection.messages)
             self._holes = len(inspection.holes)
+            self._pad = self._next - (self._first + len(self._buf))
         self._segments = [_Segment(s.path, s.size, s.high) for s in inspection.segments]
         if not self._segments:
             self._create_segment()
@@ -735,9 +742,10 @@ class FilePublishStore(IndexedPublishStore):
             self._append(_store_record(s, payload))
             if not self._count:
                 self._first = s
+            elif self._pad:
+                self._index_pad()
             self._buf.append(payload)
             self._count += 1
-            self._stored_total += 1
             self._next = s + 1
             generation = self._write_gen
             if self._active_size >= self._segment_size:
@@ -765,10 +773,11 @@ class FilePublishStore(IndexedPublishStore):
             self._append(b"".join(records))
             if not self._count:
                 self._first = s
+            elif self._pad:
+                self._index_pad()
             self._buf.extend(payloads)
             n = len(payloads)
             self._count += n
-            self._stored_total += n
             self._next = s + n
             generation = self._write_gen
             if self._active_size >= self._segment_size:

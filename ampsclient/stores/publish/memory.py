@@ -45,9 +45,10 @@ class MemoryPublishStore(IndexedPublishStore):
             payload = build(s)
             if not self._count:
                 self._first = s
+            elif self._pad:
+                self._index_pad()
             self._buf.append(payload)
             self._count += 1
-            self._stored_total += 1
             self._next = s + 1
             return s
 
@@ -63,10 +64,11 @@ class MemoryPublishStore(IndexedPublishStore):
                 return []
             if not self._count:
                 self._first = s
+            elif self._pad:
+                self._index_pad()
             self._buf.extend(payloads)
             n = len(payloads)
             self._count += n
-            self._stored_total += n
             self._next = s + n
             return list(range(s, s + n))
 
