@@ -200,9 +200,9 @@ def test_publish_gap(store: PublishStore) -> None:
     stored = fill(store, 10)
     store.discard_up_to(stored[5])
     assert store.discard_up_to(stored[2]) == 0  # ignored by default
-    assert not store.error_on_publish_gap and not store.get_error_on_publish_gap()
+    assert (store.error_on_publish_gap, store.get_error_on_publish_gap()) == (False, False)
     store.set_error_on_publish_gap(True)
-    assert store.error_on_publish_gap
+    assert (store.error_on_publish_gap, store.get_error_on_publish_gap()) == (True, True)
     with pytest.raises(PublishStoreGapError, match=str(stored[2])):
         store.discard_up_to(stored[2])
     assert store.discard_up_to(stored[5]) == 0  # equal is no gap
@@ -331,7 +331,12 @@ def test_wait_for_a_discard_from_another_thread(store: PublishStore) -> None:
 def test_wait_for_a_single_discard(store: PublishStore) -> None:
     stored = fill(store, 2)
     store.discard_up_to(stored[0])
-    thread = threading.Thread(target=lambda: (_wait_until_waiting(store), store.discard(stored[1])))
+
+    def discarder() -> None:
+        _wait_until_waiting(store)
+        store.discard(stored[1])
+
+    thread = threading.Thread(target=discarder)
     thread.start()
     assert store.wait_for(stored[1], timeout=30) is True
     thread.join()
@@ -409,10 +414,7 @@ def test_statistics(store: PublishStore) -> None:
 
 
 def test_publisher_and_acker_threads(factory: Factory) -> None:
-    if factory.kind == "file-always":
-        n = 100  # one fsync per store from a single publisher thread
-    else:
-        n = 20_000
+    n = 100 if factory.kind == "file-always" else 20_000  # "always": one fsync per store
     store = factory.open()
     stored: list[int] = []
     done = threading.Event()
@@ -512,4 +514,3 @@ def test_reopen_after_a_gap_ack(file_factory: Factory) -> None:
     store.set_error_on_publish_gap(True)
     with pytest.raises(PublishStoreGapError):
         store.discard_up_to(stored[1])
-
