@@ -64,6 +64,9 @@ CLIENT_VERSION: Final = "5.3.5.0.ampsclient-0.1.0:python"
 Handler = Callable[[Message], Any]
 """A message handler."""
 
+WRITE_LINGER: Final = 0.0005
+"""After a write, the writer looks for more queued frames this many seconds later."""
+
 _pack_len = struct.Struct(">I").pack
 _SUBSCRIBE_COMMANDS: Final = frozenset(
     {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
@@ -486,14 +489,21 @@ class AsyncClient:
                 return
 
     def _drain(self) -> None:
-        self._wake_pending = False
+        """Write everything queued. While frames keep coming, stay awake: drain again after
+        :data:`WRITE_LINGER` seconds instead of being woken per burst, so a publisher thread
+        does not pay a wake-up (a syscall and a GIL hand-off) for every few messages."""
         q = self._outq
         n = len(q)
         if not n:
+            self._wake_pending = False
+            if q:  # appended after the check by a publisher that saw the flag still set
+                self._wake_pending = True
+                self._loop.call_soon(self._drain)  # type: ignore[union-attr]
             return
         transport = self._transport
         if transport is None:
             q.clear()
+            self._wake_pending = False
             return
         pop = q.popleft
         data = pop() if n == 1 else b"".join([pop() for _ in range(n)])
@@ -502,6 +512,7 @@ class AsyncClient:
             transport.write(data)
         except AMPSError as exc:
             log.debug("write after close dropped: %s", exc)
+        self._loop.call_later(WRITE_LINGER, self._drain)  # type: ignore[union-attr]
 
     def _on_writable(self, writable: bool) -> None:
         if writable:
