@@ -30,6 +30,7 @@ from ampsclient_server_stub.config import (
     TransportConfig,
     default_config,
     load_config,
+    parse_duration,
 )
 
 from .server import ReferenceServer
@@ -57,6 +58,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", type=Path, default=None, help="AMPS-style XML config file")
     parser.add_argument(
         "--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ...)"
+    )
+    parser.add_argument(
+        "--fsync",
+        choices=("always", "interval", "never"),
+        default="always",
+        help="journal durability: group-committed fsync before persisted acks (always), "
+        "every few ms (interval), or left to the OS (never); default always",
+    )
+    parser.add_argument(
+        "--journal-max-age",
+        default=None,
+        help="remove journal files older than this (e.g. 7d, 12h), checked every minute; "
+        "files still needed by a replay are kept",
+    )
+    parser.add_argument(
+        "--no-txlog",
+        action="store_true",
+        help="without a <TransactionLog> in the config, record nothing (default: every topic)",
     )
     return parser.parse_args(argv)
 
@@ -108,7 +127,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
 
 
-async def _serve(config: ServerConfig) -> None:
+async def _serve(config: ServerConfig, args: argparse.Namespace | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -116,12 +135,22 @@ async def _serve(config: ServerConfig) -> None:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # pragma: no cover - e.g. Windows
             signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
-    server = ReferenceServer(config)
+    server = ReferenceServer(
+        config,
+        fsync=getattr(args, "fsync", "always"),
+        record_all_topics=not getattr(args, "no_txlog", False),
+    )
     await server.start()
+    max_age = getattr(args, "journal_max_age", None)
+    retention: asyncio.Task[None] | None = None
+    if max_age:
+        retention = asyncio.create_task(server.retention_loop(parse_duration(max_age), 60.0))
     try:
         await stop.wait()
         logger.info("signal received, shutting down")
     finally:
+        if retention is not None:
+            retention.cancel()
         await server.stop()
 
 
@@ -139,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error("configuration error: %s", exc)
         return 2
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, args))
     except OSError as exc:
         logger.error("cannot start the server: %s", exc)
         return 1

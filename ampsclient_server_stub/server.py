@@ -14,6 +14,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -21,6 +22,8 @@ from websockets.asyncio.server import Server as WsServer
 
 from ampsclient_server_stub.config import ServerConfig, TransportConfig, default_config
 from ampsclient_server_stub.engine.broker import Authenticator, Broker
+from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
+from ampsclient_server_stub.engine.txlog import TxLog
 
 from .net.session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER
 from .net.tcp import start_tcp_listener
@@ -34,6 +37,73 @@ _T = TypeVar("_T")
 
 _EXPIRATION_INTERVAL = 1.0
 """Seconds between SOW expiration sweeps."""
+
+INTERVAL_SYNC: float = 0.005
+"""With ``fsync="interval"``, seconds between group commits."""
+
+
+class Committer:
+    """Group commit: one ``journal.sync()`` at a time in a worker thread.
+
+    Requests arriving while a sync runs are covered by the next one, so one fsync serves every
+    record appended meanwhile; when a sync returns, :meth:`Broker.on_durable` releases the
+    persisted acks and bookmark deliveries it made safe.
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, journal: Journal, broker: Broker, policy: str
+    ) -> None:
+        self.loop = loop
+        self.journal = journal
+        self.broker = broker
+        self.policy = policy
+        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal")
+        self.running = False
+        self.again = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.closed = False
+
+    def request(self) -> None:
+        """Ask for a commit of everything appended so far."""
+        if self.closed:
+            return
+        if self.running:
+            self.again = True
+            return
+        if self.policy == "interval":
+            if self.timer is None:
+                self.timer = self.loop.call_later(INTERVAL_SYNC, self._start)
+            return
+        self._start()
+
+    def _start(self) -> None:
+        self.timer = None
+        if self.running or self.closed:
+            return
+        self.running = True
+        self.again = False
+        future = self.loop.run_in_executor(self.executor, self.journal.sync)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: asyncio.Future[int]) -> None:
+        self.running = False
+        try:
+            durable = future.result()
+        except Exception:
+            logger.exception("journal sync failed; no persisted acks until it works again")
+            if not self.closed:
+                self.loop.call_later(0.1, self.request)
+            return
+        self.broker.on_durable(durable)
+        if self.again or self.journal.last_index > durable:
+            self.request()
+
+    def close(self) -> None:
+        """Stop committing (the journal's close does the final sync)."""
+        self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.executor.shutdown(wait=True)
 
 
 def _client_host(host: str) -> str:
@@ -62,8 +132,18 @@ class ReferenceServer:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
         authenticate: Authenticator | None = None,
+        fsync: FsyncPolicy = "always",
+        record_all_topics: bool = True,
     ) -> None:
         self.config = config if config is not None else default_config(tcp_port=0, ws_port=0)
+        self.fsync: FsyncPolicy = fsync
+        """Journal durability: ``always`` (group-committed fsync before persisted acks),
+        ``interval`` (fsync every few ms), ``never`` (the OS decides; survives kill -9)."""
+        self.record_all_topics = record_all_topics
+        """Without a ``<TransactionLog>`` in the config, record every topic (zero config)."""
+        self.journal: Journal | None = None
+        self._committer: Committer | None = None
+        self._tempdir: Any = None
         self.max_frame_size = max_frame_size
         self.max_write_buffer = max_write_buffer
         self.authenticate = authenticate
@@ -80,7 +160,11 @@ class ReferenceServer:
         if self._started:
             return
         loop = asyncio.get_running_loop()
-        self.broker = Broker(self.config, call_later=loop.call_later)
+        txlog = self._open_txlog()
+        self.broker = Broker(self.config, call_later=loop.call_later, txlog=txlog)
+        if txlog is not None:
+            self._committer = Committer(loop, txlog.journal, self.broker, self.fsync)
+            self.broker.request_sync = self._committer.request
         if self.authenticate is not None:
             self.broker.authenticate = self.authenticate
         self._started = True
@@ -124,6 +208,67 @@ class ReferenceServer:
         self._expiry = asyncio.create_task(self._expire_loop())
         logger.info("%s", self.listening_line())
 
+    def _open_txlog(self) -> TxLog | None:
+        """The journal named by the config's ``<TransactionLog>`` (or the zero-config one)."""
+        cfg = self.config.transaction_log
+        if cfg is None and not self.record_all_topics:
+            return None
+        if cfg is not None:
+            directory = cfg.journal_directory
+            size = cfg.journal_size
+            topics: list[tuple[str, str | None]] | None = [
+                (t.name, t.message_type) for t in cfg.topics
+            ]
+        else:
+            if self.config.data_dir is not None:
+                directory = self.config.data_dir / "journal"
+            else:
+                import tempfile
+
+                self._tempdir = tempfile.TemporaryDirectory(prefix="ampsclient-journal-")
+                directory = Path(self._tempdir.name)
+            size = 64 * 1024 * 1024
+            topics = None
+        self.journal = Journal(directory, journal_size=size, fsync=self.fsync)
+        logger.info(
+            "transaction log at %s (%s; fsync=%s)",
+            directory,
+            "every topic" if topics is None else f"{len(topics)} topic rule(s)",
+            self.fsync,
+        )
+        return TxLog(self.journal, topics)
+
+    async def prune_journal(self, older_than: float) -> list[Path]:
+        """Remove journal files whose newest record is older than ``older_than`` seconds.
+
+        Files still needed by an active bookmark replay are kept (the journal's pins). Runs
+        the file work in a worker thread.
+        """
+        journal = self.journal
+        if journal is None:
+            return []
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, journal.prune, older_than)
+
+    async def compress_journal(self, older_than: float) -> list[Path]:
+        """Compress journal files older than ``older_than`` seconds (still replayable)."""
+        journal = self.journal
+        if journal is None:
+            return []
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, journal.compress, older_than)
+
+    async def retention_loop(self, max_age: float, every: float) -> None:
+        """Prune the journal to ``max_age`` seconds every ``every`` seconds."""
+        while True:
+            try:
+                removed = await self.prune_journal(max_age)
+                if removed:
+                    logger.info("journal retention removed %d file(s)", len(removed))
+            except Exception:
+                logger.exception("journal retention failed")
+            await asyncio.sleep(every)
+
     async def stop(self) -> None:
         """Close the listeners and every connection, then the SOW topics."""
         if not self._started:
@@ -164,6 +309,17 @@ class ReferenceServer:
                     logger.warning("ws listener did not close in time")
         self._tcp.clear()
         self._ws.clear()
+        if self._committer is not None:
+            self._committer.close()
+            self._committer = None
+        if self.journal is not None:
+            self.journal.close()
+            if broker is not None:
+                broker.on_durable(self.journal.durable_index)
+            self.journal = None
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir = None
         if broker is not None:
             broker.close()
         logger.info("server stopped")

@@ -71,6 +71,7 @@ from .payload import (
 )
 from .sow import SowRecord, SowTopic
 from .topics import TopicError, TopicMatcher, compile_topic
+from .txlog import PERSISTED_ACK_INTERVAL, REPLAY_BACKLOG, REPLAY_BATCH, Replay, ReplayError, TxLog
 
 try:
     from ampsclient.protocol.bookmarks import publisher_id_for
@@ -256,14 +257,18 @@ def _set_path(target: dict[str, Any], parts: Sequence[str], value: Any) -> None:
 class _ClientState:
     """What the broker remembers about a client name across its connections."""
 
-    __slots__ = ("bookmark_seq", "last_seq", "name", "publisher_id")
+    __slots__ = ("ack_seq", "bookmark_seq", "durable_wait", "last_seq", "name", "publisher_id")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, last_seq: int = 0) -> None:
         self.name = name
         self.publisher_id = publisher_id_for(name)
-        self.last_seq = 0
-        """Highest publish sequence persisted for this client name (in memory for now)."""
-        self.bookmark_seq = 0
+        self.last_seq = last_seq
+        """Highest publish sequence accepted from this client name (duplicates are <= it)."""
+        self.ack_seq = last_seq
+        """Highest sequence that may be acknowledged as persisted (durable in the journal)."""
+        self.bookmark_seq = last_seq
+        self.durable_wait: deque[tuple[int, int]] = deque()
+        """``(journal index, sequence)`` of accepted publishes not yet durable."""
 
 
 class Connection:
@@ -273,6 +278,7 @@ class Connection:
         "ack_conflation",
         "client_name",
         "closed",
+        "deferred_flush",
         "id",
         "logged_on",
         "message_type",
@@ -312,6 +318,8 @@ class Connection:
         self.persist_pending = False
         self.persist_count = 0
         self.persist_timer: TimerHandle | None = None
+        self.deferred_flush: list[Header] = []
+        """``flush`` commands waiting for this client's publishes to become durable."""
 
     @property
     def mt(self) -> str:
@@ -338,6 +346,7 @@ class Subscription:
         "options",
         "paused",
         "predicate",
+        "replay",
         "send_keys",
         "sid",
         "sub_id",
@@ -372,6 +381,8 @@ class Subscription:
         self.paused = "pause" in options
         self.held: deque[bytes] = deque(maxlen=PAUSE_BUFFER_LIMIT)
         self.dropped = 0
+        self.replay: Replay | None = None
+        """For bookmark subscriptions: the cursor over the transaction log."""
 
     def hold(self, payload: bytes) -> None:
         """Buffer a delivery while paused (bounded; the oldest is dropped when full)."""
@@ -421,8 +432,17 @@ class Broker:
         clock: Callable[[], float] = time.time,
         authenticate: Authenticator | None = None,
         version: str = SERVER_VERSION,
+        txlog: TxLog | None = None,
+        request_sync: Callable[[], None] | None = None,
     ) -> None:
         self.call_later = call_later
+        self.txlog = txlog
+        """The transaction log, when messages are recorded."""
+        self.request_sync: Callable[[], None] = request_sync or self._sync_now
+        """Ask for a group commit; :meth:`on_durable` is called when it completed."""
+        self._replays: dict[int, Replay] = {}
+        self._live: set[Replay] = set()
+        self._waiting: dict[str, _ClientState] = {}
         self.clock = clock
         self.authenticate: Authenticator = authenticate or (lambda user, password: True)
         """Authentication hook: replace to refuse logons (reason ``auth failure``)."""
@@ -467,6 +487,8 @@ class Broker:
                 self.add_sow_topic(opened, expiration=topic_config.expiration)
         for sow in sow_topics:
             self.add_sow_topic(sow)
+        if txlog is not None:
+            self.recover_sow_from_journal()
 
     # ------------------------------------------------------------------ SOW topics
 
@@ -715,8 +737,24 @@ class Broker:
 
     # ------------------------------------------------------------------ persisted acks
 
-    def _note_persisted(self, conn: Connection) -> None:
+    def _note_persisted(self, conn: Connection, index: int | None = None, seq: int = 0) -> None:
+        """A publish asking for a persisted ack was accepted (or was a duplicate).
+
+        ``index`` is its journal index when it was recorded: the ack then waits for the group
+        commit that makes it durable (:meth:`on_durable`). Otherwise everything accepted so
+        far is acknowledged, conflated, unless recorded publishes are still pending.
+        """
+        state = conn.state
+        assert state is not None
         conn.persist_pending = True
+        if index is not None:
+            state.durable_wait.append((index, seq))
+            self._waiting[state.name] = state
+            self.request_sync()
+            return
+        if state.durable_wait:
+            return  # covered by the ack that follows the pending group commit
+        state.ack_seq = state.last_seq
         conn.persist_count += 1
         if conn.persist_count >= PERSISTED_ACK_BATCH or self.call_later is None:
             self._flush_persisted(conn)
@@ -742,7 +780,7 @@ class Broker:
         conn.persist_count = 0
         conn.session.send(
             encode_header(
-                {"c": "ack", "a": "persisted", "s": conn.state.last_seq, "status": "success"}
+                {"c": "ack", "a": "persisted", "s": conn.state.ack_seq, "status": "success"}
             )
         )
 
@@ -795,7 +833,10 @@ class Broker:
         conn.logged_on = True
         state = self._states.get(name)
         if state is None:
-            state = self._states[name] = _ClientState(name)
+            last = 0
+            if self.txlog is not None:
+                last = self.txlog.journal.last_sequence(publisher_id_for(name))
+            state = self._states[name] = _ClientState(name, last)
         conn.state = state
         self._by_name[name] = conn
         self.counters["logons"] += 1
@@ -811,11 +852,11 @@ class Broker:
                     "c": "ack",
                     "cid": _text(hdr.get("cid")),
                     "a": "processed",
-                    "s": state.last_seq,
+                    "s": state.ack_seq,
                     "status": "success",
                     "client_name": state.name,
                     "version": self.version,
-                    "bm": f"{state.publisher_id}|{state.last_seq}|",
+                    "bm": f"{state.publisher_id}|{state.ack_seq}|",
                 }
             )
         )
@@ -840,17 +881,247 @@ class Broker:
     def start_bookmark_replay(
         self, conn: Connection, sub: Subscription, bookmark: str, hdr: Header
     ) -> None:
-        """Hook for the transaction-log task: replay the journal after ``bookmark``.
-
-        For now every bookmark is treated as NOW (live messages only): nothing is replayed and
-        the caller sends the requested ``completed`` ack at once.
-        """
+        """Without a transaction log every bookmark is treated as NOW (live messages only)."""
         logger.debug("%r: bookmark %r on %r treated as NOW (no journal)", conn, bookmark, sub)
+
+    # ------------------------------------------------------------------ transaction log
+
+    def _prepare_replay(
+        self, conn: Connection, sub: Subscription, bookmark: str, hdr: Header, flags: int
+    ) -> None:
+        """Attach a journal cursor to a bookmark subscription (before it is installed)."""
+        txlog = self.txlog
+        assert txlog is not None
+        if not txlog.covers(sub.message_type, sub.matcher):
+            raise CommandFailure(
+                "invalid topic", f"{sub.matcher.topic!r} is not recorded in the transaction log"
+            )
+        try:
+            replay = Replay.start(txlog.journal, sub, bookmark)
+        except ReplayError as exc:
+            raise CommandFailure(exc.reason, str(exc)) from None
+        if flags & _COMPLETED:
+            cid_hdr = {"cid": hdr.get("cid")}
+            replay.send_completed = lambda: self._ack(conn, cid_hdr, "completed", sub_id=sub.sub_id)
+        replay.send_persisted = bool(flags & _PERSISTED)
+        sub.replay = replay
+
+    def _pump(self, replay: Replay) -> None:
+        """Deliver what ``replay`` may deliver now, paced by its session's backlog."""
+        sub = replay.sub
+        conn = sub.conn
+        if replay.done or sub.paused or conn.closed or replay.timer is not None:
+            return
+        session = conn.session
+        backlog = getattr(session, "backlog", None)
+        send = session.send
+        journal = replay.journal
+        limit = replay.limit()
+        budget = 5 * REPLAY_BATCH
+        while replay.position <= limit:
+            if budget <= 0 or (backlog is not None and backlog() > REPLAY_BACKLOG):
+                self._pump_later(replay, 0.0 if budget <= 0 else 0.002)
+                return
+            count = min(REPLAY_BATCH, limit - replay.position + 1)
+            records = journal.read(replay.position, max_records=count)
+            if not records:
+                break
+            for record in records:
+                if record.index > limit:
+                    break
+                if replay.past_end(record):
+                    self._finish_replay(replay)
+                    return
+                if replay.matches(record):
+                    wait = replay.rate_wait(record)
+                    if wait > 0:
+                        replay.advance(record.index)
+                        self._pump_later(replay, wait)
+                        return
+                    send(replay.frame(record))
+                    replay.sent(record)
+                replay.last_bm = record.bookmark
+                replay.position = record.index + 1
+                budget -= 1
+            replay.advance(replay.position)
+        if replay.position > limit:
+            if not replay.completed_sent:
+                replay.completed_sent = True
+                if replay.send_completed is not None:
+                    replay.send_completed()
+            if replay.end_index is not None and replay.position > replay.end_index:
+                self._finish_replay(replay)
+            elif replay.end_time is not None:
+                now_us = int(self.clock() * 1_000_000)
+                if replay.time_over(now_us):
+                    self._finish_replay(replay)
+                elif self.call_later is not None and replay.timer is None:
+                    delay = (replay.end_time - now_us) / 1_000_000 + 0.001
+                    self._pump_later(replay, min(delay, 60.0))
+
+    def _pump_later(self, replay: Replay, delay: float) -> None:
+        if self.call_later is None or replay.timer is not None or replay.done:
+            return
+
+        def fire() -> None:
+            replay.timer = None
+            self._pump(replay)
+
+        replay.timer = self.call_later(delay, fire)
+
+    def _finish_replay(self, replay: Replay) -> None:
+        """A range reached its end: ``completed``, then the subscription stops."""
+        if not replay.completed_sent:
+            replay.completed_sent = True
+            if replay.send_completed is not None:
+                replay.send_completed()
+        sub = replay.sub
+        self._remove_sub(sub)
+
+    def _sync_now(self) -> None:
+        """Group commit done inline (no server loop): used by unit tests and tools."""
+        txlog = self.txlog
+        if txlog is not None:
+            self.on_durable(txlog.journal.sync())
+
+    def on_durable(self, durable: int) -> None:
+        """A group commit made every record up to ``durable`` durable: persisted acks go out,
+        deferred flushes are answered, and bookmark subscriptions move on."""
+        for name, state in list(self._waiting.items()):
+            wait = state.durable_wait
+            acked = None
+            while wait and wait[0][0] <= durable:
+                acked = wait.popleft()[1]
+            if acked is not None and acked > state.ack_seq:
+                state.ack_seq = acked
+            if not wait:
+                del self._waiting[name]
+                if state.last_seq > state.ack_seq:
+                    state.ack_seq = state.last_seq  # duplicates and unrecorded publishes
+            conn = self._by_name.get(name)
+            if conn is None or conn.closed:
+                continue
+            if acked is not None:
+                conn.persist_pending = True
+            self._flush_persisted(conn)
+            if not wait and conn.deferred_flush:
+                deferred, conn.deferred_flush = conn.deferred_flush, []
+                for hdr in deferred:
+                    self._flush_ack(conn, hdr)
+        if self._replays:
+            now = time.monotonic()
+            for replay in list(self._replays.values()):
+                self._pump(replay)
+                if (
+                    replay.send_persisted
+                    and replay.completed_sent
+                    and replay.last_bm
+                    and now - replay.last_persisted_ack >= PERSISTED_ACK_INTERVAL
+                ):
+                    replay.last_persisted_ack = now
+                    replay.sub.conn.session.send(
+                        encode_header(
+                            {
+                                "c": "ack",
+                                "a": "persisted",
+                                "status": "success",
+                                "sub_id": replay.sub.sub_id,
+                                "bm": replay.last_bm,
+                            }
+                        )
+                    )
+
+    def recover_sow_from_journal(self) -> int:
+        """Re-apply recorded SOW writes from the journal (after a restart); returns how many.
+
+        Publishes are upserts and deletes are re-run in log order, so re-applying records the
+        SOW file already holds is harmless; an in-memory SOW is rebuilt entirely.
+        """
+        txlog = self.txlog
+        if txlog is None or not self._sow_by_name:
+            return 0
+        journal = txlog.journal
+        applied = 0
+        position = journal.first_index
+        while position <= journal.last_index:
+            records = journal.read(position, max_records=REPLAY_BATCH)
+            if not records:
+                break
+            for record in records:
+                position = record.index + 1
+                mt = str(record.fields.get("mt", "json"))
+                if record.command == "sow_delete":
+                    applied += self._recover_delete(record, mt)
+                    continue
+                group = self._sow_by_name.get(record.topic)
+                sow = next((g for g in group if g.message_type == mt), None) if group else None
+                if sow is None:
+                    continue
+                doc = decode(mt, record.payload)
+                k = record.fields.get("k")
+                e = record.fields.get("e")
+                expiration = None
+                if e is not None:
+                    try:
+                        seconds = float(e)
+                        expiration = record.timestamp / 1_000_000 + seconds if seconds > 0 else None
+                    except ValueError:
+                        expiration = None
+                x = record.fields.get("x")
+                try:
+                    sow.publish(
+                        record.payload,
+                        doc=doc,
+                        sow_key=str(k) if k is not None and doc is None else None,
+                        bookmark=record.bookmark,
+                        timestamp=format_timestamp(record.timestamp / 1_000_000),
+                        correlation_id=None if x is None else str(x),
+                        expiration=expiration,
+                    )
+                    applied += 1
+                except Exception:
+                    logger.exception(
+                        "recovering SOW %r from journal record %d", sow.topic, record.index
+                    )
+        if applied:
+            logger.info("recovered %d SOW write(s) from the transaction log", applied)
+        return applied
+
+    def _recover_delete(self, record: Any, mt: str) -> int:
+        try:
+            matcher = compile_topic(record.topic)
+        except TopicError:
+            return 0
+        filter_text = record.fields.get("filter")
+        predicate = compile_filter(str(filter_text)) if filter_text else None
+        keys_text = record.fields.get("sow_keys")
+        keys = _split_list(keys_text) if keys_text else None
+        data_doc = decode(mt, record.payload) if record.payload else None
+        count = 0
+        for name, group in self._sow_by_name.items():
+            if not matcher.matches(name):
+                continue
+            for sow in group:
+                if sow.message_type != mt:
+                    continue
+                try:
+                    gone = sow.delete(predicate, keys=keys, data_doc=data_doc)
+                except Exception:
+                    logger.exception("recovering a sow_delete on %r", sow.topic)
+                    continue
+                count += len(gone)
+        return count
 
     # ------------------------------------------------------------------ routing
 
     def _add_sub(self, sub: Subscription) -> None:
         sub.conn.subs[sub.sub_id] = sub
+        if sub.replay is not None:
+            # bookmark subscriptions are fed by their journal cursor, not by routing
+            self._replays[id(sub)] = sub.replay
+            if sub.replay.live:
+                self._live.add(sub.replay)
+            return
         if sub.matcher.is_regex:
             self._regex.setdefault(sub.message_type, []).append(sub)
         else:
@@ -860,6 +1131,12 @@ class Broker:
     def _remove_sub(self, sub: Subscription) -> None:
         if sub.conn.subs.get(sub.sub_id) is sub:
             del sub.conn.subs[sub.sub_id]
+        if sub.replay is not None:
+            replay = self._replays.pop(id(sub), None)
+            if replay is not None:
+                self._live.discard(replay)
+                replay.close()
+            return
         if sub.matcher.is_regex:
             regex_group = self._regex.get(sub.message_type)
             if regex_group is not None and sub in regex_group:
@@ -924,12 +1201,12 @@ class Broker:
             self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED))
             self._note_persisted(conn)
             return
-        self._do_publish(conn, topic, hdr, payload, end, delta, seq)
+        index = self._do_publish(conn, topic, hdr, payload, end, delta, seq)
         if flags:
             self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED | _COMPLETED | _STATS))
         if seq is not None:
             state.last_seq = seq
-            self._note_persisted(conn)
+            self._note_persisted(conn, index, seq)
 
     def _sow_for_publish(self, mt: str, topic: str) -> SowTopic | None:
         group = self._sow_by_name.get(topic)
@@ -951,23 +1228,91 @@ class Broker:
         end: int,
         delta: bool,
         seq: int | None = None,
-    ) -> None:
+    ) -> int | None:
+        """Record (when the topic is recorded), store in the SOW, route. Returns the journal
+        index of the record, or ``None`` when the topic is not recorded."""
         self.counters["publishes"] += 1
         mt = conn.mt
         sow = self._sow_for_publish(mt, topic) if self._sow_by_name else None
         if sow is not None:
-            self._publish_sow(conn, sow, hdr or {}, payload[end:], delta, seq)
-            return
+            return self._publish_sow(conn, sow, hdr or {}, payload[end:], delta, seq)
+        data = payload[end:]
+        x = _text(hdr.get("x")) if hdr is not None else None
+        record = None
+        txlog = self.txlog
+        if txlog is not None and txlog.records(mt, topic):
+            jseq = self._journal_sequence(conn, seq)
+            record = self._append(
+                conn, jseq, topic, "delta_publish" if delta else "p", data, {"x": x} if x else None
+            )
         route = self._routes.get((mt, topic))
         if route is None:
             route = self._route(mt, topic)
         if route:
-            x = _text(hdr.get("x")) if hdr is not None else None
-            self._deliver_plain(route, topic, payload[end:], x, mt)
+            self._deliver_plain(
+                route, topic, data, x, mt, None if record is None else record.bookmark
+            )
+        return None if record is None else record.index
 
-    def _deliver_plain(self, route: Route, topic: str, data: bytes, x: str | None, mt: str) -> None:
+    def _journal_sequence(self, conn: Connection, seq: int | None) -> int:
+        """The sequence a record of this publish gets in the journal (its bookmark's second
+        part): the client's own ``s``, or the next number for publishes without one."""
+        state = conn.state
+        assert state is not None
+        if seq is not None:
+            return seq
+        state.last_seq += 1
+        return state.last_seq
+
+    def _append(
+        self,
+        conn: Connection,
+        jseq: int,
+        topic: str,
+        command: str,
+        data: bytes,
+        fields: Mapping[str, str | int] | None,
+    ) -> Any:
+        """Append one record to the journal and ask for a group commit."""
+        txlog = self.txlog
+        assert txlog is not None and conn.state is not None
+        extra: dict[str, str | int] = {"mt": conn.mt}
+        if fields:
+            extra.update(fields)
+        try:
+            record = txlog.journal.append(
+                publisher_id=conn.state.publisher_id,
+                sequence=jseq,
+                topic=topic,
+                command=command,
+                payload=data,
+                fields=extra,
+            )
+        except Exception as exc:
+            logger.exception("journal append failed for %r", conn)
+            raise CommandFailure("tx store failure", str(exc)) from exc
+        self.request_sync()
+        if self._live:
+            for replay in list(self._live):
+                self._pump(replay)
+        return record
+
+    def _deliver_plain(
+        self,
+        route: Route,
+        topic: str,
+        data: bytes,
+        x: str | None,
+        mt: str,
+        bm: str | None = None,
+    ) -> None:
         head = '{"c":"p","t":"' + escape(topic) + '","sids":"'
-        tail = '"' + (',"x":"' + escape(x) + '"' if x else "") + "}"
+        tail = (
+            '"'
+            + (',"bm":"' + bm + '"' if bm else "")
+            + (',"x":"' + escape(x) + '"' if x else "")
+            + "}"
+        )
         doc: Any = _ABSENT
         ts_tail: str | None = None
         for conn, subs in route:
@@ -1021,7 +1366,7 @@ class Broker:
         data: bytes,
         delta: bool,
         seq: int | None,
-    ) -> None:
+    ) -> int | None:
         mt = sow.message_type
         doc = decode(mt, data)
         sow_key = _text(hdr.get("k"))
@@ -1030,7 +1375,14 @@ class Broker:
         key = sow.compute_key(doc, sow_key)
         prev_doc = sow.doc(key) if key in sow else _ABSENT
         now = self.clock()
-        bookmark = self.assign_bookmark(conn, sow.topic, seq)
+        recorded = self.txlog is not None and self.txlog.records(mt, sow.topic)
+        jseq = 0
+        if recorded:
+            jseq = self._journal_sequence(conn, seq)
+            assert conn.state is not None
+            bookmark = f"{conn.state.publisher_id}|{jseq}|"
+        else:
+            bookmark = self.assign_bookmark(conn, sow.topic, seq)
         x = _text(hdr.get("x"))
         kwargs: dict[str, Any] = {
             "doc": doc,
@@ -1049,9 +1401,21 @@ class Broker:
         except Exception as exc:
             logger.exception("SOW %r: write failed", sow.topic)
             raise CommandFailure("sow store failed", str(exc)) from exc
+        index = None
+        if recorded:
+            fields: dict[str, str | int] = {"k": record.key}
+            if x:
+                fields["x"] = x
+            e = hdr.get("e")
+            if e is not None and e != "":
+                fields["e"] = str(e)
+            index = self._append(
+                conn, jseq, sow.topic, "delta_publish" if delta else "p", record.data, fields
+            ).index
         route = self._route(mt, sow.topic)
         if route:
             self._deliver_sow(route, sow, record, new_doc, prev_doc)
+        return index
 
     def _delta_body(self, sow: SowTopic, prev_doc: Any, new_doc: Any) -> tuple[bytes, bool] | None:
         """``(delta payload, changed)``, or ``None`` when a delta cannot be computed."""
@@ -1289,6 +1653,8 @@ class Broker:
                     sub.dropped = 0
                 for frame in held:
                     conn.session.send(frame)
+                if sub.replay is not None:
+                    self._pump(sub.replay)
         return ",".join(ids)
 
     def _subscribe_command(self, conn: Connection, hdr: Header, *, delta: bool) -> None:
@@ -1299,11 +1665,16 @@ class Broker:
             self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED | _COMPLETED), sub_id=sub_ids)
             return
         sub, replaced = self._prepare_subscription(conn, hdr, options, delta=delta)
+        bookmark = _text(hdr.get("bm"))
+        if bookmark is not None and self.txlog is not None:
+            self._prepare_replay(conn, sub, bookmark, hdr, flags)
         self._install(sub, replaced)
         if "resume" in options and sub.paused:
             self._pause_resume(conn, {"sub_id": sub.sub_id}, {"resume": ""})
-        bookmark = _text(hdr.get("bm"))
         self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED), sub_id=sub.sub_id)
+        if sub.replay is not None:
+            self._pump(sub.replay)
+            return
         if bookmark is not None:
             self.start_bookmark_replay(conn, sub, bookmark, hdr)
         self._acks(conn, hdr, flags & _COMPLETED, sub_id=sub.sub_id)
@@ -1326,6 +1697,15 @@ class Broker:
         self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED | _COMPLETED))
 
     def _cmd_flush(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        state = conn.state
+        if state is not None and state.durable_wait:
+            # answer once everything this client published before is durable
+            conn.deferred_flush.append(hdr)
+            self.request_sync()
+            return
+        self._flush_ack(conn, hdr)
+
+    def _flush_ack(self, conn: Connection, hdr: Header) -> None:
         self._flush_persisted(conn)
         flags = _flags(hdr)
         self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED))
@@ -1485,9 +1865,6 @@ class Broker:
         send(encode_header({"c": "group_end", "query_id": query_id}))
         if sub is not None:
             self._install(sub, replaced)
-            bookmark = _text(hdr.get("bm"))
-            if bookmark is not None:
-                self.start_bookmark_replay(conn, sub, bookmark, hdr)
         stats = {
             "records_returned": len(results),
             "topic_matches": topic_matches,
@@ -1562,10 +1939,29 @@ class Broker:
                     raise CommandFailure("sow store failed", str(exc)) from exc
                 deleted += len(gone)
                 self._sow_removed(sow, gone, "deleted")
+        index = None
+        if (
+            not queue_ack
+            and not duplicate
+            and self.txlog is not None
+            and any(
+                self.txlog.records(s.message_type, s.topic) for s in self._sows_for(conn, matcher)
+            )
+        ):
+            fields: dict[str, str | int] = {}
+            if filter_text is not None:
+                fields["filter"] = filter_text
+            if keys is not None:
+                fields["sow_keys"] = ",".join(keys)
+            sk = _text(hdr.get("k"))
+            if sk is not None:
+                fields["k"] = sk
+            jseq = self._journal_sequence(conn, seq)
+            index = self._append(conn, jseq, topic, "sow_delete", body, fields).index
         self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED))
         if seq is not None:
             if not duplicate:
                 state.last_seq = seq
-            self._note_persisted(conn)
+            self._note_persisted(conn, index, seq)
         stats = {"records_deleted": deleted, "matches": deleted, "topic_matches": topic_matches}
         self._acks(conn, hdr, flags & (_COMPLETED | _STATS), extra=stats)

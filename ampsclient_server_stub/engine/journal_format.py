@@ -46,13 +46,13 @@ import msgpack
 
 __all__ = [
     "BLOCK_SIZE",
+    "CLIENTS_MAGIC",
     "FIXED",
     "FRAME",
     "FRAME_OVERHEAD",
     "INDEX_HEADER",
     "INDEX_MAGIC",
     "MIN_BODY",
-    "CLIENTS_MAGIC",
     "CorruptJournalError",
     "FileSource",
     "GzipSource",
@@ -151,7 +151,8 @@ class _Fd:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def __del__(self) -> None:
-        fd, self.fd = self.fd, -1
+        fd = getattr(self, "fd", -1)  # absent when os.open failed in __init__
+        self.fd = -1
         if fd >= 0:
             try:
                 os.close(fd)
@@ -291,9 +292,11 @@ class ScanResult:
 def _valid_frame_at(data: bytes, pos: int) -> bool:
     if pos < 0 or pos + FRAME_OVERHEAD > len(data):
         return False
+    length: int
+    crc: int
     length, crc = FRAME.unpack_from(data, pos)
     end = pos + 8 + length
-    return MIN_BODY <= length and end <= len(data) and zlib.crc32(data[pos + 8 : end]) == crc
+    return length >= MIN_BODY and end <= len(data) and zlib.crc32(data[pos + 8 : end]) == crc
 
 
 def _later_record_exists(rest: bytes, expected: int) -> bool:
@@ -601,9 +604,8 @@ def read_index_header(raw: bytes) -> IndexHeader | None:
     """Parse and check a sidecar header; ``None`` if it is not a valid one."""
     if len(raw) < INDEX_HEADER.size:
         return None
-    magic, first, count, size, fts, lts, npub, nblocks, body_crc, head_crc = INDEX_HEADER.unpack_from(
-        raw
-    )
+    fields = INDEX_HEADER.unpack_from(raw)
+    magic, first, count, size, fts, lts, npub, nblocks, body_crc, head_crc = fields
     if magic != INDEX_MAGIC or zlib.crc32(raw[:60]) != head_crc:
         return None
     return IndexHeader(first, count, size, fts, lts, npub, nblocks, body_crc)

@@ -117,6 +117,10 @@ class NetSession:
         elif self._out_bytes > self.max_write_buffer:
             self._too_slow()
 
+    def backlog(self) -> int:
+        """Bytes queued towards the client and not yet taken by the OS (replays pace on it)."""
+        return self._out_bytes + self._buffered()
+
     def disconnect(self, reason: str) -> None:
         """Write what is queued, then close the connection."""
         if self._closing:

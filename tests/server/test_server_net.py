@@ -136,7 +136,13 @@ def test_tcp_logon_publish_subscribe(server: ServerThread, tcp: Callable[[str], 
     assert publisher.recv()[0]["cid"] == "f"
     got = [sub.recv() for _ in range(200)]
     assert [json.loads(b)["n"] for _, b in got] == list(range(200))
-    assert all(h == {"c": "p", "t": "orders", "sids": "s1"} for h, _ in got)
+    # every topic is recorded by default, so deliveries carry their journal bookmark
+    assert all(
+        {k: v for k, v in h.items() if k != "bm"} == {"c": "p", "t": "orders", "sids": "s1"}
+        for h, _ in got
+    )
+    bookmarks = [h["bm"] for h, _ in got]
+    assert len(set(bookmarks)) == 200 and all(b.count("|") == 2 for b in bookmarks)
 
 
 def test_tcp_persisted_acks_and_logon_sequence(
@@ -282,7 +288,9 @@ def test_ws_framing_text_mode(server: ServerThread) -> None:
         ws_send(ws, {"c": "subscribe", "t": "live", "cid": "s", "a": "processed", "filter": ""})
         assert json.loads(ws_recv(ws))["sub_id"] == "s"
         ws_send(ws, {"c": "publish", "t": "live"}, b'{"v":1}')
-        assert json.loads(ws_recv(ws)) == {"c": "p", "t": "live", "sids": "s"}
+        header = json.loads(ws_recv(ws))
+        assert header.pop("bm").count("|") == 2  # recorded topics carry their journal bookmark
+        assert header == {"c": "p", "t": "live", "sids": "s"}
         assert ws_recv(ws) == '{"v":1}'
 
 

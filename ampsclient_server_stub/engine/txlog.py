@@ -1,0 +1,404 @@
+"""The transaction log as the broker uses it: what is recorded, and bookmark replays.
+
+:class:`TxLog` decides which (message type, topic) pairs are recorded and owns the
+:class:`~ampsclient_server_stub.engine.journal.Journal`. :class:`Replay` is one bookmark
+subscription's cursor over the journal (seed 000, "Replaying Messages with Bookmark
+Subscription"):
+
+* it delivers, in log order, the records after its starting point that match the
+  subscription's topic and filter and that are durable (or merely written, with ``live``);
+* it is *paced by the subscriber*: it reads a bounded batch, and stops while the session has
+  more than :data:`REPLAY_BACKLOG` bytes waiting (the broker pumps it again later), so a
+  million-message replay never blows up the server's memory;
+* once it reaches the end of the log it sends the ``completed`` ack (if requested) and keeps
+  following new durable records: replay then live, with no gap and no duplicate, because
+  live delivery *is* the same cursor moving on;
+* ranges stop it (and send ``completed``) at their end; ``rate=`` paces it; ``pause`` holds
+  it; a pin keeps the journal files it still needs from being pruned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from ampsclient.protocol.bookmarks import (
+    BookmarkId,
+    BookmarkList,
+    BookmarkRange,
+    Epoch,
+    Now,
+    Timestamp,
+    parse_bookmark,
+)
+from ampsclient.protocol.header import escape
+from ampsclient.protocol.options import parse_duration, parse_rate
+
+from .journal import Journal, JournalPin, JournalRecord
+from .payload import decode
+from .topics import TopicMatcher, compile_topic
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .broker import Subscription
+
+__all__ = ["REPLAY_BACKLOG", "REPLAY_BATCH", "Replay", "ReplayError", "TxLog"]
+
+logger = logging.getLogger(__name__)
+
+REPLAY_BATCH: Final = 2000
+"""Records read from the journal per pump step."""
+
+REPLAY_BACKLOG: Final = 4 * 1024 * 1024
+"""A replay pauses while its session has more than this many bytes waiting to be written."""
+
+PERSISTED_ACK_INTERVAL: Final = 1.0
+"""Seconds between persisted acks to a caught-up bookmark subscription."""
+
+
+class ReplayError(Exception):
+    """A bookmark subscription that cannot start; ``reason`` is the AMPS reason string."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class TxLog:
+    """Which topics are recorded, and the journal they go to.
+
+    Args:
+        journal: the open journal.
+        topics: ``(name or regex, message type or None)`` pairs to record; ``None`` records
+            every topic (the zero-config default).
+    """
+
+    def __init__(
+        self, journal: Journal, topics: Iterable[tuple[str, str | None]] | None = None
+    ) -> None:
+        self.journal = journal
+        self._rules: list[tuple[TopicMatcher, str | None]] | None = (
+            None
+            if topics is None
+            else [(compile_topic(name), mt.lower() if mt else None) for name, mt in topics]
+        )
+        self._cache: dict[tuple[str, str], bool] = {}
+
+    @property
+    def records_everything(self) -> bool:
+        """True when every topic is recorded."""
+        return self._rules is None
+
+    def records(self, mt: str, topic: str) -> bool:
+        """Is ``topic`` of message type ``mt`` recorded?"""
+        key = (mt, topic)
+        hit = self._cache.get(key)
+        if hit is None:
+            if self._rules is None:
+                hit = True
+            else:
+                hit = any(
+                    (rule_mt is None or rule_mt == mt) and matcher.matches(topic)
+                    for matcher, rule_mt in self._rules
+                )
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            self._cache[key] = hit
+        return hit
+
+    def covers(self, mt: str, matcher: TopicMatcher) -> bool:
+        """Can a subscription to ``matcher`` be served from the log at all?"""
+        if self._rules is None:
+            return True
+        if not matcher.is_regex:
+            return self.records(mt, matcher.topic)
+        return any(rule_mt is None or rule_mt == mt for _, rule_mt in self._rules)
+
+
+@dataclass(slots=True)
+class _Rate:
+    kind: str  # "msgs", "bytes", "multiple"
+    value: float
+    max_gap: float | None
+    started: float = 0.0
+    sent: float = 0.0
+    first_ts: int | None = None
+
+
+def _micros(ts: Timestamp) -> int:
+    return int(ts.when.timestamp() * 1_000_000)
+
+
+class Replay:
+    """One bookmark subscription's position in the journal.
+
+    Created by :meth:`start`; the broker calls :meth:`pump` whenever there may be something
+    to deliver (after the subscribe, after each durable advance, when the session drained).
+    """
+
+    __slots__ = (
+        "completed_sent",
+        "done",
+        "end_inclusive",
+        "end_index",
+        "end_time",
+        "end_time_inclusive",
+        "journal",
+        "last_bm",
+        "last_persisted_ack",
+        "live",
+        "pin",
+        "position",
+        "rate",
+        "send_completed",
+        "send_persisted",
+        "sub",
+        "timer",
+        "want_completed_cid",
+    )
+
+    def __init__(self, journal: Journal, sub: Subscription, position: int) -> None:
+        self.journal = journal
+        self.sub = sub
+        self.position = max(position, 1)
+        """The next journal index to look at."""
+        self.end_index: int | None = None
+        self.end_inclusive = True
+        self.end_time: int | None = None
+        self.end_time_inclusive = True
+        self.live = "live" in sub.options
+        self.completed_sent = False
+        self.send_completed: Callable[[], None] | None = None
+        self.send_persisted = False
+        self.want_completed_cid: str | None = None
+        self.done = False
+        self.last_bm: str | None = None
+        self.last_persisted_ack = 0.0
+        self.pin: JournalPin | None = journal.pin(self.position)
+        self.rate: _Rate | None = None
+        self.timer: Any = None
+
+    # ------------------------------------------------------------------ starting
+
+    @classmethod
+    def start(cls, journal: Journal, sub: Subscription, bookmark: str) -> Replay:
+        """Resolve ``bookmark`` to a starting position (and an end for ranges).
+
+        Raises:
+            ReplayError: ``invalid bookmark`` for garbage or (with
+                ``bookmark_not_found=fail``) a bookmark the log does not hold.
+        """
+        try:
+            parsed = parse_bookmark(bookmark)
+        except Exception as exc:  # InvalidBookmarkError and friends
+            raise ReplayError("invalid bookmark", str(exc)) from None
+        not_found = sub.options.get("bookmark_not_found", "now").lower()
+        if not_found not in ("now", "epoch", "fail"):
+            raise ReplayError("invalid options", f"bookmark_not_found={not_found}")
+        resolver = _Resolver(journal, not_found)
+        if isinstance(parsed, BookmarkRange):
+            start = resolver.start(parsed.start, inclusive=parsed.start_inclusive)
+            replay = cls(journal, sub, start)
+            end = parsed.end
+            if isinstance(end, Timestamp):
+                replay.end_time = _micros(end)
+                replay.end_time_inclusive = parsed.end_inclusive
+            elif isinstance(end, BookmarkId):
+                found = journal.find_bookmark(end.publisher_id, end.sequence)
+                replay.end_index = found if found is not None else journal.last_index
+                replay.end_inclusive = parsed.end_inclusive if found is not None else True
+            elif isinstance(end, BookmarkList):
+                ends = [resolver.end_point(p) for p in end.items]
+                replay.end_index = max(ends) if ends else journal.last_index
+            elif isinstance(end, Now):
+                replay.end_index = journal.last_index
+            elif isinstance(end, Epoch):
+                replay.end_index = 0
+        else:
+            replay = cls(journal, sub, resolver.start(parsed, inclusive=False))
+        rate = sub.options.get("rate")
+        if rate:
+            try:
+                kind, value = parse_rate(rate)
+                gap_text = sub.options.get("rate_max_gap")
+                gap = parse_duration(gap_text, default_unit="ms") if gap_text else None
+            except Exception as exc:
+                raise ReplayError("invalid options", f"rate={rate}: {exc}") from None
+            if value <= 0:
+                raise ReplayError("invalid options", f"rate={rate}")
+            replay.rate = _Rate(kind, value, gap)
+        return replay
+
+    # ------------------------------------------------------------------ pumping
+
+    def limit(self) -> int:
+        """The highest index this replay may deliver now (durable, or written with live)."""
+        journal = self.journal
+        return journal.last_index if self.live else journal.durable_index
+
+    def matches(self, record: JournalRecord) -> bool:
+        """Does ``record`` belong to this subscription?"""
+        if record.command == "sow_delete":
+            return False
+        sub = self.sub
+        mt = record.fields.get("mt", "json")
+        if mt != sub.message_type:
+            return False
+        matcher = sub.matcher
+        if matcher.pattern is None:
+            if matcher.topic != record.topic:
+                return False
+        elif not matcher.matches(record.topic):
+            return False
+        pred = sub.predicate
+        if pred is not None:
+            doc = decode(str(mt), record.payload)
+            if doc is None or not pred(doc):
+                return False
+        return True
+
+    def frame(self, record: JournalRecord) -> bytes:
+        """The delivery of ``record`` to this subscription."""
+        fields = record.fields
+        head = (
+            '{"c":"p","t":"'
+            + escape(record.topic)
+            + '","sids":"'
+            + self.sub.sid
+            + '","bm":"'
+            + record.bookmark
+            + '"'
+        )
+        k = fields.get("k")
+        if k is not None:
+            head += ',"k":"' + escape(str(k)) + '"'
+        x = fields.get("x")
+        if x is not None:
+            head += ',"x":"' + escape(str(x)) + '"'
+        if self.sub.timestamp:
+            head += ',"ts":"' + _format_ts(record.timestamp) + '"'
+        return (head + "}").encode() + record.payload
+
+    def past_end(self, record: JournalRecord) -> bool:
+        """Is ``record`` beyond this range's end?"""
+        end = self.end_index
+        if end is not None and (
+            record.index > end or (record.index == end and not self.end_inclusive)
+        ):
+            return True
+        end_t = self.end_time
+        return end_t is not None and (
+            record.timestamp > end_t or (record.timestamp == end_t and not self.end_time_inclusive)
+        )
+
+    def time_over(self, now_us: int) -> bool:
+        """For a range ending at a time: has that time passed?"""
+        end_t = self.end_time
+        return end_t is not None and now_us > end_t
+
+    def rate_wait(self, record: JournalRecord) -> float:
+        """Seconds to wait before delivering ``record`` under ``rate=`` (0 = now)."""
+        rate = self.rate
+        if rate is None:
+            return 0.0
+        now = time.monotonic()
+        if rate.started == 0.0:
+            rate.started = now
+            rate.first_ts = record.timestamp
+        elapsed = now - rate.started
+        if rate.kind in ("msgs", "bytes"):
+            due = rate.sent / rate.value
+        else:
+            assert rate.first_ts is not None
+            due = (record.timestamp - rate.first_ts) / 1_000_000 / rate.value
+            if rate.max_gap is not None and due - elapsed > rate.max_gap:
+                # skip the idle stretch: shift the clock so the wait is at most max_gap
+                rate.started -= due - elapsed - rate.max_gap
+                due = elapsed + rate.max_gap
+        return max(0.0, due - elapsed)
+
+    def sent(self, record: JournalRecord) -> None:
+        """Account for a delivered record (rate pacing)."""
+        rate = self.rate
+        if rate is not None:
+            rate.sent += len(record.payload) if rate.kind == "bytes" else 1
+
+    def advance(self, position: int) -> None:
+        """Move the position, re-pinning now and then so pruning can free old files."""
+        self.position = position
+        pin = self.pin
+        if pin is None or position - pin.index >= 10_000:
+            journal = self.journal
+            new = journal.pin(position)
+            if pin is not None:
+                journal.unpin(pin)
+            self.pin = new
+
+    def close(self) -> None:
+        """Stop: release the pin and any timer."""
+        self.done = True
+        if self.pin is not None:
+            self.journal.unpin(self.pin)
+            self.pin = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+class _Resolver:
+    def __init__(self, journal: Journal, not_found: str) -> None:
+        self.journal = journal
+        self.not_found = not_found
+
+    def _missing(self, what: str) -> int:
+        if self.not_found == "fail":
+            raise ReplayError("invalid bookmark", f"bookmark {what} is not in the transaction log")
+        if self.not_found == "epoch":
+            return self.journal.first_index
+        return self.journal.last_index + 1
+
+    def start(self, point: Any, *, inclusive: bool) -> int:
+        """First index to deliver for a starting point."""
+        journal = self.journal
+        if isinstance(point, Epoch):
+            return journal.first_index
+        if isinstance(point, Now):
+            return journal.last_index + 1
+        if isinstance(point, Timestamp):
+            return journal.find_time(_micros(point))
+        if isinstance(point, BookmarkId):
+            found = journal.find_bookmark(point.publisher_id, point.sequence)
+            if found is None:
+                return self._missing(str(point))
+            return found if inclusive else found + 1
+        if isinstance(point, BookmarkList):
+            starts = []
+            for item in point.items:
+                if isinstance(item, Timestamp):
+                    starts.append(journal.find_time(_micros(item)))
+                    continue
+                found = journal.find_bookmark(item.publisher_id, item.sequence)
+                if found is not None:
+                    starts.append(found if inclusive else found + 1)
+            if not starts:
+                return self._missing(str(point))
+            return min(starts)
+        raise ReplayError("invalid bookmark", f"unsupported bookmark {point!r}")
+
+    def end_point(self, item: BookmarkId | Timestamp) -> int:
+        journal = self.journal
+        if isinstance(item, Timestamp):
+            return journal.find_time(_micros(item)) - 1
+        found = journal.find_bookmark(item.publisher_id, item.sequence)
+        return found if found is not None else journal.last_index
+
+
+def _format_ts(micros: int) -> str:
+    secs, us = divmod(micros, 1_000_000)
+    t = time.gmtime(secs)
+    return (
+        f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}.{us:06d}Z"
+    )
