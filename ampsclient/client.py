@@ -744,7 +744,7 @@ class AsyncClient:
 
     def _close_stream(self, stream: MessageStream) -> None:
         sub_id = stream.sub_id
-        if sub_id is not None and self._subs.get(sub_id) == stream._put:
+        if sub_id is not None and self._streams.get(sub_id) is stream:
             self._subs.pop(sub_id, None)
             self._streams.pop(sub_id, None)
             if self._transport is not None:

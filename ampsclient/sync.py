@@ -407,6 +407,31 @@ class HAClient(Client):
         return self._ha.publish_store
 
     @property
+    def bookmark_store(self) -> Any:
+        """The bookmark store."""
+        return self._ha.bookmark_store
+
+    def set_bookmark_store(self, store: Any) -> None:
+        """Use ``store`` for bookmark subscriptions placed from now on."""
+        self._ha.set_bookmark_store(store)
+
+    def set_duplicate_message_handler(self, handler: Any) -> None:
+        """Receives redelivered messages the bookmark store recognised as duplicates."""
+        self._ha.set_duplicate_message_handler(handler)
+
+    def get_duplicate_message_handler(self) -> Any:
+        """The duplicate message handler."""
+        return self._ha.get_duplicate_message_handler()
+
+    def discard(self, message: Message) -> None:
+        """Mark a bookmark-subscription message as processed (any thread)."""
+        self._ha.discard(message)
+
+    def get_most_recent(self, sub_id: str) -> str:
+        """Where subscription ``sub_id`` would resume."""
+        return self._ha.get_most_recent(sub_id)
+
+    @property
     def unpersisted_count(self) -> int:
         """Publishes not yet acknowledged as persisted."""
         return self._ha.unpersisted_count

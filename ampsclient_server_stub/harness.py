@@ -63,6 +63,8 @@ class ServerProcess:
     ) -> None:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.name = name
+        self._auto_ports = not tcp_port and not ws_port
+        self._started_once = False
         self.tcp_port = tcp_port or free_port()
         self.ws_port = ws_port or free_port()
         self.config = config
@@ -103,13 +105,21 @@ class ServerProcess:
         while True:
             self._spawn()
             if self._wait_listening(deadline):
+                self._started_once = True
                 return self
+            if self.proc is not None:
+                self.proc.wait(10)
             code = self.proc.poll() if self.proc else None
             tail = "".join(self.stderr_lines[-20:])
-            if time.monotonic() > deadline or "Address already in use" not in tail:
+            if time.monotonic() > deadline or "address already in use" not in tail.lower():
                 self.kill()
                 raise RuntimeError(f"server {self.name} did not start (exit {code}):\n{tail}")
-            time.sleep(0.05)  # the old socket is still in TIME_WAIT: retry shortly
+            if self._auto_ports and not self._started_once:
+                # a free port picked earlier was taken meanwhile by someone else: pick again
+                self.tcp_port = free_port()
+                self.ws_port = free_port()
+            else:
+                time.sleep(0.05)  # our old socket is still closing: retry shortly
 
     def _spawn(self) -> None:
         if self.data_dir is not None:

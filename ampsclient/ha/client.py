@@ -37,9 +37,12 @@ from ..exceptions import (
     UsageError,
     error_for_reason,
 )
+from ..protocol.acks import AckType
+from ..protocol.bookmarks import MOST_RECENT
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from ..protocol.header import encode_header, escape
 from ..protocol.message import Message
+from ..stores.bookmark import BookmarkStore, MemoryBookmarkStore
 from ..stores.publish import FilePublishStore, MemoryPublishStore, PublishStore, StoredMessage
 from ..stream import MessageStream
 from .chooser import DefaultServerChooser, ServerChooser
@@ -65,7 +68,10 @@ class AsyncHAClient(AsyncClient):
         name: the client name (must be stable across restarts for de-duplication).
         publish_store: a :class:`PublishStore`, or a path string for a
             :class:`FilePublishStore` (official form); default: a memory store.
-        bookmark_store: a bookmark store for resumable subscriptions (later issue).
+        bookmark_store: a :class:`BookmarkStore` for resumable bookmark subscriptions
+            (duplicate detection, ``MOST_RECENT``, resubscription from the recovery point), or a
+            path string for a :class:`MemoryBookmarkStore` backed by a
+            :class:`FileRecoveryPointAdapter`; default: a :class:`MemoryBookmarkStore`.
         server_chooser: where to connect (default: an empty :class:`DefaultServerChooser`).
         reconnect_delay_strategy: how long to wait between attempts (default:
             :class:`ExponentialDelayStrategy` with the official defaults).
@@ -79,7 +85,7 @@ class AsyncHAClient(AsyncClient):
         self,
         name: str = "",
         publish_store: PublishStore | str | None = None,
-        bookmark_store: object | None = None,
+        bookmark_store: BookmarkStore | str | None = None,
         *,
         server_chooser: ServerChooser | None = None,
         reconnect_delay_strategy: ReconnectDelayStrategy | None = None,
@@ -99,7 +105,15 @@ class AsyncHAClient(AsyncClient):
         if isinstance(publish_store, str):
             publish_store = FilePublishStore(publish_store)
         self._store: PublishStore = publish_store or MemoryPublishStore()
-        self._bookmark_store = bookmark_store
+        if isinstance(bookmark_store, str):
+            from ..stores.recovery import FileRecoveryPointAdapter
+
+            bookmark_store = MemoryBookmarkStore(FileRecoveryPointAdapter(bookmark_store))
+        self._bookmark_store: BookmarkStore = (
+            bookmark_store if bookmark_store is not None else MemoryBookmarkStore()
+        )
+        self._duplicate_handler: Handler | None = None
+        self._on_sub_persisted = self._sub_persisted
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
         self._strategy: ReconnectDelayStrategy = (
             reconnect_delay_strategy or ExponentialDelayStrategy()
@@ -174,9 +188,59 @@ class AsyncHAClient(AsyncClient):
         return self._store
 
     @property
-    def bookmark_store(self) -> object | None:
-        """The bookmark store, if any."""
+    def bookmark_store(self) -> BookmarkStore:
+        """The bookmark store."""
         return self._bookmark_store
+
+    def set_bookmark_store(self, store: BookmarkStore) -> None:
+        """Use ``store`` for bookmark subscriptions placed from now on."""
+        self._bookmark_store = store
+
+    def set_duplicate_message_handler(self, handler: Handler | None) -> None:
+        """Receives redelivered messages the bookmark store recognised as duplicates."""
+        self._duplicate_handler = handler
+
+    def get_duplicate_message_handler(self) -> Handler | None:
+        """The duplicate message handler."""
+        return self._duplicate_handler
+
+    def discard(self, message: Message) -> None:
+        """Mark a bookmark-subscription message as processed: the resume point moves past it."""
+        self._bookmark_store.discard_message(message)
+
+    def get_most_recent(self, sub_id: str) -> str:
+        """Where subscription ``sub_id`` would resume (the bookmark store's recovery point)."""
+        return self._bookmark_store.get_most_recent(sub_id)
+
+    def _resolve_bookmark(self, bookmark: str | None, sub_id: str | None) -> str | None:
+        if bookmark == MOST_RECENT:
+            return self._bookmark_store.get_most_recent(sub_id) if sub_id else "0"
+        return bookmark
+
+    def _sub_persisted(self, ack: Message) -> None:
+        sub_id = ack.get("sub_id")
+        bookmark = ack.bookmark
+        if sub_id and bookmark:
+            self._bookmark_store.persisted(str(sub_id), bookmark)
+
+    def _bookmark_handler(self, handler: Handler) -> Handler:
+        """Log each delivery in the bookmark store; divert duplicates."""
+        store = self._bookmark_store
+
+        def on_message(message: Message) -> Any:
+            if (
+                message.command == "publish"
+                and message.bookmark
+                and not store.log(message)
+                and store.is_duplicate(message)
+            ):
+                dup = self._duplicate_handler
+                if dup is not None:
+                    dup(message)
+                return None
+            return handler(message)
+
+        return on_message
 
     @property
     def unpersisted_count(self) -> int:
@@ -329,8 +393,12 @@ class AsyncHAClient(AsyncClient):
                     raise
 
     def _resolve_resubscribe_bookmark(self, command: Command) -> None:
-        """Hook for bookmark stores: the bookmark to resume a subscription from."""
-        return None
+        """A bookmark subscription resumes from its recovery point in the bookmark store."""
+        if command.fields.get("bm") is None:
+            return
+        sub_id = command.get_sub_id()
+        if sub_id:
+            command.fields["bm"] = self._bookmark_store.get_most_recent(sub_id)
 
     def _disconnected(self, client: AsyncClient, error: BaseException | None) -> None:
         with self._pub_lock:
@@ -581,6 +649,17 @@ class AsyncHAClient(AsyncClient):
     async def _execute(
         self, command: Command, handler: Handler | None, stream: MessageStream | None
     ) -> _Pending | None:
+        if (
+            handler is not None
+            and command.name in _SUBSCRIBE_COMMANDS
+            and command.fields.get("bm") is not None
+            and not getattr(handler, "_bookmark_logged", False)
+        ):
+            if command.fields["bm"] == MOST_RECENT:
+                command.fields["bm"] = self._resolve_bookmark(MOST_RECENT, command.get_sub_id())
+            command.add_ack_type(AckType.PERSISTED)
+            handler = self._bookmark_handler(handler)
+            handler._bookmark_logged = True  # type: ignore[attr-defined]
         pending = await super()._execute(command, handler, stream)
         if (
             pending is not None

@@ -1,0 +1,159 @@
+"""The bookmark store contract (the official client's ``BookmarkStore`` method names).
+
+A bookmark store makes bookmark subscriptions resumable. For every message of a bookmark
+subscription the client (or the application) calls, in this order:
+
+1. :meth:`BookmarkStore.is_duplicate` (or checks that :meth:`BookmarkStore.log` returned
+   ``0``): a message whose publisher sequence is ``<=`` the highest already seen from that
+   publisher on that subscription is a redelivery and goes to the duplicate handler, not the
+   application;
+2. :meth:`BookmarkStore.log` to record it (it returns the message's per-subscription
+   sequence number);
+3. after processing, :meth:`BookmarkStore.discard_message` (or
+   ``discard(sub_id, sequence_number)``).
+
+On (re)subscribe with ``MOST_RECENT`` the client asks :meth:`BookmarkStore.get_most_recent`
+for the *recovery point*: the bookmark (or comma list) after which every message not yet
+discarded lies. Persisted acks from the server go to :meth:`BookmarkStore.persisted`.
+
+Store methods are sync-coloured (local and bounded) and thread-safe.
+"""
+
+from __future__ import annotations
+
+import abc
+from types import TracebackType
+from typing import Any, Protocol, overload, runtime_checkable
+
+__all__ = ["BookmarkStore", "MessageLike"]
+
+
+@runtime_checkable
+class MessageLike(Protocol):
+    """The two accessors a bookmark store reads from a message."""
+
+    def get_bookmark(self) -> str | None:
+        """The ``bm`` header: ``publisherId|sequence|``."""
+
+    def get_sub_id(self) -> str | None:
+        """The subscription the message was delivered to."""
+
+
+class BookmarkStore(abc.ABC):
+    """What a bookmark store does; :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`.
+
+    Sequence numbers returned by :meth:`log` are per subscription, start at 1 and only grow;
+    ``0`` means "not recorded" (a duplicate, or a message without a usable bookmark).
+    """
+
+    @abc.abstractmethod
+    def log(self, message: MessageLike) -> int:
+        """Record a received message of a bookmark subscription.
+
+        Args:
+            message: the message (its sub id and ``bm`` header are read).
+
+        Returns:
+            The message's sequence number within its subscription (``>= 1``), or ``0`` when
+            the message was not recorded: a duplicate (see :meth:`is_duplicate`) or a
+            message without a sub id or a ``publisherId|sequence|`` bookmark.
+
+        Raises:
+            StoreError: the store is closed.
+        """
+
+    @overload
+    def discard(self, message: MessageLike, /) -> None: ...
+
+    @overload
+    def discard(self, sub_id: str, bookmark_seq_no: int, /) -> None: ...
+
+    def discard(self, message_or_sub_id: Any, bookmark_seq_no: int | None = None, /) -> None:
+        """Mark a message as processed: ``discard(message)`` or ``discard(sub_id, seq_no)``.
+
+        The second form is the official ``discard(subId, bookmarkSeqNo)`` with the number
+        :meth:`log` returned. Unknown messages and numbers are ignored.
+
+        Raises:
+            StoreError: the store is closed.
+        """
+        if bookmark_seq_no is None:
+            self.discard_message(message_or_sub_id)
+        else:
+            self.discard_seq_no(str(message_or_sub_id), int(bookmark_seq_no))
+
+    @abc.abstractmethod
+    def discard_message(self, message: MessageLike) -> None:
+        """Mark ``message`` as processed (official name)."""
+
+    @abc.abstractmethod
+    def discard_seq_no(self, sub_id: str, bookmark_seq_no: int) -> None:
+        """Mark the message :meth:`log` numbered ``bookmark_seq_no`` as processed."""
+
+    @abc.abstractmethod
+    def is_duplicate(self, message: MessageLike) -> bool:
+        """Whether ``message`` was already seen: its sequence is ``<=`` the highest sequence
+        logged (or recovered) for its publisher on its subscription."""
+
+    @abc.abstractmethod
+    def is_discarded(self, message: MessageLike) -> bool:
+        """Whether ``message`` has been discarded (or lies before the recovered point).
+
+        This is the official client's meaning, observed black-box: a message that was logged
+        but not yet discarded is *not* discarded. Use :meth:`is_duplicate` to divert
+        redeliveries.
+        """
+
+    @abc.abstractmethod
+    def get_most_recent(self, sub_id: str) -> str:
+        """The recovery point of ``sub_id``: what ``MOST_RECENT`` resolves to.
+
+        Returns:
+            A bookmark, a comma list, or ``"0"`` (EPOCH) when the store knows nothing.
+        """
+
+    @abc.abstractmethod
+    def persisted(self, sub_id: str, bookmark: str) -> None:
+        """A persisted ack from the server for a bookmark subscription.
+
+        Args:
+            sub_id: the ack's ``sub_id``.
+            bookmark: the ack's ``bm``: the journal position up to which the server has
+                delivered everything for that subscription.
+        """
+
+    @abc.abstractmethod
+    def purge(self, sub_id: str | None = None) -> None:
+        """Forget ``sub_id`` (or everything when ``None``), in the adapter too."""
+
+    def purge_sub_id(self, sub_id: str) -> None:
+        """Official spelling of ``purge(sub_id)``."""
+        self.purge(sub_id)
+
+    @abc.abstractmethod
+    def get_oldest_bookmark_seq(self, sub_id: str) -> int:
+        """The sequence number of the oldest message of ``sub_id`` not yet discarded.
+
+        Returns:
+            That number, or ``0`` when every logged message is discarded (or ``sub_id`` is
+            unknown).
+        """
+
+    @abc.abstractmethod
+    def set_server_version(self, version: int | str) -> None:
+        """Tell the store which server version the client is connected to."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the store (and its adapter). Idempotent."""
+
+    def __enter__(self) -> BookmarkStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
