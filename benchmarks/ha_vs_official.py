@@ -18,14 +18,14 @@ from collections.abc import Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from publish_vs_official import reference_server, report  # noqa: E402
-from sink import SinkServer  # noqa: E402
+from publish_vs_official import reference_server, report
+from sink import SinkServer
 
-from ampsclient import Client  # noqa: E402
-from ampsclient.ha import DefaultServerChooser, FixedDelayStrategy  # noqa: E402
-from ampsclient.stores.publish import FilePublishStore, MemoryPublishStore  # noqa: E402
-from ampsclient.sync import HAClient  # noqa: E402
-from ampsclient_server_stub.harness import ServerProcess  # noqa: E402
+from ampsclient import Client
+from ampsclient.ha import DefaultServerChooser, FixedDelayStrategy
+from ampsclient.stores.publish import FilePublishStore, MemoryPublishStore
+from ampsclient.sync import HAClient
+from ampsclient_server_stub.harness import ServerProcess
 
 try:
     import AMPS  # type: ignore[import-not-found]
@@ -96,9 +96,7 @@ def failover_time(heartbeat: float = 1.0, rounds: int = 3) -> list[float]:
                 watch.logon(5000)
                 got = []
                 watch.subscribe(lambda m: got.append(time.perf_counter()), "failover")
-                ha = HAClient(
-                    f"failover-{r}", reconnect_delay_strategy=FixedDelayStrategy(50)
-                )
+                ha = HAClient(f"failover-{r}", reconnect_delay_strategy=FixedDelayStrategy(50))
                 chooser = DefaultServerChooser(a.uri(), b.uri())
                 ha.set_server_chooser(chooser)
                 ha.set_heartbeat(heartbeat)

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from sink import PumpServer, SinkServer  # noqa: E402
+from sink import PumpServer, SinkServer
 
-import ampsclient  # noqa: E402
+import ampsclient
 
 try:
     import AMPS  # type: ignore[import-not-found]

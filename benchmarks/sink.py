@@ -59,14 +59,27 @@ class _Sink(asyncio.Protocol):
                     "status": "success",
                 }
                 if c == "logon":
-                    ack.update({"s": 0, "client_name": header.get("client_name", ""), "version": "5.3.5.0"})
+                    ack.update(
+                        {"s": 0, "client_name": header.get("client_name", ""), "version": "5.3.5.0"}
+                    )
                 if top >= 0 and c == "flush":
-                    out.append(tcp_frame(encode_header({"c": "ack", "a": "persisted", "s": top, "status": "success"})))
+                    out.append(
+                        tcp_frame(
+                            encode_header(
+                                {"c": "ack", "a": "persisted", "s": top, "status": "success"}
+                            )
+                        )
+                    )
                     top = -1
                 out.append(tcp_frame(encode_header(ack)))
         self.counter["n"] = self.counter.get("n", 0) + len(frames)
         if top >= 0:
-            out.insert(0, tcp_frame(encode_header({"c": "ack", "a": "persisted", "s": top, "status": "success"})))
+            out.insert(
+                0,
+                tcp_frame(
+                    encode_header({"c": "ack", "a": "persisted", "s": top, "status": "success"})
+                ),
+            )
         if out and self.transport is not None:
             self.transport.write(b"".join(out))
 
@@ -87,9 +100,16 @@ class _Pump(asyncio.Protocol):
             header, _ = decode_header(payload)
             c = header.get("c")
             if c in ("logon", "flush", "subscribe") and "cid" in header:
-                ack: dict[str, Any] = {"c": "ack", "cid": header["cid"], "a": "processed", "status": "success"}
+                ack: dict[str, Any] = {
+                    "c": "ack",
+                    "cid": header["cid"],
+                    "a": "processed",
+                    "status": "success",
+                }
                 if c == "logon":
-                    ack.update({"s": 0, "client_name": header.get("client_name", ""), "version": "5.3.5.0"})
+                    ack.update(
+                        {"s": 0, "client_name": header.get("client_name", ""), "version": "5.3.5.0"}
+                    )
                 if c == "subscribe":
                     ack["sub_id"] = header.get("sub_id", header["cid"])
                 assert self.transport is not None
@@ -157,12 +177,12 @@ class _ChildServer:
         return f"tcp://127.0.0.1:{self.port}/amps/json"
 
 
-def SinkServer() -> _ChildServer:  # noqa: N802 - reads like a class
+def SinkServer() -> _ChildServer:
     """A sink in a child process; use as a context manager, then ``.uri()``."""
     return _ChildServer("sink")
 
 
-def PumpServer(count: int) -> _ChildServer:  # noqa: N802
+def PumpServer(count: int) -> _ChildServer:
     """A pumping server that answers a subscribe with ``count`` messages."""
     return _ChildServer("pump", count)
 

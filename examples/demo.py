@@ -55,7 +55,9 @@ def main() -> None:
                     {"clientName": "demo", "subId": f"worker-{worker}", "bookmark": f"1|{worker}|"},
                 )
             pub.flush(5000)
-            rows = [m.json() for m in sub.sow(topic, "/clientName = 'demo'") if m.get_command() == "sow"]
+            rows = [
+                m.json() for m in sub.sow(topic, "/clientName = 'demo'") if m.get_command() == "sow"
+            ]
             print(f"SOW query on {topic}: {len(rows)} records")
             for row in rows:
                 print(f"  {row}")

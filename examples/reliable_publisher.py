@@ -63,14 +63,16 @@ def main(argv: list[str] | None = None) -> int:
 
     with HAClient(args.name, store, reconnect_delay_strategy=FixedDelayStrategy(100)) as client:
         client.get_server_chooser().add_all(args.uri)
-        client.connect_and_logon()          # replays what the server had not acknowledged
+        client.connect_and_logon()  # replays what the server had not acknowledged
         for n in range(already, args.orders):
             seq = client.publish(args.topic, json.dumps(order(n)))
             assert seq == first + n, "sequence numbers and order numbers must agree"
             if n % 500 == 0:
                 print(f"stored order {n}", flush=True)
         client.publish_flush(60_000)
-        print(f"done: {args.orders} orders, {client.get_unpersisted_count()} unpersisted", flush=True)
+        print(
+            f"done: {args.orders} orders, {client.get_unpersisted_count()} unpersisted", flush=True
+        )
     return 0
 
 

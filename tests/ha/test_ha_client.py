@@ -59,7 +59,9 @@ def two_servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]
 
 def test_exponential_delay_strategy_per_uri_and_limit() -> None:
     now = [0.0]
-    s = ExponentialDelayStrategy(100, 1000, 2.0, maximum_retry_time=5000, jitter=0, clock=lambda: now[0])
+    s = ExponentialDelayStrategy(
+        100, 1000, 2.0, maximum_retry_time=5000, jitter=0, clock=lambda: now[0]
+    )
     assert [s.get_connect_wait_time("a") for _ in range(6)] == [0, 100, 200, 400, 800, 1000]
     assert s.get_connect_wait_time("b") == 0  # first attempt at another URI: no delay
     now[0] = 4.9
@@ -105,7 +107,9 @@ def test_default_server_chooser_rotates_on_failure() -> None:
 # ------------------------------------------------------------------------ with servers
 
 
-def test_publish_flush_and_exactly_once_delivery(two_servers: tuple[ServerProcess, ServerProcess]) -> None:
+def test_publish_flush_and_exactly_once_delivery(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
     a, _ = two_servers
     got = Collector()
     with Client("observer") as observer, HAClient("ha-pub") as ha:
@@ -130,9 +134,12 @@ def test_failover_replays_unpersisted_on_the_second_server(
     at_b = Collector()
     events: list[ConnectionEvent] = []
     lowest_at_drop: list[int] = []
-    with Client("observer-b") as observer, HAClient(
-        "ha-failover", MemoryPublishStore(), reconnect_delay_strategy=FixedDelayStrategy(50)
-    ) as ha:
+    with (
+        Client("observer-b") as observer,
+        HAClient(
+            "ha-failover", MemoryPublishStore(), reconnect_delay_strategy=FixedDelayStrategy(50)
+        ) as ha,
+    ):
         observer.connect(b.uri())
         observer.logon(5000)
         observer.subscribe(at_b, "orders")
@@ -171,9 +178,10 @@ def test_resubscribe_after_server_restart_handler_and_stream(tmp_path: Path) -> 
     server = ServerProcess(data_dir=tmp_path / "s")
     with server:
         got = Collector()
-        with HAClient("ha-sub", reconnect_delay_strategy=FixedDelayStrategy(50)) as sub, Client(
-            "plain-pub"
-        ) as pub:
+        with (
+            HAClient("ha-sub", reconnect_delay_strategy=FixedDelayStrategy(50)) as sub,
+            Client("plain-pub") as pub,
+        ):
             sub.get_server_chooser().add(server.uri())
             sub.connect_and_logon()
             sub.subscribe(got, "ticks", "/n >= 0")
@@ -205,30 +213,29 @@ def test_resubscribe_after_server_restart_handler_and_stream(tmp_path: Path) -> 
 
 def test_publish_while_disconnected_is_stored_and_sent_after_reconnect(tmp_path: Path) -> None:
     server = ServerProcess(data_dir=tmp_path / "s")
-    with server:
-        with HAClient("ha-offline", reconnect_delay_strategy=FixedDelayStrategy(50)) as ha:
-            ha.get_server_chooser().add(server.uri())
-            ha.connect_and_logon()
-            server.kill()
-            wait_for(lambda: not ha.connected, what="the disconnect")
-            for i in range(10):
-                ha.publish("offline", json.dumps({"n": i}))
-            assert ha.get_unpersisted_count() == 10
-            with pytest.raises(TimeoutError, match="Timed out waiting to flush publish store"):
-                ha.publish_flush(300)
-            got = Collector()
-            server.start()
-            with Client("observer") as observer:
-                observer.connect(server.uri())
-                observer.logon(5000)
-                observer.subscribe(got, "offline")
-                # the HA client may already have replayed before the observer subscribed:
-                # publish_flush proves persistence; the observer sees the later ones
-                ha.publish_flush(10_000)
-                assert ha.get_unpersisted_count() == 0
-                ha.publish("offline", json.dumps({"n": 10}))
-                ha.publish_flush(5000)
-                wait_for(lambda: 10 in got.items, what="the post-reconnect publish")
+    with server, HAClient("ha-offline", reconnect_delay_strategy=FixedDelayStrategy(50)) as ha:
+        ha.get_server_chooser().add(server.uri())
+        ha.connect_and_logon()
+        server.kill()
+        wait_for(lambda: not ha.connected, what="the disconnect")
+        for i in range(10):
+            ha.publish("offline", json.dumps({"n": i}))
+        assert ha.get_unpersisted_count() == 10
+        with pytest.raises(TimeoutError, match="Timed out waiting to flush publish store"):
+            ha.publish_flush(300)
+        got = Collector()
+        server.start()
+        with Client("observer") as observer:
+            observer.connect(server.uri())
+            observer.logon(5000)
+            observer.subscribe(got, "offline")
+            # the HA client may already have replayed before the observer subscribed:
+            # publish_flush proves persistence; the observer sees the later ones
+            ha.publish_flush(10_000)
+            assert ha.get_unpersisted_count() == 0
+            ha.publish("offline", json.dumps({"n": 10}))
+            ha.publish_flush(5000)
+            wait_for(lambda: 10 in got.items, what="the post-reconnect publish")
 
 
 def test_safe_shutdown_reports_unpersisted(tmp_path: Path) -> None:
@@ -256,9 +263,7 @@ def test_publish_and_wait_confirms_each_message(tmp_path: Path) -> None:
 def test_gives_up_after_maximum_retry_time(tmp_path: Path) -> None:
     server = ServerProcess(data_dir=tmp_path / "s")
     uri = server.uri()  # nothing listens there
-    with HAClient(
-        "ha-giveup", reconnect_delay_strategy=FixedDelayStrategy(20, maximum=300)
-    ) as ha:
+    with HAClient("ha-giveup", reconnect_delay_strategy=FixedDelayStrategy(20, maximum=300)) as ha:
         ha.get_server_chooser().add(uri)
         with pytest.raises(RetryLimitError):
             ha.connect_and_logon()

@@ -26,7 +26,16 @@ ORDERS = 3000
 
 def start_publisher(uri: str, store: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(EXAMPLE), "--uri", uri, "--store", str(store), "--orders", str(ORDERS)],
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--uri",
+            uri,
+            "--store",
+            str(store),
+            "--orders",
+            str(ORDERS),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
