@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/demo.py
+	$(PY) examples/worker_grid/runner.py
 
 test: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider
