@@ -35,6 +35,7 @@ from ampsclient.stores import (
     SOWRecoveryPointAdapter,
 )
 from ampsclient.stores.recovery import EMPTY_POINT, RecoveryPointAdapter, iter_recovery_points
+from ampsclient.sync import HAClient
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import SowTopicConfig, default_config
 
@@ -229,8 +230,8 @@ def test_file_adapter_survives_kill_9(tmp_path: Path, fsync: str) -> None:
     with FileRecoveryPointAdapter(path) as adapter:
         got = {sub: int(bm.split("|")[1]) for sub, bm in points(adapter).items()}
     assert set(got) == {"s0", "s1", "s2", "s3"}
-    for sub, value in done.items():
-        assert value <= got[sub] <= value + 1, (sub, value, got[sub])
+    for sub, reported in done.items():
+        assert reported <= got[sub] <= reported + 1, (sub, reported, got[sub])
 
 
 # ============================================================================== SOW adapter
@@ -255,7 +256,6 @@ def connect(server: ServerThread) -> Iterator[Callable[[str], Client]]:
 def sow_records(client: Client, topic: str = TOPIC) -> list[dict[str, Any]]:
     stream = client.execute(Command("sow").set_topic(topic).set_timeout(5000))
     return [json.loads(m.data) for m in stream if m.command == "sow"]
-
 
 
 @pytest.mark.integration
@@ -308,6 +308,19 @@ def test_sow_adapter_behind_a_bookmark_store(connect: Callable[[str], Client]) -
 
 
 @pytest.mark.integration
+def test_sow_adapter_with_an_ha_store_client(server: ServerThread) -> None:
+    with HAClient("rp-ha") as store_client:
+        store_client.get_server_chooser().add(server.uri("tcp", "json"))
+        store_client.connect_and_logon()
+        adapter = SOWRecoveryPointAdapter(store_client, "ha-app")
+        adapter.update(RecoveryPoint("s", "3|3|"))
+        store_client.flush(5000)
+        assert points(SOWRecoveryPointAdapter(store_client, "ha-app")) == {"s": "3|3|"}
+        adapter.purge()
+        assert points(SOWRecoveryPointAdapter(store_client, "ha-app")) == {}
+
+
+@pytest.mark.integration
 def test_sow_adapter_use_timestamp(connect: Callable[[str], Client]) -> None:
     client = connect("rp")
     SOWRecoveryPointAdapter(client, "app").update(RecoveryPoint("s", "1|5|"))
@@ -320,7 +333,9 @@ def test_sow_adapter_use_timestamp(connect: Callable[[str], Client]) -> None:
     assert head == "1|5|"
     assert isinstance(parse_bookmark(stamp), Timestamp)  # the record's last-update time
     assert points(SOWRecoveryPointAdapter(client, "app", 5000, False)) == {"s": "1|5|"}
-    own = points(SOWRecoveryPointAdapter(client, "app2", use_timestamp=True, timestamp_field="updated"))
+    own = points(
+        SOWRecoveryPointAdapter(client, "app2", use_timestamp=True, timestamp_field="updated")
+    )
     assert own["s"].startswith("1|6|,") and isinstance(
         parse_bookmark(own["s"].split(",")[1]), Timestamp
     )
@@ -333,23 +348,34 @@ def test_sow_adapter_custom_topic_and_fields() -> None:
     config = default_config(tcp_port=0, ws_port=0)
     config = dataclasses.replace(
         config,
-        sow_topics=(*config.sow_topics, SowTopicConfig("/app/points", "json", keys=("/app", "/sid"))),
+        sow_topics=(
+            *config.sow_topics,
+            SowTopicConfig("/app/points", "json", keys=("/app", "/sid")),
+        ),
     )
     with ServerThread(config) as server, Client("custom-rp") as client:
         client.connect(server.uri("tcp", "json"))
         client.logon()
-        options = dict(topic="/app/points", client_name_field="app", sub_id_field="sid")
+        options: dict[str, Any] = {
+            "topic": "/app/points",
+            "client_name_field": "app",
+            "sub_id_field": "sid",
+        }
         adapter = SOWRecoveryPointAdapter(client, "it's-me", bookmark_field="bm", **options)
         adapter.update(RecoveryPoint("s'1", "1|1|"))
         adapter.update(RecoveryPoint("s2", "1|2|"))
         client.flush(5000)
-        assert sow_records(client, "/app/points")[0] == {"app": "it's-me", "sid": "s'1", "bm": "1|1|"}
+        assert sow_records(client, "/app/points")[0] == {
+            "app": "it's-me",
+            "sid": "s'1",
+            "bm": "1|1|",
+        }
         again = SOWRecoveryPointAdapter(client, "it's-me", bookmark_field="bm", **options)
         assert points(again) == {"s'1": "1|1|", "s2": "1|2|"}
         again.purge("s'1")  # quotes in names are escaped in the filter
-        assert points(SOWRecoveryPointAdapter(client, "it's-me", bookmark_field="bm", **options)) == {
-            "s2": "1|2|"
-        }
+        assert points(
+            SOWRecoveryPointAdapter(client, "it's-me", bookmark_field="bm", **options)
+        ) == {"s2": "1|2|"}
 
 
 @pytest.mark.integration
@@ -456,7 +482,11 @@ def test_conflating_defaults_and_official_argument_names() -> None:
         delegate, update_threshold=10, timeout_millis=2000, update_interval_millis=50
     )
     defaults = ConflatingRecoveryPointAdapter(RecordingDelegate())
-    assert (defaults.update_threshold, defaults.timeout_millis, defaults.update_interval_millis) == (
+    assert (
+        defaults.update_threshold,
+        defaults.timeout_millis,
+        defaults.update_interval_millis,
+    ) == (
         10,
         2000,
         50,
@@ -672,3 +702,28 @@ def test_ours_reads_what_the_official_adapter_wrote(server: ServerThread) -> Non
         }
         restarted = MemoryBookmarkStore(SOWRecoveryPointAdapter(client, "official-app"))
         assert restarted.get_most_recent("s1") == "11|2|"
+
+
+@pytest.mark.interop
+def test_official_recovery_points_from_a_python_adapter() -> None:
+    """An adapter written for the official client (``next()`` returns ``AMPS.RecoveryPoint``
+    objects, then the official end marker ``AMPS.RecoveryPoint()``) works with our store."""
+    amps: Any = pytest.importorskip("AMPS")
+    saved = [amps.RecoveryPoint("s", "1|3|,2|5|"), amps.RecoveryPoint("t", "7|7|")]
+
+    class OfficialStyle:
+        def next(self) -> Any:
+            return saved.pop(0) if saved else amps.RecoveryPoint()
+
+        def update(self, point: Any) -> None:
+            pass
+
+        def purge(self, sub_id: str | None = None) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    store = MemoryBookmarkStore(OfficialStyle())
+    assert store.get_most_recent("s") == "1|3|,2|5|"
+    assert store.get_most_recent("t") == "7|7|"

@@ -96,7 +96,9 @@ class RecoveryPointAdapter(Protocol):
 
     The store calls :meth:`update` while holding its lock, once per change of a recovery
     point, so a slow adapter slows message processing: wrap it in a
-    :class:`~ampsclient.stores.recovery.ConflatingRecoveryPointAdapter`.
+    :class:`~ampsclient.stores.recovery.ConflatingRecoveryPointAdapter`. An adapter may also
+    offer ``update_bookmark(sub_id, bookmark)``, which the store then calls instead of
+    :meth:`update` (same meaning, no :class:`RecoveryPoint` built per change).
     """
 
     def update(self, point: RecoveryPoint) -> None:

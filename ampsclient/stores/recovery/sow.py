@@ -218,6 +218,7 @@ class SOWRecoveryPointAdapter(RecoveryPointCursor):
         return self._sub_field, self._bm_field
 
     def _points(self) -> list[RecoveryPoint]:
+        # what the query at construction read (minus purged points): the store reads them once
         return list(self._loaded)
 
     # ------------------------------------------------------------------ adapter API
