@@ -24,6 +24,7 @@ import enum
 import itertools
 import json
 import logging
+import ssl
 import struct
 import threading
 from collections.abc import Callable
@@ -74,6 +75,7 @@ _SUBSCRIBE_COMMANDS: Final = frozenset(
 _QUERY_COMMANDS: Final = frozenset({"sow", "sow_and_subscribe", "sow_and_delta_subscribe"})
 _P_PREFIX: Final = b'{"c":"p"'
 _SIDS_KEY: Final = b'"sids":"'
+_BM_NEXT: Final = b',"bm":"'
 
 
 class _Routes(dict[str, "Handler"]):
@@ -89,14 +91,15 @@ class _Routes(dict[str, "Handler"]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cache: dict[bytes, tuple[str, Handler]] = {}
+        self.cache: dict[bytes, tuple[str, Handler, bool]] = {}
         self.lengths: list[int] = []
 
     def learn(self, prefix: bytes, sid: str, handler: Handler) -> None:
         if len(self.cache) >= 1024 or len(self.lengths) >= 8:
             self.cache.clear()
             self.lengths.clear()
-        self.cache[prefix] = (sid, handler)
+        # handlers of bookmark subscriptions want the bookmark: read it right after ``sids``
+        self.cache[prefix] = (sid, handler, bool(getattr(handler, "_bookmark_logged", False)))
         if len(prefix) not in self.lengths:
             self.lengths.append(len(prefix))
 
@@ -171,6 +174,8 @@ class AsyncClient:
         max_frame_size: largest frame accepted from the server.
         default_max_depth: default ``max_depth`` of message streams (0 = unbounded).
         logon_options: options sent in every logon (e.g. ``"ack_conflation=10ms"``).
+        ssl_context: TLS settings for ``tcps://`` and ``wss://`` (see :mod:`ampsclient.tls`);
+            default: verify the server against the system's CAs and check the host name.
     """
 
     def __init__(
@@ -180,8 +185,10 @@ class AsyncClient:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         default_max_depth: int = 0,
         logon_options: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._name = name
+        self._ssl_context = ssl_context
         self._max_frame_size = max_frame_size
         self._default_max_depth = default_max_depth
         self._logon_options = logon_options
@@ -351,12 +358,20 @@ class AsyncClient:
 
     # -------------------------------------------------------------------------- connecting
 
-    async def connect(self, uri: str, *, timeout: float | None = None) -> None:
-        """Open a connection to ``uri`` (``tcp://host:port/amps/json``, ``ws://...``).
+    async def connect(
+        self,
+        uri: str,
+        *,
+        timeout: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """Open a connection to ``uri`` (``tcp://host:port/amps/json``, ``ws://``, ``tcps://``,
+        ``wss://``).
 
         Args:
             uri: the server URI; credentials in it are used by :meth:`logon`.
             timeout: seconds to wait for the connection (``None`` = the OS default).
+            ssl_context: TLS settings for this connection (default: the constructor's).
         """
         if self._transport is not None:
             raise UsageError("already connected")
@@ -372,6 +387,7 @@ class AsyncClient:
             on_writable=self._on_writable,
             max_frame_size=self._max_frame_size,
             connect_timeout=timeout,
+            ssl_context=ssl_context if ssl_context is not None else self._ssl_context,
         )
         self._transport = transport
         self._uri = parsed
@@ -975,25 +991,17 @@ class AsyncClient:
         cache = routes.cache
         lengths = routes.lengths
         get = cache.get
-        if len(lengths) == 1:
-            # the common case (one stream of deliveries): no inner loop
-            length = lengths[0]
-            for payload in payloads:
-                route = get(payload[:length])
-                if route is None:
-                    self._on_payload(payload)
-                    continue
-                try:
-                    route[1](Message(payload, route[0]))
-                except Exception as exc:
-                    self._report(exc)
-            return
         for payload in payloads:
             for length in lengths:
                 route = get(payload[:length])
                 if route is not None:
+                    message = Message(payload, route[0])
+                    if route[2] and payload[length : length + 7] == _BM_NEXT:
+                        end = payload.find(b'"', length + 7)
+                        if end > 0:
+                            message._bm = payload[length + 7 : end].decode()
                     try:
-                        route[1](Message(payload, route[0]))
+                        route[1](message)
                     except Exception as exc:
                         self._report(exc)
                     break

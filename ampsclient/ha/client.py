@@ -22,6 +22,7 @@ import asyncio
 import builtins
 import collections
 import logging
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any, Literal
@@ -79,6 +80,8 @@ class AsyncHAClient(AsyncClient):
             ``"block"`` (wait until connected).
         logon_timeout: ms to wait for each logon ack (0 = no limit).
         connect_timeout: seconds to wait for each TCP/WebSocket connection.
+        ssl_context: TLS settings for ``tcps://``/``wss://`` servers (see :mod:`ampsclient.tls`;
+            default: verify against the system's CAs).
     """
 
     def __init__(
@@ -95,12 +98,14 @@ class AsyncHAClient(AsyncClient):
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         default_max_depth: int = 0,
         logon_options: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(
             name,
             max_frame_size=max_frame_size,
             default_max_depth=default_max_depth,
             logon_options=logon_options,
+            ssl_context=ssl_context,
         )
         if isinstance(publish_store, str):
             publish_store = FilePublishStore(publish_store)
@@ -229,8 +234,7 @@ class AsyncHAClient(AsyncClient):
 
         def on_message(message: Message) -> Any:
             if (
-                message.command == "publish"
-                and message.bookmark
+                (message._bm is not None or (message.command == "publish" and message.bookmark))
                 and not store.log(message)
                 and store.is_duplicate(message)
             ):

@@ -113,6 +113,77 @@ def _fix_text(value: str) -> str:
         return value
 
 
+_BARE: Final[Mapping[str, Any]] = {"true": True, "false": False, "null": None}
+
+
+def _decode_simple(payload: bytes | bytearray | memoryview, start: int) -> tuple[Header, int] | None:
+    """The fast path for the compact headers clients and servers actually send.
+
+    Applies when the header has no backslash and no whitespace: then the first ``}`` with an
+    even number of quotes before it closes the header, and splitting on ``"`` yields
+    key/value tokens. Anything unexpected returns ``None`` (the general JSON path decides).
+    """
+    if type(payload) is not bytes or payload[start : start + 2] != b'{"':
+        return None
+    end = payload.find(b"}", start)
+    while end > 0 and payload.count(b'"', start, end) % 2:
+        end = payload.find(b"}", end + 1)
+    if end < 0 or payload.find(b"\\", start, end) >= 0:
+        return None
+    try:
+        text = payload[start + 1 : end].decode()
+    except UnicodeDecodeError:
+        return None
+    parts = text.split('"')
+    n = len(parts)
+    header: Header = {}
+    aliases = KEY_ALIASES
+    i = 1
+    while i < n:
+        if i + 1 >= n:
+            return None
+        key = parts[i]
+        sep = parts[i + 1]
+        if sep == ":":
+            if i + 3 >= n:
+                return None
+            value: Any = parts[i + 2]
+            tail = parts[i + 3]
+            if tail != "," and not (tail == "" and i + 4 == n):
+                return None
+            i += 4
+        else:
+            if sep[:1] != ":":
+                return None
+            token = sep[1:]
+            last = i + 2 == n
+            if not last:
+                if token[-1:] != ",":
+                    return None
+                token = token[:-1]
+            elif token[-1:] == ",":
+                return None
+            if token.isdigit():
+                value = int(token)
+            elif token in _BARE:
+                value = _BARE[token]
+            else:
+                try:
+                    value = json.loads(token)
+                except ValueError:
+                    return None
+                if isinstance(value, (dict, list, str)):
+                    return None
+            i += 2
+        header[aliases.get(key, key)] = value
+    if parts[0] != "":
+        return None
+    c = header.get("c")
+    if c is not None and c in _COMMAND_ALIASES:
+        header["c"] = _COMMAND_ALIASES[c]
+    return header, end + 1
+
+
 def decode_header(payload: bytes | bytearray | memoryview, start: int = 0) -> tuple[Header, int]:
     """Decode the header that starts at ``payload[start]``.
 
@@ -122,6 +193,9 @@ def decode_header(payload: bytes | bytearray | memoryview, start: int = 0) -> tu
     Raises:
         MalformedFrameError: the bytes are not a flat header object.
     """
+    fast = _decode_simple(payload, start)
+    if fast is not None:
+        return fast
     size = len(payload)
     stop = min(size, start + _PROBE)
     while True:

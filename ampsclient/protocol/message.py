@@ -54,7 +54,7 @@ class Message:
     decodes it as UTF-8 text like the official client does for text message types.
     """
 
-    __slots__ = ("_body", "_data", "_hdr", "_raw", "_sub_id")
+    __slots__ = ("_bm", "_body", "_data", "_hdr", "_raw", "_sub_id")
 
     def __init__(
         self,
@@ -69,6 +69,7 @@ class Message:
         self._hdr = header
         self._data = data
         self._body = -1
+        self._bm: str | None = None
 
     # -- parsing ---------------------------------------------------------------------------
 
@@ -171,8 +172,11 @@ class Message:
 
     @property
     def bookmark(self) -> str | None:
-        """``bm``."""
-        return self._str("bm")
+        """``bm`` (known without parsing the header when the client's fast path saw it)."""
+        bm = self._bm
+        if bm is None:
+            bm = self._str("bm")
+        return bm
 
     @property
     def sow_key(self) -> str | None:
@@ -357,7 +361,9 @@ class Message:
         return f"Message({hdr!r}, data={shown!r})"
 
     def __copy__(self) -> Message:
-        return Message(self._raw, header=self._hdr, data=self._data, sub_id=self._sub_id)
+        copy = Message(self._raw, header=self._hdr, data=self._data, sub_id=self._sub_id)
+        copy._bm = self._bm
+        return copy
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Message:
         return self.__copy__()

@@ -319,13 +319,14 @@ class MemoryBookmarkStore(BookmarkStore):
         bm: Any
         sid: Any
         if type(message) is Message:
-            hdr = message._hdr  # already decoded for routed messages; else decode it now
-            if hdr is None:
-                hdr = message.header
-            bm = hdr.get("bm")
+            bm = message._bm  # set by the client's receive fast path (no header parse)
             sid = message._sub_id  # the routed sub id, when the client set one
-            if sid is None:
-                sid = hdr.get("sub_id") or hdr.get("sids")
+            if bm is None or sid is None:
+                hdr = message.header
+                if bm is None:
+                    bm = hdr.get("bm")
+                if sid is None:
+                    sid = hdr.get("sub_id") or hdr.get("sids")
         else:
             bm = message.get_bookmark()
             sid = message.get_sub_id()
@@ -374,13 +375,14 @@ class MemoryBookmarkStore(BookmarkStore):
         bm: Any
         sid: Any
         if type(message) is Message:
-            hdr = message._hdr  # already decoded for routed messages; else decode it now
-            if hdr is None:
-                hdr = message.header
-            bm = hdr.get("bm")
+            bm = message._bm  # set by the client's receive fast path (no header parse)
             sid = message._sub_id
-            if sid is None:
-                sid = hdr.get("sub_id") or hdr.get("sids")
+            if bm is None or sid is None:
+                hdr = message.header
+                if bm is None:
+                    bm = hdr.get("bm")
+                if sid is None:
+                    sid = hdr.get("sub_id") or hdr.get("sids")
         else:
             bm = message.get_bookmark()
             sid = message.get_sub_id()
