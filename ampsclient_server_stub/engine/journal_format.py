@@ -166,8 +166,8 @@ class Source:
     __slots__ = ()
 
     def read(self, start: int, end: int) -> bytes:  # pragma: no cover - interface
-        """Return the segment bytes ``[start, end)``."""
-        raise NotImplementedError
+        """Return the segment bytes ``[start, end)`` (subclasses; the base holds nothing)."""
+        return b""
 
 
 class FileSource(Source):

@@ -179,7 +179,8 @@ class RecoveryPointCursor:
     _cursor: Iterator[RecoveryPoint] | None = None
 
     def _points(self) -> list[RecoveryPoint]:
-        raise NotImplementedError
+        """A snapshot of the stored points (subclasses override it; the base stores none)."""
+        return []
 
     def __iter__(self) -> Iterator[RecoveryPoint]:
         """Iterate over a snapshot of the stored points."""
