@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark]'
 	@# the official client is a black-box test peer only (interop tests skip without it)
 	-$(PY) -m pip install -q amps-python-client
 	-command -v npm >/dev/null && cd tests/interop/js && npm install --no-audit --no-fund --silent

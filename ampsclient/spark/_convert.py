@@ -1,0 +1,573 @@
+"""Messages to Spark rows (and Spark rows to payloads): schemas and converters.
+
+Two read paths:
+
+* metadata columns only (the default schema, or a projection of it): rows are built column by
+  column into ``pyarrow.RecordBatch`` objects, the fast path of Python data sources;
+* parsed payloads (``parse=json``/``msgpack``): each message becomes a tuple in schema order,
+  payload values coerced to the field types (a value that does not fit becomes ``NULL``, or
+  fails the task with ``mode=FAILFAST``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from datetime import date, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from ..protocol.message import Message
+from ._core import (
+    METADATA_COLUMNS,
+    TEXT_TYPES,
+    AMPSSparkError,
+    ReadOptions,
+    _fast_micros,
+    micros_datetime,
+    point_from_option,
+)
+
+__all__ = [
+    "RowBuilder",
+    "default_schema",
+    "encode_row",
+    "output_schema",
+]
+
+log = logging.getLogger("ampsclient.spark")
+
+ARROW_BATCH: Final = 8192
+"""Rows per Arrow record batch on the fast read path."""
+
+_PARSED_DEFAULT_METADATA: Final = ("bookmark", "timestamp")
+
+
+def _metadata_type(name: str, message_type: str) -> DataType:
+    if name == "publisher_id":
+        return DecimalType(20, 0)  # an unsigned 64-bit number does not fit a BIGINT
+    if name == "sequence":
+        return LongType()
+    if name == "timestamp":
+        return TimestampType()
+    if name == "data":
+        return StringType() if message_type in TEXT_TYPES else BinaryType()
+    return StringType()
+
+
+def default_schema(message_type: str) -> StructType:
+    """``topic, bookmark, publisher_id, sequence, timestamp, sow_key, correlation_id, data``.
+
+    ``data`` is a STRING for text message types (json, xml, fix, nvfix) and BINARY otherwise.
+    """
+    return StructType(
+        [StructField(n, _metadata_type(n, message_type), True) for n in METADATA_COLUMNS]
+    )
+
+
+def _metadata_set(opts: ReadOptions) -> tuple[str, ...]:
+    if opts.metadata_columns is not None:
+        return opts.metadata_columns
+    return METADATA_COLUMNS if opts.parse == "none" else _PARSED_DEFAULT_METADATA
+
+
+def _ddl_field_names(ddl: str) -> list[str]:
+    """The top-level field names of a DDL schema string (no JVM needed)."""
+    names: list[str] = []
+    depth = 0
+    quoted = False
+    item: list[str] = []
+    for ch in ddl + ",":
+        if ch == "`":
+            quoted = not quoted
+        elif quoted:
+            pass
+        elif ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        if ch == "," and depth == 0 and not quoted:
+            text = "".join(item).strip()
+            item = []
+            if not text:
+                continue
+            if text.startswith("`"):
+                end = text.find("`", 1)
+                names.append(text[1:end] if end > 0 else text[1:])
+            else:
+                names.append(text.replace(":", " ").split()[0])
+            continue
+        item.append(ch)
+    return names
+
+
+def output_schema(opts: ReadOptions) -> StructType | str:
+    """The schema of a read when the user gave none with ``.schema()``.
+
+    With ``parse``, a DDL string (the metadata columns, then the payload's ``schema`` option):
+    ``DataSource.schema()`` runs in a Python worker with no SparkSession to parse DDL.
+    """
+    if opts.parse == "none":
+        if opts.metadata_columns is None:
+            return default_schema(opts.message_type)
+        return StructType(
+            [
+                StructField(n, _metadata_type(n, opts.message_type), True)
+                for n in opts.metadata_columns
+            ]
+        )
+    if not opts.payload_schema:
+        raise AMPSSparkError(
+            f"parse={opts.parse} needs the payload's schema: "
+            '.option("schema", "id BIGINT, symbol STRING, ...") or .schema(...)'
+        )
+    meta = _metadata_set(opts)
+    clash = [n for n in _ddl_field_names(opts.payload_schema) if n in meta]
+    if clash:
+        raise AMPSSparkError(
+            f"payload field(s) {clash} have the names of metadata columns; choose the metadata "
+            'columns with .option("metadataColumns", "bookmark") (or "" for none)'
+        )
+    columns = [f"`{n}` {_metadata_type(n, opts.message_type).simpleString()}" for n in meta]
+    return ", ".join([*columns, opts.payload_schema])
+
+
+# ------------------------------------------------------------------------------ converters
+
+Converter = Callable[[Any], Any]
+
+
+def _to_int(lo: int, hi: int) -> Converter:
+    def convert(v: Any) -> int:
+        if isinstance(v, bool):
+            raise TypeError("a boolean is not a number")
+        if isinstance(v, int):
+            out = v
+        elif isinstance(v, float):
+            if not v.is_integer():
+                raise ValueError(f"{v} is not an integer")
+            out = int(v)
+        elif isinstance(v, str):
+            out = int(v.strip())
+        else:
+            raise TypeError(f"{type(v).__name__} is not a number")
+        if not lo <= out <= hi:
+            raise ValueError(f"{out} is out of range")
+        return out
+
+    return convert
+
+
+def _to_float(v: Any) -> float:
+    if isinstance(v, bool):
+        raise TypeError("a boolean is not a number")
+    if isinstance(v, int | float | str | Decimal):
+        return float(v)
+    raise TypeError(f"{type(v).__name__} is not a number")
+
+
+def _to_decimal(v: Any) -> Decimal:
+    if isinstance(v, bool):
+        raise TypeError("a boolean is not a number")
+    try:
+        return Decimal(str(v))
+    except InvalidOperation:
+        raise ValueError(f"{v!r} is not a decimal") from None
+
+
+def _to_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    raise TypeError(f"{v!r} is not a boolean")
+
+
+def _to_str(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, dict | list):
+        return json.dumps(v, separators=(",", ":"), default=str)
+    return str(v)
+
+
+def _to_bytes(v: Any) -> bytes:
+    if isinstance(v, bytes | bytearray):
+        return bytes(v)
+    if isinstance(v, str):
+        return v.encode()
+    raise TypeError(f"{type(v).__name__} is not binary")
+
+
+def _to_timestamp(v: Any) -> datetime:
+    if isinstance(v, datetime):
+        return v
+    if isinstance(v, bool):
+        raise TypeError("a boolean is not a time")
+    if isinstance(v, int | float):
+        bound = point_from_option(str(v), "timestamp")
+    elif isinstance(v, str):
+        bound = point_from_option(v, "timestamp")
+    else:
+        raise TypeError(f"{type(v).__name__} is not a time")
+    if bound.micros is None:
+        raise ValueError(f"{v!r} is not a time")
+    return micros_datetime(bound.micros)
+
+
+def _to_naive_timestamp(v: Any) -> datetime:
+    if isinstance(v, str):
+        return datetime.fromisoformat(v).replace(tzinfo=None)
+    return _to_timestamp(v).replace(tzinfo=None)
+
+
+def _to_date(v: Any) -> date:
+    if isinstance(v, datetime):
+        return v.date()
+    if isinstance(v, date):
+        return v
+    if isinstance(v, str):
+        return date.fromisoformat(v[:10])
+    raise TypeError(f"{type(v).__name__} is not a date")
+
+
+def converter(data_type: DataType) -> Converter:
+    """A function coercing a decoded JSON/msgpack value to what Spark expects for the type
+    (raising ``TypeError``/``ValueError`` when the value does not fit). ``None`` stays ``None``."""
+    inner: Converter
+    if isinstance(data_type, StringType):
+        inner = _to_str
+    elif isinstance(data_type, LongType):
+        inner = _to_int(-(2**63), 2**63 - 1)
+    elif isinstance(data_type, IntegerType):
+        inner = _to_int(-(2**31), 2**31 - 1)
+    elif isinstance(data_type, ShortType):
+        inner = _to_int(-(2**15), 2**15 - 1)
+    elif isinstance(data_type, ByteType):
+        inner = _to_int(-128, 127)
+    elif isinstance(data_type, DoubleType | FloatType):
+        inner = _to_float
+    elif isinstance(data_type, DecimalType):
+        inner = _to_decimal
+    elif isinstance(data_type, BooleanType):
+        inner = _to_bool
+    elif isinstance(data_type, BinaryType):
+        inner = _to_bytes
+    elif isinstance(data_type, TimestampType):
+        inner = _to_timestamp
+    elif isinstance(data_type, TimestampNTZType):
+        inner = _to_naive_timestamp
+    elif isinstance(data_type, DateType):
+        inner = _to_date
+    elif isinstance(data_type, ArrayType):
+        element = converter(data_type.elementType)
+
+        def inner(v: Any) -> list[Any]:
+            if not isinstance(v, list | tuple):
+                raise TypeError(f"{type(v).__name__} is not an array")
+            return [element(x) for x in v]
+
+    elif isinstance(data_type, MapType):
+        key_c = converter(data_type.keyType)
+        value_c = converter(data_type.valueType)
+
+        def inner(v: Any) -> dict[Any, Any]:
+            if not isinstance(v, dict):
+                raise TypeError(f"{type(v).__name__} is not a map")
+            return {key_c(k): value_c(x) for k, x in v.items()}
+
+    elif isinstance(data_type, StructType):
+        names = data_type.fieldNames()
+        convs = [converter(f.dataType) for f in data_type.fields]
+
+        def inner(v: Any) -> tuple[Any, ...]:
+            if not isinstance(v, dict):
+                raise TypeError(f"{type(v).__name__} is not an object")
+            return tuple(c(v.get(n)) for n, c in zip(names, convs, strict=True))
+
+    else:
+
+        def inner(v: Any) -> Any:
+            return v
+
+    def convert(v: Any) -> Any:
+        return None if v is None else inner(v)
+
+    return convert
+
+
+# ------------------------------------------------------------------------------ row builder
+
+
+def _split_bookmark(bm: str | None) -> tuple[int | None, int | None]:
+    if not bm:
+        return None, None
+    parts = bm.split("|")
+    if len(parts) < 2:
+        return None, None
+    try:
+        return int(parts[0]), int(parts[1])
+    except ValueError:
+        return None, None
+
+
+class RowBuilder:
+    """Turns replayed messages into rows of a given schema (built on the executor)."""
+
+    def __init__(self, schema: StructType, opts: ReadOptions) -> None:
+        self.schema = schema
+        self.opts = opts
+        self.text = opts.message_type in TEXT_TYPES
+        meta = _metadata_set(opts) if opts.parse != "none" else METADATA_COLUMNS
+        self.kinds: list[str] = []
+        for field in schema.fields:
+            if field.name in meta:
+                self.kinds.append("meta")
+            elif opts.parse != "none":
+                self.kinds.append("payload")
+            else:
+                raise AMPSSparkError(
+                    f"column {field.name!r} is not an AMPS metadata column "
+                    f"({', '.join(METADATA_COLUMNS)}); to read payload fields set "
+                    'option("parse", "json") (or msgpack)'
+                )
+        # a metadata column declared with another type (say publisher_id STRING) is converted
+        self.retyped = [
+            kind == "meta" and field.dataType != _metadata_type(field.name, opts.message_type)
+            for field, kind in zip(schema.fields, self.kinds, strict=True)
+        ]
+        self.arrow = all(k == "meta" for k in self.kinds) and not any(self.retyped)
+        self._converters = [converter(f.dataType) for f in schema.fields]
+        self.decode_errors = 0
+
+    # -- metadata ------------------------------------------------------------------------
+
+    def _meta(self, name: str, m: Message) -> Any:
+        if name == "topic":
+            return m.topic
+        if name == "bookmark":
+            return m.bookmark
+        if name == "publisher_id":
+            pid = _split_bookmark(m.bookmark)[0]
+            return None if pid is None else Decimal(pid)
+        if name == "sequence":
+            return _split_bookmark(m.bookmark)[1]
+        if name == "timestamp":
+            ts = m.timestamp
+            return None if ts is None else micros_datetime(_fast_micros(ts))
+        if name == "sow_key":
+            return m.sow_key
+        if name == "correlation_id":
+            return m.correlation_id
+        if name == "data":
+            return m.get_data() if self.text else m.data
+        raise AssertionError(name)
+
+    # -- tuples (parsed payloads) ---------------------------------------------------------
+
+    def _decode(self, m: Message) -> dict[str, Any] | None:
+        try:
+            doc = m.json() if self.opts.parse == "json" else m.unpack()
+        except Exception as exc:
+            self._bad(m, f"payload is not {self.opts.parse}: {exc}")
+            return None
+        if not isinstance(doc, dict):
+            self._bad(m, f"payload is a {type(doc).__name__}, not an object")
+            return None
+        return doc
+
+    def _bad(self, m: Message, why: str) -> None:
+        if self.opts.fail_fast:
+            raise AMPSSparkError(f"message {m.bookmark}: {why} (mode=FAILFAST)")
+        self.decode_errors += 1
+        if self.decode_errors <= 5:
+            log.warning("message %s: %s; its payload columns are NULL", m.bookmark, why)
+
+    def row(self, m: Message) -> tuple[Any, ...]:
+        """One message as a tuple in schema order."""
+        doc = self._decode(m) if "payload" in self.kinds else None
+        out: list[Any] = []
+        fields = zip(self.schema.fields, self.kinds, self._converters, self.retyped, strict=True)
+        for field, kind, conv, retyped in fields:
+            if kind == "meta":
+                value = self._meta(field.name, m)
+                if retyped:
+                    try:
+                        value = conv(value)
+                    except (TypeError, ValueError, ArithmeticError) as exc:
+                        raise AMPSSparkError(
+                            f"column {field.name!r} cannot be read as "
+                            f"{field.dataType.simpleString()}: {exc}"
+                        ) from None
+                out.append(value)
+                continue
+            if doc is None:
+                out.append(None)
+                continue
+            value = doc.get(field.name)
+            try:
+                out.append(conv(value))
+            except (TypeError, ValueError, ArithmeticError) as exc:
+                if self.opts.fail_fast:
+                    raise AMPSSparkError(
+                        f"message {m.bookmark}: field {field.name!r}={value!r} does not fit "
+                        f"{field.dataType.simpleString()}: {exc} (mode=FAILFAST)"
+                    ) from None
+                out.append(None)
+        return tuple(out)
+
+    # -- arrow (metadata only) ------------------------------------------------------------
+
+    def batches(self, messages: Iterable[Message]) -> Iterator[Any]:
+        """Arrow record batches of :data:`ARROW_BATCH` rows (metadata columns only).
+
+        Per message only the header fields are picked up; each column is converted once per
+        batch (times and publisher ids through small caches: they repeat a lot).
+        """
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        pa_schema = to_arrow_schema(self.schema, timezone="UTC")
+        names = self.schema.fieldNames()
+        want = set(names)
+        keys = [
+            k for k, n in (("t", "topic"), ("k", "sow_key"), ("x", "correlation_id")) if n in want
+        ]
+        need_bm = bool(want & {"bookmark", "publisher_id", "sequence"})
+        need_ts = "timestamp" in want
+        need_data = "data" in want
+        text = self.text
+        seconds: dict[str, int] = {}
+        pids: dict[str, Decimal] = {}
+
+        def micros(ts: Any) -> int | None:
+            if ts is None:
+                return None
+            ts = str(ts)
+            if len(ts) == 23 and ts[15] == ".":
+                secs = seconds.get(ts[:15])
+                if secs is None:
+                    if len(seconds) > 4096:
+                        seconds.clear()
+                    secs = seconds[ts[:15]] = _fast_micros(ts[:15] + ".000000Z")
+                return secs + int(ts[16:22])
+            return _fast_micros(ts)
+
+        def split(bm: Any) -> tuple[Decimal | None, int | None]:
+            if bm is None:
+                return None, None
+            text_bm = str(bm)
+            i = text_bm.find("|")
+            j = text_bm.find("|", i + 1)
+            if i <= 0 or j <= i:
+                return None, None
+            head = text_bm[:i]
+            pid = pids.get(head)
+            if pid is None:
+                pid = pids[head] = Decimal(head)
+            return pid, int(text_bm[i + 1 : j])
+
+        def flush(
+            bms: list[Any], tss: list[Any], datas: list[Any], extra: dict[str, list[Any]]
+        ) -> Any:
+            cols: dict[str, list[Any]] = {}
+            if need_bm:
+                cols["bookmark"] = bms
+                if "publisher_id" in want or "sequence" in want:
+                    pairs = [split(b) for b in bms]
+                    cols["publisher_id"] = [p for p, _ in pairs]
+                    cols["sequence"] = [q for _, q in pairs]
+            if need_ts:
+                cols["timestamp"] = [micros(t) for t in tss]
+            if need_data:
+                cols["data"] = datas
+            for k, n in (("t", "topic"), ("k", "sow_key"), ("x", "correlation_id")):
+                if k in extra:
+                    cols[n] = [None if v is None else str(v) for v in extra[k]]
+            return self._batch(pa, pa_schema, names, cols)
+
+        bms: list[Any] = []
+        tss: list[Any] = []
+        datas: list[Any] = []
+        extra: dict[str, list[Any]] = {k: [] for k in keys}
+        count = 0
+        for m in messages:
+            hdr = m.header
+            if need_bm:
+                bms.append(hdr.get("bm"))
+            if need_ts:
+                tss.append(hdr.get("ts"))
+            if need_data:
+                datas.append(m.get_data() if text else m.data)
+            for k, col in extra.items():
+                col.append(hdr.get(k))
+            count += 1
+            if count >= ARROW_BATCH:
+                yield flush(bms, tss, datas, extra)
+                bms, tss, datas = [], [], []
+                extra = {k: [] for k in keys}
+                count = 0
+        if count:
+            yield flush(bms, tss, datas, extra)
+
+    @staticmethod
+    def _batch(pa: Any, pa_schema: Any, names: list[str], cols: dict[str, list[Any]]) -> Any:
+        arrays = [pa.array(cols[n], type=pa_schema.field(n).type) for n in names]
+        return pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
+
+
+# ------------------------------------------------------------------------------- writing
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    if hasattr(value, "asDict"):
+        return value.asDict(recursive=True)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def encode_row(row: dict[str, Any], message_type: str) -> bytes:
+    """A row without a ``data`` column, as a JSON (or msgpack) document."""
+    if message_type == "msgpack":
+        import msgpack
+
+        def pack_default(value: Any) -> Any:
+            if isinstance(value, Decimal):
+                return float(value)
+            if isinstance(value, datetime | date):
+                return value.isoformat()
+            raise TypeError(f"{type(value).__name__} is not msgpack serializable")
+
+        packed: bytes = msgpack.packb(row, use_bin_type=True, default=pack_default)
+        return packed
+    return json.dumps(row, separators=(",", ":"), default=_json_default).encode()

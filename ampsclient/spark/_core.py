@@ -1,0 +1,668 @@
+"""The AMPS side of the Spark data source: options, positions, range planning, log probes.
+
+Nothing here imports pyspark, so the planning logic is plain Python (and unit-testable without
+a JVM). Every function that talks to a server takes a connected :class:`~ampsclient.Client`.
+
+Vocabulary:
+
+* a **position** is a point in the transaction log that Spark can store in a checkpoint: the
+  journal bookmark (``publisherId|seq|``) of one message, with that message's server time;
+* a **bound** is one end of a bookmark range (``[``/``(`` ... ``]``/``)``);
+* a **fence** is a tiny message the planner publishes to a side topic to learn the log's end
+  (its bookmark comes back through a bookmark subscription started at NOW, so the planner
+  learns a journal position that is after every message recorded before it, without reading
+  them).
+"""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import time
+import uuid
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from ..command import Command
+from ..exceptions import AMPSError, CommandError, InvalidBookmarkError, error_for_reason
+from ..protocol.acks import AckType
+from ..protocol.bookmarks import (
+    EPOCH,
+    NOW,
+    BookmarkId,
+    BookmarkList,
+    BookmarkRange,
+    Epoch,
+    Now,
+    Timestamp,
+    format_timestamp,
+    parse_bookmark,
+)
+from ..protocol.message import Message
+from ..sync import Client
+from ..uri import parse_uri
+
+__all__ = [
+    "DEFAULT_FENCE_TOPIC",
+    "METADATA_COLUMNS",
+    "AMPSSparkError",
+    "Bound",
+    "Position",
+    "ReadOptions",
+    "WriteOptions",
+    "connect",
+    "describe",
+    "fence",
+    "first_micros",
+    "format_micros",
+    "last_micros",
+    "offset_bounds",
+    "parse_micros",
+    "plan_ranges",
+    "range_text",
+    "replay",
+    "scan",
+]
+
+log = logging.getLogger("ampsclient.spark")
+
+DEFAULT_FENCE_TOPIC: Final = "ampsclient.spark.fence"
+"""The side topic fences are published to (it must be recorded by the transaction log)."""
+
+METADATA_COLUMNS: Final = (
+    "topic",
+    "bookmark",
+    "publisher_id",
+    "sequence",
+    "timestamp",
+    "sow_key",
+    "correlation_id",
+    "data",
+)
+"""The columns of the default schema, in order."""
+
+TEXT_TYPES: Final = frozenset({"json", "xml", "fix", "nvfix", "text", "string"})
+"""Message types whose payload becomes a STRING column (every other type: BINARY)."""
+
+REPLAY_OPTIONS: Final = "timestamp,bookmark_not_found=fail"
+"""Subscription options of every replay: server times on messages, and a start bookmark the
+log does not hold is an error (``invalid bookmark``) rather than a silent empty read."""
+
+_EPOCH_DT: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US: Final = timedelta(microseconds=1)
+
+
+class AMPSSparkError(AMPSError):
+    """A Spark read or write against AMPS failed; the message carries the AMPS reason."""
+
+
+def describe(exc: BaseException) -> str:
+    """``ExceptionType: message``, with the AMPS reason string when the server gave one."""
+    text = str(exc) or type(exc).__name__
+    reason = getattr(exc, "reason", "") if isinstance(exc, CommandError) else ""
+    if reason and reason not in text:
+        text = f"{reason}: {text}"
+    return f"{type(exc).__name__}: {text}"
+
+
+# ------------------------------------------------------------------------------------ times
+
+
+def parse_micros(text: str) -> int:
+    """Exact microseconds since the epoch of an AMPS timestamp (``YYYYmmddTHHMMSS[.f]Z``)."""
+    parsed = parse_bookmark(text)
+    if not isinstance(parsed, Timestamp):
+        raise InvalidBookmarkError(f"not a timestamp: {text!r}", reason="invalid bookmark")
+    return _dt_micros(parsed.when)
+
+
+def _dt_micros(when: datetime) -> int:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH_DT) // _ONE_US
+
+
+def _fast_micros(ts: str) -> int:
+    """The server's ``ts`` header (always ``YYYYmmddTHHMMSS.ffffffZ``) in microseconds."""
+    if len(ts) == 23 and ts[8] == "T" and ts[15] == ".":
+        secs = calendar.timegm(
+            (int(ts[0:4]), int(ts[4:6]), int(ts[6:8]), int(ts[9:11]), int(ts[11:13]),
+             int(ts[13:15]), 0, 0, 0)
+        )  # fmt: skip
+        return secs * 1_000_000 + int(ts[16:22])
+    return parse_micros(ts)
+
+
+def format_micros(micros: int) -> str:
+    """The AMPS timestamp bookmark of a time in microseconds since the epoch."""
+    return format_timestamp(_EPOCH_DT + timedelta(microseconds=micros))
+
+
+def micros_datetime(micros: int) -> datetime:
+    """An aware UTC datetime."""
+    return _EPOCH_DT + timedelta(microseconds=micros)
+
+
+# -------------------------------------------------------------------------------- positions
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A message's place in the transaction log: its journal bookmark and server time."""
+
+    bookmark: str
+    micros: int
+
+    def offset(self) -> dict[str, Any]:
+        """The JSON-able streaming offset of this position."""
+        return {"bookmark": self.bookmark, "timestamp": format_micros(self.micros)}
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """One end of a replay range.
+
+    Attributes:
+        text: the bookmark in wire form (EPOCH ``0``, NOW ``0|1|``, an id, a timestamp or a
+            comma list).
+        inclusive: ``[`` / ``]`` rather than ``(`` / ``)``.
+        micros: the bound's server time when known (a timestamp, or the message an id names).
+    """
+
+    text: str
+    inclusive: bool
+    micros: int | None = None
+
+    @property
+    def is_now(self) -> bool:
+        """The NOW point."""
+        return self.text == NOW
+
+    @property
+    def is_timestamp(self) -> bool:
+        """A timestamp bound (its time is :attr:`micros`)."""
+        return isinstance(_parse_point(self.text), Timestamp)
+
+
+def _parse_point(text: str) -> Epoch | Now | BookmarkId | Timestamp | BookmarkList:
+    parsed = parse_bookmark(text)
+    if isinstance(parsed, BookmarkRange):
+        raise InvalidBookmarkError(f"a range is not a point: {text!r}", reason="invalid bookmark")
+    return parsed
+
+
+def _bound(point: Any, inclusive: bool) -> Bound:
+    """A bound for a parsed point; ids and lists start *after* the message they name."""
+    micros = _dt_micros(point.when) if isinstance(point, Timestamp) else None
+    return Bound(str(point), inclusive, micros)
+
+
+def range_text(start: Bound, end: Bound | None) -> str:
+    """The wire form of the range from ``start`` to ``end`` (``None``: open end)."""
+    opener = "[" if start.inclusive else "("
+    if end is None:
+        return f"{opener}{start.text}:)"
+    return f"{opener}{start.text}:{end.text}{']' if end.inclusive else ')'}"
+
+
+def point_from_option(value: str, what: str) -> Bound:
+    """A ``begin``/``end`` option value: a bookmark, an AMPS timestamp, an ISO-8601 time,
+    POSIX seconds, ``epoch`` or ``now``. The bound is inclusive (callers flip it for ends)."""
+    text = value.strip()
+    low = text.lower()
+    if low in ("epoch", EPOCH):
+        return Bound(EPOCH, True)
+    if low == "now":
+        return Bound(NOW, True)
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        micros = round(seconds * 1_000_000)
+        return Bound(format_micros(micros), True, micros)
+    try:
+        point = _parse_point(text)
+    except InvalidBookmarkError:
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            raise AMPSSparkError(
+                f"option {what}={value!r} is not a bookmark, a timestamp "
+                "(YYYYmmddTHHMMSS[.ffffff][Z] or ISO-8601), POSIX seconds, 'epoch' or 'now'"
+            ) from None
+        micros = _dt_micros(when)
+        return Bound(format_micros(micros), True, micros)
+    return _bound(point, True)
+
+
+def bounds_from_bookmark(text: str) -> tuple[Bound, Bound | None]:
+    """``(start, end)`` of a ``bookmark`` option: a range, or a starting point (open end).
+
+    A bookmark id (or list) as a starting point means *after* that message, as in a bookmark
+    subscription; EPOCH and timestamps are inclusive. A NOW end is an open end.
+    """
+    parsed = parse_bookmark(text)
+    if isinstance(parsed, BookmarkRange):
+        start = _bound(parsed.start, parsed.start_inclusive)
+        end_point = parsed.end
+        if end_point is None or isinstance(end_point, Now):
+            return start, None
+        return start, _bound(end_point, parsed.end_inclusive)
+    inclusive = isinstance(parsed, Epoch | Now | Timestamp)
+    return _bound(parsed, inclusive), None
+
+
+def offset_bounds(start: Mapping[str, Any], end: Mapping[str, Any]) -> tuple[Bound, Bound]:
+    """The range ``(start:end]`` between two streaming offsets."""
+    return _offset_bound(start, end=False), _offset_bound(end, end=True)
+
+
+def _offset_bound(offset: Mapping[str, Any], *, end: bool) -> Bound:
+    text = str(offset["bookmark"])
+    ts = offset.get("timestamp")
+    micros = parse_micros(str(ts)) if ts else None
+    if end:
+        return Bound(text, True, micros)
+    point = _parse_point(text)
+    # a consumed id: start after it; EPOCH / a starting time: include it
+    return Bound(text, isinstance(point, Epoch | Timestamp), micros)
+
+
+# ---------------------------------------------------------------------------------- options
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    low = value.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise AMPSSparkError(f"expected true or false, got {value!r}")
+
+
+def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 0) -> Any:
+    raw = options.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise AMPSSparkError(f"option {name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise AMPSSparkError(f"option {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def normalize(options: Mapping[str, Any]) -> dict[str, str]:
+    """Spark options as a plain dict with lower-case keys (Spark's own dict is
+    case-insensitive; ``dict(options)`` would lower-case them silently anyway)."""
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _uris(options: Mapping[str, str]) -> tuple[str, ...]:
+    raw = options.get("uri") or options.get("path") or ""
+    uris = tuple(u.strip() for u in raw.split(",") if u.strip())
+    if not uris:
+        raise AMPSSparkError(
+            "option uri is required, e.g. tcp://host:9007/amps/json "
+            "(several, comma-separated, to fail over)"
+        )
+    for uri in uris:
+        try:
+            parse_uri(uri)
+        except AMPSError as exc:
+            raise AMPSSparkError(f"option uri: {describe(exc)}") from None
+    return uris
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """The options of a batch or streaming read (see ``docs/spark.md``)."""
+
+    uris: tuple[str, ...]
+    topic: str
+    filter: str | None
+    start: Bound
+    end: Bound | None
+    message_type: str
+    parse: str
+    """``none``, ``json`` or ``msgpack``: how payloads are turned into columns."""
+    payload_schema: str | None
+    """The ``schema`` option: DDL of the payload's fields (with ``parse``)."""
+    metadata_columns: tuple[str, ...] | None
+    """The ``metadataColumns`` option (``None``: the default for the parse mode)."""
+    num_partitions: int
+    max_rows_per_batch: int | None
+    fence_topic: str | None
+    connect_timeout_ms: int
+    client_name_prefix: str
+    fail_fast: bool
+    """``mode=FAILFAST``: a payload that does not fit the schema fails the task."""
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], *, streaming: bool = False) -> ReadOptions:
+        """Validate Spark's options (every value is a string)."""
+        options = normalize(raw)
+        uris = _uris(options)
+        topic = options.get("topic", "").strip()
+        if not topic:
+            raise AMPSSparkError("option topic is required")
+        bookmark = options.get("bookmark")
+        begin = options.get("begin")
+        end_opt = options.get("end")
+        if bookmark and (begin or end_opt):
+            raise AMPSSparkError("give either bookmark or begin/end, not both")
+        try:
+            if bookmark:
+                start, end = bounds_from_bookmark(bookmark)
+            else:
+                start = point_from_option(begin, "begin") if begin else Bound(EPOCH, True)
+                end = None
+                if end_opt:
+                    e = point_from_option(end_opt, "end")
+                    end = None if e.is_now else Bound(e.text, False, e.micros)
+        except InvalidBookmarkError as exc:
+            raise AMPSSparkError(f"{describe(exc)}") from None
+        if streaming and end is not None:
+            raise AMPSSparkError(
+                "a streaming read takes a starting point (bookmark or begin), not a range end"
+            )
+        mt = (options.get("message_type") or options.get("messagetype") or "").strip().lower()
+        if not mt:
+            mt = parse_uri(uris[0]).message_type.lower()
+        parse = (options.get("parse") or "none").strip().lower()
+        if parse == "auto":
+            parse = mt if mt in ("json", "msgpack") else "none"
+        if parse not in ("none", "json", "msgpack"):
+            raise AMPSSparkError(f"option parse must be none, json, msgpack or auto, not {parse!r}")
+        meta = options.get("metadatacolumns")
+        metadata = None
+        if meta is not None:
+            metadata = tuple(c.strip() for c in meta.split(",") if c.strip())
+            unknown = [c for c in metadata if c not in METADATA_COLUMNS]
+            if unknown:
+                raise AMPSSparkError(
+                    f"option metadataColumns: unknown column(s) {unknown}; "
+                    f"known: {', '.join(METADATA_COLUMNS)}"
+                )
+        max_rows = _int(options, "maxRowsPerBatch", None, 1)
+        fence_topic = options.get("fencetopic", DEFAULT_FENCE_TOPIC).strip() or None
+        mode = (options.get("mode") or "permissive").strip().lower()
+        if mode not in ("permissive", "failfast"):
+            raise AMPSSparkError(f"option mode must be PERMISSIVE or FAILFAST, not {mode!r}")
+        return cls(
+            uris=uris,
+            topic=topic,
+            filter=(options.get("filter") or "").strip() or None,
+            start=start,
+            end=end,
+            message_type=mt,
+            parse=parse,
+            payload_schema=(options.get("schema") or "").strip() or None,
+            metadata_columns=metadata,
+            num_partitions=_int(options, "numPartitions", 1, 1),
+            max_rows_per_batch=max_rows,
+            fence_topic=fence_topic,
+            connect_timeout_ms=_int(options, "connectTimeout", 10_000, 1),
+            client_name_prefix=(options.get("clientnameprefix") or "spark").strip(),
+            fail_fast=mode == "failfast",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The options of a batch or streaming write (see ``docs/spark.md``)."""
+
+    uris: tuple[str, ...]
+    topic: str | None
+    message_type: str
+    write_id: str | None
+    client_name_prefix: str
+    connect_timeout_ms: int
+    flush_timeout_ms: int
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any]) -> WriteOptions:
+        """Validate Spark's options."""
+        options = normalize(raw)
+        uris = _uris(options)
+        mt = (options.get("message_type") or options.get("messagetype") or "").strip().lower()
+        return cls(
+            uris=uris,
+            topic=(options.get("topic") or "").strip() or None,
+            message_type=mt or parse_uri(uris[0]).message_type.lower(),
+            write_id=(options.get("writeid") or "").strip() or None,
+            client_name_prefix=(options.get("clientnameprefix") or "spark").strip(),
+            connect_timeout_ms=_int(options, "connectTimeout", 10_000, 1),
+            flush_timeout_ms=_int(options, "flushTimeout", 120_000, 1),
+        )
+
+
+# ----------------------------------------------------------------------------- connections
+
+
+def client_name(prefix: str, role: str) -> str:
+    """A unique client name for a reader or a planner (they never publish with sequences)."""
+    return f"{prefix}-{role}-{uuid.uuid4().hex[:16]}"
+
+
+def connect(uris: Sequence[str], name: str, timeout_ms: int) -> Client:
+    """A logged-on :class:`Client` on the first of ``uris`` that answers.
+
+    Raises:
+        AMPSSparkError: no server answered; the message lists each URI's error.
+    """
+    errors: list[str] = []
+    for uri in uris:
+        client = Client(name)
+        try:
+            client.connect_and_logon(uri, timeout=timeout_ms)
+        except Exception as exc:
+            client.close()
+            redacted = parse_uri(uri).redacted()
+            log.info("cannot connect to %s: %s", redacted, describe(exc))
+            errors.append(f"{redacted}: {describe(exc)}")
+            continue
+        return client
+    raise AMPSSparkError("could not connect to AMPS: " + "; ".join(errors))
+
+
+def replay(
+    client: Client,
+    topic: str,
+    filter: str | None,
+    bookmark: str,
+    *,
+    max_depth: int = 20_000,
+) -> Generator[Message, None, None]:
+    """The messages of a bounded bookmark replay, up to the server's ``completed`` ack.
+
+    Closing the generator early unsubscribes.
+
+    Raises:
+        CommandError: the server refused the subscription (``invalid bookmark``...).
+        DisconnectedError: the connection dropped before the replay completed.
+    """
+    cmd = (
+        Command("subscribe")
+        .set_topic(topic)
+        .set_filter(filter)
+        .set_bookmark(bookmark)
+        .set_options(REPLAY_OPTIONS)
+        .add_ack_type("completed")
+    )
+    stream = client.execute(cmd)
+    stream.max_depth(max_depth)
+    try:
+        for message in stream:
+            if message.command == "ack":
+                if message.status == "failure":
+                    raise error_for_reason(message.reason, ack=message)
+                if message.ack_type & AckType.COMPLETED:
+                    return
+                continue
+            yield message
+        raise AMPSSparkError(f"the replay of {topic!r} {bookmark} ended before it completed")
+    finally:
+        stream.close()
+
+
+def message_micros(message: Message) -> int:
+    """The server time of a replayed message (subscribed with the ``timestamp`` option)."""
+    ts = message.timestamp
+    if ts is None:
+        raise AMPSSparkError("the server sent a replayed message without a timestamp")
+    return _fast_micros(ts)
+
+
+def first_micros(client: Client, topic: str, filter: str | None, bookmark: str) -> int | None:
+    """The server time of the first message of a replay range (``None``: the range is empty)."""
+    messages = replay(client, topic, filter, bookmark, max_depth=16)
+    try:
+        for message in messages:
+            return message_micros(message)
+        return None
+    finally:
+        messages.close()
+
+
+def last_micros(
+    client: Client,
+    topic: str,
+    filter: str | None,
+    end: Bound,
+    lo: int,
+    hi: int,
+    steps: int,
+) -> int:
+    """Narrow down the time of the last message before ``end`` by bisection.
+
+    ``lo`` is the time of a message in the range, ``hi`` a time at or after the last one
+    (the time of a fence, or of a timestamp end). Each probe asks for the first message at or
+    after the midpoint: none moves ``hi`` down, one moves ``lo`` up to its time. Stops after
+    ``steps`` probes or when the window is under 1/64 of the original span.
+
+    Returns:
+        A time at or after the last message, within the final window.
+    """
+    resolution = max(1, (hi - lo) // 64)
+    for _ in range(steps):
+        if hi - lo <= resolution:
+            break
+        mid = (lo + hi) // 2
+        found = first_micros(
+            client, topic, filter, range_text(Bound(format_micros(mid), True), end)
+        )
+        if found is None:
+            hi = mid
+        else:
+            lo = max(found, mid)
+    return hi
+
+
+def scan(
+    client: Client, topic: str, filter: str | None, bookmark: str, limit: int | None
+) -> tuple[int, Position | None]:
+    """Count a replay range's messages, stopping after ``limit``; returns the count and the
+    position of the last message counted (``None`` when there was none)."""
+    count = 0
+    last: Message | None = None
+    messages = replay(client, topic, filter, bookmark)
+    try:
+        for message in messages:
+            count += 1
+            last = message
+            if limit is not None and count >= limit:
+                break
+    finally:
+        messages.close()
+    if last is None:
+        return 0, None
+    bm = last.bookmark
+    if not bm:
+        raise AMPSSparkError("the server sent a replayed message without a bookmark")
+    return count, Position(bm, message_micros(last))
+
+
+def fence(client: Client, topic: str, timeout_ms: int = 30_000) -> Position:
+    """Publish a fence message to ``topic`` and return its position in the log.
+
+    The fence is recorded after every message the server recorded before it, and it comes back
+    through a bookmark subscription (which delivers only durable messages) so everything up to
+    it is durable too: a range ending at the fence is fixed.
+
+    Raises:
+        AMPSSparkError: the fence did not come back in time (is ``topic`` recorded by the
+            transaction log?).
+    """
+    token = uuid.uuid4().hex
+    cmd = Command("subscribe").set_topic(topic).set_bookmark(NOW).set_options("timestamp")
+    try:
+        stream = client.execute(cmd)
+    except CommandError as exc:
+        raise AMPSSparkError(
+            f"cannot place a fence on {topic!r} ({describe(exc)}): set option fenceTopic to a "
+            "topic the transaction log records, or to '' to find the log's end by a replay"
+        ) from exc
+    try:
+        mt = client.async_client.message_type
+        body: Any = {"ampsclient_spark_fence": token} if mt in ("json", "msgpack") else token
+        client.publish(topic, body, correlation_id=token)
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            left = deadline - time.monotonic()
+            message = stream.get(max(left, 0.0)) if left > 0 else None
+            if message is None:
+                raise AMPSSparkError(
+                    f"the fence published to {topic!r} did not come back within "
+                    f"{timeout_ms} ms: is that topic recorded by the transaction log? "
+                    "(set option fenceTopic to a recorded topic, or to '' to scan instead)"
+                )
+            if message.command != "ack" and message.correlation_id == token:
+                bm = message.bookmark
+                if not bm:
+                    raise AMPSSparkError("the fence came back without a bookmark")
+                return Position(bm, message_micros(message))
+    finally:
+        stream.close()
+
+
+# -------------------------------------------------------------------------------- planning
+
+
+def plan_ranges(
+    start: Bound, end: Bound, partitions: int, lo: int | None, hi: int | None
+) -> list[str]:
+    """Split the range ``start``..``end`` into up to ``partitions`` disjoint sub-ranges by
+    server time; together they replay exactly what the whole range replays.
+
+    ``lo`` is a time at or before the first message of the range (at or after the start
+    message), ``hi`` the time of the end. The inner boundaries ``t_1 < ... < t_{n-1}`` go
+    between them, each sub-range being ``[t_k:t_{k+1})``, the first keeping the original start
+    and the last the original end. The server resolves a boundary's text the same way for both
+    neighbours, so no message is in two sub-ranges or in none; boundaries are kept at least
+    2 µs after ``lo`` and 1 µs before ``hi`` so that the server's float rounding of a
+    timestamp cannot move one past the range's ends.
+
+    Returns:
+        Range texts; a single one when the range cannot be split (unknown or too short span).
+    """
+    whole = range_text(start, end)
+    if partitions <= 1 or lo is None or hi is None or hi - lo < 4:
+        return [whole]
+    cuts: list[int] = []
+    for k in range(1, partitions):
+        cut = lo + (hi - lo) * k // partitions
+        if lo + 2 <= cut <= hi - 1 and (not cuts or cut > cuts[-1]):
+            cuts.append(cut)
+    if not cuts:
+        return [whole]
+    texts = [format_micros(c) for c in cuts]
+    starts = [start] + [Bound(t, True, c) for t, c in zip(texts, cuts, strict=True)]
+    ends = [Bound(t, False, c) for t, c in zip(texts, cuts, strict=True)] + [end]
+    return [range_text(s, e) for s, e in zip(starts, ends, strict=True)]

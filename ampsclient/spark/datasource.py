@@ -1,0 +1,579 @@
+"""The ``amps`` PySpark data source: batch and streaming reads of topics, idempotent writes.
+
+Where things run (Spark never calls these in the user's Python process, see ``docs/spark.md``):
+``partitions()``, ``initialOffset()``, ``latestOffset()`` and ``commit()`` run in driver-side
+Python workers; ``read()`` and ``write()`` run in executor tasks. Every object here is pickled
+between them, so clients are created inside those methods and never kept on a pickled object
+(the stream reader caches its planning client only in its long-lived runner process).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, Row, StringType, StructType
+
+from ..exceptions import AMPSError
+from ..ha.reconnect import ExponentialDelayStrategy
+from ..protocol.bookmarks import NOW
+from ..stores.publish.memory import MemoryPublishStore
+from ..sync import Client, HAClient
+from ._convert import RowBuilder, encode_row, output_schema
+from ._core import (
+    AMPSSparkError,
+    Bound,
+    Position,
+    ReadOptions,
+    WriteOptions,
+    client_name,
+    connect,
+    describe,
+    fence,
+    first_micros,
+    format_micros,
+    last_micros,
+    offset_bounds,
+    plan_ranges,
+    range_text,
+    replay,
+    scan,
+)
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in: the mixin does not exist before Spark 4.2."""
+
+
+__all__ = [
+    "AMPSBatchReader",
+    "AMPSBatchWriter",
+    "AMPSCommitMessage",
+    "AMPSDataSource",
+    "AMPSStreamReader",
+    "AMPSStreamWriter",
+    "ReplayPartition",
+]
+
+log = logging.getLogger("ampsclient.spark")
+
+SEQUENCE_BATCH_SHIFT = 32
+"""A streaming write's sequence numbers are ``(batchId << 32) + row index + 1``."""
+
+
+class AMPSDataSource(DataSource):
+    """The ``amps`` format: ``spark.read.format("amps")``, ``readStream``, ``write`` and
+    ``writeStream``. Options are documented in ``docs/spark.md``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """``"amps"``."""
+        return "amps"
+
+    def schema(self) -> StructType | str:
+        """The default columns, or metadata + payload columns with ``parse``."""
+        return output_schema(ReadOptions.parse_options(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader (a bounded replay of the transaction log)."""
+        return AMPSBatchReader(self.options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A micro-batch reader whose offsets are log positions."""
+        return AMPSStreamReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A batch writer (``mode("append")``)."""
+        return AMPSBatchWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """A streaming writer."""
+        return AMPSStreamWriter(self.options, schema, overwrite)
+
+
+# ======================================================================================
+# reading
+
+
+@dataclass(frozen=True)
+class ReplayPartition(InputPartition):
+    """One Spark task's share of a read: a bookmark range (``None``: nothing to read)."""
+
+    index: int
+    bookmark: str | None
+
+
+def _partitions(ranges: Sequence[str | None]) -> list[InputPartition]:
+    return [ReplayPartition(i, r) for i, r in enumerate(ranges)]
+
+
+def _split(
+    client: Client, opts: ReadOptions, start: Bound, end: Bound, *, end_is_last: bool = False
+) -> list[str]:
+    """The sub-ranges of ``start``..``end`` (one unless ``numPartitions`` > 1).
+
+    The span is cut evenly in server time between the first message of the range and the last
+    one: that is the end's own time when ``end_is_last`` (a streaming offset names the batch's
+    last message), otherwise found by a few probes (the end may be a fence or a time well after
+    the topic's last message).
+    """
+    if opts.num_partitions <= 1:
+        return [range_text(start, end)]
+    topic, filter = opts.topic, opts.filter
+    lo = first_micros(client, topic, filter, range_text(start, end))
+    if lo is None:  # nothing to read
+        return [range_text(start, end)]
+    hi = end.micros
+    if hi is None:  # a bookmark id of ours: the time of that message, if it is on this topic
+        hi = first_micros(client, topic, None, f"[{end.text}:{end.text}]")
+        if hi is None:
+            log.info("the time of range end %s is unknown: reading one partition", end.text)
+            return [range_text(start, end)]
+    elif not end_is_last and hi > lo:
+        hi = last_micros(client, topic, filter, end, lo, hi, steps=8)
+    return plan_ranges(start, end, opts.num_partitions, lo, hi)
+
+
+def _log_end(client: Client, opts: ReadOptions, start: Bound) -> Position | None:
+    """A fixed end for an open read: a fence, or (``fenceTopic=''``) the topic's last message."""
+    if opts.fence_topic:
+        return fence(client, opts.fence_topic, opts.connect_timeout_ms * 3)
+    return scan(client, opts.topic, opts.filter, range_text(start, Bound(NOW, True)), None)[1]
+
+
+def _read_partition(
+    opts: ReadOptions, schema: StructType, partition: InputPartition
+) -> Iterator[Any]:
+    """Executor side: replay one range with a client of its own."""
+    assert isinstance(partition, ReplayPartition)
+    if partition.bookmark is None:
+        return
+    builder = RowBuilder(schema, opts)
+    client = connect(
+        opts.uris, client_name(opts.client_name_prefix, "read"), opts.connect_timeout_ms
+    )
+    try:
+        messages = replay(client, opts.topic, opts.filter, partition.bookmark)
+        if builder.arrow:
+            yield from builder.batches(messages)
+        else:
+            for message in messages:
+                yield builder.row(message)
+    except AMPSSparkError:
+        raise
+    except AMPSError as exc:
+        raise AMPSSparkError(
+            f"reading {opts.topic!r} range {partition.bookmark} failed: {describe(exc)}"
+        ) from exc
+    finally:
+        client.close()
+
+
+class AMPSBatchReader(DataSourceReader):
+    """A bounded replay, split by server time into ``numPartitions`` sub-ranges."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.opts = ReadOptions.parse_options(options)
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Resolve the range on the driver: an open end becomes a fixed log position."""
+        opts = self.opts
+        start, end = opts.start, opts.end
+        if (
+            end is not None
+            and opts.num_partitions <= 1
+            and not (end.micros is not None and opts.fence_topic and _recent(end.micros))
+        ):
+            return _partitions([range_text(start, end)])  # fixed already: nothing to ask
+        client = connect(
+            opts.uris, client_name(opts.client_name_prefix, "plan"), opts.connect_timeout_ms
+        )
+        try:
+            if end is None:
+                pos = _log_end(client, opts, start)
+                if pos is None:
+                    return _partitions([None])
+                end = Bound(pos.bookmark, True, pos.micros)
+            elif end.micros is not None and opts.fence_topic and _recent(end.micros):
+                # an end in the (near) future: stop at the log's end now rather than wait
+                pos = fence(client, opts.fence_topic, opts.connect_timeout_ms * 3)
+                if pos.micros < end.micros:
+                    end = Bound(pos.bookmark, True, pos.micros)
+            ranges = _split(client, opts, start, end)
+        except AMPSSparkError:
+            raise
+        except AMPSError as exc:
+            raise AMPSSparkError(f"planning the read of {opts.topic!r}: {describe(exc)}") from exc
+        finally:
+            client.close()
+        log.info("reading %r in %d partition(s): %s", opts.topic, len(ranges), ranges)
+        return _partitions(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Executor side: replay this partition's range."""
+        return _read_partition(self.opts, self.schema, partition)
+
+
+def _recent(micros: int) -> bool:
+    return micros > (time.time() - 300) * 1_000_000
+
+
+class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches ``(start:end]`` between two log positions.
+
+    Offsets are ``{"bookmark": "<publisherId>|<seq>|", "timestamp": "<server time>"}``: the
+    journal bookmark of the last message of a micro-batch (the first offset may also be EPOCH
+    ``"0"`` or a timestamp). ``latestOffset`` replays the new messages on the driver to find the
+    last one (or the ``maxRowsPerBatch``-th), so every offset names a message that exists and
+    every micro-batch is a fixed range that replays identically.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.opts = ReadOptions.parse_options(options, streaming=True)
+        self.schema = schema
+        self._client: Client | None = None
+        self._target: Bound | None = None
+        self._last: dict[str, Any] | None = None
+        self._warned = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the driver's client."""
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def _conn(self) -> Client:
+        client = self._client
+        if client is not None and client.logged_on:
+            return client
+        if client is not None:
+            client.close()
+        opts = self.opts
+        self._client = connect(
+            opts.uris, client_name(opts.client_name_prefix, "stream"), opts.connect_timeout_ms
+        )
+        return self._client
+
+    def _call(self, what: str, fn: Any) -> Any:
+        try:
+            return fn(self._conn())
+        except AMPSError as exc:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            if isinstance(exc, AMPSSparkError):
+                raise
+            raise AMPSSparkError(f"{what} of {self.opts.topic!r}: {describe(exc)}") from exc
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The starting point: EPOCH by default, ``bookmark``/``begin`` otherwise. NOW is
+        pinned to a concrete position (a fence, or the current time without fences)."""
+        start = self.opts.start
+        if start.is_now:
+            if self.opts.fence_topic:
+                topic = self.opts.fence_topic
+                pos: Position = self._call("fencing", lambda c: fence(c, topic))
+                return pos.offset()
+            now = int(time.time() * 1_000_000)
+            return {"bookmark": format_micros(now), "timestamp": format_micros(now)}
+        ts = format_micros(start.micros) if start.micros is not None else None
+        return {"bookmark": start.text, "timestamp": ts}
+
+    def getDefaultReadLimit(self) -> Any:
+        """``ReadMaxRows(maxRowsPerBatch)`` when that option is set."""
+        if ReadMaxRows is None or self.opts.max_rows_per_batch is None:
+            return ReadAllAvailable() if ReadAllAvailable is not None else None
+        return ReadMaxRows(self.opts.max_rows_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``trigger(availableNow=True)``: stop at the log's end as of now."""
+        opts = self.opts
+        if opts.fence_topic:
+            topic = opts.fence_topic
+            pos: Position = self._call("fencing", lambda c: fence(c, topic))
+            self._target = Bound(pos.bookmark, True, pos.micros)
+        else:
+            now = int(time.time() * 1_000_000)
+            self._target = Bound(format_micros(now), True, now)
+        log.info("available-now target of %r: %s", opts.topic, self._target.text)
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        """The position of the last new message (at most ``maxRowsPerBatch`` after ``start``);
+        ``start`` itself when there is nothing new."""
+        cap: int | None = None
+        if start is None:
+            # Spark 4.0/4.1 call latestOffset() without the start: any earlier position finds
+            # the same last message, but a row cap needs the real start, so none is applied
+            start = self._last if self._last is not None else self.initialOffset()
+            if self.opts.max_rows_per_batch is not None and not self._warned:
+                self._warned = True
+                log.warning("maxRowsPerBatch needs Spark 4.2+ (admission control); ignored")
+        elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            cap = int(limit.max_rows)
+        begin = offset_bounds(start, start)[0]
+        end = self._target or Bound(NOW, True)
+        bookmark = range_text(begin, end)
+        opts = self.opts
+        found: tuple[int, Position | None] = self._call(
+            "finding new messages", lambda c: scan(c, opts.topic, opts.filter, bookmark, cap)
+        )
+        count, pos = found
+        if pos is None:
+            return start
+        offset = pos.offset()
+        self._last = offset
+        log.debug("%r: %d new message(s) up to %s", opts.topic, count, offset)
+        return offset
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The micro-batch ``(start:end]``, split by time into ``numPartitions`` ranges."""
+        if start == end:
+            return []
+        begin, stop = offset_bounds(start, end)
+        ranges: list[str] = self._call(
+            "planning", lambda c: _split(c, self.opts, begin, stop, end_is_last=True)
+        )
+        return _partitions(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Executor side: replay this partition's range."""
+        return _read_partition(self.opts, self.schema, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to acknowledge: the position lives in Spark's checkpoint."""
+        log.debug("%r: committed up to %s", self.opts.topic, end)
+        if self._last is None:
+            self._last = dict(end)
+
+    def stop(self) -> None:
+        """Close the planning client (Spark may kill the runner without calling this)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+# ======================================================================================
+# writing
+
+
+@dataclass
+class AMPSCommitMessage(WriterCommitMessage):
+    """What one write task did.
+
+    Attributes:
+        client_name: the publisher name (the server de-duplicates by it and the sequence).
+        rows: rows the task saw.
+        published: rows it published.
+        skipped: rows it did not publish because the server already had them (an earlier
+            attempt of the same task published them).
+        first_sequence: the sequence number of its first row.
+    """
+
+    partition_id: int
+    attempt: int
+    client_name: str
+    rows: int
+    published: int
+    skipped: int
+    first_sequence: int
+
+
+class _RowPublisher:
+    """Publishes one task's rows with sequence numbers ``base + row index + 1``."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        names = schema.fieldNames()
+        self.opts = opts
+        self.names = names
+        data = schema["data"].dataType if "data" in names else None
+        if data is not None and not isinstance(data, StringType | BinaryType):
+            raise AMPSSparkError(f"column data must be STRING or BINARY, not {data.simpleString()}")
+        self.has_data = data is not None
+        self.topic_column = opts.topic is None
+        if self.topic_column and "topic" not in names:
+            raise AMPSSparkError('give option("topic", ...) or a topic column')
+        self.sow_key = "sow_key" in names
+        self.correlation_id = "correlation_id" in names
+
+    def payload(self, row: Row) -> bytes:
+        if self.has_data:
+            value = row["data"]
+            if value is None:
+                return b""
+            return value.encode() if isinstance(value, str) else bytes(value)
+        return encode_row(row.asDict(recursive=True), self.opts.message_type)
+
+    def publish(
+        self, rows: Iterator[Row], name: str, base: int, partition: int, attempt: int
+    ) -> AMPSCommitMessage:
+        opts = self.opts
+        store = MemoryPublishStore(next_sequence=base + 1)
+        strategy = ExponentialDelayStrategy(maximum_retry_time=opts.connect_timeout_ms)
+        client = HAClient(name, store, reconnect_delay_strategy=strategy)
+        for uri in opts.uris:
+            client.get_server_chooser().add(uri)
+        ok = False
+        count = published = skipped = 0
+        try:
+            try:
+                client.connect_and_logon(timeout=opts.connect_timeout_ms)
+            except Exception as exc:
+                error = client.get_server_chooser().get_error() or ""
+                raise AMPSSparkError(
+                    f"could not connect to AMPS ({', '.join(opts.uris)}) as {name!r}: "
+                    f"{error or describe(exc)}"
+                ) from exc
+            ack = client.logon_ack
+            persisted = (ack.sequence if ack is not None else None) or 0
+            skip = max(0, persisted - base)  # rows an earlier attempt already got persisted
+            topic = opts.topic
+            publish = client.async_client.publish  # thread-safe; the HA client's returns `s`
+            for i, row in enumerate(rows):
+                count += 1
+                if i < skip:
+                    skipped += 1
+                    continue
+                if self.topic_column:
+                    topic = row["topic"]
+                    if not topic:
+                        raise AMPSSparkError(f"row {i} of partition {partition} has no topic")
+                seq: int = publish(
+                    str(topic),
+                    self.payload(row),
+                    correlation_id=_opt_str(row["correlation_id"]) if self.correlation_id else None,
+                    sow_key=_opt_str(row["sow_key"]) if self.sow_key else None,
+                )
+                if seq != base + i + 1:
+                    raise AMPSSparkError(
+                        f"{name}: row {i} got sequence {seq}, expected {base + i + 1} "
+                        "(is another writer using this client name?)"
+                    )
+                published += 1
+            client.publish_flush(opts.flush_timeout_ms)
+            ok = True
+        except AMPSSparkError:
+            raise
+        except AMPSError as exc:
+            raise AMPSSparkError(f"publishing as {name!r}: {describe(exc)}") from exc
+        finally:
+            left = client.close(timeout=None if ok else -1)
+            if ok and left:  # pragma: no cover - flushed above
+                raise AMPSSparkError(f"{name}: {left} message(s) were not persisted")
+        log.info(
+            "%s: %d row(s), %d published, %d already persisted", name, count, published, skipped
+        )
+        return AMPSCommitMessage(partition, attempt, name, count, published, skipped, base + 1)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _task() -> TaskContext:
+    tc = TaskContext.get()
+    if tc is None:  # pragma: no cover - write() always runs in a task
+        raise AMPSSparkError("write() must run in a Spark task")
+    return tc
+
+
+def _summary(messages: Sequence[WriterCommitMessage | None]) -> str:
+    done = [m for m in messages if isinstance(m, AMPSCommitMessage)]
+    return (
+        f"{len(done)}/{len(messages)} task(s), {sum(m.rows for m in done)} row(s), "
+        f"{sum(m.published for m in done)} published, {sum(m.skipped for m in done)} skipped"
+    )
+
+
+def _no_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise AMPSSparkError('AMPS topics are append-only: use mode("append")')
+
+
+class AMPSBatchWriter(DataSourceWriter):
+    """``df.write.format("amps")``: each task publishes as ``<prefix>-<writeId>-p<partition>``
+    with sequence numbers ``row index + 1``, so a retried task (or a re-run with the same
+    ``writeId``) is de-duplicated by the server."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        _no_overwrite(overwrite)
+        self.opts = WriteOptions.parse_options(options)
+        self.publisher = _RowPublisher(self.opts, schema)
+        self.write_id = self.opts.write_id or uuid.uuid4().hex[:16]
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        """Executor side: publish this partition's rows, flush, report."""
+        tc = _task()
+        partition = tc.partitionId()
+        name = f"{self.opts.client_name_prefix}-{self.write_id}-p{partition}"
+        return self.publisher.publish(iterator, name, 0, partition, tc.attemptNumber())
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        """Log what was written."""
+        log.info("write %s committed: %s", self.write_id, _summary(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        """A log cannot be rolled back: re-run with the same ``writeId`` to complete it."""
+        log.warning(
+            "write %s aborted (%s); published rows stay in the log: re-run with "
+            'option("writeId", %r) to complete it without duplicates',
+            self.write_id,
+            _summary(messages),
+            self.write_id,
+        )
+
+
+class AMPSStreamWriter(DataSourceStreamWriter):
+    """``writeStream.format("amps")``: each task publishes as ``<prefix>-<queryId>-p<partition>``
+    with sequence numbers ``(batchId << 32) + row index + 1``; a replayed micro-batch (after a
+    failure or a restart from the checkpoint) is de-duplicated by the server."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        _no_overwrite(overwrite)
+        self.opts = WriteOptions.parse_options(options)
+        self.publisher = _RowPublisher(self.opts, schema)
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        """Executor side: publish this partition's rows of the micro-batch."""
+        tc = _task()
+        batch = tc.getLocalProperty("streaming.sql.batchId")
+        query = self.opts.write_id or tc.getLocalProperty("sql.streaming.queryId")
+        if batch is None or query is None:  # pragma: no cover - set by the micro-batch engine
+            raise AMPSSparkError("no streaming batch id / query id in the task context")
+        partition = tc.partitionId()
+        name = f"{self.opts.client_name_prefix}-{query}-p{partition}"
+        base = int(batch) << SEQUENCE_BATCH_SHIFT
+        return self.publisher.publish(iterator, name, base, partition, tc.attemptNumber())
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        """Log what was written."""
+        log.info("micro-batch %d committed: %s", batchId, _summary(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        """Published rows stay; the replay of this batch after a restart completes it."""
+        log.warning("micro-batch %d aborted: %s", batchId, _summary(messages))
