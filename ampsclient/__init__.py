@@ -6,7 +6,7 @@ API (``AsyncClient``, ``async with``, keyword-only options, ``async for``) sits 
 """
 
 from . import exceptions
-from .authenticator import Authenticator, DefaultAuthenticator
+from .authenticator import Authenticator, ChallengeResponseAuthenticator, DefaultAuthenticator
 from .client import CLIENT_VERSION, AsyncClient, ConnectionEvent, ConnectionState
 from .command import Command
 from .exceptions import *  # noqa: F403 - the exception tree, official aliases included
@@ -24,6 +24,7 @@ from .protocol.message import Message
 from .protocol.options import Options
 from .stream import MessageStream
 from .sync import Client
+from .tls import client_context
 from .uri import URI, parse_uri
 
 __version__ = "0.1.0"
@@ -36,12 +37,14 @@ __all__ = [
     "Bookmarks",
     "Options",
     "bookmark_list",
+    "client_context",
     "range_bookmark",
     "timestamp_bookmark",
     "URI",
     "AckType",
     "AsyncClient",
     "Authenticator",
+    "ChallengeResponseAuthenticator",
     "Client",
     "Command",
     "ConnectionEvent",

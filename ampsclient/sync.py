@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ssl
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -114,12 +115,14 @@ class Client:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         default_max_depth: int = 0,
         logon_options: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._async = AsyncClient(
             name,
             max_frame_size=max_frame_size,
             default_max_depth=default_max_depth,
             logon_options=logon_options,
+            ssl_context=ssl_context,
         )
         self._start()
 
@@ -224,9 +227,15 @@ class Client:
         self._async.set_heartbeat(interval, timeout)
 
     # ------------------------------------------------------------------------ connection
-    def connect(self, uri: str, *, timeout: float | None = None) -> None:
-        """Connect to ``uri``."""
-        self._run(self._async.connect(uri, timeout=timeout))
+    def connect(
+        self,
+        uri: str,
+        *,
+        timeout: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """Connect to ``uri`` (``ssl_context``: TLS settings for ``tcps://``/``wss://``)."""
+        self._run(self._async.connect(uri, timeout=timeout, ssl_context=ssl_context))
 
     def logon(
         self,

@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         asyncio.run(_serve(config, args))
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:  # ConfigError: e.g. a certificate that cannot load
         logger.error("cannot start the server: %s", exc)
         return 1
     except KeyboardInterrupt:  # pragma: no cover - signal arrived before the handler was set

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -28,6 +29,8 @@ from ampsclient_server_stub.engine.txlog import TxLog
 from .net.session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER
 from .net.tcp import start_tcp_listener
 from .net.ws import start_ws_listener
+from .replication.manager import ReplicationManager, start_replication
+from .security.policy import ServerSecurity
 
 __all__ = ["ReferenceServer", "ServerThread", "run_server"]
 
@@ -148,10 +151,14 @@ class ReferenceServer:
         self.max_write_buffer = max_write_buffer
         self.authenticate = authenticate
         self.broker: Broker | None = None
+        self.security: ServerSecurity | None = None
+        """TLS, authentication, entitlements, slow-client limits (``security`` package)."""
         self._tcp: list[tuple[TransportConfig, asyncio.Server]] = []
         self._ws: list[tuple[TransportConfig, WsServer]] = []
         self._expiry: asyncio.Task[None] | None = None
         self._started = False
+        self.replication: ReplicationManager | None = None
+        """Replication and HA (``replication`` package), when configured."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,39 +176,53 @@ class ReferenceServer:
             self.broker.authenticate = self.authenticate
         self._started = True
         try:
+            self.security = ServerSecurity.from_config(self.config)
+            self.broker.guard = self.security.guard
             for transport in self.config.transports:
+                policy = self.security.policy_for(transport.name)
+                tls = policy.ssl_context
+                frame = policy.max_frame_size or self.max_frame_size
                 if transport.protocol not in ("amps", "websocket"):
                     logger.warning(
                         "transport %r: protocol %r not supported; skipped",
                         transport.name,
                         transport.protocol,
                     )
-                elif transport.type == "ws" or (transport.type == "tcp" and transport.is_websocket):
+                elif transport.type in ("ws", "wss") or (
+                    transport.type in ("tcp", "tcps") and transport.is_websocket
+                ):
                     ws = await start_ws_listener(
                         self.broker,
                         transport.host,
                         transport.port,
                         message_type=transport.message_type,
-                        max_frame_size=self.max_frame_size,
+                        max_frame_size=frame,
                         max_write_buffer=self.max_write_buffer,
+                        ssl_context=tls,
+                        policy=policy,
                     )
                     self._ws.append((transport, ws))
-                elif transport.type == "tcp":
+                elif transport.type in ("tcp", "tcps"):
                     tcp = await start_tcp_listener(
                         self.broker,
                         transport.host,
                         transport.port,
                         message_type=transport.message_type,
-                        max_frame_size=self.max_frame_size,
+                        max_frame_size=frame,
                         max_write_buffer=self.max_write_buffer,
+                        ssl_context=tls,
+                        policy=policy,
                     )
                     self._tcp.append((transport, tcp))
-                else:
+                elif transport.type != "amps-replication":  # that one: self.replication
                     logger.warning(
                         "transport %r: type %r not supported yet; skipped",
                         transport.name,
                         transport.type,
                     )
+            self.replication = await start_replication(
+                self.config, self.broker, record_all_topics=self.record_all_topics
+            )
         except BaseException:
             await self.stop()
             raise
@@ -274,6 +295,7 @@ class ReferenceServer:
         if not self._started:
             return
         self._started = False
+        logger.info("statistics %s", json.dumps(self.statistics(), sort_keys=True))
         if self._expiry is not None:
             self._expiry.cancel()
             try:
@@ -309,6 +331,9 @@ class ReferenceServer:
                     logger.warning("ws listener did not close in time")
         self._tcp.clear()
         self._ws.clear()
+        if self.replication is not None:
+            await self.replication.stop()
+            self.replication = None
         if self._committer is not None:
             self._committer.close()
             self._committer = None
@@ -322,6 +347,8 @@ class ReferenceServer:
             self._tempdir = None
         if broker is not None:
             broker.close()
+        if self.security is not None:
+            self.security.close()
         logger.info("server stopped")
 
     async def __aenter__(self) -> Self:
@@ -373,31 +400,65 @@ class ReferenceServer:
         return _client_host(listeners[0].host) if listeners else "127.0.0.1"
 
     def uri(self, kind: str = "tcp", message_type: str = "json") -> str:
-        """A client URI such as ``tcp://127.0.0.1:9007/amps/json`` (``kind``: tcp or ws)."""
+        """A client URI such as ``tcp://127.0.0.1:9007/amps/json`` (``kind``: tcp, ws, tcps
+        or wss; ``tcp``/``ws`` pick a plain listener when there is one)."""
         listeners: list[tuple[TransportConfig, asyncio.Server | WsServer]]
-        if kind == "tcp":
+        if kind in ("tcp", "tcps"):
             listeners = list(self._tcp)
-        elif kind == "ws":
+        elif kind in ("ws", "wss"):
             listeners = list(self._ws)
         else:
-            raise ValueError(f"kind must be 'tcp' or 'ws', got {kind!r}")
+            raise ValueError(f"kind must be 'tcp', 'ws', 'tcps' or 'wss', got {kind!r}")
+        want_tls = kind in ("tcps", "wss")
+        matching = [pair for pair in listeners if pair[0].is_tls == want_tls]
+        if matching or want_tls:
+            listeners = matching
         if not listeners:
             raise RuntimeError(f"no {kind} listener is running")
         transport, server = listeners[0]
         host = _client_host(transport.host)
         if ":" in host:
             host = f"[{host}]"
-        return f"{kind}://{host}:{self._port(server)}/amps/{message_type}"
+        base = "tcp" if kind in ("tcp", "tcps") else "ws"
+        scheme = base + ("s" if transport.is_tls else "")
+        return f"{scheme}://{host}:{self._port(server)}/amps/{message_type}"
 
     def listening_line(self) -> str:
         """``listening tcp://HOST:PORT ws://HOST:PORT`` for every listener."""
-        parts = [f"tcp://{t.host}:{self._port(s)}" for t, s in self._tcp]
-        parts += [f"ws://{t.host}:{self._port(s)}" for t, s in self._ws]
+        parts = [f"tcp{'s' if t.is_tls else ''}://{t.host}:{self._port(s)}" for t, s in self._tcp]
+        parts += [f"ws{'s' if t.is_tls else ''}://{t.host}:{self._port(s)}" for t, s in self._ws]
         return "listening " + " ".join(parts)
 
+    def replication_admin(self, cmd: str, **args: Any) -> Any:
+        """Run a replication admin command on this instance (call on the server's loop):
+        ``status``, ``downgrade``/``upgrade`` (``destination=``), ``partition``/``heal``
+        (``peer=``), ``journal``. See :meth:`ReplicationManager.admin`."""
+        if self.replication is None:
+            raise RuntimeError("replication is not configured on this instance")
+        return self.replication.admin(cmd, **args)
+
+    def downgrade_replication(self, destination: str) -> bool:
+        """Downgrade a sync replication destination to async acknowledgment by hand."""
+        return bool(self.replication_admin("downgrade", destination=destination))
+
+    def upgrade_replication(self, destination: str) -> bool:
+        """Upgrade a downgraded replication destination back to sync acknowledgment."""
+        return bool(self.replication_admin("upgrade", destination=destination))
+
     def statistics(self) -> dict[str, int]:
-        """Broker counters (connections, publishes, heartbeats_sent, ...)."""
-        return self.broker.statistics() if self.broker is not None else {}
+        """Broker counters (connections, publishes, heartbeats_sent, ...) and security ones
+        (connections refused, slow clients offlined/disconnected, auth failures...)."""
+        stats = self.broker.statistics() if self.broker is not None else {}
+        journal = self.journal
+        if journal is not None and not journal.closed:
+            # group commit figures: fsyncs per 100k appends tells how well commits are shared
+            counters = journal.counters()
+            stats.update({f"journal_{name}": value for name, value in counters.items()})
+        if self.security is not None:
+            stats.update(self.security.statistics())
+            if self.security.guard is not None:
+                stats.update(self.security.guard.counters)
+        return stats
 
 
 async def run_server(
@@ -516,6 +577,15 @@ class ServerThread:
 
         loop.call_soon_threadsafe(run)
         return future.result(timeout)
+
+    def run(self, coro: Coroutine[Any, Any, _T], timeout: float = 30.0) -> _T:
+        """Run a coroutine on the server's loop and wait for its result (thread-safe), e.g.
+        ``thread.run(thread.server.prune_journal(3600))``."""
+        loop = self.loop
+        if loop is None:
+            coro.close()
+            raise RuntimeError("server thread is not running")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
     @property
     def broker(self) -> Broker:

@@ -72,6 +72,8 @@ class WebSocketTransport(Transport):
         if uri.user is not None:
             token = f"{uri.user}:{uri.password or ''}".encode()
             headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+        if uri.tls and ssl_context is None:
+            ssl_context = ssl.create_default_context()  # verify by default
         try:
             ws = await asyncio.wait_for(
                 connect(
@@ -90,7 +92,10 @@ class WebSocketTransport(Transport):
         except (OSError, WebSocketException) as exc:
             raise AMPSConnectionError(f"cannot connect to {uri.redacted()}: {exc}") from exc
         text = uri.message_type == "json"
-        await ws.send("text" if text else "binary")
+        try:
+            await ws.send("text" if text else "binary")
+        except ConnectionClosed as exc:  # refused right after the upgrade (e.g. a connection cap)
+            raise DisconnectedError(f"{uri.redacted()} closed the connection: {exc}") from None
         return cls(
             ws,
             on_payload=on_payload,

@@ -42,12 +42,13 @@ no-op).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ampsclient.exceptions import MalformedFrameError
 from ampsclient.protocol.acks import AckType, parse_ack_types
@@ -55,6 +56,7 @@ from ampsclient.protocol.header import Header, decode_header, encode_header, esc
 from ampsclient_server_stub.config import ServerConfig, SowTopicConfig, parse_duration
 
 from .filters import FilterError, compile_filter
+from .journal import JournalRecord, RecordRow
 from .payload import (
     OrderBy,
     OrderByError,
@@ -71,7 +73,20 @@ from .payload import (
 )
 from .sow import SowRecord, SowTopic
 from .topics import TopicError, TopicMatcher, compile_topic
-from .txlog import PERSISTED_ACK_INTERVAL, REPLAY_BACKLOG, REPLAY_BATCH, Replay, ReplayError, TxLog
+from .txlog import (
+    PERSISTED_ACK_INTERVAL,
+    REPLAY_BACKLOG,
+    REPLAY_BATCH,
+    REPLAY_FIRST_STEP,
+    Replay,
+    ReplayError,
+    TxLog,
+)
+
+if TYPE_CHECKING:  # security hook (ampsclient_server_stub.security)
+    from ampsclient_server_stub.security.guard import SecurityGuard
+if TYPE_CHECKING:  # replication hook (ampsclient_server_stub.replication)
+    from ampsclient_server_stub.replication.apply import ApplyOutcome, ReplicatedRecord
 
 try:
     from ampsclient.protocol.bookmarks import publisher_id_for
@@ -125,7 +140,15 @@ _STATS: Final = int(AckType.STATS)
 
 _FAST_PUBLISH: Final = b'{"c":"p","t":"'
 _FAST_LEN: Final = len(_FAST_PUBLISH)
+_FAST_SEQ: Final = b'{"c":"p","s":'
+_FAST_SEQ_LEN: Final = len(_FAST_SEQ)
+_FAST_SEQ_MID: Final = b',"a":"persisted","t":"'
+_FAST_SEQ_MID_LEN: Final = len(_FAST_SEQ_MID)
 _CLOSE_BRACE: Final = ord("}")
+_MT_FIELDS: Final[Mapping[str, Mapping[str, str | int]]] = {
+    mt: {"mt": mt} for mt in ("json", "nvfix", "fix", "xml", "bson", "msgpack", "binary")
+}
+"""Shared ``fields`` of a journal record that has nothing but its message type (read-only)."""
 _SUBSCRIBE_COMMANDS: Final = frozenset(
     {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
 )
@@ -224,6 +247,12 @@ def _split_list(value: Any) -> list[str]:
     if value is None:
         return []
     return [part for part in (p.strip() for p in str(value).split(",")) if part]
+
+
+def _send_each(session: Session, payloads: list[bytes]) -> None:
+    """``send_many`` for a session that has only ``send``."""
+    for payload in payloads:
+        session.send(payload)
 
 
 def format_timestamp(now: float) -> str:
@@ -443,8 +472,19 @@ class Broker:
         self._replays: dict[int, Replay] = {}
         self._live: set[Replay] = set()
         self._waiting: dict[str, _ClientState] = {}
+        self._flush_waits: list[tuple[int, Connection, Header]] = []
+        """``flush`` commands asking for a persisted ack: (journal index, connection, header)."""
+        # replication hooks (ampsclient_server_stub.replication.manager sets them)
+        self.ack_limit: Callable[[int], int] | None = None
+        """``ack_limit(durable)``: the highest index persisted acks may cover."""
+        self.fully_durable_limit: Callable[[], int] | None = None
+        """The highest index a ``fully_durable`` bookmark replay may deliver."""
+        self.durable_listeners: list[Callable[[int], None]] = []
+        """Called with the durable index at the end of :meth:`on_durable`."""
         self.clock = clock
         self.authenticate: Authenticator = authenticate or (lambda user, password: True)
+        self.guard: SecurityGuard | None = None
+        """Security hook (authentication modules, entitlements); see ``security.guard``."""
         """Authentication hook: replace to refuse logons (reason ``auth failure``)."""
         self.version = version
         self._next_id = 0
@@ -464,8 +504,10 @@ class Broker:
             "duplicates": 0,
             "failures": 0,
             "heartbeats_sent": 0,
+            "replay_waits": 0,
         }
-        """Running totals (for statistics and tests)."""
+        """Running totals (for statistics and tests). ``replay_waits``: times a bookmark replay
+        paused because its subscriber had more than ``REPLAY_BACKLOG`` bytes unread."""
         self._commands: dict[str, _Handler] = {
             "logon": self._cmd_logon,
             "p": self._cmd_publish,
@@ -621,6 +663,31 @@ class Broker:
                     except Exception as exc:
                         self._failed(conn, {"c": "p", "t": topic}, exc)
                     return
+        # Fast path: a publish-store publish {"c":"p","s":N,"a":"persisted","t":"T"}BODY (our
+        # HAClient's exact shape); same semantics as _publish_command with only a persisted ack.
+        if conn.logged_on and payload.startswith(_FAST_SEQ):
+            i = payload.find(_FAST_SEQ_MID, _FAST_SEQ_LEN, _FAST_SEQ_LEN + 21 + _FAST_SEQ_MID_LEN)
+            t0 = i + _FAST_SEQ_MID_LEN
+            j = payload.find(b'"', t0) if i > _FAST_SEQ_LEN else -1
+            if (
+                j > t0
+                and len(payload) > j + 1
+                and payload[j + 1] == _CLOSE_BRACE
+                and payload[_FAST_SEQ_LEN:i].isdigit()
+                and payload.find(b"\\", t0, j) < 0
+            ):
+                try:
+                    topic = payload[t0:j].decode()
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    seq = int(payload[_FAST_SEQ_LEN:i])
+                    try:
+                        self._sequenced_publish(conn, topic, seq, payload, j + 2)
+                    except Exception as exc:
+                        hdr = {"c": "p", "t": topic, "s": seq, "a": "persisted"}
+                        self._failed(conn, hdr, exc)
+                    return
         try:
             hdr, end = decode_header(payload)
         except MalformedFrameError as exc:
@@ -635,6 +702,8 @@ class Broker:
             handler = self._commands.get(c) if isinstance(c, str) else None
             if handler is None:
                 raise CommandFailure("invalid command", f"unknown command {c!r}")
+            if self.guard is not None:
+                self.guard.check(conn, c, hdr)
             handler(conn, hdr, payload, end)
         except Exception as exc:
             self._failed(conn, hdr, exc)
@@ -747,10 +816,9 @@ class Broker:
         state = conn.state
         assert state is not None
         conn.persist_pending = True
-        if index is not None:
+        if index is not None:  # _append already asked for the group commit that covers it
             state.durable_wait.append((index, seq))
             self._waiting[state.name] = state
-            self.request_sync()
             return
         if state.durable_wait:
             return  # covered by the ack that follows the pending group commit
@@ -808,8 +876,14 @@ class Broker:
                 raise CommandFailure("name in use", "a connection can log on only once")
             self._logon_ack(conn, hdr)
             return
-        if not self.authenticate(user, password):
-            self._ack(conn, hdr, "processed", status="failure", reason="auth failure")
+        verdict = self.guard.authenticate(conn, user, password) if self.guard else None
+        if verdict is not None and verdict.status == "retry":
+            extra = {"user_id": user, "pw": verdict.challenge}
+            self._ack(conn, hdr, "processed", status="retry", extra=extra)
+            return
+        if not (verdict.ok if verdict is not None else self.authenticate(user, password)):
+            reason = verdict.reason if verdict is not None else "auth failure"
+            self._ack(conn, hdr, "processed", status="failure", reason=reason or "auth failure")
             self.kick(conn, "authentication failure")
             return
         options = _options(hdr)
@@ -904,60 +978,159 @@ class Broker:
             cid_hdr = {"cid": hdr.get("cid")}
             replay.send_completed = lambda: self._ack(conn, cid_hdr, "completed", sub_id=sub.sub_id)
         replay.send_persisted = bool(flags & _PERSISTED)
+        if self.fully_durable_limit is not None and "fully_durable" in sub.options:
+            replay.cap = self.fully_durable_limit  # replication: sync destinations have it
         sub.replay = replay
 
     def _pump(self, replay: Replay) -> None:
-        """Deliver what ``replay`` may deliver now, paced by its session's backlog."""
+        """Deliver what ``replay`` may deliver now, paced by its session's backlog.
+
+        A replay leading a group (subscriptions resumed together) reads the log once for the
+        whole group and sends each record once, with the ``sids`` of every member it matches.
+        """
         sub = replay.sub
         conn = sub.conn
-        if replay.done or sub.paused or conn.closed or replay.timer is not None:
+        if (
+            replay.done
+            or replay.leader is not None
+            or sub.paused
+            or conn.closed
+            or replay.timer is not None
+        ):
             return
         session = conn.session
         backlog = getattr(session, "backlog", None)
-        send = session.send
-        journal = replay.journal
+        send_many: Callable[[list[bytes]], None] = getattr(session, "send_many", None) or (
+            lambda frames: _send_each(session, frames)
+        )
+        out: list[bytes] = []  # the frames of one read, handed over together
+        send = out.append
+        read_rows = replay.journal.read_rows
+        row_frame = replay.row_frame
         limit = replay.limit()
-        budget = 5 * REPLAY_BATCH
+        group = (replay, *replay.members) if replay.members else None
+        # the first step of a replay is short, so its first messages leave at once
+        budget = 5 * REPLAY_BATCH if replay.last_bm is not None else REPLAY_FIRST_STEP
+        has_end = replay.end_index is not None or replay.end_time is not None
+        rate = replay.rate
+        matcher = sub.matcher
+        simple = group is None and sub.predicate is None and matcher.pattern is None
+        want_topic = matcher.topic
+        want_mt = sub.message_type
         while replay.position <= limit:
-            if budget <= 0 or (backlog is not None and backlog() > REPLAY_BACKLOG):
-                self._pump_later(replay, 0.0 if budget <= 0 else 0.002)
+            if budget <= 0:
+                self._pump_later(replay, 0.0)
+                self._sync_members(replay)
                 return
-            count = min(REPLAY_BATCH, limit - replay.position + 1)
-            records = journal.read(replay.position, max_records=count)
-            if not records:
+            if backlog is not None and backlog() > REPLAY_BACKLOG:
+                self.counters["replay_waits"] += 1
+                self._pump_later(replay, 0.002)
+                self._sync_members(replay)
+                return
+            count = min(REPLAY_BATCH, limit - replay.position + 1, budget)
+            rows = read_rows(replay.position, max_records=count)
+            if not rows:
                 break
-            for record in records:
-                if record.index > limit:
+            last: RecordRow | None = None
+            for row in rows:
+                index, pid, seq, ts, command, topic, payload, fields, _size = row
+                if index > limit:
                     break
-                if replay.past_end(record):
+                if has_end and replay.past_end_at(index, ts):
+                    if out:
+                        send_many(out)
                     self._finish_replay(replay)
                     return
-                if replay.matches(record):
-                    wait = replay.rate_wait(record)
-                    if wait > 0:
-                        replay.advance(record.index)
-                        self._pump_later(replay, wait)
-                        return
-                    send(replay.frame(record))
-                    replay.sent(record)
-                replay.last_bm = record.bookmark
-                replay.position = record.index + 1
-                budget -= 1
-            replay.advance(replay.position)
+                frame: bytes | None
+                if simple:
+                    frame = (
+                        row_frame(pid, seq, ts, topic, payload, fields)
+                        if topic == want_topic
+                        and command != "sow_delete"
+                        and fields.get("mt", "json") == want_mt
+                        else None
+                    )
+                elif group is None:
+                    frame = (
+                        row_frame(pid, seq, ts, topic, payload, fields)
+                        if replay.row_matches(command, topic, payload, fields)
+                        else None
+                    )
+                else:
+                    sids = [
+                        r.sub.sid for r in group if r.row_matches(command, topic, payload, fields)
+                    ]
+                    frame = (
+                        row_frame(pid, seq, ts, topic, payload, fields, ",".join(sids))
+                        if sids
+                        else None
+                    )
+                if frame is not None:
+                    if rate is not None:
+                        wait = replay.rate_wait_at(ts)
+                        if wait > 0:
+                            if out:
+                                send_many(out)
+                            if last is not None:
+                                replay.last_bm = f"{last[1]}|{last[2]}|"
+                            replay.advance(index)
+                            self._pump_later(replay, wait)
+                            self._sync_members(replay)
+                            return
+                        replay.sent_bytes(len(payload))
+                    send(frame)
+                last = row
+            if out:
+                send_many(out)
+                out = []
+                send = out.append
+            if last is None:
+                break
+            replay.last_bm = f"{last[1]}|{last[2]}|"
+            budget -= len(rows)
+            replay.advance(last[0] + 1)
+        self._sync_members(replay)
         if replay.position > limit:
-            if not replay.completed_sent:
-                replay.completed_sent = True
-                if replay.send_completed is not None:
-                    replay.send_completed()
-            if replay.end_index is not None and replay.position > replay.end_index:
-                self._finish_replay(replay)
-            elif replay.end_time is not None:
-                now_us = int(self.clock() * 1_000_000)
-                if replay.time_over(now_us):
+            if replay.end_index is not None:
+                if replay.position > replay.end_index:
                     self._finish_replay(replay)
-                elif self.call_later is not None and replay.timer is None:
-                    delay = (replay.end_time - now_us) / 1_000_000 + 0.001
-                    self._pump_later(replay, min(delay, 60.0))
+            elif replay.end_time is not None:
+                # a range ending at a time: completed (and the end) when that time has passed
+                # and nothing received before it is still waiting to become durable
+                now_us = int(self.clock() * 1_000_000)
+                if replay.time_over(now_us) and not self._pending_before(replay, limit):
+                    self._finish_replay(replay)
+                elif self.call_later is not None and replay.end_timer is None:
+                    delay = max((replay.end_time - now_us) / 1_000_000, 0.0) + 0.001
+
+                    def wake(replay: Replay = replay) -> None:
+                        replay.end_timer = None
+                        self._pump(replay)
+
+                    replay.end_timer = self.call_later(min(delay, 60.0), wake)
+            else:
+                # caught up with the log: completed, and what follows is live
+                for member in group or (replay,):
+                    if not member.completed_sent:
+                        member.completed_sent = True
+                        if member.send_completed is not None:
+                            member.send_completed()
+
+    @staticmethod
+    def _sync_members(replay: Replay) -> None:
+        """Members of a group are where their leader is."""
+        for member in replay.members:
+            member.position = replay.position
+            member.last_bm = replay.last_bm
+
+    @staticmethod
+    def _pending_before(replay: Replay, limit: int) -> bool:
+        """Is a record past ``limit`` (written, not yet deliverable) inside the range's time?"""
+        journal = replay.journal
+        if limit >= journal.last_index:
+            return False
+        nxt = journal.read(limit + 1, max_records=1)
+        return bool(nxt) and not replay.past_end(nxt[0])
 
     def _pump_later(self, replay: Replay, delay: float) -> None:
         if self.call_later is None or replay.timer is not None or replay.done:
@@ -970,13 +1143,82 @@ class Broker:
         replay.timer = self.call_later(delay, fire)
 
     def _finish_replay(self, replay: Replay) -> None:
-        """A range reached its end: ``completed``, then the subscription stops."""
-        if not replay.completed_sent:
-            replay.completed_sent = True
-            if replay.send_completed is not None:
-                replay.send_completed()
-        sub = replay.sub
-        self._remove_sub(sub)
+        """A range reached its end: ``completed``, then the subscription (or group) stops."""
+        group = [replay, *replay.members]
+        replay.members = []
+        for member in group:
+            member.leader = None
+            if not member.completed_sent:
+                member.completed_sent = True
+                if member.send_completed is not None:
+                    member.send_completed()
+        for member in group:
+            self._remove_sub(member.sub)
+
+    def _ungroup(self, replay: Replay) -> Replay | None:
+        """Take ``replay`` out of its group (it is paused or removed).
+
+        Returns the member that now leads the rest of the group when ``replay`` led it (the
+        caller pumps it), else ``None``.
+        """
+        leader = replay.leader
+        if leader is not None:
+            leader.members.remove(replay)
+            replay.leader = None
+            replay.advance(leader.position)
+            return None
+        if not replay.members:
+            return None
+        heir, *rest = replay.members
+        replay.members = []
+        heir.leader = None
+        heir.members = rest
+        for member in rest:
+            member.leader = heir
+        heir.rate = None if replay.rate is None else dataclasses.replace(replay.rate)
+        heir.last_bm = replay.last_bm
+        heir.advance(replay.position)
+        return heir
+
+    def _group_resumed(self, replays: list[Replay]) -> None:
+        """Subscriptions resumed by one command that can share a replay do (the seed: same
+        connection, paused at the same point, same rate; here also the same range and
+        ``timestamp`` option, and not ``live``); then every one of them is pumped."""
+        groups: dict[tuple[Any, ...], list[Replay]] = {}
+        for replay in replays:
+            if replay.done or replay.live or replay.leader is not None or replay.members:
+                groups[(id(replay),)] = [replay]
+                continue
+            options = replay.sub.options
+            key = (
+                replay.position,
+                options.get("rate"),
+                options.get("rate_max_gap"),
+                replay.sub.timestamp,
+                replay.end_index,
+                replay.end_inclusive,
+                replay.end_time,
+                replay.end_time_inclusive,
+            )
+            groups.setdefault(key, []).append(replay)
+        for leader, *members in groups.values():
+            for member in members:
+                member.leader = leader
+                if member.timer is not None:
+                    member.timer.cancel()
+                    member.timer = None
+                if member.pin is not None:
+                    member.journal.unpin(member.pin)
+                    member.pin = None
+            leader.members.extend(members)
+            self._pump(leader)
+
+    def apply_replicated(self, record: ReplicatedRecord) -> ApplyOutcome:
+        """Journal, store and deliver a record received over replication, under its original
+        bookmark (see :mod:`ampsclient_server_stub.replication.apply`)."""
+        from ampsclient_server_stub.replication.apply import apply_replicated
+
+        return apply_replicated(self, record)
 
     def _sync_now(self) -> None:
         """Group commit done inline (no server loop): used by unit tests and tools."""
@@ -987,10 +1229,11 @@ class Broker:
     def on_durable(self, durable: int) -> None:
         """A group commit made every record up to ``durable`` durable: persisted acks go out,
         deferred flushes are answered, and bookmark subscriptions move on."""
+        acks_through = durable if self.ack_limit is None else self.ack_limit(durable)
         for name, state in list(self._waiting.items()):
             wait = state.durable_wait
             acked = None
-            while wait and wait[0][0] <= durable:
+            while wait and wait[0][0] <= acks_through:
                 acked = wait.popleft()[1]
             if acked is not None and acked > state.ack_seq:
                 state.ack_seq = acked
@@ -1008,6 +1251,15 @@ class Broker:
                 deferred, conn.deferred_flush = conn.deferred_flush, []
                 for hdr in deferred:
                     self._flush_ack(conn, hdr)
+        if self._flush_waits:
+            ready = [w for w in self._flush_waits if w[0] <= acks_through]
+            if ready:
+                self._flush_waits = [w for w in self._flush_waits if w[0] > acks_through]
+                for _target, waiting_conn, flush_hdr in ready:
+                    if not waiting_conn.closed:
+                        self._flush_ack(waiting_conn, flush_hdr)
+        for listener in self.durable_listeners:
+            listener(durable)
         if self._replays:
             now = time.monotonic()
             for replay in list(self._replays.values()):
@@ -1043,17 +1295,22 @@ class Broker:
         journal = txlog.journal
         applied = 0
         position = journal.first_index
+        sow_names = self._sow_by_name
         while position <= journal.last_index:
-            records = journal.read(position, max_records=REPLAY_BATCH)
-            if not records:
+            rows = journal.read_rows(position, max_records=REPLAY_BATCH)
+            if not rows:
                 break
-            for record in records:
-                position = record.index + 1
+            for row in rows:
+                position = row[0] + 1
+                command, topic = row[4], row[5]
+                if command != "sow_delete" and topic not in sow_names:
+                    continue  # most of a log: not a SOW topic (no record object built)
+                record = JournalRecord(*row[:8])
                 mt = str(record.fields.get("mt", "json"))
-                if record.command == "sow_delete":
+                if command == "sow_delete":
                     applied += self._recover_delete(record, mt)
                     continue
-                group = self._sow_by_name.get(record.topic)
+                group = sow_names.get(topic)
                 sow = next((g for g in group if g.message_type == mt), None) if group else None
                 if sow is None:
                     continue
@@ -1135,7 +1392,13 @@ class Broker:
             replay = self._replays.pop(id(sub), None)
             if replay is not None:
                 self._live.discard(replay)
+                heir = self._ungroup(replay)
                 replay.close()
+                if heir is not None:
+                    if self.call_later is None:
+                        self._pump(heir)
+                    else:  # not from inside whatever is removing this subscription
+                        self.call_later(0.0, lambda: self._pump(heir))
             return
         if sub.matcher.is_regex:
             regex_group = self._regex.get(sub.message_type)
@@ -1208,6 +1471,20 @@ class Broker:
             state.last_seq = seq
             self._note_persisted(conn, index, seq)
 
+    def _sequenced_publish(
+        self, conn: Connection, topic: str, seq: int, payload: bytes, end: int
+    ) -> None:
+        """:meth:`_publish_command` for a plain publish asking only for a persisted ack."""
+        state = conn.state
+        assert state is not None
+        if seq <= state.last_seq:
+            self.counters["duplicates"] += 1
+            self._note_persisted(conn)
+            return
+        index = self._do_publish(conn, topic, None, payload, end, False, seq)
+        state.last_seq = seq
+        self._note_persisted(conn, index, seq)
+
     def _sow_for_publish(self, mt: str, topic: str) -> SowTopic | None:
         group = self._sow_by_name.get(topic)
         if group is None:
@@ -1231,9 +1508,11 @@ class Broker:
     ) -> int | None:
         """Record (when the topic is recorded), store in the SOW, route. Returns the journal
         index of the record, or ``None`` when the topic is not recorded."""
+        if self.guard is not None:
+            self.guard.check_write(conn, topic)
         self.counters["publishes"] += 1
         mt = conn.mt
-        sow = self._sow_for_publish(mt, topic) if self._sow_by_name else None
+        sow = self._sow_for_publish(mt, topic) if topic in self._sow_by_name else None
         if sow is not None:
             return self._publish_sow(conn, sow, hdr or {}, payload[end:], delta, seq)
         data = payload[end:]
@@ -1276,9 +1555,9 @@ class Broker:
         """Append one record to the journal and ask for a group commit."""
         txlog = self.txlog
         assert txlog is not None and conn.state is not None
-        extra: dict[str, str | int] = {"mt": conn.mt}
-        if fields:
-            extra.update(fields)
+        # (a shared read-only mapping when there is nothing but the type: the journal copies)
+        mt = conn.mt
+        extra = {"mt": mt, **fields} if fields else _MT_FIELDS.get(mt) or {"mt": mt}
         try:
             record = txlog.journal.append(
                 publisher_id=conn.state.publisher_id,
@@ -1599,6 +1878,8 @@ class Broker:
         if topic is None:
             raise CommandFailure("invalid topic", "subscribe without a topic")
         matcher = self._matcher(topic)
+        if self.guard is not None:
+            matcher = self.guard.matcher(conn, hdr, matcher)
         self._check_topic_type(conn, matcher)
         filter_text, predicate = self._compile_filter(hdr)
         sub_id = _text(hdr.get("sub_id")) or _text(hdr.get("cid"))
@@ -1638,12 +1919,17 @@ class Broker:
         ids = _split_list(hdr.get("sub_id"))
         if not ids:
             raise CommandFailure("invalid subId", "pause/resume without sub_id")
+        resumed: list[Replay] = []
         for sub_id in ids:
             sub = conn.subs.get(sub_id)
             if sub is None:
                 continue
             if "pause" in options:
                 sub.paused = True
+                if sub.replay is not None:
+                    heir = self._ungroup(sub.replay)
+                    if heir is not None:
+                        self._pump(heir)
             elif sub.paused:
                 sub.paused = False
                 held = list(sub.held)
@@ -1654,7 +1940,9 @@ class Broker:
                 for frame in held:
                     conn.session.send(frame)
                 if sub.replay is not None:
-                    self._pump(sub.replay)
+                    resumed.append(sub.replay)
+        if resumed:
+            self._group_resumed(resumed)
         return ",".join(ids)
 
     def _subscribe_command(self, conn: Connection, hdr: Header, *, delta: bool) -> None:
@@ -1703,6 +1991,14 @@ class Broker:
             conn.deferred_flush.append(hdr)
             self.request_sync()
             return
+        txlog = self.txlog
+        if txlog is not None and _flags(hdr) & _PERSISTED:
+            # a persisted ack means everything received so far is durable (plain publishes too)
+            target = txlog.journal.last_index
+            if txlog.journal.durable_index < target:
+                self._flush_waits.append((target, conn, hdr))
+                self.request_sync()
+                return
         self._flush_ack(conn, hdr)
 
     def _flush_ack(self, conn: Connection, hdr: Header) -> None:
@@ -1803,6 +2099,8 @@ class Broker:
         if topic is None:
             raise CommandFailure("invalid topic", "sow without a topic")
         matcher = self._matcher(topic)
+        if self.guard is not None:
+            matcher = self.guard.matcher(conn, hdr, matcher)
         sows = self._sows_for(conn, matcher)
         _filter_text, predicate = self._compile_filter(hdr)
         order_by: OrderBy | None = None
@@ -1900,6 +2198,8 @@ class Broker:
             raise CommandFailure("invalid topic", "sow_delete without a topic")
         flags = _flags(hdr)
         matcher = self._matcher(topic)
+        if self.guard is not None:
+            matcher = self.guard.matcher(conn, hdr, matcher)
         body = payload[end:]
         filter_text, predicate = self._compile_filter(hdr)
         keys = _split_list(hdr.get("sow_keys")) if hdr.get("sow_keys") else None

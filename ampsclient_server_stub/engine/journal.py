@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, Self, TypeAlias
+from typing import Any, Final, Literal, Self, TypeAlias
 from zlib import crc32 as _crc32
 
 import msgpack
@@ -86,6 +86,7 @@ __all__ = [
     "JournalInUseError",
     "JournalPin",
     "JournalRecord",
+    "RecordRow",
     "SegmentInfo",
     "SequenceOrderError",
 ]
@@ -93,6 +94,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 FsyncPolicy: TypeAlias = Literal["always", "interval", "never"]
+RecordRow: TypeAlias = tuple[int, int, int, int, str, str, bytes, dict[str, str | int], int]
+"""A record as :meth:`Journal.read_rows` returns it: ``(index, publisher_id, sequence,
+timestamp, command, topic, payload, fields, size on disk)``."""
 
 DEFAULT_JOURNAL_SIZE: Final = 64 * 1024 * 1024
 COMMANDS: Final = frozenset({"p", "delta_publish", "sow_delete"})
@@ -1127,17 +1131,45 @@ class Journal:
             return out
         for _attempt in range(3):
             try:
-                self._read_into(out, from_index, max_records, max_bytes)
+                self._read_into(out, from_index, max_records, max_bytes, False)
                 return out
             except FileNotFoundError:
                 # a segment was pruned or compressed (renamed) after we looked it up: look again
                 if out:
                     return out
-        self._read_into(out, from_index, max_records, max_bytes)
+        self._read_into(out, from_index, max_records, max_bytes, False)
+        return out
+
+    def read_rows(
+        self,
+        from_index: int,
+        *,
+        max_records: int = 1000,
+        max_bytes: int = _DEFAULT_MAX_BYTES,
+    ) -> list[RecordRow]:
+        """:meth:`read` for hot loops: the same records (same checks) as plain tuples
+        ``(index, publisher_id, sequence, timestamp, command, topic, payload, fields, size)``,
+        without building :class:`JournalRecord` objects (bookmark replays use it)."""
+        out: list[RecordRow] = []
+        if max_records <= 0:
+            return out
+        for _attempt in range(3):
+            try:
+                self._read_into(out, from_index, max_records, max_bytes, True)
+                return out
+            except FileNotFoundError:
+                if out:
+                    return out
+        self._read_into(out, from_index, max_records, max_bytes, True)
         return out
 
     def _read_into(
-        self, out: list[JournalRecord], from_index: int, max_records: int, max_bytes: int
+        self,
+        out: list[Any],
+        from_index: int,
+        max_records: int,
+        max_bytes: int,
+        rows: bool,
     ) -> None:
         with self._lock:
             self._check_open()
@@ -1178,10 +1210,13 @@ class Journal:
                     break
                 end = offsets[p + n] if p + n < total else data_end
             data = self._source(seg).read(begin, end)
-            for idx, pid, seq, ts, cmd, topic, payload, fields, _size in decode_records(
-                data, begin, seg.first_index + p, n, seg.path
-            ):
-                out.append(_make_record(idx, pid, seq, ts, cmd, topic, payload, fields))
+            if rows:
+                out.extend(decode_records(data, begin, seg.first_index + p, n, seg.path))
+            else:
+                for idx, pid, seq, ts, cmd, topic, payload, fields, _size in decode_records(
+                    data, begin, seg.first_index + p, n, seg.path
+                ):
+                    out.append(_make_record(idx, pid, seq, ts, cmd, topic, payload, fields))
             budget -= end - begin
             index += n
             if p + n < total:  # stopped inside this segment: by max_records or max_bytes
@@ -1382,6 +1417,19 @@ class Journal:
                 return count
             count += len(batch)
             index = batch[-1].index + 1
+
+    def counters(self) -> dict[str, int]:
+        """The cheap counters (no file system access): appends since opening, syncs, fsyncs,
+        writes, rotations, seals, and the first/last/durable indexes."""
+        with self._lock:
+            stats = dict(self._stats)
+            stats.update(
+                appends=self._last_index - self._opened_at_index,
+                first_index=self._segments[0].first_index,
+                last_index=self._last_index,
+                durable_index=self._durable_index,
+            )
+        return stats
 
     def statistics(self) -> dict[str, int]:
         """Counters and sizes: records, bytes, segments, fsyncs, appends, ..."""

@@ -81,6 +81,7 @@ FRAME: Final = struct.Struct("<II")
 FIXED: Final = struct.Struct("<QQQQ")
 """``index, timestamp, publisher_id, sequence``: the fixed start of every record body."""
 FRAME_OVERHEAD: Final = FRAME.size + FIXED.size  # 40 bytes before the msgpack part
+_HEAD: Final = struct.Struct("<IIQQQQ")  # FRAME then FIXED
 MIN_BODY: Final = FIXED.size
 MAX_BODY: Final = 1 << 31  # sanity bound: a length above this is garbage, not a record
 
@@ -230,43 +231,44 @@ class GzipSource(Source):
 
 def decode_records(
     data: bytes, base: int, first_index: int, count: int, path: Path
-) -> Iterator[tuple[int, int, int, int, str, str, bytes, dict[str, str | int], int]]:
+) -> list[tuple[int, int, int, int, str, str, bytes, dict[str, str | int], int]]:
     """Decode ``count`` whole records from ``data`` (which starts at segment offset ``base``).
 
-    Yields:
-        ``(index, publisher_id, sequence, timestamp, command, topic, payload, fields, size)``.
+    Returns:
+        ``(index, publisher_id, sequence, timestamp, command, topic, payload, fields, size)``
+        per record, in order.
 
     Raises:
         CorruptJournalError: a CRC mismatch, a bad length or an out-of-order index.
     """
+    out: list[tuple[int, int, int, int, str, str, bytes, dict[str, str | int], int]] = []
+    append = out.append
     pos = 0
     n = len(data)
-    view = memoryview(data)
-    expected = first_index
-    frame_unpack = FRAME.unpack_from
-    fixed_unpack = FIXED.unpack_from
+    head_unpack = _HEAD.unpack_from  # frame header and fixed fields in one go
     crc32 = zlib.crc32
-    for _ in range(count):
+    unpackb = _unpackb
+    for expected in range(first_index, first_index + count):
         if pos + FRAME_OVERHEAD > n:
             raise CorruptJournalError(path, base + pos, "record cut short")
-        length, crc = frame_unpack(data, pos)
+        length, crc, index, ts, pid, seq = head_unpack(data, pos)
         end = pos + 8 + length
         if length < MIN_BODY or end > n:
             raise CorruptJournalError(path, base + pos, f"bad record length {length}")
-        if crc32(view[pos + 8 : end]) != crc:
+        body = data[pos + 8 : end]
+        if crc32(body) != crc:
             raise CorruptJournalError(path, base + pos, "CRC mismatch")
-        index, ts, pid, seq = fixed_unpack(data, pos + 8)
         if index != expected:
             raise CorruptJournalError(
                 path, base + pos, f"record index {index}, expected {expected}"
             )
         try:
-            command, topic, payload, fields = _unpackb(view[pos + FRAME_OVERHEAD : end])
+            command, topic, payload, fields = unpackb(body[MIN_BODY:])
         except Exception as exc:
             raise CorruptJournalError(path, base + pos, f"bad record body: {exc}") from exc
-        yield index, pid, seq, ts, command, topic, payload, fields, end - pos
-        expected += 1
+        append((index, pid, seq, ts, command, topic, payload, fields, end - pos))
         pos = end
+    return out
 
 
 @dataclass(slots=True)

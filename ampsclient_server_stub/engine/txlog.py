@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from ampsclient.protocol.bookmarks import (
@@ -44,12 +45,15 @@ from .topics import TopicMatcher, compile_topic
 if TYPE_CHECKING:  # pragma: no cover
     from .broker import Subscription
 
-__all__ = ["REPLAY_BACKLOG", "REPLAY_BATCH", "Replay", "ReplayError", "TxLog"]
+__all__ = ["REPLAY_BACKLOG", "REPLAY_BATCH", "REPLAY_FIRST_STEP", "Replay", "ReplayError", "TxLog"]
 
 logger = logging.getLogger(__name__)
 
 REPLAY_BATCH: Final = 2000
 """Records read from the journal per pump step."""
+
+REPLAY_FIRST_STEP: Final = 32
+"""Records a replay's first pump step delivers before yielding (quick first message)."""
 
 REPLAY_BACKLOG: Final = 4 * 1024 * 1024
 """A replay pauses while its session has more than this many bytes waiting to be written."""
@@ -127,8 +131,13 @@ class _Rate:
     first_ts: int | None = None
 
 
+_UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
 def _micros(ts: Timestamp) -> int:
-    return int(ts.when.timestamp() * 1_000_000)
+    # exact integer arithmetic: float seconds lose the last microsecond of a current time
+    return (ts.when - _UNIX_EPOCH) // _MICROSECOND
 
 
 class Replay:
@@ -139,16 +148,21 @@ class Replay:
     """
 
     __slots__ = (
+        "cap",
         "completed_sent",
         "done",
         "end_inclusive",
         "end_index",
         "end_time",
         "end_time_inclusive",
+        "end_timer",
+        "heads",
         "journal",
         "last_bm",
         "last_persisted_ack",
+        "leader",
         "live",
+        "members",
         "pin",
         "position",
         "rate",
@@ -162,6 +176,8 @@ class Replay:
     def __init__(self, journal: Journal, sub: Subscription, position: int) -> None:
         self.journal = journal
         self.sub = sub
+        self.heads: dict[tuple[str, int, str | None], bytes] = {}
+        """Frame prefixes up to the bookmark's sequence, per (topic, publisher, sids)."""
         self.position = max(position, 1)
         """The next journal index to look at."""
         self.end_index: int | None = None
@@ -179,6 +195,15 @@ class Replay:
         self.pin: JournalPin | None = journal.pin(self.position)
         self.rate: _Rate | None = None
         self.timer: Any = None
+        """Pacing timer (rate, backlog, budget): no pumping until it fires."""
+        self.cap: Callable[[], int] | None = None
+        """Replication (``fully_durable``): a further bound on :meth:`limit`."""
+        self.end_timer: Any = None
+        """For a range ending at a future time: wakes the replay up at that time."""
+        self.leader: Replay | None = None
+        """Set while this replay is a member of a group: the group's leader reads for it."""
+        self.members: list[Replay] = []
+        """For a group's leader: the other subscriptions it delivers to (resumed together)."""
 
     # ------------------------------------------------------------------ starting
 
@@ -210,14 +235,17 @@ class Replay:
                 replay.end_index = found if found is not None else journal.last_index
                 replay.end_inclusive = parsed.end_inclusive if found is not None else True
             elif isinstance(end, BookmarkList):
-                ends = [resolver.end_point(p) for p in end.items]
+                # the latest of the list ends the range; each item resolved with the closer
+                ends = [resolver.end_point(p, inclusive=parsed.end_inclusive) for p in end.items]
                 replay.end_index = max(ends) if ends else journal.last_index
             elif isinstance(end, Now):
                 replay.end_index = journal.last_index
             elif isinstance(end, Epoch):
                 replay.end_index = 0
         else:
-            replay = cls(journal, sub, resolver.start(parsed, inclusive=False))
+            # after a bookmark; at or after a timestamp ("begins replay at the closest point")
+            start = resolver.start(parsed, inclusive=False, ts_inclusive=True)
+            replay = cls(journal, sub, start)
         rate = sub.options.get("rate")
         if rate:
             try:
@@ -236,61 +264,102 @@ class Replay:
     def limit(self) -> int:
         """The highest index this replay may deliver now (durable, or written with live)."""
         journal = self.journal
-        return journal.last_index if self.live else journal.durable_index
+        limit = journal.last_index if self.live else journal.durable_index
+        cap = self.cap
+        return limit if cap is None else min(limit, cap())
 
     def matches(self, record: JournalRecord) -> bool:
         """Does ``record`` belong to this subscription?"""
-        if record.command == "sow_delete":
+        return self.row_matches(record.command, record.topic, record.payload, record.fields)
+
+    def row_matches(
+        self, command: str, topic: str, payload: bytes, fields: Mapping[str, str | int]
+    ) -> bool:
+        """:meth:`matches` for the parts of a record (a :meth:`Journal.read_rows` row)."""
+        if command == "sow_delete":
             return False
         sub = self.sub
-        mt = record.fields.get("mt", "json")
+        mt = fields.get("mt", "json")
         if mt != sub.message_type:
             return False
         matcher = sub.matcher
         if matcher.pattern is None:
-            if matcher.topic != record.topic:
+            if matcher.topic != topic:
                 return False
-        elif not matcher.matches(record.topic):
+        elif not matcher.matches(topic):
             return False
         pred = sub.predicate
         if pred is not None:
-            doc = decode(str(mt), record.payload)
+            doc = decode(str(mt), payload)
             if doc is None or not pred(doc):
                 return False
         return True
 
-    def frame(self, record: JournalRecord) -> bytes:
-        """The delivery of ``record`` to this subscription."""
-        fields = record.fields
-        head = (
-            '{"c":"p","t":"'
-            + escape(record.topic)
-            + '","sids":"'
-            + self.sub.sid
-            + '","bm":"'
-            + record.bookmark
-            + '"'
+    def frame(self, record: JournalRecord, sids: str | None = None) -> bytes:
+        """The delivery of ``record`` to this subscription (or to ``sids``, for a group)."""
+        return self.row_frame(
+            record.publisher_id,
+            record.sequence,
+            record.timestamp,
+            record.topic,
+            record.payload,
+            record.fields,
+            sids,
         )
+
+    def row_frame(
+        self,
+        publisher_id: int,
+        sequence: int,
+        timestamp: int,
+        topic: str,
+        payload: bytes,
+        fields: Mapping[str, str | int],
+        sids: str | None = None,
+    ) -> bytes:
+        """:meth:`frame` for the parts of a record: ``{"c":"p","t":..,"sids":..,"bm":..}``
+        then ``k``, ``x`` and (option ``timestamp``) ``ts``, then the payload. The constant
+        prefix is cached per (topic, publisher, sids)."""
+        key = (topic, publisher_id, sids)
+        head = self.heads.get(key)
+        if head is None:
+            head = (
+                '{"c":"p","t":"'
+                + escape(topic)
+                + '","sids":"'
+                + (self.sub.sid if sids is None else sids)
+                + '","bm":"'
+                + str(publisher_id)
+                + "|"
+            ).encode()
+            if len(self.heads) >= 1024:
+                self.heads.clear()
+            self.heads[key] = head
+        if len(fields) == 1 and "mt" in fields and not self.sub.timestamp:
+            return head + b'%d|"}' % sequence + payload  # the common case: nothing else
+        tail = ""
         k = fields.get("k")
         if k is not None:
-            head += ',"k":"' + escape(str(k)) + '"'
+            tail += ',"k":"' + escape(str(k)) + '"'
         x = fields.get("x")
         if x is not None:
-            head += ',"x":"' + escape(str(x)) + '"'
+            tail += ',"x":"' + escape(str(x)) + '"'
         if self.sub.timestamp:
-            head += ',"ts":"' + _format_ts(record.timestamp) + '"'
-        return (head + "}").encode() + record.payload
+            tail += ',"ts":"' + _format_ts(timestamp) + '"'
+        return head + b'%d|"' % sequence + tail.encode() + b"}" + payload
 
     def past_end(self, record: JournalRecord) -> bool:
         """Is ``record`` beyond this range's end?"""
+        return self.past_end_at(record.index, record.timestamp)
+
+    def past_end_at(self, index: int, timestamp: int) -> bool:
+        """Is the record at ``index`` received at ``timestamp`` beyond this range's end?"""
         end = self.end_index
-        if end is not None and (
-            record.index > end or (record.index == end and not self.end_inclusive)
-        ):
+        if end is not None and (index > end or (index == end and not self.end_inclusive)):
             return True
         end_t = self.end_time
         return end_t is not None and (
-            record.timestamp > end_t or (record.timestamp == end_t and not self.end_time_inclusive)
+            timestamp > end_t or (timestamp == end_t and not self.end_time_inclusive)
         )
 
     def time_over(self, now_us: int) -> bool:
@@ -300,19 +369,23 @@ class Replay:
 
     def rate_wait(self, record: JournalRecord) -> float:
         """Seconds to wait before delivering ``record`` under ``rate=`` (0 = now)."""
+        return self.rate_wait_at(record.timestamp)
+
+    def rate_wait_at(self, timestamp: int) -> float:
+        """Seconds to wait before delivering a record received at ``timestamp`` (0 = now)."""
         rate = self.rate
         if rate is None:
             return 0.0
         now = time.monotonic()
         if rate.started == 0.0:
             rate.started = now
-            rate.first_ts = record.timestamp
+            rate.first_ts = timestamp
         elapsed = now - rate.started
         if rate.kind in ("msgs", "bytes"):
             due = rate.sent / rate.value
         else:
             assert rate.first_ts is not None
-            due = (record.timestamp - rate.first_ts) / 1_000_000 / rate.value
+            due = (timestamp - rate.first_ts) / 1_000_000 / rate.value
             if rate.max_gap is not None and due - elapsed > rate.max_gap:
                 # skip the idle stretch: shift the clock so the wait is at most max_gap
                 rate.started -= due - elapsed - rate.max_gap
@@ -321,9 +394,13 @@ class Replay:
 
     def sent(self, record: JournalRecord) -> None:
         """Account for a delivered record (rate pacing)."""
+        self.sent_bytes(len(record.payload))
+
+    def sent_bytes(self, size: int) -> None:
+        """Account for a delivered record of ``size`` payload bytes (rate pacing)."""
         rate = self.rate
         if rate is not None:
-            rate.sent += len(record.payload) if rate.kind == "bytes" else 1
+            rate.sent += size if rate.kind == "bytes" else 1
 
     def advance(self, position: int) -> None:
         """Move the position, re-pinning now and then so pruning can free old files."""
@@ -345,6 +422,9 @@ class Replay:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.end_timer is not None:
+            self.end_timer.cancel()
+            self.end_timer = None
 
 
 class _Resolver:
@@ -359,15 +439,21 @@ class _Resolver:
             return self.journal.first_index
         return self.journal.last_index + 1
 
-    def start(self, point: Any, *, inclusive: bool) -> int:
-        """First index to deliver for a starting point."""
+    def start(self, point: Any, *, inclusive: bool, ts_inclusive: bool | None = None) -> int:
+        """First index to deliver for a starting point.
+
+        ``inclusive`` applies to bookmarks and ``ts_inclusive`` (default: the same) to
+        timestamps: a plain bookmark starts after it, a plain timestamp at it.
+        """
         journal = self.journal
+        ts_skip = 0 if (inclusive if ts_inclusive is None else ts_inclusive) else 1
         if isinstance(point, Epoch):
             return journal.first_index
         if isinstance(point, Now):
             return journal.last_index + 1
         if isinstance(point, Timestamp):
-            return journal.find_time(_micros(point))
+            # "(" after a time: the first record strictly later than it
+            return journal.find_time(_micros(point) + ts_skip)
         if isinstance(point, BookmarkId):
             found = journal.find_bookmark(point.publisher_id, point.sequence)
             if found is None:
@@ -377,7 +463,7 @@ class _Resolver:
             starts = []
             for item in point.items:
                 if isinstance(item, Timestamp):
-                    starts.append(journal.find_time(_micros(item)))
+                    starts.append(journal.find_time(_micros(item) + ts_skip))
                     continue
                 found = journal.find_bookmark(item.publisher_id, item.sequence)
                 if found is not None:
@@ -387,12 +473,15 @@ class _Resolver:
             return min(starts)
         raise ReplayError("invalid bookmark", f"unsupported bookmark {point!r}")
 
-    def end_point(self, item: BookmarkId | Timestamp) -> int:
+    def end_point(self, item: BookmarkId | Timestamp, *, inclusive: bool) -> int:
+        """The last index a range ending at ``item`` delivers (``]`` or ``)``)."""
         journal = self.journal
         if isinstance(item, Timestamp):
-            return journal.find_time(_micros(item)) - 1
+            return journal.find_time(_micros(item) + (1 if inclusive else 0)) - 1
         found = journal.find_bookmark(item.publisher_id, item.sequence)
-        return found if found is not None else journal.last_index
+        if found is None:
+            return journal.last_index
+        return found if inclusive else found - 1
 
 
 def _format_ts(micros: int) -> str:

@@ -10,16 +10,21 @@ session sends ``{"c":"heartbeat"}`` every N seconds and drops the client once no
 arrived from it for 2N seconds. Client ``beat`` frames are never echoed.
 
 Slow-client protection: when the transport's write buffer plus pending output exceeds
-``max_write_buffer`` bytes, the connection is aborted (a later task refines the policy).
+``max_write_buffer`` bytes, the connection is aborted, or, when the transport manages slow
+clients (``slow``, see :mod:`ampsclient_server_stub.security.limits`), offlined to disk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ampsclient_server_stub.engine.broker import Broker, Connection
+
+if TYPE_CHECKING:  # slow-client management and connection caps (security package)
+    from ampsclient_server_stub.security.limits import SlowClient
+    from ampsclient_server_stub.security.policy import TransportPolicy
 
 __all__ = ["DEFAULT_MAX_FRAME_SIZE", "DEFAULT_MAX_WRITE_BUFFER", "HEARTBEAT", "NetSession"]
 
@@ -40,6 +45,11 @@ class NetSession:
     Subclasses implement :meth:`_write` (put a list of payloads on the wire),
     :meth:`_buffered` (bytes waiting in the transport) and :meth:`_close_transport`.
     """
+
+    policy: TransportPolicy | None = None
+    """The transport's policy (set by the listener): connection caps, slow-client limits."""
+    slow: SlowClient | None = None
+    """Slow-client state when the transport manages slow clients (offlining to disk)."""
 
     def __init__(
         self,
@@ -75,6 +85,8 @@ class NetSession:
         self.conn = self.broker.connect(
             self, message_type=message_type, transport=self.transport_name, peer=peer
         )
+        if self.policy is not None and not self.policy.attach(self):
+            self.broker.kick(self.conn, "connection limit reached")
         logger.debug("connection %r opened", self.conn)
         return self.conn
 
@@ -89,6 +101,8 @@ class NetSession:
         self._out = []
         self._out_bytes = 0
         self._cancel_heartbeat()
+        if self.policy is not None:
+            self.policy.detach(self)
         if self.conn is not None:
             self.broker.disconnect(self.conn)
 
@@ -109,6 +123,10 @@ class NetSession:
         """Queue a payload; it is written with everything else queued in this loop iteration."""
         if self._closing:
             return
+        slow = self.slow
+        if slow is not None and slow.offline:
+            slow.spill(payload)  # offlined: in order, to disk
+            return
         self._out.append(payload)
         self._out_bytes += len(payload)
         if not self._flush_scheduled:
@@ -117,9 +135,27 @@ class NetSession:
         elif self._out_bytes > self.max_write_buffer:
             self._too_slow()
 
+    def send_many(self, payloads: list[bytes]) -> None:
+        """:meth:`send` for several payloads, in order (bookmark replays send in batches)."""
+        if self._closing or not payloads:
+            return
+        slow = self.slow
+        if slow is not None and slow.offline:
+            for payload in payloads:
+                slow.spill(payload)
+            return
+        self._out.extend(payloads)
+        self._out_bytes += sum(map(len, payloads))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        elif self._out_bytes > self.max_write_buffer:
+            self._too_slow()
+
     def backlog(self) -> int:
         """Bytes queued towards the client and not yet taken by the OS (replays pace on it)."""
-        return self._out_bytes + self._buffered()
+        offline = self.slow.pending_disk if self.slow is not None else 0
+        return self._out_bytes + self._buffered() + offline
 
     def disconnect(self, reason: str) -> None:
         """Write what is queued, then close the connection."""
@@ -158,6 +194,8 @@ class NetSession:
             self._too_slow()
 
     def _too_slow(self) -> None:
+        if self.slow is not None and self.slow.go_offline("client capacity"):
+            return
         logger.warning(
             "%s client %s is too slow (more than %d bytes queued); disconnecting",
             self.transport_name,

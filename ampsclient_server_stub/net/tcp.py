@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ampsclient.exceptions import FrameTooLargeError
 from ampsclient.protocol.framing import TcpFramer
 from ampsclient_server_stub.engine.broker import Broker
 
 from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
+
+if TYPE_CHECKING:
+    from ampsclient_server_stub.security.policy import TransportPolicy
 
 __all__ = ["TcpSession", "start_tcp_listener"]
 
@@ -119,17 +123,29 @@ async def start_tcp_listener(
     message_type: str | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+    ssl_context: ssl.SSLContext | None = None,
+    policy: TransportPolicy | None = None,
 ) -> asyncio.Server:
-    """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over TCP."""
+    """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over TCP.
+
+    ``ssl_context`` makes it a ``tcps`` listener; ``policy`` (security package) applies
+    connection caps and slow-client management to its sessions.
+    """
     loop = asyncio.get_running_loop()
 
     def factory() -> TcpSession:
-        return TcpSession(
+        session = TcpSession(
             broker,
             loop,
             message_type=message_type,
             max_frame_size=max_frame_size,
             max_write_buffer=max_write_buffer,
         )
+        session.policy = policy
+        return session
 
-    return await loop.create_server(factory, host, port, reuse_address=True)
+    if ssl_context is None:
+        return await loop.create_server(factory, host, port, reuse_address=True)
+    return await loop.create_server(
+        factory, host, port, reuse_address=True, ssl=ssl_context, ssl_handshake_timeout=10
+    )

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any, Final
+import ssl
+from typing import TYPE_CHECKING, Any, Final
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -26,6 +27,9 @@ from ampsclient.protocol.framing import WsServerFramer, encode_ws_from_server
 from ampsclient_server_stub.engine.broker import Broker
 
 from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
+
+if TYPE_CHECKING:
+    from ampsclient_server_stub.security.policy import TransportPolicy
 
 __all__ = ["WsSession", "parse_ws_path", "start_ws_listener"]
 
@@ -163,10 +167,14 @@ async def start_ws_listener(
     message_type: str | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+    ssl_context: ssl.SSLContext | None = None,
+    policy: TransportPolicy | None = None,
 ) -> Server:
     """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over WebSocket.
 
     ``message_type``, when set, is the only type the transport accepts (other paths → 404).
+    ``ssl_context`` makes it a ``wss`` listener; ``policy`` (security package) applies
+    connection caps and slow-client management to its sessions.
     """
     loop = asyncio.get_running_loop()
 
@@ -186,6 +194,7 @@ async def start_ws_listener(
             max_frame_size=max_frame_size,
             max_write_buffer=max_write_buffer,
         )
+        session.policy = policy
         await session.run()
 
     return await serve(
@@ -197,4 +206,5 @@ async def start_ws_listener(
         compression=None,
         ping_interval=None,
         close_timeout=2,
+        ssl=ssl_context,
     )

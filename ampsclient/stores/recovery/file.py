@@ -158,7 +158,7 @@ class FileRecoveryPointAdapter(RecoveryPointCursor):
             raise CorruptStoreError(f"{self.path}: not a recovery point file (no header)")
         try:
             header = json.loads(lines[0])
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting is a damaged line too
             header = None
         if not isinstance(header, dict) or header.get("format") != FILE_FORMAT:
             raise CorruptStoreError(f"{self.path}: not a recovery point file (bad header)")
@@ -177,7 +177,7 @@ class FileRecoveryPointAdapter(RecoveryPointCursor):
     def _parse_line(self, raw: bytes, number: int) -> dict[str, Any]:
         try:
             record = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting is a damaged line too
             record = None
         if isinstance(record, dict):
             if isinstance(record.get("purge"), str):

@@ -1,0 +1,134 @@
+"""The replication link's wire format: AMPS-style framing, compact headers, msgpack bodies.
+
+A frame is what a client frame is (``shared/protocol.md`` §1): a 4-byte big-endian length,
+then a compact header object, then an optional body. On the replication link the body,
+when present, is one msgpack value. The header's ``c`` names the frame:
+
+==============  ===========  ============================================================
+``c``           direction    meaning
+==============  ===========  ============================================================
+``rhello``      dialer       ``name``, ``group``, ``addr`` (its replication listener),
+                             ``role`` (``replication`` or ``admin``), ``nonce``, ``v``
+``rchallenge``  listener     ``name``, ``group``, ``addr``, ``nonce``, ``proof``
+``rauth``       dialer       ``proof``
+``rconfig``     both         body: the instance's replication summary (for validation)
+``rready``      both         validation passed on this side
+``rreject``     both         ``reason``; body: the list of problems found (may be empty)
+``ropen``       upstream     ``d`` (the upstream's destination name), ``sync``
+``rhave``       downstream   ``d``; body: ``{publisher id: highest sequence}``
+``rrec``        upstream     ``d``; body: a list of records (see :func:`pack_records`)
+``rack``        downstream   ``d``, ``u``: every record of stream ``d`` up to upstream
+                             index ``u`` is durable downstream
+``rhb``         both         heartbeat
+``radmin``      admin        ``cmd``; body: arguments
+``rresult``     listener     ``ok``; body: the result (or ``error`` in the header)
+==============  ===========  ============================================================
+
+Authentication is a challenge/response over a shared secret: each side proves it knows the
+secret with an HMAC-SHA256 over the other side's random nonce, so the secret itself never
+travels and a recorded handshake cannot be replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import msgpack
+
+from ampsclient.protocol.header import Header, decode_header, encode_header
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "WireRecord",
+    "decode_frame",
+    "encode_frame",
+    "make_nonce",
+    "pack_records",
+    "proof",
+    "unpack_records",
+    "verify_proof",
+]
+
+PROTOCOL_VERSION: Final = 1
+
+_LEN: Final = struct.Struct(">I")
+
+WireRecord = tuple[int, int, int, str, str, bytes, dict[str, str | int]]
+"""``(upstream index, publisher id, sequence, command, topic, payload, fields)``."""
+
+
+def encode_frame(fields: Mapping[str, Any], body: Any = None) -> bytes:
+    """One length-prefixed frame: the header ``fields`` then, unless ``None``, ``body``."""
+    payload = encode_header(fields)
+    if body is not None:
+        payload += msgpack.packb(body, use_bin_type=True)
+    return _LEN.pack(len(payload)) + payload
+
+
+def decode_frame(payload: bytes) -> tuple[Header, Any]:
+    """Split a payload (without its length prefix) into ``(header, body or None)``.
+
+    Raises:
+        ValueError: the payload is not a header followed by at most one msgpack value.
+    """
+    header, end = decode_header(payload)
+    if end >= len(payload):
+        return header, None
+    try:
+        body = msgpack.unpackb(payload[end:], raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise ValueError(f"bad replication frame body: {exc}") from exc
+    return header, body
+
+
+def pack_records(records: Sequence[WireRecord]) -> list[list[Any]]:
+    """The body of an ``rrec`` frame."""
+    return [list(r) for r in records]
+
+
+def unpack_records(body: Any) -> list[WireRecord]:
+    """Parse an ``rrec`` body; raises ``ValueError`` on anything malformed."""
+    if not isinstance(body, list):
+        raise ValueError("rrec body must be a list")
+    out: list[WireRecord] = []
+    append = out.append
+    for item in body:
+        try:
+            index, pid, seq, command, topic, payload, fields = item
+        except (TypeError, ValueError):
+            raise ValueError("rrec record must be a 7-item list") from None
+        if not (
+            type(index) is int
+            and type(pid) is int
+            and type(seq) is int
+            and type(command) is str
+            and type(topic) is str
+            and type(payload) is bytes
+            and type(fields) is dict
+        ):
+            raise ValueError("rrec record has a field of the wrong type")
+        append((index, pid, seq, command, topic, payload, fields))
+    return out
+
+
+def make_nonce() -> str:
+    """A fresh random challenge (hex)."""
+    return os.urandom(16).hex()
+
+
+def proof(secret: str, role: str, nonce: str, name: str) -> str:
+    """HMAC-SHA256 of ``role|nonce|name`` under ``secret`` (hex)."""
+    message = f"{role}|{nonce}|{name}".encode()
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def verify_proof(secret: str, role: str, nonce: str, name: str, given: object) -> bool:
+    """Constant-time check of a peer's :func:`proof`."""
+    if not isinstance(given, str):
+        return False
+    return hmac.compare_digest(proof(secret, role, nonce, name), given)

@@ -1,0 +1,501 @@
+"""The two ends of a replication stream: :class:`Outbound` (one per ``<Destination>``) pushes
+this instance's journal; :class:`Inbound` (one per upstream stream on a link) applies it.
+
+**Positions.** The upstream reads its own journal in index order and only up to its
+``durable_index`` (a record is replicated once it is written to the local transaction log,
+so an upstream crash never leaves a downstream with a message the upstream lost). Each
+record the rules select is sent with its upstream index; the downstream acknowledges
+``rack u`` once every record up to ``u`` is durable in *its* journal (or was already there).
+
+**What a destination has acknowledged** (:meth:`Outbound.acked_through`) is the upstream
+index just below the oldest selected record that is not acknowledged yet: the first entry
+of the in-flight queue, or, when nothing is in flight, the first record not examined yet. A
+disconnected destination keeps examining records, skipping those it would not receive, and
+stops at the first one it would: so a sync destination that receives nothing of a topic
+never holds acks for it, and one that is down holds exactly from its first missing record.
+
+**Resync.** On every (re)connection the upstream sends ``ropen``; the downstream answers
+``rhave`` with the highest sequence it holds per publisher id (taken once those records are
+durable); the upstream starts at the earliest record the downstream lacks: for each
+publisher the downstream is behind on, the record after the one holding the downstream's
+sequence (found with ``find_bookmark``), or the start of the journal for a publisher it
+never saw; records the downstream already has are skipped on the way (so a resync never
+duplicates a record downstream, and the downstream's own dedup is the second guard).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final
+
+from ampsclient_server_stub.config import DestinationConfig
+from ampsclient_server_stub.engine.journal import Journal, JournalPin, JournalRecord
+
+from .protocol import WireRecord, pack_records
+from .rules import PATH_FIELD, DestinationRules, Hop, decode_path, encode_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .link import Link
+    from .manager import ReplicationManager
+
+__all__ = ["MAX_IN_FLIGHT", "Inbound", "Outbound", "resync_start"]
+
+logger = logging.getLogger("ampsclient_server_stub.replication")
+
+READ_BATCH: Final = 2000
+"""Journal records read per step."""
+
+SEND_BATCH: Final = 500
+"""Records per ``rrec`` frame (at most)."""
+
+SEND_BYTES: Final = 1024 * 1024
+"""Payload bytes per ``rrec`` frame (at most, unless one record is bigger)."""
+
+PUMP_BUDGET: Final = 20_000
+"""Records examined per pump call before yielding to the event loop."""
+
+MAX_IN_FLIGHT: Final = 200_000
+"""Records sent and not yet acknowledged, per destination, before sending pauses."""
+
+_PIN_STEP: Final = 10_000
+
+
+def resync_start(journal: Journal, have: dict[int, int]) -> int:
+    """The earliest index a downstream holding ``have`` (publisher id -> highest sequence)
+    may lack: replication resumes there."""
+    start = journal.last_index + 1
+    first = journal.first_index
+    for pid, last in journal.last_sequences().items():
+        held = have.get(pid, 0)
+        if last <= held:
+            continue
+        if held <= 0:
+            return first
+        found = journal.find_bookmark(pid, held)
+        candidate = found + 1 if found is not None else first
+        if candidate < start:
+            start = candidate
+            if start <= first:
+                return first
+    return start
+
+
+class Outbound:
+    """The stream of one ``<Destination>``: what was sent, what is acknowledged."""
+
+    def __init__(self, manager: ReplicationManager, dest: DestinationConfig) -> None:
+        self.manager = manager
+        self.dest = dest
+        self.name = dest.name
+        self.rules = DestinationRules(dest, manager.name, manager.group)
+        self.journal: Journal = manager.journal
+        self.sync_configured = dest.sync_type == "sync"
+        self.downgraded = False
+        self.manual = False
+        self.link: Link | None = None
+        self.state = "detached"  # detached | opening | streaming
+        self.peer: Hop = (dest.name, dest.group or dest.name)
+        self._set_peer(self.peer)
+        self.scan_pos = self.journal.last_index + 1
+        self.pending: deque[tuple[int, int]] = deque()  # (upstream index, timestamp us)
+        self.stall_ts: int | None = None
+        self.sent_seq: dict[int, int] = {}
+        self.pin: JournalPin | None = self.journal.pin(self.scan_pos)
+        self.pin_at = self.scan_pos
+        self.pump_scheduled = False
+        self.connected_since: float | None = None
+        self.last_ack_time: float | None = None
+        self.counters: dict[str, int] = {
+            "sent": 0,
+            "acked": 0,
+            "skipped": 0,
+            "resyncs": 0,
+            "connects": 0,
+        }
+
+    # ------------------------------------------------------------------ state
+
+    def attached(self) -> bool:
+        """Attached to a link (opening or streaming)."""
+        return self.link is not None
+
+    @property
+    def effective_sync(self) -> bool:
+        """Sync acknowledgment in force (configured sync and not downgraded)."""
+        return self.sync_configured and not self.downgraded
+
+    def acked_through(self) -> int:
+        """Highest upstream index below which this destination holds no ack back."""
+        if self.pending:
+            return self.pending[0][0] - 1
+        return self.scan_pos - 1
+
+    def oldest_unacked_age(self, now_us: int) -> float | None:
+        """Seconds since the oldest record this destination still has to acknowledge was
+        written (``None``: nothing outstanding)."""
+        if self.pending:
+            return max(0.0, (now_us - self.pending[0][1]) / 1e6)
+        if self.state != "streaming" and self.stall_ts is not None:
+            return max(0.0, (now_us - self.stall_ts) / 1e6)
+        return None
+
+    def status(self) -> dict[str, Any]:
+        now_us = time.time_ns() // 1000
+        age = self.oldest_unacked_age(now_us)
+        return {
+            "name": self.name,
+            "sync_type": self.dest.sync_type,
+            "effective": "sync" if self.effective_sync else "async",
+            "downgraded": self.downgraded,
+            "manual": self.manual,
+            "state": self.state,
+            "connected": self.state == "streaming",
+            "peer": self.peer[0] if self.link is not None else None,
+            "scan_position": self.scan_pos,
+            "in_flight": len(self.pending),
+            "acked_through": self.acked_through(),
+            "oldest_unacked_age": age,
+            **self.counters,
+        }
+
+    # ------------------------------------------------------------------ link events
+
+    def attach(self, link: Link) -> None:
+        """Start a stream on ``link``: ``ropen``, then wait for the downstream's ``rhave``."""
+        self.link = link
+        self._set_peer((link.peer_name, link.peer_group))
+        self.state = "opening"
+        self.counters["connects"] += 1
+        link.outbound[self.name] = self
+        link.send({"c": "ropen", "d": self.name, "sync": self.dest.sync_type})
+        logger.info(
+            "replication: destination %r connected to %s (%s)",
+            self.name,
+            link.describe(),
+            "sync" if self.effective_sync else "async",
+        )
+
+    def detach(self) -> None:
+        """The link is gone: keep what is in flight (still unacknowledged)."""
+        if self.link is not None:
+            self.link.outbound.pop(self.name, None)
+            logger.info(
+                "replication: destination %r disconnected from %s (%s); %d record(s) "
+                "unacknowledged",
+                self.name,
+                self.link.describe(),
+                self.link.close_reason or "closed",
+                len(self.pending),
+            )
+        self.link = None
+        self.state = "detached"
+        self.stall_ts = None
+        self.connected_since = None
+        self.schedule_pump()
+
+    def on_have(self, have: dict[int, int]) -> None:
+        """The downstream said what it holds: resync from the first record it lacks."""
+        if self.state != "opening" or self.link is None:
+            return
+        start = resync_start(self.journal, have)
+        behind = max(0, self.journal.durable_index - start + 1)
+        self.pending.clear()
+        self.sent_seq = dict(have)
+        self.scan_pos = start
+        self.stall_ts = None
+        self.state = "streaming"
+        self.connected_since = time.monotonic()
+        self.counters["resyncs"] += 1
+        logger.info(
+            "replication: resync of %r to %s from index %d (%d journal record(s) to examine)",
+            self.name,
+            self.link.describe(),
+            start,
+            behind,
+        )
+        self._repin(start)
+        self.manager.limits_changed()
+        self.pump()
+
+    def on_ack(self, upstream_index: int) -> None:
+        pending = self.pending
+        count = 0
+        while pending and pending[0][0] <= upstream_index:
+            pending.popleft()
+            count += 1
+        if count:
+            self.counters["acked"] += count
+            self.last_ack_time = time.monotonic()
+            if self.effective_sync:
+                self.manager.limits_changed()
+            self._repin(self.acked_through() + 1)
+            if len(pending) + count >= MAX_IN_FLIGHT:
+                self.schedule_pump()
+
+    # ------------------------------------------------------------------ pumping
+
+    def schedule_pump(self) -> None:
+        if not self.pump_scheduled:
+            self.pump_scheduled = True
+            self.manager.loop.call_soon(self._scheduled_pump)
+
+    def _scheduled_pump(self) -> None:
+        self.pump_scheduled = False
+        self.pump()
+
+    def wire(self, record: JournalRecord) -> WireRecord | None:
+        """The record as sent to this destination, or ``None`` when it is not for it."""
+        fields = record.fields
+        mt = str(fields.get("mt", "json"))
+        if not self.rules.topic_matches(mt, record.topic, record.command, record.payload):
+            return None
+        raw_path = fields.get(PATH_FIELD)
+        if raw_path is None:
+            if not self._direct_ok:
+                return None
+            path_text = self._own_path
+        else:
+            path_text = str(raw_path)
+            ok = self._path_ok.get(path_text)
+            if ok is None:
+                path = decode_path(path_text)
+                ok = bool(path) and self.rules.passes(path) and self._loop_free(path)
+                if len(self._path_ok) > 4096:
+                    self._path_ok.clear()
+                self._path_ok[path_text] = ok
+            if not ok:
+                return None
+        if record.sequence <= self.sent_seq.get(record.publisher_id, 0):
+            return None
+        out_fields = dict(fields)
+        out_fields[PATH_FIELD] = path_text
+        return (
+            record.index,
+            record.publisher_id,
+            record.sequence,
+            record.command,
+            record.topic,
+            record.payload,
+            out_fields,
+        )
+
+    def _set_peer(self, peer: Hop) -> None:
+        self.peer = peer
+        self._path_ok: dict[str, bool] = {}
+        own: list[Hop] = [(self.manager.name, self.manager.group)]
+        self._own_path = encode_path(own)
+        self._direct_ok = self._loop_free(own)
+
+    def _loop_free(self, path: list[Hop]) -> bool:
+        return DestinationRules.loop_free(path, self.peer[0], self.peer[1], self.manager.group)
+
+    def pump(self) -> None:
+        """Send (streaming) or examine (disconnected) newly durable records."""
+        if self.state == "streaming":
+            self._send()
+        elif self.state == "detached" and not self.pending:
+            self._find_stall()
+
+    def _send(self) -> None:
+        link = self.link
+        assert link is not None
+        journal = self.journal
+        durable = journal.durable_index
+        start_pos = self.scan_pos
+        budget = PUMP_BUDGET
+        batch: list[WireRecord] = []
+        batch_bytes = 0
+        pending = self.pending
+        sent_seq = self.sent_seq
+        while (
+            self.scan_pos <= durable
+            and budget > 0
+            and not link.paused
+            and not link.closed
+            and len(pending) < MAX_IN_FLIGHT
+        ):
+            want = min(READ_BATCH, durable - self.scan_pos + 1)
+            records = journal.read(self.scan_pos, max_records=want)
+            if not records:
+                break
+            for record in records:
+                if record.index > durable:
+                    break
+                self.scan_pos = record.index + 1
+                budget -= 1
+                item = self.wire(record)
+                if item is None:
+                    self.counters["skipped"] += 1
+                    continue
+                batch.append(item)
+                batch_bytes += len(record.payload)
+                pending.append((record.index, record.timestamp))
+                sent_seq[record.publisher_id] = record.sequence
+                if len(batch) >= SEND_BATCH or batch_bytes >= SEND_BYTES:
+                    link.send({"c": "rrec", "d": self.name}, pack_records(batch))
+                    self.counters["sent"] += len(batch)
+                    batch = []
+                    batch_bytes = 0
+        if batch:
+            link.send({"c": "rrec", "d": self.name}, pack_records(batch))
+            self.counters["sent"] += len(batch)
+        if self.scan_pos != start_pos:
+            if self.effective_sync:
+                self.manager.limits_changed()
+            if not pending:
+                self._repin(self.scan_pos)
+        if (
+            self.scan_pos <= journal.durable_index
+            and not link.paused
+            and not link.closed
+            and len(pending) < MAX_IN_FLIGHT
+        ):
+            self.schedule_pump()
+
+    def _find_stall(self) -> None:
+        """Disconnected: move past records this destination would not get; stop at the
+        first one it would (its timestamp is the age of what it misses)."""
+        if self.stall_ts is not None:
+            return
+        journal = self.journal
+        durable = journal.durable_index
+        start_pos = self.scan_pos
+        budget = PUMP_BUDGET
+        while self.scan_pos <= durable and budget > 0:
+            records = journal.read(self.scan_pos, max_records=min(256, durable - self.scan_pos + 1))
+            if not records:
+                break
+            for record in records:
+                if record.index > durable:
+                    break
+                if self.wire(record) is not None:
+                    self.stall_ts = record.timestamp
+                    break
+                self.scan_pos = record.index + 1
+                budget -= 1
+            if self.stall_ts is not None:
+                break
+        if self.scan_pos != start_pos and self.effective_sync:
+            self.manager.limits_changed()
+        if self.stall_ts is None and self.scan_pos <= journal.durable_index:
+            self.schedule_pump()
+
+    def _repin(self, index: int) -> None:
+        if self.pin is not None and abs(index - self.pin_at) < _PIN_STEP:
+            return
+        new = self.journal.pin(index)
+        if self.pin is not None:
+            self.journal.unpin(self.pin)
+        self.pin = new
+        self.pin_at = index
+
+    def close(self) -> None:
+        if self.pin is not None:
+            self.journal.unpin(self.pin)
+            self.pin = None
+
+
+class Inbound:
+    """One upstream stream arriving on a link: applies records, acknowledges durability."""
+
+    def __init__(self, manager: ReplicationManager, link: Link, stream: str) -> None:
+        self.manager = manager
+        self.link = link
+        self.stream = stream
+        self.waiting: deque[tuple[int, int]] = deque()  # (local index needed, upstream index)
+        self.last_acked = 0
+        self.have_at: int | None = None
+        self.have: dict[int, int] | None = None
+        self._paths: dict[str, str] = {}
+        self.counters = manager.inbound_counters(link.peer_name, stream)
+        """Totals for this upstream stream since the instance started (across links)."""
+
+    def open(self) -> None:
+        """``ropen``: answer with what this instance holds, once that is durable."""
+        journal = self.manager.journal
+        self.have = journal.last_sequences()
+        self.have_at = journal.last_index
+        self.waiting.clear()
+        self.last_acked = 0
+        self.maybe_send_have()
+        if self.have is not None:
+            self.manager.broker.request_sync()
+
+    def maybe_send_have(self) -> None:
+        if self.have is None or self.have_at is None:
+            return
+        if self.manager.journal.durable_index >= self.have_at:
+            have, self.have = self.have, None
+            self.link.send({"c": "rhave", "d": self.stream}, have)
+
+    def on_records(self, records: list[WireRecord]) -> None:
+        from .apply import ReplicatedRecord
+
+        manager = self.manager
+        broker = manager.broker
+        journal = manager.journal
+        needed = 0
+        last_u = 0
+        counters = self.counters
+        paths = self._paths
+        apply = broker.apply_replicated
+        for index, pid, seq, command, topic, payload, fields in records:
+            counters["received"] += 1
+            last_u = index
+            raw = str(fields.get(PATH_FIELD, ""))
+            extended = paths.get(raw)
+            if extended is None:
+                extended = self._extend(raw)
+            if not extended:
+                counters["loops_refused"] += 1
+                continue
+            fields[PATH_FIELD] = extended
+            outcome = apply(ReplicatedRecord(pid, seq, command, topic, payload, fields))
+            if outcome.record is not None:
+                counters["applied"] += 1
+                needed = outcome.record.index
+            else:
+                if outcome.duplicate:
+                    counters["duplicates"] += 1
+                needed = max(needed, journal.last_index)
+        if not last_u:
+            return
+        self.waiting.append((needed, last_u))
+        if journal.durable_index >= needed:
+            self.on_durable(journal.durable_index)
+        else:
+            broker.request_sync()
+
+    def _extend(self, raw: str) -> str:
+        """The path ``raw`` plus this instance ('' when this instance is already on it)."""
+        own = self.manager.name
+        path = decode_path(raw)
+        if any(name == own for name, _ in path):
+            result = ""
+        else:
+            path.append((own, self.manager.group))
+            result = encode_path(path)
+        if len(self._paths) > 4096:
+            self._paths.clear()
+        self._paths[raw] = result
+        return result
+
+    def on_durable(self, durable: int) -> None:
+        self.maybe_send_have()
+        waiting = self.waiting
+        acked = 0
+        while waiting and waiting[0][0] <= durable:
+            acked = waiting.popleft()[1]
+        if acked > self.last_acked:
+            self.last_acked = acked
+            self.link.send({"c": "rack", "d": self.stream, "u": acked})
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "from": self.link.peer_name,
+            "last_acked": self.last_acked,
+            **self.counters,
+        }

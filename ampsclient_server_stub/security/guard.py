@@ -1,0 +1,174 @@
+"""The broker's security hook (``Broker.guard``): logon authentication and entitlements.
+
+The broker calls:
+
+* :meth:`SecurityGuard.authenticate` from ``logon`` (``retry`` sends the challenge back in a
+  ``status: retry`` ack; ``failure`` sends ``auth failure`` and closes the connection);
+* :meth:`SecurityGuard.check` before every command (literal topics of ``subscribe``, ``sow``
+  and ``sow_delete``, with their ``delta``/``and`` variants);
+* :meth:`SecurityGuard.check_write` for every publish (also on the broker's fast path), so a
+  refused publish carrying ``s`` gets a failure persisted ack with reason ``not entitled``;
+* :meth:`SecurityGuard.matcher` for regex topics: the subscription or query keeps only the
+  topics the user is entitled to.
+
+The policy of a connection is that of the transport it came in on (``session.policy``), else
+the instance's.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Final
+
+from ampsclient.protocol.header import Header
+from ampsclient_server_stub.engine.broker import CommandFailure
+from ampsclient_server_stub.engine.topics import TopicMatcher, is_regex_topic
+
+from .auth import AuthVerdict
+
+if TYPE_CHECKING:
+    from ampsclient_server_stub.engine.broker import Connection
+
+    from .auth import EntitlementModule
+    from .policy import ServerSecurity, TransportPolicy
+
+__all__ = ["NOT_ENTITLED", "EntitledTopicMatcher", "SecurityGuard", "operations_for"]
+
+logger = logging.getLogger(__name__)
+
+NOT_ENTITLED: Final = "not entitled"
+
+_OPS: Final[dict[str, tuple[str, ...]]] = {
+    "subscribe": ("subscribe",),
+    "delta_subscribe": ("subscribe",),
+    "sow": ("sow",),
+    "sow_and_subscribe": ("sow", "subscribe"),
+    "sow_and_delta_subscribe": ("sow", "subscribe"),
+    "sow_delete": ("sow_delete",),
+    "p": ("publish",),
+    "publish": ("publish",),
+    "delta_publish": ("publish",),
+}
+_STATE_LIMIT: Final = 10_000
+
+
+def operations_for(command: str) -> tuple[str, ...]:
+    """The entitlement operations a command needs (empty: not governed)."""
+    return _OPS.get(command, ())
+
+
+class EntitledTopicMatcher(TopicMatcher):
+    """A regex topic matcher that also requires the user's entitlement for each topic."""
+
+    __slots__ = ("_cache", "_ents", "_ops", "_user")
+
+    def __init__(
+        self,
+        base: TopicMatcher,
+        entitlements: EntitlementModule,
+        user: str | None,
+        ops: tuple[str, ...],
+    ) -> None:
+        assert base.pattern is not None
+        super().__init__(base.topic, base.pattern)
+        self._ents = entitlements
+        self._user = user
+        self._ops = ops
+        self._cache: dict[str, bool] = {}
+
+    def matches(self, topic: str) -> bool:
+        pattern: re.Pattern[str] | None = self.pattern
+        if pattern is None or pattern.search(topic) is None:
+            return False
+        hit = self._cache.get(topic)
+        if hit is None:
+            hit = all(self._ents.allowed(self._user, op, topic) for op in self._ops)
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[topic] = hit
+        return hit
+
+
+class SecurityGuard:
+    """Authentication and entitlement checks for a :class:`~.policy.ServerSecurity`."""
+
+    def __init__(self, security: ServerSecurity) -> None:
+        self.security = security
+        self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self.counters: dict[str, int] = {"auth_failures": 0, "not_entitled": 0, "challenges": 0}
+
+    def policy(self, conn: Connection) -> TransportPolicy:
+        """The policy of ``conn``'s transport."""
+        found = getattr(conn.session, "policy", None)
+        return found if found is not None else self.security.default
+
+    # ------------------------------------------------------------------ logon
+
+    def authenticate(self, conn: Connection, user: str, password: str) -> AuthVerdict | None:
+        """Decide on a logon; ``None`` when the transport configures no authentication."""
+        module = self.policy(conn).auth
+        if module is None:
+            return None
+        state = self._states.get(conn.id)
+        if state is None:
+            state = self._states[conn.id] = {}
+            while len(self._states) > _STATE_LIMIT:
+                self._states.popitem(last=False)
+        try:
+            verdict = module.authenticate(user, password, state)
+        except Exception:
+            logger.exception("authentication module failed for %r", conn)
+            verdict = AuthVerdict("failure", "auth failure")
+        if verdict.status == "retry":
+            self.counters["challenges"] += 1
+        else:
+            self._states.pop(conn.id, None)
+            if not verdict.ok:
+                self.counters["auth_failures"] += 1
+                logger.warning("%r: logon refused for user %r", conn, user)
+        return verdict
+
+    # ------------------------------------------------------------------ entitlements
+
+    def _refuse(self, conn: Connection, op: str, topic: str) -> None:
+        self.counters["not_entitled"] += 1
+        raise CommandFailure(NOT_ENTITLED, f"user {conn.user_id!r} may not {op} topic {topic!r}")
+
+    def check(self, conn: Connection, command: object, hdr: Header) -> None:
+        """Refuse (``CommandFailure('not entitled')``) a command on a topic the user may not
+        use. Publishes are checked by :meth:`check_write`."""
+        ents = self.policy(conn).entitlements
+        if ents is None:
+            return
+        ops = _OPS.get(command) if isinstance(command, str) else None
+        if not ops or ops == ("publish",):
+            return
+        raw = hdr.get("t")
+        if raw is None or raw == "":
+            return
+        topic = str(raw)
+        regex = is_regex_topic(topic)
+        user = conn.user_id
+        for op in ops:
+            if not (ents.any_allowed(user, op) if regex else ents.allowed(user, op, topic)):
+                self._refuse(conn, op, topic)
+
+    def check_write(self, conn: Connection, topic: str) -> None:
+        """Refuse a publish to ``topic`` the user may not write."""
+        ents = self.policy(conn).entitlements
+        if ents is not None and not ents.allowed(conn.user_id, "publish", topic):
+            self._refuse(conn, "publish", topic)
+
+    def matcher(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> TopicMatcher:
+        """``matcher`` restricted to the topics the user is entitled to (regex topics only)."""
+        if matcher.pattern is None:
+            return matcher
+        ents = self.policy(conn).entitlements
+        if ents is None:
+            return matcher
+        ops = _OPS.get(str(hdr.get("c")), ())
+        if not ops:
+            return matcher
+        return EntitledTopicMatcher(matcher, ents, conn.user_id, ops)

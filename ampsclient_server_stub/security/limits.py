@@ -1,0 +1,417 @@
+"""Slow client management: resource pools, client offlining to disk, age and capacity limits.
+
+Follows AMPS' model (seed: *Slow Client Management and Capacity Limits*):
+
+* A **resource pool** has a ``MessageMemoryLimit`` (bytes queued in memory towards clients) and
+  a ``MessageDiskLimit`` (bytes of offline files). One pool serves the whole instance; a
+  transport that sets either limit gets a pool of its own.
+* When a client's queued bytes pass ``ClientMaxCapacity`` of the memory limit, or the pool's
+  total passes the memory limit (the biggest user is chosen), the client is **offlined**: from
+  then on its deliveries are appended to a file under ``MessageDiskPath`` (one file per
+  connection) and fed back to the socket only as fast as the client reads, so its backlog no
+  longer takes the server's memory. Once the file is drained the client is online again.
+* A client is **disconnected** (its offline file removed) when its file passes
+  ``ClientMaxCapacity`` of the disk limit, when the pool's disk total passes the disk limit
+  (the biggest user is chosen), or when the oldest message waiting for it is older than
+  ``ClientMessageAgeLimit``.
+
+The message age of an online client is the time since its queue was last (nearly) empty; for an
+offlined client it is the enqueue time stored with the oldest unsent record.
+
+Offline file records: ``>I`` payload length, ``>d`` enqueue time (epoch seconds), payload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import re
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, Final
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from ampsclient_server_stub.net.session import NetSession
+
+__all__ = [
+    "DRAIN_HIGH_WATER",
+    "LOW_WATER",
+    "ClientLimits",
+    "ResourcePool",
+    "SlowClient",
+]
+
+logger = logging.getLogger(__name__)
+
+_REC: Final = struct.Struct(">Id")
+LOW_WATER: Final = 64 * 1024
+"""Queued bytes under which a client counts as caught up."""
+DRAIN_HIGH_WATER: Final = 1024 * 1024
+"""An offlined client's socket buffer is refilled from disk up to this many bytes."""
+DRAIN_INTERVAL: Final = 0.005
+SWEEP_INTERVAL: Final = 0.1
+_READ_CHUNK: Final = 256 * 1024
+_SAFE_NAME: Final = re.compile(r"[^A-Za-z0-9_.-]+")
+_file_ids = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """Per-client policy of a transport (or the instance)."""
+
+    age_limit: float | None = None
+    """``ClientMessageAgeLimit`` in seconds (``None``: no limit)."""
+    max_capacity: float = 1.0
+    """``ClientMaxCapacity`` as a fraction of the pool's limits."""
+
+
+def remove_stale_files(directory: Path) -> int:
+    """Remove offline files left by server processes that are gone (killed, crashed)."""
+    removed = 0
+    for path in directory.glob("*.offline"):
+        parts = path.stem.rsplit("-", 3)
+        try:
+            pid = int(parts[-3])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # that server is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed += 1
+    if removed:
+        logger.info("removed %d stale offline file(s) from %s", removed, directory)
+    return removed
+
+
+class ResourcePool:
+    """Memory and disk budget shared by the clients of one or more transports.
+
+    Args:
+        name: for log messages.
+        memory_limit: ``MessageMemoryLimit`` in bytes.
+        disk_limit: ``MessageDiskLimit`` in bytes.
+        disk_path: ``MessageDiskPath``: where offline files go (created when needed).
+    """
+
+    def __init__(self, name: str, *, memory_limit: int, disk_limit: int, disk_path: Path) -> None:
+        self.name = name
+        self.memory_limit = memory_limit
+        self.disk_limit = disk_limit
+        self.disk_path = disk_path
+        self.clients: set[SlowClient] = set()
+        self.disk_total = 0
+        self.memory_total = 0
+        """Bytes queued in memory at the last sweep."""
+        self.counters: dict[str, int] = {"offlined": 0, "disconnected": 0, "spilled": 0}
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.swept = False
+
+    def add(self, client: SlowClient) -> None:
+        """Track ``client`` (and start the periodic sweep)."""
+        self.clients.add(client)
+        if self._timer is None:
+            self._loop = client.session.loop
+            self._timer = self._loop.call_later(SWEEP_INTERVAL, self.sweep)
+
+    def remove(self, client: SlowClient) -> None:
+        """Stop tracking ``client``."""
+        self.clients.discard(client)
+        if not self.clients and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def sweep(self) -> None:
+        """Periodic check: totals, age limits, pool-level offlining and disconnection."""
+        self._timer = None
+        now = time.time()
+        total = 0
+        for client in list(self.clients):
+            if client.check_age(now):
+                total += client.memory()
+        self.memory_total = total
+        if total > self.memory_limit:
+            for client in sorted(self.clients, key=lambda c: c.memory(), reverse=True):
+                if total <= self.memory_limit:
+                    break
+                if client.offline or client.closed:
+                    continue
+                used = client.memory()
+                if client.go_offline(f"resource pool {self.name!r} memory limit"):
+                    total -= used
+        self.check_disk()
+        if self.clients and self._loop is not None and not self._loop.is_closed():
+            self._timer = self._loop.call_later(SWEEP_INTERVAL, self.sweep)
+
+    def check_disk(self) -> None:
+        """Disconnect the biggest offline files while the pool is over its disk limit."""
+        while self.disk_total > self.disk_limit:
+            offline = [c for c in self.clients if c.disk_bytes > 0 and not c.closed]
+            if not offline:
+                return
+            biggest = max(offline, key=lambda c: c.disk_bytes)
+            biggest.disconnect(f"resource pool {self.name!r} disk limit")
+
+    def close(self) -> None:
+        """Stop the sweep and drop every client's offline file."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for client in list(self.clients):
+            client.close()
+
+
+class SlowClient:
+    """Slow-client state of one connection (``NetSession.slow``)."""
+
+    def __init__(self, session: NetSession, pool: ResourcePool, limits: ClientLimits) -> None:
+        self.session = session
+        self.pool = pool
+        self.limits = limits
+        self.offline = False
+        self.closed = False
+        self.disk_bytes = 0
+        self.last_clear = time.time()
+        self._file: BinaryIO | None = None
+        self._path: Path | None = None
+        self._write_pos = 0
+        self._read_pos = 0
+        self._drain_timer: asyncio.TimerHandle | None = None
+        pool.add(self)
+
+    # ------------------------------------------------------------------ limits
+
+    @property
+    def memory_cap(self) -> int:
+        """Bytes this client may queue in memory before it is offlined."""
+        return max(LOW_WATER, int(self.pool.memory_limit * self.limits.max_capacity))
+
+    @property
+    def disk_cap(self) -> int:
+        """Bytes of offline file after which this client is disconnected."""
+        return max(1, int(self.pool.disk_limit * self.limits.max_capacity))
+
+    def memory(self) -> int:
+        """Bytes queued towards the client in memory (pending output and socket buffer)."""
+        session = self.session
+        try:
+            return session._out_bytes + session._buffered()
+        except Exception:  # pragma: no cover - a transport already gone
+            return 0
+
+    def oldest(self, now: float) -> float:
+        """Age in seconds of the oldest message waiting for this client."""
+        if self.offline and self._read_pos < self._write_pos and self._file is not None:
+            try:
+                self._file.flush()
+                head = os.pread(self._file.fileno(), _REC.size, self._read_pos)
+            except OSError:
+                return 0.0
+            if len(head) == _REC.size:
+                stamp: float = _REC.unpack(head)[1]
+                return max(0.0, now - stamp)
+        if self.memory() <= LOW_WATER:
+            self.last_clear = now
+            return 0.0
+        return max(0.0, now - self.last_clear)
+
+    def check_age(self, now: float) -> bool:
+        """Apply ``ClientMessageAgeLimit``; ``False`` when the client was disconnected."""
+        if self.closed:
+            return False
+        age = self.oldest(now)
+        limit = self.limits.age_limit
+        if limit is not None and age > limit:
+            self.disconnect(f"message age limit ({age:.1f} s > {limit:g} s)")
+            return False
+        return True
+
+    # ------------------------------------------------------------------ offlining
+
+    def _open_file(self) -> BinaryIO:
+        directory = self.pool.disk_path
+        directory.mkdir(parents=True, exist_ok=True)
+        if not self.pool.swept:
+            self.pool.swept = True
+            remove_stale_files(directory)
+        conn = self.session.conn
+        name = conn.client_name if conn is not None and conn.client_name else "client"
+        safe = _SAFE_NAME.sub("_", name)[:64] or "client"
+        conn_id = conn.id if conn is not None else 0
+        self._path = directory / f"{safe}-{os.getpid()}-{conn_id}-{next(_file_ids)}.offline"
+        handle = open(self._path, "w+b")  # noqa: SIM115 - kept open while offline
+        return handle
+
+    def go_offline(self, reason: str) -> bool:
+        """Offline the client: its queued-but-unwritten output and everything after go to disk.
+
+        Returns ``False`` when no offline file could be made (the caller disconnects).
+        """
+        if self.closed:
+            return False
+        if self.offline:
+            return True
+        try:
+            self._file = self._open_file()
+        except OSError as exc:
+            logger.error("cannot offline %s: %s", self.session.peer, exc)
+            return False
+        self.offline = True
+        self._write_pos = self._read_pos = 0
+        self.pool.counters["offlined"] += 1
+        logger.warning(
+            "%s client %s offlined (%s): buffering its messages to %s",
+            self.session.transport_name,
+            self.session.peer,
+            reason,
+            self._path,
+        )
+        session = self.session
+        pending, session._out = session._out, []
+        session._out_bytes = 0
+        for payload in pending:
+            self.spill(payload)
+        self._schedule_drain()
+        return True
+
+    def spill(self, payload: bytes) -> None:
+        """Append one delivery to the offline file (enforcing the disk limits)."""
+        handle = self._file
+        if handle is None or self.closed:
+            return
+        record = _REC.pack(len(payload), time.time())
+        try:
+            handle.write(record)
+            handle.write(payload)
+        except OSError as exc:
+            logger.error("offline file for %s failed: %s", self.session.peer, exc)
+            self.disconnect("offline file write failed")
+            return
+        size = _REC.size + len(payload)
+        self._write_pos += size
+        self.disk_bytes += size
+        self.pool.disk_total += size
+        self.pool.counters["spilled"] += 1
+        if self.disk_bytes > self.disk_cap:
+            self.disconnect(f"offline file over its capacity ({self.disk_bytes} bytes)")
+        elif self.pool.disk_total > self.pool.disk_limit:
+            self.pool.check_disk()
+
+    def _schedule_drain(self) -> None:
+        if self._drain_timer is None and not self.closed:
+            self._drain_timer = self.session.loop.call_later(DRAIN_INTERVAL, self.drain)
+
+    def drain(self) -> None:
+        """Refill the socket from the offline file while the client keeps reading."""
+        self._drain_timer = None
+        handle = self._file
+        if self.closed or not self.offline or handle is None:
+            return
+        session = self.session
+        if session.closing:
+            return
+        try:
+            handle.flush()
+            fd = handle.fileno()
+            while self._read_pos < self._write_pos:
+                room = DRAIN_HIGH_WATER - session._buffered()
+                if room <= 0:
+                    break
+                chunk = os.pread(fd, max(_READ_CHUNK, min(room, 4 * _READ_CHUNK)), self._read_pos)
+                payloads: list[bytes] = []
+                pos = 0
+                while pos + _REC.size <= len(chunk):
+                    n, _ = _REC.unpack_from(chunk, pos)
+                    if pos + _REC.size + n > len(chunk):
+                        if not payloads:  # one record larger than the chunk
+                            whole = os.pread(fd, _REC.size + n, self._read_pos)
+                            payloads.append(whole[_REC.size :])
+                            pos = len(whole)
+                        break
+                    payloads.append(chunk[pos + _REC.size : pos + _REC.size + n])
+                    pos += _REC.size + n
+                if not payloads:
+                    break
+                self._read_pos += pos
+                session._write(payloads)
+        except OSError as exc:
+            logger.error("reading the offline file of %s failed: %s", session.peer, exc)
+            self.disconnect("offline file read failed")
+            return
+        if self._read_pos >= self._write_pos:
+            self._back_online()
+        else:
+            self._schedule_drain()
+
+    def _back_online(self) -> None:
+        self._drop_file()
+        self.offline = False
+        self.last_clear = time.time()
+        logger.info(
+            "%s client %s caught up: back online", self.session.transport_name, self.session.peer
+        )
+
+    def _drop_file(self) -> None:
+        handle, self._file = self._file, None
+        if handle is not None:
+            with contextlib.suppress(OSError):
+                handle.close()
+        if self._path is not None:
+            with contextlib.suppress(OSError):
+                self._path.unlink()
+            self._path = None
+        self.pool.disk_total -= self.disk_bytes
+        self.disk_bytes = 0
+        self._write_pos = self._read_pos = 0
+
+    # ------------------------------------------------------------------ ending
+
+    def disconnect(self, reason: str) -> None:
+        """Drop the connection (and its offline file) as too slow."""
+        if self.closed:
+            return
+        self.pool.counters["disconnected"] += 1
+        logger.warning(
+            "%s client %s disconnected as too slow: %s",
+            self.session.transport_name,
+            self.session.peer,
+            reason,
+        )
+        self.close()
+        self.session._abort("slow consumer: " + reason)
+
+    def close(self) -> None:
+        """The connection ended: remove the offline file, leave the pool (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.offline = False
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        self._drop_file()
+        self.pool.remove(self)
+
+    @property
+    def pending_disk(self) -> int:
+        """Offline bytes not yet handed to the socket."""
+        return self._write_pos - self._read_pos
+
+    @property
+    def path(self) -> Path | None:
+        """The offline file while offline."""
+        return self._path

@@ -1,0 +1,373 @@
+"""Per-transport security and resource policy, built from the server configuration.
+
+Every ``<Transport>`` gets a :class:`TransportPolicy`: its TLS context (``tcps``/``wss``), its
+authentication and entitlement modules, its slow-client resource pool and client limits, its
+maximum frame size and its connection cap. Settings a transport does not give are taken from
+the instance level (the same elements directly under ``<AMPSConfig>``).
+
+Elements read (all optional; paths are relative to the configuration file's directory, or the
+data directory)::
+
+    <Certificate>server.pem</Certificate>        <!-- tcps / wss: certificate chain (PEM) -->
+    <PrivateKey>server.key</PrivateKey>          <!-- its key, when not in the certificate -->
+    <CAFile>ca.pem</CAFile>                      <!-- CAs that client certificates chain to -->
+    <RequireClientCertificate>true</RequireClientCertificate>
+    <Authentication><Module>users-file</Module><Options><UsersFile>users.json</UsersFile>
+        </Options></Authentication>
+    <Entitlement><Module>amps-default-entitlement-module</Module><Options>
+        <UsersFile>users.json</UsersFile></Options></Entitlement>
+    <MessageMemoryLimit>64MB</MessageMemoryLimit> <MessageDiskLimit>1GB</MessageDiskLimit>
+    <MessageDiskPath>offline</MessageDiskPath>   <!-- instance level only -->
+    <ClientMessageAgeLimit>30s</ClientMessageAgeLimit> <ClientMaxCapacity>10%</ClientMaxCapacity>
+    <MaxFrameSize>16MB</MaxFrameSize>            <!-- largest inbound frame -->
+    <MaxConnections>1000</MaxConnections>        <!-- per transport, or the whole instance -->
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ampsclient.tls import server_context
+from ampsclient_server_stub.config import (
+    ConfigError,
+    ServerConfig,
+    TransportConfig,
+    parse_duration as _parse_duration,
+    parse_size as _parse_size,
+)
+
+from .auth import (
+    AuthenticationModule,
+    EntitlementModule,
+    SecurityConfigError,
+    build_authentication,
+    build_entitlements,
+)
+from .limits import ClientLimits, ResourcePool, SlowClient
+from .users import UsersFile
+
+if TYPE_CHECKING:
+    from ampsclient_server_stub.net.session import NetSession
+
+    from .guard import SecurityGuard
+
+__all__ = ["ServerSecurity", "TransportPolicy"]
+
+logger = logging.getLogger(__name__)
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def _options(extra: Mapping[str, str], section: str) -> dict[str, str]:
+    prefix = section + "/Options/"
+    return {k[len(prefix) :]: v for k, v in extra.items() if k.startswith(prefix)}
+
+
+def _host_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 8 * 1024**3
+
+
+def _size(text: str | None, what: str) -> int | None:
+    if text is None or not text.strip():
+        return None
+    text = text.strip()
+    if text.endswith("%"):
+        return int(_host_memory() * _fraction(text, what))
+    try:
+        return _parse_size(text)
+    except ConfigError as exc:
+        raise SecurityConfigError(f"<{what}>: {exc}") from None
+
+
+def _fraction(text: str | None, what: str) -> float:
+    if text is None or not text.strip():
+        return 1.0
+    raw = text.strip().rstrip("%")
+    try:
+        value = float(raw) / 100.0
+    except ValueError:
+        raise SecurityConfigError(f"<{what}> must be a percentage, got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise SecurityConfigError(f"<{what}> must be in (0%, 100%], got {text!r}")
+    return value
+
+
+def _duration(text: str | None, what: str) -> float | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return _parse_duration(text)
+    except ConfigError as exc:
+        raise SecurityConfigError(f"<{what}>: {exc}") from None
+
+
+def _count(text: str | None, what: str) -> int | None:
+    if text is None or not text.strip():
+        return None
+    if not text.strip().isdigit():
+        raise SecurityConfigError(f"<{what}> must be a whole number, got {text!r}")
+    return int(text.strip())
+
+
+@dataclass(eq=False)
+class TransportPolicy:
+    """What applies to the connections of one transport."""
+
+    name: str
+    security: ServerSecurity
+    ssl_context: ssl.SSLContext | None = None
+    auth: AuthenticationModule | None = None
+    """``None``: not configured (the broker's plain ``authenticate`` hook applies)."""
+    entitlements: EntitlementModule | None = None
+    """``None``: every topic allowed."""
+    pool: ResourcePool | None = None
+    """``None``: no slow-client management (a client over its write buffer is dropped)."""
+    limits: ClientLimits = field(default_factory=ClientLimits)
+    max_frame_size: int | None = None
+    max_connections: int | None = None
+    sessions: set[Any] = field(default_factory=set)
+
+    def attach(self, session: NetSession) -> bool:
+        """A connection opened on this transport: apply the caps, set up slow-client state.
+
+        Returns ``False`` when a connection cap is reached (the caller closes it).
+        """
+        sec = self.security
+        if self.max_connections is not None and len(self.sessions) >= self.max_connections:
+            logger.warning(
+                "transport %r: connection from %s refused (MaxConnections %d)",
+                self.name,
+                session.peer,
+                self.max_connections,
+            )
+            sec.refused += 1
+            return False
+        if sec.max_connections is not None and sec.connection_count >= sec.max_connections:
+            logger.warning(
+                "connection from %s refused (instance MaxConnections %d)",
+                session.peer,
+                sec.max_connections,
+            )
+            sec.refused += 1
+            return False
+        self.sessions.add(session)
+        if self.pool is not None:
+            slow = SlowClient(session, self.pool, self.limits)
+            session.slow = slow
+            session.max_write_buffer = slow.memory_cap
+        return True
+
+    def detach(self, session: NetSession) -> None:
+        """The connection ended (idempotent)."""
+        self.sessions.discard(session)
+        slow = session.slow
+        if slow is not None:
+            slow.close()
+
+
+class ServerSecurity:
+    """The security and resource policies of one server instance.
+
+    Build with :meth:`from_config`; :attr:`guard` is the broker hook (``None`` when no
+    transport configures authentication or entitlements).
+    """
+
+    def __init__(self) -> None:
+        self.policies: dict[str, TransportPolicy] = {}
+        self.default = TransportPolicy("<instance>", self)
+        """Instance-level policy, for connections that come through no configured transport."""
+        self.max_connections: int | None = None
+        self.refused = 0
+        self.pools: list[ResourcePool] = []
+        self.users_files: dict[Path, UsersFile] = {}
+        self.guard: SecurityGuard | None = None
+        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def connection_count(self) -> int:
+        """Open connections across every transport."""
+        return sum(len(p.sessions) for p in self.policies.values()) + len(self.default.sessions)
+
+    def policy_for(self, transport_name: str) -> TransportPolicy:
+        """The policy of the transport called ``transport_name`` (else the instance's)."""
+        return self.policies.get(transport_name, self.default)
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> ServerSecurity:
+        """Build every policy of ``config``.
+
+        Raises:
+            SecurityConfigError: a module, file or value that cannot be used.
+        """
+        self = cls()
+        if config.source is not None:
+            base = config.source.parent
+        elif config.data_dir is not None:
+            base = config.data_dir
+        else:
+            base = Path.cwd()
+        root = dict(config.extra)
+        if config.message_memory_limit is not None:
+            root["MessageMemoryLimit"] = str(config.message_memory_limit)
+        self.max_connections = _count(root.get("MaxConnections"), "MaxConnections")
+        instance_pool = self._instance_pool(config, root, base)
+        self.default = self._policy("<instance>", {}, root, base, instance_pool)
+        for transport in config.transports:
+            self.policies[transport.name] = self._transport_policy(
+                transport, root, base, instance_pool
+            )
+        policies = [self.default, *self.policies.values()]
+        if any(p.auth is not None or p.entitlements is not None for p in policies):
+            from .guard import SecurityGuard
+
+            self.guard = SecurityGuard(self)
+        return self
+
+    def _path(self, base: Path, text: str) -> Path:
+        path = Path(text).expanduser()
+        return path if path.is_absolute() else base / path
+
+    def _instance_pool(
+        self, config: ServerConfig, root: Mapping[str, str], base: Path
+    ) -> ResourcePool | None:
+        keys = (
+            "MessageMemoryLimit",
+            "MessageDiskLimit",
+            "MessageDiskPath",
+            "ClientMessageAgeLimit",
+            "ClientMaxCapacity",
+        )
+        if not any(root.get(k) for k in keys):
+            return None
+        return self._new_pool("instance", root, root, base, config)
+
+    def _new_pool(
+        self,
+        name: str,
+        own: Mapping[str, str],
+        root: Mapping[str, str],
+        base: Path,
+        config: ServerConfig | None = None,
+    ) -> ResourcePool:
+        memory = _size(
+            own.get("MessageMemoryLimit") or root.get("MessageMemoryLimit"), "MessageMemoryLimit"
+        )
+        if memory is None:
+            memory = _host_memory() // 10
+        disk = _size(
+            own.get("MessageDiskLimit") or root.get("MessageDiskLimit"), "MessageDiskLimit"
+        )
+        if disk is None:
+            disk = max(1024**3, memory)
+        path_text = root.get("MessageDiskPath")
+        if path_text:
+            disk_path = self._path(base, path_text)
+        elif config is not None and config.data_dir is not None:
+            disk_path = config.data_dir / "offline"
+        else:
+            if self._tempdir is None:
+                self._tempdir = tempfile.TemporaryDirectory(prefix="ampsclient-offline-")
+            disk_path = Path(self._tempdir.name)
+        pool = ResourcePool(name, memory_limit=memory, disk_limit=disk, disk_path=disk_path)
+        self.pools.append(pool)
+        return pool
+
+    def _policy(
+        self,
+        name: str,
+        own: Mapping[str, str],
+        root: Mapping[str, str],
+        base: Path,
+        instance_pool: ResourcePool | None,
+    ) -> TransportPolicy:
+        def pick(key: str) -> str | None:
+            value = own.get(key)
+            return value if value not in (None, "") else root.get(key)
+
+        policy = TransportPolicy(name, self)
+        section_src = own if own.get("Authentication/Module") is not None else root
+        module = section_src.get("Authentication/Module")
+        if module is not None:
+            policy.auth = build_authentication(
+                module, _options(section_src, "Authentication"), base, cache=self.users_files
+            )
+        section_src = own if own.get("Entitlement/Module") is not None else root
+        module = section_src.get("Entitlement/Module")
+        if module is not None:
+            policy.entitlements = build_entitlements(
+                module, _options(section_src, "Entitlement"), base, cache=self.users_files
+            )
+        policy.limits = ClientLimits(
+            age_limit=_duration(pick("ClientMessageAgeLimit"), "ClientMessageAgeLimit"),
+            max_capacity=_fraction(pick("ClientMaxCapacity"), "ClientMaxCapacity"),
+        )
+        if own.get("MessageMemoryLimit") or own.get("MessageDiskLimit"):
+            policy.pool = self._new_pool(f"transport {name}", own, root, base)
+        elif instance_pool is not None:
+            policy.pool = instance_pool
+        elif own.get("ClientMessageAgeLimit") or own.get("ClientMaxCapacity"):
+            policy.pool = self._new_pool(f"transport {name}", own, root, base)
+        policy.max_frame_size = _size(pick("MaxFrameSize"), "MaxFrameSize")
+        policy.max_connections = _count(own.get("MaxConnections"), "MaxConnections")
+        return policy
+
+    def _transport_policy(
+        self,
+        transport: TransportConfig,
+        root: Mapping[str, str],
+        base: Path,
+        instance_pool: ResourcePool | None,
+    ) -> TransportPolicy:
+        own = transport.extra
+        policy = self._policy(transport.name, own, root, base, instance_pool)
+        if transport.is_tls:
+            cert = own.get("Certificate")
+            if not cert:
+                raise SecurityConfigError(
+                    f"transport {transport.name!r} ({transport.type}) needs a <Certificate>"
+                )
+            key = own.get("PrivateKey")
+            ca = own.get("CAFile")
+            require = (own.get("RequireClientCertificate") or "").strip().lower() in _TRUE
+            try:
+                policy.ssl_context = server_context(
+                    certfile=self._path(base, cert),
+                    keyfile=self._path(base, key) if key else None,
+                    cafile=self._path(base, ca) if ca else None,
+                    require_client_cert=require,
+                    password=own.get("PrivateKeyPassword") or None,
+                )
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                raise SecurityConfigError(
+                    f"transport {transport.name!r}: cannot load its certificate: {exc}"
+                ) from None
+        return policy
+
+    def statistics(self) -> dict[str, int]:
+        """Counters: refused connections, offlined/disconnected slow clients, offline bytes."""
+        stats = {"connections_refused": self.refused, "offline_bytes": 0}
+        for pool in self.pools:
+            for key, value in pool.counters.items():
+                stats[f"slow_{key}"] = stats.get(f"slow_{key}", 0) + value
+            stats["offline_bytes"] += pool.disk_total
+        return stats
+
+    def close(self) -> None:
+        """Drop offline files and stop the pools' timers."""
+        for pool in self.pools:
+            pool.close()
+        if self._tempdir is not None:
+            with contextlib.suppress(OSError):
+                self._tempdir.cleanup()
+            self._tempdir = None

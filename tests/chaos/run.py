@@ -1,0 +1,545 @@
+"""Chaos run: publishers, subscribers and a server in separate processes, with faults.
+
+    python -m tests.chaos.run --seconds 60          # from the repository root
+    python tests/chaos/run.py --seconds 60 --seed 7
+
+Faults injected at random for ``--seconds``: ``kill -9`` of a publisher, of a subscriber or of
+the server (each restarted at once: same name, same store files, same ports), every
+connection cut by the loopback proxy, and the traffic stalled by the proxy. One subscriber is
+slow (it sleeps on each message) on a server that offlines slow clients to disk.
+
+Publishers are :class:`HAClient` s with a file publish store; after each batch they wait for
+``publish_flush`` and write ``acked S`` to their ledger (everything up to sequence S is
+persisted on the server). Subscribers are :class:`HAClient` s with a bookmark subscription
+whose recovery points are kept by :class:`LedgerAdapter`: the line that records a processed
+message and the line that moves its recovery point are ONE ``write``, so a subscriber killed at
+any instant neither loses nor repeats a message.
+
+The ledger check, after the faults stop and every publisher flushed: for every subscriber and
+every publisher, each acknowledged sequence was delivered exactly once, and the sequences came
+in increasing order. The server's RSS is sampled throughout. The figures are printed and the
+exit status is 0 only when every check passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOPIC = "chaos"
+
+SERVER_XML = """<AMPSConfig>
+  <Name>chaos</Name>
+  <MessageMemoryLimit>16MB</MessageMemoryLimit>
+  <ClientMaxCapacity>25%</ClientMaxCapacity>
+  <MessageDiskPath>{disk}</MessageDiskPath>
+  <TransactionLog><JournalDirectory>{journal}</JournalDirectory><JournalSize>8MB</JournalSize>
+    <Topic><Name>chaos</Name><MessageType>json</MessageType></Topic></TransactionLog>
+  <Transports>
+    <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+    <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+  </Transports>
+</AMPSConfig>
+"""
+
+
+# =========================================================================== workers
+
+
+def _append(fd: int, line: dict[str, Any]) -> None:
+    os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+
+
+class LedgerAdapter:
+    """A recovery point adapter whose file is also the subscriber's ledger of processed
+    messages: ``update()`` writes the point together with the message being discarded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pending: dict[str, Any] | None = None
+        self.points: dict[str, str] = {}
+        if path.exists():
+            for raw in path.read_bytes().splitlines():
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue  # a torn last line (never happens with one write per line)
+                if "sub" in line:
+                    self.points[line["sub"]] = line["point"]
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def update(self, point: Any) -> None:
+        line: dict[str, Any] = {"sub": point.sub_id, "point": point.bookmark}
+        if self.pending is not None:
+            line["msg"] = self.pending
+            self.pending = None
+        _append(self.fd, line)
+
+    def purge(self, sub_id: str | None = None) -> None:
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def __iter__(self) -> Iterator[Any]:
+        from ampsclient.stores.recovery import RecoveryPoint
+
+        for sub_id, bookmark in self.points.items():
+            yield RecoveryPoint(sub_id, bookmark)
+
+
+def _stop_requested(stop_file: Path) -> bool:
+    return stop_file.exists()
+
+
+def _worker_logging() -> None:
+    import logging
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def run_publisher(args: argparse.Namespace) -> int:
+    from ampsclient.exceptions import AMPSError
+    from ampsclient.sync import HAClient
+
+    _worker_logging()
+    work = Path(args.work)
+    ledger = os.open(work / f"{args.name}.ledger", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    first_written = (work / f"{args.name}.ledger").stat().st_size > 0
+    stop_file = work / "stop-publishers"
+    client = HAClient(args.name, publish_store=str(work / f"{args.name}.store"))
+    client.set_reconnect_delay(100)
+    client.get_server_chooser().add(args.uri)
+    client.connect_and_logon()
+    k = 0
+    last = 0
+    try:
+        while not _stop_requested(stop_file):
+            for _ in range(args.batch):
+                k += 1
+                last = client.publish(TOPIC, json.dumps({"pub": args.name, "k": k}))
+                if not first_written:
+                    _append(ledger, {"first": last})
+                    first_written = True
+            try:
+                client.publish_flush(2000)
+            except AMPSError:
+                continue  # the server is away: keep storing, acknowledge later
+            _append(ledger, {"acked": last})
+            time.sleep(args.pause)
+        while True:  # final flush: everything stored must be acknowledged
+            try:
+                client.publish_flush(5000)
+                break
+            except AMPSError:
+                continue
+        if last:
+            _append(ledger, {"acked": last, "final": True})
+    finally:
+        client.close()
+    return 0
+
+
+def run_subscriber(args: argparse.Namespace) -> int:
+    from ampsclient import Message
+    from ampsclient.stores.bookmark import MemoryBookmarkStore
+    from ampsclient.sync import HAClient
+
+    _worker_logging()
+    work = Path(args.work)
+    adapter = LedgerAdapter(work / f"{args.name}.ledger")
+    store = MemoryBookmarkStore(adapter)
+    stop_file = work / f"stop-{args.name}"
+    stats = Counter[str]()
+    client = HAClient(args.name, bookmark_store=store)
+    client.set_reconnect_delay(100)
+    delay = args.delay
+
+    def on_message(message: Message) -> None:
+        bm = message.bookmark or ""
+        parts = bm.split("|")
+        body = json.loads(message.get_data())
+        adapter.pending = {"pub": body["pub"], "k": body["k"], "pid": parts[0], "s": int(parts[1])}
+        client.discard(message)
+        if adapter.pending is not None:  # the recovery point did not move (not expected)
+            _append(adapter.fd, {"msg": adapter.pending})
+            adapter.pending = None
+            stats["unpaired"] += 1
+        stats["received"] += 1
+        if delay:
+            time.sleep(delay)
+            if args.stall_every and stats["received"] % args.stall_every == 0:
+                time.sleep(args.stall_for)  # a burst of slowness: the server queues for us
+
+    def on_duplicate(message: Message) -> None:
+        stats["duplicates_discarded"] += 1
+
+    client.set_duplicate_message_handler(on_duplicate)
+    client.get_server_chooser().add(args.uri)
+    client.connect_and_logon()
+    client.bookmark_subscribe(on_message, TOPIC, HAClient.Bookmarks.MOST_RECENT, sub_id="s")
+    try:
+        while not _stop_requested(stop_file):
+            time.sleep(0.05)
+    finally:
+        client.close()
+        _append(adapter.fd, {"stats": dict(stats)})
+        adapter.close()
+    return 0
+
+
+# =========================================================================== orchestrator
+
+
+@dataclass
+class Worker:
+    role: str
+    name: str
+    args: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+    log: Path | None = None
+
+    def start(self) -> None:
+        assert self.log is not None
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "--role", self.role, *self.args],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def wait(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+
+@dataclass
+class Report:
+    seconds: float = 0.0
+    faults: Counter[str] = field(default_factory=Counter)
+    published_acked: int = 0
+    checked: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    out_of_order: int = 0
+    duplicates_discarded: int = 0
+    max_rss_mb: float = 0.0
+    rss_limit_mb: float = 0.0
+    slow_offlined: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.problems
+            and self.lost == 0
+            and self.duplicated == 0
+            and self.out_of_order == 0
+            and self.checked > 0
+            and self.max_rss_mb <= self.rss_limit_mb
+        )
+
+    def lines(self) -> list[str]:
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
+        return [
+            f"chaos run: {self.seconds:.0f} s of faults",
+            f"faults injected: {sum(self.faults.values())} ({faults})",
+            f"messages acknowledged to publishers: {self.published_acked}",
+            f"deliveries checked (loss, duplicate, order; all subscribers): {self.checked}",
+            f"losses: {self.lost}",
+            f"delivered twice to the application: {self.duplicated}",
+            f"out of order (per publisher): {self.out_of_order}",
+            f"redeliveries discarded by the bookmark store: {self.duplicates_discarded}",
+            f"server max RSS: {self.max_rss_mb:.1f} MB (limit {self.rss_limit_mb:.0f} MB)",
+            f"slow client offline events logged by the server: {self.slow_offlined}",
+            "result: " + ("PASS" if self.ok else "FAIL " + "; ".join(self.problems)),
+        ]
+
+
+def _rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    if not path.exists():
+        return out
+    for raw in path.read_bytes().splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(raw))
+    return out
+
+
+def _expected(work: Path, publishers: list[str]) -> dict[str, tuple[int, int]]:
+    """``pub -> (first sequence, last acknowledged sequence)``."""
+    out = {}
+    for name in publishers:
+        lines = _read_lines(work / f"{name}.ledger")
+        first = next((line["first"] for line in lines if "first" in line), None)
+        acked = max((line["acked"] for line in lines if "acked" in line), default=0)
+        if first is not None and acked >= first:
+            out[name] = (first, acked)
+    return out
+
+
+def _deliveries(work: Path, sub: str) -> list[tuple[str, int]]:
+    return [
+        (line["msg"]["pub"], line["msg"]["s"])
+        for line in _read_lines(work / f"{sub}.ledger")
+        if "msg" in line
+    ]
+
+
+def _complete(work: Path, subs: list[str], expected: dict[str, tuple[int, int]]) -> bool:
+    for sub in subs:
+        got: dict[str, set[int]] = defaultdict(set)
+        for pub, seq in _deliveries(work, sub):
+            got[pub].add(seq)
+        for pub, (first, last) in expected.items():
+            if not all(s in got[pub] for s in range(first, last + 1)):
+                return False
+    return True
+
+
+def check(work: Path, publishers: list[str], subs: list[str], report: Report) -> None:
+    """The exact ledger check."""
+    expected = _expected(work, publishers)
+    report.published_acked = sum(last - first + 1 for first, last in expected.values())
+    for name in publishers:
+        if name not in expected:
+            report.problems.append(f"{name} had nothing acknowledged")
+    for sub in subs:
+        deliveries = _deliveries(work, sub)
+        report.checked += len(deliveries)
+        counts = Counter(deliveries)
+        dups = [d for d, n in counts.items() if n > 1]
+        report.duplicated += len(dups)
+        if dups:
+            report.problems.append(f"{sub}: delivered twice: {sorted(dups)[:5]}")
+        last: dict[str, int] = {}
+        for pub, seq in deliveries:
+            if seq <= last.get(pub, 0):
+                report.out_of_order += 1
+            last[pub] = max(seq, last.get(pub, 0))
+        got: dict[str, set[int]] = defaultdict(set)
+        for pub, seq in deliveries:
+            got[pub].add(seq)
+        for pub, (first, last_acked) in expected.items():
+            missing = [s for s in range(first, last_acked + 1) if s not in got[pub]]
+            report.lost += len(missing)
+            if missing:
+                report.problems.append(f"{sub}: lost {pub} {missing[:5]}...")
+        for line in _read_lines(work / f"{sub}.ledger"):
+            if "stats" in line:
+                report.duplicates_discarded += int(line["stats"].get("duplicates_discarded", 0))
+                if line["stats"].get("unpaired"):
+                    report.problems.append(f"{sub}: unpaired ledger writes")
+
+
+def orchestrate(args: argparse.Namespace) -> Report:
+    from ampsclient_server_stub.harness import ServerProcess
+    from ampsclient_server_stub.testing.proxy import LoopbackProxy
+
+    rng = random.Random(args.seed)
+    report = Report(seconds=args.seconds, rss_limit_mb=args.rss_limit_mb)
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "server.xml"
+    config.write_text(SERVER_XML.format(disk=work / "offline", journal=work / "journal"))
+    server = ServerProcess(data_dir=work / "server", config=config, name="chaos")
+    server.start()
+    proxy = LoopbackProxy("127.0.0.1", server.tcp_port).start()
+    uri = f"tcp://127.0.0.1:{proxy.port}/amps/json"
+    direct = server.uri()
+    pubs = [f"pub-{i}" for i in range(args.publishers)]
+    subs = [f"sub-{i}" for i in range(args.subscribers)]
+    workers: list[Worker] = []
+    for i, name in enumerate(pubs):
+        target = uri if i % 2 == 0 else direct
+        workers.append(
+            Worker(
+                "publisher",
+                name,
+                [
+                    "--name",
+                    name,
+                    "--uri",
+                    target,
+                    "--work",
+                    str(work),
+                    "--batch",
+                    "20",
+                    "--pause",
+                    str(args.pause),
+                ],
+            )
+        )
+    for i, name in enumerate(subs):
+        delay = args.slow_delay if i == 0 else 0.0
+        workers.append(
+            Worker(
+                "subscriber",
+                name,
+                ["--name", name, "--uri", uri, "--work", str(work), "--delay", str(delay)],
+            )
+        )
+    stop_rss = threading.Event()
+
+    def sample() -> None:
+        while not stop_rss.wait(0.25):
+            report.max_rss_mb = max(report.max_rss_mb, _rss_mb(server.pid))
+
+    for w in workers:
+        w.log = work / f"{w.name}.log"
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for w in workers:
+            w.start()
+        deadline = time.monotonic() + args.seconds
+        bag: list[str] = []
+        while time.monotonic() < deadline:
+            time.sleep(rng.uniform(args.min_gap, args.max_gap))
+            if not bag:  # every kind of fault once per round, in random order
+                bag = ["kill_publisher", "kill_subscriber", "kill_server", "cut", "stall"]
+                rng.shuffle(bag)
+            fault = bag.pop()
+            if fault == "kill_publisher":
+                w = rng.choice([w for w in workers if w.role == "publisher"])
+                w.kill()
+                time.sleep(rng.uniform(0.05, 0.5))
+                w.start()
+            elif fault == "kill_subscriber":
+                w = rng.choice([w for w in workers if w.role == "subscriber"])
+                w.kill()
+                time.sleep(rng.uniform(0.05, 0.5))
+                w.start()
+            elif fault == "kill_server":
+                server.kill()
+                report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
+                time.sleep(rng.uniform(0.05, 0.5))
+                server.start()
+            elif fault == "cut":
+                proxy.cut()
+            else:
+                proxy.stall(rng.uniform(0.2, 1.5))
+            report.faults[fault] += 1
+        # drain: publishers flush and stop, subscribers catch up, then everyone stops
+        (work / "stop-publishers").touch()
+        for w in workers:
+            if w.role == "publisher" and w.wait(args.drain) != 0:
+                report.problems.append(f"{w.name} did not stop cleanly")
+        expected = _expected(work, pubs)
+        end = time.monotonic() + args.drain
+        while time.monotonic() < end and not _complete(work, subs, expected):
+            time.sleep(0.2)
+        for w in workers:
+            if w.role == "subscriber":
+                (work / f"stop-{w.name}").touch()
+        for w in workers:
+            if w.role == "subscriber" and w.wait(30) != 0:
+                report.problems.append(f"{w.name} did not stop cleanly")
+    finally:
+        stop_rss.set()
+        sampler.join(5)
+        for w in workers:
+            w.kill()
+        proxy.stop()
+        server.stop()
+    report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
+    check(work, pubs, subs, report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--role", choices=("orchestrator", "publisher", "subscriber"), default="orchestrator"
+    )
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long to inject faults")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--work", default=None, help="working directory (default: a temp dir)")
+    parser.add_argument("--publishers", type=int, default=3)
+    parser.add_argument("--subscribers", type=int, default=3)
+    parser.add_argument(
+        "--slow-delay",
+        type=float,
+        default=0.0003,
+        help="seconds the slow subscriber spends per message (and 1.5 s every 5000)",
+    )
+    parser.add_argument("--min-gap", type=float, default=0.6)
+    parser.add_argument("--max-gap", type=float, default=2.0)
+    parser.add_argument("--drain", type=float, default=90.0)
+    parser.add_argument("--rss-limit-mb", type=float, default=400.0)
+    parser.add_argument("--pause", type=float, default=0.01)
+    parser.add_argument("--name", default="")
+    parser.add_argument("--uri", default="")
+    parser.add_argument("--batch", type=int, default=20)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--stall-every", type=int, default=5000)
+    parser.add_argument("--stall-for", type=float, default=1.5)
+    args = parser.parse_args(argv)
+    if args.role == "publisher":
+        return run_publisher(args)
+    if args.role == "subscriber":
+        return run_subscriber(args)
+    if args.seed is None:
+        args.seed = random.randrange(1 << 30)
+    import tempfile
+
+    with contextlib.ExitStack() as stack:
+        if args.work is None:
+            args.work = stack.enter_context(tempfile.TemporaryDirectory(prefix="ampsclient-chaos-"))
+        print(f"chaos: seed {args.seed}, work directory {args.work}", flush=True)
+        report = orchestrate(args)
+        for line in report.lines():
+            print(line, flush=True)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The chaos run (``tests/chaos/run.py``) as a bounded test: about 20 s of faults, then the
+exact ledger check. The script prints its figures; they are shown when the test fails."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(240)
+def test_chaos_run_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    seed = random.randrange(1 << 30)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.chaos.run",
+            "--seconds",
+            "20",
+            "--seed",
+            str(seed),
+            "--min-gap",
+            "0.4",
+            "--max-gap",
+            "1.2",
+            "--work",
+            str(tmp_path / "chaos"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    print(out)
+    assert done.returncode == 0, f"chaos run failed (seed {seed}):\n{out}"
+    assert "losses: 0" in out and "delivered twice to the application: 0" in out
+    for fault in ("kill_publisher", "kill_subscriber", "kill_server", "cut", "stall"):
+        assert fault in out

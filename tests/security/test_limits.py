@@ -1,0 +1,258 @@
+"""Slow client management (offlining to MessageDiskPath, disk/age/capacity limits), connection
+caps, the maximum frame size from XML, and logon-before-anything, over real sockets."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsclient import Client
+from ampsclient.exceptions import AMPSError
+from ampsclient.protocol.framing import TcpFramer, tcp_frame
+from ampsclient.protocol.header import decode_header, encode_header
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import parse_config
+
+pytestmark = pytest.mark.integration
+
+BODY = json.dumps({"pad": "x" * 8000}).encode()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met in {timeout} s")
+        time.sleep(0.02)
+
+
+class RawSub:
+    """A subscriber on a raw socket that reads only when told to."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(10)
+        self.sock.connect(("127.0.0.1", port))
+        self.framer = TcpFramer(max_frame_size=64 * 1024 * 1024)
+
+    def send(self, hdr: dict[str, Any]) -> None:
+        self.sock.sendall(tcp_frame(encode_header(hdr)))
+
+    def frames(self, timeout: float = 10.0) -> list[tuple[dict[str, Any], bytes]]:
+        self.sock.settimeout(timeout)
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise EOFError
+        self.framer.receive_data(data)
+        out = []
+        for payload in self.framer.frames():
+            hdr, end = decode_header(payload)
+            out.append((hdr, payload[end:]))
+        return out
+
+    def logon_and_subscribe(self, name: str, topic: str) -> None:
+        self.send({"c": "logon", "cid": "L", "client_name": name, "a": "processed"})
+        self.send({"c": "subscribe", "cid": "S", "t": topic, "a": "processed"})
+        acks = 0
+        while acks < 2:
+            for hdr, _ in self.frames():
+                if hdr.get("c") == "ack":
+                    assert hdr.get("status") == "success", hdr
+                    acks += 1
+
+    def closed_by_server(self, timeout: float = 15.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.frames(timeout=max(0.1, deadline - time.monotonic()))
+            except (EOFError, ConnectionResetError):
+                return True
+            except TimeoutError:
+                return False
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def start(tmp: Path, root: str, transport: str = "") -> ServerThread:
+    xml = f"""<AMPSConfig><Name>limits</Name>{root}
+      <Transports>
+        <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>{transport}
+        </Transport>
+        <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+      </Transports></AMPSConfig>"""
+    return ServerThread(parse_config(xml, base_dir=tmp), record_all_topics=False).start()
+
+
+def publish(server: ServerThread, count: int, topic: str = "t") -> None:
+    with Client("pub") as pub:
+        pub.connect(server.uri("ws"))
+        pub.logon(5000)
+        for i in range(count):
+            pub.publish(topic, BODY[:-1] + f',"i":{i}}}'.encode())
+        pub.flush(30_000)
+
+
+def offline_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.offline")) if directory.exists() else []
+
+
+def session_memory(server: ServerThread) -> int:
+    def biggest() -> int:
+        security = server.server.security
+        assert security is not None
+        used = [s.slow.memory() for p in security.policies.values() for s in p.sessions if s.slow]
+        return max(used, default=0)
+
+    return server.call(biggest)
+
+
+def test_slow_subscriber_is_offlined_then_catches_up_in_order(tmp_path: Path) -> None:
+    disk = tmp_path / "offline"
+    server = start(
+        tmp_path,
+        f"""<MessageMemoryLimit>2MB</MessageMemoryLimit><MessageDiskPath>{disk}</MessageDiskPath>
+            <MessageDiskLimit>500MB</MessageDiskLimit><ClientMaxCapacity>50%</ClientMaxCapacity>""",
+    )
+    sub = RawSub(server.server.tcp_port)
+    try:
+        sub.logon_and_subscribe("slow-1", "t")
+        publish(server, 2500)  # ~20 MB towards a reader that reads nothing
+        stats = server.statistics()
+        assert stats["slow_offlined"] >= 1
+        files = offline_files(disk)
+        assert len(files) == 1 and files[0].stat().st_size > 5_000_000
+        # the server holds at most the client's share of memory (+ one refill) for it
+        assert session_memory(server) <= 1024 * 1024 + 2 * 1024 * 1024
+        seen: list[int] = []
+        while len(seen) < 2500:
+            for hdr, body in sub.frames():
+                if hdr.get("c") == "p":
+                    seen.append(json.loads(body)["i"])
+        assert seen == list(range(2500))  # nothing lost, nothing twice, in order
+        wait_for(lambda: not offline_files(disk), what="offline file removed")
+        assert server.statistics()["offline_bytes"] == 0
+        assert server.statistics().get("slow_disconnected", 0) == 0
+    finally:
+        sub.close()
+        server.stop()
+
+
+def test_disk_limit_disconnects_and_removes_the_file(tmp_path: Path) -> None:
+    disk = tmp_path / "offline"
+    server = start(
+        tmp_path,
+        f"""<MessageMemoryLimit>1MB</MessageMemoryLimit><MessageDiskPath>{disk}</MessageDiskPath>
+            <MessageDiskLimit>3MB</MessageDiskLimit>""",
+    )
+    sub = RawSub(server.server.tcp_port)
+    healthy_got: list[int] = []
+    try:
+        sub.logon_and_subscribe("slow-2", "t")
+        with Client("healthy") as healthy:
+            healthy.connect(server.uri("ws"))
+            healthy.logon(5000)
+            healthy.subscribe(lambda m: healthy_got.append(1), "t")
+            publish(server, 1500)
+            wait_for(lambda: len(healthy_got) == 1500, what="healthy subscriber got all")
+        assert sub.closed_by_server()
+        stats = server.statistics()
+        assert stats["slow_disconnected"] >= 1
+        wait_for(lambda: not offline_files(disk), what="offline file removed")
+    finally:
+        sub.close()
+        server.stop()
+
+
+def test_age_limit_disconnects_a_stalled_subscriber(tmp_path: Path) -> None:
+    server = start(
+        tmp_path,
+        "",
+        "<ClientMessageAgeLimit>1s</ClientMessageAgeLimit>"
+        "<MessageMemoryLimit>512MB</MessageMemoryLimit>",
+    )
+    sub = RawSub(server.server.tcp_port)
+    try:
+        sub.logon_and_subscribe("stalled", "t")
+        t0 = time.monotonic()
+        publish(server, 1000)
+        wait_for(lambda: server.statistics().get("slow_disconnected", 0) >= 1, what="age limit")
+        assert time.monotonic() - t0 >= 1.0
+        assert sub.closed_by_server()
+    finally:
+        sub.close()
+        server.stop()
+
+
+def test_connection_cap_per_transport(tmp_path: Path) -> None:
+    server = start(
+        tmp_path, "<MaxConnections>3</MaxConnections>", "<MaxConnections>2</MaxConnections>"
+    )
+    clients = [Client(f"cap-{i}") for i in range(4)]
+    try:
+        for c in clients[:2]:
+            c.connect(server.uri("tcp"))
+            c.logon(5000)
+        with pytest.raises(AMPSError):
+            clients[2].connect(server.uri("tcp"))
+            clients[2].logon(3000)
+        clients[3].connect(server.uri("ws"))  # the instance allows 3
+        clients[3].logon(5000)
+        extra = Client("cap-over")
+        with pytest.raises(AMPSError):
+            extra.connect(server.uri("ws"))
+            extra.logon(3000)
+        extra.close()
+        clients[0].close()
+        wait_for(lambda: server.call(lambda: server.server.security.connection_count) <= 3)
+        again = Client("cap-again")
+        again.connect(server.uri("tcp"))
+        again.logon(5000)
+        again.close()
+        assert server.statistics()["connections_refused"] == 2
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def test_max_frame_size_from_xml(tmp_path: Path) -> None:
+    server = start(tmp_path, "", "<MaxFrameSize>4KB</MaxFrameSize>")
+    try:
+        with Client("small") as c:
+            c.connect(server.uri("tcp"))
+            c.logon(5000)
+            c.publish("t", b"{}")
+            c.flush(5000)
+            c.publish("t", BODY)  # 8 KB > 4 KB: the server drops the connection
+            with pytest.raises(AMPSError):
+                c.flush(5000)
+        with Client("big-ws") as c:  # the other transport keeps the default
+            c.connect(server.uri("ws"))
+            c.logon(5000)
+            c.publish("t", BODY)
+            c.flush(5000)
+    finally:
+        server.stop()
+
+
+def test_logon_required_before_anything(tmp_path: Path) -> None:
+    server = start(tmp_path, "")
+    try:
+        raw = RawSub(server.server.tcp_port)
+        raw.send({"c": "subscribe", "cid": "1", "t": "t", "a": "processed"})
+        (hdr, _), *_ = raw.frames()
+        assert hdr["status"] == "failure" and hdr["reason"] == "logon required"
+        raw.send({"c": "p", "t": "t"})  # no ack requested: the server hangs up
+        assert raw.closed_by_server()
+        raw.close()
+    finally:
+        server.stop()
