@@ -295,7 +295,10 @@ class ReferenceServer:
         if not self._started:
             return
         self._started = False
-        logger.info("statistics %s", json.dumps(self.statistics(), sort_keys=True))
+        try:  # one line for tools and benchmarks that run the server as a process
+            logger.info("statistics %s", json.dumps(self.statistics(), sort_keys=True, default=str))
+        except Exception:  # pragma: no cover - never let reporting stop a shutdown
+            logger.exception("statistics at shutdown")
         if self._expiry is not None:
             self._expiry.cancel()
             try:

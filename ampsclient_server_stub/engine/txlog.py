@@ -13,8 +13,10 @@ Subscription"):
 * once it reaches the end of the log it sends the ``completed`` ack (if requested) and keeps
   following new durable records: replay then live, with no gap and no duplicate, because
   live delivery *is* the same cursor moving on;
-* ranges stop it (and send ``completed``) at their end; ``rate=`` paces it; ``pause`` holds
-  it; a pin keeps the journal files it still needs from being pruned.
+* ranges stop it (and send ``completed``) at their end, not at the catch-up; ``rate=`` paces
+  it; ``pause`` holds it; subscriptions resumed together at the same point share one cursor (a
+  leader and its ``members``: each record is read once and sent once, with every matching
+  ``sids``); a pin keeps the journal files it still needs from being pruned.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ subscriber test at the end runs the server as a separate process to measure its 
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import socket
@@ -673,7 +672,7 @@ def test_rate_paces_the_replay(txserver: ServerThread, connect: Connect) -> None
     box.wait_ack("completed", timeout=10)
     assert ns(box) == list(range(100))
     elapsed = arrivals[-1] - arrivals[0]
-    assert 0.4 <= elapsed < 3.0, elapsed  # 99 intervals at 200/s = 0.495 s
+    assert 0.4 <= elapsed < 5.0, elapsed  # 99 intervals at 200/s = 0.495 s
 
 
 def test_rate_as_a_multiple_of_the_original_pace_with_a_max_gap(
@@ -700,9 +699,10 @@ def test_rate_as_a_multiple_of_the_original_pace_with_a_max_gap(
     bookmark_sub(connect("sub"), topic, "0", options=options, inbox=handler)  # type: ignore[arg-type]
     box.wait_ack("completed", timeout=10)
     assert ns(box) == [0, 1, 2, 3, 4]
-    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    assert all(0.07 <= g < 0.5 for g in gaps[:3]), gaps  # 1 s at 10X = 0.1 s
-    assert 0.25 <= gaps[3] < 1.5, gaps  # 360 s at 10X, capped at 0.3 s
+    since = [t - arrivals[0] for t in arrivals]  # the schedule is absolute: compare to it
+    for i, due in enumerate([0.1, 0.2, 0.3, 0.6]):  # 1 s at 10X = 0.1 s; 360 s capped at 0.3
+        assert since[i + 1] >= due - 0.02, since
+    assert since[4] < 4.0, since  # not the 360 s the hour of silence is worth at 10X
 
 
 def test_timestamp_option_adds_ts(
