@@ -727,6 +727,11 @@ class AsyncClient:
             stream.query_id = query_id
             if sub_id is not None:
                 self._streams[sub_id] = stream
+        if not acks & AckType.PROCESSED:
+            # nothing to wait for (e.g. a publish asking only for persisted): acks arrive later
+            pending.future = None
+            self._send_payload(encode_header(fields) + (command.data or b""))
+            return pending
         try:
             self._send_payload(encode_header(fields) + (command.data or b""))
             ack = await self._wait(fut, command.timeout_ms, name)
@@ -1148,11 +1153,14 @@ class AsyncClient:
         flag = message.ack_type
         if flag & AckType.PROCESSED and pending.future is not None and not pending.future.done():
             pending.future.set_result(message)
-        if flag & pending.user_acks and pending.handler is not None:
-            try:
-                pending.handler(message)
-            except Exception as exc:
-                self._report(exc)
+        if flag & pending.user_acks:
+            if pending.handler is None and pending.stream is None:
+                self._unrouted(message)  # requested, but nobody to give it to
+            elif pending.handler is not None:
+                try:
+                    pending.handler(message)
+                except Exception as exc:
+                    self._report(exc)
         elif flag & AckType.STATS and pending.stream is not None and pending.name == "sow_delete":
             pending.stream._put(message)
         if flag & pending.terminal:
