@@ -116,7 +116,9 @@ def _fix_text(value: str) -> str:
 _BARE: Final[Mapping[str, Any]] = {"true": True, "false": False, "null": None}
 
 
-def _decode_simple(payload: bytes | bytearray | memoryview, start: int) -> tuple[Header, int] | None:
+def _decode_simple(
+    payload: bytes | bytearray | memoryview, start: int
+) -> tuple[Header, int] | None:
     """The fast path for the compact headers clients and servers actually send.
 
     Applies when the header has no backslash and no whitespace: then the first ``}`` with an
