@@ -485,21 +485,29 @@ class AsyncClient:
             raise DisconnectedError("not connected")
         self._outq.append(frame)
         if not self._wake_pending:
-            self._wake_pending = True
-            loop = self._loop
-            assert loop is not None
-            if threading.get_ident() == self._loop_tid:
-                loop.call_soon(self._drain)
-            else:
-                try:
-                    loop.call_soon_threadsafe(self._drain)
-                except RuntimeError:
-                    raise DisconnectedError("the client's event loop is closed") from None
-                if not self._writable.is_set():
-                    self._wait_writable()
+            self._wake()
+        elif not self._writable.is_set():
+            self._wait_writable()
+
+    def _wake(self) -> None:
+        """Schedule the writer (the queue went from idle to busy)."""
+        self._wake_pending = True
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() == self._loop_tid:
+            loop.call_soon(self._drain)
+            return
+        try:
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            raise DisconnectedError("the client's event loop is closed") from None
+        if not self._writable.is_set():
+            self._wait_writable()
 
     def _wait_writable(self) -> None:
         # backpressure for publishers on other threads: block while the socket buffer is full
+        if threading.get_ident() == self._loop_tid:
+            return  # the loop itself must never block
         while not self._writable.wait(0.5):
             if self._transport is None:
                 return
@@ -600,7 +608,14 @@ class AsyncClient:
                 prefix = self._pub_prefix[topic] = (
                     '{"c":"p","t":"' + escape(topic) + '"}'
                 ).encode()
-            self._send_frame(_pack_len(len(prefix) + len(data)) + prefix + data)
+            # _send_frame, inlined: this is the hottest path of the library
+            if self._transport is None:
+                raise DisconnectedError("not connected")
+            self._outq.append(_pack_len(len(prefix) + len(data)) + prefix + data)
+            if not self._wake_pending:
+                self._wake()
+            elif not self._writable.is_set():
+                self._wait_writable()
             return
         header = encode_header(
             {
