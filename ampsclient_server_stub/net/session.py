@@ -16,6 +16,7 @@ clients (``slow``, see :mod:`ampsclient_server_stub.security.limits`), offlined 
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
@@ -39,7 +40,7 @@ DEFAULT_MAX_WRITE_BUFFER: Final = 64 * 1024 * 1024
 HEARTBEAT: Final = b'{"c":"heartbeat"}'
 
 
-class NetSession:
+class NetSession(abc.ABC):
     """Base class of the TCP and WebSocket sessions.
 
     Subclasses implement :meth:`_write` (put a list of payloads on the wire),
@@ -252,14 +253,17 @@ class NetSession:
 
     # ------------------------------------------------------------------ for subclasses
 
+    @abc.abstractmethod
     def _write(self, payloads: list[bytes]) -> None:
-        raise NotImplementedError
+        """Put payloads on the wire (in order)."""
 
+    @abc.abstractmethod
     def _buffered(self) -> int:
-        raise NotImplementedError
+        """Bytes waiting in the transport."""
 
+    @abc.abstractmethod
     def _close_transport(self) -> None:
-        raise NotImplementedError
+        """Close after writing what is queued."""
 
     def _abort_transport(self) -> None:
         self._close_transport()
