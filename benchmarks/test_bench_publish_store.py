@@ -10,6 +10,7 @@ file stores, the fsyncs per 100k messages land in each benchmark's ``extra_info`
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -96,9 +97,39 @@ def test_file_store_and_discard(
 def test_file_store_many_and_discard(
     benchmark: Any, file_store: Callable[..., FilePublishStore], fsync: str
 ) -> None:
-    """Batches of 100 messages: one write() (and, for "always", one fsync) per batch."""
+    """Batches of 100 messages: one copy into the mapped segment (and, for "always", one
+    fsync) per batch."""
     store = file_store(fsync=fsync)
     benchmark(batched_store_and_ack, store, 10_000, 100)
+    record(benchmark, store, 10_000)
+
+
+@pytest.mark.parametrize("kind", ["memory", "file-never"])
+def test_store_next_to_a_syscall_thread(
+    benchmark: Any, file_store: Callable[..., FilePublishStore], kind: str
+) -> None:
+    """store + discard while another thread makes GIL-releasing syscalls, like the HA
+    client's event loop writing the socket. A store that made a syscall per message (the
+    file store before it wrote through mmap) handed the GIL to that thread on every message.
+    """
+    store: PublishStore = MemoryPublishStore() if kind == "memory" else file_store(fsync="never")
+    stop = threading.Event()
+    fd = os.open(os.devnull, os.O_WRONLY)
+
+    def writer() -> None:
+        chunk = b"x" * 256
+        while not stop.is_set():
+            for _ in range(100):
+                os.write(fd, chunk)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        benchmark(store_and_ack, store, 10_000)
+    finally:
+        stop.set()
+        thread.join()
+        os.close(fd)
     record(benchmark, store, 10_000)
 
 

@@ -54,6 +54,29 @@ def snapshot(src: Path, dst: Path) -> Path:
     return dst
 
 
+def data_end(segment: Path) -> int:
+    """Where a segment's data ends (a preallocated segment has a zero tail after it)."""
+    return len(segment.read_bytes().rstrip(b"\0"))
+
+
+def cut_data(segment: Path, n: int) -> None:
+    """Lose the last ``n`` bytes of data: zeroed in a preallocated segment (as a write into
+    the mapping that never happened), cut off in a trimmed one."""
+    end = data_end(segment)
+    if segment.stat().st_size > end:
+        with segment.open("r+b") as f:
+            f.seek(end - n)
+            f.write(bytes(n))
+    else:
+        os.truncate(segment, end - n)
+
+
+def write_after_data(segment: Path, data: bytes) -> None:
+    with segment.open("r+b") as f:
+        f.seek(data_end(segment))
+        f.write(data)
+
+
 # ---------------------------------------------------------------------------------- crash safety
 
 CHILD = r"""
@@ -228,14 +251,20 @@ def test_directory_is_locked_against_a_second_store(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------- recovery
 
 
-@pytest.fixture
-def crashed(tmp_path: Path) -> tuple[Path, list[int]]:
-    """A store with 10 messages in one segment, as a crashed process leaves it (no state)."""
+@pytest.fixture(params=["preallocated", "trimmed"])
+def crashed(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Path, list[int]]:
+    """A store with 10 messages in one segment, as a crashed process leaves it (no state):
+    with the active segment's zero tail, or trimmed (as a store that wrote with ``write()``
+    left it)."""
     store = FilePublishStore(tmp_path / "live", fsync="never")
     stored = [store.store(payload_for) for _ in range(10)]
     copy = snapshot(tmp_path / "live", tmp_path / "crashed")
     store.close()
     assert not (copy / "state").exists()
+    (segment,) = segments(copy)
+    assert segment.stat().st_size == 16 * 1024 * 1024  # preallocated to segment_size
+    if request.param == "trimmed":
+        os.truncate(segment, data_end(segment))
     return copy, stored
 
 
@@ -244,16 +273,18 @@ def test_torn_tail_is_truncated(
 ) -> None:
     path, stored = crashed
     (segment,) = segments(path)
-    size = segment.stat().st_size
-    os.truncate(segment, size - 3)  # the last record lost its last 3 bytes
+    end = data_end(segment)
+    cut_data(segment, 3)  # the last record lost its last 3 bytes
+    before = segment.read_bytes()
     info = inspect_store(path)
     assert info.torn_tail is not None and info.torn_tail.path == segment
-    assert segment.stat().st_size == size - 3  # inspecting changes nothing
+    assert info.torn_tail.offset + info.torn_tail.length == end - 3
+    assert segment.read_bytes() == before  # inspecting changes nothing
     with caplog.at_level(logging.WARNING, logger="ampsclient.stores.publish"):
         store = FilePublishStore(path)
     assert "torn record" in caplog.text
     with store:
-        assert segment.stat().st_size == info.torn_tail.offset  # truncated where it tore
+        assert data_end(segment) == info.torn_tail.offset  # cut where it tore
         assert [m.sequence for m in replayed(store)] == stored[:9]
         assert replayed(store)[-1].payload == payload_for(stored[8])
         assert store.statistics()["torn_tails_repaired"] == 1
@@ -268,7 +299,7 @@ def test_torn_tail_is_truncated(
 def test_torn_tail_of_any_length(crashed: tuple[Path, list[int]], cut: int) -> None:
     path, stored = crashed
     (segment,) = segments(path)
-    os.truncate(segment, segment.stat().st_size - cut)
+    cut_data(segment, cut)
     with FilePublishStore(path, fsync="never") as store:
         assert [m.sequence for m in replayed(store)] == stored[:9]
 
@@ -277,26 +308,44 @@ def test_bad_crc_on_the_last_record_is_a_torn_tail(crashed: tuple[Path, list[int
     path, stored = crashed
     (segment,) = segments(path)
     data = bytearray(segment.read_bytes())
-    data[-2] ^= 0xFF
+    data[data_end(segment) - 2] ^= 0xFF
     segment.write_bytes(bytes(data))
     with FilePublishStore(path, fsync="never") as store:
         assert [m.sequence for m in replayed(store)] == stored[:9]
 
 
-def test_zero_filled_tail_is_a_torn_tail(crashed: tuple[Path, list[int]]) -> None:
+def test_zero_filled_tail_is_the_end_of_the_data(crashed: tuple[Path, list[int]]) -> None:
     path, stored = crashed
     (segment,) = segments(path)
     with segment.open("ab") as f:
-        f.write(b"\0" * 4096)  # a file extended by the crash but never written
+        f.write(b"\0" * 4099)  # preallocated, or extended by the crash but never written
+    info = inspect_store(path)
+    assert info.torn_tail is None
+    assert info.segments[0].size == data_end(segment)
     with FilePublishStore(path, fsync="never") as store:
         assert [m.sequence for m in replayed(store)] == stored
+        assert store.statistics()["torn_tails_repaired"] == 0
+
+
+@pytest.mark.parametrize("hole", [4, 12, 4096])
+def test_zeros_before_an_intact_record_raise(crashed: tuple[Path, list[int]], hole: int) -> None:
+    """A zero length is only the end of the data if nothing intact follows."""
+    path, _ = crashed
+    (segment,) = segments(path)
+    data = segment.read_bytes()
+    end = data_end(segment)
+    last = len(SEGMENT_MAGIC)
+    while last + 8 + int.from_bytes(data[last : last + 4], "big") < end:
+        last += 8 + int.from_bytes(data[last : last + 4], "big")
+    write_after_data(segment, bytes(hole) + data[last:end])  # a copy of the last record
+    with pytest.raises(CorruptStoreError, match=rf"offset {end}\b.*followed by intact data"):
+        FilePublishStore(path, fsync="never")
 
 
 def test_garbage_tail_after_intact_records_is_kept_out(crashed: tuple[Path, list[int]]) -> None:
     path, stored = crashed
     (segment,) = segments(path)
-    with segment.open("ab") as f:
-        f.write(b"\x00\x00\x00\x30garbage\x92 not a record")
+    write_after_data(segment, b"\x00\x00\x00\x30garbage\x92 not a record")
     with FilePublishStore(path, fsync="never") as store:
         assert [m.sequence for m in replayed(store)] == stored
 
@@ -353,13 +402,14 @@ def test_bad_segment_magic_raises(tmp_path: Path) -> None:
         FilePublishStore(tmp_path / "s", fsync="never")
 
 
-def test_torn_segment_header_is_rewritten(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zeros", [0, 5, 4096])
+def test_torn_segment_header_is_rewritten(tmp_path: Path, zeros: int) -> None:
     store = FilePublishStore(tmp_path / "s", fsync="never", segment_size=64)
     stored = [store.store(payload_for) for _ in range(3)]  # rolls after each store
     copy = snapshot(tmp_path / "s", tmp_path / "c")
     store.close()
     newest = segments(copy)[-1]
-    newest.write_bytes(SEGMENT_MAGIC[:3])  # crashed while creating it
+    newest.write_bytes(SEGMENT_MAGIC[:3] + bytes(zeros))  # crashed while creating it
     with FilePublishStore(copy, fsync="never") as reopened:
         assert [m.sequence for m in replayed(reopened)] == stored
         assert reopened.store(payload_for) == stored[-1] + 1
@@ -476,6 +526,26 @@ def test_segments_with_unacked_messages_are_kept(tmp_path: Path) -> None:
         assert len(firsts) < 15
     with FilePublishStore(path, fsync="never") as store:
         assert store.lowest_unpersisted == s - 49
+
+
+def test_active_segment_is_preallocated_and_trimmed_when_closed(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    store = FilePublishStore(path, fsync="never", segment_size=4096)
+    stored = [store.store(payload_for) for _ in range(3)]
+    (active,) = segments(path)
+    assert active.stat().st_size == 4096  # mapped; the data ends with a zero tail
+    big = store.store(lambda s: b"x" * 10_000)  # grows the segment, then rolls
+    first, newest = segments(path)
+    assert first.stat().st_size == data_end(first) > 10_000  # a closed segment is trimmed
+    assert newest.stat().st_size == 4096
+    after = store.store(payload_for)
+    assert store.statistics()["disk_bytes"] == first.stat().st_size + data_end(newest)
+    store.close()
+    assert newest.stat().st_size == data_end(newest)  # trimmed on close
+    with FilePublishStore(path, fsync="never", segment_size=4096) as reopened:
+        assert [m.sequence for m in replayed(reopened)] == [*stored, big, after]
+        assert newest.stat().st_size == 4096  # preallocated again
+        assert reopened.store(payload_for) == after + 1
 
 
 def test_reopen_deletes_segments_acked_before_a_crash(tmp_path: Path) -> None:
@@ -623,11 +693,11 @@ def test_cli_reports_a_torn_tail_without_repairing(
 ) -> None:
     path, _ = crashed
     (segment,) = segments(path)
-    os.truncate(segment, segment.stat().st_size - 5)
-    size = segment.stat().st_size
+    cut_data(segment, 5)
+    before = segment.read_bytes()
     assert cli_main([str(path)]) == 0
     assert "torn tail:" in capsys.readouterr().out
-    assert segment.stat().st_size == size
+    assert segment.read_bytes() == before
 
 
 def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

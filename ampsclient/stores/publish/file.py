@@ -11,7 +11,10 @@ A segment is the 8-byte magic ``AMPSPUB1`` followed by records
 ``[u32 length][u32 crc32(body)][body]`` (big-endian), where ``body`` is msgpack:
 ``[sequence, payload]`` for a stored message, ``["d", sequence]`` for a
 :meth:`~FilePublishStore.discard_up_to` and ``["x", sequence]`` for a single
-:meth:`~FilePublishStore.discard`.
+:meth:`~FilePublishStore.discard`. The active segment is preallocated to ``segment_size`` and
+memory-mapped; records are copied into the mapping (no ``write()`` syscall, the GIL is kept),
+so a segment may end in a run of zero bytes: a zero length where a record would start ends
+the data. Closed segments are trimmed to their data.
 
 Unpersisted payloads are also kept in memory (as in :class:`MemoryPublishStore`), so replay
 and lookups never touch the disk; the file is only read when the store is opened.
@@ -19,8 +22,10 @@ and lookups never touch the disk; the file is only read when the store is opened
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
+import mmap
 import os
 import re
 import struct
@@ -81,6 +86,34 @@ _U64_MAX: Final = (1 << 64) - 1
 _POLICIES: Final = frozenset(get_args(FsyncPolicy))
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
+_LINUX: Final = sys.platform.startswith("linux")
+_PAGE: Final = mmap.PAGESIZE
+_ZERO4: Final = bytes(4)
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Make the file at least ``size`` bytes long, with its blocks allocated if possible.
+
+    ``posix_fallocate`` reserves the disk blocks, so storing into the mapping cannot hit
+    ``ENOSPC`` (which a memory-mapped write would turn into ``SIGBUS``); where it is missing
+    or unsupported the file is extended sparsely with ``ftruncate``.
+    """
+    if os.fstat(fd).st_size >= size:
+        return
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+    os.ftruncate(fd, size)
+
+
+def _all_zero(data: bytes, start: int) -> bool:
+    """Whether ``data[start:]`` is empty or all zero bytes."""
+    return start >= len(data) or data.count(0, start) == len(data) - start
 
 
 # ---------------------------------------------------------------------------------- encoding
@@ -148,7 +181,7 @@ class SegmentInfo:
     first_sequence: int
     """The sequence number in the file name (the next sequence when it was created)."""
     size: int
-    """Bytes of intact data (the file may be longer by a torn tail)."""
+    """Bytes of intact data (the file may be longer by a zero tail or a torn tail)."""
     records: int
     """Intact records (stores and discards)."""
     high: int
@@ -162,9 +195,10 @@ class TornTail:
 
     path: Path
     offset: int
-    """Where the torn record starts (the file is truncated here when a store opens it)."""
+    """Where the torn record starts (the file is cut or zeroed from here when a store opens
+    it)."""
     length: int
-    """How many bytes from ``offset`` to the end of the file."""
+    """How many bytes from ``offset`` to the last non-zero byte of the file."""
 
 
 @dataclass(slots=True)
@@ -184,7 +218,8 @@ class StoreInspection:
     state: tuple[int, int] | None
     """The state file's ``(last_persisted, last_sequence)``, or ``None`` if there is none."""
     header_torn: bool = False
-    """The newest segment is shorter than its 8-byte magic (a crash while creating it)."""
+    """The newest segment holds less than its 8-byte magic, possibly followed by zeros (a
+    crash while creating it)."""
     unknown_files: list[str] = field(default_factory=list)
 
 
@@ -286,7 +321,12 @@ def _scan(directory: Path) -> tuple[StoreInspection, list[tuple[int, bytes]], se
         data = path.read_bytes()
         size = len(data)
         high = max(high, first - 1)
-        if size < len(SEGMENT_MAGIC) and last_segment and SEGMENT_MAGIC.startswith(data):
+        if (
+            last_segment
+            and data[: len(SEGMENT_MAGIC)] != SEGMENT_MAGIC
+            and SEGMENT_MAGIC.startswith(data[: len(SEGMENT_MAGIC)].rstrip(b"\0"))
+            and _all_zero(data, len(SEGMENT_MAGIC))
+        ):
             header_torn = True
             segments.append(SegmentInfo(path, first, 0, 0, high))
             continue
@@ -296,12 +336,15 @@ def _scan(directory: Path) -> tuple[StoreInspection, list[tuple[int, bytes]], se
         offset = len(SEGMENT_MAGIC)
         count = 0
         while offset < size:
-            bad = size - offset < _REC_SIZE
-            if not bad:
+            if size - offset < _REC_SIZE or data[offset : offset + 4] == _ZERO4:
+                if _all_zero(data, offset):
+                    break  # the preallocated zero tail: end of the data
+                bad = True
+            else:
                 length, crc = _REC.unpack_from(data, offset)
                 end = offset + _REC_SIZE + length
                 body = view[offset + _REC_SIZE : end]
-                bad = length == 0 or end > size or zlib.crc32(body) != crc
+                bad = end > size or zlib.crc32(body) != crc
             if bad:
                 if not last_segment or _find_valid_record(data, offset + 1) is not None:
                     raise CorruptStoreError(
@@ -309,7 +352,7 @@ def _scan(directory: Path) -> tuple[StoreInspection, list[tuple[int, bytes]], se
                         if last_segment
                         else f"{path}: damaged record at offset {offset} in a closed segment"
                     )
-                torn = TornTail(path, offset, size - offset)
+                torn = TornTail(path, offset, len(data.rstrip(b"\0")) - offset)
                 break
             kind, sequence, payload = _decode_body(body, f"{path} offset {offset}")
             if kind == 0:
@@ -401,13 +444,16 @@ class FilePublishStore(IndexedPublishStore):
     ``"always"`` (default)
         :meth:`store` returns only after an ``fdatasync`` covering its record. Concurrent
         stores share fsyncs (group commit); a single publisher thread pays one fsync per
-        message, so :meth:`store_many` records a batch with one write and one fsync. Nothing
-        a returned :meth:`store` recorded is lost, even if the machine crashes.
+        message, so :meth:`store_many` records a batch with one copy and one fsync. Nothing
+        a returned :meth:`store` recorded is lost, even if the machine crashes. (A sync is
+        ``msync`` + ``fdatasync`` of the mapped segment; on Linux just ``fdatasync``, which is
+        the same operation there and runs without the GIL.)
     ``"interval"``
         A background thread fsyncs every ``fsync_interval`` seconds when there is unsynced
-        data. A crash of the process (``kill -9``) loses nothing, because written data sits
-        in the OS page cache; a crash of the machine (power, kernel) can lose the stores of
-        the last ``fsync_interval`` (plus the fsync's duration).
+        data. A crash of the process (``kill -9``) loses nothing, because the mapped pages
+        written to are the file's pages in the OS page cache; a crash of the machine
+        (power, kernel) can lose the stores of the last ``fsync_interval`` (plus the
+        fsync's duration).
     ``"never"``
         No fsync at all (also not of the state file). A process crash loses nothing; a
         machine crash can lose whatever the OS had not yet written back.
@@ -464,6 +510,9 @@ class FilePublishStore(IndexedPublishStore):
         self._segment_size = segment_size
         self._segments: list[_Segment] = []
         self._fd = -1
+        self._mm: mmap.mmap | None = None
+        """The active segment's mapping (``_map_size`` bytes, the file is at least that long)."""
+        self._map_size = 0
         self._active_size = 0
         self._broken: str | None = None
         """Why the store refuses writes after an I/O error it could not undo."""
@@ -487,7 +536,7 @@ class FilePublishStore(IndexedPublishStore):
             self._load()
         except BaseException as exc:
             if self._fd >= 0:
-                os.close(self._fd)
+                self._release_active(trim=False)
             os.close(self._lock_fd)
             if isinstance(exc, OSError):
                 raise StoreError(f"cannot open publish store {self._dir}: {exc}") from exc
@@ -530,7 +579,7 @@ class FilePublishStore(IndexedPublishStore):
             )
             fd = os.open(torn.path, os.O_WRONLY)
             try:
-                os.ftruncate(fd, torn.offset)
+                os.ftruncate(fd, torn.offset)  # re-extended with zeros when it is mapped
                 if sync:
                     os.fsync(fd)
             finally:
@@ -555,8 +604,9 @@ class FilePublishStore(IndexedPublishStore):
             self._create_segment()
         else:
             active = self._segments[-1]
-            self._fd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
+            self._fd = os.open(active.path, os.O_RDWR)
             self._active_size = active.size
+            self._mm, self._map_size = self._map(self._fd, active.size)
         logger.debug(
             "publish store %s opened: %d unpersisted, next sequence %d, %d segment(s)",
             self._dir,
@@ -566,22 +616,35 @@ class FilePublishStore(IndexedPublishStore):
         )
         self._compact()
 
+    def _map(self, fd: int, used: int) -> tuple[mmap.mmap, int]:
+        """Preallocate the segment to ``segment_size`` (or more) and map all of it."""
+        size = max(self._segment_size, used, os.fstat(fd).st_size)
+        _preallocate(fd, size)
+        return mmap.mmap(fd, size), size
+
     def _create_segment(self) -> None:
         """Create ``seg-<next>.log`` with its magic and make it the active segment."""
-        fd, segment = self._new_segment_file()
+        fd, mm, segment = self._new_segment_file()
         self._fd = fd
+        self._mm, self._map_size = mm, len(mm)
         self._active_size = segment.size
         self._segments.append(segment)
 
-    def _new_segment_file(self) -> tuple[int, _Segment]:
-        """Create ``seg-<next>.log`` holding just the magic (synced unless ``"never"``)."""
+    def _new_segment_file(self) -> tuple[int, mmap.mmap, _Segment]:
+        """Create ``seg-<next>.log``: the magic, then zeros up to ``segment_size``, mapped
+        (synced unless ``"never"``)."""
         path = self._dir / _segment_name(self._next)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, SEGMENT_MAGIC)
-            if self._sync_files:
-                _fdatasync(fd)
-                _fsync_dir(self._dir)
+            mm, _ = self._map(fd, len(SEGMENT_MAGIC))
+            try:
+                if self._sync_files:
+                    _fdatasync(fd)
+                    _fsync_dir(self._dir)
+            except BaseException:
+                mm.close()
+                raise
         except BaseException:
             os.close(fd)
             try:
@@ -589,7 +652,21 @@ class FilePublishStore(IndexedPublishStore):
             except OSError:
                 pass
             raise
-        return fd, _Segment(path, len(SEGMENT_MAGIC), 0)
+        return fd, mm, _Segment(path, len(SEGMENT_MAGIC), 0)
+
+    def _release_active(self, *, trim: bool) -> None:
+        """Unmap and close the active segment; with ``trim``, cut its zero tail off first
+        (best effort: a zero tail is valid, it only costs disk space)."""
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        if trim:
+            try:
+                os.ftruncate(self._fd, self._active_size)
+            except OSError as exc:
+                logger.warning("publish store %s: could not trim a segment: %s", self._dir, exc)
+        os.close(self._fd)
+        self._fd = -1
 
     # ------------------------------------------------------------------ writing (lock held)
 
@@ -598,23 +675,35 @@ class FilePublishStore(IndexedPublishStore):
         if self._broken is not None:
             raise StoreError(f"publish store {self._dir} is unusable: {self._broken}")
 
-    def _append(self, record: bytes) -> None:
-        """Append one record (or a batch) to the active segment with one ``write()``.
-
-        On failure the segment is truncated back so that no partial record stays in the
-        middle of the log, and ``StoreError`` is raised.
-        """
+    def _grow(self, end: int) -> None:
+        """Extend the active segment and its mapping to hold ``end`` bytes (a record that
+        crosses ``segment_size``); ``StoreError`` (nothing written) if the disk is full."""
+        size = -(-end // _PAGE) * _PAGE
         try:
-            written = os.write(self._fd, record)
-            while written < len(record):
-                written += os.write(self._fd, memoryview(record)[written:])
+            _preallocate(self._fd, size)
+            mm = mmap.mmap(self._fd, size)
         except OSError as exc:
-            try:
-                os.ftruncate(self._fd, self._active_size)
-            except OSError as exc2:
-                self._broken = f"a failed write could not be undone ({exc2})"
             raise StoreError(f"publish store {self._dir}: write failed: {exc}") from exc
-        self._active_size += len(record)
+        with self._sync_cond:
+            while self._syncing:
+                self._sync_cond.wait()
+            assert self._mm is not None
+            self._mm.close()
+            self._mm, self._map_size = mm, size
+
+    def _append(self, record: bytes) -> None:
+        """Copy one record (or a batch) into the active segment's mapping.
+
+        The only failure (growing the segment for an oversized record) happens before
+        anything is copied, so a partial record never stays in the middle of the log.
+        """
+        start = self._active_size
+        end = start + len(record)
+        if end > self._map_size:
+            self._grow(end)
+        assert self._mm is not None
+        self._mm[start:end] = record
+        self._active_size = end
         self._write_gen += 1
 
     def _roll(self) -> None:
@@ -626,7 +715,7 @@ class FilePublishStore(IndexedPublishStore):
         """
         active = self._segments[-1]
         try:
-            fd, segment = self._new_segment_file()
+            fd, mm, segment = self._new_segment_file()
         except OSError as exc:
             logger.warning(
                 "publish store %s: cannot start a new segment (%s); still appending to %s",
@@ -640,17 +729,19 @@ class FilePublishStore(IndexedPublishStore):
                 self._sync_cond.wait()
             try:
                 if self._sync_files:
-                    _fdatasync(self._fd)
+                    self._sync_active()
                     self._fsyncs += 1
             except OSError as exc:
+                mm.close()
                 os.close(fd)
                 segment.path.unlink()
                 self._broken = f"fsync of {active.path.name} failed ({exc})"
                 raise StoreError(f"publish store {self._dir}: {self._broken}") from exc
-            os.close(self._fd)
+            self._release_active(trim=True)
             active.size = self._active_size
             active.high = self._next - 1
             self._fd = fd
+            self._mm, self._map_size = mm, len(mm)
             self._active_size = segment.size
             self._segments.append(segment)
             self._synced_gen = self._write_gen
@@ -695,10 +786,9 @@ class FilePublishStore(IndexedPublishStore):
                 cond.wait()
             self._syncing = True
             target = self._write_gen
-            fd = self._fd
         error: OSError | None = None
         try:
-            _fdatasync(fd)
+            self._sync_active()  # _roll/_grow/close wait for _syncing before unmapping
         except OSError as exc:
             error = exc
         with cond:
@@ -710,6 +800,17 @@ class FilePublishStore(IndexedPublishStore):
             cond.notify_all()
         if error is not None:
             raise StoreError(f"publish store {self._dir}: fsync failed: {error}") from error
+
+    def _sync_active(self) -> None:
+        """msync + fdatasync of the active segment (without holding the GIL on Linux).
+
+        On Linux ``msync(MS_SYNC)`` of a shared file mapping is ``vfs_fsync_range`` on the
+        file, i.e. what ``fdatasync`` does, and ``fdatasync`` runs without the GIL (CPython's
+        ``mmap.flush`` keeps it), so only ``fdatasync`` is called there.
+        """
+        if not _LINUX and self._mm is not None:
+            self._mm.flush()
+        _fdatasync(self._fd)
 
     def _interval_loop(self) -> None:
         while not self._stop.wait(self._interval):
@@ -755,7 +856,7 @@ class FilePublishStore(IndexedPublishStore):
         return s
 
     def store_many(self, builds: Iterable[Build]) -> list[int]:
-        """Store a batch with one ``write()`` and (for ``"always"``) one fsync.
+        """Store a batch with one copy into the segment and (for ``"always"``) one fsync.
 
         All or none of the batch is recorded.
         """
@@ -847,7 +948,7 @@ class FilePublishStore(IndexedPublishStore):
                     while self._syncing:
                         self._sync_cond.wait()
                     if self._sync_files and self._write_gen > self._synced_gen:
-                        _fdatasync(self._fd)
+                        self._sync_active()
                         self._fsyncs += 1
                     self._synced_gen = self._write_gen
                 if self._broken is None:
@@ -857,8 +958,7 @@ class FilePublishStore(IndexedPublishStore):
                 raise StoreError(f"publish store {self._dir}: close failed: {exc}") from exc
             finally:
                 with self._sync_cond:
-                    os.close(self._fd)
-                    self._fd = -1
+                    self._release_active(trim=True)
                     self._sync_cond.notify_all()
                 os.close(self._lock_fd)
         logger.debug("publish store %s closed", self._dir)
