@@ -490,7 +490,12 @@ class AsyncClient:
             self._wait_writable()
 
     def _wake(self) -> None:
-        """Schedule the writer (the queue went from idle to busy)."""
+        """Schedule the writer (the queue went from idle to busy), then apply back-pressure."""
+        self._schedule_drain()
+        if not self._writable.is_set():
+            self._wait_writable()
+
+    def _schedule_drain(self) -> None:
         self._wake_pending = True
         loop = self._loop
         assert loop is not None
@@ -501,8 +506,6 @@ class AsyncClient:
             loop.call_soon_threadsafe(self._drain)
         except RuntimeError:
             raise DisconnectedError("the client's event loop is closed") from None
-        if not self._writable.is_set():
-            self._wait_writable()
 
     def _wait_writable(self) -> None:
         # backpressure for publishers on other threads: block while the socket buffer is full

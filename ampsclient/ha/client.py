@@ -23,6 +23,7 @@ import builtins
 import collections
 import logging
 import ssl
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any, Literal
@@ -53,6 +54,7 @@ from .subscriptions import SubscriptionManager
 __all__ = ["AsyncHAClient", "FailedWriteHandler"]
 
 log = logging.getLogger("ampsclient.ha")
+_pack_len = struct.Struct(">I").pack
 
 FailedWriteHandler = Callable[[Message, str], Any]
 """``handler(message, reason)`` for a publish the server refused (``duplicate``, ...)."""
@@ -511,11 +513,14 @@ class AsyncHAClient(AsyncClient):
 
         with self._pub_lock:
             seq = self._store.store(build)
-            if self._can_send:
-                try:
-                    self._send_payload(payload)
-                except DisconnectedError:
-                    pass  # stored: the reconnect replays it
+            if self._can_send and self._transport is not None:
+                # AsyncClient._send_frame inlined, minus the back-pressure wait: never block
+                # while holding the lock the reconnect sequence needs
+                self._outq.append(_pack_len(len(payload)) + payload)
+                if not self._wake_pending:
+                    self._schedule_drain()
+        if not self._writable.is_set():
+            self._wait_writable()
         return seq
 
     def _wait_connected(self) -> None:
