@@ -14,17 +14,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from publish_vs_official import report  # noqa: E402
-from sink import PumpServer  # noqa: E402
+from publish_vs_official import report
+from sink import PumpServer
 
-from ampsclient import Client  # noqa: E402
-from ampsclient.stores.bookmark import MemoryBookmarkStore  # noqa: E402
-from ampsclient.stores.recovery import (  # noqa: E402
+from ampsclient import Client
+from ampsclient.stores.bookmark import MemoryBookmarkStore
+from ampsclient.stores.recovery import (
     ConflatingRecoveryPointAdapter,
     SOWRecoveryPointAdapter,
 )
-from ampsclient.sync import HAClient  # noqa: E402
-from ampsclient_server_stub import ServerThread  # noqa: E402
+from ampsclient.sync import HAClient
+from ampsclient_server_stub import ServerThread
 
 try:
     import AMPS  # type: ignore[import-not-found]

@@ -52,7 +52,10 @@ HEADER_CASES = [
         {"c": "ack", "a": "persisted", "status": "success", "s": 1795334494549000001},
         b'{"c":"ack","s":1795334494549000001,"a":"persisted","status":"success"}',
     ),
-    ({"c": "sow", "t": "x", "query_id": "q", "bs": 2}, b'{"c":"sow","t":"x","query_id":"q","bs":2}'),
+    (
+        {"c": "sow", "t": "x", "query_id": "q", "bs": 2},
+        b'{"c":"sow","t":"x","query_id":"q","bs":2}',
+    ),
     # only " and \ are escaped; control characters and UTF-8 stay raw
     ({"c": "p", "t": 'a"b\\c\td\u00e9'}, b'{"c":"p","t":"a\\"b\\\\c\td\xc3\xa9"}'),
     ({"c": "heartbeat", "o": "beat", "x": None}, b'{"c":"heartbeat","o":"beat"}'),
