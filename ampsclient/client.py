@@ -204,8 +204,11 @@ class AsyncClient:
         self._queries: dict[str, Handler] = {}
         self._query_cids: dict[str, str] = {}
         self._streams: dict[str, MessageStream] = {}
-        self._pub_prefix: dict[str, bytes] = {}
+        self._pub_prefix: dict[str, tuple[bytes, int]] = {}
         self._outq: collections.deque[bytes] = collections.deque()
+        self._enqueue = self._outq.append
+        self._blocked = False
+        """True while the socket's write buffer is over its high-water mark."""
         self._wake_pending = False
         self._writable = threading.Event()
         self._writable.set()
@@ -394,6 +397,7 @@ class AsyncClient:
         self._uri_text = uri
         self._outq.clear()
         self._wake_pending = False
+        self._blocked = False
         self._writable.set()
         self._connected_event.set()
         self._emit(ConnectionState.CONNECTED)
@@ -486,7 +490,7 @@ class AsyncClient:
         self._outq.append(frame)
         if not self._wake_pending:
             self._wake()
-        elif not self._writable.is_set():
+        elif self._blocked:
             self._wait_writable()
 
     def _wake(self) -> None:
@@ -542,6 +546,7 @@ class AsyncClient:
         self._loop.call_later(WRITE_LINGER, self._drain)  # type: ignore[union-attr]
 
     def _on_writable(self, writable: bool) -> None:
+        self._blocked = not writable
         if writable:
             self._writable.set()
         else:
@@ -605,19 +610,18 @@ class AsyncClient:
         """
         if type(data) is not bytes:
             data = self._encode_data(data)
-        if expiration is None and correlation_id is None and sow_key is None:
-            prefix = self._pub_prefix.get(topic)
-            if prefix is None:
-                prefix = self._pub_prefix[topic] = (
-                    '{"c":"p","t":"' + escape(topic) + '"}'
-                ).encode()
+        if expiration is None is correlation_id is sow_key:
+            cached = self._pub_prefix.get(topic)
+            if cached is None:
+                prefix = ('{"c":"p","t":"' + escape(topic) + '"}').encode()
+                cached = self._pub_prefix[topic] = (prefix, len(prefix))
             # _send_frame, inlined: this is the hottest path of the library
             if self._transport is None:
                 raise DisconnectedError("not connected")
-            self._outq.append(_pack_len(len(prefix) + len(data)) + prefix + data)
+            self._enqueue(_pack_len(cached[1] + len(data)) + cached[0] + data)
             if not self._wake_pending:
                 self._wake()
-            elif not self._writable.is_set():
+            elif self._blocked:
                 self._wait_writable()
             return
         header = encode_header(
@@ -1244,6 +1248,7 @@ class AsyncClient:
         self._transport = None
         self._logged_on = False
         self._connected_event.clear()
+        self._blocked = False
         self._writable.set()
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
