@@ -2,6 +2,7 @@
 
     python -m tests.chaos.run --seconds 60          # from the repository root
     python tests/chaos/run.py --seconds 60 --seed 7
+    python -m tests.chaos.run --seconds 60 --replicated   # a hot-hot pair instead of one server
 
 Faults injected at random for ``--seconds``: ``kill -9`` of a publisher, of a subscriber or of
 the server (each restarted at once: same name, same store files, same ports), every
@@ -19,6 +20,12 @@ The ledger check, after the faults stop and every publisher flushed: for every s
 every publisher, each acknowledged sequence was delivered exactly once, and the sequences came
 in increasing order. The server's RSS is sampled throughout. The figures are printed and the
 exit status is 0 only when every check passed.
+
+With ``--replicated`` (:func:`orchestrate_replicated`) the server is a hot-hot sync pair A/B;
+faults also kill -9 A or B (never both: the killed one is restarted and caught up before the
+next server kill) and partition/heal the A-B link; clients list both instances in their
+chooser and some connect over WebSocket (``ws://`` through the byte-level proxy). After the
+ledger check, both instances' journals are compared (EPOCH replays by bookmark and payload).
 """
 
 from __future__ import annotations
@@ -129,7 +136,8 @@ def run_publisher(args: argparse.Namespace) -> int:
     stop_file = work / "stop-publishers"
     client = HAClient(args.name, publish_store=str(work / f"{args.name}.store"))
     client.set_reconnect_delay(100)
-    client.get_server_chooser().add(args.uri)
+    for uri in args.uri.split(","):  # replicated mode: every instance, in preference order
+        client.get_server_chooser().add(uri)
     client.connect_and_logon()
     k = 0
     last = 0
@@ -195,9 +203,16 @@ def run_subscriber(args: argparse.Namespace) -> int:
         stats["duplicates_discarded"] += 1
 
     client.set_duplicate_message_handler(on_duplicate)
-    client.get_server_chooser().add(args.uri)
+    for uri in args.uri.split(","):
+        client.get_server_chooser().add(uri)
     client.connect_and_logon()
-    client.bookmark_subscribe(on_message, TOPIC, HAClient.Bookmarks.MOST_RECENT, sub_id="s")
+    client.bookmark_subscribe(
+        on_message,
+        TOPIC,
+        HAClient.Bookmarks.MOST_RECENT,
+        sub_id="s",
+        options=args.options or None,
+    )
     try:
         while not _stop_requested(stop_file):
             time.sleep(0.05)
@@ -262,6 +277,12 @@ class Report:
     rss_limit_mb: float = 0.0
     slow_offlined: int = 0
     problems: list[str] = field(default_factory=list)
+    # replicated mode only
+    replicated: bool = False
+    journal_records: tuple[int, int] = (0, 0)
+    journals_equal: bool | None = None
+    catch_up_max_s: float = 0.0
+    ws_clients: int = 0
 
     @property
     def ok(self) -> bool:
@@ -272,12 +293,14 @@ class Report:
             and self.out_of_order == 0
             and self.checked > 0
             and self.max_rss_mb <= self.rss_limit_mb
+            and (not self.replicated or self.journals_equal is True)
         )
 
     def lines(self) -> list[str]:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
-        return [
-            f"chaos run: {self.seconds:.0f} s of faults",
+        mode = " (replicated: hot-hot sync pair A/B)" if self.replicated else ""
+        lines = [
+            f"chaos run: {self.seconds:.0f} s of faults{mode}",
             f"faults injected: {sum(self.faults.values())} ({faults})",
             f"messages acknowledged to publishers: {self.published_acked}",
             f"deliveries checked (loss, duplicate, order; all subscribers): {self.checked}",
@@ -287,8 +310,17 @@ class Report:
             f"redeliveries discarded by the bookmark store: {self.duplicates_discarded}",
             f"server max RSS: {self.max_rss_mb:.1f} MB (limit {self.rss_limit_mb:.0f} MB)",
             f"slow client offline events logged by the server: {self.slow_offlined}",
-            "result: " + ("PASS" if self.ok else "FAIL " + "; ".join(self.problems)),
         ]
+        if self.replicated:
+            a, b = self.journal_records
+            lines += [
+                f"WebSocket clients (ws:// through the proxy): {self.ws_clients}",
+                f"longest wait for a restarted instance to catch up: {self.catch_up_max_s:.2f} s",
+                f"journals (EPOCH replays): A {a} records, B {b} records, "
+                + ("equal" if self.journals_equal else "DIFFERENT"),
+            ]
+        lines.append("result: " + ("PASS" if self.ok else "FAIL " + "; ".join(self.problems)))
+        return lines
 
 
 def _rss_mb(pid: int | None) -> float:
@@ -495,6 +527,246 @@ def orchestrate(args: argparse.Namespace) -> Report:
     return report
 
 
+# =========================================================================== replicated mode
+
+REPLICATED_EXTRA_XML = """  <MessageMemoryLimit>16MB</MessageMemoryLimit>
+  <ClientMaxCapacity>25%</ClientMaxCapacity>
+  <MessageDiskPath>{disk}</MessageDiskPath>"""
+
+
+def epoch_replay(uri: str, topic: str, timeout: float = 60.0) -> list[tuple[str, bytes]]:
+    """``(bookmark, payload)`` of every message of ``topic`` in an instance's log, in its
+    order: a bookmark subscription from EPOCH up to the ``completed`` ack."""
+    from ampsclient import Client, Command, Message
+
+    items: list[tuple[str, bytes]] = []
+    done = threading.Event()
+
+    def on(message: Message) -> None:
+        if message.get_command() == "ack":
+            if message.get_ack_type() == "completed":
+                done.set()
+            return
+        items.append((message.get_bookmark() or "", bytes(message.get_data_raw())))
+
+    with Client(f"chaos-epoch-reader-{time.time_ns()}") as client:
+        client.connect(uri)
+        client.logon(5000)
+        cmd = Command("subscribe").set_topic(topic).set_bookmark("0").add_ack_type("completed")
+        client.execute_async(cmd, on)
+        if not done.wait(timeout):
+            raise AssertionError(f"no completed ack from the EPOCH replay on {uri}")
+    return items
+
+
+def compare_journals(
+    a: list[tuple[str, bytes]], b: list[tuple[str, bytes]], report: Report
+) -> None:
+    """Both instances hold the same messages under the same bookmarks, each bookmark once,
+    and every publisher's messages in the same order."""
+    report.journal_records = (len(a), len(b))
+    equal = sorted(a) == sorted(b)
+    if not equal:
+        only_a = sorted(set(a) - set(b))[:3]
+        only_b = sorted(set(b) - set(a))[:3]
+        report.problems.append(f"journals differ: only on A {only_a}, only on B {only_b}")
+    for name, replay in (("A", a), ("B", b)):
+        dups = [bm for bm, n in Counter(bm for bm, _ in replay).items() if n > 1]
+        if dups:
+            equal = False
+            report.problems.append(f"journal {name}: bookmarks twice: {dups[:5]}")
+
+    def per_publisher(replay: list[tuple[str, bytes]]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for bm, _ in replay:
+            out[bm.split("|")[0]].append(bm)
+        return out
+
+    if per_publisher(a) != per_publisher(b):
+        equal = False
+        report.problems.append("journals: per-publisher order differs between A and B")
+    report.journals_equal = equal
+
+
+def orchestrate_replicated(args: argparse.Namespace) -> Report:
+    """The chaos run against a hot-hot pair A/B (sync replication both ways, downgrade of a
+    dead peer). Extra faults: ``kill_A``/``kill_B`` (kill -9, restart, then wait until both
+    links stream and everything is caught up before going on, so both are never down at
+    once) and ``partition`` (the A-B link refused for 0.3-1.5 s, then healed). Clients list
+    both instances; some connect over WebSocket. After the ledger check both journals are
+    compared (EPOCH replays by bookmark and payload)."""
+    from ampsclient_server_stub.cluster import Cluster, DowngradePolicy
+    from ampsclient_server_stub.testing.proxy import LoopbackProxy
+
+    rng = random.Random(args.seed)
+    report = Report(seconds=args.seconds, rss_limit_mb=args.rss_limit_mb, replicated=True)
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(
+        work / "cluster", downgrade=DowngradePolicy(age=1.0, upgrade_age=0.5, every=0.2)
+    )
+    a = cluster.add("A", group="HA", extra_xml=REPLICATED_EXTRA_XML.format(disk=work / "offA"))
+    b = cluster.add("B", group="HA", extra_xml=REPLICATED_EXTRA_XML.format(disk=work / "offB"))
+    cluster.hot_hot(a, b)
+    nodes = {"A": a, "B": b}
+    proxies: list[LoopbackProxy] = []
+    offlined = Counter[str]()
+
+    def count_offlined(node: Any) -> None:
+        offlined[node.name] += sum("offlined" in line for line in node.log_lines())
+
+    try:
+        cluster.start()
+        cluster.wait_streaming(30)
+        for node in (a, b):
+            proxies.append(LoopbackProxy("127.0.0.1", node.tcp_port).start())
+        for node in (a, b):
+            proxies.append(LoopbackProxy("127.0.0.1", node.ws_port).start())
+        pa, pb, wa, wb = (p.port for p in proxies)
+        tcp_ab = f"tcp://127.0.0.1:{pa}/amps/json,tcp://127.0.0.1:{pb}/amps/json"
+        tcp_ba = f"tcp://127.0.0.1:{pb}/amps/json,tcp://127.0.0.1:{pa}/amps/json"
+        ws_ab = f"ws://127.0.0.1:{wa}/amps/json,ws://127.0.0.1:{wb}/amps/json"
+        ws_ba = f"ws://127.0.0.1:{wb}/amps/json,ws://127.0.0.1:{wa}/amps/json"
+        direct_ba = f"{b.uri()},{a.uri()}"
+        # publishers: A first through the proxy; WebSocket B first; B first directly
+        pub_uris = [tcp_ab, ws_ba, direct_ba]
+        # subscribers: the slow one A first; B first; WebSocket A first
+        sub_uris = [tcp_ab, tcp_ba, ws_ab]
+        pubs = [f"pub-{i}" for i in range(args.publishers)]
+        subs = [f"sub-{i}" for i in range(args.subscribers)]
+        workers: list[Worker] = []
+        for i, name in enumerate(pubs):
+            target = pub_uris[i % len(pub_uris)]
+            report.ws_clients += target.startswith("ws:")
+            workers.append(
+                Worker(
+                    "publisher",
+                    name,
+                    [
+                        *("--name", name, "--uri", target, "--work", str(work)),
+                        *("--batch", "20", "--pause", str(args.pause)),
+                    ],
+                )
+            )
+        for i, name in enumerate(subs):
+            target = sub_uris[i % len(sub_uris)]
+            report.ws_clients += target.startswith("ws:")
+            delay = args.slow_delay if i == 0 else 0.0
+            workers.append(
+                Worker(
+                    "subscriber",
+                    name,
+                    [
+                        *("--name", name, "--uri", target, "--work", str(work)),
+                        *("--delay", str(delay), "--options", "fully_durable"),
+                    ],
+                )
+            )
+        for w in workers:
+            w.log = work / f"{w.name}.log"
+        stop_rss = threading.Event()
+
+        def sample() -> None:
+            while not stop_rss.wait(0.25):
+                rss = max(_rss_mb(a.pid), _rss_mb(b.pid))
+                report.max_rss_mb = max(report.max_rss_mb, rss)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            for w in workers:
+                w.start()
+            deadline = time.monotonic() + args.seconds
+            kinds = [
+                "kill_publisher",
+                "kill_subscriber",
+                "kill_A",
+                "kill_B",
+                "partition",
+                "cut",
+                "stall",
+            ]
+            bag: list[str] = []
+            rounds = 0
+            # go on past the deadline until one full round is done (every kind at least once)
+            while time.monotonic() < deadline or (rounds == 0 and bag):
+                time.sleep(rng.uniform(args.min_gap, args.max_gap))
+                if not bag:
+                    if report.faults:
+                        rounds += 1
+                    if rounds and time.monotonic() >= deadline:
+                        break
+                    bag = list(kinds)
+                    rng.shuffle(bag)
+                fault = bag.pop()
+                if fault in ("kill_publisher", "kill_subscriber"):
+                    role = fault.removeprefix("kill_")
+                    w = rng.choice([w for w in workers if w.role == role])
+                    w.kill()
+                    time.sleep(rng.uniform(0.05, 0.5))
+                    w.start()
+                elif fault in ("kill_A", "kill_B"):
+                    node = nodes[fault[-1]]
+                    node.kill()
+                    count_offlined(node)
+                    time.sleep(rng.uniform(0.05, 0.5))
+                    node.start()
+                    t0 = time.monotonic()
+                    try:  # never both down: the next server kill waits for the catch-up
+                        cluster.wait_streaming(60)
+                        cluster.wait_caught_up(60)
+                    except AssertionError as exc:
+                        report.problems.append(f"after {fault}: {exc}")
+                    report.catch_up_max_s = max(report.catch_up_max_s, time.monotonic() - t0)
+                elif fault == "partition":
+                    cluster.partition(a, b)
+                    time.sleep(rng.uniform(0.3, 1.5))
+                    cluster.heal(a, b)
+                elif fault == "cut":
+                    for proxy in proxies:
+                        proxy.cut()
+                else:
+                    seconds = rng.uniform(0.2, 1.5)
+                    for proxy in proxies:
+                        proxy.stall(seconds)
+                report.faults[fault] += 1
+            (work / "stop-publishers").touch()
+            for w in workers:
+                if w.role == "publisher" and w.wait(args.drain) != 0:
+                    report.problems.append(f"{w.name} did not stop cleanly")
+            expected = _expected(work, pubs)
+            end = time.monotonic() + args.drain
+            while time.monotonic() < end and not _complete(work, subs, expected):
+                time.sleep(0.2)
+            for w in workers:
+                if w.role == "subscriber":
+                    (work / f"stop-{w.name}").touch()
+            for w in workers:
+                if w.role == "subscriber" and w.wait(30) != 0:
+                    report.problems.append(f"{w.name} did not stop cleanly")
+        finally:
+            stop_rss.set()
+            sampler.join(5)
+            for w in workers:
+                w.kill()
+        check(work, pubs, subs, report)
+        try:
+            cluster.wait_streaming(60)
+            cluster.wait_caught_up(60)
+            compare_journals(epoch_replay(a.uri(), TOPIC), epoch_replay(b.uri(), TOPIC), report)
+        except AssertionError as exc:
+            report.journals_equal = False
+            report.problems.append(f"journal comparison: {exc}")
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+        for node in (a, b):
+            count_offlined(node)
+        cluster.stop()
+    report.slow_offlined = sum(offlined.values())
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument(
@@ -520,6 +792,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--uri", default="")
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--options", default="", help="subscriber: subscription options")
+    parser.add_argument(
+        "--replicated",
+        action="store_true",
+        help="a hot-hot sync pair of instances instead of one server (see orchestrate_replicated)",
+    )
     parser.add_argument("--stall-every", type=int, default=5000)
     parser.add_argument("--stall-for", type=float, default=1.5)
     args = parser.parse_args(argv)
@@ -535,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.work is None:
             args.work = stack.enter_context(tempfile.TemporaryDirectory(prefix="ampsclient-chaos-"))
         print(f"chaos: seed {args.seed}, work directory {args.work}", flush=True)
-        report = orchestrate(args)
+        report = orchestrate_replicated(args) if args.replicated else orchestrate(args)
         for line in report.lines():
             print(line, flush=True)
     return 0 if report.ok else 1
