@@ -625,13 +625,7 @@ class AsyncClient:
                 self._wait_writable()
             return
         header = encode_header(
-            {
-                "c": "p",
-                "t": topic,
-                "e": None if expiration is None else str(expiration),
-                "x": correlation_id,
-                "k": sow_key,
-            }
+            {"c": "p", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
         self._send_payload(header + data)
 
@@ -646,13 +640,7 @@ class AsyncClient:
     ) -> None:
         """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics)."""
         header = encode_header(
-            {
-                "c": "delta_publish",
-                "t": topic,
-                "e": None if expiration is None else str(expiration),
-                "x": correlation_id,
-                "k": sow_key,
-            }
+            {"c": "delta_publish", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
         self._send_payload(header + self._encode_data(data))
 
@@ -1317,6 +1305,18 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def publish_fields(
+    topic: str, expiration: int | None, correlation_id: str | None, sow_key: str | None
+) -> dict[str, Any]:
+    """The header fields of a publish after ``c`` (``None`` values are left out when encoded)."""
+    return {
+        "t": topic,
+        "e": None if expiration is None else str(expiration),
+        "x": correlation_id,
+        "k": sow_key,
+    }
 
 
 def _opts(options: Any) -> str | None:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ..authenticator import Authenticator
-from ..client import AsyncClient, ConnectionState, Handler, _Pending
+from ..client import AsyncClient, ConnectionState, Handler, _Pending, publish_fields
 from ..command import Command
 from ..exceptions import (
     AMPSError,
@@ -466,13 +466,7 @@ class AsyncHAClient(AsyncClient):
             tail = self._suffix(topic) + data
         else:
             extra = encode_header(
-                {
-                    "a": "persisted",
-                    "t": topic,
-                    "e": None if expiration is None else str(expiration),
-                    "x": correlation_id,
-                    "k": sow_key,
-                }
+                {"a": "persisted", **publish_fields(topic, expiration, correlation_id, sow_key)}
             )
             head = b'{"c":"p","s":'
             tail = b"," + extra[1:] + data
@@ -489,13 +483,7 @@ class AsyncHAClient(AsyncClient):
     ) -> int:
         """Store and delta-publish; returns the sequence number."""
         extra = encode_header(
-            {
-                "a": "persisted",
-                "t": topic,
-                "e": None if expiration is None else str(expiration),
-                "x": correlation_id,
-                "k": sow_key,
-            }
+            {"a": "persisted", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
         return self._store_and_send(
             b'{"c":"delta_publish","s":', b"," + extra[1:] + self._encode_data(data)
