@@ -31,6 +31,20 @@ __all__ = ["ServerProcess", "free_port"]
 log = logging.getLogger("ampsclient_server_stub.harness")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGKILL the server when its parent dies, so a test
+    killed by a timeout never leaves a server behind. Best effort elsewhere."""
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago on ``host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -48,6 +62,7 @@ class ServerProcess:
         config: an AMPS-style XML config file (flags still override ports and names).
         extra_args: more command-line arguments.
         log_level: the child's log level.
+        die_with_parent: kill the server if this process dies (Linux; see the attribute).
     """
 
     def __init__(
@@ -60,6 +75,7 @@ class ServerProcess:
         config: str | os.PathLike[str] | None = None,
         extra_args: Sequence[str] = (),
         log_level: str = "WARNING",
+        die_with_parent: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.name = name
@@ -70,6 +86,9 @@ class ServerProcess:
         self.config = config
         self.extra_args = list(extra_args)
         self.log_level = log_level
+        self.die_with_parent = die_with_parent
+        """Linux: the server is killed when the thread that started it dies (start it from a
+        thread that lives as long as you need the server, e.g. the main thread)."""
         self.proc: subprocess.Popen[str] | None = None
         self.stderr_lines: list[str] = []
         self._reader: threading.Thread | None = None
@@ -133,6 +152,7 @@ class ServerProcess:
             stderr=subprocess.PIPE,
             text=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            preexec_fn=_die_with_parent if self.die_with_parent else None,
         )
         self._reader = threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)
         self._reader.start()

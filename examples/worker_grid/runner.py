@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="worker-grid-"))
     started = time.monotonic()
-    server = ServerProcess(data_dir=workdir / "server", name="grid")
+    server = ServerProcess(data_dir=workdir / "server", name="grid", die_with_parent=True)
     server.start()
     uri = server.uri()
     print(f"reference server {uri}; data in {workdir}")
