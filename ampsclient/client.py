@@ -26,6 +26,7 @@ import json
 import logging
 import ssl
 import struct
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ _QUERY_COMMANDS: Final = frozenset({"sow", "sow_and_subscribe", "sow_and_delta_s
 _P_PREFIX: Final = b'{"c":"p"'
 _SIDS_KEY: Final = b'"sids":"'
 _BM_NEXT: Final = b',"bm":"'
+_refcount: Final = sys.getrefcount
 
 
 class _Routes(dict[str, "Handler"]):
@@ -999,29 +1001,48 @@ class AsyncClient:
 
     def _on_payloads(self, payloads: list[bytes]) -> None:
         """The receive hot path: a delivery whose header prefix was seen before is routed with
-        one slice and one dict lookup, without parsing anything."""
+        one slice and one dict lookup, without parsing anything.
+
+        The :class:`Message` handed to a handler is recycled for the next delivery when the
+        handler kept no reference to it (its reference count is back to what this loop holds),
+        the way CPython recycles the tuples of ``dict.items()``. A handler that stores the
+        message, queues it or closes over it keeps a distinct object: nothing it holds is ever
+        overwritten.
+        """
         self._rx = True
         self._stats["frames_received"] += len(payloads)
         routes = self._subs
-        cache = routes.cache
+        get = routes.cache.get
         lengths = routes.lengths
-        get = cache.get
+        single = lengths[0] if len(lengths) == 1 else 0
+        message = Message()
         for payload in payloads:
-            for length in lengths:
-                route = get(payload[:length])
-                if route is not None:
-                    message = Message(payload, route[0])
-                    if route[2] and payload[length : length + 7] == _BM_NEXT:
-                        end = payload.find(b'"', length + 7)
-                        if end > 0:
-                            message._bm = payload[length + 7 : end].decode()
-                    try:
-                        route[1](message)
-                    except Exception as exc:
-                        self._report(exc)
-                    break
+            if single:
+                route = get(payload[:single])
+                length = single
             else:
+                route = None
+                for length in lengths:
+                    route = get(payload[:length])
+                    if route is not None:
+                        break
+            if route is None:
                 self._on_payload(payload)
+                continue
+            message._raw = payload
+            message._sub_id = route[0]
+            message._hdr = message._data = message._bm = None
+            message._body = -1
+            if route[2] and payload[length : length + 7] == _BM_NEXT:
+                end = payload.find(b'"', length + 7)
+                if end > 0:
+                    message._bm = payload[length + 7 : end].decode()
+            try:
+                route[1](message)
+            except Exception as exc:
+                self._report(exc)
+            if _refcount(message) > 2:
+                message = Message()
 
     def _on_payload(self, payload: bytes) -> None:
         self._rx = True

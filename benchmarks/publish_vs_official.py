@@ -110,27 +110,36 @@ def report(label: str, ours: float, official: float | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", type=int, default=300_000, help="messages per run")
+    parser.add_argument(
+        "--paths",
+        default="publish,e2e,receive",
+        help="comma list of the paths to run: publish, e2e, receive",
+    )
     args = parser.parse_args()
     n = args.n
+    paths = set(args.paths.split(","))
     ours = ampsclient.Client
     theirs = AMPS.Client if AMPS is not None else None
     print(f"{n:,} messages per run; python {sys.version.split()[0]}")
 
-    with SinkServer() as sink:
-        a = publish_run(ours, sink.uri(), n, "ours-pub")
-        b = publish_run(theirs, sink.uri(), n, "official-pub") if theirs else None
-    report("publish + flush -> minimal sink", a, b)
+    if "publish" in paths:
+        with SinkServer() as sink:
+            a = publish_run(ours, sink.uri(), n, "ours-pub")
+            b = publish_run(theirs, sink.uri(), n, "official-pub") if theirs else None
+        report("publish + flush -> minimal sink", a, b)
 
-    with reference_server() as uri:
-        a = publish_run(ours, uri, n, "ours-pub-e2e")
-        b = publish_run(theirs, uri, n, "official-pub-e2e") if theirs else None
-    report("publish + flush -> reference server", a, b)
+    if "e2e" in paths:
+        with reference_server() as uri:
+            a = publish_run(ours, uri, n, "ours-pub-e2e")
+            b = publish_run(theirs, uri, n, "official-pub-e2e") if theirs else None
+        report("publish + flush -> reference server", a, b)
 
-    with PumpServer(n) as pump:
-        a = receive_run(ours, pump.uri(), n, "ours-sub")
-    with PumpServer(n) as pump:
-        b = receive_run(theirs, pump.uri(), n, "official-sub") if theirs else None
-    report("receive: pumping server -> handler", a, b)
+    if "receive" in paths:
+        with PumpServer(n) as pump:
+            a = receive_run(ours, pump.uri(), n, "ours-sub")
+        with PumpServer(n) as pump:
+            b = receive_run(theirs, pump.uri(), n, "official-sub") if theirs else None
+        report("receive: pumping server -> handler", a, b)
 
 
 if __name__ == "__main__":

@@ -80,14 +80,15 @@ class TcpFramer:
             FrameTooLargeError: a length prefix exceeds ``max_frame_size``.
         """
         buf = self._buf
-        view: bytes | bytearray | memoryview
         if buf:
             # join the held tail with the new bytes once, then slice bytes (one copy per frame)
             buf += data
             view = bytes(buf)
             buf.clear()
-        else:
+        elif type(data) is bytes:
             view = data
+        else:
+            view = bytes(data)
         end = len(view)
         pos = 0
         ready = self._ready
@@ -100,7 +101,7 @@ class TcpFramer:
             stop = pos + 4 + n
             if stop > end:
                 break
-            append(bytes(view[pos + 4 : stop]) if type(view) is not bytes else view[pos + 4 : stop])
+            append(view[pos + 4 : stop])
             pos = stop
         if pos < end:
             buf += view[pos:end]

@@ -101,6 +101,35 @@ def test_regex_topic_and_several_subscriptions_one_frame(client: Client) -> None
     assert set(a[0].get_sub_ids().split(",")) == {sa, sb}
 
 
+def test_handler_messages_kept_or_not_keep_their_own_content(client: Client) -> None:
+    """The receive path recycles a Message only when the handler kept no reference to it."""
+    seen: list[tuple[str, str, str]] = []
+    kept: list[tuple[int, Message]] = []
+    n = 300
+
+    def handler(m: Message) -> None:
+        i = len(seen)
+        # read the header and body of every delivery, whether or not the object is recycled
+        seen.append((m.get_topic(), m.get_data(), m.get_sub_id()))
+        if i % 3 == 0:
+            kept.append((i, m))
+
+    sid = client.subscribe(handler, "recycle/.*")
+    for i in range(n):
+        client.publish(f"recycle/{'ab'[i % 2]}", f'{{"i":{i}}}')
+    client.flush(5000)
+    wait_for(lambda: len(seen) == n, what="every delivery")
+    for i, (topic, data, sub_id) in enumerate(seen):
+        assert topic == f"recycle/{'ab'[i % 2]}"
+        assert json.loads(data) == {"i": i}
+        assert sub_id == sid
+    assert len(kept) == n // 3
+    assert len({id(m) for _, m in kept}) == len(kept)
+    for i, m in kept:
+        assert m.get_topic() == f"recycle/{'ab'[i % 2]}"
+        assert json.loads(m.get_data()) == {"i": i}
+
+
 def test_bad_filter_raises_typed_error(client: Client) -> None:
     with pytest.raises(BadFilterError) as info:
         client.subscribe(lambda m: None, "orders", "/x >>> 3 AND (", timeout=5000)
