@@ -80,6 +80,12 @@ _BM_NEXT: Final = b',"bm":"'
 _refcount: Final = sys.getrefcount
 
 
+_Route = tuple[str, "Handler", bool, "Callable[[Message], int] | None", "Handler | None"]
+"""A learned route: sub id, handler, wants the bookmark, the bookmark store's ``log`` and the
+handler to call when ``log`` numbers the delivery (both ``None`` unless a bookmark store
+logs this subscription's deliveries)."""
+
+
 class _Routes(dict[str, "Handler"]):
     """Subscription id -> handler, plus the receive fast path's cache.
 
@@ -93,15 +99,19 @@ class _Routes(dict[str, "Handler"]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cache: dict[bytes, tuple[str, Handler, bool]] = {}
+        self.cache: dict[bytes, _Route] = {}
         self.lengths: list[int] = []
 
     def learn(self, prefix: bytes, sid: str, handler: Handler) -> None:
         if len(self.cache) >= 1024 or len(self.lengths) >= 8:
             self.cache.clear()
             self.lengths.clear()
-        # handlers of bookmark subscriptions want the bookmark: read it right after ``sids``
-        self.cache[prefix] = (sid, handler, bool(getattr(handler, "_bookmark_logged", False)))
+        # handlers of bookmark subscriptions want the bookmark: read it right after ``sids``;
+        # the HA client's ones also offer the bookmark store's ``log`` and the user's handler
+        wants_bm = bool(getattr(handler, "_bookmark_logged", False))
+        log = getattr(handler, "_log", None)
+        inner = getattr(handler, "_inner", None)
+        self.cache[prefix] = (sid, handler, wants_bm, log, inner)
         if len(prefix) not in self.lengths:
             self.lengths.append(len(prefix))
 
@@ -1033,12 +1043,20 @@ class AsyncClient:
             message._sub_id = route[0]
             message._hdr = message._data = message._bm = None
             message._body = -1
-            if route[2] and payload[length : length + 7] == _BM_NEXT:
-                end = payload.find(b'"', length + 7)
-                if end > 0:
-                    message._bm = payload[length + 7 : end].decode()
             try:
-                route[1](message)
+                if route[2] and payload[length : length + 7] == _BM_NEXT:
+                    end = payload.find(b'"', length + 7)
+                    if end > 0:
+                        message._bm = payload[length + 7 : end].decode()
+                        log = route[3]
+                        if log is not None and log(message):
+                            route[4](message)  # type: ignore[misc]
+                        else:
+                            route[1](message)
+                    else:
+                        route[1](message)
+                else:
+                    route[1](message)
             except Exception as exc:
                 self._report(exc)
             if _refcount(message) > 2:

@@ -246,6 +246,10 @@ class AsyncHAClient(AsyncClient):
                 return None
             return handler(message)
 
+        # the receive fast path logs a delivery itself and calls ``handler`` when ``log``
+        # numbers it; anything else (a duplicate, no bookmark) goes through ``on_message``
+        on_message._log = store.log  # type: ignore[attr-defined]
+        on_message._inner = handler  # type: ignore[attr-defined]
         return on_message
 
     @property

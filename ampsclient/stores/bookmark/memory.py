@@ -128,6 +128,7 @@ class _Subscription:
     __slots__ = (
         "base",
         "floating",
+        "inflight",
         "last_pub",
         "loaded_ts",
         "next_no",
@@ -159,6 +160,19 @@ class _Subscription:
         """Every publisher's point by slot (``""`` for none): joined in the common case."""
         self.pointless = 0
         """Publishers without a point."""
+        self.inflight: list[Any] | None = None
+        """The common case kept out of :attr:`pending` and the publisher's queue: the one
+        logged, undiscarded entry of a subscription whose publisher had nothing else pending
+        and already had a point. Discarding it only moves that point; anything else first
+        moves it into the queue (:meth:`settle`)."""
+
+    def settle(self) -> None:
+        """Move :attr:`inflight` into :attr:`pending` and its publisher's queue."""
+        entry = self.inflight
+        if entry is not None:
+            self.inflight = None
+            entry[_PUB].queue.append(entry)
+            self.pending[entry[_BM]] = entry
 
     def add(self, key: str, high: int = 0, point: str | None = None) -> _Publisher:
         """Register a publisher."""
@@ -364,6 +378,12 @@ class MemoryBookmarkStore(BookmarkStore):
             no = sub.next_no
             sub.next_no = no + 1
             entry = [pub, seq, bm, no, False]
+            if sub.inflight is None:
+                if not pub.queue and pub.point is not None:
+                    sub.inflight = entry  # the common case: see _Subscription.inflight
+                    return no
+            else:
+                sub.settle()
             pub.queue.append(entry)
             sub.pending[bm] = entry
             return no
@@ -394,26 +414,37 @@ class MemoryBookmarkStore(BookmarkStore):
             sub = self._subs.get(sid)
             if sub is None:
                 return
-            entry = sub.pending.pop(bm, None)
-            if entry is None:
-                return
-            # inlined _discard (same logic, see there)
-            entry[4] = True
-            pub: _Publisher = entry[0]
-            queue = pub.queue
-            if queue[0] is not entry:
-                return
-            queue.popleft()
-            while queue and queue[0][4]:
-                entry = queue.popleft()
-            pub.done = entry[1]
-            bm = entry[2]
-            if pub.point is None:
-                sub.pointless -= 1
-            pub.point = sub.points[pub.slot] = bm
-            if pub.floor is not None:
-                pub.floor = None
-                sub.floating -= 1
+            pub: _Publisher
+            entry = sub.inflight
+            if entry is not None and entry[2] == bm:
+                # the common case: the publisher's only pending message, and it has a point
+                sub.inflight = None
+                pub = entry[0]
+                pub.done = entry[1]
+                pub.point = sub.points[pub.slot] = bm
+            else:
+                if entry is not None:
+                    sub.settle()
+                entry = sub.pending.pop(bm, None)
+                if entry is None:
+                    return
+                # inlined _discard (same logic, see there)
+                entry[4] = True
+                pub = entry[0]
+                queue = pub.queue
+                if queue[0] is not entry:
+                    return
+                queue.popleft()
+                while queue and queue[0][4]:
+                    entry = queue.popleft()
+                pub.done = entry[1]
+                bm = entry[2]
+                if pub.point is None:
+                    sub.pointless -= 1
+                pub.point = sub.points[pub.slot] = bm
+                if pub.floor is not None:
+                    pub.floor = None
+                    sub.floating -= 1
             adapter = self._adapter
             if adapter is None:
                 sub.loaded_ts = None
@@ -443,6 +474,7 @@ class MemoryBookmarkStore(BookmarkStore):
             sub = self._subs.get(sub_id)
             if sub is None:
                 return
+            sub.settle()
             for entry in sub.pending.values():  # O(outstanding): rare, official-API path
                 if entry[_NO] == bookmark_seq_no:
                     del sub.pending[entry[_BM]]
@@ -558,7 +590,7 @@ class MemoryBookmarkStore(BookmarkStore):
         with self._lock:
             self._check_open()
             sub = self._subs.get(sub_id)
-            if sub is not None and sub.pending:
+            if sub is not None and (sub.pending or sub.inflight is not None):
                 return  # a message is still being processed: the discard points rule
             if len(parts) == 3 and not parts[2]:
                 if not parts[0].isdigit() or not parts[1].isdigit():
@@ -627,6 +659,7 @@ class MemoryBookmarkStore(BookmarkStore):
             pub = sub.pubs.get(key)  # type: ignore[arg-type]
             if pub is None or seq > pub.high:
                 return False
+            sub.settle()
             return seq <= pub.done or message.get_bookmark() not in sub.pending
 
     def get_oldest_bookmark_seq(self, sub_id: str) -> int:
@@ -635,6 +668,7 @@ class MemoryBookmarkStore(BookmarkStore):
             sub = self._subs.get(sub_id)
             if sub is None:
                 return 0
+            sub.settle()
             heads = [pub.queue[0][_NO] for pub in sub.pubs.values() if pub.queue]
             return min(heads) if heads else 0
 
@@ -642,7 +676,7 @@ class MemoryBookmarkStore(BookmarkStore):
         """How many logged messages of ``sub_id`` are not discarded yet."""
         with self._lock:
             sub = self._subs.get(sub_id)
-            return 0 if sub is None else len(sub.pending)
+            return 0 if sub is None else len(sub.pending) + (sub.inflight is not None)
 
     # ------------------------------------------------------------------ purge / close
 
