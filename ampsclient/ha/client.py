@@ -463,11 +463,14 @@ class AsyncHAClient(AsyncClient):
         Connected: the message goes out at once. Disconnected: it is stored and sent after
         the reconnect (or, with ``publish_while_disconnected="block"``, this waits).
         """
-        if type(data) is not bytes:
+        if type(data) is str:
+            data = data.encode()
+        elif type(data) is not bytes:
             data = self._encode_data(data)
         if expiration is None and correlation_id is None and sow_key is None:
             head = b'{"c":"p","s":'
-            tail = self._suffix(topic) + data
+            suffix = self._seq_suffix.get(topic)
+            tail = (suffix if suffix is not None else self._suffix(topic)) + data
         else:
             extra = encode_header(
                 {"a": "persisted", **publish_fields(topic, expiration, correlation_id, sow_key)}
@@ -496,21 +499,18 @@ class AsyncHAClient(AsyncClient):
     def _store_and_send(self, head: bytes, tail: bytes) -> int:
         if self._block_when_disconnected and not self._can_send:
             self._wait_connected()
-        payload = b""
-
-        def build(sequence: int) -> bytes:
-            nonlocal payload
-            payload = head + str(sequence).encode() + tail
-            return payload
-
-        with self._pub_lock:
-            seq = self._store.store(build)
+        lock = self._pub_lock
+        lock.acquire()  # not ``with``: this runs once per publish and __exit__ costs a call
+        try:
+            seq, payload = self._store.store_parts(head, tail)
             if self._can_send and self._transport is not None:
                 # AsyncClient._send_frame inlined, minus the back-pressure wait: never block
                 # while holding the lock the reconnect sequence needs
                 self._outq.append(_pack_len(len(payload)) + payload)
                 if not self._wake_pending:
                     self._schedule_drain()
+        finally:
+            lock.release()
         if not self._writable.is_set():
             self._wait_writable()
         return seq

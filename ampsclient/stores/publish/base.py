@@ -94,6 +94,22 @@ class PublishStore(abc.ABC):
             StoreError: the store is closed, or the message could not be recorded.
         """
 
+    def store_parts(self, head: bytes, tail: bytes) -> tuple[int, bytes]:
+        """Store the payload ``head + b"<sequence>" + tail``; returns the sequence and payload.
+
+        The HA client's publish path: the same as :meth:`store` with
+        ``build = lambda s: head + str(s).encode() + tail``, which is what this default does.
+        The bundled stores override it without the closure and the extra call.
+        """
+        payload = b""
+
+        def build(sequence: int) -> bytes:
+            nonlocal payload
+            payload = head + str(sequence).encode() + tail
+            return payload
+
+        return self.store(build), payload
+
     def store_many(self, builds: Iterable[Build]) -> list[int]:
         """Store several messages at once (one lock round, and one fsync for a file store).
 
