@@ -434,7 +434,7 @@ class HAClient(Client):
 
     def discard(self, message: Message) -> None:
         """Mark a bookmark-subscription message as processed (any thread)."""
-        self._ha.discard(message)
+        self._ha._bookmark_store.discard_message(message)  # AsyncHAClient.discard, one call less
 
     def get_most_recent(self, sub_id: str) -> str:
         """Where subscription ``sub_id`` would resume."""
