@@ -116,25 +116,31 @@ def failover_time(heartbeat: float = 1.0, rounds: int = 3) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", type=int, default=300_000)
+    parser.add_argument(
+        "--paths", default="sink,server,failover", help="comma list of: sink, server, failover"
+    )
     args = parser.parse_args()
     n = args.n
+    paths = set(args.paths.split(","))
     print(f"{n:,} messages per run")
     with tempdir() as d:
-        with SinkServer() as sink:
-            for store in ("memory", "never"):
-                label = "memory store" if store == "memory" else "file store (no fsync)"
-                a = run(ours(store, d), sink.uri(), n, f"ours-{store}")
-                b = run(official(store, d), sink.uri(), n, f"off-{store}") if AMPS else None
-                report(f"HA {label} -> sink", a, b)
-            a = run(ours("always", d), sink.uri(), min(n, 50_000), "ours-always")
-            report("HA file store fsync=always -> sink", a, None)
-            a = run(ours("interval", d), sink.uri(), n, "ours-interval")
-            report("HA file store fsync=interval -> sink", a, None)
-        with reference_server() as uri:
-            a = run(ours("memory", d), uri, n, "ours-e2e")
-            b = run(official("memory", d), uri, n, "off-e2e") if AMPS else None
-            report("HA memory store -> reference server", a, b)
-    times = failover_time()
+        if "sink" in paths:
+            with SinkServer() as sink:
+                for store in ("memory", "never"):
+                    label = "memory store" if store == "memory" else "file store (no fsync)"
+                    a = run(ours(store, d), sink.uri(), n, f"ours-{store}")
+                    b = run(official(store, d), sink.uri(), n, f"off-{store}") if AMPS else None
+                    report(f"HA {label} -> sink", a, b)
+                a = run(ours("always", d), sink.uri(), min(n, 50_000), "ours-always")
+                report("HA file store fsync=always -> sink", a, None)
+                a = run(ours("interval", d), sink.uri(), n, "ours-interval")
+                report("HA file store fsync=interval -> sink", a, None)
+        if "server" in paths:
+            with reference_server() as uri:
+                a = run(ours("memory", d), uri, n, "ours-e2e")
+                b = run(official("memory", d), uri, n, "off-e2e") if AMPS else None
+                report("HA memory store -> reference server", a, b)
+    times = failover_time() if "failover" in paths else []
     if times:
         print(
             "failover (kill -9 to first message on the survivor, heartbeat 1 s): "
