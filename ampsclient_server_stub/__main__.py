@@ -73,6 +73,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "files still needed by a replay are kept",
     )
     parser.add_argument(
+        "--persisted-ack-interval",
+        default="1s",
+        help="time between the persisted acks sent to bookmark subscriptions that were "
+        "delivered something since their last one (e.g. 1s, 250ms; 0 = none); default 1s",
+    )
+    parser.add_argument(
         "--no-txlog",
         action="store_true",
         help="without a <TransactionLog> in the config, record nothing (default: every topic)",
@@ -139,6 +145,7 @@ async def _serve(config: ServerConfig, args: argparse.Namespace | None = None) -
         config,
         fsync=getattr(args, "fsync", "always"),
         record_all_topics=not getattr(args, "no_txlog", False),
+        persisted_ack_interval=parse_duration(getattr(args, "persisted_ack_interval", "1s")),
     )
     await server.start()
     max_age = getattr(args, "journal_max_age", None)

@@ -24,7 +24,7 @@ from websockets.asyncio.server import Server as WsServer
 from ampsclient_server_stub.config import ServerConfig, TransportConfig, default_config
 from ampsclient_server_stub.engine.broker import Authenticator, Broker
 from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
-from ampsclient_server_stub.engine.txlog import TxLog
+from ampsclient_server_stub.engine.txlog import PERSISTED_ACK_INTERVAL, TxLog
 
 from .net.session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER
 from .net.tcp import start_tcp_listener
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 _EXPIRATION_INTERVAL = 1.0
-"""Seconds between SOW expiration sweeps."""
+"""Seconds between SOW expiration sweeps (and SOW recovery checkpoints)."""
 
 INTERVAL_SYNC: float = 0.005
 """With ``fsync="interval"``, seconds between group commits."""
@@ -126,6 +126,10 @@ class ReferenceServer:
         max_frame_size: largest inbound payload; a larger one closes that connection.
         max_write_buffer: bytes queued towards one client before it is dropped as too slow.
         authenticate: ``(user_id, password) -> bool`` logon hook (default: allow all).
+        fsync: journal durability (``always``, ``interval``, ``never``).
+        record_all_topics: without a ``<TransactionLog>`` in the config, record every topic.
+        persisted_ack_interval: seconds between the periodic persisted acks to bookmark
+            subscriptions that were delivered something since their last one (``0``: none).
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class ReferenceServer:
         authenticate: Authenticator | None = None,
         fsync: FsyncPolicy = "always",
         record_all_topics: bool = True,
+        persisted_ack_interval: float = PERSISTED_ACK_INTERVAL,
     ) -> None:
         self.config = config if config is not None else default_config(tcp_port=0, ws_port=0)
         self.fsync: FsyncPolicy = fsync
@@ -144,6 +149,8 @@ class ReferenceServer:
         ``interval`` (fsync every few ms), ``never`` (the OS decides; survives kill -9)."""
         self.record_all_topics = record_all_topics
         """Without a ``<TransactionLog>`` in the config, record every topic (zero config)."""
+        self.persisted_ack_interval = persisted_ack_interval
+        """Seconds between persisted acks to bookmark subscriptions."""
         self.journal: Journal | None = None
         self._committer: Committer | None = None
         self._tempdir: Any = None
@@ -168,7 +175,12 @@ class ReferenceServer:
             return
         loop = asyncio.get_running_loop()
         txlog = self._open_txlog()
-        self.broker = Broker(self.config, call_later=loop.call_later, txlog=txlog)
+        self.broker = Broker(
+            self.config,
+            call_later=loop.call_later,
+            txlog=txlog,
+            persisted_ack_interval=self.persisted_ack_interval,
+        )
         if txlog is not None:
             self._committer = Committer(loop, txlog.journal, self.broker, self.fsync)
             self.broker.request_sync = self._committer.request
@@ -371,6 +383,7 @@ class ReferenceServer:
             await asyncio.sleep(_EXPIRATION_INTERVAL)
             if self.broker is not None:
                 self.broker.expire()
+                self.broker.checkpoint_sows()
 
     # ------------------------------------------------------------------ addresses
 

@@ -17,6 +17,12 @@ on disk (WAL, ``synchronous=NORMAL``; state survives re-opening) or in memory.
 Parsed documents are cached in-process (``key -> doc``, kept in write order)
 so filtered queries do not re-parse payloads; the cache is rebuilt on open.
 
+Recovery checkpoint: a topic that is also recorded in the transaction log keeps, in the same
+file (table ``journal_checkpoint``, one row per topic), the journal index its state reflects
+(:attr:`SowTopic.journal_index`). A write given ``journal_index=`` updates it in the *same*
+transaction as the data, so the two never disagree, whatever kills the process; after a restart
+the broker re-applies only the journal records after it.
+
 A :class:`SowTopic` is not thread-safe: callers must serialise access (the
 connection is opened with ``check_same_thread=False`` so a single worker thread
 other than the creator may use it).
@@ -31,6 +37,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
@@ -44,6 +51,10 @@ __all__ = ["SowRecord", "SowTopic"]
 _log = logging.getLogger(__name__)
 
 _COLUMNS: Final = "k, data, bookmark, timestamp, correlation_id, expiration, seq"
+_CHECKPOINTS: Final = "journal_checkpoint"
+_SET_CHECKPOINT: Final = (
+    f'INSERT OR REPLACE INTO "{_CHECKPOINTS}" (tbl, journal_index) VALUES (?, ?)'
+)
 _CHUNK: Final = 500  # keys per "IN (...)" statement, well under SQLite's variable limit
 
 _Row = tuple[str, bytes, str | None, str | None, str | None, float | None, int]
@@ -160,16 +171,34 @@ class SowTopic:
         table.create_index(
             ["expiration"], index_name=f"{self._table}_expiration", if_not_exists=True
         )
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{_CHECKPOINTS}" '
+            "(tbl TEXT PRIMARY KEY, journal_index INTEGER NOT NULL)"
+        )
+        conn.commit()
+        self._journal_index = self._load_journal_index()
 
         # key -> parsed doc (None when unparseable); insertion order == seq order.
         self._docs: dict[str, Any] = {}
         self._next_seq = 1
-        load_sql = f'SELECT k, data, seq FROM "{self._table}" ORDER BY seq'
-        for key, data, seq in conn.execute(load_sql):
-            self._docs[key] = decode(self.message_type, bytes(data))
-            self._next_seq = max(self._next_seq, int(seq) + 1)
+        self._batching = False
+        self._load_docs()
         if self._docs:
             _log.info("SOW %r: loaded %d records from %s", topic, len(self._docs), target)
+
+    def _load_docs(self) -> None:
+        """(Re)build the document cache from the table."""
+        self._docs.clear()
+        load_sql = f'SELECT k, data, seq FROM "{self._table}" ORDER BY seq'
+        for key, data, seq in self._conn.execute(load_sql):
+            self._docs[key] = decode(self.message_type, bytes(data))
+            self._next_seq = max(self._next_seq, int(seq) + 1)
+
+    def _load_journal_index(self) -> int:
+        row = self._conn.execute(
+            f'SELECT journal_index FROM "{_CHECKPOINTS}" WHERE tbl = ?', (self._table,)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
 
     # ------------------------------------------------------------------ keys
 
@@ -211,18 +240,22 @@ class SowTopic:
         timestamp: str,
         correlation_id: str | None = None,
         expiration: float | None = None,
+        journal_index: int | None = None,
     ) -> tuple[SowRecord, SowRecord | None]:
         """Insert or replace the record for ``doc``; return ``(new, previous or None)``.
 
         ``doc`` is the parsed payload; when ``None`` it is decoded from ``data``
-        (stays ``None`` for opaque types, which then need ``sow_key``).
+        (stays ``None`` for opaque types, which then need ``sow_key``). ``journal_index``:
+        the transaction-log record of this write (becomes :attr:`journal_index` atomically).
         """
         self._check_open()
         if doc is None:
             doc = decode(self.message_type, data)
         key = self.compute_key(doc, sow_key)
         previous = self.get(key)
-        record = self._write(key, bytes(data), doc, bookmark, timestamp, correlation_id, expiration)
+        record = self._write(
+            key, bytes(data), doc, bookmark, timestamp, correlation_id, expiration, journal_index
+        )
         return record, previous
 
     def delta_publish(
@@ -235,6 +268,7 @@ class SowTopic:
         timestamp: str,
         correlation_id: str | None = None,
         expiration: float | None = None,
+        journal_index: int | None = None,
     ) -> tuple[SowRecord, SowRecord | None, Any]:
         """Merge ``doc`` into the existing record (amps-semantics.md 2.2).
 
@@ -256,7 +290,9 @@ class SowTopic:
                 stored = encode(self.message_type, merged)
             else:
                 _log.debug("SOW %r: delta for %s not mergeable; replacing", self.topic, key)
-        record = self._write(key, stored, merged, bookmark, timestamp, correlation_id, expiration)
+        record = self._write(
+            key, stored, merged, bookmark, timestamp, correlation_id, expiration, journal_index
+        )
         return record, previous, merged
 
     def _write(
@@ -268,6 +304,7 @@ class SowTopic:
         timestamp: str,
         correlation_id: str | None,
         expiration: float | None,
+        journal_index: int | None = None,
     ) -> SowRecord:
         record = SowRecord(
             key=key,
@@ -291,10 +328,16 @@ class SowTopic:
                     record.seq,
                 ),
             )
-            self._conn.commit()
+            if journal_index is not None:
+                self._conn.execute(_SET_CHECKPOINT, (self._table, journal_index))
+            if not self._batching:
+                self._conn.commit()
         except BaseException:
-            self._conn.rollback()
+            if not self._batching:  # in a batch, batch() rolls everything back
+                self._conn.rollback()
             raise
+        if journal_index is not None:
+            self._journal_index = journal_index
         self._next_seq += 1
         self._docs.pop(key, None)  # re-insert at the end: dict order tracks seq
         self._docs[key] = doc
@@ -398,6 +441,7 @@ class SowTopic:
         keys: Sequence[str] | None = None,
         data_doc: Any = None,
         sow_key: str | None = None,
+        journal_index: int | None = None,
     ) -> list[SowRecord]:
         """Delete records and return them (write order).
 
@@ -405,7 +449,8 @@ class SowTopic:
         ``keys`` (``sow_keys``), and/or the record identified by a message body
         ``data_doc`` (its key per :meth:`compute_key`, or ``sow_key`` when given;
         ``sow_key`` alone addresses that key).  With no criteria at all every
-        record is deleted (like the filter ``1=1``).  One transaction.
+        record is deleted (like the filter ``1=1``).  One transaction, which also
+        sets :attr:`journal_index` when ``journal_index`` is given.
         """
         self._check_open()
         restrict: list[str] | None = None if keys is None else list(keys)
@@ -413,7 +458,7 @@ class SowTopic:
             target = self.compute_key(data_doc, sow_key)
             restrict = [target] if restrict is None or target in restrict else []
         victims = self._fetch(self._select_keys(predicate, restrict))
-        self._remove(victims)
+        self._remove(victims, journal_index)
         return victims
 
     def expire(self, now: float) -> list[SowRecord]:
@@ -428,7 +473,7 @@ class SowTopic:
         self._remove(victims)
         return victims
 
-    def _remove(self, victims: Sequence[SowRecord]) -> None:
+    def _remove(self, victims: Sequence[SowRecord], journal_index: int | None = None) -> None:
         if not victims:
             return
         keys = [r.key for r in victims]
@@ -438,8 +483,60 @@ class SowTopic:
                 self._conn.execute(
                     f'DELETE FROM "{self._table}" WHERE k IN ({marks})', tuple(chunk)
                 )
+            if journal_index is not None:
+                self._conn.execute(_SET_CHECKPOINT, (self._table, journal_index))
+        if journal_index is not None:
+            self._journal_index = journal_index
         for key in keys:
             self._docs.pop(key, None)
+
+    # ------------------------------------------------------------------ recovery checkpoint
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Make the writes inside one transaction (recovery re-applies thousands at a time).
+
+        If anything raises, every write of the batch is rolled back (the cache is reloaded
+        from the file, :attr:`journal_index` too) and the exception propagates. Nested
+        batches are part of the outer one.
+        """
+        self._check_open()
+        if self._batching:
+            yield
+            return
+        self._batching = True
+        try:
+            yield
+            self._conn.commit()
+        except BaseException:
+            self._conn.rollback()
+            self._load_docs()
+            self._journal_index = self._load_journal_index()
+            raise
+        finally:
+            self._batching = False
+
+    @property
+    def journal_index(self) -> int:
+        """The transaction-log index this SOW's state reflects (0: none, rebuild it all).
+
+        Every journal record at or below it that touches this topic is in the stored state.
+        """
+        return self._journal_index
+
+    def set_journal_index(self, index: int) -> None:
+        """Record that the state reflects every journal record up to ``index`` (its own
+        transaction; call it when that is true, e.g. between two commands)."""
+        self._check_open()
+        if index == self._journal_index:
+            return
+        try:
+            self._conn.execute(_SET_CHECKPOINT, (self._table, index))
+            self._conn.commit()
+        except BaseException:
+            self._conn.rollback()
+            raise
+        self._journal_index = index
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -16,7 +16,10 @@ Subscription"):
 * ranges stop it (and send ``completed``) at their end, not at the catch-up; ``rate=`` paces
   it; ``pause`` holds it; subscriptions resumed together at the same point share one cursor (a
   leader and its ``members``: each record is read once and sent once, with every matching
-  ``sids``); a pin keeps the journal files it still needs from being pruned.
+  ``sids``); a pin keeps the journal files it still needs from being pruned;
+* with ``conflation=``, matching records are held per key on the journal's timeline and
+  delivered under the first record's bookmark (:mod:`.conflation`); ``persisted`` acks come from
+  the broker's periodic timer, to replays that delivered something since their last one.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from .topics import TopicMatcher, compile_topic
 
 if TYPE_CHECKING:  # pragma: no cover
     from .broker import Subscription
+    from .conflation import ReplayConflation
 
 __all__ = ["REPLAY_BACKLOG", "REPLAY_BATCH", "REPLAY_FIRST_STEP", "Replay", "ReplayError", "TxLog"]
 
@@ -61,7 +65,8 @@ REPLAY_BACKLOG: Final = 4 * 1024 * 1024
 """A replay pauses while its session has more than this many bytes waiting to be written."""
 
 PERSISTED_ACK_INTERVAL: Final = 1.0
-"""Seconds between persisted acks to a caught-up bookmark subscription."""
+"""Default seconds between persisted acks to a bookmark subscription (sent only to those that
+were delivered something since their last one)."""
 
 
 class ReplayError(Exception):
@@ -150,8 +155,11 @@ class Replay:
     """
 
     __slots__ = (
+        "acked_bm",
         "cap",
         "completed_sent",
+        "conflation",
+        "delivered",
         "done",
         "end_inclusive",
         "end_index",
@@ -161,7 +169,6 @@ class Replay:
         "heads",
         "journal",
         "last_bm",
-        "last_persisted_ack",
         "leader",
         "live",
         "members",
@@ -193,7 +200,13 @@ class Replay:
         self.want_completed_cid: str | None = None
         self.done = False
         self.last_bm: str | None = None
-        self.last_persisted_ack = 0.0
+        """Bookmark of the last record looked at (delivered or not)."""
+        self.delivered = False
+        """Something was delivered since the last persisted ack."""
+        self.acked_bm: str | None = None
+        """Bookmark of the last persisted ack sent to this subscription."""
+        self.conflation: ReplayConflation | None = None
+        """Conflation holds (options ``conflation``, ``conflation_key``)."""
         self.pin: JournalPin | None = journal.pin(self.position)
         self.rate: _Rate | None = None
         self.timer: Any = None
@@ -427,6 +440,8 @@ class Replay:
         if self.end_timer is not None:
             self.end_timer.cancel()
             self.end_timer = None
+        if self.conflation is not None:
+            self.conflation.close()
 
 
 class _Resolver:

@@ -110,7 +110,7 @@ def apply_replicated(broker: Broker, rec: ReplicatedRecord) -> ApplyOutcome:
         broker._waiting[state.name] = state  # ack_seq follows at the next durable point
     try:
         if rec.command == "sow_delete":
-            _apply_delete(broker, rec, mt)
+            _apply_delete(broker, rec, mt, record.index)
         else:
             _apply_publish(broker, rec, mt, record)
     except Exception:
@@ -175,13 +175,14 @@ def _apply_publish(broker: Broker, rec: ReplicatedRecord, mt: str, record: Journ
         timestamp=format_timestamp(now),
         correlation_id=correlation,
         expiration=expiration,
+        journal_index=record.index,
     )
     route = broker._route(mt, topic)
     if route:
         broker._deliver_sow(route, sow, sow_record, doc, prev_doc)
 
 
-def _apply_delete(broker: Broker, rec: ReplicatedRecord, mt: str) -> None:
+def _apply_delete(broker: Broker, rec: ReplicatedRecord, mt: str, journal_index: int) -> None:
     _split_list = _helpers()[2]
     try:
         matcher = compile_topic(rec.topic)
@@ -205,5 +206,6 @@ def _apply_delete(broker: Broker, rec: ReplicatedRecord, mt: str) -> None:
                 keys=keys,
                 data_doc=data_doc,
                 sow_key=sow_key if rec.payload or sow_key else None,
+                journal_index=journal_index,
             )
             broker._sow_removed(sow, gone, "deleted")

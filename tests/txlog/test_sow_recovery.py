@@ -1,0 +1,262 @@
+"""SOW topics recorded in the transaction log recover from their SOW file plus the journal's tail.
+
+Each SOW file keeps the journal index its state reflects (written with the data, and moved to
+the end of the log periodically and at shutdown); a restart re-applies only the records after
+it. In process, with exact counts (``Broker`` on a real journal and SOW file); then with real
+server processes killed with ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _txlog_support import unique, wait_until
+
+from ampsclient import Client
+from ampsclient.protocol.bookmarks import publisher_id_for
+from ampsclient.protocol.header import encode_header
+from ampsclient.stores import FilePublishStore
+from ampsclient.sync import HAClient
+from ampsclient_server_stub.config import ServerConfig, default_config
+from ampsclient_server_stub.engine.broker import Broker
+from ampsclient_server_stub.engine.journal import Journal
+from ampsclient_server_stub.engine.txlog import TxLog
+from ampsclient_server_stub.harness import ServerProcess
+
+TOPIC = "/ADMIN/bookmark_store"  # the zero config's SOW topic, keyed by /clientName, /subId
+
+
+class _Session:
+    def send(self, payload: bytes) -> None:
+        pass
+
+    def disconnect(self, reason: str) -> None:
+        pass
+
+    def start_heartbeat(self, interval: float) -> None:
+        pass
+
+
+def body(i: int, clients: int = 20, subs: int = 3) -> dict[str, Any]:
+    return {"clientName": f"c{i % clients}", "subId": f"s{i % subs}", "i": i}
+
+
+def expected_state(bodies: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    state: dict[tuple[str, str], dict[str, Any]] = {}
+    for b in bodies:
+        state[(b["clientName"], b["subId"])] = b
+    return state
+
+
+class Node:
+    """A broker on ``data_dir`` (its journal and SOW file), driven in process."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.config: ServerConfig = default_config(tcp_port=0, ws_port=0, data_dir=data_dir)
+        self.journal = Journal(data_dir / "journal", fsync="never")
+        self.broker = Broker(self.config, txlog=TxLog(self.journal))
+        self.conn = self.broker.connect(_Session())
+        self.broker.handle(self.conn, encode_header({"c": "logon", "cid": "1", "client_name": "w"}))
+
+    def publish(self, topic: str, doc: dict[str, Any]) -> None:
+        self.broker.handle(
+            self.conn, encode_header({"c": "p", "t": topic}) + json.dumps(doc).encode()
+        )
+
+    def state(self) -> dict[tuple[str, str], dict[str, Any]]:
+        sow = self.broker.sow_topic(TOPIC)
+        assert sow is not None
+        records, _ = sow.query()
+        docs = [json.loads(r.data) for r in records]
+        return {(d["clientName"], d["subId"]): d for d in docs}
+
+    def recovery(self) -> tuple[int, int]:
+        """(records read, records applied) by the recovery at construction."""
+        c = self.broker.counters
+        return c["sow_recovery_read"], c["sow_recovery_applied"]
+
+    def crash(self) -> None:
+        """Stop without the shutdown checkpoint (the data itself is committed as it goes)."""
+        for sow in self.broker.sow_topics:
+            sow.close()
+        self.journal.close()
+
+    def close(self) -> None:
+        self.broker.close()
+        self.journal.close()
+
+
+def test_a_restart_reads_only_the_journal_after_the_sow_checkpoint(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    bodies = [body(i) for i in range(500)]
+    for b in bodies:
+        node.publish(TOPIC, b)
+    for i in range(300):  # another topic fills the log after the last SOW write
+        node.publish("noise", {"n": i})
+    before = node.state()
+    assert before == expected_state(bodies)
+    node.crash()
+
+    node = Node(tmp_path)
+    assert node.recovery() == (300, 0)  # the 300 noise records, nothing to apply
+    assert node.state() == before
+    node.close()  # a clean shutdown moves the checkpoint to the end of the log
+
+    node = Node(tmp_path)
+    assert node.recovery() == (0, 0)
+    assert node.state() == before
+    node.crash()
+
+    for path in (tmp_path / "sow").glob("bookmark_store.sqlite*"):
+        path.unlink()  # the SOW file is lost: rebuilt from the whole journal
+    node = Node(tmp_path)
+    assert node.recovery() == (800, 500)
+    assert node.state() == before
+    node.close()
+
+
+def test_records_the_sow_has_not_seen_are_applied_in_log_order(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    first = [body(i) for i in range(200)]
+    for b in first:
+        node.publish(TOPIC, b)
+    node.close()
+
+    # records journaled but never applied (as when a server dies between the two)
+    pid = publisher_id_for("elsewhere")
+    tail = [body(i) for i in range(200, 260)]
+    with Journal(tmp_path / "journal", fsync="never") as journal:
+        seq = 0
+        for b in tail[:30]:
+            seq += 1
+            journal.append(
+                publisher_id=pid,
+                sequence=seq,
+                topic=TOPIC,
+                command="p",
+                payload=json.dumps(b).encode(),
+                fields={"mt": "json"},
+            )
+        seq += 1
+        journal.append(
+            publisher_id=pid,
+            sequence=seq,
+            topic=TOPIC,
+            command="sow_delete",
+            payload=b"",
+            fields={"mt": "json", "filter": "/clientName = 'c3'"},
+        )
+        for b in tail[30:]:
+            seq += 1
+            journal.append(
+                publisher_id=pid,
+                sequence=seq,
+                topic=TOPIC,
+                command="p",
+                payload=json.dumps(b).encode(),
+                fields={"mt": "json"},
+            )
+        journal.sync()
+
+    node = Node(tmp_path)
+    assert node.recovery() == (61, 61)
+    state = expected_state(first + tail[:30])
+    state = {k: v for k, v in state.items() if k[0] != "c3"}
+    state.update(expected_state(tail[30:]))
+    assert node.state() == state
+    assert node.broker.recover_sow_from_journal() == 0  # nothing behind any more
+    node.close()
+
+
+# --------------------------------------------------------------------------- kill -9
+
+
+def sow_query(uri: str) -> dict[tuple[str, str], dict[str, Any]]:
+    with Client(unique("q")) as client:
+        client.connect(uri)
+        client.logon(5000)
+        stream: Any = client.sow(TOPIC, timeout=10_000)
+        docs = [m.json() for m in stream if m.get_command() == "sow"]
+    return {(d["clientName"], d["subId"]): d for d in docs}
+
+
+def last_recovery(server: ServerProcess) -> tuple[int, int]:
+    """(read, applied) from the server's last ``SOW recovery`` log line."""
+    lines = [line for line in server.stderr_lines if "SOW recovery:" in line]
+    assert lines, "no recovery line in the server log"
+    match = re.search(r"(\d+) journal record\(s\) read from index \d+, (\d+) applied", lines[-1])
+    assert match is not None, lines[-1]
+    return int(match.group(1)), int(match.group(2))
+
+
+def ha_client(name: str, store_dir: Path, uri: str) -> HAClient:
+    client = HAClient(name, FilePublishStore(store_dir, fsync="interval"))
+    client.get_server_chooser().add(uri)
+    client.set_reconnect_delay(20)
+    client.connect_and_logon()
+    return client
+
+
+@pytest.mark.integration
+def test_acknowledged_sow_writes_survive_kill_9_and_recovery_reads_only_the_tail(
+    tmp_path: Path,
+) -> None:
+    total, clients, subs = 6000, 50, 7
+    name = unique("sow-writer")
+    store_dir = tmp_path / "store"
+    bodies = [body(i, clients, subs) for i in range(total)]
+    with ServerProcess(data_dir=tmp_path / "server") as server:
+        uri = server.uri()
+        client = ha_client(name, store_dir, uri)
+        store = client.publish_store
+        seqs: list[int] = []
+
+        def publish_all() -> None:
+            for b in bodies:
+                seqs.append(client.publish(TOPIC, json.dumps(b)))
+
+        writer = threading.Thread(target=publish_all)
+        writer.start()
+        wait_until(
+            lambda: len(seqs) > total // 3 and store.last_persisted >= seqs[total // 3], 60, "acks"
+        )
+        server.kill()  # mid-stream
+        wait_until(lambda: not client.logged_on, 10, "client notices the crash")
+        acked = store.last_persisted
+        writer.join(60)
+        client.close(timeout=0)
+        store.close()
+        acked_i = seqs.index(acked)  # bodies[0..acked_i] were acknowledged as persisted
+
+        server.start()
+        assert last_recovery(server) == (0, 0)  # the SOW file was up to date: no replay
+        state = sow_query(uri)
+        for i in range(acked_i + 1):  # every acknowledged write's latest state is there...
+            key = (bodies[i]["clientName"], bodies[i]["subId"])
+            assert key in state and state[key]["i"] >= i
+        for key, doc in state.items():  # ...and nothing that was never published
+            assert doc == bodies[doc["i"]] and key == (doc["clientName"], doc["subId"])
+
+        # the publisher comes back: the rest goes out once, and the SOW ends as the fold of all
+        client = ha_client(name, store_dir, uri)
+        try:
+            client.publish_flush(60_000)
+            for n in range(200):  # then another topic fills the journal's tail
+                client.publish(unique("noise"), json.dumps({"n": n}))
+            client.publish_flush(60_000)
+        finally:
+            client.close()
+            client.publish_store.close()
+        final = expected_state(bodies)
+        assert sow_query(uri) == final
+
+        server.kill()
+        server.start()
+        read, applied = last_recovery(server)
+        assert read <= 200 and applied == 0  # at most the noise after the last checkpoint
+        assert sow_query(uri) == final
