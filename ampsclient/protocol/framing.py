@@ -79,21 +79,33 @@ class TcpFramer:
         Raises:
             FrameTooLargeError: a length prefix exceeds ``max_frame_size``.
         """
-        buf = self._buf
-        if buf:
-            # join the held tail with the new bytes once, then slice bytes (one copy per frame)
-            buf += data
-            view = bytes(buf)
-            buf.clear()
-        elif type(data) is bytes:
-            view = data
-        else:
-            view = bytes(data)
+        view = data if type(data) is bytes else bytes(data)
         end = len(view)
         pos = 0
         ready = self._ready
         append = ready.append
         limit = self._max
+        buf = self._buf
+        if buf:
+            # Complete the frame held from the last call with just the bytes it lacks: the
+            # rest of ``view`` is sliced in place (no join of the tail with a whole new chunk,
+            # and a large frame arriving in many pieces is appended, never re-copied).
+            if len(buf) < 4:
+                pos = min(4 - len(buf), end)
+                buf += view[:pos]
+                if len(buf) < 4:
+                    return
+            (n,) = _unpack_len(buf, 0)
+            if n > limit:
+                raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
+            missing = 4 + n - len(buf)
+            if missing > end - pos:
+                buf += view[pos:] if pos else view
+                return
+            buf += view[pos : pos + missing]
+            append(bytes(buf[4:]))
+            buf.clear()
+            pos += missing
         while end - pos >= 4:
             (n,) = _unpack_len(view, pos)
             if n > limit:

@@ -174,6 +174,27 @@ def test_tcp_framer_rejects_oversized_before_buffering() -> None:
     framer = TcpFramer(max_frame_size=100)
     framer.receive_data(struct.pack(">I", 100) + b"x" * 100)
     assert framer.frames() == [b"x" * 100]
+    # a length prefix split across reads is checked as soon as its fourth byte arrives
+    framer = TcpFramer(max_frame_size=100)
+    framer.receive_data(tcp_frame(b"ok") + struct.pack(">I", 101)[:2])
+    assert framer.frames() == [b"ok"]
+    with pytest.raises(FrameTooLargeError):
+        framer.receive_data(struct.pack(">I", 101)[2:])
+
+
+def test_tcp_framer_large_frame_in_many_pieces_of_any_buffer_type() -> None:
+    big = bytes(range(256)) * 4096  # 1 MiB
+    raw = tcp_frame(b"a") + tcp_frame(big) + tcp_frame(b"z")
+    framer = TcpFramer()
+    got: list[bytes] = []
+    kinds = (bytes, bytearray, memoryview)
+    for i, pos in enumerate(range(0, len(raw), 4093)):
+        framer.receive_data(kinds[i % 3](raw[pos : pos + 4093]))
+        got.extend(framer.frames())
+        assert framer.buffered < 4 + len(big)
+    assert got == [b"a", big, b"z"]
+    assert all(type(p) is bytes for p in got)
+    assert framer.buffered == 0
 
 
 @given(st.lists(st.binary(max_size=50), max_size=8), st.data())
