@@ -620,7 +620,9 @@ class AsyncClient:
         ``data`` may be ``bytes``, ``str``, or an object encoded for the connection's message
         type (JSON for ``json``, msgpack for ``msgpack``).
         """
-        if type(data) is not bytes:
+        if type(data) is str:
+            data = data.encode()
+        elif type(data) is not bytes:
             data = self._encode_data(data)
         if expiration is None is correlation_id is sow_key:
             cached = self._pub_prefix.get(topic)
