@@ -1046,7 +1046,7 @@ class AsyncClient:
             message._hdr = message._data = message._bm = None
             message._body = -1
             try:
-                if route[2] and payload[length : length + 7] == _BM_NEXT:
+                if route[2] and payload.startswith(_BM_NEXT, length):
                     end = payload.find(b'"', length + 7)
                     if end > 0:
                         message._bm = payload[length + 7 : end].decode()
