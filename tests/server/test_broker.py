@@ -21,26 +21,9 @@ from ampsclient_server_stub.engine.broker import (
     Connection,
 )
 from ampsclient_server_stub.engine.topics import compile_topic, is_regex_topic
+from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 Frame = tuple[dict[str, Any], bytes]
-
-
-class FakeSession:
-    """Captures what the broker sends; records disconnects and heartbeat requests."""
-
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-        self.closed: str | None = None
-        self.heartbeat: float | None = None
-
-    def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
-
-    def disconnect(self, reason: str) -> None:
-        self.closed = reason
-
-    def start_heartbeat(self, interval: float) -> None:
-        self.heartbeat = interval
 
 
 class _Handle:

@@ -18,7 +18,7 @@ import pytest
 
 from ampsclient import Client, Command, Message
 from ampsclient.exceptions import InvalidOptionsError
-from ampsclient.protocol.header import decode_header, encode_header
+from ampsclient.protocol.header import encode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import SowTopicConfig, default_config
 from ampsclient_server_stub.engine.broker import Broker, Connection
@@ -29,6 +29,7 @@ from ampsclient_server_stub.engine.conflation import (
     parse_conflation,
 )
 from ampsclient_server_stub.engine.sow import SowTopic
+from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 # --------------------------------------------------------------------------- parsing
 
@@ -97,31 +98,6 @@ def test_a_dropped_key_held_again_keeps_its_new_deadline() -> None:
 
 
 # --------------------------------------------------------------------------- broker, manual time
-
-
-class FakeSession:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
-
-    def disconnect(self, reason: str) -> None:
-        pass
-
-    def start_heartbeat(self, interval: float) -> None:
-        pass
-
-    def frames(self, command: str = "p") -> list[tuple[dict[str, Any], bytes]]:
-        out = []
-        for payload in self.sent:
-            hdr, end = decode_header(payload)
-            if hdr.get("c") == command:
-                out.append((hdr, payload[end:]))
-        return out
-
-    def bodies(self, command: str = "p") -> list[Any]:
-        return [json.loads(body) for _, body in self.frames(command)]
 
 
 class _Timer:

@@ -32,6 +32,7 @@ from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 Connect = Callable[..., Client]
 
@@ -106,26 +107,6 @@ def settle(server: ServerThread, *clients: Client) -> None:
     wait_durable(server)
     for client in clients:
         client.flush(10_000)
-
-
-class FakeSession:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
-
-    def disconnect(self, reason: str) -> None:
-        pass
-
-    def start_heartbeat(self, interval: float) -> None:
-        pass
-
-    def backlog(self) -> int:
-        return 0
-
-    def deliveries(self) -> list[dict[str, Any]]:
-        return [h for h, _ in (decode_header(p) for p in self.sent) if h.get("c") == "p"]
 
 
 # --------------------------------------------------------------------------- the forms

@@ -21,13 +21,14 @@ from _txlog_support import Inbox, unique
 
 from ampsclient import Client, Command
 from ampsclient.protocol.bookmarks import publisher_id_for
-from ampsclient.protocol.header import decode_header, encode_header
+from ampsclient.protocol.header import encode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import SowTopicConfig, default_config
 from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.sow import SowTopic
 from ampsclient_server_stub.engine.txlog import TxLog
+from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 FEED = "feed"
 PID = publisher_id_for(FEED)
@@ -212,28 +213,6 @@ def test_persisted_acks_of_a_conflated_replay_cover_what_was_delivered(
 
 
 # --------------------------------------------------------------------------- manual time
-
-
-class FakeSession:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
-
-    def disconnect(self, reason: str) -> None:
-        pass
-
-    def start_heartbeat(self, interval: float) -> None:
-        pass
-
-    def headers(self, command: str, ack: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for payload in self.sent:
-            hdr, _ = decode_header(payload)
-            if hdr.get("c") == command and (ack is None or hdr.get("a") == ack):
-                out.append(hdr)
-        return out
 
 
 class _Timer:

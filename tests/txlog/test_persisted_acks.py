@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from _txlog_support import Inbox, journal_config, unique, wait_durable
 
 from ampsclient import Client, Command, Message
-from ampsclient.protocol.header import decode_header, encode_header
+from ampsclient.protocol.header import encode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
+from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 pytestmark = pytest.mark.integration
 
@@ -165,28 +165,6 @@ def test_acks_go_only_to_subscriptions_delivered_something_since_their_last(
     # the quiet subscription's ack is exactly its message: later records are not delivered
     quiet_message = next(m for m in box.messages if m.get_sub_id() == "quiet")
     assert quiet_acks[0].get_bookmark() == quiet_message.get_bookmark()
-
-
-class FakeSession:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
-
-    def disconnect(self, reason: str) -> None:
-        pass
-
-    def start_heartbeat(self, interval: float) -> None:
-        pass
-
-    def headers(self, command: str, ack: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for payload in self.sent:
-            hdr, _ = decode_header(payload)
-            if hdr.get("c") == command and (ack is None or hdr.get("a") == ack):
-                out.append(hdr)
-        return out
 
 
 def test_a_live_subscription_is_acked_only_once_what_it_got_is_durable(tmp_path: Path) -> None:
