@@ -76,6 +76,7 @@ _LOCK_NAME: Final = "lock"
 _REC = struct.Struct(">II")  # body length, crc32(body)
 _REC_SIZE: Final = _REC.size
 _HEAD8 = struct.Struct(">BBQBB")  # msgpack: fixarray(2), uint64 sequence, bin8 length
+_REC_HEAD8 = struct.Struct(">IIBBQBB")  # _REC then _HEAD8, packed at once
 _crc32 = zlib.crc32
 _HEAD16 = struct.Struct(">BBQBH")  # ... bin16
 _HEAD32 = struct.Struct(">BBQBI")  # ... bin32
@@ -867,8 +868,8 @@ class FilePublishStore(IndexedPublishStore):
             payload = head + b"%d" % s + tail
             n = len(payload)
             if n < 0x100:  # _store_record inlined for the common size
-                rhead = _HEAD8.pack(0x92, 0xCF, s, 0xC4, n)
-                record = _REC.pack(n + 12, _crc32(payload, _crc32(rhead))) + rhead + payload
+                crc = _crc32(payload, _crc32(_HEAD8.pack(0x92, 0xCF, s, 0xC4, n)))
+                record = _REC_HEAD8.pack(n + 12, crc, 0x92, 0xCF, s, 0xC4, n) + payload
             else:
                 record = _store_record(s, payload)
             # _append inlined
