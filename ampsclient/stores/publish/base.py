@@ -412,6 +412,42 @@ class IndexedPublishStore(PublishStore):
 
     # ------------------------------------------------------------------ read side
 
+    def _record_discard(self, kind: bytes, sequence: int) -> None:
+        """Hook: a discard happened (``b"d"``: up to ``sequence``; ``b"x"``: that one
+        message). The file store records it; the memory store has nothing to do. Lock held."""
+
+    def discard_up_to(self, sequence: int) -> int:
+        """Drop every message ``<= sequence`` (a persisted ack); returns how many."""
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            if sequence <= self._last_persisted:
+                if 0 < sequence < self._last_persisted:
+                    self._gap(sequence)
+                return 0
+            self._record_discard(b"d", sequence)
+            self._last_persisted = sequence
+            if sequence >= self._next:
+                self._next = sequence + 1
+            dropped = 0
+            if self._count and sequence >= self._first:
+                dropped = self._index_drop_through(sequence)[0]
+                self._discarded_total += dropped
+                if self._waiters:
+                    self._cond.notify_all()
+            return dropped
+
+    def discard(self, sequence: int) -> bool:
+        """Drop one message (a failed publish); ``True`` if it was stored."""
+        with self._lock:
+            self._check_open()
+            if not self._index_drop_one(sequence):
+                return False
+            self._record_discard(b"x", sequence)
+            self._discarded_total += 1
+            self._wake()
+            return True
+
     def next_sequence(self) -> int:
         """The sequence number the next :meth:`store` will assign (a peek)."""
         return self._next

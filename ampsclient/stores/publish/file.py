@@ -928,47 +928,15 @@ class FilePublishStore(IndexedPublishStore):
             self._sync_to(generation)
         return list(range(s, s + n))
 
-    def _append_control(self, kind: bytes, sequence: int) -> None:
-        """Record a discard; an I/O error is logged, not raised (it only costs a duplicate
-        replay after a restart)."""
+    def _record_discard(self, kind: bytes, sequence: int) -> None:
+        """Record a discard (no fsync); an I/O error is logged, not raised (it only costs a
+        duplicate replay after a restart)."""
         if self._broken is not None:
             return
         try:
             self._append(_control_record(kind, sequence))
         except StoreError:
             logger.exception("publish store %s: could not record a discard", self._dir)
-
-    def discard_up_to(self, sequence: int) -> int:
-        """Drop every message ``<= sequence`` and record it (no fsync); returns how many."""
-        with self._lock:
-            if self._closed:
-                self._check_open()
-            if sequence <= self._last_persisted:
-                if 0 < sequence < self._last_persisted:
-                    self._gap(sequence)
-                return 0
-            self._append_control(b"d", sequence)
-            self._last_persisted = sequence
-            if sequence >= self._next:
-                self._next = sequence + 1
-            dropped = 0
-            if self._count and sequence >= self._first:
-                dropped = self._index_drop_through(sequence)[0]
-                self._discarded_total += dropped
-                if self._waiters:
-                    self._cond.notify_all()
-            return dropped
-
-    def discard(self, sequence: int) -> bool:
-        """Drop one message (a failed publish) and record it; ``True`` if it was stored."""
-        with self._lock:
-            self._check_open()
-            if not self._index_drop_one(sequence):
-                return False
-            self._append_control(b"x", sequence)
-            self._discarded_total += 1
-            self._wake()
-            return True
 
     def close(self) -> None:
         """Sync (unless ``"never"``), write the state file and release the directory.

@@ -92,36 +92,6 @@ class MemoryPublishStore(IndexedPublishStore):
             self._next = s + n
             return list(range(s, s + n))
 
-    def discard_up_to(self, sequence: int) -> int:
-        """Drop every message ``<= sequence`` (a persisted ack); returns how many."""
-        with self._lock:
-            if self._closed:
-                self._check_open()
-            if sequence <= self._last_persisted:
-                if 0 < sequence < self._last_persisted:
-                    self._gap(sequence)
-                return 0
-            self._last_persisted = sequence
-            if sequence >= self._next:
-                self._next = sequence + 1
-            dropped = 0
-            if self._count and sequence >= self._first:
-                dropped = self._index_drop_through(sequence)[0]
-                self._discarded_total += dropped
-                if self._waiters:
-                    self._cond.notify_all()
-            return dropped
-
-    def discard(self, sequence: int) -> bool:
-        """Drop one message (a failed publish); ``True`` if it was stored."""
-        with self._lock:
-            self._check_open()
-            if not self._index_drop_one(sequence):
-                return False
-            self._discarded_total += 1
-            self._wake()
-            return True
-
     def close(self) -> None:
         """Mark the store closed: later stores and discards raise ``StoreError``.
 
