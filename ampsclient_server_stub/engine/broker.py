@@ -741,6 +741,163 @@ class Broker:
         except Exception as exc:
             self._failed(conn, hdr, exc)
 
+    def handle_many(self, conn: Connection, payloads: Sequence[bytes]) -> None:
+        """:meth:`handle` for each of ``payloads`` in order (what one read from a connection
+        brought). Runs of consecutive sequenced plain publishes (our HAClient's
+        ``{"c":"p","s":N,"a":"persisted","t":"T"}BODY``) are journaled as one batch
+        (:meth:`_publish_run`), with the same semantics as one :meth:`handle` each."""
+        n = len(payloads)
+        i = 0
+        handle = self.handle
+        while i < n:
+            if conn.closed:
+                return
+            payload = payloads[i]
+            if n - i > 1 and conn.logged_on and payload.startswith(_FAST_SEQ):
+                j = self._publish_run(conn, payloads, i)
+                if j > i:
+                    i = j
+                    continue
+            handle(conn, payload)
+            i += 1
+
+    @staticmethod
+    def _parse_seq_publish(payload: bytes) -> tuple[str, int, int] | None:
+        """``(topic, sequence, body offset)`` of a fast-shaped sequenced publish, else None."""
+        i = payload.find(_FAST_SEQ_MID, _FAST_SEQ_LEN, _FAST_SEQ_LEN + 21 + _FAST_SEQ_MID_LEN)
+        if i <= _FAST_SEQ_LEN:
+            return None
+        t0 = i + _FAST_SEQ_MID_LEN
+        j = payload.find(b'"', t0)
+        if (
+            j > t0
+            and len(payload) > j + 1
+            and payload[j + 1] == _CLOSE_BRACE
+            and payload[_FAST_SEQ_LEN:i].isdigit()
+            and payload.find(b"\\", t0, j) < 0
+        ):
+            try:
+                return payload[t0:j].decode(), int(payload[_FAST_SEQ_LEN:i]), j + 2
+            except UnicodeDecodeError:
+                return None
+        return None
+
+    def _publish_run(self, conn: Connection, payloads: Sequence[bytes], start: int) -> int:
+        """Handle the run of sequenced plain publishes at ``payloads[start:]``; returns the
+        position after the last one handled (``start`` when there is no run to batch).
+
+        Publishes to recorded, non-SOW topics are appended with one
+        :meth:`Journal.append_many` (one timestamp for the batch), followed by one group commit
+        request, one live-replay pump and one persisted-ack bookkeeping entry (its last
+        ``(index, sequence)``: the ack waits for the commit covering the whole batch). Plain
+        subscribers get each message, in order, after the batch is journaled. Anything else
+        in the run (duplicates, SOW or unrecorded topics, entitlement refusals) is handled as
+        one :meth:`handle` would, after what was batched before it.
+        """
+        txlog = self.txlog
+        state = conn.state
+        if txlog is None or state is None:
+            return start
+        mt = conn.mt
+        guard = self.guard
+        parse = self._parse_seq_publish
+        records = txlog.records
+        sow_names = self._sow_by_name
+        batch: list[tuple[int, str, bytes]] = []
+        add = batch.append
+        last_seq = state.last_seq
+        n = len(payloads)
+        i = start
+        while i < n:
+            payload = payloads[i]
+            if not payload.startswith(_FAST_SEQ):
+                break
+            parsed = parse(payload)
+            if parsed is None:
+                break
+            topic, seq, end = parsed
+            if seq > last_seq and topic not in sow_names and records(mt, topic):
+                if guard is not None:
+                    try:
+                        guard.check_write(conn, topic)
+                    except Exception as exc:
+                        self._commit_run(conn, batch)
+                        batch = []
+                        add = batch.append
+                        self._failed(conn, {"c": "p", "t": topic, "s": seq, "a": "persisted"}, exc)
+                        i += 1
+                        if conn.closed:
+                            return i
+                        continue
+                add((seq, topic, payload[end:]))
+                last_seq = seq
+            else:  # duplicate, SOW topic, unrecorded topic: exactly the one-by-one path
+                self._commit_run(conn, batch)
+                batch = []
+                add = batch.append
+                try:
+                    self._sequenced_publish(conn, topic, seq, payload, end)
+                except Exception as exc:
+                    self._failed(conn, {"c": "p", "t": topic, "s": seq, "a": "persisted"}, exc)
+                last_seq = state.last_seq
+                if conn.closed:
+                    return i + 1
+            i += 1
+        self._commit_run(conn, batch)
+        return i
+
+    def _commit_run(self, conn: Connection, batch: list[tuple[int, str, bytes]]) -> None:
+        """Journal, acknowledge (once durable) and route a batch from :meth:`_publish_run`."""
+        if not batch:
+            return
+        txlog = self.txlog
+        state = conn.state
+        assert txlog is not None and state is not None
+        mt = conn.mt
+        pid = state.publisher_id
+        journal = txlog.journal
+        before = journal.last_index
+        try:
+            first, _ts = journal.append_many(pid, "p", batch, _MT_FIELDS.get(mt) or {"mt": mt})
+        except Exception as exc:
+            if journal.last_index != before:  # pragma: no cover - partly written: all failed
+                logger.exception("journal append failed for %r", conn)
+                for seq, topic, _data in batch:
+                    self._failed(
+                        conn,
+                        {"c": "p", "t": topic, "s": seq, "a": "persisted"},
+                        CommandFailure("tx store failure", str(exc)),
+                    )
+                return
+            # nothing stored: one by one, for each message's own outcome
+            for seq, topic, data in batch:
+                payload = b"{}" + data
+                try:
+                    self._sequenced_publish(conn, topic, seq, payload, 2)
+                except Exception as exc2:
+                    self._failed(conn, {"c": "p", "t": topic, "s": seq, "a": "persisted"}, exc2)
+                if conn.closed:
+                    return
+            return
+        count = len(batch)
+        self.counters["publishes"] += count
+        last = batch[-1][0]
+        state.last_seq = last
+        conn.persist_pending = True
+        state.durable_wait.append((first + count - 1, last))
+        self._waiting[state.name] = state
+        self.request_sync()
+        if self._live:
+            for replay in list(self._live):
+                self._pump(replay)
+        routes = self._routes
+        for seq, topic, data in batch:
+            route = routes.get((mt, topic))
+            if route is None:
+                route = self._route(mt, topic)
+            if route:
+                self._deliver_plain(route, topic, data, None, mt, f"{pid}|{seq}|")
+
     def _failed(self, conn: Connection, hdr: Header, exc: Exception) -> None:
         self.counters["failures"] += 1
         if isinstance(exc, CommandFailure):
@@ -1057,6 +1214,9 @@ class Broker:
         )
         want_topic = matcher.topic
         want_mt = sub.message_type
+        fast = simple and not has_end and rate is None and not sub.timestamp
+        read_blocks = replay.journal.read_blocks
+        block_frames = replay.block_frames
         while replay.position <= limit:
             if budget <= 0:
                 self._pump_later(replay, 0.0)
@@ -1068,6 +1228,22 @@ class Broker:
                 self._sync_members(replay)
                 return
             count = min(REPLAY_BATCH, limit - replay.position + 1, budget)
+            if fast:
+                # plain replay: frames straight from the journal's bytes (Replay.block_frames)
+                blocks = read_blocks(replay.position, max_records=count)
+                if not blocks:
+                    break
+                pid = seq = 0
+                for block in blocks:
+                    pid, seq, _sent = block_frames(block, out)
+                if out:
+                    replay.delivered = True
+                    send_many(out)
+                    out = []
+                replay.last_bm = f"{pid}|{seq}|"
+                budget -= sum(block[3] for block in blocks)
+                replay.advance(blocks[-1][2] + blocks[-1][3])
+                continue
             rows = read_rows(replay.position, max_records=count)
             if not rows:
                 break

@@ -86,6 +86,7 @@ __all__ = [
     "JournalInUseError",
     "JournalPin",
     "JournalRecord",
+    "RawBlock",
     "RecordRow",
     "SegmentInfo",
     "SequenceOrderError",
@@ -97,6 +98,10 @@ FsyncPolicy: TypeAlias = Literal["always", "interval", "never"]
 RecordRow: TypeAlias = tuple[int, int, int, int, str, str, bytes, dict[str, str | int], int]
 """A record as :meth:`Journal.read_rows` returns it: ``(index, publisher_id, sequence,
 timestamp, command, topic, payload, fields, size on disk)``."""
+
+RawBlock: TypeAlias = tuple[bytes, int, int, int, Path]
+"""Undecoded records as :meth:`Journal.read_blocks` returns them: ``(data, offset in the
+segment, first index, record count, segment path)``."""
 
 DEFAULT_JOURNAL_SIZE: Final = 64 * 1024 * 1024
 COMMANDS: Final = frozenset({"p", "delta_publish", "sow_delete"})
@@ -117,6 +122,8 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 _time_ns = time.time_ns
 _frame_pack = FRAME.pack
 _fixed_pack = FIXED.pack
+_BIN8: Final = tuple(b"\xc4" + bytes((n,)) for n in range(256))
+"""msgpack ``bin 8`` headers by length (payloads under 256 bytes, the usual case)."""
 
 
 class JournalError(Exception):
@@ -818,6 +825,146 @@ class Journal:
             self._complete_seals()
         return _make_record(index, publisher_id, sequence, ts, command, topic, payload, fdict)
 
+    def append_many(
+        self,
+        publisher_id: int,
+        command: str,
+        records: Sequence[tuple[int, str, bytes]],
+        fields: Mapping[str, str | int] | None = None,
+    ) -> tuple[int, int]:
+        """Append several records of one publisher at once (the broker's publish batches).
+
+        Same on-disk bytes and checks as one :meth:`append` per record, but one lock round,
+        one timestamp for the whole batch, precomputed msgpack pieces and no
+        :class:`JournalRecord` objects. Every record is validated before anything is
+        appended: on an error nothing of the batch is stored.
+
+        Args:
+            publisher_id: unsigned 64-bit publisher id.
+            command: one of :data:`COMMANDS`, shared by every record.
+            records: ``(sequence, topic, payload)`` per record, sequences strictly increasing
+                and above :meth:`last_sequence`.
+            fields: extra header fields shared by every record.
+
+        Returns:
+            ``(first index, timestamp)``: the records got consecutive indexes from the first.
+
+        Raises:
+            SequenceOrderError: a sequence is not above the previous one.
+            ValueError: a bad command, publisher id or sequence.
+            JournalClosedError: the journal is closed (or read-only).
+        """
+        if command not in COMMANDS:
+            raise ValueError(
+                f"cannot journal command {command!r}; expected one of {sorted(COMMANDS)}"
+            )
+        if not 0 <= publisher_id < _UINT64:
+            raise ValueError(f"publisher_id must be unsigned 64-bit: {publisher_id!r}")
+        if not records:
+            return self._last_index + 1, self._last_ts
+        # the msgpack array [command, topic, payload, fields] is built from precomputed pieces:
+        # b"\x94" + str(command) + str(topic) + bin header + payload + map(fields)
+        fields_b = _packb(dict(fields) if fields else {})
+        cmd_b = b"\x94" + _packb(command)
+        prefixes: dict[str, bytes] = {}
+        tails: list[bytes] = []
+        add_tail = tails.append
+        join = b"".join
+        bin8 = _BIN8
+        for _seq, topic, payload in records:
+            prefix = prefixes.get(topic)
+            if prefix is None:
+                prefix = prefixes[topic] = cmd_b + _packb(topic)
+            n = len(payload)
+            if n < 256:
+                add_tail(join((prefix, bin8[n], payload, fields_b)))
+            else:
+                add_tail(join((prefix, _packb(bytes(payload)), fields_b)))
+        rotated = False
+        with self._lock:
+            if self._closed or self._read_only:
+                raise JournalClosedError(
+                    "journal is closed" if self._closed else "journal is open read-only"
+                )
+            last_seq = self._last_seq
+            prev = last_seq.get(publisher_id, 0)
+            for seq, _topic, _payload in records:
+                if seq <= prev:
+                    raise SequenceOrderError(
+                        f"publisher {publisher_id}: sequence {seq} is not above the last stored "
+                        f"{prev}"
+                    )
+                prev = seq
+            if prev >= _UINT64:
+                raise ValueError(f"sequence must be unsigned 64-bit: {prev!r}")
+            ts = _time_ns() // 1000
+            if ts < self._last_ts:
+                ts = self._last_ts
+            first = index = self._last_index + 1
+            buf = self._buf
+            seg = self._active
+            size = seg.size
+            limit = self._journal_size
+            offsets: list[int] = []
+            seqs: list[int] = []
+            seg_first = index
+            fixed_pack = _fixed_pack
+            frame_pack = _frame_pack
+            crc32 = _crc32
+            for (seq, _topic, _payload), tail in zip(records, tails, strict=True):
+                head = fixed_pack(index, ts, publisher_id, seq)
+                body_len = len(head) + len(tail)
+                buf += frame_pack(body_len, crc32(tail, crc32(head)))
+                buf += head
+                buf += tail
+                offsets.append(size)
+                seqs.append(seq)
+                size += body_len + 8
+                index += 1
+                if size >= limit:  # rotate inside the batch, exactly where append() would
+                    self._columns_add(seg, publisher_id, offsets, seqs, seg_first, ts, size)
+                    last_seq[publisher_id] = seq
+                    self._last_index = index - 1
+                    self._last_ts = ts
+                    self._rotate()
+                    rotated = rotated or len(self._pending) > _MAX_PENDING_SEALS
+                    seg = self._active
+                    size = seg.size
+                    offsets = []
+                    seqs = []
+                    seg_first = index
+            if offsets:
+                self._columns_add(seg, publisher_id, offsets, seqs, seg_first, ts, size)
+            last_seq[publisher_id] = prev
+            self._last_index = index - 1
+            self._last_ts = ts
+            if len(buf) >= _WRITE_AT:
+                self._write_out()
+        if rotated:  # the sync thread is not keeping up with sealing: do it here (bounds memory)
+            self._complete_seals()
+        return first, ts
+
+    @staticmethod
+    def _columns_add(
+        seg: _MemSegment,
+        publisher_id: int,
+        offsets: list[int],
+        seqs: list[int],
+        first_index: int,
+        ts: int,
+        size: int,
+    ) -> None:
+        """Add a run of one publisher's records to the active segment's columns (lock held)."""
+        n = len(offsets)
+        seg.offsets.extend(offsets)
+        seg.timestamps.extend(array("Q", (ts,)) * n)
+        pub = seg.pubs.get(publisher_id)
+        if pub is None:
+            pub = seg.pubs[publisher_id] = (array("Q"), array("Q"))
+        pub[0].extend(seqs)
+        pub[1].extend(range(first_index, first_index + n))
+        seg.size = size
+
     def _write_out(self) -> None:
         """Write the append buffer to the active segment file (lock held)."""
         buf = self._buf
@@ -1163,6 +1310,25 @@ class Journal:
         self._read_into(out, from_index, max_records, max_bytes, True)
         return out
 
+    def read_blocks(
+        self,
+        from_index: int,
+        *,
+        max_records: int = 1000,
+        max_bytes: int = _DEFAULT_MAX_BYTES,
+    ) -> list[RawBlock]:
+        """The bytes of the records :meth:`read` would return, undecoded, for hot loops that
+        decode (and verify: use :func:`.journal_format.decode_records` or the same checks)
+        themselves: ``(data, offset in the segment, first index, record count, segment path)``
+        per segment touched, in log order."""
+        for _attempt in range(3):
+            try:
+                return self._read_blocks(from_index, max_records, max_bytes)
+            except FileNotFoundError:
+                # a segment was pruned or compressed (renamed) after we looked it up
+                pass
+        return self._read_blocks(from_index, max_records, max_bytes)
+
     def _read_into(
         self,
         out: list[Any],
@@ -1171,12 +1337,33 @@ class Journal:
         max_bytes: int,
         rows: bool,
     ) -> None:
+        for data, begin, first, n, path in self._read_blocks(
+            from_index, max_records - len(out), max_bytes
+        ):
+            if rows:
+                out.extend(decode_records(data, begin, first, n, path))
+            else:
+                for idx, pid, seq, ts, cmd, topic, payload, fields, _size in decode_records(
+                    data, begin, first, n, path
+                ):
+                    out.append(_make_record(idx, pid, seq, ts, cmd, topic, payload, fields))
+
+    def _read_blocks(
+        self,
+        from_index: int,
+        max_records: int,
+        max_bytes: int,
+    ) -> list[RawBlock]:
+        """Raw blocks from ``from_index`` (see :meth:`read_blocks`)."""
+        blocks: list[RawBlock] = []
+        if max_records <= 0:
+            return blocks
         with self._lock:
             self._check_open()
             start = max(from_index, self._segments[0].first_index)
             last = self._last_index
             if start > last:
-                return
+                return blocks
             if self._buf:
                 self._write_out()
             pos = bisect_right(self._firsts, start) - 1
@@ -1185,8 +1372,9 @@ class Journal:
             active_size = active.size
         budget = max_bytes
         index = start
+        got = 0
         for seg in segments:
-            if index > last or len(out) >= max_records or budget <= 0:
+            if index > last or got >= max_records or budget <= 0:
                 break
             if seg is active:
                 total = last - seg.first_index + 1
@@ -1198,29 +1386,25 @@ class Journal:
             if p >= total:
                 continue
             offsets, _ = self._columns(seg)
-            n = min(max_records - len(out), total - p)
+            n = min(max_records - got, total - p)
             begin = offsets[p]
             end = offsets[p + n] if p + n < total else data_end
             limit = begin + budget
             if end > limit:
                 # records p..p+k-1 fit when the start of record p+k is <= limit
                 k = bisect_right(offsets, limit, p + 1, p + n) - p - 1
-                n = max(k, 0 if out else 1)
+                n = max(k, 0 if got else 1)
                 if n == 0:
                     break
                 end = offsets[p + n] if p + n < total else data_end
             data = self._source(seg).read(begin, end)
-            if rows:
-                out.extend(decode_records(data, begin, seg.first_index + p, n, seg.path))
-            else:
-                for idx, pid, seq, ts, cmd, topic, payload, fields, _size in decode_records(
-                    data, begin, seg.first_index + p, n, seg.path
-                ):
-                    out.append(_make_record(idx, pid, seq, ts, cmd, topic, payload, fields))
+            blocks.append((data, begin, seg.first_index + p, n, seg.path))
+            got += n
             budget -= end - begin
             index += n
             if p + n < total:  # stopped inside this segment: by max_records or max_bytes
                 break
+        return blocks
 
     def cursor(
         self,

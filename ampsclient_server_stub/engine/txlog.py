@@ -25,11 +25,15 @@ Subscription"):
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
+from zlib import crc32 as _crc32
+
+import msgpack
 
 from ampsclient.protocol.bookmarks import (
     BookmarkId,
@@ -43,7 +47,8 @@ from ampsclient.protocol.bookmarks import (
 from ampsclient.protocol.header import escape
 from ampsclient.protocol.options import parse_duration, parse_rate
 
-from .journal import Journal, JournalPin, JournalRecord
+from .journal import Journal, JournalPin, JournalRecord, RawBlock
+from .journal_format import FRAME_OVERHEAD, MIN_BODY, CorruptJournalError, decode_records
 from .payload import decode
 from .topics import TopicMatcher, compile_topic
 
@@ -54,6 +59,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["REPLAY_BACKLOG", "REPLAY_BATCH", "REPLAY_FIRST_STEP", "Replay", "ReplayError", "TxLog"]
 
 logger = logging.getLogger(__name__)
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+_HEAD: Final = struct.Struct("<IIQQQQ")  # a record's frame header and fixed fields
 
 REPLAY_BATCH: Final = 2000
 """Records read from the journal per pump step."""
@@ -155,6 +163,7 @@ class Replay:
     """
 
     __slots__ = (
+        "_shape",
         "acked_bm",
         "cap",
         "completed_sent",
@@ -185,6 +194,8 @@ class Replay:
     def __init__(self, journal: Journal, sub: Subscription, position: int) -> None:
         self.journal = journal
         self.sub = sub
+        self._shape: tuple[str, str, bytes, bytes] | None = None
+        """(topic, type, body prefix, body suffix) of the usual record (:meth:`block_frames`)."""
         self.heads: dict[tuple[str, int, str | None], bytes] = {}
         """Frame prefixes up to the bookmark's sequence, per (topic, publisher, sids)."""
         self.position = max(position, 1)
@@ -322,6 +333,22 @@ class Replay:
             sids,
         )
 
+    def _head(self, topic: str, publisher_id: int, sids: str | None) -> bytes:
+        """The frame prefix up to the bookmark's sequence (cached in :attr:`heads`)."""
+        head = (
+            '{"c":"p","t":"'
+            + escape(topic)
+            + '","sids":"'
+            + (self.sub.sid if sids is None else sids)
+            + '","bm":"'
+            + str(publisher_id)
+            + "|"
+        ).encode()
+        if len(self.heads) >= 1024:
+            self.heads.clear()
+        self.heads[(topic, publisher_id, sids)] = head
+        return head
+
     def row_frame(
         self,
         publisher_id: int,
@@ -335,21 +362,7 @@ class Replay:
         """:meth:`frame` for the parts of a record: ``{"c":"p","t":..,"sids":..,"bm":..}``
         then ``k``, ``x`` and (option ``timestamp``) ``ts``, then the payload. The constant
         prefix is cached per (topic, publisher, sids)."""
-        key = (topic, publisher_id, sids)
-        head = self.heads.get(key)
-        if head is None:
-            head = (
-                '{"c":"p","t":"'
-                + escape(topic)
-                + '","sids":"'
-                + (self.sub.sid if sids is None else sids)
-                + '","bm":"'
-                + str(publisher_id)
-                + "|"
-            ).encode()
-            if len(self.heads) >= 1024:
-                self.heads.clear()
-            self.heads[key] = head
+        head = self.heads.get((topic, publisher_id, sids)) or self._head(topic, publisher_id, sids)
         if len(fields) == 1 and "mt" in fields and not self.sub.timestamp:
             return head + b'%d|"}' % sequence + payload  # the common case: nothing else
         tail = ""
@@ -362,6 +375,84 @@ class Replay:
         if self.sub.timestamp:
             tail += ',"ts":"' + _format_ts(timestamp) + '"'
         return head + b'%d|"' % sequence + tail.encode() + b"}" + payload
+
+    def block_frames(self, block: RawBlock, out: list[bytes]) -> tuple[int, int, bool]:
+        """Frames for a plain subscription (exact topic, no filter, no ``timestamp`` option)
+        from a :meth:`Journal.read_blocks` block, appended to ``out``.
+
+        Every record is verified as :func:`.journal_format.decode_records` does (frame, CRC,
+        index). A record of the usual shape (a ``p`` to the wanted topic whose only field is
+        the wanted message type) becomes its frame straight from the bytes, without decoding
+        the msgpack body; any other record is decoded and judged as :meth:`row_matches`.
+
+        Returns:
+            ``(publisher_id, sequence)`` of the last record and whether a frame was added.
+        """
+        data, base, first_index, count, path = block
+        sub = self.sub
+        want_topic = sub.matcher.topic
+        want_mt = sub.message_type
+        shape = self._shape
+        if shape is None or shape[0] != want_topic or shape[1] != want_mt:
+            shape = self._shape = (
+                want_topic,
+                want_mt,
+                b"\x94\xa1p" + _packb(want_topic) + b"\xc4",
+                _packb({"mt": want_mt}),
+            )
+        prefix = shape[2]
+        suffix = shape[3]
+        skip = FRAME_OVERHEAD + len(prefix)  # record start to the payload length byte
+        slen = len(suffix)
+        head_unpack = _HEAD.unpack_from
+        crc32 = _crc32
+        startswith = data.startswith
+        append = out.append
+        row_frame = self.row_frame
+        n = len(data)
+        pos = 0
+        pid = seq = 0
+        head_pid = -1
+        head = b""
+        delivered = False
+        for expected in range(first_index, first_index + count):
+            if pos + FRAME_OVERHEAD > n:
+                raise CorruptJournalError(path, base + pos, "record cut short")
+            length, crc, index, ts, pid, seq = head_unpack(data, pos)
+            end = pos + 8 + length
+            if length < MIN_BODY or end > n:
+                raise CorruptJournalError(path, base + pos, f"bad record length {length}")
+            if crc32(data[pos + 8 : end]) != crc:
+                raise CorruptJournalError(path, base + pos, "CRC mismatch")
+            if index != expected:
+                raise CorruptJournalError(
+                    path, base + pos, f"record index {index}, expected {expected}"
+                )
+            p = pos + skip
+            if (
+                startswith(prefix, pos + FRAME_OVERHEAD)
+                and p + 1 + data[p] + slen == end
+                and startswith(suffix, end - slen)
+            ):
+                if pid != head_pid:
+                    head_pid = pid
+                    head = self.heads.get((want_topic, pid, None)) or self._head(
+                        want_topic, pid, None
+                    )
+                append(b'%s%d|"}%s' % (head, seq, data[p + 1 : end - slen]))
+                delivered = True
+            else:
+                row = decode_records(data[pos:end], base + pos, index, 1, path)[0]
+                _i, _p, _s, _t, command, topic, payload, fields, _n = row
+                if (
+                    topic == want_topic
+                    and command != "sow_delete"
+                    and fields.get("mt", "json") == want_mt
+                ):
+                    append(row_frame(pid, seq, ts, topic, payload, fields))
+                    delivered = True
+            pos = end
+        return pid, seq, delivered
 
     def past_end(self, record: JournalRecord) -> bool:
         """Is ``record`` beyond this range's end?"""

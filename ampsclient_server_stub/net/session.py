@@ -110,13 +110,13 @@ class NetSession(abc.ABC):
     def handle_payloads(self, payloads: list[bytes]) -> None:
         """Hand complete payloads to the broker, stopping if the connection closes."""
         conn = self.conn
-        if conn is None:
+        if conn is None or conn.closed or self._closing:
             return
-        handle = self.broker.handle
+        if len(payloads) > 1:  # runs of durable publishes are journaled as one batch
+            self.broker.handle_many(conn, payloads)
+            return
         for payload in payloads:
-            if conn.closed or self._closing:
-                return
-            handle(conn, payload)
+            self.broker.handle(conn, payload)
 
     # ------------------------------------------------------------------ Session interface
 

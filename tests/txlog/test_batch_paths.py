@@ -1,0 +1,133 @@
+"""The batched fast paths give the same bytes and outcomes as the one-by-one paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsclient_server_stub.engine.journal import Journal, SequenceOrderError
+
+
+def _segment_bytes(directory: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(directory.glob("journal-*.journal")))
+
+
+def test_append_many_matches_append(tmp_path: Path) -> None:
+    payloads = [b"x" * n for n in (0, 1, 60, 255, 256, 70_000)]
+    one = Journal(tmp_path / "one", fsync="never", journal_size=100_000)
+    many = Journal(tmp_path / "many", fsync="never", journal_size=100_000)
+    first, ts = many.append_many(
+        7, "p", [(seq, f"t{seq % 2}", p) for seq, p in enumerate(payloads, 1)], {"mt": "json"}
+    )
+    assert first == 1
+    for seq, p in enumerate(payloads, 1):
+        one.append(
+            publisher_id=7,
+            sequence=seq,
+            topic=f"t{seq % 2}",
+            command="p",
+            payload=p,
+            fields={"mt": "json"},
+            timestamp=ts,
+        )
+    assert many.last_index == one.last_index == len(payloads)
+    assert many.last_sequence(7) == len(payloads)
+    rows_one = one.read_rows(1, max_records=100)
+    rows_many = many.read_rows(1, max_records=100)
+    assert rows_one == rows_many
+    assert [s.records for s in one.segments()] == [s.records for s in many.segments()]
+    one.close()
+    many.close()
+    assert _segment_bytes(tmp_path / "one") == _segment_bytes(tmp_path / "many")
+    reopened = Journal(tmp_path / "many", fsync="never")
+    assert reopened.read_rows(1, max_records=100) == rows_one
+    assert reopened.find_bookmark(7, 3) == 3
+    reopened.close()
+
+
+def test_append_many_refuses_whole_batch(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j", fsync="never")
+    journal.append_many(1, "p", [(5, "t", b"a")])
+    with pytest.raises(SequenceOrderError):
+        journal.append_many(1, "p", [(6, "t", b"b"), (6, "t", b"c")])
+    assert journal.last_index == 1
+    assert journal.last_sequence(1) == 5
+    journal.close()
+
+
+def test_read_blocks_frames_equal_row_frames(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j", fsync="never", journal_size=2_000)
+    journal.append_many(1, "p", [(s, "orders", b'{"a":%d}' % s) for s in range(1, 60)])
+    journal.append(publisher_id=2, sequence=1, topic="other", command="p", payload=b"{}")
+    journal.append(
+        publisher_id=2,
+        sequence=2,
+        topic="orders",
+        command="p",
+        payload=b"{}",
+        fields={"mt": "json", "x": "corr"},
+    )
+    blocks = journal.read_blocks(1, max_records=1000)
+    assert sum(b[3] for b in blocks) == 61
+    assert len(blocks) > 1  # spans segments
+    journal.close()
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, payload: bytes) -> None:
+        self.sent.append(payload)
+
+    def disconnect(self, reason: str) -> None:
+        pass
+
+    def start_heartbeat(self, interval: float) -> None:
+        pass
+
+
+def _pub(seq: int, topic: str = "orders") -> bytes:
+    return b'{"c":"p","s":%d,"a":"persisted","t":"%s"}{"n":%d}' % (seq, topic.encode(), seq)
+
+
+def _run(tmp_path: Path, batched: bool) -> tuple[list[bytes], list[bytes], list[tuple[Any, ...]]]:
+    from ampsclient_server_stub.engine.broker import Broker
+    from ampsclient_server_stub.engine.txlog import TxLog
+
+    journal = Journal(tmp_path / ("b" if batched else "s"), fsync="never")
+    broker = Broker(txlog=TxLog(journal))
+    pub_s, sub_s = _Session(), _Session()
+    pub = broker.connect(pub_s)
+    sub = broker.connect(sub_s)
+    broker.handle(pub, b'{"c":"logon","cid":"1","client_name":"pub"}')
+    broker.handle(sub, b'{"c":"logon","cid":"1","client_name":"sub"}')
+    broker.handle(sub, b'{"c":"subscribe","cid":"s","t":"orders"}')
+    broker.handle(sub, b'{"c":"subscribe","cid":"r","t":"orders","bm":"0"}')
+    flush = b'{"c":"flush","cid":"f","a":"processed"}'
+    payloads = [_pub(1), _pub(2), _pub(2), _pub(3, "other"), _pub(4), flush, _pub(5), _pub(3)]
+    payloads.append(_pub(6))
+    if batched:
+        broker.handle_many(pub, payloads)
+    else:
+        for p in payloads:
+            broker.handle(pub, p)
+    broker.on_durable(journal.sync())
+    rows = [r[1:3] + r[4:8] for r in journal.read_rows(1, max_records=100)]
+    journal.close()
+    return pub_s.sent, sub_s.sent, rows
+
+
+def test_handle_many_same_outcome_as_handle(tmp_path: Path) -> None:
+    one = _run(tmp_path, batched=False)
+    many = _run(tmp_path, batched=True)
+    assert many[2] == one[2]
+    assert [r[1] for r in many[2]] == [1, 2, 3, 4, 5, 6]
+    for sid in (b'"sids":"s"', b'"sids":"r"'):  # each subscription: same frames, same order
+        assert [f for f in many[1] if sid in f] == [f for f in one[1] if sid in f]
+    assert len([f for f in many[1] if b'"sids":"r"' in f]) == 5
+    acks = [p for p in many[0] if b'"persisted"' in p]
+    assert acks and b'"s":6' in acks[-1]
+    assert one[0][-1] == many[0][-1]
