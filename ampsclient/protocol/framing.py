@@ -25,6 +25,7 @@ from typing import Final
 
 from ..exceptions import FrameTooLargeError, MalformedFrameError
 from .header import decode_header
+from .message import body_offset
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -43,6 +44,9 @@ _LEN: Final = struct.Struct(">I")
 _pack_len = _LEN.pack
 _unpack_len = _LEN.unpack_from
 _COUNT: Final = struct.Struct("<I")
+_P_HEAD: Final = b'{"c":"p",'
+_L0_COMMA: Final = b'"l":0,'
+_L0_BRACE: Final = b'"l":0}'
 
 
 def tcp_frame(payload: bytes) -> bytes:
@@ -193,6 +197,9 @@ def encode_ws_from_server(payload: bytes) -> list[bytes]:
     followed by each record header and record data; ``p``/``oof`` become header + data
     (``"l":0`` is not needed: an empty body is still sent as an empty data message).
     """
+    if payload.startswith(_P_HEAD):  # a delivery: header and body, no parse needed
+        end = body_offset(payload)
+        return [payload[:end], payload[end:]]
     header, end = decode_header(payload)
     c = header.get("c")
     if c == "sow":
@@ -234,6 +241,10 @@ class WsClientFramer:
             payload = b"".join(self._parts)
             self._parts = []
             return payload
+        if part.startswith(_P_HEAD) and _L0_COMMA not in part and _L0_BRACE not in part:
+            self._parts = [part]  # a delivery's header: its body comes next
+            self._pending = 1
+            return None
         header, _ = decode_header(part)
         c = header.get("c")
         if c in ("p", "oof"):

@@ -19,6 +19,7 @@ from ..protocol.framing import WsClientFramer, encode_ws_from_client
 from ..protocol.message import body_offset
 from ..uri import URI
 from .base import OnClose, OnPayload, Transport
+from .wsconn import BatchingMixin
 
 __all__ = ["WebSocketTransport"]
 
@@ -26,12 +27,28 @@ log = logging.getLogger("ampsclient.transport")
 _unpack_len = struct.Struct(">I").unpack_from
 
 
+class _Connection(BatchingMixin, ClientConnection):
+    """websockets' client connection with direct delivery and batched writes."""
+
+    _mask_frames = True
+
+
+def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class WebSocketTransport(Transport):
     """A WebSocket connection speaking AMPS's WebSocket framing (``shared/protocol.md`` §12)."""
 
     def __init__(
         self,
-        ws: ClientConnection,
+        ws: _Connection,
         *,
         on_payload: OnPayload,
         on_close: OnClose,
@@ -45,13 +62,12 @@ class WebSocketTransport(Transport):
         self._on_writable = on_writable
         self._framer = WsClientFramer(max_frame_size=max_frame_size)
         self._text = text
-        self._outq: asyncio.Queue[list[bytes | str] | None] = asyncio.Queue()
+        self._outq: asyncio.Queue[list[tuple[bytes, bool]] | None] = asyncio.Queue()
         self._pending_bytes = 0
         self._closed = False
         self._closer: asyncio.Future[None] | None = None
-        self._reading = asyncio.Event()
-        self._reading.set()
-        self._reader = asyncio.ensure_future(self._read_loop())
+        ws.set_message_handler(self._on_messages)
+        self._reader = asyncio.ensure_future(self._watch())
         self._writer = asyncio.ensure_future(self._write_loop())
 
     @classmethod
@@ -84,6 +100,7 @@ class WebSocketTransport(Transport):
                     ssl=ssl_context if uri.tls else None,
                     open_timeout=None,
                     ping_interval=None,
+                    create_connection=_Connection,
                 ),
                 connect_timeout,
             )
@@ -96,6 +113,7 @@ class WebSocketTransport(Transport):
             await ws.send("text" if text else "binary")
         except ConnectionClosed as exc:  # refused right after the upgrade (e.g. a connection cap)
             raise DisconnectedError(f"{uri.redacted()} closed the connection: {exc}") from None
+        assert isinstance(ws, _Connection)
         return cls(
             ws,
             on_payload=on_payload,
@@ -108,7 +126,8 @@ class WebSocketTransport(Transport):
     def write(self, data: bytes) -> None:
         if self._closed:
             raise DisconnectedError("the connection is closed")
-        messages: list[bytes | str] = []
+        messages: list[tuple[bytes, bool]] = []
+        append = messages.append
         pos = 0
         size = len(data)
         text = self._text
@@ -117,32 +136,30 @@ class WebSocketTransport(Transport):
             payload = data[pos + 4 : pos + 4 + n]
             pos += 4 + n
             end = body_offset(payload)
-            header = payload[:end]
-            body = payload[end:] if end < len(payload) else None
-            parts = encode_ws_from_client(header, body)
-            messages.append(parts[0])
+            parts = encode_ws_from_client(payload[:end], payload[end:] if end < n else None)
+            append((parts[0], False))
             for part in parts[1:]:
-                if text:
-                    try:
-                        messages.append(part.decode())
-                        continue
-                    except UnicodeDecodeError:
-                        pass
-                messages.append(part)
+                append((part, text and _is_utf8(part)))
         self._pending_bytes += size
         if self._on_writable is not None and self._pending_bytes > 4 * 1024 * 1024:
             self._on_writable(False)
         self._outq.put_nowait(messages)
 
     async def _write_loop(self) -> None:
+        queue = self._outq
         try:
             while True:
-                batch = await self._outq.get()
+                batch = await queue.get()
                 if batch is None:
                     break
-                for message in batch:
-                    await self._ws.send(message)
-                self._pending_bytes = max(0, self._pending_bytes - sum(len(m) for m in batch))
+                while not queue.empty():  # everything queued meanwhile goes in the same write
+                    more = queue.get_nowait()
+                    if more is None:
+                        await self._ws.send_many(batch)
+                        return
+                    batch += more
+                await self._ws.send_many(batch)
+                self._pending_bytes = max(0, self._pending_bytes - sum(len(m) for m, _ in batch))
                 if self._on_writable is not None and self._pending_bytes <= 1024 * 1024:
                     self._on_writable(True)
         except ConnectionClosed:
@@ -151,27 +168,35 @@ class WebSocketTransport(Transport):
             log.exception("websocket writer failed")
             self._finish(exc)
 
-    async def _read_loop(self) -> None:
-        error: BaseException | None = None
+    def _on_messages(self, messages: list[tuple[bytes, bool]]) -> None:
+        """Messages parsed from one read (called by the connection, on the loop)."""
+        if self._closed:
+            return
+        framer = self._framer
+        payloads: list[bytes] = []
         try:
-            async for message in self._ws:
-                if not self._reading.is_set():
-                    await self._reading.wait()
-                payload = self._framer.receive_message(message)
+            for data, _ in messages:
+                payload = framer.receive_message(data)
                 if payload is not None:
-                    self._on_payload([payload])
-        except ConnectionClosed as exc:
-            if not self._closed:
-                error = DisconnectedError(f"connection lost: {exc}")
+                    payloads.append(payload)
         except ProtocolError as exc:
             log.warning("closing connection: %s", exc)
-            error = exc
-        except Exception as exc:
+            if payloads:
+                self._on_payload(payloads)
+            self._finish(exc)
+            return
+        if payloads:
+            self._on_payload(payloads)
+
+    async def _watch(self) -> None:
+        """Report the end of the connection."""
+        ws = self._ws
+        await ws.wait_closed()
+        error: BaseException | None = None
+        if not self._closed:
+            exc = ws.close_exc
             error = DisconnectedError(f"connection lost: {exc}")
             error.__cause__ = exc
-        else:
-            if not self._closed:
-                error = DisconnectedError("connection closed by the server")
         self._finish(error)
 
     def _finish(self, error: BaseException | None) -> None:
@@ -190,10 +215,14 @@ class WebSocketTransport(Transport):
         self._reader.cancel()
 
     def pause_reading(self) -> None:
-        self._reading.clear()
+        transport = self._ws.transport
+        if transport is not None and not self._closed:
+            transport.pause_reading()
 
     def resume_reading(self) -> None:
-        self._reading.set()
+        transport = self._ws.transport
+        if transport is not None and not self._closed:
+            transport.resume_reading()
 
     @property
     def write_buffer_size(self) -> int:

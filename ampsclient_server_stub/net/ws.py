@@ -24,6 +24,7 @@ from websockets.http11 import Request, Response
 
 from ampsclient.exceptions import FrameTooLargeError, MalformedFrameError
 from ampsclient.protocol.framing import WsServerFramer, encode_ws_from_server
+from ampsclient.transport.wsconn import BatchingMixin
 from ampsclient_server_stub.engine.broker import Broker
 
 from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
@@ -36,6 +37,15 @@ __all__ = ["WsSession", "parse_ws_path", "start_ws_listener"]
 logger = logging.getLogger(__name__)
 
 _PATH_RE: Final = re.compile(r"^/amps/([A-Za-z0-9_.-]+)/?$")
+
+
+class _Connection(BatchingMixin, ServerConnection):
+    """websockets' server connection with direct delivery and batched writes."""
+
+
+def _as_utf8(part: bytes) -> bytes:
+    """``part`` as valid UTF-8 for a text message (undecodable bytes replaced)."""
+    return part.decode("utf-8", "replace").encode()
 
 
 def parse_ws_path(path: str) -> str | None:
@@ -51,7 +61,7 @@ class WsSession(NetSession):
         self,
         broker: Broker,
         loop: asyncio.AbstractEventLoop,
-        ws: ServerConnection,
+        ws: _Connection,
         *,
         message_type: str,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
@@ -70,28 +80,47 @@ class WsSession(NetSession):
         self.text: bool = message_type == "json"
         """Send text messages (else binary)."""
         self._first = True
-        self._queue: list[str | bytes] = []
+        self._queue: list[tuple[bytes, bool]] = []
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
 
     def receive(self, message: str | bytes) -> None:
         """Feed one WebSocket message from the client."""
+        if isinstance(message, str):
+            self.receive_many([(message.encode(), True)])
+        else:
+            self.receive_many([(message, False)])
+
+    def receive_many(self, messages: list[tuple[bytes, bool]]) -> None:
+        """Feed the ``(data, is_text)`` WebSocket messages of one read."""
         if self._closing:
             return
         self.last_received = self.loop.time()
         if self._first:
             self._first = False
-            if isinstance(message, str) and message in ("text", "binary"):
-                self.text = message == "text"
+            data, is_text = messages[0]
+            if is_text and data in (b"text", b"binary"):
+                self.text = data == b"text"
+        framer = self.framer
+        payloads: list[bytes] = []
         try:
-            payload = self.framer.receive_message(message)
+            for data, is_text in messages:
+                # text matters only where a count is expected ("text"/"binary" announce;
+                # a text count is an error): short text messages go as str
+                payload = framer.receive_message(
+                    data.decode() if is_text and len(data) <= 6 else data
+                )
+                if payload is not None:
+                    payloads.append(payload)
         except (MalformedFrameError, FrameTooLargeError) as exc:
             logger.warning("ws client %s: %s; disconnecting", self.peer, exc)
+            if payloads:
+                self.handle_payloads(payloads)
             if self.conn is not None:
                 self.broker.kick(self.conn, "malformed websocket framing")
             return
-        if payload is not None:
-            self.handle_payloads([payload])
+        if payloads:
+            self.handle_payloads(payloads)
 
     async def run(self) -> None:
         """Serve the connection until it closes."""
@@ -100,12 +129,8 @@ class WsSession(NetSession):
         self.attach(message_type=self.message_type, peer=peer_text)
         self._writer = asyncio.create_task(self._write_loop())
         try:
-            async for message in self.ws:
-                self.receive(message)
-                if self._closing:
-                    break
-        except ConnectionClosed:
-            pass
+            self.ws.set_message_handler(self.receive_many)
+            await self.ws.wait_closed()
         finally:
             self.connection_closed()
             self._wake.set()
@@ -119,16 +144,17 @@ class WsSession(NetSession):
 
     def _write(self, payloads: list[bytes]) -> None:
         queue = self._queue
+        append = queue.append
         text = self.text
         for payload in payloads:
             for part in encode_ws_from_server(payload):
-                queue.append(part.decode("utf-8", "replace") if text else part)
+                append((part if not text or part.isascii() else _as_utf8(part), text))
         self._wake.set()
 
     def _buffered(self) -> int:
         transport = self.ws.transport
         size = 0 if transport is None else transport.get_write_buffer_size()
-        return size + sum(len(m) for m in self._queue)
+        return size + sum(len(m) for m, _ in self._queue)
 
     async def _write_loop(self) -> None:
         ws = self.ws
@@ -138,8 +164,8 @@ class WsSession(NetSession):
             messages = self._queue
             self._queue = []
             try:
-                for message in messages:
-                    await ws.send(message)
+                if messages:
+                    await ws.send_many(messages)
             except ConnectionClosed:
                 return
             if self._closing and not self._queue:
@@ -185,6 +211,7 @@ async def start_ws_listener(
         return None
 
     async def handler(ws: ServerConnection) -> None:
+        assert isinstance(ws, _Connection)
         mt = parse_ws_path(ws.request.path if ws.request is not None else "") or "json"
         session = WsSession(
             broker,
@@ -207,4 +234,5 @@ async def start_ws_listener(
         ping_interval=None,
         close_timeout=2,
         ssl=ssl_context,
+        create_connection=_Connection,
     )

@@ -3,14 +3,18 @@ handler, and the heartbeat idle timeout closing a connection to a frozen server.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from websockets.sync.server import ServerConnection, serve
 
 from ampsclient import Client, ConnectionEvent, ConnectionState, Message
 from ampsclient.exceptions import DisconnectedError
@@ -94,3 +98,40 @@ def test_heartbeat_timeout_closes_a_connection_to_a_frozen_server(tmp_path: Path
             next(iter(stream))
         disconnects = [e for e in events if e.state is ConnectionState.DISCONNECTED]
         assert disconnects and "heartbeat" in str(disconnects[0].cause)
+
+
+def test_ws_client_joins_fragmented_messages_and_sees_the_close() -> None:
+    """A WebSocket peer that fragments its messages and then closes: our client assembles
+    every message, delivers in order, and reports the disconnect."""
+
+    def amps(ws: ServerConnection) -> None:
+        assert ws.recv(timeout=5) == "text"
+        count = ws.recv(timeout=5)
+        assert isinstance(count, bytes) and struct.unpack("<I", count) == (1,)
+        logon = json.loads(ws.recv(timeout=5))
+        ack = json.dumps({"c": "ack", "a": "processed", "cid": logon["cid"], "status": "success"})
+        ws.send(iter([ack[:7], ack[7:20], ack[20:]]))
+        assert struct.unpack("<I", ws.recv(timeout=5)) == (1,)
+        sub = json.loads(ws.recv(timeout=5))
+        ws.send(json.dumps({"c": "ack", "a": "processed", "cid": sub["cid"], "status": "success"}))
+        for i in range(50):
+            header = json.dumps({"c": "p", "t": "frag", "sids": sub["sub_id"]})
+            ws.send(iter([header[:5], header[5:]]) if i % 2 else header)
+            body = json.dumps({"i": i})
+            ws.send(iter([body[:3], body[3:]]) if i % 3 else body)
+        ws.close()
+
+    with serve(amps, "127.0.0.1", 0) as server:
+        port = server.socket.getsockname()[1]
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        states: list[ConnectionState] = []
+        got: list[tuple[str, dict[str, Any]]] = []
+        with Client("frag-client") as client:
+            client.add_connection_state_listener(lambda e: states.append(e.state))
+            client.connect(f"ws://127.0.0.1:{port}/amps/json")
+            client.logon(5000)
+            client.subscribe(lambda m: got.append((m.get_topic(), m.json())), "frag", sub_id="f")
+            wait_for(lambda: ConnectionState.DISCONNECTED in states, what="the peer's close")
+        assert got == [("frag", {"i": i}) for i in range(50)]
+        server.shutdown()

@@ -294,6 +294,27 @@ def test_ws_framing_text_mode(server: ServerThread) -> None:
         assert ws_recv(ws) == '{"v":1}'
 
 
+def test_ws_fragments_pings_and_batched_commands(server: ServerThread) -> None:
+    """The server's WebSocket fast path (messages delivered as parsed, batched writes) still
+    joins fragmented messages, answers pings, and keeps many commands of one read in order."""
+    with connect(server.uri("ws", "json")) as ws:
+        ws.send("text")
+        count = struct.pack("<I", 1)
+        logon = json.dumps({"c": "logon", "cid": "l", "client_name": "frag", "a": "processed"})
+        ws.send(count)
+        ws.send(iter([logon[:10], logon[10:25], logon[25:]]))  # one message in three frames
+        assert json.loads(ws_recv(ws))["status"] == "success"
+        ws.ping(b"are you there").wait(5)
+        ws_send(ws, {"c": "subscribe", "t": "frag", "cid": "s", "a": "processed"})
+        assert json.loads(ws_recv(ws))["sub_id"] == "s"
+        # 200 publishes, each a count + header + body message, sent back to back
+        for i in range(200):
+            ws_send(ws, {"c": "p", "t": "frag"}, json.dumps({"i": i}).encode())
+        for i in range(200):
+            assert json.loads(ws_recv(ws))["c"] == "p"
+            assert json.loads(ws_recv(ws)) == {"i": i}
+
+
 def test_ws_binary_mode_and_bad_path(server: ServerThread) -> None:
     with connect(server.uri("ws", "json")) as ws:
         ws.send("binary")
