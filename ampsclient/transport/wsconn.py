@@ -13,7 +13,7 @@ about the WebSocket protocol, the handshake, pings or closing (still ``websocket
 
 Used as ``class C(BatchingMixin, ClientConnection)`` (or ``ServerConnection``); it relies on
 ``process_event``, ``send_context``, ``send_data``, ``protocol`` and ``transport`` of
-``websockets.asyncio.connection.Connection`` (websockets >= 14).
+``websockets.asyncio.connection.Connection`` (websockets >= 14; tested with 17).
 """
 
 from __future__ import annotations
