@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _txlog_support import Inbox, unique
+from _txlog_support import Inbox
 
 from ampsclient import Client, Command
 from ampsclient.protocol.bookmarks import publisher_id_for
@@ -94,7 +94,9 @@ def quotes_config(data_dir: Path) -> Any:
 
 
 @pytest.fixture
-def timeline_server(tmp_path: Path) -> Iterator[ServerThread]:
+def txserver(tmp_path: Path) -> Iterator[ServerThread]:
+    """The TIMELINE journal behind a server (overrides the conftest's; its ``connect``
+    fixture connects to this one)."""
     write_journal(tmp_path / "journal", TIMELINE)
     thread = ServerThread(quotes_config(tmp_path), fsync="never", persisted_ack_interval=0.05)
     thread.start()
@@ -102,22 +104,6 @@ def timeline_server(tmp_path: Path) -> Iterator[ServerThread]:
         yield thread
     finally:
         thread.stop()
-
-
-@pytest.fixture
-def client(timeline_server: ServerThread) -> Iterator[Callable[[str], Client]]:
-    clients: list[Client] = []
-
-    def factory(prefix: str) -> Client:
-        c = Client(unique(prefix))
-        c.connect(timeline_server.uri("tcp", "json"))
-        c.logon(5000)
-        clients.append(c)
-        return c
-
-    yield factory
-    for c in clients:
-        c.close()
 
 
 def conflated_replay(
@@ -135,9 +121,9 @@ def conflated_replay(
 
 @pytest.mark.integration
 def test_replay_conflates_on_the_journal_timeline_with_the_first_bookmark(
-    client: Callable[[str], Client],
+    connect: Callable[..., Client],
 ) -> None:
-    sub = client("sub")
+    sub = connect("sub")
     box = conflated_replay(sub, "quotes", "conflation=1s")
     box.wait_ack("completed")
     items = box.snapshot()
@@ -148,8 +134,8 @@ def test_replay_conflates_on_the_journal_timeline_with_the_first_bookmark(
 
 
 @pytest.mark.integration
-def test_conflation_key_on_a_recorded_plain_topic(client: Callable[[str], Client]) -> None:
-    sub = client("sub")
+def test_conflation_key_on_a_recorded_plain_topic(connect: Callable[..., Client]) -> None:
+    sub = connect("sub")
     box = conflated_replay(sub, "other|quotes", "conflation=1s,conflation_key=[/sym]")
     box.wait_ack("completed")
     # keys are per topic: "other" has its own hold for A
@@ -166,9 +152,9 @@ def test_conflation_key_on_a_recorded_plain_topic(client: Callable[[str], Client
 
 @pytest.mark.integration
 def test_a_short_interval_keeps_what_a_long_one_conflates(
-    client: Callable[[str], Client],
+    connect: Callable[..., Client],
 ) -> None:
-    sub = client("sub")
+    sub = connect("sub")
     box = conflated_replay(sub, "quotes", "conflation=100ms")
     box.wait_ack("completed")
     # 100 ms holds: no two records of a key fall inside one, so each comes with its own bookmark
@@ -177,9 +163,9 @@ def test_a_short_interval_keeps_what_a_long_one_conflates(
 
 @pytest.mark.integration
 def test_the_live_part_conflates_like_a_regular_subscription(
-    client: Callable[[str], Client],
+    connect: Callable[..., Client],
 ) -> None:
-    sub, pub = client("sub"), client("pub")
+    sub, pub = connect("sub"), connect("pub")
     box = conflated_replay(sub, "quotes", "conflation=1s")
     box.wait_ack("completed")
     replayed = len(box.messages)
@@ -201,9 +187,9 @@ def test_the_live_part_conflates_like_a_regular_subscription(
 
 @pytest.mark.integration
 def test_persisted_acks_of_a_conflated_replay_cover_what_was_delivered(
-    timeline_server: ServerThread, client: Callable[[str], Client]
+    txserver: ServerThread, connect: Callable[..., Client]
 ) -> None:
-    sub = client("sub")
+    sub = connect("sub")
     box = conflated_replay(sub, "quotes", "conflation=1s", acks=("completed", "persisted"))
     box.wait_ack("completed")
     box.wait(lambda b: len(b.acks("persisted")) >= 1)

@@ -27,30 +27,15 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def acking_server(tmp_path: Path) -> Iterator[ServerThread]:
-    """A journaled server that sends bookmark persisted acks every 100 ms."""
+def txserver(tmp_path: Path) -> Iterator[ServerThread]:
+    """A journaled server that sends bookmark persisted acks every 100 ms (overrides the
+    conftest's; its ``connect`` fixture connects to this one)."""
     thread = ServerThread(journal_config(tmp_path), fsync="never", persisted_ack_interval=0.1)
     thread.start()
     try:
         yield thread
     finally:
         thread.stop()
-
-
-@pytest.fixture
-def connect(acking_server: ServerThread) -> Iterator[Callable[[str], Client]]:
-    clients: list[Client] = []
-
-    def factory(prefix: str) -> Client:
-        client = Client(unique(prefix))
-        client.connect(acking_server.uri("tcp", "json"))
-        client.logon(5000)
-        clients.append(client)
-        return client
-
-    yield factory
-    for client in clients:
-        client.close()
 
 
 def journal_bookmarks(server: ServerThread) -> list[str]:
@@ -100,18 +85,18 @@ def check_acks_cover_deliveries(items: list[Message], log: list[str], sub_id: st
 
 
 def test_an_idle_caught_up_subscriber_gets_an_ack_covering_its_last_delivery(
-    acking_server: ServerThread, connect: Callable[[str], Client]
+    txserver: ServerThread, connect: Callable[[str], Client]
 ) -> None:
     pub, sub = connect("pub"), connect("sub")
     topic = unique("idle")
     publish(pub, topic, 20)
-    wait_durable(acking_server)
+    wait_durable(txserver)
     box = Inbox()
     bookmark_sub(sub, topic, "idle", box)
     box.wait_ack("completed")
     # no publish from here on: the ack comes from the server's timer alone
     ack = box.wait_ack("persisted")
-    log = journal_bookmarks(acking_server)
+    log = journal_bookmarks(txserver)
     assert ack.get_sub_id() == "idle"
     assert ack.get_bookmark() == box.messages[-1].get_bookmark() == log[-1]
     assert [m.json()["n"] for m in box.messages] == list(range(20))
@@ -119,12 +104,12 @@ def test_an_idle_caught_up_subscriber_gets_an_ack_covering_its_last_delivery(
 
 
 def test_a_replaying_subscriber_gets_acks_before_the_replay_completes(
-    acking_server: ServerThread, connect: Callable[[str], Client]
+    txserver: ServerThread, connect: Callable[[str], Client]
 ) -> None:
     pub, sub = connect("pub"), connect("sub")
     topic = unique("slow")
     publish(pub, topic, 300)
-    wait_durable(acking_server)
+    wait_durable(txserver)
     box = Inbox()
     bookmark_sub(sub, topic, "slow", box, options="rate=500")  # ~0.6 s of replay
     box.wait_ack("completed")
@@ -134,11 +119,11 @@ def test_a_replaying_subscriber_gets_acks_before_the_replay_completes(
     during = [k for k in kinds[:completed_at] if k == ("ack", "persisted")]
     assert during, "no persisted ack while the replay was running"
     assert [m.json()["n"] for m in box.messages] == list(range(300))
-    check_acks_cover_deliveries(items, journal_bookmarks(acking_server), "slow")
+    check_acks_cover_deliveries(items, journal_bookmarks(txserver), "slow")
 
 
 def test_acks_go_only_to_subscriptions_delivered_something_since_their_last(
-    acking_server: ServerThread, connect: Callable[[str], Client]
+    txserver: ServerThread, connect: Callable[[str], Client]
 ) -> None:
     pub, sub = connect("pub"), connect("sub")
     quiet, busy = unique("quiet"), unique("busy")
@@ -158,7 +143,7 @@ def test_acks_go_only_to_subscriptions_delivered_something_since_their_last(
         box.wait(lambda b, before=before: busy_acks(b) > before)  # type: ignore[misc]
     quiet_acks = [a for a in box.acks("persisted") if a.get_sub_id() == "quiet"]
     assert len(quiet_acks) == 1  # six periods later, still the one for its single delivery
-    log = journal_bookmarks(acking_server)
+    log = journal_bookmarks(txserver)
     items = box.snapshot()
     assert check_acks_cover_deliveries(items, log, "quiet") == 1
     assert check_acks_cover_deliveries(items, log, "busy") == 6
