@@ -160,6 +160,12 @@ _FAST_SEQ_LEN: Final = len(_FAST_SEQ)
 _FAST_SEQ_MID: Final = b',"a":"persisted","t":"'
 _FAST_SEQ_MID_LEN: Final = len(_FAST_SEQ_MID)
 _CLOSE_BRACE: Final = ord("}")
+# the official HAClient's shape: {"c":"p","t":"T","a":"persisted","s":N}BODY
+_FAST_SEQ_T: Final = b'{"c":"p","t":"'
+_FAST_SEQ_T_LEN: Final = len(_FAST_SEQ_T)
+_FAST_SEQ_T_MID: Final = b'","a":"persisted","s":'
+_FAST_SEQ_T_MID_LEN: Final = len(_FAST_SEQ_T_MID)
+_FAST_SEQ_SHAPES: Final = (_FAST_SEQ, _FAST_SEQ_T)
 _MT_FIELDS: Final[Mapping[str, Mapping[str, str | int]]] = {
     mt: {"mt": mt} for mt in ("json", "nvfix", "fix", "xml", "bson", "msgpack", "binary")
 }
@@ -753,7 +759,7 @@ class Broker:
             if conn.closed:
                 return
             payload = payloads[i]
-            if n - i > 1 and conn.logged_on and payload.startswith(_FAST_SEQ):
+            if n - i > 1 and conn.logged_on and payload.startswith(_FAST_SEQ_SHAPES):
                 j = self._publish_run(conn, payloads, i)
                 if j > i:
                     i = j
@@ -763,7 +769,23 @@ class Broker:
 
     @staticmethod
     def _parse_seq_publish(payload: bytes) -> tuple[str, int, int] | None:
-        """``(topic, sequence, body offset)`` of a fast-shaped sequenced publish, else None."""
+        """``(topic, sequence, body offset)`` of a fast-shaped sequenced publish, else None.
+
+        Two shapes: ours (``{"c":"p","s":N,"a":"persisted","t":"T"}``) and the official
+        client's (``{"c":"p","t":"T","a":"persisted","s":N}``).
+        """
+        if payload.startswith(_FAST_SEQ_T):
+            j = payload.find(b'"', _FAST_SEQ_T_LEN)
+            if j <= _FAST_SEQ_T_LEN or not payload.startswith(_FAST_SEQ_T_MID, j):
+                return None
+            k = j + _FAST_SEQ_T_MID_LEN
+            e = payload.find(b"}", k, k + 21)
+            if e <= k or not payload[k:e].isdigit() or payload.find(b"\\", 0, j) >= 0:
+                return None
+            try:
+                return payload[_FAST_SEQ_T_LEN:j].decode(), int(payload[k:e]), e + 1
+            except UnicodeDecodeError:
+                return None
         i = payload.find(_FAST_SEQ_MID, _FAST_SEQ_LEN, _FAST_SEQ_LEN + 21 + _FAST_SEQ_MID_LEN)
         if i <= _FAST_SEQ_LEN:
             return None
@@ -810,8 +832,6 @@ class Broker:
         i = start
         while i < n:
             payload = payloads[i]
-            if not payload.startswith(_FAST_SEQ):
-                break
             parsed = parse(payload)
             if parsed is None:
                 break

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ampsclient_server_stub.engine.journal import Journal, SequenceOrderError
+from ampsclient_server_stub.testing import RecordingSession
 
 
 def _segment_bytes(directory: Path) -> bytes:
@@ -75,22 +76,11 @@ def test_read_blocks_frames_equal_row_frames(tmp_path: Path) -> None:
     journal.close()
 
 
-class _Session:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
-
-    def disconnect(self, reason: str) -> None:
-        pass
-
-    def start_heartbeat(self, interval: float) -> None:
-        pass
-
-
 def _pub(seq: int, topic: str = "orders") -> bytes:
-    return b'{"c":"p","s":%d,"a":"persisted","t":"%s"}{"n":%d}' % (seq, topic.encode(), seq)
+    """Our HAClient's header shape for odd sequences, the official HAClient's for even ones."""
+    if seq % 2:
+        return b'{"c":"p","s":%d,"a":"persisted","t":"%s"}{"n":%d}' % (seq, topic.encode(), seq)
+    return b'{"c":"p","t":"%s","a":"persisted","s":%d}{"n":%d}' % (topic.encode(), seq, seq)
 
 
 def _run(tmp_path: Path, batched: bool) -> tuple[list[bytes], list[bytes], list[tuple[Any, ...]]]:
@@ -99,7 +89,7 @@ def _run(tmp_path: Path, batched: bool) -> tuple[list[bytes], list[bytes], list[
 
     journal = Journal(tmp_path / ("b" if batched else "s"), fsync="never")
     broker = Broker(txlog=TxLog(journal))
-    pub_s, sub_s = _Session(), _Session()
+    pub_s, sub_s = RecordingSession(), RecordingSession()
     pub = broker.connect(pub_s)
     sub = broker.connect(sub_s)
     broker.handle(pub, b'{"c":"logon","cid":"1","client_name":"pub"}')
@@ -131,3 +121,19 @@ def test_handle_many_same_outcome_as_handle(tmp_path: Path) -> None:
     acks = [p for p in many[0] if b'"persisted"' in p]
     assert acks and b'"s":6' in acks[-1]
     assert one[0][-1] == many[0][-1]
+
+
+def test_both_client_header_shapes_take_the_batch_path() -> None:
+    from ampsclient_server_stub.engine.broker import Broker
+
+    parse = Broker._parse_seq_publish
+    for seq in (7, 8):  # ours, the official client's
+        payload = _pub(seq, "a/b")
+        assert parse(payload) == ("a/b", seq, payload.index(b"}") + 1)
+    for other in (
+        b'{"c":"p","t":"orders"}{"n":1}',  # no sequence
+        b'{"c":"p","t":"or\\"ders","a":"persisted","s":9}{}',  # escaped quote in the topic
+        b'{"c":"p","t":"orders","a":"persisted","s":9,"x":"corr"}{}',  # more fields
+        b'{"c":"p","t":"orders","a":"persisted","s":9x}{}',
+    ):
+        assert parse(other) is None
