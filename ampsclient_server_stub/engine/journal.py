@@ -36,11 +36,11 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, Self, TypeAlias
+from typing import Any, Final, Literal, Self, TypeAlias, TypeVar
 from zlib import crc32 as _crc32
 
 import msgpack
@@ -124,6 +124,20 @@ _frame_pack = FRAME.pack
 _fixed_pack = FIXED.pack
 _BIN8: Final = tuple(b"\xc4" + bytes((n,)) for n in range(256))
 """msgpack ``bin 8`` headers by length (payloads under 256 bytes, the usual case)."""
+
+
+_T = TypeVar("_T")
+
+
+def _retry_pruned(read: Callable[..., _T], *args: Any) -> _T:
+    """``read(*args)``, again (up to three more times) when a segment it looked up was pruned,
+    compressed or renamed before it was opened (``FileNotFoundError``)."""
+    for _attempt in range(3):
+        try:
+            return read(*args)
+        except FileNotFoundError:
+            continue
+    return read(*args)
 
 
 class JournalError(Exception):
@@ -1225,12 +1239,7 @@ class Journal:
         ``last_index + 1`` if there is none; :attr:`first_index` for a time before the oldest
         retained record. O(log segments + log n).
         """
-        for _attempt in range(3):
-            try:
-                return self._find_time(timestamp_us)
-            except FileNotFoundError:  # a segment was pruned while we looked: look again
-                continue
-        return self._find_time(timestamp_us)
+        return _retry_pruned(self._find_time, timestamp_us)
 
     def _find_time(self, timestamp_us: int) -> int:
         with self._lock:
@@ -1273,19 +1282,12 @@ class Journal:
         Raises:
             CorruptJournalError: a damaged record.
         """
-        out: list[JournalRecord] = []
-        if max_records <= 0:
-            return out
-        for _attempt in range(3):
-            try:
-                self._read_into(out, from_index, max_records, max_bytes, False)
-                return out
-            except FileNotFoundError:
-                # a segment was pruned or compressed (renamed) after we looked it up: look again
-                if out:
-                    return out
-        self._read_into(out, from_index, max_records, max_bytes, False)
-        return out
+        return [
+            _make_record(idx, pid, seq, ts, cmd, topic, payload, fields)
+            for idx, pid, seq, ts, cmd, topic, payload, fields, _size in self.read_rows(
+                from_index, max_records=max_records, max_bytes=max_bytes
+            )
+        ]
 
     def read_rows(
         self,
@@ -1298,16 +1300,10 @@ class Journal:
         ``(index, publisher_id, sequence, timestamp, command, topic, payload, fields, size)``,
         without building :class:`JournalRecord` objects (bookmark replays use it)."""
         out: list[RecordRow] = []
-        if max_records <= 0:
-            return out
-        for _attempt in range(3):
-            try:
-                self._read_into(out, from_index, max_records, max_bytes, True)
-                return out
-            except FileNotFoundError:
-                if out:
-                    return out
-        self._read_into(out, from_index, max_records, max_bytes, True)
+        for data, begin, first, n, path in self.read_blocks(
+            from_index, max_records=max_records, max_bytes=max_bytes
+        ):
+            out.extend(decode_records(data, begin, first, n, path))
         return out
 
     def read_blocks(
@@ -1321,32 +1317,7 @@ class Journal:
         decode (and verify: use :func:`.journal_format.decode_records` or the same checks)
         themselves: ``(data, offset in the segment, first index, record count, segment path)``
         per segment touched, in log order."""
-        for _attempt in range(3):
-            try:
-                return self._read_blocks(from_index, max_records, max_bytes)
-            except FileNotFoundError:
-                # a segment was pruned or compressed (renamed) after we looked it up
-                pass
-        return self._read_blocks(from_index, max_records, max_bytes)
-
-    def _read_into(
-        self,
-        out: list[Any],
-        from_index: int,
-        max_records: int,
-        max_bytes: int,
-        rows: bool,
-    ) -> None:
-        for data, begin, first, n, path in self._read_blocks(
-            from_index, max_records - len(out), max_bytes
-        ):
-            if rows:
-                out.extend(decode_records(data, begin, first, n, path))
-            else:
-                for idx, pid, seq, ts, cmd, topic, payload, fields, _size in decode_records(
-                    data, begin, first, n, path
-                ):
-                    out.append(_make_record(idx, pid, seq, ts, cmd, topic, payload, fields))
+        return _retry_pruned(self._read_blocks, from_index, max_records, max_bytes)
 
     def _read_blocks(
         self,
