@@ -284,6 +284,14 @@ def _import_factory(spec: str) -> Callable[[Mapping[str, str]], Any]:
     return factory  # type: ignore[no-any-return]
 
 
+def _custom_module(name: str, options: Mapping[str, str], method: str, kind: str) -> Any:
+    """The module a ``package.module:factory`` spec builds; it must offer ``method``."""
+    built = _import_factory(name)(options)
+    if not callable(getattr(built, method, None)):
+        raise SecurityConfigError(f"{name!r} did not return {kind} module")
+    return built
+
+
 def build_authentication(
     module: str,
     options: Mapping[str, str],
@@ -297,10 +305,7 @@ def build_authentication(
     if name in ("allow-all", "none", ""):
         return AllowAll()
     if ":" in name:
-        built = _import_factory(name)(options)
-        if not callable(getattr(built, "authenticate", None)):
-            raise SecurityConfigError(f"{name!r} did not return an authentication module")
-        return built  # type: ignore[no-any-return]
+        return _custom_module(name, options, "authenticate", "an authentication")  # type: ignore[no-any-return]
     users = _users_file(options, base_dir, files)
     if name == "amps-default-authentication-module":
         return AllowAll() if users is None else UsersFileAuthentication(users)
@@ -326,10 +331,7 @@ def build_entitlements(
     if name in ("allow-all", "none", ""):
         return AllowAll()
     if ":" in name:
-        built = _import_factory(name)(options)
-        if not callable(getattr(built, "allowed", None)):
-            raise SecurityConfigError(f"{name!r} did not return an entitlement module")
-        return built  # type: ignore[no-any-return]
+        return _custom_module(name, options, "allowed", "an entitlement")  # type: ignore[no-any-return]
     users = _users_file(options, base_dir, files)
     if name == "amps-default-entitlement-module":
         return AllowAll() if users is None else UsersFileEntitlements(users)
