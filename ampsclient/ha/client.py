@@ -315,7 +315,7 @@ class AsyncHAClient(AsyncClient):
                     if isinstance(exc, UsageError):
                         raise
                     log.info("connection to %s failed: %s", _redact(uri), exc)
-                    self._drop(exc)
+                    self._abort(exc)  # a half-made connection; subscriptions stay
                     self._chooser.report_failure(exc)
                     continue
                 self._chooser.report_success()
@@ -323,18 +323,6 @@ class AsyncHAClient(AsyncClient):
                 return cid
         finally:
             self._in_connect_loop = False
-
-    def _drop(self, error: BaseException) -> None:
-        """Close a half-made connection without ending subscriptions."""
-        transport = self._transport
-        if transport is None:
-            return
-        abort = getattr(transport, "abort", None)
-        if abort is not None:
-            abort()
-        else:
-            transport.close()
-        self._on_close(error)
 
     async def _after_logon(self) -> None:
         ack = self._logon_ack
