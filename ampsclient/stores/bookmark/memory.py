@@ -190,6 +190,18 @@ class _Subscription:
         self.points[pub.slot] = point or ""
 
 
+def _ids(message: MessageLike) -> tuple[Any, Any]:
+    """``(bookmark, sub id)`` of a message the receive fast path did not annotate."""
+    if type(message) is Message:
+        hdr = message.header
+        bm = message._bm if message._bm is not None else hdr.get("bm")
+        sid = message._sub_id
+        if sid is None:
+            sid = hdr.get("sub_id") or hdr.get("sids")
+        return bm, sid
+    return message.get_bookmark(), message.get_sub_id()
+
+
 _stamp_cache: list[Any] = [0, ""]  # [second, its YYYYmmddTHHMMSSZ text]
 
 
@@ -336,14 +348,9 @@ class MemoryBookmarkStore(BookmarkStore):
             bm = message._bm  # set by the client's receive fast path (no header parse)
             sid = message._sub_id  # the routed sub id, when the client set one
             if bm is None or sid is None:
-                hdr = message.header
-                if bm is None:
-                    bm = hdr.get("bm")
-                if sid is None:
-                    sid = hdr.get("sub_id") or hdr.get("sids")
+                bm, sid = _ids(message)
         else:
-            bm = message.get_bookmark()
-            sid = message.get_sub_id()
+            bm, sid = _ids(message)
         if not bm or not sid:
             return 0
         key, _, rest = bm.partition("|")
@@ -396,16 +403,11 @@ class MemoryBookmarkStore(BookmarkStore):
         sid: Any
         if type(message) is Message:
             bm = message._bm  # set by the client's receive fast path (no header parse)
-            sid = message._sub_id
+            sid = message._sub_id  # the routed sub id, when the client set one
             if bm is None or sid is None:
-                hdr = message.header
-                if bm is None:
-                    bm = hdr.get("bm")
-                if sid is None:
-                    sid = hdr.get("sub_id") or hdr.get("sids")
+                bm, sid = _ids(message)
         else:
-            bm = message.get_bookmark()
-            sid = message.get_sub_id()
+            bm, sid = _ids(message)
         lock = self._lock
         lock.acquire()
         try:

@@ -393,6 +393,16 @@ class IndexedPublishStore(PublishStore):
             self._holes += 1
         return True
 
+    def _index_extend(self, first: int, payloads: list[bytes]) -> None:
+        """Index ``payloads``, stored with sequences from ``first`` (lock held)."""
+        if not self._count:
+            self._first = first
+        elif self._pad:
+            self._index_pad()
+        self._buf.extend(payloads)
+        self._count += len(payloads)
+        self._next = first + len(payloads)
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"{type(self).__name__} is closed")

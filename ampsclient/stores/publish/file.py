@@ -913,14 +913,8 @@ class FilePublishStore(IndexedPublishStore):
             if not payloads:
                 return []
             self._append(b"".join(records))
-            if not self._count:
-                self._first = s
-            elif self._pad:
-                self._index_pad()
-            self._buf.extend(payloads)
+            self._index_extend(s, payloads)
             n = len(payloads)
-            self._count += n
-            self._next = s + n
             generation = self._write_gen
             if self._active_size >= self._segment_size:
                 self._roll()

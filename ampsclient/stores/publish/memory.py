@@ -82,15 +82,8 @@ class MemoryPublishStore(IndexedPublishStore):
                 payloads.append(build(s + len(payloads)))
             if not payloads:
                 return []
-            if not self._count:
-                self._first = s
-            elif self._pad:
-                self._index_pad()
-            self._buf.extend(payloads)
-            n = len(payloads)
-            self._count += n
-            self._next = s + n
-            return list(range(s, s + n))
+            self._index_extend(s, payloads)
+            return list(range(s, s + len(payloads)))
 
     def close(self) -> None:
         """Mark the store closed: later stores and discards raise ``StoreError``.
