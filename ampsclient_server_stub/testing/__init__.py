@@ -1,9 +1,11 @@
 """Test helpers shipped with the reference server: :class:`LoopbackProxy` (network faults) and
-:class:`RecordingSession` (drive a broker without sockets)."""
+:class:`RecordingSession` (drive a broker without sockets), :func:`read_log` (an instance's log
+for a topic)."""
 
 from __future__ import annotations
 
+from .log import read_log
 from .proxy import LoopbackProxy
 from .session import RecordingSession
 
-__all__ = ["LoopbackProxy", "RecordingSession"]
+__all__ = ["LoopbackProxy", "RecordingSession", "read_log"]

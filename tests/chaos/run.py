@@ -500,21 +500,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
             else:
                 proxy.stall(rng.uniform(0.2, 1.5))
             report.faults[fault] += 1
-        # drain: publishers flush and stop, subscribers catch up, then everyone stops
-        (work / "stop-publishers").touch()
-        for w in workers:
-            if w.role == "publisher" and w.wait(args.drain) != 0:
-                report.problems.append(f"{w.name} did not stop cleanly")
-        expected = _expected(work, pubs)
-        end = time.monotonic() + args.drain
-        while time.monotonic() < end and not _complete(work, subs, expected):
-            time.sleep(0.2)
-        for w in workers:
-            if w.role == "subscriber":
-                (work / f"stop-{w.name}").touch()
-        for w in workers:
-            if w.role == "subscriber" and w.wait(30) != 0:
-                report.problems.append(f"{w.name} did not stop cleanly")
+        _drain(work, workers, pubs, subs, args.drain, report)
     finally:
         stop_rss.set()
         sampler.join(5)
@@ -527,36 +513,37 @@ def orchestrate(args: argparse.Namespace) -> Report:
     return report
 
 
+def _drain(
+    work: Path,
+    workers: list[Worker],
+    pubs: list[str],
+    subs: list[str],
+    seconds: float,
+    report: Report,
+) -> None:
+    """Publishers flush and stop, subscribers catch up (wait on their progress files, with a
+    deadline), then every subscriber stops."""
+    (work / "stop-publishers").touch()
+    for w in workers:
+        if w.role == "publisher" and w.wait(seconds) != 0:
+            report.problems.append(f"{w.name} did not stop cleanly")
+    expected = _expected(work, pubs)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not _complete(work, subs, expected):
+        time.sleep(0.2)
+    for w in workers:
+        if w.role == "subscriber":
+            (work / f"stop-{w.name}").touch()
+    for w in workers:
+        if w.role == "subscriber" and w.wait(30) != 0:
+            report.problems.append(f"{w.name} did not stop cleanly")
+
+
 # =========================================================================== replicated mode
 
 REPLICATED_EXTRA_XML = """  <MessageMemoryLimit>16MB</MessageMemoryLimit>
   <ClientMaxCapacity>25%</ClientMaxCapacity>
   <MessageDiskPath>{disk}</MessageDiskPath>"""
-
-
-def epoch_replay(uri: str, topic: str, timeout: float = 60.0) -> list[tuple[str, bytes]]:
-    """``(bookmark, payload)`` of every message of ``topic`` in an instance's log, in its
-    order: a bookmark subscription from EPOCH up to the ``completed`` ack."""
-    from ampsclient import Client, Command, Message
-
-    items: list[tuple[str, bytes]] = []
-    done = threading.Event()
-
-    def on(message: Message) -> None:
-        if message.get_command() == "ack":
-            if message.get_ack_type() == "completed":
-                done.set()
-            return
-        items.append((message.get_bookmark() or "", bytes(message.get_data_raw())))
-
-    with Client(f"chaos-epoch-reader-{time.time_ns()}") as client:
-        client.connect(uri)
-        client.logon(5000)
-        cmd = Command("subscribe").set_topic(topic).set_bookmark("0").add_ack_type("completed")
-        client.execute_async(cmd, on)
-        if not done.wait(timeout):
-            raise AssertionError(f"no completed ack from the EPOCH replay on {uri}")
-    return items
 
 
 def compare_journals(
@@ -596,6 +583,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
     both instances; some connect over WebSocket. After the ledger check both journals are
     compared (EPOCH replays by bookmark and payload)."""
     from ampsclient_server_stub.cluster import Cluster, DowngradePolicy
+    from ampsclient_server_stub.testing.log import read_log
     from ampsclient_server_stub.testing.proxy import LoopbackProxy
 
     rng = random.Random(args.seed)
@@ -730,20 +718,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                     for proxy in proxies:
                         proxy.stall(seconds)
                 report.faults[fault] += 1
-            (work / "stop-publishers").touch()
-            for w in workers:
-                if w.role == "publisher" and w.wait(args.drain) != 0:
-                    report.problems.append(f"{w.name} did not stop cleanly")
-            expected = _expected(work, pubs)
-            end = time.monotonic() + args.drain
-            while time.monotonic() < end and not _complete(work, subs, expected):
-                time.sleep(0.2)
-            for w in workers:
-                if w.role == "subscriber":
-                    (work / f"stop-{w.name}").touch()
-            for w in workers:
-                if w.role == "subscriber" and w.wait(30) != 0:
-                    report.problems.append(f"{w.name} did not stop cleanly")
+            _drain(work, workers, pubs, subs, args.drain, report)
         finally:
             stop_rss.set()
             sampler.join(5)
@@ -753,7 +728,9 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
         try:
             cluster.wait_streaming(60)
             cluster.wait_caught_up(60)
-            compare_journals(epoch_replay(a.uri(), TOPIC), epoch_replay(b.uri(), TOPIC), report)
+            compare_journals(
+                read_log(a.uri(), TOPIC, timeout=60), read_log(b.uri(), TOPIC, timeout=60), report
+            )
         except AssertionError as exc:
             report.journals_equal = False
             report.problems.append(f"journal comparison: {exc}")

@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ampsclient import Client, Command, Message
+from ampsclient import Message
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient.sync import HAClient
+from ampsclient_server_stub.testing.log import read_log
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
@@ -22,27 +23,8 @@ def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condi
         time.sleep(0.005)
 
 
-def epoch_replay(uri: str, topic: str, timeout: float = 20.0) -> list[tuple[str, bytes]]:
-    """``(bookmark, payload)`` of every message of ``topic`` in the instance's log, in its
-    order: a bookmark subscription from EPOCH up to the ``completed`` ack."""
-    items: list[tuple[str, bytes]] = []
-    done = threading.Event()
-
-    def on(message: Message) -> None:
-        if message.get_command() == "ack":
-            if message.get_ack_type() == "completed":
-                done.set()
-            return
-        items.append((message.get_bookmark() or "", bytes(message.get_data_raw())))
-
-    with Client(f"epoch-reader-{time.time_ns()}") as client:
-        client.connect(uri)
-        client.logon(5000)
-        cmd = Command("subscribe").set_topic(topic).set_bookmark("0").add_ack_type("completed")
-        client.execute_async(cmd, on)
-        if not done.wait(timeout):
-            raise AssertionError(f"no completed ack from the EPOCH replay on {uri}")
-    return items
+epoch_replay = read_log
+"""Every ``(bookmark, body)`` of a topic in an instance's log (EPOCH to ``completed``)."""
 
 
 def bookmark_of(client_name: str, seq: int) -> str:

@@ -22,20 +22,14 @@ from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient.stores import FilePublishStore
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing.log import read_log
 
 pytestmark = pytest.mark.integration
 
 
 def epoch_replay(uri: str, topic: str) -> list[tuple[str, dict[str, Any]]]:
     """``(bookmark, body)`` of every message of ``topic`` in the log, in log order."""
-    box = Inbox()
-    with Client(unique("reader")) as reader:
-        reader.connect(uri)
-        reader.logon(5000)
-        cmd = Command("subscribe").set_topic(topic).set_bookmark("0").add_ack_type("completed")
-        reader.execute_async(cmd.set_timeout(10_000), box)
-        box.wait_ack("completed", timeout=30)
-    return [(str(m.get_bookmark()), m.json()) for m in box.messages]
+    return [(bm, json.loads(data)) for bm, data in read_log(uri, topic)]
 
 
 def ha_client(name: str, store_dir: Path, uri: str) -> HAClient:
