@@ -561,7 +561,7 @@ class _Not(_Node):
         self.operand = operand
 
 
-class _Arith(_Node):
+class _Binary(_Node):
     __slots__ = ("left", "op", "right")
 
     def __init__(self, op: str, left: _Node, right: _Node) -> None:
@@ -571,14 +571,12 @@ class _Arith(_Node):
         self.right = right
 
 
-class _Compare(_Node):
-    __slots__ = ("left", "op", "right")
+class _Arith(_Binary):
+    __slots__ = ()
 
-    def __init__(self, op: str, left: _Node, right: _Node) -> None:
-        super().__init__(left, right)
-        self.op = op
-        self.left = left
-        self.right = right
+
+class _Compare(_Binary):
+    __slots__ = ()
 
 
 class _Logic(_Node):
