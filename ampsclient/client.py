@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from . import _accel
 from .authenticator import Authenticator, DefaultAuthenticator
 from .command import Command
 from .exceptions import (
@@ -1024,6 +1025,13 @@ class AsyncClient:
         self._rx = True
         self._stats["frames_received"] += len(payloads)
         routes = self._subs
+        deliver = _accel.deliver
+        if deliver is not None:  # the same loop in C
+            deliver(
+                payloads, routes.cache, routes.lengths, Message, self._on_payload, self._report,
+                _BM_NEXT,
+            )
+            return
         get = routes.cache.get
         lengths = routes.lengths
         single = lengths[0] if len(lengths) == 1 else 0

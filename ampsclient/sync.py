@@ -434,7 +434,8 @@ class HAClient(Client):
 
     def discard(self, message: Message) -> None:
         """Mark a bookmark-subscription message as processed (any thread)."""
-        self._ha._bookmark_store.discard_message(message)  # AsyncHAClient.discard, one call less
+        store = self._ha._bookmark_store  # AsyncHAClient.discard, one call less
+        getattr(store, "_discard_fast", store.discard_message)(message)
 
     def get_most_recent(self, sub_id: str) -> str:
         """Where subscription ``sub_id`` would resume."""

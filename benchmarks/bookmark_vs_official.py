@@ -15,7 +15,7 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 
 from publish_vs_official import report
-from sink import PumpServer
+from sink import PUMP_SUB_ID, PumpServer
 
 from ampsclient import Client
 from ampsclient.stores.bookmark import MemoryBookmarkStore
@@ -47,7 +47,7 @@ def ours(uri: str, n: int) -> float:
             done.set()
 
     start = time.perf_counter()
-    client.bookmark_subscribe(handler, "orders", "0", sub_id="bm")
+    client.bookmark_subscribe(handler, "orders", "0", sub_id=PUMP_SUB_ID)
     if not done.wait(300):
         raise SystemExit(f"ours: {count[0]} of {n}")
     took = time.perf_counter() - start
@@ -72,7 +72,7 @@ def official(uri: str, n: int) -> float:
             done.set()
 
     start = time.perf_counter()
-    client.bookmark_subscribe(handler, "orders", "0", sub_id="bm")
+    client.bookmark_subscribe(handler, "orders", "0", sub_id=PUMP_SUB_ID)
     if not done.wait(300):
         raise SystemExit(f"official: {count[0]} of {n}")
     took = time.perf_counter() - start

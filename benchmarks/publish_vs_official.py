@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from sink import PumpServer, SinkServer
+from sink import PUMP_SUB_ID, PumpServer, SinkServer
 
 import ampsclient
 
@@ -63,7 +63,7 @@ def receive_run(make_client: Callable[[str], object], uri: str, n: int, name: st
             done.set()
 
     start = time.perf_counter()
-    client.subscribe(handler, "orders")  # type: ignore[attr-defined]
+    client.subscribe(handler, "orders", sub_id=PUMP_SUB_ID)  # type: ignore[attr-defined]
     if not done.wait(120):
         raise SystemExit(f"{name}: only {count[0]} of {n} messages arrived")
     took = time.perf_counter() - start

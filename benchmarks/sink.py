@@ -3,7 +3,9 @@
 * ``SinkServer``: reads frames; acks logon and flush (processed, echoing cid) and sends one
   conflated persisted ack (``s`` = highest seen) per batch of frames read, when asked for.
 * ``PumpServer``: on a subscribe, acks it and then writes N ``p`` frames routed to its sub id
-  as fast as the socket takes them.
+  as fast as the socket takes them. The frames for sub id ``PUMP_SUB_ID`` on topic
+  ``orders`` are built before the server starts, so a client subscribing with them is
+  measured, not the pump.
 
 Each runs in a child process so that the server does not share the GIL
 with the client being measured. Uses only the stdlib and ampsclient.protocol.
@@ -84,11 +86,31 @@ class _Sink(asyncio.Protocol):
             self.transport.write(b"".join(out))
 
 
+PUMP_SUB_ID = "bench"
+"""Sub id whose frames the pump builds before it serves (subscribe with it to measure only
+the client: the pump then just writes)."""
+
+
+def _pump_chunks(count: int, body: bytes, sub_id: str, topic: str) -> list[bytes]:
+    """The ``count`` delivery frames for ``sub_id``, joined in chunks of 5,000."""
+    head = encode_header({"c": "p", "t": topic, "sids": sub_id})[:-1] + b',"bm":"12345|'
+    chunk = 5000
+    chunks = []
+    for first in range(1, count + 1, chunk):
+        frames = []
+        for i in range(first, min(first + chunk, count + 1)):
+            payload = head + str(i).encode() + b'|"}' + body
+            frames.append(struct.pack(">I", len(payload)) + payload)
+        chunks.append(b"".join(frames))
+    return chunks
+
+
 class _Pump(asyncio.Protocol):
-    def __init__(self, count: int, body: bytes) -> None:
+    def __init__(self, count: int, body: bytes, ready: dict[tuple[str, str], list[bytes]]) -> None:
         self.framer = TcpFramer()
         self.count = count
         self.body = body
+        self.ready = ready
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: Any) -> None:
@@ -119,19 +141,11 @@ class _Pump(asyncio.Protocol):
 
     async def pump(self, sub_id: str, topic: str) -> None:
         assert self.transport is not None
-        # frames are built before timing matters: one template, only the bookmark varies
-        head = encode_header({"c": "p", "t": topic, "sids": sub_id})[:-1] + b',"bm":"12345|'
-        body = self.body
-        chunk = 5000
-        sent = 0
-        while sent < self.count:
-            n = min(chunk, self.count - sent)
-            frames = []
-            for i in range(sent + 1, sent + n + 1):
-                payload = head + str(i).encode() + b'|"}' + body
-                frames.append(struct.pack(">I", len(payload)) + payload)
-            self.transport.write(b"".join(frames))
-            sent += n
+        chunks = self.ready.get((sub_id, topic))
+        if chunks is None:  # not prebuilt: built here, the client waits for it too
+            chunks = _pump_chunks(self.count, self.body, sub_id, topic)
+        for data in chunks:
+            self.transport.write(data)
             while self.transport.get_write_buffer_size() > 8 * 1024 * 1024:
                 await asyncio.sleep(0.001)
 
@@ -143,8 +157,10 @@ def _serve(kind: str, count: int) -> None:
         if kind == "sink":
             server = await loop.create_server(lambda: _Sink(counter), "127.0.0.1", 0)
         else:
+            body = b'{"id":1,"sym":"IBM","px":101.5}'
+            ready = {(PUMP_SUB_ID, "orders"): _pump_chunks(count, body, PUMP_SUB_ID, "orders")}
             server = await loop.create_server(
-                lambda: _Pump(count, b'{"id":1,"sym":"IBM","px":101.5}'), "127.0.0.1", 0
+                lambda: _Pump(count, body, ready), "127.0.0.1", 0
             )
         print(server.sockets[0].getsockname()[1], flush=True)
         await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes stdin

@@ -213,7 +213,7 @@ class AsyncHAClient(AsyncClient):
 
     def discard(self, message: Message) -> None:
         """Mark a bookmark-subscription message as processed: the resume point moves past it."""
-        self._bookmark_store.discard_message(message)
+        getattr(self._bookmark_store, "_discard_fast", self._bookmark_store.discard_message)(message)
 
     def get_most_recent(self, sub_id: str) -> str:
         """Where subscription ``sub_id`` would resume (the bookmark store's recovery point)."""
@@ -248,7 +248,7 @@ class AsyncHAClient(AsyncClient):
 
         # the receive fast path logs a delivery itself and calls ``handler`` when ``log``
         # numbers it; anything else (a duplicate, no bookmark) goes through ``on_message``
-        on_message._log = store.log  # type: ignore[attr-defined]
+        on_message._log = getattr(store, "_log_fast", store.log)  # type: ignore[attr-defined]
         on_message._inner = handler  # type: ignore[attr-defined]
         return on_message
 

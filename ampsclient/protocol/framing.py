@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from .. import _accel
 from ..exceptions import FrameTooLargeError, MalformedFrameError
 from .header import decode_header
 from .message import body_offset
@@ -110,15 +111,22 @@ class TcpFramer:
             append(bytes(buf[4:]))
             buf.clear()
             pos += missing
-        while end - pos >= 4:
-            (n,) = _unpack_len(view, pos)
-            if n > limit:
+        split = _accel.split_frames
+        if split is not None:  # the same loop in C
+            pos = split(view, pos, limit, ready)
+            if pos < 0:
+                (n,) = _unpack_len(view, -1 - pos)
                 raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
-            stop = pos + 4 + n
-            if stop > end:
-                break
-            append(view[pos + 4 : stop])
-            pos = stop
+        else:
+            while end - pos >= 4:
+                (n,) = _unpack_len(view, pos)
+                if n > limit:
+                    raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
+                stop = pos + 4 + n
+                if stop > end:
+                    break
+                append(view[pos + 4 : stop])
+                pos = stop
         if pos < end:
             buf += view[pos:end]
 

@@ -1,0 +1,714 @@
+/* Optional C versions of the client's two per-message loops.
+ *
+ * Each function here has a pure-Python twin that is the reference (see
+ * ampsclient/_accel.py, which picks one or the other; AMPSCLIENT_PUREPYTHON=1 forces
+ * the Python ones). Both are run by the same tests. Nothing here parses AMPS headers: the
+ * functions only split the TCP stream and route deliveries by prefixes the Python code
+ * learned, exactly as the Python loops do.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ split_frames */
+
+PyDoc_STRVAR(split_frames_doc,
+"split_frames(data, pos, limit, out) -> int\n\n"
+"Append every whole 4-byte-length-prefixed payload of ``data[pos:]`` to the list ``out``;\n"
+"return the offset of the first byte not consumed. A length prefix above ``limit`` stops\n"
+"the loop and returns ``-1 - offset`` of that prefix (the caller raises).");
+
+static PyObject *
+split_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "split_frames() takes 4 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0];
+    PyObject *out = args[3];
+    if (!PyBytes_CheckExact(data)) {
+        PyErr_SetString(PyExc_TypeError, "split_frames(): data must be bytes");
+        return NULL;
+    }
+    if (!PyList_CheckExact(out)) {
+        PyErr_SetString(PyExc_TypeError, "split_frames(): out must be a list");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long long limit = PyLong_AsLongLong(args[2]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t end = PyBytes_GET_SIZE(data);
+    if (pos < 0) {
+        pos = 0;
+    }
+    while (end - pos >= 4) {
+        const unsigned char *p = buf + pos;
+        unsigned long long n = ((unsigned long long)p[0] << 24) | ((unsigned long long)p[1] << 16)
+                               | ((unsigned long long)p[2] << 8) | (unsigned long long)p[3];
+        if ((long long)n > limit) {
+            return PyLong_FromSsize_t(-1 - pos);
+        }
+        if ((unsigned long long)(end - pos - 4) < n) {
+            break;
+        }
+        PyObject *frame = PyBytes_FromStringAndSize((const char *)p + 4, (Py_ssize_t)n);
+        if (frame == NULL) {
+            return NULL;
+        }
+        int rc = PyList_Append(out, frame);
+        Py_DECREF(frame);
+        if (rc < 0) {
+            return NULL;
+        }
+        pos += 4 + (Py_ssize_t)n;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
+/* ------------------------------------------------------------------ deliver */
+
+/* Offsets of Message's __slots__, read once from its member descriptors. */
+static PyTypeObject *message_type = NULL;
+static Py_ssize_t off_raw, off_sub_id, off_hdr, off_data, off_bm, off_body;
+static PyObject *minus_one = NULL, *plus_one = NULL;
+
+static int
+slot_offset(PyTypeObject *tp, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyObject_GetAttrString((PyObject *)tp, name);
+    if (descr == NULL) {
+        return -1;
+    }
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        Py_DECREF(descr);
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", tp->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX && member->type != T_OBJECT) {
+        Py_DECREF(descr);
+        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", tp->tp_name, name);
+        return -1;
+    }
+    *offset = member->offset;
+    Py_DECREF(descr);
+    return 0;
+}
+
+static int
+bind_message_type(PyObject *cls)
+{
+    if ((PyObject *)message_type == cls) {
+        return 0;
+    }
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "deliver(): message_type must be a class");
+        return -1;
+    }
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    if (slot_offset(tp, "_raw", &off_raw) < 0 || slot_offset(tp, "_sub_id", &off_sub_id) < 0
+        || slot_offset(tp, "_hdr", &off_hdr) < 0 || slot_offset(tp, "_data", &off_data) < 0
+        || slot_offset(tp, "_bm", &off_bm) < 0 || slot_offset(tp, "_body", &off_body) < 0) {
+        return -1;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(message_type, tp);
+    return 0;
+}
+
+static inline void
+set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    PyObject **slot = (PyObject **)((char *)obj + offset);
+    Py_INCREF(value);
+    Py_XSETREF(*slot, value);
+}
+
+/* Call report(exc) for an Exception raised by a handler; 0 on success, -1 to propagate. */
+static int
+report_exception(PyObject *report)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        return -1; /* KeyboardInterrupt, SystemExit...: not ours to swallow */
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    PyObject *r = PyObject_CallOneArg(report, value != NULL ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+PyDoc_STRVAR(deliver_doc,
+"deliver(payloads, cache, lengths, message_type, unrouted, report, bm_next) -> None\n\n"
+"The receive fast path of ``AsyncClient._on_payloads`` (see there): route each payload by\n"
+"its first ``length`` bytes through ``cache``, fill one recycled ``message_type`` instance\n"
+"and call the route's handler; payloads no prefix routes go to ``unrouted(payload)``;\n"
+"an Exception raised by a handler goes to ``report(exc)``.");
+
+static PyObject *
+deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "deliver() takes 7 arguments");
+        return NULL;
+    }
+    PyObject *payloads = args[0], *cache = args[1], *lengths_obj = args[2];
+    PyObject *unrouted = args[4], *report = args[5], *bm_next = args[6];
+    if (!PyList_CheckExact(payloads) || !PyDict_CheckExact(cache) || !PyBytes_CheckExact(bm_next)) {
+        PyErr_SetString(PyExc_TypeError, "deliver(): bad argument types");
+        return NULL;
+    }
+    if (bind_message_type(args[3]) < 0) {
+        return NULL;
+    }
+    Py_ssize_t lengths[8];
+    Py_ssize_t nlengths = 0;
+    PyObject *seq = PySequence_Fast(lengths_obj, "deliver(): lengths must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < count && nlengths < 8; i++) {
+        Py_ssize_t v = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        lengths[nlengths++] = v;
+    }
+    Py_DECREF(seq);
+
+    const char *marker = PyBytes_AS_STRING(bm_next);
+    Py_ssize_t marker_len = PyBytes_GET_SIZE(bm_next);
+    PyObject *message = PyObject_CallNoArgs((PyObject *)message_type);
+    if (message == NULL) {
+        return NULL;
+    }
+    /* payloads may not change under us: hold our own reference to the list */
+    Py_INCREF(payloads);
+    PyObject *payload = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(payloads); i++) {
+        payload = PyList_GET_ITEM(payloads, i);
+        Py_INCREF(payload);
+        PyObject *route = NULL;
+        Py_ssize_t length = 0;
+        if (PyBytes_CheckExact(payload)) {
+            const char *raw = PyBytes_AS_STRING(payload);
+            Py_ssize_t size = PyBytes_GET_SIZE(payload);
+            for (Py_ssize_t k = 0; k < nlengths; k++) {
+                length = lengths[k];
+                Py_ssize_t take = length < size ? length : size;
+                if (take < 0) {
+                    take = 0;
+                }
+                PyObject *key = PyBytes_FromStringAndSize(raw, take);
+                if (key == NULL) {
+                    goto error;
+                }
+                route = PyDict_GetItemWithError(cache, key); /* borrowed */
+                Py_DECREF(key);
+                if (route == NULL && PyErr_Occurred()) {
+                    goto error;
+                }
+                if (route != NULL) {
+                    break;
+                }
+            }
+        }
+        if (route == NULL || !PyTuple_CheckExact(route) || PyTuple_GET_SIZE(route) != 5) {
+            PyObject *r = PyObject_CallOneArg(unrouted, payload);
+            if (r == NULL) {
+                goto error;
+            }
+            Py_DECREF(r);
+            Py_CLEAR(payload);
+            continue;
+        }
+        Py_INCREF(route); /* the handler may change the cache */
+        set_slot(message, off_raw, payload);
+        set_slot(message, off_sub_id, PyTuple_GET_ITEM(route, 0));
+        set_slot(message, off_hdr, Py_None);
+        set_slot(message, off_data, Py_None);
+        set_slot(message, off_bm, Py_None);
+        set_slot(message, off_body, minus_one);
+        PyObject *handler = PyTuple_GET_ITEM(route, 1);
+        PyObject *result = NULL;
+        int wants_bm = PyObject_IsTrue(PyTuple_GET_ITEM(route, 2));
+        if (wants_bm < 0) {
+            Py_DECREF(route);
+            goto error;
+        }
+        const char *raw = PyBytes_AS_STRING(payload);
+        Py_ssize_t size = PyBytes_GET_SIZE(payload);
+        Py_ssize_t start = length + marker_len;
+        const char *close = NULL;
+        if (wants_bm && length >= 0 && start <= size
+            && memcmp(raw + length, marker, (size_t)marker_len) == 0) {
+            close = memchr(raw + start, '"', (size_t)(size - start));
+        }
+        if (close != NULL) {
+            PyObject *bm = PyUnicode_DecodeUTF8(raw + start, close - (raw + start), NULL);
+            if (bm != NULL) {
+                set_slot(message, off_bm, bm);
+                Py_DECREF(bm);
+                PyObject *log = PyTuple_GET_ITEM(route, 3);
+                if (log != Py_None) {
+                    PyObject *logged = PyObject_CallOneArg(log, message);
+                    if (logged != NULL) {
+                        int yes = PyObject_IsTrue(logged);
+                        Py_DECREF(logged);
+                        if (yes > 0) {
+                            result = PyObject_CallOneArg(PyTuple_GET_ITEM(route, 4), message);
+                        }
+                        else if (yes == 0) {
+                            result = PyObject_CallOneArg(handler, message);
+                        }
+                    }
+                }
+                else {
+                    result = PyObject_CallOneArg(handler, message);
+                }
+            }
+        }
+        else {
+            result = PyObject_CallOneArg(handler, message);
+        }
+        Py_DECREF(route);
+        if (result == NULL) {
+            if (report_exception(report) < 0) {
+                goto error;
+            }
+        }
+        else {
+            Py_DECREF(result);
+        }
+        Py_CLEAR(payload);
+        if (Py_REFCNT(message) > 1) {
+            /* the handler kept it: never touch it again */
+            Py_DECREF(message);
+            message = PyObject_CallNoArgs((PyObject *)message_type);
+            if (message == NULL) {
+                Py_DECREF(payloads);
+                return NULL;
+            }
+        }
+    }
+    Py_DECREF(message);
+    Py_DECREF(payloads);
+    Py_RETURN_NONE;
+
+error:
+    Py_XDECREF(payload);
+    Py_DECREF(message);
+    Py_DECREF(payloads);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ BookmarkLane
+ *
+ * MemoryBookmarkStore's common case in C: a delivery whose publisher already has a point
+ * and nothing pending becomes the subscription's one in-flight message (log), and
+ * discarding that message moves the publisher's point (discard). This is exactly the
+ * first branch of MemoryBookmarkStore.log and .discard_message (see there); anything else,
+ * including every error, goes to the Python methods given at construction. The lane works
+ * on the store's objects through their __slots__ and never runs Python code between its
+ * checks and its writes, so under the GIL it is atomic; while the store's lock is held by a
+ * Python method it stays out of the way (lock.locked() -> the Python method, which waits).
+ */
+
+#ifndef Py_GIL_DISABLED
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *subs;          /* the store's dict: sub id -> _Subscription */
+    PyObject *locked;        /* the store lock's bound .locked */
+    PyObject *slow_log;      /* MemoryBookmarkStore.log (bound) */
+    PyObject *slow_discard;  /* MemoryBookmarkStore.discard_message (bound) */
+    PyTypeObject *sub_type, *pub_type;
+    int fast_discard;        /* no adapter: discard may finish here */
+    int enabled;
+    /* _Subscription slots */
+    Py_ssize_t s_inflight, s_last_pub, s_next_no, s_pubs, s_points, s_loaded_ts, s_recent;
+    /* _Publisher slots */
+    Py_ssize_t p_high, p_done, p_point, p_queue, p_slot;
+} Lane;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static inline void
+put(PyObject *obj, Py_ssize_t offset, PyObject *value) /* steals nothing */
+{
+    Py_INCREF(value);
+    Py_XSETREF(SLOT(obj, offset), value);
+}
+
+static int
+lane_traverse(Lane *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->subs);
+    Py_VISIT(self->locked);
+    Py_VISIT(self->slow_log);
+    Py_VISIT(self->slow_discard);
+    Py_VISIT(self->sub_type);
+    Py_VISIT(self->pub_type);
+    return 0;
+}
+
+static int
+lane_clear(Lane *self)
+{
+    Py_CLEAR(self->subs);
+    Py_CLEAR(self->locked);
+    Py_CLEAR(self->slow_log);
+    Py_CLEAR(self->slow_discard);
+    Py_CLEAR(self->sub_type);
+    Py_CLEAR(self->pub_type);
+    return 0;
+}
+
+static void
+lane_dealloc(Lane *self)
+{
+    PyObject_GC_UnTrack(self);
+    lane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+lane_init(Lane *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *subs, *lock, *slow_log, *slow_discard, *sub_type, *pub_type, *msg_type;
+    int fast_discard;
+    if (!PyArg_ParseTuple(args, "O!OOOO!O!Op:BookmarkLane", &PyDict_Type, &subs, &lock,
+                          &slow_log, &slow_discard, &PyType_Type, &sub_type, &PyType_Type,
+                          &pub_type, &msg_type, &fast_discard)) {
+        return -1;
+    }
+    if (bind_message_type(msg_type) < 0) {
+        return -1;
+    }
+    PyTypeObject *st = (PyTypeObject *)sub_type, *pt = (PyTypeObject *)pub_type;
+    if (slot_offset(st, "inflight", &self->s_inflight) < 0
+        || slot_offset(st, "last_pub", &self->s_last_pub) < 0
+        || slot_offset(st, "next_no", &self->s_next_no) < 0
+        || slot_offset(st, "pubs", &self->s_pubs) < 0
+        || slot_offset(st, "points", &self->s_points) < 0
+        || slot_offset(st, "loaded_ts", &self->s_loaded_ts) < 0
+        || slot_offset(st, "recent", &self->s_recent) < 0
+        || slot_offset(pt, "high", &self->p_high) < 0
+        || slot_offset(pt, "done", &self->p_done) < 0
+        || slot_offset(pt, "point", &self->p_point) < 0
+        || slot_offset(pt, "queue", &self->p_queue) < 0
+        || slot_offset(pt, "slot", &self->p_slot) < 0) {
+        return -1;
+    }
+    PyObject *locked = PyObject_GetAttrString(lock, "locked");
+    if (locked == NULL) {
+        return -1;
+    }
+    Py_XSETREF(self->locked, locked);
+    Py_INCREF(subs);
+    Py_XSETREF(self->subs, subs);
+    Py_INCREF(slow_log);
+    Py_XSETREF(self->slow_log, slow_log);
+    Py_INCREF(slow_discard);
+    Py_XSETREF(self->slow_discard, slow_discard);
+    Py_INCREF(sub_type);
+    Py_XSETREF(self->sub_type, st);
+    Py_INCREF(pub_type);
+    Py_XSETREF(self->pub_type, pt);
+    self->fast_discard = fast_discard;
+    self->enabled = 1;
+    return 0;
+}
+
+/* 1: the store's lock is free (the lane may work); 0: held; -1: error */
+static int
+lane_free(Lane *self)
+{
+    if (!self->enabled) {
+        return 0;
+    }
+    PyObject *r = PyObject_CallNoArgs(self->locked);
+    if (r == NULL) {
+        return -1;
+    }
+    int held = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return held < 0 ? -1 : !held;
+}
+
+/* the message's bookmark and sub id when both are set str slots (borrowed), else 0 */
+static int
+message_ids(PyObject *message, PyObject **bm, PyObject **sid)
+{
+    if (!Py_IS_TYPE(message, message_type)) {
+        return 0;
+    }
+    *bm = SLOT(message, off_bm);
+    *sid = SLOT(message, off_sub_id);
+    return *bm != NULL && *sid != NULL && PyUnicode_CheckExact(*bm) && PyUnicode_CheckExact(*sid)
+           && PyUnicode_GET_LENGTH(*sid) > 0;
+}
+
+static PyObject *
+lane_log(Lane *self, PyObject *message)
+{
+    PyObject *bm, *sid;
+    int free_ = lane_free(self);
+    if (free_ < 0) {
+        return NULL;
+    }
+    if (!free_ || !message_ids(message, &bm, &sid) || !PyUnicode_IS_ASCII(bm)) {
+        goto slow;
+    }
+    /* publisherId|sequence| with a plain decimal sequence (anything else: Python decides) */
+    const char *text = (const char *)PyUnicode_1BYTE_DATA(bm);
+    Py_ssize_t size = PyUnicode_GET_LENGTH(bm);
+    const char *bar = memchr(text, '|', (size_t)size);
+    if (bar == NULL || size < 2 || text[size - 1] != '|') {
+        goto slow;
+    }
+    Py_ssize_t digits_at = bar - text + 1, digits = size - 1 - digits_at;
+    if (digits < 1 || digits > 18) {
+        goto slow;
+    }
+    long long seq = 0;
+    for (Py_ssize_t i = digits_at; i < size - 1; i++) {
+        char ch = text[i];
+        if (ch < '0' || ch > '9') {
+            goto slow;
+        }
+        seq = seq * 10 + (ch - '0');
+    }
+    PyObject *sub = PyDict_GetItemWithError(self->subs, sid); /* borrowed */
+    if (sub == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        goto slow;
+    }
+    if (!Py_IS_TYPE(sub, self->sub_type) || SLOT(sub, self->s_inflight) != Py_None) {
+        goto slow;
+    }
+    PyObject *pubs = SLOT(sub, self->s_pubs);
+    PyObject *next_no = SLOT(sub, self->s_next_no);
+    if (pubs == NULL || !PyDict_CheckExact(pubs) || next_no == NULL || !PyLong_CheckExact(next_no)) {
+        goto slow;
+    }
+    PyObject *key = PyUnicode_Substring(bm, 0, bar - text);
+    if (key == NULL) {
+        return NULL;
+    }
+    PyObject *pub = PyDict_GetItemWithError(pubs, key); /* borrowed */
+    if (pub == NULL || !Py_IS_TYPE(pub, self->pub_type)) {
+        Py_DECREF(key);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        goto slow;
+    }
+    PyObject *high = SLOT(pub, self->p_high), *point = SLOT(pub, self->p_point);
+    PyObject *queue = SLOT(pub, self->p_queue);
+    if (high == NULL || !PyLong_CheckExact(high) || point == NULL || point == Py_None
+        || queue == NULL) {
+        Py_DECREF(key);
+        goto slow;
+    }
+    int overflow = 0;
+    long long high_value = PyLong_AsLongLongAndOverflow(high, &overflow);
+    Py_ssize_t queued = PyObject_Length(queue);
+    if (overflow || (high_value == -1 && PyErr_Occurred()) || queued != 0 || seq <= high_value) {
+        Py_DECREF(key);
+        if (queued < 0 || PyErr_Occurred()) {
+            return NULL;
+        }
+        goto slow; /* a duplicate, or something already pending: Python's branches */
+    }
+    PyObject *seq_obj = PyLong_FromLongLong(seq);
+    PyObject *no_next = PyNumber_Add(next_no, plus_one);
+    PyObject *entry = PyList_New(5);
+    if (seq_obj == NULL || no_next == NULL || entry == NULL) {
+        Py_DECREF(key);
+        Py_XDECREF(seq_obj);
+        Py_XDECREF(no_next);
+        Py_XDECREF(entry);
+        return NULL;
+    }
+    Py_INCREF(pub);
+    PyList_SET_ITEM(entry, 0, pub);
+    Py_INCREF(seq_obj);
+    PyList_SET_ITEM(entry, 1, seq_obj);
+    Py_INCREF(bm);
+    PyList_SET_ITEM(entry, 2, bm);
+    Py_INCREF(next_no);
+    PyList_SET_ITEM(entry, 3, next_no);
+    Py_INCREF(Py_False);
+    PyList_SET_ITEM(entry, 4, Py_False);
+    PyObject *no = next_no;
+    Py_INCREF(no); /* returned; the slot's reference goes below */
+    put(pub, self->p_high, seq_obj);
+    put(sub, self->s_last_pub, key);
+    put(sub, self->s_next_no, no_next);
+    put(sub, self->s_inflight, entry);
+    Py_DECREF(seq_obj);
+    Py_DECREF(key);
+    Py_DECREF(no_next);
+    Py_DECREF(entry);
+    return no;
+
+slow:
+    return PyObject_CallOneArg(self->slow_log, message);
+}
+
+static PyObject *
+lane_discard(Lane *self, PyObject *message)
+{
+    PyObject *bm, *sid;
+    int free_ = lane_free(self);
+    if (free_ < 0) {
+        return NULL;
+    }
+    if (!free_ || !self->fast_discard || !message_ids(message, &bm, &sid)) {
+        goto slow;
+    }
+    PyObject *sub = PyDict_GetItemWithError(self->subs, sid); /* borrowed */
+    if (sub == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        goto slow;
+    }
+    if (!Py_IS_TYPE(sub, self->sub_type)) {
+        goto slow;
+    }
+    PyObject *entry = SLOT(sub, self->s_inflight);
+    PyObject *points = SLOT(sub, self->s_points);
+    if (entry == NULL || !PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 5 || points == NULL
+        || !PyList_CheckExact(points)) {
+        goto slow;
+    }
+    PyObject *entry_bm = PyList_GET_ITEM(entry, 2);
+    if (entry_bm != bm) {
+        int same = PyUnicode_CheckExact(entry_bm) ? PyUnicode_Compare(entry_bm, bm) : -1;
+        if (same != 0) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            goto slow;
+        }
+    }
+    PyObject *pub = PyList_GET_ITEM(entry, 0);
+    if (!Py_IS_TYPE(pub, self->pub_type)) {
+        goto slow;
+    }
+    PyObject *slot_obj = SLOT(pub, self->p_slot);
+    Py_ssize_t slot = slot_obj != NULL && PyLong_CheckExact(slot_obj) ? PyLong_AsSsize_t(slot_obj) : -1;
+    if (slot < 0 || slot >= PyList_GET_SIZE(points)) {
+        PyErr_Clear();
+        goto slow;
+    }
+    /* discard_message's common case: the publisher's only pending message */
+    Py_INCREF(entry);
+    put(pub, self->p_done, PyList_GET_ITEM(entry, 1));
+    put(pub, self->p_point, bm);
+    Py_INCREF(bm);
+    PyList_SetItem(points, slot, bm); /* steals */
+    put(sub, self->s_inflight, Py_None);
+    put(sub, self->s_loaded_ts, Py_None);
+    put(sub, self->s_recent, Py_None);
+    Py_DECREF(entry);
+    Py_RETURN_NONE;
+
+slow:
+    return PyObject_CallOneArg(self->slow_discard, message);
+}
+
+static PyObject *
+lane_disable(Lane *self, PyObject *unused)
+{
+    self->enabled = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef lane_methods[] = {
+    {"log", (PyCFunction)lane_log, METH_O,
+     "MemoryBookmarkStore.log, its common case in C."},
+    {"discard", (PyCFunction)lane_discard, METH_O,
+     "MemoryBookmarkStore.discard_message, its common case in C."},
+    {"disable", (PyCFunction)lane_disable, METH_NOARGS,
+     "From now on every call goes to the Python methods (the store closed)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.BookmarkLane",
+    .tp_basicsize = sizeof(Lane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "BookmarkLane(subs, lock, log, discard_message, Subscription, Publisher, Message, "
+              "fast_discard)\n\nMemoryBookmarkStore's common case in C (see the C source).",
+    .tp_traverse = (traverseproc)lane_traverse,
+    .tp_clear = (inquiry)lane_clear,
+    .tp_dealloc = (destructor)lane_dealloc,
+    .tp_init = (initproc)lane_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = lane_methods,
+};
+
+#endif /* Py_GIL_DISABLED */
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef speedups_methods[] = {
+    {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL, split_frames_doc},
+    {"deliver", (PyCFunction)(void (*)(void))deliver, METH_FASTCALL, deliver_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "ampsclient._speedups",
+    "Optional C versions of the client's per-message loops (see ampsclient/_accel.py).",
+    -1,
+    speedups_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    minus_one = PyLong_FromLong(-1);
+    plus_one = PyLong_FromLong(1);
+    if (minus_one == NULL || plus_one == NULL) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&speedups_module);
+    if (module == NULL) {
+        return NULL;
+    }
+#ifndef Py_GIL_DISABLED
+    if (PyType_Ready(&LaneType) < 0 || PyModule_AddObjectRef(module, "BookmarkLane", (PyObject *)&LaneType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+#endif
+    return module;
+}
