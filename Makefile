@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) examples/worker_grid/runner.py
 
 test: $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider
+	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PY) -m pytest -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ampsclient ampsclient_server_stub tests benchmarks examples

@@ -156,9 +156,30 @@ report_exception(PyObject *report)
     return 0;
 }
 
+/* Up to 8 prefix lengths from a sequence of ints; their count, or -1 on error. */
+static Py_ssize_t
+read_lengths(PyObject *obj, Py_ssize_t *lengths)
+{
+    PyObject *seq = PySequence_Fast(obj, "deliver(): lengths must be a sequence");
+    if (seq == NULL) {
+        return -1;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), n = 0;
+    for (Py_ssize_t i = 0; i < count && n < 8; i++) {
+        Py_ssize_t v = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        lengths[n++] = v;
+    }
+    Py_DECREF(seq);
+    return n;
+}
+
 PyDoc_STRVAR(deliver_doc,
 "deliver(payloads, cache, lengths, message_type, unrouted, report, bm_next) -> None\n\n"
-"The receive fast path of ``AsyncClient._on_payloads`` (see there): route each payload by\n"
+"``ampsclient.client.deliver`` in C (see there): route each payload by\n"
 "its first ``length`` bytes through ``cache``, fill one recycled ``message_type`` instance\n"
 "and call the route's handler; payloads no prefix routes go to ``unrouted(payload)``;\n"
 "an Exception raised by a handler goes to ``report(exc)``.");
@@ -180,21 +201,10 @@ deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t lengths[8];
-    Py_ssize_t nlengths = 0;
-    PyObject *seq = PySequence_Fast(lengths_obj, "deliver(): lengths must be a sequence");
-    if (seq == NULL) {
+    Py_ssize_t nlengths = read_lengths(lengths_obj, lengths);
+    if (nlengths < 0) {
         return NULL;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < count && nlengths < 8; i++) {
-        Py_ssize_t v = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        lengths[nlengths++] = v;
-    }
-    Py_DECREF(seq);
 
     const char *marker = PyBytes_AS_STRING(bm_next);
     Py_ssize_t marker_len = PyBytes_GET_SIZE(bm_next);
@@ -240,6 +250,11 @@ deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             Py_DECREF(r);
             Py_CLEAR(payload);
+            /* unrouted may have learned a route: see it for the rest of this batch */
+            nlengths = read_lengths(lengths_obj, lengths);
+            if (nlengths < 0) {
+                goto error;
+            }
             continue;
         }
         Py_INCREF(route); /* the handler may change the cache */

@@ -178,6 +178,66 @@ def _default_for(name: str) -> str:
     return name
 
 
+def deliver(
+    payloads: list[bytes],
+    cache: dict[bytes, _Route],
+    lengths: list[int],
+    message_type: type[Message],
+    unrouted: Callable[[bytes], None],
+    report: Callable[[BaseException], None],
+    bm_next: bytes,
+) -> None:
+    """Route ``payloads`` to handlers: the receive hot path of :class:`AsyncClient`.
+
+    A payload whose first ``length`` bytes (for a ``length`` in ``lengths``) are a key of
+    ``cache`` goes to that route's handler in a recycled ``message_type`` instance; any other
+    goes to ``unrouted``. An :class:`Exception` raised by a handler goes to ``report``. For a
+    route that wants the bookmark, a ``bm`` field right after the prefix (``bm_next``) is read
+    into the message and the route's ``log`` decides whether its inner handler (logged) or
+    its handler (a duplicate, or not logged) gets it. ``ampsclient/_speedups.c`` has the same
+    function in C (:mod:`ampsclient._accel`).
+    """
+    get = cache.get
+    single = lengths[0] if len(lengths) == 1 else 0
+    skip = len(bm_next)
+    message = message_type()
+    for payload in payloads:
+        if single:
+            route = get(payload[:single])
+            length = single
+        else:
+            route = None
+            for length in lengths:
+                route = get(payload[:length])
+                if route is not None:
+                    break
+        if route is None:
+            unrouted(payload)
+            continue
+        message._raw = payload
+        message._sub_id = route[0]
+        message._hdr = message._data = message._bm = None
+        message._body = -1
+        try:
+            if route[2] and payload.startswith(bm_next, length):
+                end = payload.find(b'"', length + skip)
+                if end > 0:
+                    message._bm = payload[length + skip : end].decode()
+                    log = route[3]
+                    if log is not None and log(message):
+                        route[4](message)  # type: ignore[misc]
+                    else:
+                        route[1](message)
+                else:
+                    route[1](message)
+            else:
+                route[1](message)
+        except Exception as exc:
+            report(exc)
+        if _refcount(message) > 2:
+            message = message_type()
+
+
 class AsyncClient:
     """One connection to an AMPS server.
 
@@ -1025,52 +1085,15 @@ class AsyncClient:
         self._rx = True
         self._stats["frames_received"] += len(payloads)
         routes = self._subs
-        deliver = _accel.deliver
-        if deliver is not None:  # the same loop in C
-            deliver(
-                payloads, routes.cache, routes.lengths, Message, self._on_payload, self._report,
-                _BM_NEXT,
-            )
-            return
-        get = routes.cache.get
-        lengths = routes.lengths
-        single = lengths[0] if len(lengths) == 1 else 0
-        message = Message()
-        for payload in payloads:
-            if single:
-                route = get(payload[:single])
-                length = single
-            else:
-                route = None
-                for length in lengths:
-                    route = get(payload[:length])
-                    if route is not None:
-                        break
-            if route is None:
-                self._on_payload(payload)
-                continue
-            message._raw = payload
-            message._sub_id = route[0]
-            message._hdr = message._data = message._bm = None
-            message._body = -1
-            try:
-                if route[2] and payload.startswith(_BM_NEXT, length):
-                    end = payload.find(b'"', length + 7)
-                    if end > 0:
-                        message._bm = payload[length + 7 : end].decode()
-                        log = route[3]
-                        if log is not None and log(message):
-                            route[4](message)  # type: ignore[misc]
-                        else:
-                            route[1](message)
-                    else:
-                        route[1](message)
-                else:
-                    route[1](message)
-            except Exception as exc:
-                self._report(exc)
-            if _refcount(message) > 2:
-                message = Message()
+        (_accel.deliver or deliver)(
+            payloads,
+            routes.cache,
+            routes.lengths,
+            Message,
+            self._on_payload,
+            self._report,
+            _BM_NEXT,
+        )
 
     def _on_payload(self, payload: bytes) -> None:
         self._rx = True

@@ -434,8 +434,7 @@ class HAClient(Client):
 
     def discard(self, message: Message) -> None:
         """Mark a bookmark-subscription message as processed (any thread)."""
-        store = self._ha._bookmark_store  # AsyncHAClient.discard, one call less
-        getattr(store, "_discard_fast", store.discard_message)(message)
+        self._ha._discard(message)  # AsyncHAClient.discard, one call less
 
     def get_most_recent(self, sub_id: str) -> str:
         """Where subscription ``sub_id`` would resume."""

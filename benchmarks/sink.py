@@ -159,9 +159,7 @@ def _serve(kind: str, count: int) -> None:
         else:
             body = b'{"id":1,"sym":"IBM","px":101.5}'
             ready = {(PUMP_SUB_ID, "orders"): _pump_chunks(count, body, PUMP_SUB_ID, "orders")}
-            server = await loop.create_server(
-                lambda: _Pump(count, body, ready), "127.0.0.1", 0
-            )
+            server = await loop.create_server(lambda: _Pump(count, body, ready), "127.0.0.1", 0)
         print(server.sockets[0].getsockname()[1], flush=True)
         await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
 

@@ -64,6 +64,12 @@ _SUBSCRIBE_COMMANDS = frozenset(
 )
 
 
+def _fast_discard(store: BookmarkStore) -> Callable[[Message], None]:
+    """``store.discard_message``, or the C speedups' version of its common case."""
+    fast: Callable[[Message], None] | None = getattr(store, "_discard_fast", None)
+    return fast if fast is not None else store.discard_message
+
+
 class AsyncHAClient(AsyncClient):
     """A highly available client: reconnects, fails over, never loses a stored publish.
 
@@ -119,6 +125,7 @@ class AsyncHAClient(AsyncClient):
         self._bookmark_store: BookmarkStore = (
             bookmark_store if bookmark_store is not None else MemoryBookmarkStore()
         )
+        self._discard: Callable[[Message], None] = _fast_discard(self._bookmark_store)
         self._duplicate_handler: Handler | None = None
         self._on_sub_persisted = self._sub_persisted
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
@@ -202,6 +209,7 @@ class AsyncHAClient(AsyncClient):
     def set_bookmark_store(self, store: BookmarkStore) -> None:
         """Use ``store`` for bookmark subscriptions placed from now on."""
         self._bookmark_store = store
+        self._discard = _fast_discard(store)
 
     def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""
@@ -213,7 +221,7 @@ class AsyncHAClient(AsyncClient):
 
     def discard(self, message: Message) -> None:
         """Mark a bookmark-subscription message as processed: the resume point moves past it."""
-        getattr(self._bookmark_store, "_discard_fast", self._bookmark_store.discard_message)(message)
+        self._discard(message)
 
     def get_most_recent(self, sub_id: str) -> str:
         """Where subscription ``sub_id`` would resume (the bookmark store's recovery point)."""

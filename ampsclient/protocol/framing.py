@@ -55,6 +55,27 @@ def tcp_frame(payload: bytes) -> bytes:
     return _pack_len(len(payload)) + payload
 
 
+def split_frames(data: bytes, pos: int, limit: int, out: list[bytes]) -> int:
+    """Append every whole length-prefixed payload of ``data[pos:]`` to ``out``.
+
+    Returns the offset of the first byte not consumed, or ``-1 - offset`` of a length prefix
+    above ``limit`` (nothing after it is consumed). ``ampsclient/_speedups.c`` has the same
+    function in C (:mod:`ampsclient._accel`).
+    """
+    end = len(data)
+    append = out.append
+    while end - pos >= 4:
+        (n,) = _unpack_len(data, pos)
+        if n > limit:
+            return -1 - pos
+        stop = pos + 4 + n
+        if stop > end:
+            break
+        append(data[pos + 4 : stop])
+        pos = stop
+    return pos
+
+
 class TcpFramer:
     """Split a TCP byte stream into payloads.
 
@@ -111,22 +132,10 @@ class TcpFramer:
             append(bytes(buf[4:]))
             buf.clear()
             pos += missing
-        split = _accel.split_frames
-        if split is not None:  # the same loop in C
-            pos = split(view, pos, limit, ready)
-            if pos < 0:
-                (n,) = _unpack_len(view, -1 - pos)
-                raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
-        else:
-            while end - pos >= 4:
-                (n,) = _unpack_len(view, pos)
-                if n > limit:
-                    raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
-                stop = pos + 4 + n
-                if stop > end:
-                    break
-                append(view[pos + 4 : stop])
-                pos = stop
+        pos = (_accel.split_frames or split_frames)(view, pos, limit, ready)
+        if pos < 0:
+            (n,) = _unpack_len(view, -1 - pos)
+            raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
         if pos < end:
             buf += view[pos:end]
 

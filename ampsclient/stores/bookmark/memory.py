@@ -264,8 +264,14 @@ class MemoryBookmarkStore(BookmarkStore):
         self._lane: Any = None
         if lane is not None:
             self._lane = lane(
-                self._subs, self._lock, self.log, self.discard_message,
-                _Subscription, _Publisher, Message, adapter is None,
+                self._subs,
+                self._lock,
+                self.log,
+                self.discard_message,
+                _Subscription,
+                _Publisher,
+                Message,
+                adapter is None,
             )
         self._log_fast: Callable[[MessageLike], int] = (
             self._lane.log if self._lane is not None else self.log

@@ -1,0 +1,394 @@
+"""The optional C speedups (``ampsclient/_speedups.c``) against their pure-Python twins.
+
+Each C function is fed the same inputs as its Python reference and must give the same
+results, input by input: ``split_frames`` (TCP framing), ``deliver`` (routing deliveries to
+handlers, recycling messages) and ``BookmarkLane`` (``MemoryBookmarkStore``'s common case).
+The client tests that run through real sockets use whichever is active; the ones here that
+use a server run under both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ampsclient import Client, Message, _accel
+from ampsclient.client import deliver as deliver_py
+from ampsclient.exceptions import FrameTooLargeError
+from ampsclient.protocol.framing import TcpFramer, split_frames as split_py
+from ampsclient.stores.bookmark import MemoryBookmarkStore
+from ampsclient.stores.recovery import RecoveryPoint
+from ampsclient_server_stub.testing import wait_for
+
+C: Any = _accel.implementations().get("c")
+needs_c = pytest.mark.skipif(C is None, reason="the C speedups are not built here")
+
+
+def test_speedups_are_built_where_the_build_requires_them() -> None:
+    """``make test`` sets AMPSCLIENT_REQUIRE_SPEEDUPS=1: CI fails if the extension did not build."""
+    required = os.environ.get("AMPSCLIENT_REQUIRE_SPEEDUPS") == "1"
+    if not required:
+        pytest.skip("AMPSCLIENT_REQUIRE_SPEEDUPS is not set")
+    assert C is not None
+    assert _accel.SPEEDUPS is True
+    assert _accel.BookmarkLane is not None
+
+
+def test_purepython_switch_selects_the_python_code() -> None:
+    code = (
+        "from ampsclient import _accel\n"
+        "from ampsclient.stores.bookmark import MemoryBookmarkStore\n"
+        "from ampsclient.protocol.framing import TcpFramer\n"
+        "s = MemoryBookmarkStore()\n"
+        "f = TcpFramer(); f.receive_data(b'\\x00\\x00\\x00\\x02hi')\n"
+        "print(_accel.SPEEDUPS, _accel.deliver, s._lane, f.frames())\n"
+    )
+    env = dict(os.environ, AMPSCLIENT_PUREPYTHON="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out.split() == ["False", "None", "None", "[b'hi']"]
+
+
+# ----------------------------------------------------------------------------- split_frames
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=40), max_size=8),
+    tail=st.binary(max_size=9),
+    pos=st.integers(0, 12),
+    limit=st.integers(0, 50),
+)
+def test_split_frames_matches_python(
+    payloads: list[bytes], tail: bytes, pos: int, limit: int
+) -> None:
+    data = b"".join(frame(p) for p in payloads) + tail
+    pos = min(pos, len(data))
+    out_c: list[bytes] = [b"before"]
+    out_py: list[bytes] = [b"before"]
+    assert C.split_frames(data, pos, limit, out_c) == split_py(data, pos, limit, out_py)
+    assert out_c == out_py
+
+
+@needs_c
+def test_split_frames_golden() -> None:
+    data = frame(b"ab") + frame(b"") + frame(b"xyz")[:5]
+    out: list[bytes] = []
+    assert C.split_frames(data, 0, 100, out) == 10
+    assert out == [b"ab", b""]
+    # an oversized prefix: -1 - its offset; frames before it are kept
+    out = []
+    assert C.split_frames(frame(b"ok") + frame(b"x" * 10), 0, 5, out) == -1 - 6
+    assert out == [b"ok"]
+    with pytest.raises(TypeError):
+        C.split_frames(bytearray(b"...."), 0, 5, [])
+
+
+@pytest.fixture(params=["c", "python"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the C speedups and again with the pure-Python code."""
+    if request.param == "c":
+        if C is None:
+            pytest.skip("the C speedups are not built here")
+    else:
+        monkeypatch.setattr(_accel, "split_frames", None)
+        monkeypatch.setattr(_accel, "deliver", None)
+        monkeypatch.setattr(_accel, "BookmarkLane", None)
+    return str(request.param)
+
+
+def test_tcp_framer_oversized_and_chunked(implementation: str) -> None:
+    stream = frame(b"first") + frame(b"second" * 50) + frame(b"third")
+    framer = TcpFramer(max_frame_size=1000)
+    got: list[bytes] = []
+    for i in range(0, len(stream), 7):
+        framer.receive_data(stream[i : i + 7])
+        got += framer.frames()
+    assert got == [b"first", b"second" * 50, b"third"]
+    small = TcpFramer(max_frame_size=10)
+    with pytest.raises(FrameTooLargeError, match="frame of 300 bytes exceeds the maximum of 10"):
+        small.receive_data(frame(b"ok") + frame(b"second" * 50))
+    assert small.frames() == [b"ok"]
+
+
+# ----------------------------------------------------------------------------- deliver
+
+
+class Recorder:
+    """Handlers, ``log``, ``unrouted`` and ``report`` that write down everything they see."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.kept: list[tuple[Message, bytes]] = []
+
+    def handler(self, name: str) -> Any:
+        def call(m: Message) -> None:
+            self.events.append((name, m._raw, m._sub_id, m._bm, m._hdr, m._data, m._body))
+            if m._raw.endswith(b"keep"):
+                self.kept.append((m, m._raw))
+            if m._raw.endswith(b"boom"):
+                raise ValueError(f"boom in {name}")
+
+        return call
+
+    def log(self, m: Message) -> int:
+        self.events.append(("log", m._bm))
+        if m._bm == "9|13|":
+            raise RuntimeError("log failed")
+        return 0 if m._bm and m._bm.startswith("9|2") else 7
+
+    def unrouted(self, payload: bytes) -> None:
+        self.events.append(("unrouted", payload))
+
+    def report(self, exc: BaseException) -> None:
+        self.events.append(("report", type(exc).__name__, str(exc)))
+
+
+PREFIX_A = b'{"c":"p","t":"a","sids":"A"'
+PREFIX_B = b'{"c":"p","t":"bb","sids":"B"'
+
+
+def run_deliver(fn: Any, payloads: list[bytes], lengths: list[int]) -> Recorder:
+    rec = Recorder()
+    cache = {
+        PREFIX_A: ("A", rec.handler("a"), False, None, None),
+        PREFIX_B: ("B", rec.handler("b-outer"), True, rec.log, rec.handler("b-inner")),
+    }
+    fn(payloads, cache, lengths, Message, rec.unrouted, rec.report, b',"bm":"')
+    return rec
+
+
+payload_st = st.one_of(
+    st.builds(lambda t: PREFIX_A + b"}" + t, st.sampled_from([b"", b"x", b"keep", b"boom"])),
+    st.builds(
+        lambda seq, t: PREFIX_B + b',"bm":"9|' + str(seq).encode() + b'|"}' + t,
+        st.integers(0, 30),
+        st.sampled_from([b"", b"keep", b"boom"]),
+    ),
+    st.builds(lambda t: PREFIX_B + b',"bm":"9|1' + t, st.sampled_from([b"", b"keep"])),
+    st.just(PREFIX_B + b',"bm":"\xff\xfe"}'),  # not UTF-8: reported, like the Python one
+    st.just(PREFIX_B + b"}keep"),
+    st.binary(max_size=30),
+)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(payloads=st.lists(payload_st, max_size=12), two=st.booleans())
+def test_deliver_matches_python(payloads: list[bytes], two: bool) -> None:
+    lengths = [len(PREFIX_A), len(PREFIX_B)] if two else [len(PREFIX_B)]
+    c = run_deliver(C.deliver, payloads, lengths)
+    py = run_deliver(deliver_py, payloads, lengths)
+    assert c.events == py.events
+    # a message a handler kept is never reused: it still holds its own delivery
+    assert [raw for _, raw in c.kept] == [raw for _, raw in py.kept]
+    for m, raw in c.kept:
+        assert m._raw == raw
+
+
+@needs_c
+def test_deliver_recycles_exactly_when_python_does() -> None:
+    def ignore(x: object) -> None:
+        raise AssertionError(x)
+
+    def run(fn: Any) -> list[bool]:
+        ids: list[int] = []
+        keep: list[Message] = []
+
+        def handler(m: Message) -> None:
+            ids.append(id(m))
+            if len(ids) % 4 == 0:
+                keep.append(m)
+
+        cache = {PREFIX_A: ("A", handler, False, None, None)}
+        fn(
+            [PREFIX_A + b"}" + bytes([i]) for i in range(20)],
+            cache,
+            [len(PREFIX_A)],
+            Message,
+            ignore,
+            ignore,
+            b',"bm":"',
+        )
+        return [a == b for a, b in itertools.pairwise(ids)]
+
+    assert run(C.deliver) == run(deliver_py)
+    assert not all(run(C.deliver)) and any(run(C.deliver))
+
+
+@needs_c
+def test_deliver_lets_base_exceptions_through() -> None:
+    def handler(m: Message) -> None:
+        raise KeyboardInterrupt
+
+    for fn in (C.deliver, deliver_py):
+        with pytest.raises(KeyboardInterrupt):
+            fn(
+                [PREFIX_A + b"}"],
+                {PREFIX_A: ("A", handler, False, None, None)},
+                [len(PREFIX_A)],
+                Message,
+                handler,
+                handler,
+                b',"bm":"',
+            )
+
+
+def test_client_receive_path(implementation: str, server: Any) -> None:
+    """End to end over a real socket: handlers that keep messages and ones that do not."""
+    kept: list[Message] = []
+    seen: list[str] = []
+    with Client(f"speedups-{implementation}") as client:
+        client.connect(server.uri())
+        client.logon(5000)
+
+        def handler(m: Message) -> None:
+            seen.append(m.get_data())
+            if len(seen) % 5 == 0:
+                kept.append(m)
+
+        client.subscribe(handler, "speedups")
+        for i in range(500):
+            client.publish("speedups", f'{{"i":{i}}}')
+        client.flush(5000)
+        wait_for(lambda: len(seen) == 500, what="every delivery")
+    assert seen == [f'{{"i":{i}}}' for i in range(500)]
+    assert [m.get_data() for m in kept] == [f'{{"i":{i}}}' for i in range(4, 500, 5)]
+
+
+# ----------------------------------------------------------------------------- BookmarkLane
+
+
+def delivery(sub_id: str, bookmark: str) -> Message:
+    """A message as the receive path fills it (slots, no header parse)."""
+    m = Message()
+    m._bm = bookmark
+    m._sub_id = sub_id
+    return m
+
+
+class Updates:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def update(self, point: RecoveryPoint) -> None:
+        self.seen.append((point.sub_id, point.bookmark))
+
+    def purge(self, sub_id: str | None = None) -> None:
+        self.seen.append(("purge", str(sub_id)))
+
+    def close(self) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[RecoveryPoint]:
+        return iter(())
+
+
+op_st = st.tuples(
+    st.sampled_from(["log", "log", "log", "discard", "discard", "persisted", "purge", "dup"]),
+    st.sampled_from(["s1", "s2"]),
+    st.sampled_from(["111", "222", "333"]),
+    st.integers(1, 12),
+)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(op_st, max_size=60), with_adapter=st.booleans())
+def test_bookmark_lane_matches_the_python_store(
+    ops: list[tuple[str, str, str, int]], with_adapter: bool
+) -> None:
+    """Random logs, discards (in and out of order), persisted acks and purges: the store
+    driven through the lane and one driven through the Python methods agree after every step."""
+    ad_fast, ad_ref = (Updates(), Updates()) if with_adapter else (None, None)
+    fast = MemoryBookmarkStore(ad_fast)
+    ref = MemoryBookmarkStore(ad_ref)
+    assert fast._lane is not None
+    ref._lane.disable()  # every call goes to the Python methods
+    for op, sub, pub, seq in ops:
+        bookmark = f"{pub}|{seq}|"
+        if op in ("log", "dup"):
+            a = fast._log_fast(delivery(sub, bookmark))
+            b = ref._log_fast(delivery(sub, bookmark))
+            assert a == b
+        elif op == "discard":
+            fast._discard_fast(delivery(sub, bookmark))
+            ref._discard_fast(delivery(sub, bookmark))
+        elif op == "persisted":
+            fast.persisted(sub, bookmark)
+            ref.persisted(sub, bookmark)
+        else:
+            fast.purge(sub)
+            ref.purge(sub)
+        for s in ("s1", "s2"):
+            assert fast.get_most_recent(s) == ref.get_most_recent(s)
+            assert fast.get_unprocessed_count(s) == ref.get_unprocessed_count(s)
+            assert fast.is_discarded(delivery(s, bookmark)) == ref.is_discarded(
+                delivery(s, bookmark)
+            )
+    if with_adapter:
+        assert ad_fast is not None and ad_ref is not None
+        assert ad_fast.seen == ad_ref.seen
+    fast.close()
+    ref.close()
+
+
+@needs_c
+def test_bookmark_lane_in_order_stream_resume_point() -> None:
+    store = MemoryBookmarkStore()
+    for i in range(1, 1001):
+        m = delivery("s", f"42|{i}|")
+        assert store._log_fast(m) == i
+        store._discard_fast(m)
+    assert store.get_most_recent("s") == "42|1000|"
+    # a redelivery is a duplicate through the lane too
+    assert store._log_fast(delivery("s", "42|1000|")) == 0
+    store.close()
+    from ampsclient.exceptions import StoreError
+
+    with pytest.raises(StoreError):
+        store._log_fast(delivery("s", "42|1001|"))
+
+
+def test_bookmark_store_log_and_discard_on_two_threads(implementation: str) -> None:
+    """One thread logs (the receive loop), another discards (a worker): nothing is lost."""
+    store = MemoryBookmarkStore()
+    n = 20_000
+    handoff: queue.Queue[Message | None] = queue.Queue()
+
+    def worker() -> None:
+        while (m := handoff.get()) is not None:
+            store._discard_fast(m)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    for i in range(1, n + 1):
+        m = delivery("s", f"7|{i}|")
+        assert store._log_fast(m) == i
+        handoff.put(m)
+    handoff.put(None)
+    t.join(60)
+    assert not t.is_alive()
+    assert store.get_most_recent("s") == f"7|{n}|"
+    assert store.get_unprocessed_count("s") == 0
