@@ -4,8 +4,10 @@
 needed; without one the install still succeeds). It has the client's two per-message loops,
 splitting the TCP stream into payloads and routing deliveries to handlers, and the common
 case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
-``discard_message``. The Python code they replace stays next to them and is the reference,
-tested with the same cases. Set
+``discard_message``, and the publish stores' payload and record building. The Python code
+they replace stays next to them and is the reference, tested with the same cases. The
+receive loops look their function up here on each call (tests switch them); the publish
+stores bind theirs at import. Set
 ``AMPSCLIENT_PUREPYTHON=1`` before importing ampsclient to run the pure-Python code (the way
 ``MSGPACK_PUREPYTHON`` works for msgpack).
 """
@@ -16,11 +18,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SPEEDUPS", "BookmarkLane", "deliver", "split_frames"]
+__all__ = ["SPEEDUPS", "BookmarkLane", "deliver", "join_seq", "split_frames", "write_record"]
 
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
 BookmarkLane: Callable[..., Any] | None = None
+join_seq: Callable[[bytes, int, bytes], bytes] | None = None
+write_record: Callable[[Any, int, int, bytes], int] | None = None
 
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
     try:
@@ -31,6 +35,8 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         split_frames = _speedups.split_frames
         deliver = _speedups.deliver
         BookmarkLane = getattr(_speedups, "BookmarkLane", None)  # not on free-threaded builds
+        join_seq = _speedups.join_seq
+        write_record = _speedups.write_record
 
 SPEEDUPS: bool = deliver is not None
 """``True`` when the C speedups are in use."""

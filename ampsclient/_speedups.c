@@ -9,6 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ split_frames */
@@ -335,6 +336,213 @@ error:
     Py_DECREF(message);
     Py_DECREF(payloads);
     return NULL;
+}
+
+/* ------------------------------------------------------------------ publish stores */
+
+PyDoc_STRVAR(join_seq_doc,
+"join_seq(head, sequence, tail) -> bytes\n\n"
+"``head + b\"%d\" % sequence + tail`` in one allocation (a publish store's payload).");
+
+static PyObject *
+join_seq(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[2])
+        || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "join_seq(head: bytes, sequence: int, tail: bytes)");
+        return NULL;
+    }
+    int overflow = 0;
+    long long seq = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (overflow || (seq == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        /* huge: the slow, exact way */
+        PyObject *text = PyObject_Str(args[1]);
+        if (text == NULL) {
+            return NULL;
+        }
+        PyObject *mid = PyUnicode_AsASCIIString(text);
+        Py_DECREF(text);
+        if (mid == NULL) {
+            return NULL;
+        }
+        PyObject *out = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(args[0])
+                                                  + PyBytes_GET_SIZE(mid) + PyBytes_GET_SIZE(args[2]));
+        if (out != NULL) {
+            char *p = PyBytes_AS_STRING(out);
+            memcpy(p, PyBytes_AS_STRING(args[0]), (size_t)PyBytes_GET_SIZE(args[0]));
+            p += PyBytes_GET_SIZE(args[0]);
+            memcpy(p, PyBytes_AS_STRING(mid), (size_t)PyBytes_GET_SIZE(mid));
+            p += PyBytes_GET_SIZE(mid);
+            memcpy(p, PyBytes_AS_STRING(args[2]), (size_t)PyBytes_GET_SIZE(args[2]));
+        }
+        Py_DECREF(mid);
+        return out;
+    }
+    char buf[24];
+    char *end = buf + sizeof buf, *digits = end;
+    unsigned long long v = seq < 0 ? 0ULL - (unsigned long long)seq : (unsigned long long)seq;
+    do {
+        *--digits = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (seq < 0) {
+        *--digits = '-';
+    }
+    int len = (int)(end - digits);
+    Py_ssize_t hn = PyBytes_GET_SIZE(args[0]), tn = PyBytes_GET_SIZE(args[2]);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, hn + len + tn);
+    if (out == NULL) {
+        return NULL;
+    }
+    char *p = PyBytes_AS_STRING(out);
+    memcpy(p, PyBytes_AS_STRING(args[0]), (size_t)hn);
+    memcpy(p + hn, digits, (size_t)len);
+    memcpy(p + hn + len, PyBytes_AS_STRING(args[2]), (size_t)tn);
+    return out;
+}
+
+/* CRC-32 as zlib computes it (reflected 0xEDB88320), slicing by 8. */
+static uint32_t crc_table[8][256];
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) {
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        }
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        for (int t = 1; t < 8; t++) {
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+        }
+    }
+}
+
+static uint32_t
+crc32_update(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    while (n >= 8) {
+        uint32_t a = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
+                            | (uint32_t)p[3] << 24);
+        uint32_t b = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16
+                     | (uint32_t)p[7] << 24;
+        crc = crc_table[7][a & 0xFF] ^ crc_table[6][(a >> 8) & 0xFF]
+              ^ crc_table[5][(a >> 16) & 0xFF] ^ crc_table[4][a >> 24]
+              ^ crc_table[3][b & 0xFF] ^ crc_table[2][(b >> 8) & 0xFF]
+              ^ crc_table[1][(b >> 16) & 0xFF] ^ crc_table[0][b >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) {
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    }
+    return ~crc;
+}
+
+PyDoc_STRVAR(crc32_doc, "crc32(data, value=0) -> int\n\nzlib.crc32, computed here (tests).");
+
+static PyObject *
+crc32_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2 || !PyBytes_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data: bytes, value: int = 0)");
+        return NULL;
+    }
+    unsigned long start = 0;
+    if (nargs == 2) {
+        start = PyLong_AsUnsignedLongMask(args[1]);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    return PyLong_FromUnsignedLong(crc32_update((uint32_t)start,
+                                                (const unsigned char *)PyBytes_AS_STRING(args[0]),
+                                                (size_t)PyBytes_GET_SIZE(args[0])));
+}
+
+static inline void
+be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+PyDoc_STRVAR(write_record_doc,
+"write_record(buffer, start, sequence, payload) -> int\n\n"
+"Write the FilePublishStore record of ``payload`` (see _store_record in\n"
+"stores/publish/file.py) into the writable ``buffer`` at ``start``; return its end. The\n"
+"caller makes room first (ValueError otherwise).");
+
+static PyObject *
+write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "write_record(buffer, start: int, sequence: int, payload: bytes)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[2]);
+    if (seq == (unsigned long long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(args[3]);
+    if (n > 0xFFFFFFF0) {
+        PyErr_SetString(PyExc_ValueError, "write_record(): payload too large");
+        return NULL;
+    }
+    unsigned char head[15];
+    Py_ssize_t hlen;
+    head[0] = 0x92;
+    head[1] = 0xCF;
+    for (int i = 0; i < 8; i++) {
+        head[2 + i] = (unsigned char)(seq >> (56 - 8 * i));
+    }
+    if (n < 0x100) {
+        head[10] = 0xC4;
+        head[11] = (unsigned char)n;
+        hlen = 12;
+    }
+    else if (n < 0x10000) {
+        head[10] = 0xC5;
+        head[11] = (unsigned char)(n >> 8);
+        head[12] = (unsigned char)n;
+        hlen = 13;
+    }
+    else {
+        head[10] = 0xC6;
+        be32(head + 11, (uint32_t)n);
+        hlen = 15;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    Py_ssize_t end = start + 8 + hlen + n;
+    if (start < 0 || end > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "write_record(): no room in the buffer");
+        return NULL;
+    }
+    const unsigned char *payload = (const unsigned char *)PyBytes_AS_STRING(args[3]);
+    uint32_t crc = crc32_update(crc32_update(0, head, (size_t)hlen), payload, (size_t)n);
+    unsigned char *p = (unsigned char *)view.buf + start;
+    be32(p, (uint32_t)(hlen + n));
+    be32(p + 4, crc);
+    memcpy(p + 8, head, (size_t)hlen);
+    memcpy(p + 8 + hlen, payload, (size_t)n);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(end);
 }
 
 /* ------------------------------------------------------------------ BookmarkLane
@@ -696,6 +904,9 @@ static PyTypeObject LaneType = {
 static PyMethodDef speedups_methods[] = {
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL, split_frames_doc},
     {"deliver", (PyCFunction)(void (*)(void))deliver, METH_FASTCALL, deliver_doc},
+    {"join_seq", (PyCFunction)(void (*)(void))join_seq, METH_FASTCALL, join_seq_doc},
+    {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, crc32_doc},
+    {"write_record", (PyCFunction)(void (*)(void))write_record, METH_FASTCALL, write_record_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -710,6 +921,7 @@ static struct PyModuleDef speedups_module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+    crc_init();
     minus_one = PyLong_FromLong(-1);
     plus_one = PyLong_FromLong(1);
     if (minus_one == NULL || plus_one == NULL) {

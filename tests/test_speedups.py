@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import threading
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,8 @@ from ampsclient.client import deliver as deliver_py
 from ampsclient.exceptions import FrameTooLargeError
 from ampsclient.protocol.framing import TcpFramer, split_frames as split_py
 from ampsclient.stores.bookmark import MemoryBookmarkStore
+from ampsclient.stores.publish.base import join_seq as join_seq_py
+from ampsclient.stores.publish.file import write_record as write_record_py
 from ampsclient.stores.recovery import RecoveryPoint
 from ampsclient_server_stub.testing import wait_for
 
@@ -130,6 +133,48 @@ def test_tcp_framer_oversized_and_chunked(implementation: str) -> None:
     with pytest.raises(FrameTooLargeError, match="frame of 300 bytes exceeds the maximum of 10"):
         small.receive_data(frame(b"ok") + frame(b"second" * 50))
     assert small.frames() == [b"ok"]
+
+
+# ----------------------------------------------------------------------------- publish stores
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(
+    head=st.binary(max_size=20),
+    seq=st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(10**30), 10**30)),
+    tail=st.binary(max_size=300),
+)
+def test_join_seq_matches_python(head: bytes, seq: int, tail: bytes) -> None:
+    assert C.join_seq(head, seq, tail) == join_seq_py(head, seq, tail)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(
+    size=st.sampled_from([0, 1, 7, 8, 9, 255, 256, 257, 65535, 65536, 70001]),
+    seq=st.integers(0, 2**64 - 1),
+    start=st.integers(0, 9),
+    value=st.integers(0, 2**32 - 1),
+)
+def test_write_record_and_crc32_match_python(size: int, seq: int, start: int, value: int) -> None:
+    payload = bytes((i * 7 + seq) & 0xFF for i in range(size))
+    assert C.crc32(payload) == zlib.crc32(payload)
+    assert C.crc32(payload, value) == zlib.crc32(payload, value)
+    a = bytearray(b"\xee" * (size + 40))
+    b = bytearray(a)
+    assert C.write_record(a, start, seq, payload) == write_record_py(b, start, seq, payload)
+    assert a == b
+    with pytest.raises(ValueError):
+        C.write_record(bytearray(size + 19), start, seq, payload)
+    with pytest.raises(ValueError):
+        write_record_py(bytearray(size + 19), start, seq, payload)
+
+
+@needs_c
+def test_write_record_into_a_read_only_buffer_is_refused() -> None:
+    with pytest.raises(BufferError):
+        C.write_record(b"\x00" * 64, 0, 1, b"x")
 
 
 # ----------------------------------------------------------------------------- deliver

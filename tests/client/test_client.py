@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,19 +18,11 @@ from ampsclient.exceptions import (
     InvalidTopicError,
     UsageError,
 )
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
 KINDS = ["tcp", "ws"]
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``cond`` until true or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 @pytest.fixture(params=KINDS)
@@ -64,7 +55,7 @@ def test_publish_subscribe_handler_with_filter(client: Client, uri: str) -> None
         for i in range(20):
             pub.publish("orders", json.dumps({"id": i, "qty": i}))
         pub.flush(5000)
-    wait_for(lambda: len(got) == 9, what="9 matching messages")
+    wait_for(lambda: len(got) == 9, timeout=5.0, what="9 matching messages")
     assert [m.json()["id"] for m in got] == list(range(11, 20))
     assert all(m.get_sub_id() == sub_id and m.get_topic() == "orders" for m in got)
 
@@ -95,7 +86,7 @@ def test_regex_topic_and_several_subscriptions_one_frame(client: Client) -> None
     client.publish("east/fills", '{"x":2}')
     client.publish("west/orders", '{"x":1}')
     client.flush(5000)
-    wait_for(lambda: len(a) == 2 and len(b) == 1, what="regex deliveries")
+    wait_for(lambda: len(a) == 2 and len(b) == 1, timeout=5.0, what="regex deliveries")
     assert [m.get_topic() for m in a] == ["east/orders", "east/fills"]
     assert a[0].get_sub_id() == sa and b[0].get_sub_id() == sb
     assert set(a[0].get_sub_ids().split(",")) == {sa, sb}
@@ -118,7 +109,7 @@ def test_handler_messages_kept_or_not_keep_their_own_content(client: Client) -> 
     for i in range(n):
         client.publish(f"recycle/{'ab'[i % 2]}", f'{{"i":{i}}}')
     client.flush(5000)
-    wait_for(lambda: len(seen) == n, what="every delivery")
+    wait_for(lambda: len(seen) == n, timeout=5.0, what="every delivery")
     for i, (topic, data, sub_id) in enumerate(seen):
         assert topic == f"recycle/{'ab'[i % 2]}"
         assert json.loads(data) == {"i": i}
@@ -185,9 +176,11 @@ def test_sow_and_subscribe_with_oof(client: Client) -> None:
     client.flush(5000)
     got: list[Message] = []
     client.sow_and_subscribe(got.append, topic, "/bookmark = 'keep'", oof=True, timeout=5000)
-    wait_for(lambda: any(m.get_command() == "group_end" for m in got), what="group_end")
+    wait_for(
+        lambda: any(m.get_command() == "group_end" for m in got), timeout=5.0, what="group_end"
+    )
     client.publish(topic, {"clientName": "o", "subId": "a", "bookmark": "changed"})
-    wait_for(lambda: any(m.get_command() == "oof" for m in got), what="oof")
+    wait_for(lambda: any(m.get_command() == "oof" for m in got), timeout=5.0, what="oof")
     commands = [m.get_command() for m in got]
     assert commands == ["group_begin", "sow", "group_end", "oof"]
 
@@ -230,7 +223,7 @@ def test_disconnect_fails_pending_and_ends_streams(uri: str, server: Any) -> Non
         with Client("victim") as other:
             other.connect(uri)
             other.logon(5000)
-            wait_for(lambda: not c.connected, what="the first connection to drop")
+            wait_for(lambda: not c.connected, timeout=5.0, what="the first connection to drop")
         with pytest.raises(DisconnectedError):
             next(iter(stream))
         with pytest.raises(DisconnectedError):
@@ -244,7 +237,7 @@ def test_blocking_call_from_handler_is_a_usage_error(client: Client) -> None:
     client.set_exception_listener(errors.append)
     client.subscribe(lambda m: client.flush(1000), "reentrant")
     client.publish("reentrant", "x")
-    wait_for(lambda: bool(errors), what="the handler error")
+    wait_for(lambda: bool(errors), timeout=5.0, what="the handler error")
     assert isinstance(errors[0], UsageError)
 
 

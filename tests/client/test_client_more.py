@@ -9,7 +9,6 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +18,10 @@ from websockets.sync.server import ServerConnection, serve
 from ampsclient import Client, ConnectionEvent, ConnectionState, Message
 from ampsclient.exceptions import DisconnectedError
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
 TOPIC = "/ADMIN/bookmark_store"
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def sub_ids(client: Client) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,16 +17,9 @@ from ampsclient.ha.reconnect import RetryLimitError
 from ampsclient.stores.publish import MemoryPublishStore
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 class Collector:

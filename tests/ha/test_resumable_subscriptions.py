@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,16 +15,9 @@ from ampsclient.stores.bookmark import MemoryBookmarkStore
 from ampsclient.stores.recovery import FileRecoveryPointAdapter
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def publish(uri: str, start: int, stop: int) -> None:
@@ -69,12 +60,12 @@ def test_resume_after_server_kill_9(tmp_path: Path) -> None:
             sub.get_server_chooser().add(server.uri())
             sub.connect_and_logon()
             sub.bookmark_subscribe(proc, "events", HAClient.Bookmarks.MOST_RECENT, sub_id="s1")
-            wait_for(lambda: len(proc.seen) == 100, what="the first 100")
+            wait_for(lambda: len(proc.seen) == 100, timeout=15.0, what="the first 100")
             server.kill()
             server.start()
-            wait_for(lambda: sub.logged_on, what="the reconnect")
+            wait_for(lambda: sub.logged_on, timeout=15.0, what="the reconnect")
             publish(server.uri(), 100, 150)
-            wait_for(lambda: len(proc.seen) >= 150, what="the next 50")
+            wait_for(lambda: len(proc.seen) >= 150, timeout=15.0, what="the next 50")
         assert proc.seen == list(range(150)), "every message exactly once, in order"
 
 
@@ -89,7 +80,7 @@ def test_resume_after_subscriber_restart_with_file_adapter(tmp_path: Path) -> No
             sub.get_server_chooser().add(server.uri())
             sub.connect_and_logon()
             sub.bookmark_subscribe(first, "events", HAClient.Bookmarks.MOST_RECENT, sub_id="w")
-            wait_for(lambda: len(first.seen) == 60, what="60 messages")
+            wait_for(lambda: len(first.seen) == 60, timeout=15.0, what="60 messages")
         store.close()
         publish(server.uri(), 60, 90)
         second = Processor()
@@ -100,7 +91,7 @@ def test_resume_after_subscriber_restart_with_file_adapter(tmp_path: Path) -> No
             sub.get_server_chooser().add(server.uri())
             sub.connect_and_logon()
             sub.bookmark_subscribe(second, "events", HAClient.Bookmarks.MOST_RECENT, sub_id="w")
-            wait_for(lambda: len(second.seen) >= 30, what="the 30 new messages")
+            wait_for(lambda: len(second.seen) >= 30, timeout=15.0, what="the 30 new messages")
         store2.close()
         assert first.seen == list(range(60))
         assert second.seen == list(range(60, 90))

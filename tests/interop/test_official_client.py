@@ -26,6 +26,7 @@ import pytest
 
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import SowTopicConfig, default_config
+from ampsclient_server_stub.testing import wait_for
 
 AMPS: Any = pytest.importorskip("AMPS")
 
@@ -71,14 +72,6 @@ def connect(amps_server: ServerThread) -> Iterator[Callable[..., Any]]:
             pass
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
-
-
 def unique(name: str) -> str:
     return f"{name}-{time.time_ns()}"
 
@@ -103,7 +96,7 @@ def test_publish_subscribe_with_filter_handler_form(connect: Callable[..., Any])
     for x in range(5):
         publisher.publish(topic, json.dumps({"x": x}))
     publisher.flush()
-    wait_for(lambda: len(got) >= 3)
+    wait_for(lambda: len(got) >= 3, timeout=5.0)
     assert [json.loads(d)["x"] for _, d, _ in got] == [2, 3, 4]
     assert all(cmd == "publish" and sid == sub_id for cmd, _, sid in got)
 
@@ -171,16 +164,16 @@ def test_sow_and_subscribe_with_oof(connect: Callable[..., Any]) -> None:
     subscriber.sow_and_subscribe(
         on_message, "prices", "/px > 5", batch_size=10, oof_enabled=True, timeout=5000
     )
-    wait_for(lambda: any(g[0] == "group_end" for g in got))
+    wait_for(lambda: any(g[0] == "group_end" for g in got), timeout=5.0)
     publisher.publish("prices", '{"sym":"IBM","px":1}')  # leaves the filter
     publisher.publish("prices", '{"sym":"MSFT","px":25}')  # still matches
     publisher.flush()
-    wait_for(lambda: len(got) >= 6)
+    wait_for(lambda: len(got) >= 6, timeout=5.0)
     assert [g[0] for g in got] == ["group_begin", "sow", "sow", "group_end", "oof", "publish"]
     assert got[4][2] == "match" and json.loads(got[4][1]) == {"sym": "IBM", "px": 1}
     assert json.loads(got[5][1]) == {"sym": "MSFT", "px": 25}
     publisher.sow_delete("prices", "/sym = 'MSFT'")
-    wait_for(lambda: len(got) >= 7)
+    wait_for(lambda: len(got) >= 7, timeout=5.0)
     assert got[6][0] == "oof" and got[6][2] == "deleted"
 
 

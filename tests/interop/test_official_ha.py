@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,17 +11,10 @@ import pytest
 
 from ampsclient import Client, Message
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import wait_for
 
 AMPS = pytest.importorskip("AMPS")
 pytestmark = [pytest.mark.interop, pytest.mark.integration]
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def test_official_haclient_fails_over_and_replays(tmp_path: Path) -> None:
@@ -63,7 +55,7 @@ def test_official_haclient_fails_over_and_replays(tmp_path: Path) -> None:
             assert client.get_unpersisted_count() == 0
         finally:
             client.close()
-        wait_for(lambda: len(seen["b"]) >= 500, what="the messages on B")
+        wait_for(lambda: len(seen["b"]) >= 500, timeout=20.0, what="the messages on B")
         with lock:
             # everything persisted by A before it died was delivered there; the rest on B,
             # each exactly once and in order

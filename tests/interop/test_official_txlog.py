@@ -25,6 +25,7 @@ from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import default_config
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import wait_for
 
 AMPS: Any = pytest.importorskip("AMPS")
 
@@ -35,14 +36,6 @@ _n = iter(range(1_000_000))
 
 def unique(name: str) -> str:
     return f"{name}-{next(_n)}-{time.time_ns()}"
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 class Collector:

@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from ampsclient import Message
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient.sync import HAClient
+from ampsclient_server_stub.testing import wait_for as shared_wait_for
 from ampsclient_server_stub.testing.log import read_log
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll ``cond`` until true; fail after ``timeout`` seconds (a deadline, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.005)
+    """The shared :func:`~ampsclient_server_stub.testing.wait_for`, with a 20 s default."""
+    shared_wait_for(cond, timeout=timeout, what=what)
 
 
 epoch_replay = read_log

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +17,11 @@ from ampsclient.protocol.framing import TcpFramer, tcp_frame
 from ampsclient.protocol.header import decode_header, encode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
 BODY = json.dumps({"pad": "x" * 8000}).encode()
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met in {timeout} s")
-        time.sleep(0.02)
 
 
 class RawSub:
@@ -138,7 +130,7 @@ def test_slow_subscriber_is_offlined_then_catches_up_in_order(tmp_path: Path) ->
                 if hdr.get("c") == "p":
                     seen.append(json.loads(body)["i"])
         assert seen == list(range(2500))  # nothing lost, nothing twice, in order
-        wait_for(lambda: not offline_files(disk), what="offline file removed")
+        wait_for(lambda: not offline_files(disk), timeout=15.0, what="offline file removed")
         assert server.statistics()["offline_bytes"] == 0
         assert server.statistics().get("slow_disconnected", 0) == 0
     finally:
@@ -162,11 +154,13 @@ def test_disk_limit_disconnects_and_removes_the_file(tmp_path: Path) -> None:
             healthy.logon(5000)
             healthy.subscribe(lambda m: healthy_got.append(1), "t")
             publish(server, 1500)
-            wait_for(lambda: len(healthy_got) == 1500, what="healthy subscriber got all")
+            wait_for(
+                lambda: len(healthy_got) == 1500, timeout=15.0, what="healthy subscriber got all"
+            )
         assert sub.closed_by_server()
         stats = server.statistics()
         assert stats["slow_disconnected"] >= 1
-        wait_for(lambda: not offline_files(disk), what="offline file removed")
+        wait_for(lambda: not offline_files(disk), timeout=15.0, what="offline file removed")
     finally:
         sub.close()
         server.stop()
@@ -184,7 +178,11 @@ def test_age_limit_disconnects_a_stalled_subscriber(tmp_path: Path) -> None:
         sub.logon_and_subscribe("stalled", "t")
         t0 = time.monotonic()
         publish(server, 1000)
-        wait_for(lambda: server.statistics().get("slow_disconnected", 0) >= 1, what="age limit")
+        wait_for(
+            lambda: server.statistics().get("slow_disconnected", 0) >= 1,
+            timeout=15.0,
+            what="age limit",
+        )
         assert time.monotonic() - t0 >= 1.0
         assert sub.closed_by_server()
     finally:
@@ -212,7 +210,9 @@ def test_connection_cap_per_transport(tmp_path: Path) -> None:
             extra.logon(3000)
         extra.close()
         clients[0].close()
-        wait_for(lambda: server.call(lambda: server.server.security.connection_count) <= 3)
+        wait_for(
+            lambda: server.call(lambda: server.server.security.connection_count) <= 3, timeout=15.0
+        )
         again = Client("cap-again")
         again.connect(server.uri("tcp"))
         again.logon(5000)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,19 +22,12 @@ from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
 from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.security.users import add_user
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"scheme": "pbkdf2-sha256", "iterations": 1000}
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")

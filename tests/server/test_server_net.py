@@ -26,6 +26,7 @@ from ampsclient.protocol.framing import TcpFramer, tcp_frame
 from ampsclient.protocol.header import decode_header, encode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import default_config
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -113,14 +114,6 @@ def tcp(server: ServerThread) -> Iterator[Callable[[str], RawTcp]]:
         client.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
-
-
 # --------------------------------------------------------------------------- TCP
 
 
@@ -186,7 +179,7 @@ def test_bad_frames_disconnect_only_the_offender(
     for n in range(10):
         publisher.send({"c": "p", "t": "t"}, str(n).encode())
     assert [sub.recv()[1] for _ in range(10)] == [str(n).encode() for n in range(10)]
-    wait_for(lambda: server.statistics()["open_connections"] == 2)
+    wait_for(lambda: server.statistics()["open_connections"] == 2, timeout=5.0)
 
 
 def test_slow_consumer_is_disconnected() -> None:

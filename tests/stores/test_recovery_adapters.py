@@ -38,17 +38,10 @@ from ampsclient.stores.recovery import EMPTY_POINT, RecoveryPointAdapter, iter_r
 from ampsclient.sync import HAClient
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import SowTopicConfig, default_config
+from ampsclient_server_stub.testing import wait_for
 
 TOPIC = "/ADMIN/bookmark_store"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.005)
 
 
 def points(adapter: Any) -> dict[str, str]:

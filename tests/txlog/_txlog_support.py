@@ -12,6 +12,7 @@ from typing import Any
 from ampsclient import Message
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ServerConfig, default_config
+from ampsclient_server_stub.testing import wait_for
 
 _names = itertools.count()
 
@@ -21,13 +22,8 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{next(_names)}-{time.time_ns()}"
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Poll ``condition`` until it holds (a deadline, not a sleep used as synchronisation)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {what}")
-        time.sleep(0.002)
+wait_until = wait_for
+"""Poll a condition until it holds (the shared :func:`wait_for`, under its old name)."""
 
 
 class Inbox:

@@ -20,7 +20,19 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Self
 
+from ... import _accel
 from ...exceptions import PublishStoreGapError, StoreError
+
+
+def join_seq(head: bytes, sequence: int, tail: bytes) -> bytes:
+    """A stored payload: ``head``, the sequence number in decimal, ``tail``.
+
+    ``ampsclient/_speedups.c`` has the same function in C (:mod:`ampsclient._accel`).
+    """
+    return head + b"%d" % sequence + tail
+
+
+_join_seq: Final = _accel.join_seq or join_seq
 
 __all__ = [
     "Build",

@@ -35,12 +35,13 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 import msgpack
 
+from ... import _accel
 from ...exceptions import CorruptStoreError, StoreError
-from .base import Build, IndexedPublishStore, StoredMessage, initial_sequence
+from .base import Build, IndexedPublishStore, StoredMessage, _join_seq, initial_sequence
 
 if sys.platform != "win32":
     import fcntl
@@ -130,6 +131,22 @@ def _store_record(sequence: int, payload: bytes) -> bytes:
     else:
         head = _HEAD32.pack(0x92, 0xCF, sequence, 0xC6, n)
     return _REC.pack(len(head) + n, zlib.crc32(payload, zlib.crc32(head))) + head + payload
+
+
+def write_record(buffer: Any, start: int, sequence: int, payload: bytes) -> int:
+    """Write :func:`_store_record` into ``buffer`` at ``start``; return its end.
+
+    ``ampsclient/_speedups.c`` has the same function in C (:mod:`ampsclient._accel`).
+    """
+    record = _store_record(sequence, payload)
+    end = start + len(record)
+    if start < 0 or end > len(buffer):
+        raise ValueError("write_record(): no room in the buffer")
+    buffer[start:end] = record
+    return end
+
+
+_write_record: Final = _accel.write_record or write_record
 
 
 def _control_record(kind: bytes, sequence: int) -> bytes:
@@ -865,19 +882,14 @@ class FilePublishStore(IndexedPublishStore):
             if self._closed or self._broken is not None:
                 self._check_writable()
             s = self._next
-            payload = head + b"%d" % s + tail
+            payload = _join_seq(head, s, tail)
             n = len(payload)
-            if n < 0x100:  # _store_record inlined for the common size
-                crc = _crc32(payload, _crc32(_HEAD8.pack(0x92, 0xCF, s, 0xC4, n)))
-                record = _REC_HEAD8.pack(n + 12, crc, 0x92, 0xCF, s, 0xC4, n) + payload
-            else:
-                record = _store_record(s, payload)
-            # _append inlined
+            # _append(_store_record(s, payload)) inlined, the record written in place
             start = self._active_size
-            end = start + len(record)
+            end = start + n + (20 if n < 0x100 else 21 if n < 0x10000 else 23)
             if end > self._map_size:
                 self._grow(end)
-            self._mm[start:end] = record  # type: ignore[index]
+            _write_record(self._mm, start, s, payload)
             self._active_size = end
             self._write_gen += 1
             if not self._count:

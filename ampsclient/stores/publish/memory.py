@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .base import Build, IndexedPublishStore
+from .base import Build, IndexedPublishStore, _join_seq
 
 __all__ = ["MemoryPublishStore"]
 
@@ -60,7 +60,7 @@ class MemoryPublishStore(IndexedPublishStore):
             if self._closed:
                 self._check_open()
             s = self._next
-            payload = head + b"%d" % s + tail
+            payload = _join_seq(head, s, tail)
             if not self._count:
                 self._first = s
             elif self._pad:
