@@ -32,4 +32,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/publish_vs_official.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf $(VENV) build *.egg-info ampsclient/*.so .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
