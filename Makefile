@@ -22,6 +22,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PY) -m pytest -p no:cacheprovider
+	@# the pure-Python code the C speedups replace, on the suites that run through it
+	AMPSCLIENT_PUREPYTHON=1 $(PY) -m pytest -p no:cacheprovider -q \
+		tests/client tests/ha tests/stores tests/protocol tests/fuzz tests/test_speedups.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ampsclient ampsclient_server_stub tests benchmarks examples
