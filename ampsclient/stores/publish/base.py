@@ -405,6 +405,17 @@ class IndexedPublishStore(PublishStore):
             self._holes += 1
         return True
 
+    def _index_one(self, sequence: int, payload: bytes) -> None:
+        """Index one ``payload`` stored with ``sequence`` (lock held). ``store_parts`` of the
+        memory and file stores inline this: it runs once per HA publish."""
+        if not self._count:
+            self._first = sequence
+        elif self._pad:
+            self._index_pad()
+        self._buf.append(payload)
+        self._count += 1
+        self._next = sequence + 1
+
     def _index_extend(self, first: int, payloads: list[bytes]) -> None:
         """Index ``payloads``, stored with sequences from ``first`` (lock held)."""
         if not self._count:

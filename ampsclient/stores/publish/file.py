@@ -860,13 +860,7 @@ class FilePublishStore(IndexedPublishStore):
             s = self._next
             payload = build(s)
             self._append(_store_record(s, payload))
-            if not self._count:
-                self._first = s
-            elif self._pad:
-                self._index_pad()
-            self._buf.append(payload)
-            self._count += 1
-            self._next = s + 1
+            self._index_one(s, payload)
             generation = self._write_gen
             if self._active_size >= self._segment_size:
                 self._roll()
@@ -892,6 +886,7 @@ class FilePublishStore(IndexedPublishStore):
             _write_record(self._mm, start, s, payload)
             self._active_size = end
             self._write_gen += 1
+            # _index_one inlined (the HA publish hot path)
             if not self._count:
                 self._first = s
             elif self._pad:

@@ -42,14 +42,7 @@ class MemoryPublishStore(IndexedPublishStore):
             if self._closed:
                 self._check_open()
             s = self._next
-            payload = build(s)
-            if not self._count:
-                self._first = s
-            elif self._pad:
-                self._index_pad()
-            self._buf.append(payload)
-            self._count += 1
-            self._next = s + 1
+            self._index_one(s, build(s))
             return s
 
     def store_parts(self, head: bytes, tail: bytes) -> tuple[int, bytes]:
@@ -61,6 +54,7 @@ class MemoryPublishStore(IndexedPublishStore):
                 self._check_open()
             s = self._next
             payload = _join_seq(head, s, tail)
+            # _index_one inlined (the HA publish hot path)
             if not self._count:
                 self._first = s
             elif self._pad:
