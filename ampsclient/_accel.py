@@ -4,7 +4,8 @@
 needed; without one the install still succeeds). It has the client's two per-message loops,
 splitting the TCP stream into payloads and routing deliveries to handlers, and the common
 case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
-``discard_message``, and the publish stores' payload and record building. The Python code
+``discard_message``, the publish stores' payload and record building, and the common case
+of :meth:`~ampsclient.ha.AsyncHAClient.publish` (``PublishLane``). The Python code
 they replace stays next to them and is the reference, tested with the same cases. The
 receive loops look their function up here on each call (tests switch them); the publish
 stores bind theirs at import. Set
@@ -18,11 +19,20 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SPEEDUPS", "BookmarkLane", "deliver", "join_seq", "split_frames", "write_record"]
+__all__ = [
+    "SPEEDUPS",
+    "BookmarkLane",
+    "PublishLane",
+    "deliver",
+    "join_seq",
+    "split_frames",
+    "write_record",
+]
 
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
 BookmarkLane: Callable[..., Any] | None = None
+PublishLane: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 write_record: Callable[[Any, int, int, bytes], int] | None = None
 
@@ -35,6 +45,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         split_frames = _speedups.split_frames
         deliver = _speedups.deliver
         BookmarkLane = getattr(_speedups, "BookmarkLane", None)  # not on free-threaded builds
+        PublishLane = getattr(_speedups, "PublishLane", None)  # nor this
         join_seq = _speedups.join_seq
         write_record = _speedups.write_record
 

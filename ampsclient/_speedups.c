@@ -474,6 +474,51 @@ be32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)v;
 }
 
+/* The msgpack head of a stored-message record body, [sequence, bin(n)]; returns its size. */
+static Py_ssize_t
+record_head(unsigned char head[15], unsigned long long seq, Py_ssize_t n)
+{
+    head[0] = 0x92;
+    head[1] = 0xCF;
+    for (int i = 0; i < 8; i++) {
+        head[2 + i] = (unsigned char)(seq >> (56 - 8 * i));
+    }
+    if (n < 0x100) {
+        head[10] = 0xC4;
+        head[11] = (unsigned char)n;
+        return 12;
+    }
+    if (n < 0x10000) {
+        head[10] = 0xC5;
+        head[11] = (unsigned char)(n >> 8);
+        head[12] = (unsigned char)n;
+        return 13;
+    }
+    head[10] = 0xC6;
+    be32(head + 11, (uint32_t)n);
+    return 15;
+}
+
+/* The record's size: [u32 length][u32 crc][head][payload]. */
+static inline Py_ssize_t
+record_size(Py_ssize_t n)
+{
+    return 8 + (n < 0x100 ? 12 : n < 0x10000 ? 13 : 15) + n;
+}
+
+/* Write the record of (seq, payload) at p, which has record_size(n) bytes of room. */
+static void
+put_record(unsigned char *p, unsigned long long seq, const unsigned char *payload, Py_ssize_t n)
+{
+    unsigned char head[15];
+    Py_ssize_t hlen = record_head(head, seq, n);
+    uint32_t crc = crc32_update(crc32_update(0, head, (size_t)hlen), payload, (size_t)n);
+    be32(p, (uint32_t)(hlen + n));
+    be32(p + 4, crc);
+    memcpy(p + 8, head, (size_t)hlen);
+    memcpy(p + 8 + hlen, payload, (size_t)n);
+}
+
 PyDoc_STRVAR(write_record_doc,
 "write_record(buffer, start, sequence, payload) -> int\n\n"
 "Write the FilePublishStore record of ``payload`` (see _store_record in\n"
@@ -501,46 +546,18 @@ write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "write_record(): payload too large");
         return NULL;
     }
-    unsigned char head[15];
-    Py_ssize_t hlen;
-    head[0] = 0x92;
-    head[1] = 0xCF;
-    for (int i = 0; i < 8; i++) {
-        head[2 + i] = (unsigned char)(seq >> (56 - 8 * i));
-    }
-    if (n < 0x100) {
-        head[10] = 0xC4;
-        head[11] = (unsigned char)n;
-        hlen = 12;
-    }
-    else if (n < 0x10000) {
-        head[10] = 0xC5;
-        head[11] = (unsigned char)(n >> 8);
-        head[12] = (unsigned char)n;
-        hlen = 13;
-    }
-    else {
-        head[10] = 0xC6;
-        be32(head + 11, (uint32_t)n);
-        hlen = 15;
-    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
         return NULL;
     }
-    Py_ssize_t end = start + 8 + hlen + n;
+    Py_ssize_t end = start + record_size(n);
     if (start < 0 || end > view.len) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "write_record(): no room in the buffer");
         return NULL;
     }
-    const unsigned char *payload = (const unsigned char *)PyBytes_AS_STRING(args[3]);
-    uint32_t crc = crc32_update(crc32_update(0, head, (size_t)hlen), payload, (size_t)n);
-    unsigned char *p = (unsigned char *)view.buf + start;
-    be32(p, (uint32_t)(hlen + n));
-    be32(p + 4, crc);
-    memcpy(p + 8, head, (size_t)hlen);
-    memcpy(p + 8 + hlen, payload, (size_t)n);
+    put_record((unsigned char *)view.buf + start, seq,
+               (const unsigned char *)PyBytes_AS_STRING(args[3]), n);
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(end);
 }
@@ -897,6 +914,422 @@ static PyTypeObject LaneType = {
     .tp_methods = lane_methods,
 };
 
+/* ------------------------------------------------------------------ PublishLane
+ *
+ * AsyncHAClient.publish's common case in C: a plain publish (topic and data, no options)
+ * while the client can send and nobody holds its publish lock or the store's lock. It does
+ * what the Python path does (AsyncHAClient.publish -> _store_and_send -> store_parts of
+ * MemoryPublishStore or FilePublishStore), in the same order:
+ *
+ *   payload = b'{"c":"p","s":' + b"%d" % s + suffix(topic) + data, s = store._next;
+ *   (file store) the record of (s, payload) copied into the active segment's mapping;
+ *   the payload appended to the store's index; the length-prefixed frame to the client's
+ *   write queue; then, outside the atomic part, wake the writer / wait while blocked.
+ *
+ * Anything else goes to the Python publish given at construction: options, data that is
+ * neither bytes nor ASCII str, a topic seen for the first time, a closed or broken store,
+ * a store index with trailing holes, a record that would grow or roll the segment, and
+ * every moment a lock is held (a reconnect replaying, a discard running, another thread
+ * in the Python path). Between its checks and its writes it calls no Python code and
+ * creates no object the garbage collector tracks (bytes and ints only), so under the GIL
+ * the whole step is atomic with respect to the Python methods, which keep their locks.
+ * The store's fields are its __slots__ (offsets read at construction); the client's are
+ * read from its __dict__ on each call.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *client;
+    PyObject *store;
+    PyObject *pub_locked;     /* client._pub_lock.locked */
+    PyObject *store_locked;   /* store._lock.locked */
+    PyObject *suffixes;       /* client._seq_suffix: topic -> b',"a":"persisted","t":"..."}' */
+    PyObject *enqueue;        /* client._outq.append */
+    PyObject *schedule_drain; /* client._schedule_drain */
+    PyObject *wait_writable;  /* client._wait_writable */
+    PyObject *slow;           /* AsyncHAClient.publish, bound */
+    int file;                 /* a FilePublishStore: write the record too */
+    int enabled;
+    unsigned long long fast;  /* publishes done here (tests, statistics) */
+    Py_ssize_t o_closed, o_next, o_count, o_first, o_pad, o_buf;
+    Py_ssize_t o_broken, o_mm, o_active, o_map_size, o_segment_size, o_write_gen;
+} PublishLane;
+
+static PyObject *str_can_send, *str_transport, *str_wake_pending, *str_blocked;
+
+static const char PUBLISH_HEAD[] = "{\"c\":\"p\",\"s\":";
+#define PUBLISH_HEAD_LEN ((Py_ssize_t)(sizeof PUBLISH_HEAD - 1))
+
+static int
+publane_traverse(PublishLane *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->client);
+    Py_VISIT(self->store);
+    Py_VISIT(self->pub_locked);
+    Py_VISIT(self->store_locked);
+    Py_VISIT(self->suffixes);
+    Py_VISIT(self->enqueue);
+    Py_VISIT(self->schedule_drain);
+    Py_VISIT(self->wait_writable);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int
+publane_clear(PublishLane *self)
+{
+    Py_CLEAR(self->client);
+    Py_CLEAR(self->store);
+    Py_CLEAR(self->pub_locked);
+    Py_CLEAR(self->store_locked);
+    Py_CLEAR(self->suffixes);
+    Py_CLEAR(self->enqueue);
+    Py_CLEAR(self->schedule_drain);
+    Py_CLEAR(self->wait_writable);
+    Py_CLEAR(self->slow);
+    self->enabled = 0;
+    return 0;
+}
+
+static void
+publane_dealloc(PublishLane *self)
+{
+    PyObject_GC_UnTrack(self);
+    publane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+take_attr(PyObject *obj, const char *name, PyObject **field)
+{
+    PyObject *value = PyObject_GetAttrString(obj, name);
+    if (value == NULL) {
+        return -1;
+    }
+    Py_XSETREF(*field, value);
+    return 0;
+}
+
+static int
+publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *client, *store, *slow;
+    int file;
+    if (!PyArg_ParseTuple(args, "OOpO:PublishLane", &client, &store, &file, &slow)) {
+        return -1;
+    }
+    PyTypeObject *st = Py_TYPE(store);
+    if (slot_offset(st, "_closed", &self->o_closed) < 0 || slot_offset(st, "_next", &self->o_next) < 0
+        || slot_offset(st, "_count", &self->o_count) < 0 || slot_offset(st, "_first", &self->o_first) < 0
+        || slot_offset(st, "_pad", &self->o_pad) < 0 || slot_offset(st, "_buf", &self->o_buf) < 0) {
+        return -1;
+    }
+    if (file
+        && (slot_offset(st, "_broken", &self->o_broken) < 0 || slot_offset(st, "_mm", &self->o_mm) < 0
+            || slot_offset(st, "_active_size", &self->o_active) < 0
+            || slot_offset(st, "_map_size", &self->o_map_size) < 0
+            || slot_offset(st, "_segment_size", &self->o_segment_size) < 0
+            || slot_offset(st, "_write_gen", &self->o_write_gen) < 0)) {
+        return -1;
+    }
+    PyObject *lock = NULL, *queue = NULL;
+    int failed = take_attr(client, "_pub_lock", &lock) < 0
+                 || take_attr(lock, "locked", &self->pub_locked) < 0
+                 || take_attr(store, "_lock", &lock) < 0
+                 || take_attr(lock, "locked", &self->store_locked) < 0
+                 || take_attr(client, "_seq_suffix", &self->suffixes) < 0
+                 || take_attr(client, "_outq", &queue) < 0
+                 || take_attr(queue, "append", &self->enqueue) < 0
+                 || take_attr(client, "_schedule_drain", &self->schedule_drain) < 0
+                 || take_attr(client, "_wait_writable", &self->wait_writable) < 0;
+    Py_XDECREF(lock);
+    Py_XDECREF(queue);
+    if (failed) {
+        return -1;
+    }
+    if (!PyDict_CheckExact(self->suffixes)) {
+        PyErr_SetString(PyExc_TypeError, "PublishLane: client._seq_suffix must be a dict");
+        return -1;
+    }
+    Py_INCREF(client);
+    Py_XSETREF(self->client, client);
+    Py_INCREF(store);
+    Py_XSETREF(self->store, store);
+    Py_INCREF(slow);
+    Py_XSETREF(self->slow, slow);
+    self->file = file;
+    self->enabled = 1;
+    return 0;
+}
+
+/* 1 when the callable (a lock's .locked) says the lock is free, 0 held, -1 error */
+static int
+lock_free(PyObject *locked)
+{
+    PyObject *r = PyObject_CallNoArgs(locked);
+    if (r == NULL) {
+        return -1;
+    }
+    int held = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return held < 0 ? -1 : !held;
+}
+
+/* a non-negative int slot's value, or -1 (not set, not an int, negative or huge) */
+static long long
+slot_ll(PyObject *obj, Py_ssize_t offset)
+{
+    PyObject *v = SLOT(obj, offset);
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        return -1;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || x < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return x;
+}
+
+static PyObject *
+publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *dict = NULL, *payload = NULL, *frame = NULL, *next_obj = NULL, *count_obj = NULL;
+    PyObject *active_obj = NULL, *gen_obj = NULL;
+    Py_buffer view;
+    view.obj = NULL;
+    if (!self->enabled || nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        goto slow;
+    }
+    PyObject *topic = args[0], *data = args[1];
+    const char *body;
+    Py_ssize_t body_len;
+    if (PyBytes_CheckExact(data)) {
+        body = PyBytes_AS_STRING(data);
+        body_len = PyBytes_GET_SIZE(data);
+    }
+    else if (PyUnicode_CheckExact(data) && PyUnicode_IS_ASCII(data)) {
+        body = (const char *)PyUnicode_1BYTE_DATA(data);
+        body_len = PyUnicode_GET_LENGTH(data);
+    }
+    else {
+        goto slow;
+    }
+    if (!PyUnicode_CheckExact(topic)) {
+        goto slow;
+    }
+    PyObject *suffix = PyDict_GetItemWithError(self->suffixes, topic); /* borrowed */
+    if (suffix == NULL || !PyBytes_CheckExact(suffix)) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        goto slow; /* a new topic: Python builds and caches its suffix */
+    }
+    /* the client: connected, logged on, replayed (_can_send) */
+    dict = PyObject_GenericGetDict(self->client, NULL);
+    if (dict == NULL) {
+        return NULL;
+    }
+    PyObject *can_send = PyDict_GetItemWithError(dict, str_can_send);
+    PyObject *transport = can_send == Py_True ? PyDict_GetItemWithError(dict, str_transport) : NULL;
+    if (transport == NULL || transport == Py_None) {
+        if (PyErr_Occurred()) {
+            goto error;
+        }
+        goto slow;
+    }
+    int free_ = lock_free(self->pub_locked);
+    if (free_ > 0) {
+        free_ = lock_free(self->store_locked);
+    }
+    if (free_ <= 0) {
+        if (free_ < 0) {
+            goto error;
+        }
+        goto slow;
+    }
+    /* the store: open, no trailing holes to restore */
+    PyObject *store = self->store;
+    PyObject *buf = SLOT(store, self->o_buf);
+    long long seq = slot_ll(store, self->o_next), count = slot_ll(store, self->o_count);
+    if (SLOT(store, self->o_closed) != Py_False || slot_ll(store, self->o_pad) != 0 || seq < 0
+        || count < 0 || seq >= LLONG_MAX || buf == NULL || !PyList_CheckExact(buf)) {
+        goto slow;
+    }
+    char digits_buf[24];
+    char *digits_end = digits_buf + sizeof digits_buf, *digits = digits_end;
+    unsigned long long v = (unsigned long long)seq;
+    do {
+        *--digits = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    Py_ssize_t ndigits = digits_end - digits, suffix_len = PyBytes_GET_SIZE(suffix);
+    Py_ssize_t n = PUBLISH_HEAD_LEN + ndigits + suffix_len + body_len;
+    long long start = 0, end = 0, gen = 0;
+    if (self->file) {
+        PyObject *mm = SLOT(store, self->o_mm);
+        start = slot_ll(store, self->o_active);
+        gen = slot_ll(store, self->o_write_gen);
+        long long map_size = slot_ll(store, self->o_map_size);
+        long long segment_size = slot_ll(store, self->o_segment_size);
+        end = start + record_size(n);
+        if (SLOT(store, self->o_broken) != Py_None || mm == NULL || mm == Py_None || start < 0
+            || gen < 0 || map_size < 0 || segment_size < 0 || end > map_size
+            || end >= segment_size || n > 0xFFFFFFF0) {
+            goto slow; /* broken, or the segment must grow or roll: Python does it */
+        }
+        if (PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            view.obj = NULL;
+            goto slow;
+        }
+        if (end > view.len) {
+            goto slow;
+        }
+        active_obj = PyLong_FromLongLong(end);
+        gen_obj = PyLong_FromLongLong(gen + 1);
+        if (active_obj == NULL || gen_obj == NULL) {
+            goto error;
+        }
+    }
+    /* every object first (bytes and ints: no GC), then the writes, which cannot fail */
+    payload = PyBytes_FromStringAndSize(NULL, n);
+    frame = PyBytes_FromStringAndSize(NULL, 4 + n);
+    next_obj = PyLong_FromLongLong(seq + 1);
+    count_obj = PyLong_FromLongLong(count + 1);
+    if (payload == NULL || frame == NULL || next_obj == NULL || count_obj == NULL) {
+        goto error;
+    }
+    char *p = PyBytes_AS_STRING(payload);
+    memcpy(p, PUBLISH_HEAD, PUBLISH_HEAD_LEN);
+    memcpy(p + PUBLISH_HEAD_LEN, digits, (size_t)ndigits);
+    memcpy(p + PUBLISH_HEAD_LEN + ndigits, PyBytes_AS_STRING(suffix), (size_t)suffix_len);
+    memcpy(p + PUBLISH_HEAD_LEN + ndigits + suffix_len, body, (size_t)body_len);
+    unsigned char *f = (unsigned char *)PyBytes_AS_STRING(frame);
+    be32(f, (uint32_t)n);
+    memcpy(f + 4, p, (size_t)n);
+    if (PyList_Append(buf, payload) < 0) { /* the only write that can fail: first */
+        goto error;
+    }
+    if (self->file) {
+        put_record((unsigned char *)view.buf + start, (unsigned long long)seq,
+                   (const unsigned char *)p, n);
+        PyBuffer_Release(&view);
+        view.obj = NULL;
+        Py_XSETREF(SLOT(store, self->o_active), active_obj);
+        Py_XSETREF(SLOT(store, self->o_write_gen), gen_obj);
+        active_obj = gen_obj = NULL;
+    }
+    PyObject *seq_obj = SLOT(store, self->o_next);
+    Py_INCREF(seq_obj); /* returned */
+    if (count == 0) {
+        put(store, self->o_first, seq_obj);
+    }
+    Py_XSETREF(SLOT(store, self->o_count), count_obj);
+    Py_XSETREF(SLOT(store, self->o_next), next_obj); /* drops the slot's reference to seq */
+    count_obj = next_obj = NULL;
+    self->fast++;
+    Py_DECREF(payload);
+    /* the frame goes out in sequence order: nothing ran since the checks */
+    PyObject *r = PyObject_CallOneArg(self->enqueue, frame);
+    Py_DECREF(frame);
+    if (r == NULL) {
+        goto after_error;
+    }
+    Py_DECREF(r);
+    /* what _store_and_send does after the store: wake the writer, then back-pressure */
+    PyObject *pending = PyDict_GetItemWithError(dict, str_wake_pending);
+    if (pending != Py_True) {
+        if (PyErr_Occurred() || (r = PyObject_CallNoArgs(self->schedule_drain)) == NULL) {
+            goto after_error;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *blocked = PyDict_GetItemWithError(dict, str_blocked);
+    if (blocked == Py_True) {
+        if ((r = PyObject_CallNoArgs(self->wait_writable)) == NULL) {
+            goto after_error;
+        }
+        Py_DECREF(r);
+    }
+    else if (PyErr_Occurred()) {
+        goto after_error;
+    }
+    Py_DECREF(dict);
+    return seq_obj;
+
+after_error: /* stored and queued; waking or waiting failed */
+    Py_DECREF(dict);
+    Py_DECREF(seq_obj);
+    return NULL;
+
+error:
+    if (view.obj != NULL) {
+        PyBuffer_Release(&view);
+    }
+    Py_XDECREF(dict);
+    Py_XDECREF(payload);
+    Py_XDECREF(frame);
+    Py_XDECREF(next_obj);
+    Py_XDECREF(count_obj);
+    Py_XDECREF(active_obj);
+    Py_XDECREF(gen_obj);
+    return NULL;
+
+slow:
+    if (view.obj != NULL) {
+        PyBuffer_Release(&view);
+    }
+    Py_XDECREF(dict);
+    Py_XDECREF(active_obj);
+    Py_XDECREF(gen_obj);
+    if (self->slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "PublishLane is cleared");
+        return NULL;
+    }
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+publane_disable(PublishLane *self, PyObject *unused)
+{
+    self->enabled = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef publane_methods[] = {
+    {"publish", (PyCFunction)(void (*)(void))publane_publish, METH_FASTCALL | METH_KEYWORDS,
+     "AsyncHAClient.publish, its common case in C (same arguments)."},
+    {"disable", (PyCFunction)publane_disable, METH_NOARGS,
+     "From now on every call goes to the Python publish."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef publane_members[] = {
+    {"enabled", T_INT, offsetof(PublishLane, enabled), READONLY, "Whether the C path runs."},
+    {"fast", T_ULONGLONG, offsetof(PublishLane, fast), READONLY,
+     "How many publishes the C path did."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PublishLaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.PublishLane",
+    .tp_basicsize = sizeof(PublishLane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "PublishLane(client, store, file, publish)\n\nAsyncHAClient.publish's common "
+              "case in C (see the C source).",
+    .tp_traverse = (traverseproc)publane_traverse,
+    .tp_clear = (inquiry)publane_clear,
+    .tp_dealloc = (destructor)publane_dealloc,
+    .tp_init = (initproc)publane_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = publane_methods,
+    .tp_members = publane_members,
+};
+
 #endif /* Py_GIL_DISABLED */
 
 /* ------------------------------------------------------------------ module */
@@ -933,6 +1366,16 @@ PyInit__speedups(void)
     }
 #ifndef Py_GIL_DISABLED
     if (PyType_Ready(&LaneType) < 0 || PyModule_AddObjectRef(module, "BookmarkLane", (PyObject *)&LaneType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    str_can_send = PyUnicode_InternFromString("_can_send");
+    str_transport = PyUnicode_InternFromString("_transport");
+    str_wake_pending = PyUnicode_InternFromString("_wake_pending");
+    str_blocked = PyUnicode_InternFromString("_blocked");
+    if (str_can_send == NULL || str_transport == NULL || str_wake_pending == NULL
+        || str_blocked == NULL || PyType_Ready(&PublishLaneType) < 0
+        || PyModule_AddObjectRef(module, "PublishLane", (PyObject *)&PublishLaneType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

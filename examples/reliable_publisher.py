@@ -10,6 +10,10 @@ How:
   with the first order it had not stored yet (nothing is published twice by the application);
 * ``publish_flush()`` before exit, and the ``with`` block's safe shutdown.
 
+``--fsync never`` (or ``interval``) is as safe against ``kill -9``: the store's records are
+in the kernel's page cache once ``publish()`` returns. Only a crash of the machine can lose
+what was not yet written back (see ``docs/publish-stores.md``); it is several times faster.
+
 Usage::
 
     python examples/reliable_publisher.py --uri tcp://127.0.0.1:9007/amps/json \
@@ -53,10 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--orders", type=int, default=10_000)
     parser.add_argument("--topic", default="orders")
     parser.add_argument("--name", default="reliable-publisher")
+    parser.add_argument(
+        "--fsync", choices=["always", "interval", "never"], default="always", help="store policy"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    store = FilePublishStore(args.store, fsync="always")
+    store = FilePublishStore(args.store, fsync=args.fsync)
     first = base_sequence(store, args.store)
     already = store.next_sequence() - first
     print(f"resuming at order {already} ({store.unpersisted_count} unpersisted)", flush=True)

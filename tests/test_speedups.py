@@ -2,7 +2,8 @@
 
 Each C function is fed the same inputs as its Python reference and must give the same
 results, input by input: ``split_frames`` (TCP framing), ``deliver`` (routing deliveries to
-handlers, recycling messages) and ``BookmarkLane`` (``MemoryBookmarkStore``'s common case).
+handlers, recycling messages), ``BookmarkLane`` (``MemoryBookmarkStore``'s common case) and
+``PublishLane`` (``AsyncHAClient.publish``'s common case).
 The client tests that run through real sockets use whichever is active; the ones here that
 use a server run under both.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import itertools
 import os
 import queue
+import random
+import re
 import struct
 import subprocess
 import sys
@@ -26,12 +29,15 @@ from hypothesis import given, settings, strategies as st
 from ampsclient import Client, Message, _accel
 from ampsclient.client import deliver as deliver_py
 from ampsclient.exceptions import FrameTooLargeError
+from ampsclient.ha.client import AsyncHAClient
 from ampsclient.protocol.framing import TcpFramer, split_frames as split_py
 from ampsclient.stores.bookmark import MemoryBookmarkStore
-from ampsclient.stores.publish.base import join_seq as join_seq_py
-from ampsclient.stores.publish.file import write_record as write_record_py
+from ampsclient.stores.publish import FilePublishStore, MemoryPublishStore
+from ampsclient.stores.publish.base import initial_sequence, join_seq as join_seq_py
+from ampsclient.stores.publish.file import inspect_store, write_record as write_record_py
 from ampsclient.stores.recovery import RecoveryPoint
-from ampsclient_server_stub.testing import wait_for
+from ampsclient.sync import HAClient
+from ampsclient_server_stub.testing import LoopbackProxy, wait_for
 
 C: Any = _accel.implementations().get("c")
 needs_c = pytest.mark.skipif(C is None, reason="the C speedups are not built here")
@@ -440,3 +446,175 @@ def test_bookmark_store_log_and_discard_on_two_threads(implementation: str) -> N
     assert not t.is_alive()
     assert store.get_most_recent("s") == f"7|{n}|"
     assert store.get_unprocessed_count("s") == 0
+
+
+# ------------------------------------------------------------------------------ PublishLane
+
+needs_publish_lane = pytest.mark.skipif(
+    _accel.PublishLane is None, reason="HAClient does not use the C lane (AMPSCLIENT_PUREPYTHON)"
+)
+TOPICS = ["orders", "o/ü", 'quote"d', "back\\slash"]
+_SEQ = re.compile(rb'"s":(\d+)')
+
+
+def relative(data: bytes, start: int) -> bytes:
+    """``data`` with every ``"s":N`` rewritten as ``"s":N-start`` (stores start apart)."""
+    return _SEQ.sub(lambda m: b'"s":%d' % (int(m.group(1)) - start), data)
+
+
+def publish_frames(upstream: bytes, start: int) -> list[bytes]:
+    """The publish payloads in bytes a client sent, sequence numbers made relative."""
+    framer = TcpFramer()
+    framer.receive_data(bytes(upstream))
+    return [
+        relative(p, start)
+        for p in framer.frames()
+        if p.startswith((b'{"c":"p"', b'{"c":"delta_publish"'))
+    ]
+
+
+def index_state(store: Any, start: int) -> tuple[Any, ...]:
+    """The store's index, sequence numbers made relative."""
+    with store._lock:
+        live = [None if p is None else relative(p, start) for p in store._buf[store._head :]]
+        first = store._first - start if store._count else None
+        return live, first, store._count, store._holes, store._pad, store._next - start
+
+
+def run_script(client: HAClient, seed: int, steps: int) -> list[int]:
+    """Publishes of every kind, and single discards (holes, trailing holes), from a seed;
+    returns the sequence numbers ``publish`` returned."""
+    rng = random.Random(seed)
+    store = client.publish_store
+    seqs: list[int] = []
+    for i in range(steps):
+        topic = rng.choice(TOPICS)
+        r = rng.random()
+        if r < 0.55:
+            data = rng.choice([f'{{"n":{i}}}', b'{"b":%d}' % i, f'{{"ü":{i}}}', "", b""])
+            if rng.random() < 0.05:  # the records' three length sizes, and segment growth
+                data = rng.choice(["x" * 300, b"y" * 70_000])
+            seqs.append(client.publish(topic, data))
+        elif r < 0.65:
+            seqs.append(client.publish(topic, {"n": i}))
+        elif r < 0.72:
+            seqs.append(client.publish(topic, f'{{"n":{i}}}', correlation_id=f"c{i}"))
+        elif r < 0.78:
+            seqs.append(client.delta_publish(topic, f'{{"n":{i}}}'))
+        elif r < 0.8:
+            for seq in seqs:  # every stored message failed: the index is empty again
+                store.discard(seq)
+        elif seqs:
+            # a failed write drops one message; the newest ones leave trailing holes
+            victim = seqs[-1] if r < 0.9 else rng.choice(seqs)
+            store.discard(victim)
+    return seqs
+
+
+def make_store(kind: str, path: Any, start: int) -> Any:
+    if kind == "memory":
+        return MemoryPublishStore(next_sequence=start)
+    return FilePublishStore(path, fsync=kind, segment_size=64 * 1024)  # rolls over
+
+
+@needs_publish_lane
+@pytest.mark.parametrize("kind", ["memory", "never", "interval"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_publish_lane_matches_python(kind: str, seed: int, server: Any, tmp_path: Any) -> None:
+    """The same script through the lane and through the Python publish: the same sequence
+    numbers, the same store index and records while no ack can arrive (the proxy holds every
+    byte), then the same frames on the wire and everything persisted."""
+    start = initial_sequence()
+    host, port = "127.0.0.1", server.tcp_port
+    runs = []
+    with (
+        LoopbackProxy(host, port, record=True) as pa,
+        LoopbackProxy(host, port, record=True) as pb,
+        HAClient(f"lane-{kind}-{seed}", make_store(kind, tmp_path / "a", start)) as a,
+        HAClient(f"py-{kind}-{seed}", make_store(kind, tmp_path / "b", start)) as b,
+    ):
+        b._ha._lane.disable()
+        for client, proxy in ((a, pa), (b, pb)):
+            client.get_server_chooser().add(f"tcp://{host}:{proxy.port}/amps/json")
+            client.connect_and_logon()
+        for client, proxy in ((a, pa), (b, pb)):
+            begin = client.publish_store.next_sequence()
+            proxy.stall(120)  # no ack until resume(): the stores change only by the script
+            seqs = run_script(client, seed, 400)
+            state = index_state(client.publish_store, begin)
+            records = None
+            if kind != "memory":
+                found = inspect_store(client.publish_store.path)
+                records = (
+                    [(m.sequence - begin, relative(m.payload, begin)) for m in found.messages],
+                    [h - begin for h in found.holes],
+                )
+            runs.append(([s - begin for s in seqs], state, records, begin))
+        assert a._ha._lane.fast > 100  # the lane did the plain publishes...
+        assert b._ha._lane.fast == 0  # ...and the other client never used it
+        assert runs[0][:3] == runs[1][:3]
+        for client, proxy in ((a, pa), (b, pb)):
+            proxy.resume()
+            client.publish_flush(20_000)
+            assert client.get_unpersisted_count() == 0
+        wire = [publish_frames(p.upstream or b"", r[3]) for p, r in ((pa, runs[0]), (pb, runs[1]))]
+    assert len(wire[0]) > 200
+    assert wire[0] == wire[1]
+
+
+@needs_publish_lane
+def test_publish_lane_threads_keep_each_publishers_order(server: Any) -> None:
+    """Four threads publish through one HAClient while acks discard concurrently: the server
+    receives every message once, in each thread's order (an out-of-order sequence number
+    would be refused as a duplicate and lost)."""
+    got: dict[int, list[int]] = {t: [] for t in range(4)}
+
+    def on(message: Message) -> None:
+        t, n = message.get_data().split(":")
+        got[int(t)].append(int(n))
+
+    count = 3000
+    with Client("lane-observer") as observer, HAClient("lane-threads") as ha:
+        observer.connect(server.uri())
+        observer.logon(5000)
+        observer.subscribe(on, "lane-threads")
+        ha.get_server_chooser().add(server.uri())
+        ha.connect_and_logon()
+
+        def publisher(t: int) -> None:
+            for n in range(count):
+                ha.publish("lane-threads", f"{t}:{n}")
+
+        threads = [threading.Thread(target=publisher, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        ha.publish_flush(30_000)
+        assert ha.get_unpersisted_count() == 0
+        assert ha._ha._lane.fast > 0
+        wait_for(lambda: sum(map(len, got.values())) >= 4 * count, what="every delivery")
+    for t in range(4):
+        assert got[t] == list(range(count)), f"thread {t}"
+
+
+def test_publish_lane_is_used_only_where_it_does_what_python_does(tmp_path: Any) -> None:
+    """Memory stores and file stores that do not fsync each message; not fsync="always" (the
+    record must be on disk before the frame is queued), other stores, or subclasses that
+    override publish."""
+
+    class Custom(AsyncHAClient):
+        def publish(self, topic: str, data: Any, *args: Any, **kwargs: Any) -> int:
+            return super().publish(topic, data, *args, **kwargs)
+
+    class MyStore(MemoryPublishStore):
+        pass
+
+    built = _accel.PublishLane is not None
+    with FilePublishStore(tmp_path / "n", fsync="never") as never:
+        assert (AsyncHAClient("m")._lane is not None) is built
+        assert (AsyncHAClient("n", never)._lane is not None) is built
+    with FilePublishStore(tmp_path / "a") as always:
+        assert AsyncHAClient("a", always)._lane is None
+    assert AsyncHAClient("s", MyStore())._lane is None
+    assert Custom("c")._lane is None

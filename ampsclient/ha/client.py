@@ -25,9 +25,11 @@ import logging
 import ssl
 import struct
 import threading
+import types
 from collections.abc import Callable
 from typing import Any, Literal
 
+from .. import _accel
 from ..authenticator import Authenticator
 from ..client import AsyncClient, ConnectionState, Handler, _Pending, publish_fields
 from ..command import Command
@@ -62,6 +64,18 @@ FailedWriteHandler = Callable[[Message, str], Any]
 _SUBSCRIBE_COMMANDS = frozenset(
     {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
 )
+
+
+def _lane_store_kind(store: PublishStore) -> bool | None:
+    """Whether the C publish lane can write to ``store``: ``False`` for a
+    :class:`MemoryPublishStore`, ``True`` for a :class:`FilePublishStore` that does not fsync
+    each message (the record must be on disk before the frame is queued), ``None`` for any
+    other store, subclasses included (the lane does exactly what these two classes do)."""
+    if type(store) is MemoryPublishStore:
+        return False
+    if type(store) is FilePublishStore and store.fsync_policy != "always":
+        return True
+    return None
 
 
 def _fast_discard(store: BookmarkStore) -> Callable[[Message], None]:
@@ -152,6 +166,22 @@ class AsyncHAClient(AsyncClient):
         self._keep_routes_on_disconnect = True
         self._on_publish_persisted = self._persisted
         self.set_disconnect_handler(self._disconnected)
+        self._lane: Any = None
+        self._bind_publish_lane()
+
+    def _bind_publish_lane(self) -> None:
+        """Let the C speedups' ``PublishLane`` take :meth:`publish` when they are built.
+
+        The lane does the common case (a plain publish while connected, nothing else holding
+        the locks) and calls this class's :meth:`publish` for everything else. Not for
+        subclasses that override ``publish``, nor for stores the lane does not know.
+        """
+        lane = _accel.PublishLane
+        file = _lane_store_kind(self._store)
+        if lane is None or file is None or type(self).publish is not AsyncHAClient.publish:
+            return
+        self._lane = lane(self, self._store, file, types.MethodType(AsyncHAClient.publish, self))
+        self.publish = self._lane.publish  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ configuration (official)
 

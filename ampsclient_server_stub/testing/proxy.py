@@ -10,6 +10,7 @@ Example::
     with LoopbackProxy("127.0.0.1", server.tcp_port) as proxy:
         client.connect(f"tcp://127.0.0.1:{proxy.port}/amps/json")
         proxy.stall(1.0)
+        proxy.resume()
         proxy.cut()
 """
 
@@ -21,6 +22,7 @@ import ipaddress
 import logging
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Final
 
@@ -56,16 +58,21 @@ class _Pipe:
         for task in self.tasks:
             task.cancel()
 
-    async def copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def copy(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool
+    ) -> None:
         proxy = self.proxy
         try:
             while True:
                 data = await reader.read(_CHUNK)
                 if not data:
                     break
-                wait = proxy._stall_until - time.monotonic()
-                if wait > 0:  # a stalled network: hold the bytes, close nothing
-                    await asyncio.sleep(wait)
+                # a stalled network: hold the bytes, close nothing (resume() ends it early)
+                while (wait := proxy._stall_until - time.monotonic()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proxy._resumed.wait(), wait)
+                if upstream and proxy.upstream is not None:
+                    proxy.upstream.extend(data)
                 writer.write(data)
                 proxy.bytes += len(data)
                 await writer.drain()
@@ -81,6 +88,8 @@ class LoopbackProxy:
     Args:
         target_host / target_port: where to forward (a loopback address).
         listen_host / listen_port: where to listen (port 0 picks a free one; :attr:`port`).
+        record: keep a copy of what clients send (:attr:`upstream`), for tests that compare
+            the bytes two clients put on the wire.
     """
 
     def __init__(
@@ -90,6 +99,7 @@ class LoopbackProxy:
         *,
         listen_host: str = "127.0.0.1",
         listen_port: int = 0,
+        record: bool = False,
     ) -> None:
         _require_loopback(target_host)
         _require_loopback(listen_host)
@@ -100,8 +110,12 @@ class LoopbackProxy:
         self.cuts = 0
         self.stalls = 0
         self.bytes = 0
+        self.upstream: bytearray | None = bytearray() if record else None
+        """With ``record=True``: every byte forwarded from clients to the server, in order."""
         self._pipes: set[_Pipe] = set()
         self._stall_until = 0.0
+        self._resumed = asyncio.Event()
+        """Set by :meth:`resume` (on the proxy's loop) to wake stalled copies."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
@@ -200,7 +214,17 @@ class LoopbackProxy:
     def stall(self, seconds: float) -> None:
         """Stop forwarding bytes (both ways) for ``seconds``, without closing anything."""
         self.stalls += 1
+        self._call(self._resumed.clear)
         self._stall_until = max(self._stall_until, time.monotonic() + seconds)
+
+    def resume(self) -> None:
+        """End a :meth:`stall` now: the held bytes move on."""
+        self._stall_until = 0.0
+        self._call(self._resumed.set)
+
+    def _call(self, fn: Callable[[], object]) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(fn)
 
     @property
     def open_connections(self) -> int:
@@ -221,8 +245,8 @@ class LoopbackProxy:
         pipe.writers = [writer, up_writer]
         self._pipes.add(pipe)
         pipe.tasks = [
-            asyncio.ensure_future(pipe.copy(reader, up_writer)),
-            asyncio.ensure_future(pipe.copy(up_reader, writer)),
+            asyncio.ensure_future(pipe.copy(reader, up_writer, True)),
+            asyncio.ensure_future(pipe.copy(up_reader, writer, False)),
         ]
         try:
             await asyncio.gather(*pipe.tasks, return_exceptions=True)

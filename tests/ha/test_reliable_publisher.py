@@ -21,10 +21,12 @@ from ampsclient_server_stub.harness import ServerProcess
 
 pytestmark = pytest.mark.integration
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "reliable_publisher.py"
-ORDERS = 3000
+ORDERS = {"always": 3000, "never": 50_000}
+"""Per fsync policy: without fsyncs the publisher is fast, so it gets more orders to be
+killed in the middle of."""
 
 
-def start_publisher(uri: str, store: Path) -> subprocess.Popen[str]:
+def start_publisher(uri: str, store: Path, fsync: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -34,7 +36,9 @@ def start_publisher(uri: str, store: Path) -> subprocess.Popen[str]:
             "--store",
             str(store),
             "--orders",
-            str(ORDERS),
+            str(ORDERS[fsync]),
+            "--fsync",
+            fsync,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -42,7 +46,10 @@ def start_publisher(uri: str, store: Path) -> subprocess.Popen[str]:
     )
 
 
-def test_kill_9_and_rerun_delivers_each_order_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_kill_9_and_rerun_delivers_each_order_exactly_once(tmp_path: Path, fsync: str) -> None:
+    """``never``: a killed process loses nothing either (and HAClient.publish runs through the
+    C speedups' PublishLane where they are built)."""
     rng = random.Random(20261122)
     received: list[int] = []
     lock = threading.Lock()
@@ -58,10 +65,10 @@ def test_kill_9_and_rerun_delivers_each_order_exactly_once(tmp_path: Path) -> No
         store = tmp_path / "store"
         kills = 0
         for _ in range(3):
-            proc = start_publisher(server.uri(), store)
+            proc = start_publisher(server.uri(), store, fsync)
             assert proc.stdout is not None
             # let it store a random number of orders, then kill -9 it mid-stream
-            target = rng.randrange(200, 2500)
+            target = rng.randrange(ORDERS[fsync] // 15, ORDERS[fsync] * 5 // 6)
             for line in proc.stdout:
                 if line.startswith("stored order") and int(line.split()[-1]) >= target:
                     break
@@ -71,15 +78,16 @@ def test_kill_9_and_rerun_delivers_each_order_exactly_once(tmp_path: Path) -> No
                 os.kill(proc.pid, signal.SIGKILL)
                 kills += 1
             proc.wait(30)
-        final = start_publisher(server.uri(), store)
+        final = start_publisher(server.uri(), store, fsync)
         out, err = final.communicate(timeout=120)
         assert final.returncode == 0, err
-        assert f"done: {ORDERS} orders, 0 unpersisted" in out
+        orders = ORDERS[fsync]
+        assert f"done: {orders} orders, 0 unpersisted" in out
         assert kills >= 1
         deadline = time.monotonic() + 20
-        while len(received) < ORDERS and time.monotonic() < deadline:
+        while len(received) < orders and time.monotonic() < deadline:
             time.sleep(0.01)
         observer.flush(5000)
     with lock:
-        assert len(received) == ORDERS, f"{len(received)} deliveries"
-        assert received == list(range(ORDERS))
+        assert len(received) == orders, f"{len(received)} deliveries"
+        assert received == list(range(orders))

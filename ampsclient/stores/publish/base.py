@@ -303,6 +303,24 @@ class IndexedPublishStore(PublishStore):
     ``_head``; the list is compacted when the dead prefix is at least half of it.
     """
 
+    __slots__ = (
+        "_buf",
+        "_closed",
+        "_cond",
+        "_count",
+        "_discarded_total",
+        "_error_on_publish_gap",
+        "_first",
+        "_head",
+        "_holes",
+        "_last_persisted",
+        "_lock",
+        "_next",
+        "_pad",
+        "_waiters",
+    )
+    # slots: the C speedups' PublishLane reads and writes the index through them
+
     def __init__(self, *, error_on_publish_gap: bool = False, next_sequence: int | None = None):
         self._lock = threading.Lock()
         """Guards every field below; the critical sections are a few statements long."""

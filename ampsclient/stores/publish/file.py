@@ -504,6 +504,31 @@ class FilePublishStore(IndexedPublishStore):
         StoreError: the directory is in use by another store, or cannot be written.
     """
 
+    __slots__ = (
+        "_active_size",
+        "_always",
+        "_broken",
+        "_dir",
+        "_fd",
+        "_fsyncs",
+        "_interval",
+        "_lock_fd",
+        "_map_size",
+        "_mm",
+        "_policy",
+        "_segment_size",
+        "_segments",
+        "_segments_deleted",
+        "_stop",
+        "_sync_cond",
+        "_sync_files",
+        "_synced_gen",
+        "_syncing",
+        "_thread",
+        "_torn_tails_repaired",
+        "_write_gen",
+    )
+
     def __init__(
         self,
         path: str | os.PathLike[str],
