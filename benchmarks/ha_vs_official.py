@@ -137,9 +137,11 @@ def main() -> None:
                 report("HA file store fsync=interval -> sink", a, None)
         if "server" in paths:
             with reference_server() as uri:
-                a = run(ours("memory", d), uri, n, "ours-e2e")
-                b = run(official("memory", d), uri, n, "off-e2e") if AMPS else None
-                report("HA memory store -> reference server", a, b)
+                for store in ("memory", "never"):
+                    label = "memory store" if store == "memory" else "file store (no fsync)"
+                    a = run(ours(store, d), uri, n, f"ours-e2e-{store}")
+                    b = run(official(store, d), uri, n, f"off-e2e-{store}") if AMPS else None
+                    report(f"HA {label} -> reference server", a, b)
     times = failover_time() if "failover" in paths else []
     if times:
         print(

@@ -1,7 +1,8 @@
 """Minimal AMPS servers for benchmarks: they do as little as possible so the client is measured.
 
-* ``SinkServer``: reads frames; acks logon and flush (processed, echoing cid) and sends one
-  conflated persisted ack (``s`` = highest seen) per batch of frames read, when asked for.
+* ``SinkServer``: reads frames; acks logon and flush (processed, echoing cid) and sends
+  conflated persisted acks (``s`` = highest seen) at most every :data:`ACK_INTERVAL`, and
+  before the ack of a flush.
 * ``PumpServer``: on a subscribe, acks it and then writes N ``p`` frames routed to its sub id
   as fast as the socket takes them. The frames for sub id ``PUMP_SUB_ID`` on topic
   ``orders`` are built before the server starts, so a client subscribing with them is
@@ -25,6 +26,8 @@ from ampsclient.protocol import TcpFramer, decode_header, encode_header, tcp_fra
 _CID = re.compile(rb'"cid":"([^"]*)"')
 _S = re.compile(rb'"s":"?(\d+)')
 _PUBLISH = b'{"c":"p"'
+ACK_INTERVAL = 0.001
+"""Seconds over which the sink conflates persisted acks (a flush acks at once)."""
 
 
 class _Sink(asyncio.Protocol):
@@ -32,14 +35,35 @@ class _Sink(asyncio.Protocol):
         self.framer = TcpFramer()
         self.counter = counter
         self.transport: asyncio.Transport | None = None
+        self.top = -1
+        """The highest publish sequence number not acknowledged yet."""
+        self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def _persisted_ack(self) -> bytes:
+        ack = tcp_frame(
+            encode_header({"c": "ack", "a": "persisted", "s": self.top, "status": "success"})
+        )
+        self.top = -1
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        return ack
+
+    def _send_persisted_ack(self) -> None:
+        self.timer = None
+        if self.top >= 0 and self.transport is not None:
+            self.transport.write(self._persisted_ack())
+
     def data_received(self, data: bytes) -> None:
         self.framer.receive_data(data)
         frames = self.framer.frames()
-        top = -1
         out = []
         # Publishes need no work but the highest ``s``. A connection's publishes all carry
         # one (an HA client) or none, and they rise, so only the last publish is parsed:
@@ -49,14 +73,14 @@ class _Sink(asyncio.Protocol):
             if payload.startswith(_PUBLISH):
                 m = _S.search(payload, 0, 200)
                 if m:
-                    top = int(m.group(1))
+                    self.top = int(m.group(1))
                 break
         for payload in [f for f in frames if not f.startswith(_PUBLISH)]:
             header, _ = decode_header(payload)
             c = header.get("c")
             if c == "p":
                 if "s" in header:
-                    top = max(top, int(header["s"]))
+                    self.top = max(self.top, int(header["s"]))
                 continue
             if c in ("logon", "flush", "subscribe") and "cid" in header:
                 ack: dict[str, Any] = {
@@ -69,23 +93,16 @@ class _Sink(asyncio.Protocol):
                     ack.update(
                         {"s": 0, "client_name": header.get("client_name", ""), "version": "5.3.5.0"}
                     )
-                if top >= 0 and c == "flush":
-                    out.append(
-                        tcp_frame(
-                            encode_header(
-                                {"c": "ack", "a": "persisted", "s": top, "status": "success"}
-                            )
-                        )
-                    )
-                    top = -1
+                if self.top >= 0 and c == "flush":
+                    out.append(self._persisted_ack())
                 out.append(tcp_frame(encode_header(ack)))
         self.counter["n"] = self.counter.get("n", 0) + len(frames)
-        if top >= 0:
-            out.insert(
-                0,
-                tcp_frame(
-                    encode_header({"c": "ack", "a": "persisted", "s": top, "status": "success"})
-                ),
+        if self.top >= 0 and self.timer is None:
+            # persisted acks are conflated over ACK_INTERVAL, like a journal's group commit:
+            # a server does not ack every read (a client that writes small chunks would get
+            # an ack per few messages, and the sink would measure its ack handling)
+            self.timer = asyncio.get_running_loop().call_later(
+                ACK_INTERVAL, self._send_persisted_ack
             )
         if out and self.transport is not None:
             self.transport.write(b"".join(out))
