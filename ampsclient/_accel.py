@@ -4,8 +4,9 @@
 needed; without one the install still succeeds). It has the client's two per-message loops,
 splitting the TCP stream into payloads and routing deliveries to handlers, and the common
 case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
-``discard_message``, the publish stores' payload and record building, and the common case
-of :meth:`~ampsclient.ha.AsyncHAClient.publish` (``PublishLane``). The Python code
+``discard_message``, the publish stores' payload and record building, and the common cases
+of ``AsyncHAClient.publish`` (``PublishLane``) and ``AsyncClient.publish``
+(``PlainPublishLane``). The Python code
 they replace stays next to them and is the reference, tested with the same cases. The
 receive loops look their function up here on each call (tests switch them); the publish
 stores bind theirs at import. Set
@@ -22,6 +23,7 @@ from typing import Any
 __all__ = [
     "SPEEDUPS",
     "BookmarkLane",
+    "PlainPublishLane",
     "PublishLane",
     "deliver",
     "join_seq",
@@ -33,6 +35,7 @@ split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
 BookmarkLane: Callable[..., Any] | None = None
 PublishLane: Callable[..., Any] | None = None
+PlainPublishLane: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 write_record: Callable[[Any, int, int, bytes], int] | None = None
 
@@ -45,7 +48,8 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         split_frames = _speedups.split_frames
         deliver = _speedups.deliver
         BookmarkLane = getattr(_speedups, "BookmarkLane", None)  # not on free-threaded builds
-        PublishLane = getattr(_speedups, "PublishLane", None)  # nor this
+        PublishLane = getattr(_speedups, "PublishLane", None)  # nor these
+        PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
         join_seq = _speedups.join_seq
         write_record = _speedups.write_record
 

@@ -1330,6 +1330,214 @@ static PyTypeObject PublishLaneType = {
     .tp_members = publane_members,
 };
 
+/* ------------------------------------------------------------------ PlainPublishLane
+ *
+ * AsyncClient.publish's common case in C: publish(topic, data) with data bytes or ASCII
+ * str, a topic whose header prefix the Python path has cached, and a connection. It queues
+ * len + prefix + data and then wakes the writer or waits for room, as the Python path does;
+ * anything else (options, other data, a new topic, no connection) calls the Python publish.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *client;
+    PyObject *prefixes;      /* client._pub_prefix: topic -> (b'{"c":"p","t":"..."}', length) */
+    PyObject *enqueue;       /* client._outq.append */
+    PyObject *wake;          /* client._wake */
+    PyObject *wait_writable; /* client._wait_writable */
+    PyObject *slow;          /* AsyncClient.publish, bound */
+    int enabled;
+    unsigned long long fast;
+} PlainLane;
+
+static int
+plainlane_traverse(PlainLane *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->client);
+    Py_VISIT(self->prefixes);
+    Py_VISIT(self->enqueue);
+    Py_VISIT(self->wake);
+    Py_VISIT(self->wait_writable);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int
+plainlane_clear(PlainLane *self)
+{
+    Py_CLEAR(self->client);
+    Py_CLEAR(self->prefixes);
+    Py_CLEAR(self->enqueue);
+    Py_CLEAR(self->wake);
+    Py_CLEAR(self->wait_writable);
+    Py_CLEAR(self->slow);
+    self->enabled = 0;
+    return 0;
+}
+
+static void
+plainlane_dealloc(PlainLane *self)
+{
+    PyObject_GC_UnTrack(self);
+    plainlane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+plainlane_init(PlainLane *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *client, *slow;
+    if (!PyArg_ParseTuple(args, "OO:PlainPublishLane", &client, &slow)) {
+        return -1;
+    }
+    if (take_attr(client, "_pub_prefix", &self->prefixes) < 0
+        || take_attr(client, "_enqueue", &self->enqueue) < 0
+        || take_attr(client, "_wake", &self->wake) < 0
+        || take_attr(client, "_wait_writable", &self->wait_writable) < 0) {
+        return -1;
+    }
+    if (!PyDict_CheckExact(self->prefixes)) {
+        PyErr_SetString(PyExc_TypeError, "PlainPublishLane: client._pub_prefix must be a dict");
+        return -1;
+    }
+    Py_INCREF(client);
+    Py_XSETREF(self->client, client);
+    Py_INCREF(slow);
+    Py_XSETREF(self->slow, slow);
+    self->enabled = 1;
+    return 0;
+}
+
+static PyObject *
+plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!self->enabled || nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        goto slow;
+    }
+    PyObject *topic = args[0], *data = args[1];
+    const char *body;
+    Py_ssize_t body_len;
+    if (PyBytes_CheckExact(data)) {
+        body = PyBytes_AS_STRING(data);
+        body_len = PyBytes_GET_SIZE(data);
+    }
+    else if (PyUnicode_CheckExact(data) && PyUnicode_IS_ASCII(data)) {
+        body = (const char *)PyUnicode_1BYTE_DATA(data);
+        body_len = PyUnicode_GET_LENGTH(data);
+    }
+    else {
+        goto slow;
+    }
+    if (!PyUnicode_CheckExact(topic)) {
+        goto slow;
+    }
+    PyObject *cached = PyDict_GetItemWithError(self->prefixes, topic); /* borrowed */
+    if (cached == NULL || !PyTuple_CheckExact(cached) || PyTuple_GET_SIZE(cached) != 2
+        || !PyBytes_CheckExact(PyTuple_GET_ITEM(cached, 0))) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        goto slow; /* a new topic: Python builds and caches its prefix */
+    }
+    PyObject *dict = PyObject_GenericGetDict(self->client, NULL);
+    if (dict == NULL) {
+        return NULL;
+    }
+    PyObject *transport = PyDict_GetItemWithError(dict, str_transport);
+    if (transport == NULL || transport == Py_None) {
+        Py_DECREF(dict);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        goto slow; /* not connected: Python raises DisconnectedError */
+    }
+    PyObject *prefix = PyTuple_GET_ITEM(cached, 0);
+    Py_ssize_t prefix_len = PyBytes_GET_SIZE(prefix), n = prefix_len + body_len;
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, 4 + n);
+    if (frame == NULL) {
+        Py_DECREF(dict);
+        return NULL;
+    }
+    unsigned char *f = (unsigned char *)PyBytes_AS_STRING(frame);
+    be32(f, (uint32_t)n);
+    memcpy(f + 4, PyBytes_AS_STRING(prefix), (size_t)prefix_len);
+    memcpy(f + 4 + prefix_len, body, (size_t)body_len);
+    PyObject *r = PyObject_CallOneArg(self->enqueue, frame);
+    Py_DECREF(frame);
+    if (r == NULL) {
+        Py_DECREF(dict);
+        return NULL;
+    }
+    Py_DECREF(r);
+    self->fast++;
+    /* as the Python path: wake the writer if it sleeps, else wait while the socket is full */
+    PyObject *call = NULL;
+    PyObject *pending = PyDict_GetItemWithError(dict, str_wake_pending);
+    if (pending != Py_True) {
+        call = self->wake;
+    }
+    else if (PyDict_GetItemWithError(dict, str_blocked) == Py_True) {
+        call = self->wait_writable;
+    }
+    Py_DECREF(dict);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (call != NULL) {
+        if ((r = PyObject_CallNoArgs(call)) == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+
+slow:
+    if (self->slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "PlainPublishLane is cleared");
+        return NULL;
+    }
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+plainlane_disable(PlainLane *self, PyObject *unused)
+{
+    self->enabled = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef plainlane_methods[] = {
+    {"publish", (PyCFunction)(void (*)(void))plainlane_publish, METH_FASTCALL | METH_KEYWORDS,
+     "AsyncClient.publish, its common case in C (same arguments)."},
+    {"disable", (PyCFunction)plainlane_disable, METH_NOARGS,
+     "From now on every call goes to the Python publish."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef plainlane_members[] = {
+    {"enabled", T_INT, offsetof(PlainLane, enabled), READONLY, "Whether the C path runs."},
+    {"fast", T_ULONGLONG, offsetof(PlainLane, fast), READONLY,
+     "How many publishes the C path did."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PlainLaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.PlainPublishLane",
+    .tp_basicsize = sizeof(PlainLane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "PlainPublishLane(client, publish)\n\nAsyncClient.publish's common case in C "
+              "(see the C source).",
+    .tp_traverse = (traverseproc)plainlane_traverse,
+    .tp_clear = (inquiry)plainlane_clear,
+    .tp_dealloc = (destructor)plainlane_dealloc,
+    .tp_init = (initproc)plainlane_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = plainlane_methods,
+    .tp_members = plainlane_members,
+};
+
 #endif /* Py_GIL_DISABLED */
 
 /* ------------------------------------------------------------------ module */
@@ -1375,7 +1583,9 @@ PyInit__speedups(void)
     str_blocked = PyUnicode_InternFromString("_blocked");
     if (str_can_send == NULL || str_transport == NULL || str_wake_pending == NULL
         || str_blocked == NULL || PyType_Ready(&PublishLaneType) < 0
-        || PyModule_AddObjectRef(module, "PublishLane", (PyObject *)&PublishLaneType) < 0) {
+        || PyModule_AddObjectRef(module, "PublishLane", (PyObject *)&PublishLaneType) < 0
+        || PyType_Ready(&PlainLaneType) < 0
+        || PyModule_AddObjectRef(module, "PlainPublishLane", (PyObject *)&PlainLaneType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

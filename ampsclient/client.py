@@ -28,6 +28,7 @@ import ssl
 import struct
 import sys
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -302,6 +303,12 @@ class AsyncClient:
         self._on_sub_persisted: Callable[[Message], None] | None = None
         self._keep_routes_on_disconnect = False
         self._stats = {"messages_received": 0, "frames_received": 0, "frames_sent": 0}
+        self._plain_lane: Any = None
+        lane = _accel.PlainPublishLane
+        if lane is not None and type(self).publish is AsyncClient.publish:
+            # the C speedups do publish()'s common case and call the method below otherwise
+            self._plain_lane = lane(self, types.MethodType(AsyncClient.publish, self))
+            self.publish = self._plain_lane.publish  # type: ignore[method-assign]
 
     Bookmarks = Bookmarks
     """``EPOCH``, ``NOW`` and ``MOST_RECENT``."""

@@ -3,7 +3,8 @@
 Each C function is fed the same inputs as its Python reference and must give the same
 results, input by input: ``split_frames`` (TCP framing), ``deliver`` (routing deliveries to
 handlers, recycling messages), ``BookmarkLane`` (``MemoryBookmarkStore``'s common case) and
-``PublishLane`` (``AsyncHAClient.publish``'s common case).
+``PublishLane`` and ``PlainPublishLane`` (the common cases of ``AsyncHAClient.publish`` and
+``AsyncClient.publish``).
 The client tests that run through real sockets use whichever is active; the ones here that
 use a server run under both.
 """
@@ -27,8 +28,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ampsclient import Client, Message, _accel
-from ampsclient.client import deliver as deliver_py
-from ampsclient.exceptions import FrameTooLargeError
+from ampsclient.client import AsyncClient, deliver as deliver_py
+from ampsclient.exceptions import DisconnectedError, FrameTooLargeError
 from ampsclient.ha.client import AsyncHAClient
 from ampsclient.protocol.framing import TcpFramer, split_frames as split_py
 from ampsclient.stores.bookmark import MemoryBookmarkStore
@@ -618,3 +619,73 @@ def test_publish_lane_is_used_only_where_it_does_what_python_does(tmp_path: Any)
         assert AsyncHAClient("a", always)._lane is None
     assert AsyncHAClient("s", MyStore())._lane is None
     assert Custom("c")._lane is None
+
+
+# ------------------------------------------------------------------------- PlainPublishLane
+
+needs_plain_lane = pytest.mark.skipif(
+    _accel.PlainPublishLane is None, reason="Client does not use the C lane (AMPSCLIENT_PUREPYTHON)"
+)
+
+
+def plain_script(client: Client, seed: int, steps: int) -> None:
+    """Plain publishes of every kind the lane takes or hands back, from a seed."""
+    rng = random.Random(seed)
+    for i in range(steps):
+        topic = rng.choice(TOPICS)
+        r = rng.random()
+        if r < 0.7:
+            data = rng.choice([f'{{"n":{i}}}', b'{"b":%d}' % i, f'{{"ü":{i}}}', "", b"x" * 300])
+            client.publish(topic, data)
+        elif r < 0.8:
+            client.publish(topic, {"n": i})
+        elif r < 0.9:
+            client.publish(topic, f'{{"n":{i}}}', correlation_id=f"c{i}")
+        else:
+            client.delta_publish(topic, f'{{"n":{i}}}')
+
+
+@needs_plain_lane
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_plain_publish_lane_matches_python(seed: int, server: Any) -> None:
+    """The same publishes through the lane and through the Python publish put the same
+    frames on the wire (recorded by a proxy), in the same order."""
+    host, port = "127.0.0.1", server.tcp_port
+    with (
+        LoopbackProxy(host, port, record=True) as pa,
+        LoopbackProxy(host, port, record=True) as pb,
+        Client(f"plain-lane-{seed}") as a,
+        Client(f"plain-py-{seed}") as b,
+    ):
+        b.async_client._plain_lane.disable()
+        for client, proxy in ((a, pa), (b, pb)):
+            client.connect(f"tcp://{host}:{proxy.port}/amps/json")
+            client.logon(5000)
+            plain_script(client, seed, 500)
+            client.flush(10_000)
+        assert a.async_client._plain_lane.fast > 200
+        assert b.async_client._plain_lane.fast == 0
+        wire = [publish_frames(p.upstream or b"", 0) for p in (pa, pb)]
+    assert len(wire[0]) == 500
+    assert wire[0] == wire[1]
+
+
+@needs_plain_lane
+def test_plain_publish_lane_disconnected_raises_as_python_does(server: Any) -> None:
+    with Client("plain-lane-disconnected") as client:
+        client.connect(server.uri())
+        client.logon(5000)
+        client.publish("orders", "{}")  # the topic's prefix is cached: the lane would take it
+        client.disconnect()
+        with pytest.raises(DisconnectedError):
+            client.publish("orders", "{}")
+
+
+def test_plain_publish_lane_is_not_used_by_subclasses_that_override_publish() -> None:
+    class Custom(AsyncClient):
+        def publish(self, topic: str, data: Any, *args: Any, **kwargs: Any) -> None:
+            super().publish(topic, data, *args, **kwargs)
+
+    assert (AsyncClient("plain")._plain_lane is not None) is (_accel.PlainPublishLane is not None)
+    assert Custom("custom")._plain_lane is None
+    assert AsyncHAClient("ha")._plain_lane is None  # it has its own lane
