@@ -301,6 +301,13 @@ def _set_path(target: dict[str, Any], parts: Sequence[str], value: Any) -> None:
     cur[parts[-1]] = value
 
 
+def _publish_header(topic: str, seq: int | None) -> Header:
+    """The header of a fast-path publish, for its failure ack."""
+    if seq is None:
+        return {"c": "p", "t": topic}
+    return {"c": "p", "t": topic, "s": seq, "a": "persisted"}
+
+
 # --------------------------------------------------------------------------- state
 
 
@@ -749,9 +756,11 @@ class Broker:
 
     def handle_many(self, conn: Connection, payloads: Sequence[bytes]) -> None:
         """:meth:`handle` for each of ``payloads`` in order (what one read from a connection
-        brought). Runs of consecutive sequenced plain publishes (our HAClient's
-        ``{"c":"p","s":N,"a":"persisted","t":"T"}BODY``) are journaled as one batch
-        (:meth:`_publish_run`), with the same semantics as one :meth:`handle` each."""
+        brought). Runs of consecutive sequenced publishes (both clients' HAClient shapes,
+        ``{"c":"p","s":N,"a":"persisted","t":"T"}BODY`` and
+        ``{"c":"p","t":"T","a":"persisted","s":N}BODY``) and runs of plain publishes
+        (``{"c":"p","t":"T"}BODY``) are journaled as one batch each (:meth:`_publish_run`),
+        with the same semantics as one :meth:`handle` each."""
         n = len(payloads)
         i = 0
         handle = self.handle
@@ -761,11 +770,32 @@ class Broker:
             payload = payloads[i]
             if n - i > 1 and conn.logged_on and payload.startswith(_FAST_SEQ_SHAPES):
                 j = self._publish_run(conn, payloads, i)
+                if j == i:  # {"c":"p","t":"T"}BODY starts like the official sequenced shape
+                    j = self._publish_run(conn, payloads, i, plain=True)
                 if j > i:
                     i = j
                     continue
             handle(conn, payload)
             i += 1
+
+    @staticmethod
+    def _parse_plain_publish(payload: bytes) -> tuple[str, None, int] | None:
+        """``(topic, None, body offset)`` of a plain publish ``{"c":"p","t":"T"}BODY``, else
+        None (the shape :meth:`handle`'s first fast path takes)."""
+        if not payload.startswith(_FAST_PUBLISH):
+            return None
+        j = payload.find(b'"', _FAST_LEN)
+        if (
+            j > _FAST_LEN
+            and len(payload) > j + 1
+            and payload[j + 1] == _CLOSE_BRACE
+            and payload.find(b"\\", _FAST_LEN, j) < 0
+        ):
+            try:
+                return payload[_FAST_LEN:j].decode(), None, j + 2
+            except UnicodeDecodeError:
+                return None
+        return None
 
     @staticmethod
     def _parse_seq_publish(payload: bytes) -> tuple[str, int, int] | None:
@@ -804,17 +834,22 @@ class Broker:
                 return None
         return None
 
-    def _publish_run(self, conn: Connection, payloads: Sequence[bytes], start: int) -> int:
-        """Handle the run of sequenced plain publishes at ``payloads[start:]``; returns the
-        position after the last one handled (``start`` when there is no run to batch).
+    def _publish_run(
+        self, conn: Connection, payloads: Sequence[bytes], start: int, *, plain: bool = False
+    ) -> int:
+        """Handle the run of sequenced publishes (or, with ``plain``, of plain publishes) at
+        ``payloads[start:]``; returns the position after the last one handled (``start``
+        when there is no run to batch).
 
         Publishes to recorded, non-SOW topics are appended with one
         :meth:`Journal.append_many` (one timestamp for the batch), followed by one group commit
-        request, one live-replay pump and one persisted-ack bookkeeping entry (its last
-        ``(index, sequence)``: the ack waits for the commit covering the whole batch). Plain
-        subscribers get each message, in order, after the batch is journaled. Anything else
-        in the run (duplicates, SOW or unrecorded topics, entitlement refusals) is handled as
-        one :meth:`handle` would, after what was batched before it.
+        request, one live-replay pump and, for sequenced publishes, one persisted-ack
+        bookkeeping entry (its last ``(index, sequence)``: the ack waits for the commit
+        covering the whole batch). Plain publishes get the next sequence numbers of their
+        client name, as one by one. Plain subscribers get each message, in order, after the
+        batch is journaled. Anything else in the run (duplicates, SOW or unrecorded topics,
+        entitlement refusals) is handled as one :meth:`handle` would, after what was batched
+        before it.
         """
         txlog = self.txlog
         state = conn.state
@@ -822,7 +857,7 @@ class Broker:
             return start
         mt = conn.mt
         guard = self.guard
-        parse = self._parse_seq_publish
+        parse = self._parse_plain_publish if plain else self._parse_seq_publish
         records = txlog.records
         sow_names = self._sow_by_name
         batch: list[tuple[int, str, bytes]] = []
@@ -836,38 +871,50 @@ class Broker:
             if parsed is None:
                 break
             topic, seq, end = parsed
-            if seq > last_seq and topic not in sow_names and records(mt, topic):
+            if (seq is None or seq > last_seq) and topic not in sow_names and records(mt, topic):
                 if guard is not None:
                     try:
                         guard.check_write(conn, topic)
                     except Exception as exc:
-                        self._commit_run(conn, batch)
+                        self._commit_run(conn, batch, plain)
                         batch = []
                         add = batch.append
-                        self._failed(conn, {"c": "p", "t": topic, "s": seq, "a": "persisted"}, exc)
+                        self._failed(conn, _publish_header(topic, seq), exc)
                         i += 1
                         if conn.closed:
                             return i
                         continue
-                add((seq, topic, payload[end:]))
-                last_seq = seq
+                last_seq = last_seq + 1 if seq is None else seq
+                add((last_seq, topic, payload[end:]))
             else:  # duplicate, SOW topic, unrecorded topic: exactly the one-by-one path
-                self._commit_run(conn, batch)
+                self._commit_run(conn, batch, plain)
                 batch = []
                 add = batch.append
-                try:
-                    self._sequenced_publish(conn, topic, seq, payload, end)
-                except Exception as exc:
-                    self._failed(conn, {"c": "p", "t": topic, "s": seq, "a": "persisted"}, exc)
+                self._publish_one(conn, topic, seq, payload, end)
                 last_seq = state.last_seq
                 if conn.closed:
                     return i + 1
             i += 1
-        self._commit_run(conn, batch)
+        self._commit_run(conn, batch, plain)
         return i
 
-    def _commit_run(self, conn: Connection, batch: list[tuple[int, str, bytes]]) -> None:
-        """Journal, acknowledge (once durable) and route a batch from :meth:`_publish_run`."""
+    def _publish_one(
+        self, conn: Connection, topic: str, seq: int | None, payload: bytes, end: int
+    ) -> None:
+        """One publish of a run, the way :meth:`handle`'s fast paths do it."""
+        try:
+            if seq is None:
+                self._do_publish(conn, topic, None, payload, end, False)
+            else:
+                self._sequenced_publish(conn, topic, seq, payload, end)
+        except Exception as exc:
+            self._failed(conn, _publish_header(topic, seq), exc)
+
+    def _commit_run(
+        self, conn: Connection, batch: list[tuple[int, str, bytes]], plain: bool = False
+    ) -> None:
+        """Journal, acknowledge (once durable; not ``plain`` publishes) and route a batch
+        from :meth:`_publish_run`."""
         if not batch:
             return
         txlog = self.txlog
@@ -885,17 +932,13 @@ class Broker:
                 for seq, topic, _data in batch:
                     self._failed(
                         conn,
-                        {"c": "p", "t": topic, "s": seq, "a": "persisted"},
+                        _publish_header(topic, None if plain else seq),
                         CommandFailure("tx store failure", str(exc)),
                     )
                 return
             # nothing stored: one by one, for each message's own outcome
             for seq, topic, data in batch:
-                payload = b"{}" + data
-                try:
-                    self._sequenced_publish(conn, topic, seq, payload, 2)
-                except Exception as exc2:
-                    self._failed(conn, {"c": "p", "t": topic, "s": seq, "a": "persisted"}, exc2)
+                self._publish_one(conn, topic, None if plain else seq, b"{}" + data, 2)
                 if conn.closed:
                     return
             return
@@ -903,9 +946,10 @@ class Broker:
         self.counters["publishes"] += count
         last = batch[-1][0]
         state.last_seq = last
-        conn.persist_pending = True
-        state.durable_wait.append((first + count - 1, last))
-        self._waiting[state.name] = state
+        if not plain:
+            conn.persist_pending = True
+            state.durable_wait.append((first + count - 1, last))
+            self._waiting[state.name] = state
         self.request_sync()
         if self._live:
             for replay in list(self._live):

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub.engine.journal import Journal, SequenceOrderError
 from ampsclient_server_stub.testing import RecordingSession
 
@@ -83,11 +84,18 @@ def _pub(seq: int, topic: str = "orders") -> bytes:
     return b'{"c":"p","t":"%s","a":"persisted","s":%d}{"n":%d}' % (topic.encode(), seq, seq)
 
 
-def _run(tmp_path: Path, batched: bool) -> tuple[list[bytes], list[bytes], list[tuple[Any, ...]]]:
+FLUSH = b'{"c":"flush","cid":"f","a":"processed"}'
+
+
+def _run(
+    tmp_path: Path, batched: bool, payloads: list[bytes] | None = None
+) -> tuple[list[bytes], list[bytes], list[tuple[Any, ...]]]:
     from ampsclient_server_stub.engine.broker import Broker
     from ampsclient_server_stub.engine.txlog import TxLog
 
-    journal = Journal(tmp_path / ("b" if batched else "s"), fsync="never")
+    journal = Journal(
+        tmp_path / ("b" if batched else "s") / str(len(payloads or ())), fsync="never"
+    )
     broker = Broker(txlog=TxLog(journal))
     pub_s, sub_s = RecordingSession(), RecordingSession()
     pub = broker.connect(pub_s)
@@ -96,9 +104,9 @@ def _run(tmp_path: Path, batched: bool) -> tuple[list[bytes], list[bytes], list[
     broker.handle(sub, b'{"c":"logon","cid":"1","client_name":"sub"}')
     broker.handle(sub, b'{"c":"subscribe","cid":"s","t":"orders"}')
     broker.handle(sub, b'{"c":"subscribe","cid":"r","t":"orders","bm":"0"}')
-    flush = b'{"c":"flush","cid":"f","a":"processed"}'
-    payloads = [_pub(1), _pub(2), _pub(2), _pub(3, "other"), _pub(4), flush, _pub(5), _pub(3)]
-    payloads.append(_pub(6))
+    if payloads is None:
+        payloads = [_pub(1), _pub(2), _pub(2), _pub(3, "other"), _pub(4), FLUSH, _pub(5), _pub(3)]
+        payloads.append(_pub(6))
     if batched:
         broker.handle_many(pub, payloads)
     else:
@@ -135,5 +143,52 @@ def test_both_client_header_shapes_take_the_batch_path() -> None:
         b'{"c":"p","t":"or\\"ders","a":"persisted","s":9}{}',  # escaped quote in the topic
         b'{"c":"p","t":"orders","a":"persisted","s":9,"x":"corr"}{}',  # more fields
         b'{"c":"p","t":"orders","a":"persisted","s":9x}{}',
+    ):
+        assert parse(other) is None
+
+
+FLUSH_ACK = b'{"c":"ack","cid":"f","a":"processed","status":"success"}'
+
+
+def _plain(n: int, topic: str = "orders") -> bytes:
+    return b'{"c":"p","t":"%s"}{"n":%d}' % (topic.encode(), n)
+
+
+def test_plain_publish_runs_same_outcome_as_handle(tmp_path: Path) -> None:
+    """Runs of plain publishes are journaled as one batch: the same records (client-name
+    sequence numbers continuing across sequenced publishes), deliveries and acks."""
+    payloads = [_plain(1), _plain(2), _plain(3, "other"), _plain(4)]
+    payloads += [_pub(10), _pub(11), _plain(5), _plain(6), FLUSH, _plain(7)]
+    payloads += [b'{"c":"p","t":"orders","x":"corr"}{"n":8}', _plain(9), _plain(10)]
+    one = _run(tmp_path, batched=False, payloads=payloads)
+    many = _run(tmp_path, batched=True, payloads=payloads)
+    assert many[2] == one[2]
+    assert [r[1] for r in many[2]] == [1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 17]
+    for sid in (b'"sids":"s"', b'"sids":"r"'):
+        assert [f for f in many[1] if sid in f] == [f for f in one[1] if sid in f]
+    assert len([f for f in many[1] if b'"sids":"s"' in f]) == 11  # "other" has no subscriber
+    # acks: the same processed ack for the flush, and cumulative persisted acks that cover
+    # both sequenced publishes (a batch is acknowledged once, so the counts differ; plain
+    # publishes ask for no ack, and whether the last ack's s also counts the plain ones'
+    # sequence numbers depends on when the group commit lands)
+    for sent in (one[0], many[0]):
+        assert [p for p in sent if b'"cid":"f"' in p] == [FLUSH_ACK]
+        persisted = [decode_header(p)[0] for p in sent if b'"persisted"' in p]
+        assert persisted and all(a["status"] == "success" for a in persisted)
+        assert int(persisted[-1]["s"]) >= 11
+
+
+def test_plain_publish_parse() -> None:
+    from ampsclient_server_stub.engine.broker import Broker
+
+    parse = Broker._parse_plain_publish
+    payload = _plain(1, "a/b")
+    assert parse(payload) == ("a/b", None, payload.index(b"}") + 1)
+    for other in (
+        _pub(7),
+        _pub(8),  # the official sequenced shape starts the same way
+        b'{"c":"p","t":"or\\"ders"}{}',
+        b'{"c":"p","t":"orders","x":"corr"}{}',
+        b'{"c":"p","t":"\xff"}{}',
     ):
         assert parse(other) is None
