@@ -66,15 +66,15 @@ _SUBSCRIBE_COMMANDS = frozenset(
 )
 
 
-def _lane_store_kind(store: PublishStore) -> bool | None:
-    """Whether the C publish lane can write to ``store``: ``False`` for a
-    :class:`MemoryPublishStore`, ``True`` for a :class:`FilePublishStore` that does not fsync
-    each message (the record must be on disk before the frame is queued), ``None`` for any
-    other store, subclasses included (the lane does exactly what these two classes do)."""
+def _lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
+    """Which store the C publish lane writes to, or ``None`` when it must not: a
+    :class:`MemoryPublishStore`, or a :class:`FilePublishStore` that does not fsync each
+    message (with ``"always"`` the record must be on disk before the frame is queued). Not
+    for other stores, subclasses included: the lane does exactly what these two classes do."""
     if type(store) is MemoryPublishStore:
-        return False
+        return "memory"
     if type(store) is FilePublishStore and store.fsync_policy != "always":
-        return True
+        return "file"
     return None
 
 
@@ -177,10 +177,11 @@ class AsyncHAClient(AsyncClient):
         subclasses that override ``publish``, nor for stores the lane does not know.
         """
         lane = _accel.PublishLane
-        file = _lane_store_kind(self._store)
-        if lane is None or file is None or type(self).publish is not AsyncHAClient.publish:
+        kind = _lane_store_kind(self._store)
+        if lane is None or kind is None or type(self).publish is not AsyncHAClient.publish:
             return
-        self._lane = lane(self, self._store, file, types.MethodType(AsyncHAClient.publish, self))
+        slow = types.MethodType(AsyncHAClient.publish, self)
+        self._lane = lane(self, self._store, kind == "file", slow)
         self.publish = self._lane.publish  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ configuration (official)
