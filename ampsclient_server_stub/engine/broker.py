@@ -690,25 +690,16 @@ class Broker:
         """Process one payload (header + body) received on ``conn``. Never raises."""
         if conn.closed:
             return
-        # Fast path: the official Python client's plain publish {"c":"p","t":"T"}BODY.
+        # Fast path: a plain publish {"c":"p","t":"T"}BODY (both clients' shape).
         if conn.logged_on and payload.startswith(_FAST_PUBLISH):
-            j = payload.find(b'"', _FAST_LEN)
-            if (
-                j > _FAST_LEN
-                and len(payload) > j + 1
-                and payload[j + 1] == _CLOSE_BRACE
-                and payload.find(b"\\", _FAST_LEN, j) < 0
-            ):
+            plain = self._parse_plain_publish(payload)
+            if plain is not None:
+                topic, _, end = plain
                 try:
-                    topic = payload[_FAST_LEN:j].decode()
-                except UnicodeDecodeError:
-                    pass
-                else:
-                    try:
-                        self._do_publish(conn, topic, None, payload, j + 2, False)
-                    except Exception as exc:
-                        self._failed(conn, {"c": "p", "t": topic}, exc)
-                    return
+                    self._do_publish(conn, topic, None, payload, end, False)
+                except Exception as exc:
+                    self._failed(conn, {"c": "p", "t": topic}, exc)
+                return
         # Fast path: a publish-store publish {"c":"p","s":N,"a":"persisted","t":"T"}BODY (our
         # HAClient's exact shape); same semantics as _publish_command with only a persisted ack.
         if conn.logged_on and payload.startswith(_FAST_SEQ):
