@@ -937,6 +937,52 @@ static PyTypeObject LaneType = {
  * read from its __dict__ on each call.
  */
 
+static PyObject *str_can_send, *str_transport, *str_wake_pending, *str_blocked;
+
+/* The bytes of a publish's data when a lane can take it as is: bytes, or an ASCII str
+ * (its UTF-8 encoding is its own data). 0: the Python path encodes it. */
+static int
+fast_body(PyObject *data, const char **body, Py_ssize_t *len)
+{
+    if (PyBytes_CheckExact(data)) {
+        *body = PyBytes_AS_STRING(data);
+        *len = PyBytes_GET_SIZE(data);
+        return 1;
+    }
+    if (PyUnicode_CheckExact(data) && PyUnicode_IS_ASCII(data)) {
+        *body = (const char *)PyUnicode_1BYTE_DATA(data);
+        *len = PyUnicode_GET_LENGTH(data);
+        return 1;
+    }
+    return 0;
+}
+
+/* After a frame was queued, what the Python publish paths do: wake the writer when it
+ * sleeps (client._wake, which also waits while the socket is full), else wait while it is
+ * full (client._wait_writable). ``dict`` is the client's __dict__. -1 on error. */
+static int
+after_enqueue(PyObject *dict, PyObject *wake, PyObject *wait_writable)
+{
+    PyObject *call = NULL;
+    if (PyDict_GetItemWithError(dict, str_wake_pending) != Py_True) {
+        call = wake;
+    }
+    else if (PyDict_GetItemWithError(dict, str_blocked) == Py_True) {
+        call = wait_writable;
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (call != NULL) {
+        PyObject *r = PyObject_CallNoArgs(call);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *client;
@@ -945,7 +991,7 @@ typedef struct {
     PyObject *store_locked;   /* store._lock.locked */
     PyObject *suffixes;       /* client._seq_suffix: topic -> b',"a":"persisted","t":"..."}' */
     PyObject *enqueue;        /* client._outq.append */
-    PyObject *schedule_drain; /* client._schedule_drain */
+    PyObject *wake;           /* client._wake */
     PyObject *wait_writable;  /* client._wait_writable */
     PyObject *slow;           /* AsyncHAClient.publish, bound */
     int file;                 /* a FilePublishStore: write the record too */
@@ -955,7 +1001,6 @@ typedef struct {
     Py_ssize_t o_broken, o_mm, o_active, o_map_size, o_segment_size, o_write_gen;
 } PublishLane;
 
-static PyObject *str_can_send, *str_transport, *str_wake_pending, *str_blocked;
 
 static const char PUBLISH_HEAD[] = "{\"c\":\"p\",\"s\":";
 #define PUBLISH_HEAD_LEN ((Py_ssize_t)(sizeof PUBLISH_HEAD - 1))
@@ -969,7 +1014,7 @@ publane_traverse(PublishLane *self, visitproc visit, void *arg)
     Py_VISIT(self->store_locked);
     Py_VISIT(self->suffixes);
     Py_VISIT(self->enqueue);
-    Py_VISIT(self->schedule_drain);
+    Py_VISIT(self->wake);
     Py_VISIT(self->wait_writable);
     Py_VISIT(self->slow);
     return 0;
@@ -984,7 +1029,7 @@ publane_clear(PublishLane *self)
     Py_CLEAR(self->store_locked);
     Py_CLEAR(self->suffixes);
     Py_CLEAR(self->enqueue);
-    Py_CLEAR(self->schedule_drain);
+    Py_CLEAR(self->wake);
     Py_CLEAR(self->wait_writable);
     Py_CLEAR(self->slow);
     self->enabled = 0;
@@ -1040,7 +1085,7 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
                  || take_attr(client, "_seq_suffix", &self->suffixes) < 0
                  || take_attr(client, "_outq", &queue) < 0
                  || take_attr(queue, "append", &self->enqueue) < 0
-                 || take_attr(client, "_schedule_drain", &self->schedule_drain) < 0
+                 || take_attr(client, "_wake", &self->wake) < 0
                  || take_attr(client, "_wait_writable", &self->wait_writable) < 0;
     Py_XDECREF(lock);
     Py_XDECREF(queue);
@@ -1103,21 +1148,10 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
     if (!self->enabled || nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
         goto slow;
     }
-    PyObject *topic = args[0], *data = args[1];
+    PyObject *topic = args[0];
     const char *body;
     Py_ssize_t body_len;
-    if (PyBytes_CheckExact(data)) {
-        body = PyBytes_AS_STRING(data);
-        body_len = PyBytes_GET_SIZE(data);
-    }
-    else if (PyUnicode_CheckExact(data) && PyUnicode_IS_ASCII(data)) {
-        body = (const char *)PyUnicode_1BYTE_DATA(data);
-        body_len = PyUnicode_GET_LENGTH(data);
-    }
-    else {
-        goto slow;
-    }
-    if (!PyUnicode_CheckExact(topic)) {
+    if (!fast_body(args[1], &body, &body_len) || !PyUnicode_CheckExact(topic)) {
         goto slow;
     }
     PyObject *suffix = PyDict_GetItemWithError(self->suffixes, topic); /* borrowed */
@@ -1239,22 +1273,7 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
         goto after_error;
     }
     Py_DECREF(r);
-    /* what _store_and_send does after the store: wake the writer, then back-pressure */
-    PyObject *pending = PyDict_GetItemWithError(dict, str_wake_pending);
-    if (pending != Py_True) {
-        if (PyErr_Occurred() || (r = PyObject_CallNoArgs(self->schedule_drain)) == NULL) {
-            goto after_error;
-        }
-        Py_DECREF(r);
-    }
-    PyObject *blocked = PyDict_GetItemWithError(dict, str_blocked);
-    if (blocked == Py_True) {
-        if ((r = PyObject_CallNoArgs(self->wait_writable)) == NULL) {
-            goto after_error;
-        }
-        Py_DECREF(r);
-    }
-    else if (PyErr_Occurred()) {
+    if (after_enqueue(dict, self->wake, self->wait_writable) < 0) {
         goto after_error;
     }
     Py_DECREF(dict);
@@ -1415,21 +1434,10 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     if (!self->enabled || nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
         goto slow;
     }
-    PyObject *topic = args[0], *data = args[1];
+    PyObject *topic = args[0];
     const char *body;
     Py_ssize_t body_len;
-    if (PyBytes_CheckExact(data)) {
-        body = PyBytes_AS_STRING(data);
-        body_len = PyBytes_GET_SIZE(data);
-    }
-    else if (PyUnicode_CheckExact(data) && PyUnicode_IS_ASCII(data)) {
-        body = (const char *)PyUnicode_1BYTE_DATA(data);
-        body_len = PyUnicode_GET_LENGTH(data);
-    }
-    else {
-        goto slow;
-    }
-    if (!PyUnicode_CheckExact(topic)) {
+    if (!fast_body(args[1], &body, &body_len) || !PyUnicode_CheckExact(topic)) {
         goto slow;
     }
     PyObject *cached = PyDict_GetItemWithError(self->prefixes, topic); /* borrowed */
@@ -1471,24 +1479,10 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     }
     Py_DECREF(r);
     self->fast++;
-    /* as the Python path: wake the writer if it sleeps, else wait while the socket is full */
-    PyObject *call = NULL;
-    PyObject *pending = PyDict_GetItemWithError(dict, str_wake_pending);
-    if (pending != Py_True) {
-        call = self->wake;
-    }
-    else if (PyDict_GetItemWithError(dict, str_blocked) == Py_True) {
-        call = self->wait_writable;
-    }
+    int done = after_enqueue(dict, self->wake, self->wait_writable);
     Py_DECREF(dict);
-    if (PyErr_Occurred()) {
+    if (done < 0) {
         return NULL;
-    }
-    if (call != NULL) {
-        if ((r = PyObject_CallNoArgs(call)) == NULL) {
-            return NULL;
-        }
-        Py_DECREF(r);
     }
     Py_RETURN_NONE;
 
