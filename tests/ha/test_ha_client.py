@@ -231,6 +231,48 @@ def test_publish_while_disconnected_is_stored_and_sent_after_reconnect(tmp_path:
             wait_for(lambda: 10 in got.items, what="the post-reconnect publish")
 
 
+def test_publish_while_disconnected_block_waits_for_the_reconnect(tmp_path: Path) -> None:
+    """``publish_while_disconnected="block"``: a publish while the server is down waits (it
+    is not even stored), and goes out once the client is back; then exactly once."""
+    server = ServerProcess(data_dir=tmp_path / "s")
+    got = Collector()
+    with (
+        server,
+        HAClient(
+            "ha-block",
+            reconnect_delay_strategy=FixedDelayStrategy(50),
+            publish_while_disconnected="block",
+        ) as ha,
+    ):
+        ha.get_server_chooser().add(server.uri())
+        ha.connect_and_logon()
+        ha.publish("blocked", json.dumps({"n": 0}))
+        ha.publish_flush(5000)
+        server.kill()
+        wait_for(lambda: not ha.connected, what="the disconnect")
+        returned: list[int] = []
+        publisher = threading.Thread(
+            target=lambda: returned.append(ha.publish("blocked", json.dumps({"n": 1})))
+        )
+        publisher.start()
+        publisher.join(0.3)  # bounded: it must still be waiting for the server
+        assert publisher.is_alive() and not returned
+        assert ha.get_unpersisted_count() == 0  # it waits before storing
+        server.start()
+        publisher.join(20)
+        assert not publisher.is_alive() and len(returned) == 1
+        ha.publish_flush(10_000)
+        with Client("observer-block") as observer:
+            observer.connect(server.uri())
+            observer.logon(5000)
+            observer.bookmark_subscribe(got, "blocked", "0")
+            ha.publish("blocked", json.dumps({"n": 2}))
+            ha.publish_flush(5000)
+            wait_for(lambda: len(got.items) >= 3, what="the three messages")
+            observer.flush(5000)
+    assert got.items == [0, 1, 2]
+
+
 def test_safe_shutdown_reports_unpersisted(tmp_path: Path) -> None:
     server = ServerProcess(data_dir=tmp_path / "s")
     with server:
