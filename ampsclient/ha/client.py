@@ -129,13 +129,17 @@ class AsyncHAClient(AsyncClient):
             logon_options=logon_options,
             ssl_context=ssl_context,
         )
+        self._owned: list[PublishStore | BookmarkStore] = []
+        """Stores this client made from path strings: it closes them in :meth:`close`."""
         if isinstance(publish_store, str):
             publish_store = FilePublishStore(publish_store)
+            self._owned.append(publish_store)
         self._store: PublishStore = publish_store or MemoryPublishStore()
         if isinstance(bookmark_store, str):
             from ..stores.recovery import FileRecoveryPointAdapter
 
             bookmark_store = MemoryBookmarkStore(FileRecoveryPointAdapter(bookmark_store))
+            self._owned.append(bookmark_store)
         self._bookmark_store: BookmarkStore = (
             bookmark_store if bookmark_store is not None else MemoryBookmarkStore()
         )
@@ -722,6 +726,9 @@ class AsyncHAClient(AsyncClient):
     async def close(self, timeout: int = 5000) -> int:  # type: ignore[override]
         """Safe shutdown: flush the publish store (bounded by ``timeout`` ms), then close.
 
+        Stores given as path strings (the official form) were made by this client, which
+        closes them here; stores passed as objects stay open (their owner closes them).
+
         Returns:
             How many messages were left unpersisted (logged as a warning when not 0); a file
             store keeps them for the next run.
@@ -749,6 +756,12 @@ class AsyncHAClient(AsyncClient):
             stream._finish(None)
         self._subscriptions.clear()
         self._can_send_event.set()
+        for store in self._owned:  # made from a path: nobody else can close it
+            try:
+                store.close()
+            except AMPSError as exc:
+                log.warning("closing a store of %s: %s", self.name, exc)
+        self._owned.clear()
         return left
 
     disconnect = close  # type: ignore[assignment]

@@ -12,9 +12,14 @@ import pytest
 
 from ampsclient import Client, ConnectionEvent, ConnectionState, Message
 from ampsclient.exceptions import TimeoutError
-from ampsclient.ha import DefaultServerChooser, ExponentialDelayStrategy, FixedDelayStrategy
+from ampsclient.ha import (
+    DefaultServerChooser,
+    ExponentialDelayStrategy,
+    FixedDelayStrategy,
+    ServerChooser,
+)
 from ampsclient.ha.reconnect import RetryLimitError
-from ampsclient.stores.publish import MemoryPublishStore
+from ampsclient.stores.publish import FilePublishStore, MemoryPublishStore
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.testing import wait_for
@@ -165,6 +170,62 @@ def test_failover_replays_unpersisted_on_the_second_server(
     start_n = first - base if first - base > 0 else 0
     wait_for(lambda: len(at_b.items) >= 3000 - start_n, what="the replayed messages on B")
     assert at_b.items == list(range(start_n, 3000))
+
+
+class Sticky(ServerChooser):
+    """A custom chooser (the official interface): the primary until it fails, then the
+    backup for good; records what it was told."""
+
+    def __init__(self, primary: str, backup: str) -> None:
+        self.uris = [primary, backup]
+        self.failed = False
+        self.failures: list[str] = []
+        self.successes = 0
+
+    def get_current_uri(self) -> str | None:
+        return self.uris[1 if self.failed else 0]
+
+    def report_failure(self, exception: BaseException, info: object = None) -> None:
+        self.failures.append(type(exception).__name__)
+        self.failed = True
+
+    def report_success(self, info: object = None) -> None:
+        self.successes += 1
+
+
+def test_custom_chooser_and_a_path_string_store(
+    two_servers: tuple[ServerProcess, ServerProcess], tmp_path: Path
+) -> None:
+    """``HAClient(name, "path")`` (the official form) makes a FilePublishStore there; a custom
+    ServerChooser decides where to go after the primary dies."""
+    a, b = two_servers
+    at_b = Collector()
+    chooser = Sticky(a.uri(), b.uri())
+    with Client("observer-sticky") as observer:
+        observer.connect(b.uri())
+        observer.logon(5000)
+        observer.subscribe(at_b, "sticky")
+        with HAClient("ha-sticky", str(tmp_path / "sticky.store")) as ha:
+            assert isinstance(ha.publish_store, FilePublishStore)
+            assert ha.publish_store.path == tmp_path / "sticky.store"
+            ha.set_server_chooser(chooser)
+            ha.set_reconnect_delay_strategy(FixedDelayStrategy(50))
+            ha.connect_and_logon()
+            assert chooser.successes == 1 and not chooser.failures
+            a.kill()
+            for i in range(100):
+                ha.publish("sticky", json.dumps({"n": i}))
+            ha.publish_flush(20_000)
+            assert chooser.failures and chooser.successes == 2
+            assert ha.uri is not None and str(b.tcp_port) in ha.uri
+        wait_for(lambda: len(at_b.items) >= 100, what="the messages on B")
+        observer.flush(5000)
+    assert at_b.items == list(range(100))
+    # the client made that store, so its close() closed it: the next run can open it
+    assert ha.publish_store.closed
+    with HAClient("ha-sticky", str(tmp_path / "sticky.store")) as again:
+        assert again.get_unpersisted_count() == 0
+        assert again.publish_store.next_sequence() > ha.publish_store.last_persisted
 
 
 def test_resubscribe_after_server_restart_handler_and_stream(tmp_path: Path) -> None:

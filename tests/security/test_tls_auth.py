@@ -17,6 +17,7 @@ from _tls_certs import Certs, make_certs
 
 from ampsclient import AsyncClient, ChallengeResponseAuthenticator, Client, Message, client_context
 from ampsclient.exceptions import AMPSConnectionError, AuthenticationError, NotEntitledError
+from ampsclient.ha import DefaultServerChooser, FixedDelayStrategy
 from ampsclient.sync import HAClient
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
@@ -308,6 +309,52 @@ def test_not_entitled_publish_goes_to_failed_write_handler(entitled: ServerThrea
         wait_for(lambda: len(failed) == 1)
         assert failed == [("secret_1", "not entitled")]
         assert ha.unpersisted_count == 0
+
+
+class Vault:
+    """An authenticator that looks the password up (none is in the URI); records its calls."""
+
+    def __init__(self, secrets: dict[str, str]) -> None:
+        self.secrets = secrets
+        self.calls: list[str | None] = []
+
+    def authenticate(self, user: str | None, password: str | None) -> str | None:
+        self.calls.append(user)
+        return self.secrets[user or ""]
+
+    def retry(self, user: str | None, password: str | None) -> str | None:
+        raise AuthenticationError("no retry")
+
+    def completed(self, user: str | None, password: str | None, reason: str | None) -> None:
+        return None
+
+
+def test_ha_chooser_authenticator_per_uri(tmp_path: Path) -> None:
+    """Each URI of a DefaultServerChooser logs on with its own authenticator, also after a
+    failover to the second server."""
+    users = users_file(tmp_path)
+    a = server_with(auth_transports("users-file", users), tmp_path / "a")
+    b = server_with(auth_transports("users-file", users), tmp_path / "b")
+    vault_a, vault_b = Vault({"alice": "alice-secret-1"}), Vault({"bob": "bob-secret-2"})
+    try:
+        chooser = DefaultServerChooser()
+        chooser.add(a.uri("tcp").replace("://", "://alice@", 1), vault_a)
+        chooser.add(b.uri("tcp").replace("://", "://bob@", 1), vault_b)
+        with HAClient(
+            "per-uri", server_chooser=chooser, reconnect_delay_strategy=FixedDelayStrategy(50)
+        ) as ha:
+            ha.connect_and_logon()
+            assert (vault_a.calls, vault_b.calls) == (["alice"], [])
+            ha.publish("orders_1", '{"n":1}')
+            ha.publish_flush(5000)
+            a.stop()
+            wait_for(lambda: vault_b.calls == ["bob"], what="the logon at B")
+            ha.publish("orders_1", '{"n":2}')
+            ha.publish_flush(10_000)
+            assert ha.uri is not None and f":{b.tcp_port}/" in ha.uri
+    finally:
+        a.stop()
+        b.stop()
 
 
 def test_users_cli_adds_and_removes_users(tmp_path: Path) -> None:
