@@ -164,6 +164,20 @@ def test_failover_replays_unpersisted_on_the_second_server(
     assert ConnectionState.DISCONNECTED in states
     assert states[-1] is ConnectionState.SHUTDOWN
     assert states.count(ConnectionState.RESUBSCRIBED) == 2
+    # typed events with the server they concern and, for the drop, its cause
+    up = [
+        ConnectionState.CONNECTED,
+        ConnectionState.LOGGED_ON,
+        ConnectionState.PUBLISH_REPLAYED,
+        ConnectionState.RESUBSCRIBED,
+    ]
+    assert states[:4] == up
+    drop = states.index(ConnectionState.DISCONNECTED)
+    assert str(a.tcp_port) in (events[drop].uri or "") and events[drop].cause is not None
+    assert all(str(a.tcp_port) in (e.uri or "") for e in events[:4])
+    again = [e for e in events[drop + 1 :] if e.state in up]
+    assert [e.state for e in again[-4:]] == up
+    assert all(str(b.tcp_port) in (e.uri or "") for e in again[-4:])
     # every message not persisted by A when it died reached B exactly once, in order
     first = lowest_at_drop[0]
     base = ha.publish_store.last_persisted - 2999  # sequence of n=0
