@@ -1280,7 +1280,9 @@ class AsyncClient:
         interval = self._heartbeat_interval
         timeout = self._heartbeat_timeout
         last_rx = loop.time()
-        tick = min(interval, timeout) / 2.0 if timeout else interval / 2.0
+        # a tenth of the shorter period: a silent server is noticed within ~10 % of the
+        # timeout (ten wake-ups a second for a 1 s heartbeat)
+        tick = min(interval, timeout) / 10.0 if timeout else interval / 10.0
         next_beat = loop.time() + interval
         while self._transport is not None:
             await asyncio.sleep(tick)

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -84,8 +85,9 @@ def run(make: Callable[[str, str], object], uri: str, n: int, name: str) -> floa
     return n / took
 
 
-def failover_time(heartbeat: float = 1.0, rounds: int = 3) -> list[float]:
-    """Seconds from a kill -9 of server A to the first message accepted by server B."""
+def failover_time(heartbeat: float = 1.0, rounds: int = 3, freeze: bool = False) -> list[float]:
+    """Seconds from a kill -9 of server A (or, with ``freeze``, a SIGSTOP: the socket stays
+    open and only the heartbeat can tell) to the first message accepted by server B."""
     times = []
     with tempdir() as d:
         for r in range(rounds):
@@ -102,12 +104,19 @@ def failover_time(heartbeat: float = 1.0, rounds: int = 3) -> list[float]:
                 ha.set_heartbeat(heartbeat)
                 ha.connect_and_logon()
                 killed = time.perf_counter()
-                a.kill()
+                if freeze:
+                    assert a.pid is not None
+                    os.kill(a.pid, signal.SIGSTOP)
+                else:
+                    a.kill()
                 deadline = killed + 30
                 while not got and time.perf_counter() < deadline:
                     ha.publish("failover", "{}")
                     time.sleep(0.002)
                 ha.close()
+                if freeze:
+                    assert a.pid is not None
+                    os.kill(a.pid, signal.SIGCONT)
                 if got:
                     times.append(got[0] - killed)
     return times
@@ -146,12 +155,13 @@ def main() -> None:
                     with reference_server() as uri:
                         b = run(official(store, d), uri, n, f"off-e2e-{store}")
                 report(f"HA {label} -> reference server", a, b)
-    times = failover_time() if "failover" in paths else []
-    if times:
-        print(
-            "failover (kill -9 to first message on the survivor, heartbeat 1 s): "
-            + ", ".join(f"{t * 1000:.1f} ms" for t in times)
-        )
+    if "failover" in paths:
+        for freeze, what in ((False, "kill -9"), (True, "SIGSTOP (frozen, socket open)")):
+            times = failover_time(freeze=freeze)
+            print(
+                f"failover ({what} of A to the first message on B, heartbeat 1 s): "
+                + ", ".join(f"{t * 1000:.1f} ms" for t in times)
+            )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -184,6 +186,39 @@ def test_failover_replays_unpersisted_on_the_second_server(
     start_n = first - base if first - base > 0 else 0
     wait_for(lambda: len(at_b.items) >= 3000 - start_n, what="the replayed messages on B")
     assert at_b.items == list(range(start_n, 3000))
+
+
+def test_heartbeat_fails_over_from_a_frozen_server(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """A primary that stops answering without closing the socket (SIGSTOP): the heartbeat
+    notices within two intervals and the client fails over; everything lands on B once."""
+    a, b = two_servers
+    at_b = Collector()
+    with (
+        Client("observer-frozen") as observer,
+        HAClient("ha-frozen", reconnect_delay_strategy=FixedDelayStrategy(50)) as ha,
+    ):
+        observer.connect(b.uri())
+        observer.logon(5000)
+        observer.subscribe(at_b, "frozen")
+        ha.get_server_chooser().add_all([a.uri(), b.uri()])
+        ha.set_heartbeat(1)
+        ha.connect_and_logon()
+        assert a.pid is not None
+        os.kill(a.pid, signal.SIGSTOP)
+        try:
+            frozen = time.monotonic()
+            for i in range(200):
+                ha.publish("frozen", json.dumps({"n": i}))
+            wait_for(lambda: str(b.tcp_port) in (ha.uri or ""), what="the failover to B")
+            assert time.monotonic() - frozen < 5.0  # 1 s heartbeat: about 2 s
+            ha.publish_flush(20_000)
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        wait_for(lambda: len(at_b.items) >= 200, what="the messages on B")
+        observer.flush(5000)
+    assert at_b.items == list(range(200))
 
 
 class Sticky(ServerChooser):
