@@ -1998,13 +1998,31 @@ class Broker:
         fields: Mapping[str, str | int] | None,
     ) -> Any:
         """Append one record to the journal and ask for a group commit."""
+        record = self._journal_append(conn, jseq, topic, command, data, fields)
+        self._appended()
+        return record
+
+    def _journal_append(
+        self,
+        conn: Connection,
+        jseq: int,
+        topic: str,
+        command: str,
+        data: bytes,
+        fields: Mapping[str, str | int] | None,
+    ) -> Any:
+        """Append one record to the journal (:meth:`_appended` must follow).
+
+        Raises:
+            CommandFailure: ``tx store failure`` (nothing was appended).
+        """
         txlog = self.txlog
         assert txlog is not None and conn.state is not None
         # (a shared read-only mapping when there is nothing but the type: the journal copies)
         mt = conn.mt
         extra = {"mt": mt, **fields} if fields else _MT_FIELDS.get(mt) or {"mt": mt}
         try:
-            record = txlog.journal.append(
+            return txlog.journal.append(
                 publisher_id=conn.state.publisher_id,
                 sequence=jseq,
                 topic=topic,
@@ -2015,11 +2033,26 @@ class Broker:
         except Exception as exc:
             logger.exception("journal append failed for %r", conn)
             raise CommandFailure("tx store failure", str(exc)) from exc
+
+    def _appended(self) -> None:
+        """After journal appends: ask for a group commit, move live bookmark replays on."""
         self.request_sync()
         if self._live:
             for replay in list(self._live):
                 self._pump(replay)
-        return record
+
+    def hold_sow_checkpoints(self, topic: str, index: int) -> None:
+        """Journal record ``index`` could not be applied to the SOW topics it concerns
+        (``topic`` is a name, or a sow_delete's pattern): keep their checkpoints below it so
+        that the next start re-applies it (:meth:`SowTopic.hold_checkpoint`)."""
+        try:
+            matcher = compile_topic(topic)
+        except TopicError:
+            matcher = None
+        for name, group in self._sow_by_name.items():
+            if name == topic or (matcher is not None and matcher.matches(name)):
+                for sow in group:
+                    sow.hold_checkpoint(index)
 
     def _deliver_plain(
         self,
@@ -2133,26 +2166,29 @@ class Broker:
             "expiration": self._expiration(sow, hdr, now),
             "journal_index": journal_index,
         }
-        try:
-            if delta:
-                record, _previous, new_doc = sow.delta_publish(data, **kwargs)
-            else:
-                record, _previous = sow.publish(data, **kwargs)
-                new_doc = doc
-        except Exception as exc:
-            logger.exception("SOW %r: write failed", sow.topic)
-            raise CommandFailure("sow store failed", str(exc)) from exc
         index = None
+        with sow.batch():  # a journal append that fails takes the SOW write back with it
+            try:
+                if delta:
+                    record, _previous, new_doc = sow.delta_publish(data, **kwargs)
+                else:
+                    record, _previous = sow.publish(data, **kwargs)
+                    new_doc = doc
+            except Exception as exc:
+                logger.exception("SOW %r: write failed", sow.topic)
+                raise CommandFailure("sow store failed", str(exc)) from exc
+            if recorded:
+                fields: dict[str, str | int] = {"k": record.key}
+                if x:
+                    fields["x"] = x
+                e = hdr.get("e")
+                if e is not None and e != "":
+                    fields["e"] = str(e)
+                command = "delta_publish" if delta else "p"
+                index = self._journal_append(conn, jseq, sow.topic, command, record.data, fields)
+                index = index.index
         if recorded:
-            fields: dict[str, str | int] = {"k": record.key}
-            if x:
-                fields["x"] = x
-            e = hdr.get("e")
-            if e is not None and e != "":
-                fields["e"] = str(e)
-            index = self._append(
-                conn, jseq, sow.topic, "delta_publish" if delta else "p", record.data, fields
-            ).index
+            self._appended()
             if index != journal_index:  # pragma: no cover - the loop is the only writer
                 logger.warning("SOW %r: journal index %s, not %s", sow.topic, index, journal_index)
         route = self._route(mt, sow.topic)
@@ -2792,7 +2828,9 @@ class Broker:
             logger.debug("%r: queue ack on %r ignored (no queues)", conn, topic)
         elif duplicate:
             self.counters["duplicates"] += 1
-        else:
+        index = None
+        removed: list[tuple[SowTopic, list[SowRecord]]] = []
+        if not queue_ack and not duplicate:
             sows = self._sows_for(conn, matcher)
             sow_key = _text(hdr.get("k"))
             data_doc: Any = None
@@ -2800,33 +2838,40 @@ class Broker:
                 data_doc = decode(conn.mt, body)
                 if data_doc is None and not sow_key:
                     raise CommandFailure("bad sow key", "cannot compute a SOW key for the data")
-            for sow in sows:
-                topic_matches += len(sow)
-                try:
-                    gone = sow.delete(
-                        predicate,
-                        keys=keys,
-                        data_doc=data_doc,
-                        sow_key=sow_key if body or sow_key else None,
-                        journal_index=journal_index,
-                    )
-                except Exception as exc:
-                    logger.exception("SOW %r: delete failed", sow.topic)
-                    raise CommandFailure("sow store failed", str(exc)) from exc
-                deleted += len(gone)
+            with ExitStack() as batch:  # a journal append that fails takes the deletes back
+                for sow in sows:
+                    batch.enter_context(sow.batch())
+                for sow in sows:
+                    topic_matches += len(sow)
+                    try:
+                        gone = sow.delete(
+                            predicate,
+                            keys=keys,
+                            data_doc=data_doc,
+                            sow_key=sow_key if body or sow_key else None,
+                            journal_index=journal_index,
+                        )
+                    except Exception as exc:
+                        logger.exception("SOW %r: delete failed", sow.topic)
+                        raise CommandFailure("sow store failed", str(exc)) from exc
+                    deleted += len(gone)
+                    removed.append((sow, gone))
+                if recorded:
+                    fields: dict[str, str | int] = {}
+                    if filter_text is not None:
+                        fields["filter"] = filter_text
+                    if keys is not None:
+                        fields["sow_keys"] = ",".join(keys)
+                    sk = _text(hdr.get("k"))
+                    if sk is not None:
+                        fields["k"] = sk
+                    jseq = self._journal_sequence(conn, seq)
+                    record = self._journal_append(conn, jseq, topic, "sow_delete", body, fields)
+                    index = record.index
+            if recorded:
+                self._appended()
+            for sow, gone in removed:  # subscribers hear of it once it stands
                 self._sow_removed(sow, gone, "deleted")
-        index = None
-        if recorded:
-            fields: dict[str, str | int] = {}
-            if filter_text is not None:
-                fields["filter"] = filter_text
-            if keys is not None:
-                fields["sow_keys"] = ",".join(keys)
-            sk = _text(hdr.get("k"))
-            if sk is not None:
-                fields["k"] = sk
-            jseq = self._journal_sequence(conn, seq)
-            index = self._append(conn, jseq, topic, "sow_delete", body, fields).index
         self._acks(conn, hdr, flags & (_RECEIVED | _PROCESSED))
         if seq is not None:
             if not duplicate:

@@ -177,6 +177,9 @@ class SowTopic:
         )
         conn.commit()
         self._journal_index = self._load_journal_index()
+        self._held: int | None = None
+        """A journal record this SOW should hold but could not apply (:meth:`hold_checkpoint`):
+        the checkpoint stays below it for the rest of this process."""
 
         # key -> parsed doc (None when unparseable); insertion order == seq order.
         self._docs: dict[str, Any] = {}
@@ -315,6 +318,7 @@ class SowTopic:
             expiration=None if expiration is None else float(expiration),
             seq=self._next_seq,
         )
+        journal_index = self._checkpoint_for(journal_index)
         try:
             self._conn.execute(
                 f'INSERT OR REPLACE INTO "{self._table}" ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -476,6 +480,7 @@ class SowTopic:
     def _remove(self, victims: Sequence[SowRecord], journal_index: int | None = None) -> None:
         if not victims:
             return
+        journal_index = self._checkpoint_for(journal_index)
         keys = [r.key for r in victims]
         with self._db.atomic():
             for chunk in _chunks(keys):
@@ -516,6 +521,26 @@ class SowTopic:
         finally:
             self._batching = False
 
+    def hold_checkpoint(self, index: int) -> None:
+        """Journal record ``index`` belongs in this SOW but could not be applied (a storage
+        error while the record was already journaled, e.g. one received by replication).
+
+        From now on, until the process ends, writes still apply but the checkpoint
+        (:attr:`journal_index`) no longer moves: the next start re-applies everything after
+        it, that record included, instead of skipping it for good.
+        """
+        if self._held is None or index < self._held:
+            self._held = index
+            _log.warning(
+                "SOW %r: journal record %d is missing; it is re-applied at the next start",
+                self.topic,
+                index,
+            )
+
+    def _checkpoint_for(self, journal_index: int | None) -> int | None:
+        """The checkpoint a write may record: none while a record is held."""
+        return None if self._held is not None else journal_index
+
     @property
     def journal_index(self) -> int:
         """The transaction-log index this SOW's state reflects (0: none, rebuild it all).
@@ -526,8 +551,11 @@ class SowTopic:
 
     def set_journal_index(self, index: int) -> None:
         """Record that the state reflects every journal record up to ``index`` (its own
-        transaction; call it when that is true, e.g. between two commands)."""
+        transaction; call it when that is true, e.g. between two commands). Never at or past
+        a record held by :meth:`hold_checkpoint`."""
         self._check_open()
+        if self._held is not None:  # it may move back (a lost journal tail), never forward
+            index = min(index, self._journal_index, self._held - 1)
         if index == self._journal_index:
             return
         try:

@@ -115,6 +115,8 @@ def apply_replicated(broker: Broker, rec: ReplicatedRecord) -> ApplyOutcome:
             _apply_publish(broker, rec, mt, record)
     except Exception:
         logger.exception("replication: applying %s to %r failed", record.bookmark, rec.topic)
+        # journaled but not in the SOW: the checkpoint must not pass it (re-applied at start)
+        broker.hold_sow_checkpoints(rec.topic, record.index)
     broker.request_sync()
     live = broker._live
     if live:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.replication.apply import ReplicatedRecord
+from ampsclient_server_stub.testing import RecordingSession
 
 TOPIC = "/ADMIN/bookmark_store"  # the zero config's SOW topic, keyed by /clientName, /subId
 
@@ -118,6 +121,78 @@ def test_a_restart_reads_only_the_journal_after_the_sow_checkpoint(tmp_path: Pat
     assert node.recovery() == (800, 500)
     assert node.state() == before
     node.close()
+
+
+def _poison(sow_file: Path, table: str, client: str) -> None:
+    """A real storage failure for one document: a trigger that aborts its insert."""
+    with sqlite3.connect(sow_file) as db:
+        db.execute(
+            f'CREATE TRIGGER poison BEFORE INSERT ON "{table}" '
+            f"WHEN instr(NEW.data, CAST('{client}' AS BLOB)) > 0 "
+            "BEGIN SELECT RAISE(ABORT, 'disk trouble'); END"
+        )
+
+
+def test_a_replicated_record_the_sow_could_not_store_is_reapplied_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """A record received by replication is journaled, then its SOW write fails: the SOW's
+    checkpoint stays below it (the periodic and the shutdown checkpoints too), so the next
+    start re-applies it instead of skipping it for good."""
+    node = Node(tmp_path)
+    bodies = [body(i) for i in range(30)]
+    for b in bodies[:10]:
+        node.publish(TOPIC, b)
+    sow = node.broker.sow_topic(TOPIC)
+    assert sow is not None and sow.filename is not None
+    _poison(Path(sow.filename), sow._table, "poison")
+    lost = {"clientName": "poison", "subId": "s0", "i": -1}
+    outcome = node.broker.apply_replicated(
+        ReplicatedRecord(
+            publisher_id_for("partner"), 7, "p", TOPIC, json.dumps(lost).encode(), {"mt": "json"}
+        )
+    )
+    assert outcome.record is not None  # journaled, but not in the SOW
+    held = outcome.record.index
+    for b in bodies[10:]:  # later writes still apply
+        node.publish(TOPIC, b)
+    node.broker.checkpoint_sows()  # what the server does periodically
+    assert sow.journal_index < held
+    assert ("poison", "s0") not in node.state()
+    with sqlite3.connect(sow.filename) as db:
+        db.execute("DROP TRIGGER poison")  # the storage trouble is over
+    node.close()  # the shutdown checkpoint holds too
+    node = Node(tmp_path)
+    read, applied = node.recovery()
+    assert read >= 21 and applied >= 21  # the lost record and everything after it
+    assert node.state() == {**expected_state(bodies), ("poison", "s0"): lost}
+    node.close()
+
+
+def test_a_failed_journal_append_takes_the_sow_write_back(tmp_path: Path) -> None:
+    """A SOW publish whose journal append fails is refused and leaves the SOW as it was (the
+    data and its checkpoint), so SOW and journal never disagree."""
+    node = Node(tmp_path)
+    for i in range(5):
+        node.publish(TOPIC, body(i))
+    sow = node.broker.sow_topic(TOPIC)
+    assert sow is not None
+    before, checkpoint = node.state(), sow.journal_index
+    node.journal.close()  # the transaction log is gone: every append fails
+    session = RecordingSession()
+    conn = node.broker.connect(session)
+    node.broker.handle(conn, encode_header({"c": "logon", "cid": "1", "client_name": "x"}))
+    node.broker.handle(
+        conn,
+        encode_header({"c": "p", "t": TOPIC, "cid": "2", "a": "processed"})
+        + json.dumps(body(99)).encode(),
+    )
+    acks = session.headers("ack")
+    assert acks[-1]["status"] == "failure" and acks[-1]["reason"] == "tx store failure"
+    assert node.state() == before
+    assert sow.journal_index == checkpoint
+    for s in node.broker.sow_topics:
+        s.close()
 
 
 def test_records_the_sow_has_not_seen_are_applied_in_log_order(tmp_path: Path) -> None:
