@@ -29,6 +29,7 @@ __all__ = [
     "join_seq",
     "split_frames",
     "write_record",
+    "ws_encode",
 ]
 
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
@@ -38,6 +39,7 @@ PublishLane: Callable[..., Any] | None = None
 PlainPublishLane: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 write_record: Callable[[Any, int, int, bytes], int] | None = None
+ws_encode: Callable[[bytes, bool], bytes | None] | None = None
 
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
     try:
@@ -52,6 +54,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
         join_seq = _speedups.join_seq
         write_record = _speedups.write_record
+        ws_encode = _speedups.ws_encode
 
 SPEEDUPS: bool = deliver is not None
 """``True`` when the C speedups are in use."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
+from .. import _accel
 from ..exceptions import AMPSConnectionError, DisconnectedError, ProtocolError, TimeoutError
 from ..protocol.framing import WsClientFramer, encode_ws_from_client
 from ..protocol.message import body_offset
@@ -31,6 +32,29 @@ class _Connection(BatchingMixin, ClientConnection):
     """websockets' client connection with direct delivery and batched writes."""
 
     _mask_frames = True
+
+
+def ws_messages(data: bytes, text: bool) -> list[tuple[bytes, bool]]:
+    """The ``(message, is_text)`` WebSocket messages a client sends for the
+    4-byte-length-prefixed payloads in ``data``: count, header[, body] each (protocol.md
+    §12); header and body are text in a text session when they are UTF-8.
+
+    ``ampsclient/_speedups.c`` has ``ws_encode``, which goes on to the masked frames.
+    """
+    messages: list[tuple[bytes, bool]] = []
+    append = messages.append
+    pos = 0
+    size = len(data)
+    while pos < size:
+        (n,) = _unpack_len(data, pos)
+        payload = data[pos + 4 : pos + 4 + n]
+        pos += 4 + n
+        end = body_offset(payload)
+        parts = encode_ws_from_client(payload[:end], payload[end:] if end < n else None)
+        append((parts[0], False))
+        for part in parts[1:]:
+            append((part, text and _is_utf8(part)))
+    return messages
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -62,7 +86,8 @@ class WebSocketTransport(Transport):
         self._on_writable = on_writable
         self._framer = WsClientFramer(max_frame_size=max_frame_size)
         self._text = text
-        self._outq: asyncio.Queue[list[tuple[bytes, bool]] | None] = asyncio.Queue()
+        self._outq: asyncio.Queue[bytes | None] = asyncio.Queue()
+        """Complete WebSocket frames, in write order (``None``: stop)."""
         self._pending_bytes = 0
         self._closed = False
         self._closer: asyncio.Future[None] | None = None
@@ -126,40 +151,32 @@ class WebSocketTransport(Transport):
     def write(self, data: bytes) -> None:
         if self._closed:
             raise DisconnectedError("the connection is closed")
-        messages: list[tuple[bytes, bool]] = []
-        append = messages.append
-        pos = 0
-        size = len(data)
-        text = self._text
-        while pos < size:
-            (n,) = _unpack_len(data, pos)
-            payload = data[pos + 4 : pos + 4 + n]
-            pos += 4 + n
-            end = body_offset(payload)
-            parts = encode_ws_from_client(payload[:end], payload[end:] if end < n else None)
-            append((parts[0], False))
-            for part in parts[1:]:
-                append((part, text and _is_utf8(part)))
+        encode = _accel.ws_encode
+        frames = encode(data, self._text) if encode is not None else None
+        if frames is None:
+            frames = self._ws.frame_many(ws_messages(data, self._text))
+        size = len(frames)
         self._pending_bytes += size
         if self._on_writable is not None and self._pending_bytes > 4 * 1024 * 1024:
             self._on_writable(False)
-        self._outq.put_nowait(messages)
+        self._outq.put_nowait(frames)
 
     async def _write_loop(self) -> None:
         queue = self._outq
         try:
             while True:
-                batch = await queue.get()
-                if batch is None:
+                frames = await queue.get()
+                if frames is None:
                     break
+                batch = [frames]
                 while not queue.empty():  # everything queued meanwhile goes in the same write
                     more = queue.get_nowait()
                     if more is None:
-                        await self._ws.send_many(batch)
+                        await self._ws.send_frames(b"".join(batch))
                         return
-                    batch += more
-                await self._ws.send_many(batch)
-                self._pending_bytes = max(0, self._pending_bytes - sum(len(m) for m, _ in batch))
+                    batch.append(more)
+                await self._ws.send_frames(batch[0] if len(batch) == 1 else b"".join(batch))
+                self._pending_bytes = max(0, self._pending_bytes - sum(map(len, batch)))
                 if self._on_writable is not None and self._pending_bytes <= 1024 * 1024:
                     self._on_writable(True)
         except ConnectionClosed:
