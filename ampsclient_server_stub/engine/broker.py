@@ -695,36 +695,16 @@ class Broker:
             plain = self._parse_plain_publish(payload)
             if plain is not None:
                 topic, _, end = plain
-                try:
-                    self._do_publish(conn, topic, None, payload, end, False)
-                except Exception as exc:
-                    self._failed(conn, {"c": "p", "t": topic}, exc)
+                self._publish_one(conn, topic, None, payload, end)
                 return
-        # Fast path: a publish-store publish {"c":"p","s":N,"a":"persisted","t":"T"}BODY (our
-        # HAClient's exact shape); same semantics as _publish_command with only a persisted ack.
-        if conn.logged_on and payload.startswith(_FAST_SEQ):
-            i = payload.find(_FAST_SEQ_MID, _FAST_SEQ_LEN, _FAST_SEQ_LEN + 21 + _FAST_SEQ_MID_LEN)
-            t0 = i + _FAST_SEQ_MID_LEN
-            j = payload.find(b'"', t0) if i > _FAST_SEQ_LEN else -1
-            if (
-                j > t0
-                and len(payload) > j + 1
-                and payload[j + 1] == _CLOSE_BRACE
-                and payload[_FAST_SEQ_LEN:i].isdigit()
-                and payload.find(b"\\", t0, j) < 0
-            ):
-                try:
-                    topic = payload[t0:j].decode()
-                except UnicodeDecodeError:
-                    pass
-                else:
-                    seq = int(payload[_FAST_SEQ_LEN:i])
-                    try:
-                        self._sequenced_publish(conn, topic, seq, payload, j + 2)
-                    except Exception as exc:
-                        hdr = {"c": "p", "t": topic, "s": seq, "a": "persisted"}
-                        self._failed(conn, hdr, exc)
-                    return
+        # Fast path: a publish-store publish (both clients' HAClient shapes); same semantics as
+        # _publish_command with only a persisted ack.
+        if conn.logged_on and payload.startswith(_FAST_SEQ_SHAPES):
+            sequenced = self._parse_seq_publish(payload)
+            if sequenced is not None:
+                topic, seq, end = sequenced
+                self._publish_one(conn, topic, seq, payload, end)
+                return
         try:
             hdr, end = decode_header(payload)
         except MalformedFrameError as exc:
