@@ -690,19 +690,13 @@ class Broker:
         """Process one payload (header + body) received on ``conn``. Never raises."""
         if conn.closed:
             return
-        # Fast path: a plain publish {"c":"p","t":"T"}BODY (both clients' shape).
-        if conn.logged_on and payload.startswith(_FAST_PUBLISH):
-            plain = self._parse_plain_publish(payload)
-            if plain is not None:
-                topic, _, end = plain
-                self._publish_one(conn, topic, None, payload, end)
-                return
-        # Fast path: a publish-store publish (both clients' HAClient shapes); same semantics as
-        # _publish_command with only a persisted ack.
+        # Fast paths: a plain publish {"c":"p","t":"T"}BODY, and a publish-store publish
+        # (both clients' HAClient shapes, same semantics as _publish_command with only a
+        # persisted ack). Both shapes start with one of these two prefixes.
         if conn.logged_on and payload.startswith(_FAST_SEQ_SHAPES):
-            sequenced = self._parse_seq_publish(payload)
-            if sequenced is not None:
-                topic, seq, end = sequenced
+            parsed = self._parse_plain_publish(payload) or self._parse_seq_publish(payload)
+            if parsed is not None:
+                topic, seq, end = parsed
                 self._publish_one(conn, topic, seq, payload, end)
                 return
         try:
