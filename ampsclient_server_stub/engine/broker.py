@@ -1035,7 +1035,7 @@ class Broker:
         state = conn.state
         assert state is not None
         conn.persist_pending = True
-        if index is not None:  # _append already asked for the group commit that covers it
+        if index is not None:  # _appended() already asked for the group commit that covers it
             state.durable_wait.append((index, seq))
             self._waiting[state.name] = state
             return
@@ -1940,9 +1940,10 @@ class Broker:
         txlog = self.txlog
         if txlog is not None and txlog.records(mt, topic):
             jseq = self._journal_sequence(conn, seq)
-            record = self._append(
-                conn, jseq, topic, "delta_publish" if delta else "p", data, {"x": x} if x else None
-            )
+            command = "delta_publish" if delta else "p"
+            fields = {"x": x} if x else None
+            record = self._journal_append(conn, jseq, topic, command, data, fields)
+            self._appended()
         route = self._routes.get((mt, topic))
         if route is None:
             route = self._route(mt, topic)
@@ -1961,20 +1962,6 @@ class Broker:
             return seq
         state.last_seq += 1
         return state.last_seq
-
-    def _append(
-        self,
-        conn: Connection,
-        jseq: int,
-        topic: str,
-        command: str,
-        data: bytes,
-        fields: Mapping[str, str | int] | None,
-    ) -> Any:
-        """Append one record to the journal and ask for a group commit."""
-        record = self._journal_append(conn, jseq, topic, command, data, fields)
-        self._appended()
-        return record
 
     def _journal_append(
         self,
@@ -2124,7 +2111,7 @@ class Broker:
         journal_index: int | None = None
         if recorded:
             assert txlog is not None
-            journal_index = txlog.journal.last_index + 1  # what _append below will get
+            journal_index = txlog.journal.last_index + 1  # what _journal_append below will get
             jseq = self._journal_sequence(conn, seq)
             assert conn.state is not None
             bookmark = f"{conn.state.publisher_id}|{jseq}|"

@@ -51,17 +51,21 @@ def test_acknowledged_publishes_survive_kill_9_exactly_once(tmp_path: Path) -> N
         client = ha_client(name, store_dir, uri)
         store = client.publish_store
         seqs: list[int] = []
+        half, killed = threading.Event(), threading.Event()
 
         def publish_all() -> None:
             for i in range(total):
                 seqs.append(client.publish(topic, b'{"i":%d}' % i))
+                if i == total // 2:
+                    # the second half goes out around the kill, whatever the publish rate
+                    half.set()
+                    killed.wait(30)
 
         writer = threading.Thread(target=publish_all)
         writer.start()
-        wait_until(
-            lambda: len(seqs) > total // 4 and store.last_persisted >= seqs[total // 4], 30, "acks"
-        )
+        wait_until(lambda: half.is_set() and store.last_persisted >= seqs[total // 4], 30, "acks")
         server.kill()  # mid-stream: the writer is still publishing
+        killed.set()
         wait_until(lambda: not client.logged_on, 10, "client notices the crash")
         acked = store.last_persisted  # nothing can be acknowledged any more
         writer.join(60)
