@@ -19,7 +19,10 @@ import sys
 from typing import Any
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "migration" / "official_api.json"
-NESTED = {"Message": ("Options", "Command", "AckType"), "Client": ("Bookmarks", "ConnectionStateListener")}
+NESTED = {
+    "Message": ("Options", "Command", "AckType"),
+    "Client": ("Bookmarks", "ConnectionStateListener"),
+}
 """Classes nested in classes whose members are listed too (``Message.Options.OOF``...)."""
 
 
