@@ -1334,13 +1334,13 @@ class AsyncClient:
                 pending.future.exception()  # mark retrieved
         keep = self._keep_routes_on_disconnect and not by_user
         if not keep:
+            # streams of commands still in flight (a query between its processed and completed
+            # acks) end with the error too: take them before the table is emptied
+            in_flight = [p.stream for p in self._pending.values() if p.stream is not None]
             self._pending.clear()
             stream_error = None if by_user else err
-            for stream in list(self._streams.values()):
+            for stream in [*self._streams.values(), *in_flight]:
                 stream._finish(stream_error)
-            for pending in list(self._pending.values()):
-                if pending.stream is not None:
-                    pending.stream._finish(stream_error)
             self._streams.clear()
             self._subs.clear()
             self._queries.clear()
