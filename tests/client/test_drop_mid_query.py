@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
@@ -29,7 +30,6 @@ class DropMidQuery:
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.cut = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -56,20 +56,29 @@ class DropMidQuery:
             conn.sendall(
                 tcp_frame(
                     encode_header(
-                        {"c": "ack", "cid": cid, "a": "processed", "status": "success",
-                         "version": "5.3.5.0", "client_name": header.get("client_name")}
+                        {
+                            "c": "ack",
+                            "cid": cid,
+                            "a": "processed",
+                            "status": "success",
+                            "version": "5.3.5.0",
+                            "client_name": header.get("client_name"),
+                        }
                     )
                 )
             )
         elif command == "sow":
             qid = header.get("query_id") or cid
             ack = {"c": "ack", "cid": cid, "a": "processed", "status": "success", "query_id": qid}
-            record = encode_header({"c": "sow", "t": header.get("t"), "query_id": qid,
-                                    "k": "1", "bm": "1|1|"}) + json.dumps({"n": 1}).encode()
+            record = (
+                encode_header(
+                    {"c": "sow", "t": header.get("t"), "query_id": qid, "k": "1", "bm": "1|1|"}
+                )
+                + json.dumps({"n": 1}).encode()
+            )
             conn.sendall(tcp_frame(encode_header(ack)) + tcp_frame(record))
             # abort: a reset, not an orderly close, as a dying server or network gives
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            self.cut.set()
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return True
         return False
 
