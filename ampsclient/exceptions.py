@@ -49,21 +49,30 @@ __all__ = [
     "AMPSConnectionError",
     "AMPSError",
     "AMPSException",
+    "AlreadyConnected",
     "AlreadyConnectedException",
     "AuthenticationError",
     "AuthenticationException",
+    "BadFilter",
     "BadFilterError",
     "BadFilterException",
+    "BadRegexTopic",
     "BadRegexTopicError",
     "BadRegexTopicException",
     "BadSowKeyError",
     "BadSowKeyException",
+    "ClientNameInUse",
     "CommandError",
     "CommandException",
+    "CommandTimedOut",
+    "CommandTypeError",
     "ConnectionException",
+    "ConnectionRefused",
     "ConnectionRefusedError_",
     "ConnectionRefusedException",
     "CorruptStoreError",
+    "CorruptedRecord",
+    "Disconnected",
     "DisconnectedError",
     "DisconnectedException",
     "DuplicateLogonError",
@@ -71,6 +80,7 @@ __all__ = [
     "FrameTooLargeError",
     "InvalidBookmarkError",
     "InvalidBookmarkException",
+    "InvalidMessageTypeOptions",
     "InvalidOptionsError",
     "InvalidOptionsException",
     "InvalidOrderByError",
@@ -79,11 +89,18 @@ __all__ = [
     "InvalidSubIdException",
     "InvalidTopicError",
     "InvalidTopicException",
+    "InvalidTransportOptions",
+    "InvalidTransportOptionsException",
     "InvalidURIError",
     "InvalidUriException",
+    "InvalidUriFormat",
+    "LocalStorageError",
     "LogonRequiredError",
     "LogonRequiredException",
     "MalformedFrameError",
+    "MessageTypeError",
+    "MessageTypeException",
+    "MessageTypeNotFound",
     "MissingFieldsError",
     "MissingFieldsException",
     "NameInUseError",
@@ -95,16 +112,27 @@ __all__ = [
     "PublishException",
     "PublishStoreGapError",
     "PublishStoreGapException",
+    "ReplayFailedError",
+    "ReplayFailedException",
+    "RetryOperation",
     "RetryOperationError",
     "RetryOperationException",
     "StoreError",
     "StoreException",
+    "StreamError",
+    "StreamException",
     "SubidInUseError",
     "SubidInUseException",
+    "SubscriptionAlreadyExists",
+    "SubscriptionAlreadyExistsError",
+    "SubscriptionAlreadyExistsException",
+    "TimedOut",
     "TimedOutException",
     "TimeoutError",
     "TransportError",
     "TransportException",
+    "TransportNotFound",
+    "TransportTypeException",
     "UnknownError",
     "UnknownException",
     "UsageError",
@@ -256,6 +284,18 @@ class UsageError(AMPSError):
     """The library was called in a way it does not support."""
 
 
+class SubscriptionAlreadyExistsError(CommandError):
+    """Reason ``subscription already exists``."""
+
+
+class ReplayFailedError(CommandError):
+    """A bookmark replay the server could not start (``bookmark_not_found=fail``)."""
+
+
+class MessageTypeError(AMPSConnectionError):
+    """The URI names a message type the client cannot handle."""
+
+
 # The official client's names, so that ``import ampsclient as AMPS`` works for existing scripts.
 AMPSException = AMPSError
 ConnectionException = AMPSConnectionError
@@ -287,6 +327,34 @@ UnknownException = UnknownError
 StoreException = StoreError
 PublishStoreGapException = PublishStoreGapError
 UsageException = UsageError
+SubscriptionAlreadyExistsException = SubscriptionAlreadyExistsError
+ReplayFailedException = ReplayFailedError
+MessageTypeException = MessageTypeError
+# the official client's older (3.2-era) names of the same classes
+AlreadyConnected = UsageError
+BadFilter = BadFilterError
+BadRegexTopic = BadRegexTopicError
+ClientNameInUse = NameInUseError
+CommandTimedOut = TimeoutError
+CommandTypeError = UsageError
+ConnectionRefused = ConnectionRefusedError_
+CorruptedRecord = CorruptStoreError
+Disconnected = DisconnectedError
+InvalidMessageTypeOptions = MessageTypeError
+InvalidTransportOptions = InvalidURIError
+InvalidTransportOptionsException = InvalidURIError
+InvalidUriFormat = InvalidURIError
+LocalStorageError = StoreError
+MessageTypeNotFound = MessageTypeError
+RetryOperation = RetryOperationError
+StreamError = ProtocolError
+StreamException = ProtocolError
+SubscriptionAlreadyExists = SubscriptionAlreadyExistsError
+TimedOut = TimeoutError
+TransportNotFound = InvalidURIError
+TransportTypeException = InvalidURIError
+# official name; not in __all__ (it would shadow the builtin on a star import)
+ConnectionError = AMPSConnectionError
 
 
 _REASONS: dict[str, type[AMPSError]] = {
@@ -307,6 +375,7 @@ _REASONS: dict[str, type[AMPSError]] = {
     "name in use": NameInUseError,
     "not entitled": NotEntitledError,
     "subid in use": SubidInUseError,
+    "subscription already exists": SubscriptionAlreadyExistsError,
     "sow store failed": PublishError,
     "tx store failure": PublishError,
 }
