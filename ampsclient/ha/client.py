@@ -42,7 +42,7 @@ from ..exceptions import (
     error_for_reason,
 )
 from ..protocol.acks import AckType
-from ..protocol.bookmarks import MOST_RECENT
+from ..protocol.bookmarks import EPOCH, MOST_RECENT, NOW
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from ..protocol.header import encode_header, escape
 from ..protocol.message import Message
@@ -434,12 +434,33 @@ class AsyncHAClient(AsyncClient):
                     raise
 
     def _resolve_resubscribe_bookmark(self, command: Command) -> None:
-        """A bookmark subscription resumes from its recovery point in the bookmark store."""
-        if command.fields.get("bm") is None:
-            return
+        """A bookmark subscription resumes from its recovery point in the bookmark store.
+
+        When the store has none (nothing discarded, no persisted ack adopted), it resumes from
+        the subscription's own starting point, never from EPOCH unless it started there: an
+        explicit bookmark, timestamp or list is sent again; a subscription started at NOW
+        resumes after the oldest message it has handed to the application (every later one the
+        store has logged goes to the duplicate handler), or at NOW if it received nothing.
+        """
+        start = command.fields.get("bm")
         sub_id = command.get_sub_id()
-        if sub_id:
-            command.fields["bm"] = self._bookmark_store.get_most_recent(sub_id)
+        if start is None or not sub_id:
+            return
+        store = self._bookmark_store
+        recent = store.get_most_recent(sub_id)
+        if recent == EPOCH and start != EPOCH:
+            recent = store.get_oldest_bookmark(sub_id) or NOW if start == NOW else str(start)
+        command.fields["bm"] = recent
+
+    def _seed_start_point(self, sub_id: str, bookmark: str) -> None:
+        """Teach the store where a new subscription starts (an explicit bookmark or timestamp),
+        so that its recovery point is that start, not EPOCH, until messages are discarded (and
+        a recovery point adapter persists it for a restart)."""
+        store = self._bookmark_store
+        if bookmark in (EPOCH, NOW) or "," in bookmark:
+            return
+        if store.get_most_recent(sub_id) == EPOCH and not store.get_oldest_bookmark_seq(sub_id):
+            store.persisted(sub_id, bookmark)
 
     def _disconnected(self, client: AsyncClient, error: BaseException | None) -> None:
         with self._pub_lock:
@@ -689,6 +710,8 @@ class AsyncHAClient(AsyncClient):
         ):
             if command.fields["bm"] == MOST_RECENT:
                 command.fields["bm"] = self._resolve_bookmark(MOST_RECENT, command.get_sub_id())
+            elif command.get_sub_id():
+                self._seed_start_point(str(command.get_sub_id()), str(command.fields["bm"]))
             command.add_ack_type(AckType.PERSISTED)
             handler = self._bookmark_handler(handler)
             handler._bookmark_logged = True  # type: ignore[attr-defined]

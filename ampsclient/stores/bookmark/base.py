@@ -139,6 +139,15 @@ class BookmarkStore(abc.ABC):
             unknown).
         """
 
+    def get_oldest_bookmark(self, sub_id: str) -> str | None:
+        """The bookmark of the oldest message of ``sub_id`` logged and not yet discarded.
+
+        The HA client resumes a subscription started at NOW from there when the store has no
+        recovery point for it yet. Returns ``None`` when there is none, or when the store
+        cannot tell (this default).
+        """
+        return None
+
     @abc.abstractmethod
     def set_server_version(self, version: int | str) -> None:
         """Tell the store which server version the client is connected to."""

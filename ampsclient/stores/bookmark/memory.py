@@ -700,6 +700,18 @@ class MemoryBookmarkStore(BookmarkStore):
             heads = [pub.queue[0][_NO] for pub in sub.pubs.values() if pub.queue]
             return min(heads) if heads else 0
 
+    def get_oldest_bookmark(self, sub_id: str) -> str | None:
+        """The bookmark of the oldest message of ``sub_id`` logged and not yet discarded."""
+        with self._lock:
+            sub = self._subs.get(sub_id)
+            if sub is None:
+                return None
+            sub.settle()
+            heads = [pub.queue[0] for pub in sub.pubs.values() if pub.queue]
+            if not heads:
+                return None
+            return str(min(heads, key=lambda entry: entry[_NO])[_BM])
+
     def get_unprocessed_count(self, sub_id: str) -> int:
         """How many logged messages of ``sub_id`` are not discarded yet."""
         with self._lock:
