@@ -49,7 +49,8 @@ from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.header import encode_header, escape
 from .protocol.message import Message, split_sow_batch
 from .stream import MessageStream
-from .transport.base import Transport, open_transport
+from .transport.base import Transport
+from .transport.factory import open_transport
 from .uri import URI, parse_uri
 
 __all__ = [

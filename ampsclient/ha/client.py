@@ -136,7 +136,7 @@ class AsyncHAClient(AsyncClient):
             self._owned.append(publish_store)
         self._store: PublishStore = publish_store or MemoryPublishStore()
         if isinstance(bookmark_store, str):
-            from ..stores.recovery import FileRecoveryPointAdapter
+            from ..stores.recovery.file import FileRecoveryPointAdapter
 
             bookmark_store = MemoryBookmarkStore(FileRecoveryPointAdapter(bookmark_store))
             self._owned.append(bookmark_store)

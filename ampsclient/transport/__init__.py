@@ -5,7 +5,8 @@ Every transport has the same small surface (:class:`~ampsclient.transport.base.T
 the connection closes, and ``close()``.
 """
 
-from .base import Transport, open_transport
+from .base import Transport
+from .factory import open_transport
 from .tcp import TcpTransport
 from .ws import WebSocketTransport
 
