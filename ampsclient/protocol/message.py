@@ -8,7 +8,8 @@ cheap scan in the common case, and the header dict is decoded on first use of an
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
 
 from .acks import AckType, parse_ack_types
 from .header import Header, decode_header
@@ -19,6 +20,11 @@ __all__ = ["Message", "body_offset", "find_sids", "split_sow_batch"]
 _SIDS: Final = b'"sids":"'
 _QUOTE: Final = b'"'
 _BACKSLASH: Final = b"\\"
+
+
+class _Built(dict[str, Any]):
+    """The header of a message built by the application (``Message()`` + setters): absent
+    fields read as ``""``, as in the official client."""
 
 
 def find_sids(payload: bytes) -> str | None:
@@ -56,6 +62,10 @@ class Message:
 
     __slots__ = ("_bm", "_body", "_data", "_hdr", "_raw", "_sub_id")
 
+    _ack_to: ClassVar[Callable[[str, str, str | None], None] | None] = None
+    """Where :meth:`ack` sends a queue acknowledgement: set on the per-client subclass of
+    the messages a client delivers (:func:`ampsclient.acks.bound_message_type`)."""
+
     def __init__(
         self,
         payload: bytes = b"",
@@ -78,6 +88,10 @@ class Message:
         """The decoded header (canonical keys)."""
         hdr = self._hdr
         if hdr is None:
+            if not self._raw:  # built by the application: Message()
+                hdr = self._hdr = _Built()
+                self._body = 0
+                return hdr
             hdr, self._body = decode_header(self._raw)
             self._hdr = hdr
         return hdr
@@ -97,13 +111,17 @@ class Message:
         return self.header.get(key, default)
 
     def _str(self, key: str) -> str | None:
-        v = self.header.get(key)
-        return None if v is None else str(v)
+        hdr = self.header
+        v = hdr.get(key)
+        if v is None:
+            return "" if type(hdr) is _Built else None
+        return str(v)
 
     def _int(self, key: str) -> int | None:
-        v = self.header.get(key)
+        hdr = self.header
+        v = hdr.get(key)
         if v is None or v == "":
-            return None
+            return "" if type(hdr) is _Built else None  # type: ignore[return-value]
         try:
             return int(v)
         except (TypeError, ValueError):
@@ -139,6 +157,52 @@ class Message:
         """
         c = str(self.header.get("c", ""))
         return "publish" if c == "p" else c
+
+    def _set(self, key: str, value: Any) -> Message:
+        hdr = self.header
+        if value is None or value == "":
+            hdr.pop(key, None)
+        else:
+            hdr[key] = value
+        return self
+
+    def set_data(self, data: str | bytes) -> Message:
+        """Set the body (text is encoded as UTF-8)."""
+        self._data = data.encode() if isinstance(data, str) else bytes(data)
+        return self
+
+    def reset(self) -> Message:
+        """Clear every field and the body (the official ``Message.reset``)."""
+        self._raw = b""
+        self._hdr = _Built()
+        self._data = b""
+        self._body = 0
+        self._bm = None
+        self._sub_id = None
+        return self
+
+    def ack(self, options: str | None = None) -> None:
+        """Acknowledge this queue message to the server that delivered it.
+
+        Args:
+            options: e.g. ``"cancel"`` (return the message to the queue) or ``"expire"``.
+
+        Raises:
+            UsageError: the message was not delivered by a client (build the ack with
+                ``Client.ack(topic, bookmark)`` instead), or it carries no bookmark.
+        """
+        from ..exceptions import UsageError
+
+        ack_to = type(self)._ack_to
+        topic, bookmark = self.topic, self.bookmark
+        if ack_to is None:
+            raise UsageError(
+                "Message.ack(): this message was not delivered by a client; "
+                "use client.ack(topic, bookmark, options)"
+            )
+        if not topic or not bookmark:
+            raise UsageError("Message.ack(): the message has no topic or no bookmark")
+        ack_to(topic, bookmark, options)
 
     @property
     def topic(self) -> str | None:
@@ -369,9 +433,9 @@ class Message:
         return self.__copy__()
 
 
-# the official client's nested names: Message.Options.OOF, Message.AckType.persisted
-setattr(Message, "Options", Options)  # noqa: B010 - slots class; keeps the annotations clean
-setattr(Message, "AckType", AckType)  # noqa: B010
+from .message_api import install_official_api  # noqa: E402 - needs Message defined
+
+install_official_api(Message, Options, AckType)
 
 
 def split_sow_batch(payload: bytes) -> tuple[Header, list[Message]]:
