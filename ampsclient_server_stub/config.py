@@ -41,6 +41,8 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple, NoReturn, TypeVar
 from xml.parsers import expat
 
+from .errors import ServerError
+
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_JOURNAL_SIZE",
@@ -124,7 +126,7 @@ _EXCLUDABLE_VALIDATIONS = frozenset(
 _UNEXCLUDABLE_VALIDATIONS = frozenset({"queue", "queue_underlying"})
 
 
-class ConfigError(ValueError):
+class ConfigError(ServerError, ValueError):
     """An invalid configuration document or value; the message names the problem."""
 
 

@@ -61,6 +61,7 @@ from ampsclient.protocol.acks import AckType, parse_ack_types
 from ampsclient.protocol.header import Header, decode_header, encode_header, escape
 from ampsclient_server_stub.config import ServerConfig, SowTopicConfig, parse_duration
 
+from ..errors import RequestError
 from .conflation import (
     ConflationError,
     ConflationSpec,
@@ -205,7 +206,7 @@ Authenticator = Callable[[str, str], bool]
 """``authenticate(user_id, password) -> bool`` (the later entitlement task plugs in here)."""
 
 
-class CommandFailure(Exception):
+class CommandFailure(RequestError):
     """A command is refused; ``reason`` is the exact AMPS reason string."""
 
     def __init__(self, reason: str, detail: str = "") -> None:

@@ -35,6 +35,7 @@ from typing import Any, Final, Generic, TypeVar
 from ampsclient.exceptions import InvalidOptionsError
 from ampsclient.protocol.options import parse_duration
 
+from ..errors import RequestError
 from .journal import RecordRow
 from .payload import decode, lookup_path, parse_path
 
@@ -54,7 +55,7 @@ _REASON: Final = "invalid options"
 _V = TypeVar("_V")
 
 
-class ConflationError(Exception):
+class ConflationError(RequestError):
     """Conflation options that cannot be honoured; ``reason`` is the AMPS reason string."""
 
     def __init__(self, detail: str) -> None:

@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any, Final
 
+from ..errors import OptionError
+
 __all__ = ["FilterError", "Predicate", "compile_expression", "compile_filter", "get_path"]
 
 Predicate = Callable[[Any], bool]
@@ -58,7 +60,7 @@ _MAX_AST_DEPTH: Final = 128
 _MAX_UINT64: Final = 2**64 - 1
 
 
-class FilterError(ValueError):
+class FilterError(OptionError):
     """A filter that does not parse or type-check.
 
     ``str(exc)`` is a human-readable detail; the server replies with reason ``bad filter``.

@@ -45,6 +45,7 @@ from zlib import crc32 as _crc32
 
 import msgpack
 
+from ..errors import StorageError
 from .journal_format import (
     FIXED,
     FRAME,
@@ -140,7 +141,7 @@ def _retry_pruned(read: Callable[..., _T], *args: Any) -> _T:
     return read(*args)
 
 
-class JournalError(Exception):
+class JournalError(StorageError):
     """Base class of the journal's own errors."""
 
 

@@ -44,6 +44,8 @@ from typing import Final
 
 import msgpack
 
+from ..errors import StorageError
+
 __all__ = [
     "BLOCK_SIZE",
     "CLIENTS_MAGIC",
@@ -95,7 +97,7 @@ _LITTLE: Final = sys.byteorder == "little"
 _unpackb = msgpack.unpackb
 
 
-class CorruptJournalError(ValueError):
+class CorruptJournalError(StorageError, ValueError):
     """A journal file is damaged somewhere other than a torn tail.
 
     Attributes:

@@ -26,6 +26,8 @@ from typing import Any, Final
 
 import msgpack
 
+from ..errors import OptionError
+
 __all__ = [
     "PARSEABLE_TYPES",
     "OrderBy",
@@ -194,7 +196,7 @@ def delta_merge(old: Any, delta: Any) -> Any:
 # --------------------------------------------------------------------------- select
 
 
-class SelectError(ValueError):
+class SelectError(OptionError):
     """A ``select=[...]`` specification could not be parsed."""
 
 
@@ -322,7 +324,7 @@ def _has_path(doc: Any, parts: tuple[str, ...]) -> bool:
 # --------------------------------------------------------------------------- order_by
 
 
-class OrderByError(ValueError):
+class OrderByError(OptionError):
     """An ``order_by`` specification could not be parsed."""
 
 

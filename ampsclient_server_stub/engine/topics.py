@@ -15,6 +15,8 @@ import re
 from functools import lru_cache
 from typing import Final
 
+from ..errors import OptionError
+
 __all__ = ["REGEX_CHARS", "TopicError", "TopicMatcher", "compile_topic", "is_regex_topic"]
 
 REGEX_CHARS: Final = frozenset(".^$*+?()[]{}|\\")
@@ -23,7 +25,7 @@ REGEX_CHARS: Final = frozenset(".^$*+?()[]{}|\\")
 _REGEX_RE: Final = re.compile(r"[.^$*+?()\[\]{}|\\]")
 
 
-class TopicError(ValueError):
+class TopicError(OptionError):
     """A regex topic that does not compile (AMPS reason ``bad regex topic``)."""
 
     reason: Final = "bad regex topic"

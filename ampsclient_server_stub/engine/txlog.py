@@ -47,6 +47,7 @@ from ampsclient.protocol.bookmarks import (
 from ampsclient.protocol.header import escape
 from ampsclient.protocol.options import parse_duration, parse_rate
 
+from ..errors import RequestError
 from .journal import Journal, JournalPin, JournalRecord, RawBlock
 from .journal_format import FRAME_OVERHEAD, MIN_BODY, CorruptJournalError, decode_records
 from .payload import decode
@@ -77,7 +78,7 @@ PERSISTED_ACK_INTERVAL: Final = 1.0
 were delivered something since their last one)."""
 
 
-class ReplayError(Exception):
+class ReplayError(RequestError):
     """A bookmark subscription that cannot start; ``reason`` is the AMPS reason string."""
 
     def __init__(self, reason: str, detail: str) -> None:

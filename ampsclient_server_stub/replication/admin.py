@@ -22,6 +22,7 @@ import socket
 import struct
 from typing import Any
 
+from ..errors import ReplicationError
 from .protocol import PROTOCOL_VERSION, decode_frame, encode_frame, make_nonce, proof, verify_proof
 
 __all__ = ["AdminError", "admin_call"]
@@ -29,7 +30,7 @@ __all__ = ["AdminError", "admin_call"]
 _LEN = struct.Struct(">I")
 
 
-class AdminError(RuntimeError):
+class AdminError(ReplicationError, RuntimeError):
     """The instance refused the admin connection or the command failed."""
 
 

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from ..errors import SecurityError
+
 __all__ = [
     "DEFAULT_PBKDF2_ITERATIONS",
     "DEFAULT_SCRYPT_N",
@@ -40,7 +42,7 @@ _MAX_ITERATIONS: Final = 10_000_000
 _MAX_FIELD: Final = 1024
 
 
-class PasswordHashError(ValueError):
+class PasswordHashError(SecurityError, ValueError):
     """An encoded hash that cannot be understood."""
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from ..errors import SecurityError
 from .passwords import DEFAULT_PBKDF2_ITERATIONS, DEFAULT_SCRYPT_N, hash_password
 
 __all__ = [
@@ -64,7 +65,7 @@ _MAX_FILE: Final = 16 * 1024 * 1024
 _MAX_PATTERN: Final = 1000
 
 
-class UsersFileError(ValueError):
+class UsersFileError(SecurityError, ValueError):
     """A users file that cannot be read or understood."""
 
 

@@ -1,0 +1,75 @@
+"""The one exception tree of the reference server.
+
+Every error the server's library code raises on purpose is a :class:`ServerError`::
+
+    ServerError
+    ├── ConfigError (ValueError)               config.py          a bad configuration
+    │   └── SecurityConfigError                security/auth.py   bad module name, missing file...
+    ├── RequestError                           carries .reason    a client's command is refused
+    │   ├── CommandFailure                     engine/wire.py     the general refusal
+    │   ├── ReplayError                        engine/txlog.py    a bookmark replay cannot start
+    │   └── ConflationError                    engine/conflation.py
+    ├── OptionError (ValueError)               an option or expression that does not parse
+    │   ├── FilterError                        engine/filters.py  reason "bad filter"
+    │   ├── TopicError                         engine/topics.py   reason "bad regex topic"
+    │   ├── SelectError                        engine/payload.py
+    │   └── OrderByError                       engine/payload.py
+    ├── StorageError                           the transaction log and its files
+    │   ├── JournalError                       engine/journal.py
+    │   │   ├── JournalClosedError (ValueError)
+    │   │   ├── JournalInUseError (OSError)
+    │   │   └── SequenceOrderError (ValueError)
+    │   └── CorruptJournalError (ValueError)   engine/journal_format.py
+    ├── SecurityError                          users and password files
+    │   ├── UsersFileError (ValueError)        security/users.py
+    │   └── PasswordHashError (ValueError)     security/passwords.py
+    └── ReplicationError
+        └── AdminError (RuntimeError)          replication/admin.py
+
+The builtin bases in parentheses are kept as mixins, so code that catches ``ValueError``,
+``OSError`` or ``RuntimeError`` still catches what it did before the tree existed. The
+families live here; each leaf lives with the code that raises it. This module imports nothing
+from the server, so every layer may import it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OptionError",
+    "ReplicationError",
+    "RequestError",
+    "SecurityError",
+    "ServerError",
+    "StorageError",
+]
+
+
+class ServerError(Exception):
+    """The root of every error the reference server raises on purpose."""
+
+
+class RequestError(ServerError):
+    """A client's command that the server refuses.
+
+    Attributes:
+        reason: the exact AMPS reason string sent back in the failure ack.
+    """
+
+    reason: str
+
+
+class OptionError(ServerError, ValueError):
+    """An option or expression of a command (filter, topic, ``select``, ``order_by``) that
+    does not parse."""
+
+
+class StorageError(ServerError):
+    """The transaction log or one of its files cannot be used."""
+
+
+class SecurityError(ServerError):
+    """A users file or password hash that cannot be used."""
+
+
+class ReplicationError(ServerError):
+    """A replication peer or its admin interface failed."""
