@@ -692,8 +692,8 @@ put_record(unsigned char *p, unsigned long long seq, const unsigned char *payloa
 
 PyDoc_STRVAR(write_record_doc,
 "write_record(buffer, start, sequence, payload) -> int\n\n"
-"Write the FilePublishStore record of ``payload`` (see _store_record in\n"
-"stores/publish/file.py) into the writable ``buffer`` at ``start``; return its end. The\n"
+"Write the FilePublishStore record of ``payload`` (see store_record in\n"
+"stores/publish/record.py) into the writable ``buffer`` at ``start``; return its end. The\n"
 "caller makes room first (ValueError otherwise).");
 
 static PyObject *
@@ -1093,7 +1093,8 @@ static PyTypeObject LaneType = {
  * MemoryPublishStore or FilePublishStore), in the same order:
  *
  *   payload = b'{"c":"p","s":' + b"%d" % s + suffix(topic) + data, s = store._next;
- *   (file store) the record of (s, payload) copied into the active segment's mapping;
+ *   (file store) the record of (s, payload) copied into the active segment's mapping
+ *   (store.segment_log, SegmentLog.write_stores in ampsclient/stores/publish/segments.py);
  *   the payload appended to the store's index; the length-prefixed frame to the client's
  *   write queue; then, outside the atomic part, wake the writer / wait while blocked.
  *
@@ -1158,6 +1159,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *client;
     PyObject *store;
+    PyObject *log;            /* store.segment_log (a file store), else NULL */
     PyObject *pub_locked;     /* client._pub_lock.locked */
     PyObject *store_locked;   /* store._lock.locked */
     PyObject *suffixes;       /* client._seq_suffix: topic -> b',"a":"persisted","t":"..."}' */
@@ -1181,6 +1183,7 @@ publane_traverse(PublishLane *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->client);
     Py_VISIT(self->store);
+    Py_VISIT(self->log);
     Py_VISIT(self->pub_locked);
     Py_VISIT(self->store_locked);
     Py_VISIT(self->suffixes);
@@ -1196,6 +1199,7 @@ publane_clear(PublishLane *self)
 {
     Py_CLEAR(self->client);
     Py_CLEAR(self->store);
+    Py_CLEAR(self->log);
     Py_CLEAR(self->pub_locked);
     Py_CLEAR(self->store_locked);
     Py_CLEAR(self->suffixes);
@@ -1240,13 +1244,19 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
         || slot_offset(st, "_pad", &self->o_pad) < 0 || slot_offset(st, "_buf", &self->o_buf) < 0) {
         return -1;
     }
-    if (file
-        && (slot_offset(st, "_broken", &self->o_broken) < 0 || slot_offset(st, "_mm", &self->o_mm) < 0
-            || slot_offset(st, "_active_size", &self->o_active) < 0
-            || slot_offset(st, "_map_size", &self->o_map_size) < 0
-            || slot_offset(st, "_segment_size", &self->o_segment_size) < 0
-            || slot_offset(st, "_write_gen", &self->o_write_gen) < 0)) {
-        return -1;
+    if (file) {
+        /* the segment files' public slots (ampsclient/stores/publish/segments.py) */
+        if (take_attr(store, "segment_log", &self->log) < 0) {
+            return -1;
+        }
+        PyTypeObject *lt = Py_TYPE(self->log);
+        if (slot_offset(lt, "broken", &self->o_broken) < 0 || slot_offset(lt, "mm", &self->o_mm) < 0
+            || slot_offset(lt, "active_size", &self->o_active) < 0
+            || slot_offset(lt, "map_size", &self->o_map_size) < 0
+            || slot_offset(lt, "segment_size", &self->o_segment_size) < 0
+            || slot_offset(lt, "write_gen", &self->o_write_gen) < 0) {
+            return -1;
+        }
     }
     PyObject *lock = NULL, *queue = NULL;
     int failed = take_attr(client, "_pub_lock", &lock) < 0
@@ -1374,13 +1384,14 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
     Py_ssize_t n = PUBLISH_HEAD_LEN + ndigits + suffix_len + body_len;
     long long start = 0, end = 0, gen = 0;
     if (self->file) {
-        PyObject *mm = SLOT(store, self->o_mm);
-        start = slot_ll(store, self->o_active);
-        gen = slot_ll(store, self->o_write_gen);
-        long long map_size = slot_ll(store, self->o_map_size);
-        long long segment_size = slot_ll(store, self->o_segment_size);
+        PyObject *log = self->log;
+        PyObject *mm = SLOT(log, self->o_mm);
+        start = slot_ll(log, self->o_active);
+        gen = slot_ll(log, self->o_write_gen);
+        long long map_size = slot_ll(log, self->o_map_size);
+        long long segment_size = slot_ll(log, self->o_segment_size);
         end = start + record_size(n);
-        if (SLOT(store, self->o_broken) != Py_None || mm == NULL || mm == Py_None || start < 0
+        if (SLOT(log, self->o_broken) != Py_None || mm == NULL || mm == Py_None || start < 0
             || gen < 0 || map_size < 0 || segment_size < 0 || end > map_size
             || end >= segment_size || n > 0xFFFFFFF0) {
             goto slow; /* broken, or the segment must grow or roll: Python does it */
@@ -1423,8 +1434,8 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
                    (const unsigned char *)p, n);
         PyBuffer_Release(&view);
         view.obj = NULL;
-        Py_XSETREF(SLOT(store, self->o_active), active_obj);
-        Py_XSETREF(SLOT(store, self->o_write_gen), gen_obj);
+        Py_XSETREF(SLOT(self->log, self->o_active), active_obj);
+        Py_XSETREF(SLOT(self->log, self->o_write_gen), gen_obj);
         active_obj = gen_obj = NULL;
     }
     PyObject *seq_obj = SLOT(store, self->o_next);

@@ -32,7 +32,8 @@ def join_seq(head: bytes, sequence: int, tail: bytes) -> bytes:
     return head + b"%d" % sequence + tail
 
 
-_join_seq: Final = _accel.join_seq or join_seq
+join_seq_fast: Final = _accel.join_seq or join_seq
+""":func:`join_seq`, in C when the speedups are built."""
 
 __all__ = [
     "Build",

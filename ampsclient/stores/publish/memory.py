@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .base import Build, IndexedPublishStore, _join_seq
+from .base import Build, IndexedPublishStore, join_seq_fast
 
 __all__ = ["MemoryPublishStore"]
 
@@ -53,7 +53,7 @@ class MemoryPublishStore(IndexedPublishStore):
             if self._closed:
                 self._check_open()
             s = self._next
-            payload = _join_seq(head, s, tail)
+            payload = join_seq_fast(head, s, tail)
             # _index_one inlined (the HA publish hot path)
             if not self._count:
                 self._first = s

@@ -1,0 +1,397 @@
+"""The file publish store's segment files: creation, mapping, growth, roll-over, deletion,
+the state file, and the group commit that syncs them.
+
+A :class:`SegmentLog` owns the files of one store directory. Its callers hold the store's
+lock around every method except :meth:`SegmentLog.sync_to` (the group commit, which runs
+outside it). The active segment is preallocated to ``segment_size`` and memory-mapped;
+records are copied into the mapping (no ``write()`` syscall), so a segment may end in a run
+of zero bytes. Closed segments are trimmed to their data.
+
+The C speedups' ``PublishLane`` writes records into the mapping through the public slots
+``broken``, ``mm``, ``active_size``, ``map_size``, ``segment_size`` and ``write_gen``
+(read with :attr:`~ampsclient.stores.publish.FilePublishStore.segment_log`): keep
+``ampsclient/_speedups.c`` in step with :meth:`SegmentLog.write_stores`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ...exceptions import StoreError
+from .record import SEGMENT_MAGIC, encode_state, record_size, store_records, write_record_fast
+from .scan import STATE_NAME, STATE_TMP, SegmentInfo, segment_name
+
+__all__ = ["MiB", "Segment", "SegmentLog", "fsync_dir", "preallocate", "write_state"]
+
+logger = logging.getLogger("ampsclient.stores.publish")
+
+MiB: Final = 1024 * 1024
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+_LINUX: Final = sys.platform.startswith("linux")
+_PAGE: Final = mmap.PAGESIZE
+
+
+def preallocate(fd: int, size: int) -> None:
+    """Make the file at least ``size`` bytes long, with its blocks allocated if possible.
+
+    ``posix_fallocate`` reserves the disk blocks, so storing into the mapping cannot hit
+    ``ENOSPC`` (which a memory-mapped write would turn into ``SIGBUS``); where it is missing
+    or unsupported the file is extended sparsely with ``ftruncate``.
+    """
+    if os.fstat(fd).st_size >= size:
+        return
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+    os.ftruncate(fd, size)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory (its entries: created, renamed, deleted files)."""
+    if sys.platform == "win32":  # pragma: no cover - directories cannot be fsynced there
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_state(directory: Path, last_persisted: int, last_sequence: int, sync: bool) -> None:
+    """Replace ``<dir>/state`` atomically (write a temp file, fsync it, rename, fsync the dir)."""
+    tmp = directory / STATE_TMP
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, encode_state(last_persisted, last_sequence))
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / STATE_NAME)
+    if sync:
+        fsync_dir(directory)
+
+
+@dataclass(slots=True)
+class Segment:
+    """One segment file of an open store."""
+
+    path: Path
+    size: int
+    high: int
+    """Highest sequence number used when the segment was closed (meaningless while active)."""
+
+
+class SegmentLog:
+    """The segment files of one store directory, the active one mapped.
+
+    Args:
+        directory: the store directory.
+        segment_size: roll to a new segment past this many bytes.
+        sync_files: fsync new files, the state file and the directory (not ``"never"``).
+    """
+
+    __slots__ = (
+        "active_size",
+        "broken",
+        "directory",
+        "fd",
+        "fsyncs",
+        "map_size",
+        "mm",
+        "segment_size",
+        "segments",
+        "segments_deleted",
+        "sync_cond",
+        "sync_files",
+        "synced_gen",
+        "syncing",
+        "write_gen",
+    )
+
+    def __init__(self, directory: Path, *, segment_size: int, sync_files: bool) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.sync_files = sync_files
+        self.segments: list[Segment] = []
+        """Oldest first; the last one is the active segment."""
+        self.fd = -1
+        self.mm: mmap.mmap | None = None
+        """The active segment's mapping (``map_size`` bytes, the file is at least that long)."""
+        self.map_size = 0
+        self.active_size = 0
+        """Bytes of data in the active segment (the next record goes there)."""
+        self.broken: str | None = None
+        """Why the store refuses writes after an I/O error it could not undo."""
+        # Group commit: writes bump write_gen (under the store's lock); a sync covers every
+        # write whose generation it read before starting (under sync_cond).
+        self.write_gen = 0
+        self.synced_gen = 0
+        self.syncing = False
+        self.sync_cond = threading.Condition(threading.Lock())
+        self.fsyncs = 0
+        self.segments_deleted = 0
+
+    # ------------------------------------------------------------------ opening
+
+    def open(self, found: list[SegmentInfo], next_sequence: int) -> None:
+        """Adopt the segments a scan found (mapping the newest), or create the first one."""
+        self.segments = [Segment(s.path, s.size, s.high) for s in found]
+        if not self.segments:
+            fd, mm, segment = self._new_segment_file(next_sequence)
+            self.fd = fd
+            self.mm, self.map_size = mm, len(mm)
+            self.active_size = segment.size
+            self.segments.append(segment)
+        else:
+            active = self.segments[-1]
+            self.fd = os.open(active.path, os.O_RDWR)
+            self.active_size = active.size
+            self.mm, self.map_size = self._map(self.fd, active.size)
+
+    def _map(self, fd: int, used: int) -> tuple[mmap.mmap, int]:
+        """Preallocate the segment to ``segment_size`` (or more) and map all of it."""
+        size = max(self.segment_size, used, os.fstat(fd).st_size)
+        preallocate(fd, size)
+        return mmap.mmap(fd, size), size
+
+    def _new_segment_file(self, next_sequence: int) -> tuple[int, mmap.mmap, Segment]:
+        """Create ``seg-<next>.log``: the magic, then zeros up to ``segment_size``, mapped
+        (synced unless ``"never"``)."""
+        path = self.directory / segment_name(next_sequence)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, SEGMENT_MAGIC)
+            mm, _ = self._map(fd, len(SEGMENT_MAGIC))
+            try:
+                if self.sync_files:
+                    _fdatasync(fd)
+                    fsync_dir(self.directory)
+            except BaseException:
+                mm.close()
+                raise
+        except BaseException:
+            os.close(fd)
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            raise
+        return fd, mm, Segment(path, len(SEGMENT_MAGIC), 0)
+
+    def release_active(self, *, trim: bool) -> None:
+        """Unmap and close the active segment; with ``trim``, cut its zero tail off first
+        (best effort: a zero tail is valid, it only costs disk space)."""
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+        if self.fd < 0:
+            return
+        if trim:
+            try:
+                os.ftruncate(self.fd, self.active_size)
+            except OSError as exc:
+                logger.warning(
+                    "publish store %s: could not trim a segment: %s", self.directory, exc
+                )
+        os.close(self.fd)
+        self.fd = -1
+
+    # ------------------------------------------------------------------ writing
+
+    def write_stores(self, first: int, payloads: list[bytes]) -> None:
+        """Write the records of ``payloads`` (sequences from ``first``) at the end of the
+        active segment: the one write path of every store method.
+
+        The only failure (growing the segment for an oversized record) happens before
+        anything is copied, so a partial record never stays in the middle of the log.
+        """
+        start = self.active_size
+        if len(payloads) == 1:  # written in place (in C when the speedups are built)
+            end = start + record_size(len(payloads[0]))
+            if end > self.map_size:
+                self._grow(end)
+            write_record_fast(self.mm, start, first, payloads[0])
+            self.active_size = end
+            self.write_gen += 1
+        else:
+            self.append(store_records(first, payloads))
+
+    def append(self, record: bytes) -> None:
+        """Copy one record (or a batch) into the active segment's mapping."""
+        start = self.active_size
+        end = start + len(record)
+        if end > self.map_size:
+            self._grow(end)
+        assert self.mm is not None
+        self.mm[start:end] = record
+        self.active_size = end
+        self.write_gen += 1
+
+    def _grow(self, end: int) -> None:
+        """Extend the active segment and its mapping to hold ``end`` bytes (a record that
+        crosses ``segment_size``); ``StoreError`` (nothing written) if the disk is full."""
+        size = -(-end // _PAGE) * _PAGE
+        try:
+            preallocate(self.fd, size)
+            mm = mmap.mmap(self.fd, size)
+        except OSError as exc:
+            raise StoreError(f"publish store {self.directory}: write failed: {exc}") from exc
+        with self.sync_cond:
+            while self.syncing:
+                self.sync_cond.wait()
+            assert self.mm is not None
+            self.mm.close()
+            self.mm, self.map_size = mm, size
+
+    def _wait_no_sync(self) -> None:
+        """Wait until no sync runs (``sync_cond`` held)."""
+        while self.syncing:
+            self.sync_cond.wait()
+
+    def roll(self, next_sequence: int, low: int | None, last_persisted: int) -> None:
+        """Close the full active segment, start a new one, and delete discarded segments.
+
+        Called after a record was appended, so it does not raise for problems that leave
+        that record safe: if the new segment cannot be created, it logs a warning and the
+        store keeps appending to the old one (and tries again after the next store).
+
+        Args:
+            next_sequence: the next sequence number (names the new segment).
+            low: the lowest unpersisted sequence number, ``None`` if there is none.
+            last_persisted: the store's last persisted sequence number.
+        """
+        active = self.segments[-1]
+        try:
+            fd, mm, segment = self._new_segment_file(next_sequence)
+        except OSError as exc:
+            logger.warning(
+                "publish store %s: cannot start a new segment (%s); still appending to %s",
+                self.directory,
+                exc,
+                active.path.name,
+            )
+            return
+        with self.sync_cond:
+            self._wait_no_sync()
+            try:
+                if self.sync_files:
+                    self.sync_active()
+                    self.fsyncs += 1
+            except OSError as exc:
+                mm.close()
+                os.close(fd)
+                segment.path.unlink()
+                self.broken = f"fsync of {active.path.name} failed ({exc})"
+                raise StoreError(f"publish store {self.directory}: {self.broken}") from exc
+            self.release_active(trim=True)
+            active.size = self.active_size
+            active.high = next_sequence - 1
+            self.fd = fd
+            self.mm, self.map_size = mm, len(mm)
+            self.active_size = segment.size
+            self.segments.append(segment)
+            self.synced_gen = self.write_gen
+        try:
+            self.compact(low, last_persisted, next_sequence - 1)
+        except OSError as exc:
+            logger.warning(
+                "publish store %s: could not delete old segments: %s", self.directory, exc
+            )
+
+    def compact(self, low: int | None, last_persisted: int, last_sequence: int) -> None:
+        """Delete the oldest closed segments whose messages are all discarded (``low``: the
+        lowest unpersisted sequence number, ``None`` if none), after recording the state."""
+        doomed = 0
+        for segment in self.segments[:-1]:
+            if low is not None and segment.high >= low:
+                break
+            doomed += 1
+        if not doomed:
+            return
+        write_state(self.directory, last_persisted, last_sequence, self.sync_files)
+        for segment in self.segments[:doomed]:
+            try:
+                segment.path.unlink()
+            except FileNotFoundError:
+                pass
+            logger.debug("publish store %s: deleted %s", self.directory, segment.path.name)
+        del self.segments[:doomed]
+        self.segments_deleted += doomed
+        if self.sync_files:
+            fsync_dir(self.directory)
+
+    # ------------------------------------------------------------------ group commit
+
+    def sync_to(self, generation: int) -> None:
+        """Return once an fsync that started after write ``generation`` has completed."""
+        cond = self.sync_cond
+        with cond:
+            while True:
+                if self.synced_gen >= generation or self.fd < 0:
+                    return
+                if not self.syncing:
+                    break
+                cond.wait()
+            self.syncing = True
+            target = self.write_gen
+        error: OSError | None = None
+        try:
+            self.sync_active()  # roll/grow/close wait for syncing before unmapping
+        except OSError as exc:
+            error = exc
+        with cond:
+            self.syncing = False
+            if error is None:
+                self.fsyncs += 1
+                if target > self.synced_gen:
+                    self.synced_gen = target
+            cond.notify_all()
+        if error is not None:
+            raise StoreError(f"publish store {self.directory}: fsync failed: {error}") from error
+
+    def sync_active(self) -> None:
+        """msync + fdatasync of the active segment (without holding the GIL on Linux).
+
+        On Linux ``msync(MS_SYNC)`` of a shared file mapping is ``vfs_fsync_range`` on the
+        file, i.e. what ``fdatasync`` does, and ``fdatasync`` runs without the GIL (CPython's
+        ``mmap.flush`` keeps it), so only ``fdatasync`` is called there.
+        """
+        if not _LINUX and self.mm is not None:
+            self.mm.flush()
+        _fdatasync(self.fd)
+
+    def close(self, low: int | None, last_persisted: int, last_sequence: int) -> None:
+        """Sync (unless ``"never"``), compact, write the state file (unless broken) and
+        release the active segment; ``OSError`` after the segment was released."""
+        try:
+            with self.sync_cond:
+                self._wait_no_sync()
+                if self.sync_files and self.write_gen > self.synced_gen:
+                    self.sync_active()
+                    self.fsyncs += 1
+                self.synced_gen = self.write_gen
+            if self.broken is None:
+                self.compact(low, last_persisted, last_sequence)
+                write_state(self.directory, last_persisted, last_sequence, self.sync_files)
+        finally:
+            with self.sync_cond:
+                self.release_active(trim=True)
+                self.sync_cond.notify_all()
+
+    def disk_bytes(self) -> int:
+        """Bytes of data in the segments."""
+        return sum(s.size for s in self.segments[:-1]) + self.active_size
