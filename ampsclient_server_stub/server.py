@@ -26,6 +26,7 @@ from ampsclient_server_stub.engine.broker import Authenticator, Broker
 from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
 from ampsclient_server_stub.engine.txlog import PERSISTED_ACK_INTERVAL, TxLog
 
+from .net.flow import FlowControl
 from .net.session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER
 from .net.tcp import start_tcp_listener
 from .net.ws import start_ws_listener
@@ -160,6 +161,8 @@ class ReferenceServer:
         self.broker: Broker | None = None
         self.security: ServerSecurity | None = None
         """TLS, authentication, entitlements, slow-client limits (``security`` package)."""
+        self.flow: FlowControl | None = None
+        """The running resource pools: slow-client offlining (``net.flow``)."""
         self._tcp: list[tuple[TransportConfig, asyncio.Server]] = []
         self._ws: list[tuple[TransportConfig, WsServer]] = []
         self._expiry: asyncio.Task[None] | None = None
@@ -189,6 +192,7 @@ class ReferenceServer:
         self._started = True
         try:
             self.security = ServerSecurity.from_config(self.config)
+            self.flow = FlowControl()
             self.broker.guard = self.security.guard
             for transport in self.config.transports:
                 policy = self.security.policy_for(transport.name)
@@ -212,6 +216,7 @@ class ReferenceServer:
                         max_write_buffer=self.max_write_buffer,
                         ssl_context=tls,
                         policy=policy,
+                        flow=self.flow,
                     )
                     self._ws.append((transport, ws))
                 elif transport.type in ("tcp", "tcps"):
@@ -224,6 +229,7 @@ class ReferenceServer:
                         max_write_buffer=self.max_write_buffer,
                         ssl_context=tls,
                         policy=policy,
+                        flow=self.flow,
                     )
                     self._tcp.append((transport, tcp))
                 elif transport.type != "amps-replication":  # that one: self.replication
@@ -362,6 +368,8 @@ class ReferenceServer:
             self._tempdir = None
         if broker is not None:
             broker.close()
+        if self.flow is not None:
+            self.flow.close()
         if self.security is not None:
             self.security.close()
         logger.info("server stopped")
@@ -470,6 +478,8 @@ class ReferenceServer:
             # group commit figures: fsyncs per 100k appends tells how well commits are shared
             counters = journal.counters()
             stats.update({f"journal_{name}": value for name, value in counters.items()})
+        if self.flow is not None:
+            stats.update(self.flow.statistics())
         if self.security is not None:
             stats.update(self.security.statistics())
             if self.security.guard is not None:

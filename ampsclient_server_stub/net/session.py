@@ -11,7 +11,9 @@ arrived from it for 2N seconds. Client ``beat`` frames are never echoed.
 
 Slow-client protection: when the transport's write buffer plus pending output exceeds
 ``max_write_buffer`` bytes, the connection is aborted, or, when the transport manages slow
-clients (``slow``, see :mod:`ampsclient_server_stub.security.limits`), offlined to disk.
+clients (``slow``, see :mod:`.flow`), offlined to disk. Flow control works on the session only
+through its public output-queue interface (:class:`.flow.OutputQueue`): :meth:`pending_bytes`,
+:meth:`buffered_bytes`, :meth:`take_pending`, :meth:`write_now`, :meth:`abort`.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from typing import TYPE_CHECKING, Final
 
 from ampsclient_server_stub.engine.broker import Broker, Connection
 
-if TYPE_CHECKING:  # slow-client management and connection caps (security package)
-    from ampsclient_server_stub.security.limits import SlowClient
+if TYPE_CHECKING:  # connection caps and slow-client limits (security package)
     from ampsclient_server_stub.security.policy import TransportPolicy
+
+    from .flow import FlowControl, SlowClient
 
 __all__ = ["DEFAULT_MAX_FRAME_SIZE", "DEFAULT_MAX_WRITE_BUFFER", "HEARTBEAT", "NetSession"]
 
@@ -49,6 +52,8 @@ class NetSession(abc.ABC):
 
     policy: TransportPolicy | None = None
     """The transport's policy (set by the listener): connection caps, slow-client limits."""
+    flow: FlowControl | None = None
+    """The server's running resource pools (set by the listener with :attr:`policy`)."""
     slow: SlowClient | None = None
     """Slow-client state when the transport manages slow clients (offlining to disk)."""
 
@@ -86,8 +91,13 @@ class NetSession(abc.ABC):
         self.conn = self.broker.connect(
             self, message_type=message_type, transport=self.transport_name, peer=peer
         )
-        if self.policy is not None and not self.policy.attach(self):
-            self.broker.kick(self.conn, "connection limit reached")
+        policy = self.policy
+        if policy is not None:
+            if not policy.attach(self):
+                self.broker.kick(self.conn, "connection limit reached")
+            elif policy.pool is not None and self.flow is not None:
+                slow = self.slow = self.flow.attach(self, policy.pool, policy.limits)
+                self.max_write_buffer = slow.memory_cap
         logger.debug("connection %r opened", self.conn)
         return self.conn
 
@@ -104,6 +114,8 @@ class NetSession(abc.ABC):
         self._cancel_heartbeat()
         if self.policy is not None:
             self.policy.detach(self)
+        if self.slow is not None:
+            self.slow.close()
         if self.conn is not None:
             self.broker.disconnect(self.conn)
 
@@ -175,6 +187,37 @@ class NetSession(abc.ABC):
         self._hb_next = now + interval
         self.last_received = now
         self._schedule_heartbeat()
+
+    # ------------------------------------------------------------------ output queue (flow control)
+
+    def client_identity(self) -> tuple[str, int]:
+        """``(client name, connection id)`` of the connection (``("", 0)`` before logon)."""
+        conn = self.conn
+        if conn is None:
+            return "", 0
+        return conn.client_name or "", conn.id
+
+    def pending_bytes(self) -> int:
+        """Bytes queued for the next write and not yet handed to the transport."""
+        return self._out_bytes
+
+    def buffered_bytes(self) -> int:
+        """Bytes handed to the transport and not yet taken by the OS."""
+        return self._buffered()
+
+    def take_pending(self) -> list[bytes]:
+        """Remove and return the queued payloads not yet handed to the transport."""
+        pending, self._out = self._out, []
+        self._out_bytes = 0
+        return pending
+
+    def write_now(self, payloads: list[bytes]) -> None:
+        """Hand ``payloads`` to the transport at once, in order (ahead of the next flush)."""
+        self._write(payloads)
+
+    def abort(self, reason: str) -> None:
+        """Drop the connection at once, without writing what is queued."""
+        self._abort(reason)
 
     # ------------------------------------------------------------------ internals
 

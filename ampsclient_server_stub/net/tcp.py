@@ -24,6 +24,8 @@ from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSessio
 if TYPE_CHECKING:
     from ampsclient_server_stub.security.policy import TransportPolicy
 
+    from .flow import FlowControl
+
 __all__ = ["TcpSession", "start_tcp_listener"]
 
 logger = logging.getLogger(__name__)
@@ -125,11 +127,13 @@ async def start_tcp_listener(
     max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
     ssl_context: ssl.SSLContext | None = None,
     policy: TransportPolicy | None = None,
+    flow: FlowControl | None = None,
 ) -> asyncio.Server:
     """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over TCP.
 
     ``ssl_context`` makes it a ``tcps`` listener; ``policy`` (security package) applies
-    connection caps and slow-client management to its sessions.
+    connection caps to its sessions, and slow-client management with ``flow``
+    (the server's running resource pools).
     """
     loop = asyncio.get_running_loop()
 
@@ -142,6 +146,7 @@ async def start_tcp_listener(
             max_write_buffer=max_write_buffer,
         )
         session.policy = policy
+        session.flow = flow
         return session
 
     if ssl_context is None:

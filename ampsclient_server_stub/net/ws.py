@@ -32,6 +32,8 @@ from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSessio
 if TYPE_CHECKING:
     from ampsclient_server_stub.security.policy import TransportPolicy
 
+    from .flow import FlowControl
+
 __all__ = ["WsSession", "parse_ws_path", "start_ws_listener"]
 
 logger = logging.getLogger(__name__)
@@ -195,12 +197,14 @@ async def start_ws_listener(
     max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
     ssl_context: ssl.SSLContext | None = None,
     policy: TransportPolicy | None = None,
+    flow: FlowControl | None = None,
 ) -> Server:
     """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over WebSocket.
 
     ``message_type``, when set, is the only type the transport accepts (other paths → 404).
     ``ssl_context`` makes it a ``wss`` listener; ``policy`` (security package) applies
-    connection caps and slow-client management to its sessions.
+    connection caps to its sessions, and slow-client management with ``flow``
+    (the server's running resource pools).
     """
     loop = asyncio.get_running_loop()
 
@@ -222,6 +226,7 @@ async def start_ws_listener(
             max_write_buffer=max_write_buffer,
         )
         session.policy = policy
+        session.flow = flow
         await session.run()
 
     return await serve(

@@ -1,12 +1,14 @@
 """Security and robustness of the reference server: TLS, authentication, entitlements,
-slow-client management and connection caps.
+slow-client limits and connection caps.
 
 * :mod:`.policy`: :class:`ServerSecurity` builds a :class:`TransportPolicy` per transport
   from the configuration;
 * :mod:`.guard`: the broker hook (``Broker.guard``) for logons and entitlements;
 * :mod:`.auth`: authentication and entitlement modules; :mod:`.users`: the users file and its
   command line; :mod:`.passwords`: salted hashes;
-* :mod:`.limits`: resource pools, client offlining to disk, age and capacity limits;
+* resource pools and client limits are configured here (:class:`.policy.PoolLimits`,
+  :class:`.policy.ClientLimits`) and run by the network layer (``net.flow``: offlining to disk,
+  age and capacity limits);
 * :mod:`.replication`: credentials for replication links.
 """
 

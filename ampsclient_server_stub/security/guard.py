@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ampsclient.protocol.header import Header
 from ampsclient_server_stub.engine.broker import CommandFailure
@@ -29,10 +29,7 @@ from ampsclient_server_stub.engine.topics import TopicMatcher, is_regex_topic
 from .auth import AuthVerdict
 
 if TYPE_CHECKING:
-    from ampsclient_server_stub.engine.broker import Connection
-
-    from .auth import EntitlementModule
-    from .policy import ServerSecurity, TransportPolicy
+    from .auth import AuthenticationModule, EntitlementModule
 
 __all__ = ["NOT_ENTITLED", "EntitledTopicMatcher", "SecurityGuard", "operations_for"]
 
@@ -57,6 +54,42 @@ _STATE_LIMIT: Final = 10_000
 def operations_for(command: str) -> tuple[str, ...]:
     """The entitlement operations a command needs (empty: not governed)."""
     return _OPS.get(command, ())
+
+
+class Policy(Protocol):
+    """What the guard reads of a transport's policy (``policy.TransportPolicy`` fits)."""
+
+    @property
+    def auth(self) -> AuthenticationModule | None:
+        """The authentication module (``None``: not configured)."""
+
+    @property
+    def entitlements(self) -> EntitlementModule | None:
+        """The entitlement module (``None``: every topic allowed)."""
+
+
+class Policies(Protocol):
+    """The instance's policies (``policy.ServerSecurity`` fits)."""
+
+    @property
+    def default(self) -> Policy:
+        """The instance-level policy."""
+
+
+class Connection(Protocol):
+    """What the guard reads of a connection (the engine's ``Connection`` fits)."""
+
+    @property
+    def id(self) -> int:
+        """Connection number."""
+
+    @property
+    def user_id(self) -> str | None:
+        """The user the connection logged on as."""
+
+    @property
+    def session(self) -> object:
+        """The transport session (its ``policy`` attribute, when set, applies)."""
 
 
 class EntitledTopicMatcher(TopicMatcher):
@@ -94,14 +127,14 @@ class EntitledTopicMatcher(TopicMatcher):
 class SecurityGuard:
     """Authentication and entitlement checks for a :class:`~.policy.ServerSecurity`."""
 
-    def __init__(self, security: ServerSecurity) -> None:
+    def __init__(self, security: Policies) -> None:
         self.security = security
         self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self.counters: dict[str, int] = {"auth_failures": 0, "not_entitled": 0, "challenges": 0}
 
-    def policy(self, conn: Connection) -> TransportPolicy:
+    def policy(self, conn: Connection) -> Policy:
         """The policy of ``conn``'s transport."""
-        found = getattr(conn.session, "policy", None)
+        found: Policy | None = getattr(conn.session, "policy", None)
         return found if found is not None else self.security.default
 
     # ------------------------------------------------------------------ logon

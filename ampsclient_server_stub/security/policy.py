@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ampsclient.tls import server_context
 from ampsclient_server_stub.config import (
@@ -51,15 +51,12 @@ from .auth import (
     build_authentication,
     build_entitlements,
 )
-from .limits import ClientLimits, ResourcePool, SlowClient
 from .users import UsersFile
 
 if TYPE_CHECKING:
-    from ampsclient_server_stub.net.session import NetSession
-
     from .guard import SecurityGuard
 
-__all__ = ["ServerSecurity", "TransportPolicy"]
+__all__ = ["ClientLimits", "PoolLimits", "ServerSecurity", "TransportPolicy"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +117,40 @@ def _count(text: str | None, what: str) -> int | None:
     return int(text.strip())
 
 
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """Per-client policy of a transport (or the instance)."""
+
+    age_limit: float | None = None
+    """``ClientMessageAgeLimit`` in seconds (``None``: no limit)."""
+    max_capacity: float = 1.0
+    """``ClientMaxCapacity`` as a fraction of the pool's limits."""
+
+
+@dataclass(frozen=True, eq=False)
+class PoolLimits:
+    """The configuration of one resource pool (the network layer's ``net.flow`` runs it).
+
+    Pools compare by identity: transports given the same object share one budget.
+    """
+
+    name: str
+    """For log messages."""
+    memory_limit: int
+    """``MessageMemoryLimit`` in bytes."""
+    disk_limit: int
+    """``MessageDiskLimit`` in bytes."""
+    disk_path: Path
+    """``MessageDiskPath``: where offline files go (created when needed)."""
+
+
+class Peer(Protocol):
+    """What a policy needs of a connection (the network layer's sessions fit)."""
+
+    peer: str
+    """The client's address, for log messages."""
+
+
 @dataclass(eq=False)
 class TransportPolicy:
     """What applies to the connections of one transport."""
@@ -131,17 +162,18 @@ class TransportPolicy:
     """``None``: not configured (the broker's plain ``authenticate`` hook applies)."""
     entitlements: EntitlementModule | None = None
     """``None``: every topic allowed."""
-    pool: ResourcePool | None = None
+    pool: PoolLimits | None = None
     """``None``: no slow-client management (a client over its write buffer is dropped)."""
     limits: ClientLimits = field(default_factory=ClientLimits)
     max_frame_size: int | None = None
     max_connections: int | None = None
     sessions: set[Any] = field(default_factory=set)
 
-    def attach(self, session: NetSession) -> bool:
-        """A connection opened on this transport: apply the caps, set up slow-client state.
+    def attach(self, session: Peer) -> bool:
+        """A connection opened on this transport: apply the connection caps.
 
-        Returns ``False`` when a connection cap is reached (the caller closes it).
+        Returns ``False`` when a connection cap is reached (the caller closes it). The network
+        layer sets up the connection's slow-client state from :attr:`pool` and :attr:`limits`.
         """
         sec = self.security
         if self.max_connections is not None and len(self.sessions) >= self.max_connections:
@@ -162,18 +194,11 @@ class TransportPolicy:
             sec.refused += 1
             return False
         self.sessions.add(session)
-        if self.pool is not None:
-            slow = SlowClient(session, self.pool, self.limits)
-            session.slow = slow
-            session.max_write_buffer = slow.memory_cap
         return True
 
-    def detach(self, session: NetSession) -> None:
+    def detach(self, session: Peer) -> None:
         """The connection ended (idempotent)."""
         self.sessions.discard(session)
-        slow = session.slow
-        if slow is not None:
-            slow.close()
 
 
 class ServerSecurity:
@@ -189,7 +214,8 @@ class ServerSecurity:
         """Instance-level policy, for connections that come through no configured transport."""
         self.max_connections: int | None = None
         self.refused = 0
-        self.pools: list[ResourcePool] = []
+        self.pools: list[PoolLimits] = []
+        """Every resource pool configured (the network layer's ``net.flow`` runs them)."""
         self.users_files: dict[Path, UsersFile] = {}
         self.guard: SecurityGuard | None = None
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
@@ -240,7 +266,7 @@ class ServerSecurity:
 
     def _instance_pool(
         self, config: ServerConfig, root: Mapping[str, str], base: Path
-    ) -> ResourcePool | None:
+    ) -> PoolLimits | None:
         keys = (
             "MessageMemoryLimit",
             "MessageDiskLimit",
@@ -259,7 +285,7 @@ class ServerSecurity:
         root: Mapping[str, str],
         base: Path,
         config: ServerConfig | None = None,
-    ) -> ResourcePool:
+    ) -> PoolLimits:
         memory = _size(
             own.get("MessageMemoryLimit") or root.get("MessageMemoryLimit"), "MessageMemoryLimit"
         )
@@ -279,7 +305,7 @@ class ServerSecurity:
             if self._tempdir is None:
                 self._tempdir = tempfile.TemporaryDirectory(prefix="ampsclient-offline-")
             disk_path = Path(self._tempdir.name)
-        pool = ResourcePool(name, memory_limit=memory, disk_limit=disk, disk_path=disk_path)
+        pool = PoolLimits(name, memory_limit=memory, disk_limit=disk, disk_path=disk_path)
         self.pools.append(pool)
         return pool
 
@@ -289,7 +315,7 @@ class ServerSecurity:
         own: Mapping[str, str],
         root: Mapping[str, str],
         base: Path,
-        instance_pool: ResourcePool | None,
+        instance_pool: PoolLimits | None,
     ) -> TransportPolicy:
         def pick(key: str) -> str | None:
             value = own.get(key)
@@ -327,7 +353,7 @@ class ServerSecurity:
         transport: TransportConfig,
         root: Mapping[str, str],
         base: Path,
-        instance_pool: ResourcePool | None,
+        instance_pool: PoolLimits | None,
     ) -> TransportPolicy:
         own = transport.extra
         policy = self._policy(transport.name, own, root, base, instance_pool)
@@ -355,18 +381,12 @@ class ServerSecurity:
         return policy
 
     def statistics(self) -> dict[str, int]:
-        """Counters: refused connections, offlined/disconnected slow clients, offline bytes."""
-        stats = {"connections_refused": self.refused, "offline_bytes": 0}
-        for pool in self.pools:
-            for key, value in pool.counters.items():
-                stats[f"slow_{key}"] = stats.get(f"slow_{key}", 0) + value
-            stats["offline_bytes"] += pool.disk_total
-        return stats
+        """Counters: refused connections (slow clients: ``net.flow.FlowControl``)."""
+        return {"connections_refused": self.refused}
 
     def close(self) -> None:
-        """Drop offline files and stop the pools' timers."""
-        for pool in self.pools:
-            pool.close()
+        """Remove the temporary offline directory, if one was made (after ``FlowControl.close``
+        dropped the offline files)."""
         if self._tempdir is not None:
             with contextlib.suppress(OSError):
                 self._tempdir.cleanup()

@@ -11,9 +11,9 @@ import pytest
 
 from ampsclient.authenticator import ChallengeResponseAuthenticator, challenge_response
 from ampsclient_server_stub.config import ConfigError, parse_config
+from ampsclient_server_stub.net.flow import remove_stale_files
 from ampsclient_server_stub.security import ServerSecurity
 from ampsclient_server_stub.security.auth import ChallengeResponseAuthentication
-from ampsclient_server_stub.security.limits import remove_stale_files
 from ampsclient_server_stub.security.passwords import hash_password, verify_password
 from ampsclient_server_stub.security.replication import (
     authenticate_link,

@@ -1,4 +1,4 @@
-"""Slow client management: resource pools, client offlining to disk, age and capacity limits.
+"""Output flow control: resource pools, slow-client offlining to disk, age and capacity limits.
 
 Follows AMPS' model (seed: *Slow Client Management and Capacity Limits*):
 
@@ -19,6 +19,13 @@ The message age of an online client is the time since its queue was last (nearly
 offlined client it is the enqueue time stored with the oldest unsent record.
 
 Offline file records: ``>I`` payload length, ``>d`` enqueue time (epoch seconds), payload.
+
+The configuration (which pool a transport uses, its limits) comes from the security policy
+(:class:`~ampsclient_server_stub.security.policy.PoolLimits`,
+:class:`~ampsclient_server_stub.security.policy.ClientLimits`); this module holds the running
+state: :class:`FlowControl` makes one :class:`ResourcePool` per configured pool, and a
+:class:`SlowClient` per connection works on the session only through its public
+:class:`OutputQueue` interface.
 """
 
 from __future__ import annotations
@@ -30,21 +37,22 @@ import os
 import re
 import struct
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Final
+from typing import TYPE_CHECKING, BinaryIO, Final, Protocol
+
+from ampsclient_server_stub.security.policy import ClientLimits, PoolLimits
 
 if TYPE_CHECKING:
     import asyncio
 
-    from ampsclient_server_stub.net.session import NetSession
-
 __all__ = [
     "DRAIN_HIGH_WATER",
     "LOW_WATER",
-    "ClientLimits",
+    "FlowControl",
+    "OutputQueue",
     "ResourcePool",
     "SlowClient",
+    "remove_stale_files",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,14 +69,35 @@ _SAFE_NAME: Final = re.compile(r"[^A-Za-z0-9_.-]+")
 _file_ids = itertools.count(1)
 
 
-@dataclass(frozen=True, slots=True)
-class ClientLimits:
-    """Per-client policy of a transport (or the instance)."""
+class OutputQueue(Protocol):
+    """The output side of a connection, as flow control sees it (``NetSession`` fits)."""
 
-    age_limit: float | None = None
-    """``ClientMessageAgeLimit`` in seconds (``None``: no limit)."""
-    max_capacity: float = 1.0
-    """``ClientMaxCapacity`` as a fraction of the pool's limits."""
+    loop: asyncio.AbstractEventLoop
+    peer: str
+    """The client's address, for log messages."""
+    transport_name: str
+
+    @property
+    def closing(self) -> bool:
+        """True once the connection is closing or closed."""
+
+    def client_identity(self) -> tuple[str, int]:
+        """``(client name, connection id)``: names the offline file."""
+
+    def pending_bytes(self) -> int:
+        """Bytes queued for the next write and not yet handed to the transport."""
+
+    def buffered_bytes(self) -> int:
+        """Bytes handed to the transport and not yet taken by the OS."""
+
+    def take_pending(self) -> list[bytes]:
+        """Remove and return the queued payloads not yet handed to the transport."""
+
+    def write_now(self, payloads: list[bytes]) -> None:
+        """Hand ``payloads`` to the transport at once, in order."""
+
+    def abort(self, reason: str) -> None:
+        """Drop the connection without writing what is queued."""
 
 
 def remove_stale_files(directory: Path) -> int:
@@ -101,17 +130,15 @@ class ResourcePool:
     """Memory and disk budget shared by the clients of one or more transports.
 
     Args:
-        name: for log messages.
-        memory_limit: ``MessageMemoryLimit`` in bytes.
-        disk_limit: ``MessageDiskLimit`` in bytes.
-        disk_path: ``MessageDiskPath``: where offline files go (created when needed).
+        limits: the pool's configuration (name, ``MessageMemoryLimit``, ``MessageDiskLimit``,
+            ``MessageDiskPath``).
     """
 
-    def __init__(self, name: str, *, memory_limit: int, disk_limit: int, disk_path: Path) -> None:
-        self.name = name
-        self.memory_limit = memory_limit
-        self.disk_limit = disk_limit
-        self.disk_path = disk_path
+    def __init__(self, limits: PoolLimits) -> None:
+        self.name = limits.name
+        self.memory_limit = limits.memory_limit
+        self.disk_limit = limits.disk_limit
+        self.disk_path = limits.disk_path
         self.clients: set[SlowClient] = set()
         self.disk_total = 0
         self.memory_total = 0
@@ -178,7 +205,7 @@ class ResourcePool:
 class SlowClient:
     """Slow-client state of one connection (``NetSession.slow``)."""
 
-    def __init__(self, session: NetSession, pool: ResourcePool, limits: ClientLimits) -> None:
+    def __init__(self, session: OutputQueue, pool: ResourcePool, limits: ClientLimits) -> None:
         self.session = session
         self.pool = pool
         self.limits = limits
@@ -209,7 +236,7 @@ class SlowClient:
         """Bytes queued towards the client in memory (pending output and socket buffer)."""
         session = self.session
         try:
-            return session._out_bytes + session._buffered()
+            return session.pending_bytes() + session.buffered_bytes()
         except Exception:  # pragma: no cover - a transport already gone
             return 0
 
@@ -248,10 +275,8 @@ class SlowClient:
         if not self.pool.swept:
             self.pool.swept = True
             remove_stale_files(directory)
-        conn = self.session.conn
-        name = conn.client_name if conn is not None and conn.client_name else "client"
-        safe = _SAFE_NAME.sub("_", name)[:64] or "client"
-        conn_id = conn.id if conn is not None else 0
+        name, conn_id = self.session.client_identity()
+        safe = _SAFE_NAME.sub("_", name or "client")[:64] or "client"
         self._path = directory / f"{safe}-{os.getpid()}-{conn_id}-{next(_file_ids)}.offline"
         handle = open(self._path, "w+b")  # noqa: SIM115 - kept open while offline
         return handle
@@ -280,10 +305,7 @@ class SlowClient:
             reason,
             self._path,
         )
-        session = self.session
-        pending, session._out = session._out, []
-        session._out_bytes = 0
-        for payload in pending:
+        for payload in self.session.take_pending():
             self.spill(payload)
         self._schedule_drain()
         return True
@@ -328,7 +350,7 @@ class SlowClient:
             handle.flush()
             fd = handle.fileno()
             while self._read_pos < self._write_pos:
-                room = DRAIN_HIGH_WATER - session._buffered()
+                room = DRAIN_HIGH_WATER - session.buffered_bytes()
                 if room <= 0:
                     break
                 chunk = os.pread(fd, max(_READ_CHUNK, min(room, 4 * _READ_CHUNK)), self._read_pos)
@@ -347,7 +369,7 @@ class SlowClient:
                 if not payloads:
                     break
                 self._read_pos += pos
-                session._write(payloads)
+                session.write_now(payloads)
         except OSError as exc:
             logger.error("reading the offline file of %s failed: %s", session.peer, exc)
             self.disconnect("offline file read failed")
@@ -392,7 +414,7 @@ class SlowClient:
             reason,
         )
         self.close()
-        self.session._abort("slow consumer: " + reason)
+        self.session.abort("slow consumer: " + reason)
 
     def close(self) -> None:
         """The connection ended: remove the offline file, leave the pool (idempotent)."""
@@ -415,3 +437,44 @@ class SlowClient:
     def path(self) -> Path | None:
         """The offline file while offline."""
         return self._path
+
+
+class FlowControl:
+    """The running resource pools of one server: one :class:`ResourcePool` per configured
+    :class:`~ampsclient_server_stub.security.policy.PoolLimits` (transports that share a
+    pool's configuration share its budget)."""
+
+    def __init__(self) -> None:
+        self._pools: dict[PoolLimits, ResourcePool] = {}
+
+    @property
+    def pools(self) -> list[ResourcePool]:
+        """The pools made so far."""
+        return list(self._pools.values())
+
+    def pool_for(self, limits: PoolLimits) -> ResourcePool:
+        """The running pool of ``limits`` (made at first use; pools compare by identity)."""
+        pool = self._pools.get(limits)
+        if pool is None:
+            pool = self._pools[limits] = ResourcePool(limits)
+        return pool
+
+    def attach(
+        self, session: OutputQueue, limits: PoolLimits, client: ClientLimits
+    ) -> SlowClient:
+        """Slow-client state for a new connection of a transport whose pool is ``limits``."""
+        return SlowClient(session, self.pool_for(limits), client)
+
+    def statistics(self) -> dict[str, int]:
+        """Offlined/disconnected slow clients, deliveries spilled, offline bytes on disk."""
+        stats = {"offline_bytes": 0}
+        for pool in self.pools:
+            for key, value in pool.counters.items():
+                stats[f"slow_{key}"] = stats.get(f"slow_{key}", 0) + value
+            stats["offline_bytes"] += pool.disk_total
+        return stats
+
+    def close(self) -> None:
+        """Stop every pool's sweep and drop every offline file."""
+        for pool in self.pools:
+            pool.close()
