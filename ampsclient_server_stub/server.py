@@ -239,7 +239,10 @@ class ReferenceServer:
                         transport.type,
                     )
             self.replication = await start_replication(
-                self.config, self.broker, record_all_topics=self.record_all_topics
+                self.config,
+                self.broker,
+                record_all_topics=self.record_all_topics,
+                security=self.security,
             )
         except BaseException:
             await self.stop()

@@ -22,6 +22,8 @@ import socket
 import struct
 from typing import Any
 
+from ampsclient.authenticator import challenge_response
+
 from ..errors import ReplicationError
 from .protocol import PROTOCOL_VERSION, decode_frame, encode_frame, make_nonce, proof, verify_proof
 
@@ -53,9 +55,20 @@ def _recv(sock: socket.socket) -> tuple[dict[str, Any], Any]:
 
 
 def admin_call(
-    host: str, port: int, secret: str, cmd: str, *, timeout: float = 10.0, **args: Any
+    host: str,
+    port: int,
+    secret: str,
+    cmd: str,
+    *,
+    timeout: float = 10.0,
+    user: str = "",
+    password: str = "",
+    **args: Any,
 ) -> Any:
     """Run one admin command on the instance listening for replication at ``host:port``.
+
+    ``user``/``password`` log on to the replication transport (needed when it has
+    ``<Authentication>``; a ``challenge-response`` challenge is answered with the password).
 
     Raises:
         AdminError: authentication failed, the command is unknown or failed.
@@ -77,11 +90,15 @@ def admin_call(
             raise AdminError(f"instance {name!r} does not know the shared secret")
         sock.sendall(
             encode_frame({"c": "rauth", "proof": proof(secret, "dialer", str(header["nonce"]), "")})
+            + encode_frame({"c": "rlogon", "user": user, "pw": password})
         )
         while True:
             header, _ = _recv(sock)
             if header.get("c") == "rready":
                 break
+            if header.get("c") == "rlogonack" and header.get("status") == "retry":
+                answer = challenge_response(user, password, str(header.get("pw") or ""))
+                sock.sendall(encode_frame({"c": "rlogon", "user": user, "pw": answer}))
         sock.sendall(encode_frame({"c": "radmin", "cmd": cmd}, args))
         while True:
             header, body = _recv(sock)

@@ -1,7 +1,8 @@
 """One replication connection between two instances (or an admin connection).
 
 A :class:`Link` is an ``asyncio.Protocol``. It runs the handshake (hello, mutual
-challenge/response over the shared secret, configuration exchange and validation), then
+challenge/response over the shared secret, the logon of each side to the other's
+``amps-replication`` transport, configuration exchange and validation), then
 hands frames to the :class:`~ampsclient_server_stub.replication.manager.ReplicationManager`.
 A link carries replication in both directions: the streams of this instance's destinations
 that match the peer (outbound) and the streams of the peer's destinations that match this
@@ -14,7 +15,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from ampsclient.exceptions import FrameTooLargeError
+from ampsclient.authenticator import Authenticator
+from ampsclient.exceptions import AMPSError, FrameTooLargeError
 from ampsclient.protocol.framing import TcpFramer
 
 from .protocol import PROTOCOL_VERSION, decode_frame, encode_frame, make_nonce, proof, verify_proof
@@ -24,9 +26,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .manager import ReplicationManager
     from .streams import Inbound, Outbound
 
-__all__ = ["HANDSHAKE_TIMEOUT", "HEARTBEAT_INTERVAL", "Link"]
+__all__ = ["AUTH_FAILURE", "HANDSHAKE_TIMEOUT", "HEARTBEAT_INTERVAL", "Link"]
 
 logger = logging.getLogger("ampsclient_server_stub.replication")
+
+AUTH_FAILURE: Final = "auth failure"
+"""The reason of a refused logon (AMPS' reason for a failed logon)."""
 
 HANDSHAKE_TIMEOUT: Final = 5.0
 """Seconds a connection may take to authenticate and validate."""
@@ -84,6 +89,13 @@ class Link(asyncio.Protocol):
         self.paused = False
         self.closed = False
         self.close_reason = ""
+        self.peer_user: str | None = None
+        """The user the peer logged on as (``None`` until this side accepted its logon)."""
+        self.accepted_by_peer = False
+        self.auth_state: dict[str, Any] = {}
+        """The authentication module's state for the peer's logon (kept between retries)."""
+        self._logon_user = ""
+        self._authenticator: Authenticator | None = None
         self.ready: asyncio.Future[bool] = self.loop.create_future()
         self.outbound: dict[str, Outbound] = {}
         self.inbound: dict[str, Inbound] = {}
@@ -259,6 +271,10 @@ class Link(asyncio.Protocol):
             self._on_challenge(header)
         elif state == "await_auth" and c == "rauth":
             self._on_auth(header)
+        elif state == "await_logon" and c == "rlogon":
+            self._on_logon(header)
+        elif state == "await_logon" and c == "rlogonack":
+            self._on_logon_ack(header)
         elif state == "await_config" and c in ("rconfig", "rready"):
             if c == "rconfig":
                 self._on_config(body)
@@ -335,8 +351,8 @@ class Link(asyncio.Protocol):
                 "proof": proof(self.secret, "dialer", self.peer_nonce, self.manager.name),
             }
         )
-        self.state = "await_config"
-        self.send({"c": "rconfig"}, self.manager.summary.to_wire())
+        self.state = "await_logon"
+        self._send_logon()
 
     def _on_auth(self, header: dict[str, Any]) -> None:
         if not verify_proof(self.secret, "dialer", self.nonce, self.peer_name, header.get("proof")):
@@ -351,11 +367,7 @@ class Link(asyncio.Protocol):
             self.reject("authentication failed")
             return
         if self.role == "admin":
-            self.state = "admin"
-            if self._handshake_timer is not None:
-                self._handshake_timer.cancel()
-                self._handshake_timer = None
-            self.send({"c": "rready"})
+            self.state = "await_logon"
             return
         if self.peer_name == self.manager.name:
             logger.error(
@@ -369,6 +381,86 @@ class Link(asyncio.Protocol):
         if self.manager.is_partitioned(self.peer_name):
             logger.info("replication: refusing %s: partitioned by admin", self.describe())
             self.reject("partitioned by admin")
+            return
+        self.state = "await_logon"
+
+    # ------------------------------------------------------------------ logon
+
+    def _send_logon(self) -> None:
+        """Log on to the peer with this instance's credentials for it."""
+        user, authenticator = self.manager.credentials_for(self)
+        self._logon_user = user
+        self._authenticator = authenticator
+        try:
+            password = authenticator.authenticate(user, None)
+        except AMPSError as exc:
+            logger.error("replication: cannot log on to %s: %s", self.describe(), exc)
+            self.close("logon failed")
+            return
+        self.send({"c": "rlogon", "user": user, "pw": password or ""})
+
+    def _on_logon(self, header: dict[str, Any]) -> None:
+        """The peer logs on: check it with this instance's transport authentication."""
+        user = str(header.get("user") or "")
+        verdict = self.manager.check_logon(self, user, str(header.get("pw") or ""))
+        if verdict.status == "retry":
+            self.send({"c": "rlogonack", "status": "retry", "pw": verdict.challenge})
+            return
+        if not verdict.ok:
+            reason = verdict.reason or AUTH_FAILURE
+            logger.error(
+                "replication: logon refused (%s) for an incoming %s connection from %s "
+                "claiming to be %r, user %r: refused by the <Authentication> of transport %r",
+                reason,
+                self.role,
+                self.remote,
+                self.peer_name,
+                user,
+                self.manager.transport_name,
+            )
+            self.manager.counters["auth_failures"] += 1
+            self.reject(reason)
+            return
+        self.peer_user = user
+        self.send({"c": "rlogonack", "status": "success"})
+        if self.role == "admin":
+            self.state = "admin"
+            if self._handshake_timer is not None:
+                self._handshake_timer.cancel()
+                self._handshake_timer = None
+            self.send({"c": "rready"})
+            return
+        if not self.dialer:
+            self._send_logon()  # the listener logs on in turn, to a dialer it accepted
+        self._logon_done()
+
+    def _on_logon_ack(self, header: dict[str, Any]) -> None:
+        authenticator = self._authenticator
+        status = header.get("status")
+        if authenticator is None or status not in ("success", "retry"):
+            logger.warning("replication: unexpected logon answer from %s", self.describe())
+            self.close("protocol error")
+            return
+        if status == "success":
+            authenticator.completed(self._logon_user, None, "success")
+            self.accepted_by_peer = True
+            self._logon_done()
+            return
+        try:
+            answer = authenticator.retry(self._logon_user, str(header.get("pw") or ""))
+        except AMPSError as exc:
+            logger.error(
+                "replication: cannot answer the logon challenge of %s as user %r: %s",
+                self.describe(),
+                self._logon_user,
+                exc,
+            )
+            self.close("logon failed")
+            return
+        self.send({"c": "rlogon", "user": self._logon_user, "pw": answer or ""})
+
+    def _logon_done(self) -> None:
+        if self.state != "await_logon" or self.peer_user is None or not self.accepted_by_peer:
             return
         self.state = "await_config"
         self.send({"c": "rconfig"}, self.manager.summary.to_wire())
@@ -417,7 +509,17 @@ class Link(asyncio.Protocol):
 
     def _rejected(self, reason: str, body: Any) -> None:
         name = self.peer_name or "?"
-        if reason == "authentication failed":
+        if reason == AUTH_FAILURE:
+            self.manager.counters["auth_failures"] += 1
+            logger.error(
+                "replication: %r at %s refused this instance's logon as user %r (%s): check the "
+                "<Authenticator> of the destination here and the user's credentials there",
+                name,
+                self.remote,
+                self._logon_user,
+                reason,
+            )
+        elif reason == "authentication failed":
             self.manager.counters["auth_failures"] += 1
             logger.error(
                 "replication: %r at %s refused this instance's credentials: the shared secrets "

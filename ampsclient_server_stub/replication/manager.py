@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any, Final
 
+from ampsclient.authenticator import Authenticator
 from ampsclient_server_stub.config import (
     DestinationConfig,
     ReplicationActionConfig,
@@ -26,6 +28,14 @@ from ampsclient_server_stub.config import (
 )
 from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
+from ampsclient_server_stub.security.auth import AuthVerdict, EntitlementModule
+from ampsclient_server_stub.security.policy import ServerSecurity
+from ampsclient_server_stub.security.replication import (
+    authenticate_link,
+    instance_credentials,
+    link_entitlements,
+    outgoing_credentials,
+)
 
 from .link import Link
 from .protocol import unpack_records
@@ -81,9 +91,22 @@ class ReplicationManager:
         config: the server configuration.
         broker: the running broker (it must have a transaction log).
         record_all_topics: whether an instance without ``<TransactionLog>`` records everything.
+        security: the instance's security policies: the ``amps-replication`` transport's
+            ``<Authentication>`` checks the logon of every link, its ``<Entitlement>`` every
+            replicated record (``None``: no checks).
+
+    Raises:
+        SecurityConfigError: a destination's ``<Authenticator>`` cannot be used.
     """
 
-    def __init__(self, config: ServerConfig, broker: Broker, *, record_all_topics: bool) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        broker: Broker,
+        *,
+        record_all_topics: bool,
+        security: ServerSecurity | None = None,
+    ) -> None:
         if broker.txlog is None:
             raise ValueError("replication needs a transaction log")
         self.config = config
@@ -102,7 +125,25 @@ class ReplicationManager:
                 transports[0].name,
             )
         self.transport: TransportConfig | None = transports[0] if transports else None
+        self.transport_name = self.transport.name if self.transport is not None else ""
         self.secret = secret_for(self.transport)
+        self.security = security
+        self.entitlements: EntitlementModule | None = (
+            link_entitlements(security, self.transport_name) if security is not None else None
+        )
+        """What the links' users may replicate into this instance (``None``: everything)."""
+        if config.source is not None:
+            base_dir = config.source.parent
+        elif config.data_dir is not None:
+            base_dir = config.data_dir
+        else:
+            base_dir = Path.cwd()
+        self._own_credentials = instance_credentials(config.extra, base_dir)
+        self._credentials: dict[str, tuple[str, Authenticator]] = {
+            dest.name: outgoing_credentials(dest, base_dir, instance_extra=config.extra)
+            for dest in (config.replication.destinations if config.replication else ())
+        }
+        self._refused_topics: set[tuple[str, str]] = set()
         self.advertised_addr = ""
         self.server: asyncio.Server | None = None
         replication = config.replication
@@ -162,10 +203,21 @@ class ReplicationManager:
                 self.group,
                 self.advertised_addr,
             )
-        if not self.secret and not all(secret_for(self.transport, d) for d in self.destinations):
+        logon_checked = self.security is not None and (
+            self.security.policy_for(self.transport_name).auth is not None
+        )
+        if self.transport is not None and not self.secret and not logon_checked:
             logger.warning(
-                "replication: no shared <Secret> configured: replication links are not "
-                "authenticated"
+                "replication: no shared <Secret> and no <Authentication> on transport %r: "
+                "any process that reaches %s can replicate into this instance",
+                self.transport_name,
+                self.advertised_addr,
+            )
+        elif not self.secret and not all(secret_for(self.transport, d) for d in self.destinations):
+            logger.warning(
+                "replication: no shared <Secret> configured: the links' handshake is not "
+                "authenticated with a secret%s",
+                " (incoming links still log on with <Authentication>)" if logon_checked else "",
             )
         broker = self.broker
         broker.ack_limit = self.ack_limit
@@ -266,6 +318,7 @@ class ReplicationManager:
                 "applied": 0,
                 "duplicates": 0,
                 "loops_refused": 0,
+                "not_entitled": 0,
             }
         return counters
 
@@ -273,6 +326,41 @@ class ReplicationManager:
 
     def is_partitioned(self, peer: str) -> bool:
         return peer in self.partitioned
+
+    def check_logon(self, link: Link, user: str, password: str) -> AuthVerdict:
+        """The peer of ``link`` logs on as ``user``: the transport's ``<Authentication>``."""
+        if self.security is None:
+            return AuthVerdict("success")
+        return authenticate_link(
+            self.security, self.transport_name, user, password, link.auth_state
+        )
+
+    def credentials_for(self, link: Link) -> tuple[str, Authenticator]:
+        """What this instance logs on to ``link``'s peer with: the ``<Authenticator>`` of the
+        destination the link serves (else the instance's)."""
+        out = link.dialed_for
+        if out is None:
+            out = next((o for o in self.outbounds.values() if self.matches(o, link)), None)
+        if out is not None:
+            return self._credentials[out.name]
+        return self._own_credentials
+
+    def not_entitled(self, link: Link, topic: str, operation: str) -> None:
+        """Log a record refused by the entitlements (once per peer and topic at WARNING)."""
+        key = (link.peer_name, topic)
+        first = key not in self._refused_topics
+        if first and len(self._refused_topics) < 10_000:
+            self._refused_topics.add(key)
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "replication: %s on topic %r from %r (user %r) refused: not entitled (the "
+            "<Entitlement> of transport %r); not recorded",
+            operation,
+            topic,
+            link.peer_name,
+            link.peer_user,
+            self.transport_name,
+        )
 
     def matches(self, out: Outbound, link: Link) -> bool:
         """Does ``link``'s peer serve destination ``out``?"""
@@ -626,10 +714,15 @@ class ReplicationManager:
 
 
 async def start_replication(
-    config: ServerConfig, broker: Broker, *, record_all_topics: bool
+    config: ServerConfig,
+    broker: Broker,
+    *,
+    record_all_topics: bool,
+    security: ServerSecurity | None = None,
 ) -> ReplicationManager | None:
     """Start replication when ``config`` asks for it (an ``amps-replication`` transport or a
-    ``<Replication>`` section); ``None`` otherwise, or without a transaction log (logged)."""
+    ``<Replication>`` section); ``None`` otherwise, or without a transaction log (logged).
+    ``security``: see :class:`ReplicationManager`."""
     wanted = config.replication is not None or any(
         t.type == "amps-replication" for t in config.transports
     )
@@ -641,6 +734,8 @@ async def start_replication(
             "needs one (add <TransactionLog>), so it is disabled"
         )
         return None
-    manager = ReplicationManager(config, broker, record_all_topics=record_all_topics)
+    manager = ReplicationManager(
+        config, broker, record_all_topics=record_all_topics, security=security
+    )
     await manager.start()
     return manager

@@ -11,6 +11,12 @@ when present, is one msgpack value. The header's ``c`` names the frame:
                              ``role`` (``replication`` or ``admin``), ``nonce``, ``v``
 ``rchallenge``  listener     ``name``, ``group``, ``addr``, ``nonce``, ``proof``
 ``rauth``       dialer       ``proof``
+``rlogon``      both         ``user``, ``pw``: the sender's logon to the other side's
+                             ``amps-replication`` transport (dialer first; the listener
+                             logs on in turn once it accepted the dialer's, unless the
+                             dialer is the admin client)
+``rlogonack``   both         ``status`` ``success`` or ``retry`` (``pw``: the challenge);
+                             a refused logon is an ``rreject`` with ``auth failure``
 ``rconfig``     both         body: the instance's replication summary (for validation)
 ``rready``      both         validation passed on this side
 ``rreject``     both         ``reason``; body: the list of problems found (may be empty)
@@ -24,9 +30,11 @@ when present, is one msgpack value. The header's ``c`` names the frame:
 ``rresult``     listener     ``ok``; body: the result (or ``error`` in the header)
 ==============  ===========  ============================================================
 
-Authentication is a challenge/response over a shared secret: each side proves it knows the
-secret with an HMAC-SHA256 over the other side's random nonce, so the secret itself never
-travels and a recorded handshake cannot be replayed.
+Authentication has two layers. The shared secret (``<Secret>``, optional): each side proves
+it knows it with an HMAC-SHA256 over the other side's random nonce, so the secret itself never
+travels and a recorded handshake cannot be replayed. Then the AMPS logon: each side logs on to
+the other with the credentials of its ``<Authenticator>``, checked by the receiving
+instance's ``<Authentication>`` module (which may answer with a challenge, as for a client).
 """
 
 from __future__ import annotations
@@ -54,7 +62,8 @@ __all__ = [
     "verify_proof",
 ]
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
+"""2: the ``rlogon`` step; ``z`` (compressed ``rrec`` bodies)."""
 
 _LEN: Final = struct.Struct(">I")
 

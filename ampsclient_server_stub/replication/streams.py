@@ -441,9 +441,17 @@ class Inbound:
         counters = self.counters
         paths = self._paths
         apply = broker.apply_replicated
+        ents = manager.entitlements
+        link = self.link
         for index, pid, seq, command, topic, payload, fields in records:
             counters["received"] += 1
             last_u = index
+            if ents is not None:
+                operation = "sow_delete" if command == "sow_delete" else "publish"
+                if not ents.allowed(link.peer_user, operation, topic):
+                    counters["not_entitled"] += 1
+                    manager.not_entitled(link, topic, operation)
+                    continue
             raw = str(fields.get(PATH_FIELD, ""))
             extended = paths.get(raw)
             if extended is None:

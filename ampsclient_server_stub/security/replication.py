@@ -1,31 +1,34 @@
-"""Authentication of replication links (hooks for the replication engine).
+"""Authentication and entitlement of replication links (called by the replication engine).
 
-Incoming links (the instance that receives replication): configure ``<Authentication>`` and
-``<Entitlement>`` on the ``amps-replication`` transport as on any other. When the link's logon
-goes through :class:`~ampsclient_server_stub.engine.broker.Broker` on a session whose
-``policy`` is that transport's, the broker's guard checks it by itself. A replication engine
-that reads the link's logon itself calls :func:`authenticate_link` (and
-:func:`link_may_replicate` per topic).
+Incoming links (the instance that receives replication): ``<Authentication>`` and
+``<Entitlement>`` on the ``amps-replication`` transport, as on any other transport (or at the
+instance level). Every link logs on during its handshake
+(:mod:`~ampsclient_server_stub.replication.link`); the replication engine checks the logon
+with :func:`authenticate_link` and every replicated record with :func:`link_may_replicate`
+(the link's user needs the ``publish`` entitlement to the record's topic, ``sow_delete`` for a
+replicated ``sow_delete``).
 
 Outgoing links (the instance that sends): ``<Destination><Transport><Authenticator>`` names the
-module that provides credentials; :func:`outgoing_credentials` returns the user and an
-:class:`ampsclient.Authenticator` to pass to the client's ``logon``::
+module that provides the credentials (else the instance's ``<Authenticator>``, else
+``amps-default-authenticator-module``); :func:`outgoing_credentials` returns the user and an
+:class:`ampsclient.Authenticator` that answers the remote transport's logon::
 
     <Transport>
       <InetAddr>127.0.0.1:10005</InetAddr><Type>amps-replication</Type>
       <Authenticator>
         <Module>amps-default-authenticator-module</Module>   <!-- or challenge-response -->
-        <Options><User>repl</User><PasswordFile>repl.secret</PasswordFile></Options>
+        <Options><User>repl</User><PasswordFileName>repl.secret</PasswordFileName></Options>
       </Authenticator>
     </Transport>
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ampsclient.authenticator import (
     Authenticator,
@@ -34,12 +37,31 @@ from ampsclient.authenticator import (
 )
 from ampsclient_server_stub.config import DestinationConfig
 
-from .auth import AuthVerdict, SecurityConfigError
+from .auth import AuthVerdict, EntitlementModule, SecurityConfigError
 from .policy import ServerSecurity
 
-__all__ = ["authenticate_link", "link_may_replicate", "outgoing_credentials"]
+__all__ = [
+    "AUTHENTICATOR_MODULES",
+    "authenticate_link",
+    "instance_credentials",
+    "link_entitlements",
+    "link_may_replicate",
+    "outgoing_credentials",
+]
 
 _SUCCESS = AuthVerdict("success")
+
+AUTHENTICATOR_MODULES: Final = ("amps-default-authenticator-module", "challenge-response")
+"""The ``<Authenticator><Module>`` names accepted."""
+
+_OPTION_ALIASES: Final = {
+    "User": "User",
+    "Password": "Password",
+    "PasswordFileName": "PasswordFileName",
+    "PasswordFile": "PasswordFileName",
+    "PasswordEnvironmentVariable": "PasswordEnvironmentVariable",
+    "PasswordEnv": "PasswordEnvironmentVariable",
+}
 
 
 def authenticate_link(
@@ -52,7 +74,7 @@ def authenticate_link(
     """Check an incoming replication link's credentials with its transport's module.
 
     ``state`` must be kept by the caller for the link between ``retry`` rounds. Success when the
-    transport configures no authentication.
+    transport (and the instance) configures no authentication.
     """
     module = security.policy_for(transport_name).auth
     if module is None:
@@ -60,12 +82,22 @@ def authenticate_link(
     return module.authenticate(user, password, state)
 
 
+def link_entitlements(security: ServerSecurity, transport_name: str) -> EntitlementModule | None:
+    """The entitlement module replicated records are checked with (``None``: everything)."""
+    return security.policy_for(transport_name).entitlements
+
+
 def link_may_replicate(
-    security: ServerSecurity, transport_name: str, user: str | None, topic: str
+    security: ServerSecurity,
+    transport_name: str,
+    user: str | None,
+    topic: str,
+    command: str = "publish",
 ) -> bool:
-    """Whether the link's user may write ``topic`` (its transport's entitlements)."""
-    ents = security.policy_for(transport_name).entitlements
-    return ents is None or ents.allowed(user, "publish", topic)
+    """Whether the link's user may replicate ``command`` on ``topic`` into this instance."""
+    ents = link_entitlements(security, transport_name)
+    operation = "sow_delete" if command == "sow_delete" else "publish"
+    return ents is None or ents.allowed(user, operation, topic)
 
 
 class _PresetPassword(DefaultAuthenticator):
@@ -76,40 +108,94 @@ class _PresetPassword(DefaultAuthenticator):
         return self._password if self._password is not None else password
 
 
+def _process_user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # pragma: no cover - no passwd entry and no LOGNAME/USER
+        return os.environ.get("USER", "")
+
+
 def outgoing_credentials(
-    destination: DestinationConfig, base_dir: Path | None = None
-) -> tuple[str | None, Authenticator]:
+    destination: DestinationConfig,
+    base_dir: Path | None = None,
+    *,
+    instance_extra: Mapping[str, str] | None = None,
+) -> tuple[str, Authenticator]:
     """``(user, authenticator)`` for the outgoing link to ``destination``.
 
-    Options: ``User``, ``Password`` or ``PasswordFile`` (first line; relative to ``base_dir``)
-    or ``PasswordEnv`` (an environment variable). Module ``amps-default-authenticator-module``
-    sends the password as is; ``challenge-response`` answers the server's challenge.
+    The destination's ``<Transport><Authenticator>``, else the instance's ``<Authenticator>``
+    (``instance_extra``: the root's extra elements; see :func:`instance_credentials`).
 
     Raises:
-        SecurityConfigError: unknown module or unreadable password file.
+        SecurityConfigError: see :func:`instance_credentials`.
     """
-    extra: Mapping[str, str] = destination.extra
     prefix = "Transport/Authenticator/"
+    if any(k.startswith(prefix) for k in destination.extra):
+        where = f"the <Authenticator> of replication destination {destination.name!r}"
+        return _credentials(destination.extra, prefix, where, base_dir)
+    return instance_credentials(instance_extra or {}, base_dir)
+
+
+def instance_credentials(
+    instance_extra: Mapping[str, str], base_dir: Path | None = None
+) -> tuple[str, Authenticator]:
+    """``(user, authenticator)`` of the instance's ``<Authenticator>`` (root element), or of
+    ``amps-default-authenticator-module`` with no options when there is none.
+
+    Options (as AMPS' default authenticator): ``User`` (default: the user running this
+    process), and the password from ``Password``, ``PasswordFileName`` (first line; relative to
+    ``base_dir``) or ``PasswordEnvironmentVariable`` (``PasswordFile`` and ``PasswordEnv`` are
+    accepted as older spellings); none: an empty password. Module
+    ``amps-default-authenticator-module`` sends the password as is; ``challenge-response``
+    answers the remote transport's challenge without sending it.
+
+    Raises:
+        SecurityConfigError: unknown module or option, unreadable password file, unset
+            environment variable.
+    """
+    return _credentials(instance_extra, "Authenticator/", "the instance <Authenticator>", base_dir)
+
+
+def _credentials(
+    extra: Mapping[str, str], prefix: str, where: str, base_dir: Path | None
+) -> tuple[str, Authenticator]:
     module = (extra.get(prefix + "Module") or "amps-default-authenticator-module").strip()
-    options = {
-        k[len(prefix + "Options/") :]: v
-        for k, v in extra.items()
-        if k.startswith(prefix + "Options/")
-    }
-    user = options.get("User") or None
+    options: dict[str, str] = {}
+    for key, value in extra.items():
+        if not key.startswith(prefix) or key in (prefix + "Module", prefix + "Options"):
+            continue
+        name = key[len(prefix) :]
+        if not name.startswith("Options/"):
+            raise SecurityConfigError(f"{where}: unknown element <{name}>")
+        option = _OPTION_ALIASES.get(name[len("Options/") :])
+        if option is None:
+            known = ", ".join(k for k, v in _OPTION_ALIASES.items() if k == v)
+            raise SecurityConfigError(
+                f"{where}: unknown option <{name[len('Options/') :]}> (expected one of {known})"
+            )
+        options[option] = value
+    user = options.get("User") or _process_user()
     password: str | None = options.get("Password") or None
-    if options.get("PasswordFile"):
-        path = Path(options["PasswordFile"]).expanduser()
+    if options.get("PasswordFileName"):
+        path = Path(options["PasswordFileName"]).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         try:
             password = path.read_text(encoding="utf-8").splitlines()[0]
         except (OSError, IndexError) as exc:
-            raise SecurityConfigError(f"cannot read the password file {path}: {exc}") from None
-    elif options.get("PasswordEnv"):
-        password = os.environ.get(options["PasswordEnv"])
+            raise SecurityConfigError(
+                f"{where}: cannot read the password file {path}: {exc}"
+            ) from None
+    elif options.get("PasswordEnvironmentVariable"):
+        variable = options["PasswordEnvironmentVariable"]
+        password = os.environ.get(variable)
+        if password is None:
+            raise SecurityConfigError(f"{where}: environment variable {variable} is not set")
     if module == "amps-default-authenticator-module":
         return user, _PresetPassword(password)
     if module == "challenge-response":
         return user, ChallengeResponseAuthenticator(password)
-    raise SecurityConfigError(f"unknown authenticator module {module!r}")
+    raise SecurityConfigError(
+        f"{where}: unknown authenticator module {module!r} "
+        f"(expected one of {', '.join(AUTHENTICATOR_MODULES)})"
+    )
