@@ -48,6 +48,7 @@ from ..protocol.header import encode_header, escape
 from ..protocol.message import Message
 from ..stores.bookmark import BookmarkStore, MemoryBookmarkStore
 from ..stores.publish import FilePublishStore, MemoryPublishStore, PublishStore, StoredMessage
+from ..stores.publish.official import PublishStore as NamedFilePublishStore
 from ..stream import MessageStream
 from .chooser import DefaultServerChooser, ServerChooser
 from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
@@ -73,7 +74,7 @@ def _lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
     for other stores, subclasses included: the lane does exactly what these two classes do."""
     if type(store) is MemoryPublishStore:
         return "memory"
-    if type(store) is FilePublishStore and store.fsync_policy != "always":
+    if type(store) in (FilePublishStore, NamedFilePublishStore) and store.fsync_policy != "always":
         return "file"
     return None
 
@@ -90,7 +91,8 @@ class AsyncHAClient(AsyncClient):
     Args:
         name: the client name (must be stable across restarts for de-duplication).
         publish_store: a :class:`PublishStore`, or a path string for a
-            :class:`FilePublishStore` (official form); default: a memory store.
+            :class:`~ampsclient.stores.PublishStore` (official form: a store directory of
+            that name, background fsync); default: a memory store.
         bookmark_store: a :class:`BookmarkStore` for resumable bookmark subscriptions
             (duplicate detection, ``MOST_RECENT``, resubscription from the recovery point), or a
             path string for a :class:`MemoryBookmarkStore` backed by a
@@ -132,7 +134,7 @@ class AsyncHAClient(AsyncClient):
         self._owned: list[PublishStore | BookmarkStore] = []
         """Stores this client made from path strings: it closes them in :meth:`close`."""
         if isinstance(publish_store, str):
-            publish_store = FilePublishStore(publish_store)
+            publish_store = NamedFilePublishStore(publish_store)  # official durability
             self._owned.append(publish_store)
         self._store: PublishStore = publish_store or MemoryPublishStore()
         if isinstance(bookmark_store, str):
@@ -241,6 +243,28 @@ class AsyncHAClient(AsyncClient):
         """The bookmark store."""
         return self._bookmark_store
 
+    def set_publish_store(self, store: PublishStore | None) -> None:
+        """Use ``store`` for publishes (official API): before connecting, while the current
+        store holds nothing unpersisted. ``None``: a new memory store."""
+        if self._transport is not None:
+            raise UsageError("set_publish_store: call it before connecting")
+        if self._store.unpersisted_count:
+            raise UsageError("set_publish_store: the current store holds unpersisted messages")
+        self._store = store if store is not None else MemoryPublishStore()
+        self.__dict__.pop("publish", None)  # unbind the C lane of the previous store
+        self._lane = None
+        self._bind_publish_lane()
+
+    def set_logon_timeout(self, milliseconds: int) -> None:
+        """How long each logon waits for its ack (official ``set_timeout``; 0 = no limit)."""
+        if milliseconds < 0:
+            raise UsageError("the logon timeout cannot be negative")
+        self._logon_timeout = int(milliseconds)
+
+    def get_logon_timeout(self) -> int:
+        """The logon timeout in milliseconds."""
+        return self._logon_timeout
+
     def set_bookmark_store(self, store: BookmarkStore) -> None:
         """Use ``store`` for bookmark subscriptions placed from now on."""
         self._bookmark_store = store
@@ -342,7 +366,7 @@ class AsyncHAClient(AsyncClient):
                 if uri is None:
                     raise UsageError("no server to connect to: add a URI to the server chooser")
                 try:
-                    wait_ms = self._strategy.get_connect_wait_time(uri)
+                    wait_ms = self._strategy.get_connect_wait_duration(uri)
                 except RetryLimitError as exc:
                     self._give_up(exc)
                     raise

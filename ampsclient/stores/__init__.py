@@ -1,6 +1,9 @@
 """Client-side stores: what an HA client keeps to recover after a disconnect or a restart.
 
-Publish stores (:mod:`ampsclient.stores.publish`) hold unacknowledged publishes. Bookmark
+Publish stores (:mod:`ampsclient.stores.publish`) hold unacknowledged publishes. Here,
+``PublishStore`` is the official client's file store (``PublishStore(filename)``, see
+:mod:`ampsclient.stores.publish.official`); the abstract contract of every publish store,
+``ampsclient.stores.publish.PublishStore``, is exported here as ``BasePublishStore``. Bookmark
 stores (:mod:`ampsclient.stores.bookmark`) track what bookmark subscriptions have processed;
 recovery point adapters (:mod:`ampsclient.stores.recovery`) persist their recovery points.
 """
@@ -11,10 +14,11 @@ from .bookmark import BookmarkStore, MemoryBookmarkStore, MessageLike
 from .publish import (
     FilePublishStore,
     MemoryPublishStore,
-    PublishStore,
+    PublishStore as BasePublishStore,
     StoredMessage,
     inspect_store,
 )
+from .publish.official import PublishStore
 from .recovery import (
     ConflatingRecoveryPointAdapter,
     FileRecoveryPointAdapter,
@@ -24,6 +28,7 @@ from .recovery import (
 )
 
 __all__ = [
+    "BasePublishStore",
     "BookmarkStore",
     "ConflatingRecoveryPointAdapter",
     "FilePublishStore",

@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from ...exceptions import StoreError
 from .base import Build, IndexedPublishStore, initial_sequence, join_seq_fast
@@ -48,6 +49,7 @@ __all__ = [
     "FilePublishStore",
     "FsyncPolicy",
     "MiB",
+    "ResizeHandler",
     "SegmentInfo",
     "StoreInspection",
     "TornTail",
@@ -56,6 +58,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("ampsclient.stores.publish")
+
+ResizeHandler = Callable[[Any, int], Any]
+"""``handler(store, size) -> bool``: may the store's files grow to ``size`` bytes?"""
 
 
 class FilePublishStore(IndexedPublishStore):
@@ -114,8 +119,10 @@ class FilePublishStore(IndexedPublishStore):
         "_lock_fd",
         "_log",
         "_policy",
+        "_resize_handler",
         "_syncer",
         "_torn_tails_repaired",
+        "_truncate_on_close",
     )
 
     def __init__(
@@ -137,6 +144,8 @@ class FilePublishStore(IndexedPublishStore):
         self._always = fsync == "always"
         self._log = SegmentLog(self._dir, segment_size=segment_size, sync_files=fsync != "never")
         self._torn_tails_repaired = 0
+        self._truncate_on_close = False
+        self._resize_handler: ResizeHandler | None = None
         self._syncer: IntervalSync | None = None
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
@@ -321,11 +330,34 @@ class FilePublishStore(IndexedPublishStore):
         with self._lock:
             try:
                 self._log.close(self._low(), self._last_persisted, self._next - 1)
+                if self._truncate_on_close and not self._count and self._log.broken is None:
+                    self._log.remove_all()  # the state file keeps the sequence numbers
             except OSError as exc:
                 raise StoreError(f"publish store {self._dir}: close failed: {exc}") from exc
             finally:
                 os.close(self._lock_fd)
         logger.debug("publish store %s closed", self._dir)
+
+    # ------------------------------------------------------------------ official options
+
+    def truncate_on_close(self) -> None:
+        """Official: when the store is empty at :meth:`close`, delete its segment files (the
+        state file stays, so sequence numbers keep rising); otherwise close as usual."""
+        self._truncate_on_close = True
+
+    def set_resize_handler(self, handler: ResizeHandler | None) -> None:
+        """Official: ``handler(store, size) -> bool`` is asked before the store's files grow
+        (a new segment, or a segment extended for a large record) with the total bytes they
+        would take. ``False`` refuses: a refused new segment means appending to the current
+        one, a refused extension makes that :meth:`store` raise ``StoreError`` (nothing
+        stored). ``None`` removes the handler."""
+        with self._lock:
+            self._resize_handler = handler
+            self._log.resize_check = None if handler is None else self._ask_resize
+
+    def _ask_resize(self, size: int) -> bool:
+        handler = self._resize_handler
+        return handler is None or bool(handler(self, size))
 
     # ------------------------------------------------------------------ introspection
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...exceptions import UsageError
 from .base import Build, IndexedPublishStore, join_seq_fast
 
 __all__ = ["MemoryPublishStore"]
@@ -18,6 +19,12 @@ class MemoryPublishStore(IndexedPublishStore):
     """A thread-safe in-memory publish store.
 
     Args:
+        blocksPerRealloc: official argument, checked (a positive int); the official store
+            preallocates ``blocksPerRealloc`` blocks of ``blockSize`` bytes at a time, this
+            one stores each payload as a Python ``bytes`` object, so neither changes
+            anything observable.
+        errorOnPublishGap: official name of ``error_on_publish_gap``.
+        blockSize: see ``blocksPerRealloc``.
         error_on_publish_gap: raise :class:`~ampsclient.exceptions.PublishStoreGapError` when
             :meth:`discard_up_to` is called below :attr:`last_persisted` (see
             :meth:`PublishStore.discard_up_to`).
@@ -32,9 +39,35 @@ class MemoryPublishStore(IndexedPublishStore):
     """
 
     def __init__(
-        self, *, error_on_publish_gap: bool = False, next_sequence: int | None = None
+        self,
+        blocksPerRealloc: int = 10000,
+        errorOnPublishGap: bool = False,
+        blockSize: int = 2048,
+        *,
+        error_on_publish_gap: bool | None = None,
+        next_sequence: int | None = None,
     ) -> None:
-        super().__init__(error_on_publish_gap=error_on_publish_gap, next_sequence=next_sequence)
+        if not isinstance(blocksPerRealloc, int) or blocksPerRealloc <= 0:
+            raise ValueError(f"blocksPerRealloc must be a positive int, not {blocksPerRealloc!r}")
+        if not isinstance(blockSize, int) or blockSize <= 0:
+            raise ValueError(f"blockSize must be a positive int, not {blockSize!r}")
+        gap = errorOnPublishGap if error_on_publish_gap is None else error_on_publish_gap
+        super().__init__(error_on_publish_gap=gap, next_sequence=next_sequence)
+
+    def set_resize_handler(self, handler: object) -> None:
+        """Official name; refused: this store has no fixed capacity to resize.
+
+        The official memory store calls its resize handler when its preallocated blocks run
+        out; this one keeps each payload as a Python object and grows without a step to
+        approve. Bound it with ``publish_flush`` or :attr:`unpersisted_count`, or use a file
+        store (:class:`~ampsclient.stores.PublishStore`), whose resize handler works.
+        """
+        raise UsageError(
+            "MemoryPublishStore.set_resize_handler: this store has no fixed capacity (it "
+            "grows one Python object per message), so there is no resize to approve; bound "
+            "it with publish_flush()/get_unpersisted_count(), or use PublishStore(filename), "
+            "whose resize handler is called before its files grow"
+        )
 
     def store(self, build: Build) -> int:
         """Assign the next sequence number, build the payload with it, keep it; returns it."""

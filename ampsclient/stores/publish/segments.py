@@ -21,6 +21,7 @@ import mmap
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -112,6 +113,7 @@ class SegmentLog:
         "fsyncs",
         "map_size",
         "mm",
+        "resize_check",
         "segment_size",
         "segments",
         "segments_deleted",
@@ -144,6 +146,9 @@ class SegmentLog:
         self.sync_cond = threading.Condition(threading.Lock())
         self.fsyncs = 0
         self.segments_deleted = 0
+        self.resize_check: Callable[[int], bool] | None = None
+        """Asked ``resize_check(new_total_bytes)`` before the files grow (a new segment or a
+        longer one); ``False`` refuses the growth."""
 
     # ------------------------------------------------------------------ opening
 
@@ -245,6 +250,10 @@ class SegmentLog:
         """Extend the active segment and its mapping to hold ``end`` bytes (a record that
         crosses ``segment_size``); ``StoreError`` (nothing written) if the disk is full."""
         size = -(-end // _PAGE) * _PAGE
+        if not self._may_grow(size - self.map_size):
+            raise StoreError(
+                f"publish store {self.directory}: the resize handler refused to grow the store"
+            )
         try:
             preallocate(self.fd, size)
             mm = mmap.mmap(self.fd, size)
@@ -256,6 +265,26 @@ class SegmentLog:
             assert self.mm is not None
             self.mm.close()
             self.mm, self.map_size = mm, size
+
+    def _may_grow(self, more: int) -> bool:
+        """Whether the resize check (if any) lets the files grow by ``more`` bytes."""
+        check = self.resize_check
+        if check is None:
+            return True
+        total = sum(s.size for s in self.segments[:-1]) + self.map_size + more
+        return bool(check(total))
+
+    def remove_all(self) -> None:
+        """Delete every segment file (after :meth:`close`, for an empty store)."""
+        for segment in self.segments:
+            try:
+                segment.path.unlink()
+            except FileNotFoundError:
+                pass
+        self.segments_deleted += len(self.segments)
+        self.segments.clear()
+        if self.sync_files:
+            fsync_dir(self.directory)
 
     def _wait_no_sync(self) -> None:
         """Wait until no sync runs (``sync_cond`` held)."""
@@ -275,6 +304,13 @@ class SegmentLog:
             last_persisted: the store's last persisted sequence number.
         """
         active = self.segments[-1]
+        if not self._may_grow(self.segment_size):
+            logger.warning(
+                "publish store %s: the resize handler refused a new segment; still appending to %s",
+                self.directory,
+                active.path.name,
+            )
+            return
         try:
             fd, mm, segment = self._new_segment_file(next_sequence)
         except OSError as exc:

@@ -1,0 +1,210 @@
+"""The official client's publish store forms: ``PublishStore(filename, errorOnPublishGap,
+blocksPerRealloc, blockSize)`` with ``truncate_on_close`` and ``set_resize_handler``,
+``MemoryPublishStore(blocksPerRealloc, errorOnPublishGap, blockSize)``, and the default
+durability of ``HAClient(name, "path")``: a ``kill -9`` loses nothing, without an fsync per
+message."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from ampsclient import Client, Message
+from ampsclient.exceptions import PublishStoreGapError, StoreError, UsageError
+from ampsclient.stores import BasePublishStore, FilePublishStore, MemoryPublishStore, PublishStore
+from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import wait_for
+
+
+def payload(s: int, size: int = 10) -> bytes:
+    return b'{"c":"p","t":"t","a":"persisted","s":%d}' % s + b"x" * size
+
+
+def test_publish_store_is_a_file_store_named_by_its_filename(tmp_path: Path) -> None:
+    name = tmp_path / "pub.store"
+    store = PublishStore(str(name))
+    assert isinstance(store, FilePublishStore) and isinstance(store, BasePublishStore)
+    assert name.is_dir() and store.path == name
+    assert store.fsync_policy == "interval"  # the official durability: no fsync per message
+    assert store.get_error_on_publish_gap() is False
+    seqs = [store.store(payload) for _ in range(200)]
+    assert store.statistics()["fsyncs"] < 200
+    store.discard_up_to(seqs[99])
+    store.close()
+    with PublishStore(str(name), True) as again:  # errorOnPublishGap, positional
+        assert again.get_error_on_publish_gap() is True
+        assert again.get_unpersisted_count() == 100
+        assert again.get_lowest_unpersisted() == seqs[100]
+        assert again.get_last_persisted() == seqs[99]
+        replayed: list[int] = []
+        assert again.replay(lambda m: replayed.append(m.sequence)) == 100
+        assert replayed == seqs[100:]
+        with pytest.raises(PublishStoreGapError):
+            again.discard_up_to(seqs[5])
+
+
+def test_blocks_set_the_segment_size(tmp_path: Path) -> None:
+    with PublishStore(tmp_path / "s", False, 4, 256) as store:  # 1 KiB segments
+        for _ in range(40):
+            store.store(lambda s: payload(s, 100))
+        assert len(store.segment_files()) > 3
+    for bad in ((0, 2048), (10, 0), (-1, 5)):
+        with pytest.raises(ValueError, match=r"blocksPerRealloc|blockSize"):
+            PublishStore(tmp_path / "bad", False, *bad)
+
+
+def test_a_regular_file_is_refused_by_name(tmp_path: Path) -> None:
+    official_file = tmp_path / "official.store"
+    official_file.write_bytes(b"\x00" * 64)
+    with pytest.raises(StoreError, match=r"official\.store.*is a directory"):
+        PublishStore(official_file)
+
+
+def test_truncate_on_close(tmp_path: Path) -> None:
+    name = tmp_path / "t"
+    store = PublishStore(name)
+    store.truncate_on_close()
+    last = [store.store(payload) for _ in range(5)][-1]
+    store.discard_up_to(last)
+    store.close()
+    assert sorted(p.name for p in name.iterdir()) == ["lock", "state"]  # no segment left
+    kept = PublishStore(name)
+    assert kept.next_sequence() == last + 1  # numbers keep rising
+    kept.truncate_on_close()
+    s = kept.store(payload)
+    kept.close()  # not empty: nothing is dropped
+    with PublishStore(name) as again:
+        assert [m.sequence for m in _replayed(again)] == [s]
+        assert again.segment_files()
+
+
+def _replayed(store: BasePublishStore) -> list[Message]:
+    out: list = []
+    store.replay(out.append)
+    return out
+
+
+def test_resize_handler_is_asked_before_the_files_grow(tmp_path: Path) -> None:
+    asked: list[tuple[object, int]] = []
+    allow = [True]
+
+    def handler(store: object, size: int) -> bool:
+        asked.append((store, size))
+        return allow[0]
+
+    with PublishStore(tmp_path / "r", False, 4, 256) as store:
+        store.set_resize_handler(handler)
+        store.store(lambda s: payload(s, 600))
+        assert asked == []  # fits in the first 1 KiB segment
+        first = store.store(lambda s: payload(s, 600))  # extends it, then rolls over
+        assert [a[0] for a in asked] == [store, store]
+        assert asked[0][1] > 1024 and asked[1][1] > asked[0][1]
+        assert len(store.segment_files()) == 2
+        allow[0] = False
+        n = len(asked)
+        with pytest.raises(StoreError, match="resize handler refused"):
+            store.store(lambda s: payload(s, 5000))  # needs a longer segment: refused
+        assert len(asked) > n
+        assert store.get_unpersisted_count() == 2  # nothing of the refused one was kept
+        store.set_resize_handler(None)
+        second = store.store(lambda s: payload(s, 5000))
+        assert second == first + 1
+    with PublishStore(tmp_path / "r") as again:
+        assert [m.sequence for m in _replayed(again)] == [first - 1, first, second]
+
+
+def test_memory_publish_store_official_arguments() -> None:
+    store = MemoryPublishStore(100, True, 512)
+    assert store.get_error_on_publish_gap() is True
+    assert MemoryPublishStore().get_error_on_publish_gap() is False
+    assert MemoryPublishStore(errorOnPublishGap=True).error_on_publish_gap is True
+    s = store.store(payload)
+    assert store.get_unpersisted_count() == 1 and store.get_lowest_unpersisted() == s
+    with pytest.raises(ValueError, match="blocksPerRealloc"):
+        MemoryPublishStore(0)
+    with pytest.raises(ValueError, match="blockSize"):
+        MemoryPublishStore(10, False, -5)
+    with pytest.raises(UsageError, match="set_resize_handler"):
+        store.set_resize_handler(lambda st, size: True)
+
+
+PUBLISHER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from ampsclient.ha import FixedDelayStrategy
+    from ampsclient.sync import HAClient
+
+    uri, path, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    first_file = Path(path + ".first")
+    with HAClient("official-form", path, reconnect_delay_strategy=FixedDelayStrategy(100)) as c:
+        store = c.publish_store
+        if not first_file.exists():
+            first_file.write_text(str(store.next_sequence()))
+        first = int(first_file.read_text())
+        print("policy", store.fsync_policy, flush=True)
+        c.get_server_chooser().add(uri)
+        c.connect_and_logon()
+        for n in range(store.next_sequence() - first, total):
+            assert c.publish("orders", '{"order_id":%d}' % n) == first + n
+            if n % 500 == 0:
+                print("stored", n, flush=True)
+        c.publish_flush(60_000)
+        print("done", c.get_unpersisted_count(), store.statistics()["fsyncs"], flush=True)
+    """
+)
+
+
+@pytest.mark.integration
+def test_kill_9_with_the_default_path_store_loses_nothing(tmp_path: Path) -> None:
+    """``HAClient(name, "path")`` killed with -9 twice mid-stream, then run to the end: the
+    observer gets every order once, in order (stored messages are replayed, the server drops
+    what it already had)."""
+    total = 30_000
+    script = tmp_path / "publisher.py"
+    script.write_text(PUBLISHER)
+    received: list[int] = []
+    lock = threading.Lock()
+
+    def on_order(message: Message) -> None:
+        with lock:
+            received.append(json.loads(message.get_data())["order_id"])
+
+    def run(uri: str) -> subprocess.Popen[str]:
+        args = [sys.executable, str(script), uri, str(tmp_path / "pub.store"), str(total)]
+        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    with ServerProcess(data_dir=tmp_path / "server") as server, Client("observer") as observer:
+        observer.connect(server.uri())
+        observer.logon(5000)
+        observer.subscribe(on_order, "orders")
+        kills = 0
+        for target in (4_000, 15_000):
+            proc = run(server.uri())
+            assert proc.stdout is not None
+            assert proc.stdout.readline().split() == ["policy", "interval"]
+            for line in proc.stdout:
+                if line.startswith("done") or int(line.split()[1]) >= target:
+                    break
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                kills += 1
+            proc.wait(30)
+        final = run(server.uri())
+        out, err = final.communicate(timeout=120)
+        assert final.returncode == 0, err
+        done = out.splitlines()[-1].split()
+        assert done[:2] == ["done", "0"], out
+        assert kills == 2
+        wait_for(lambda: len(received) >= total, timeout=30)
+        observer.flush(5000)
+    with lock:
+        assert received == list(range(total))
