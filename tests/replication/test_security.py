@@ -250,6 +250,27 @@ def test_entitlement_limits_the_topics_a_link_may_replicate(
     assert "publish on topic 'prices' from 'G' (user 'repl') refused: not entitled" in line
 
 
+def test_without_secret_or_authentication_anyone_who_reaches_the_port_replicates(
+    tmp_path: Path, nodes: list[Node]
+) -> None:
+    """No <Secret> and no <Authentication>: the start warns, and an instance nobody
+    configured (no credentials, a name T never heard of) replicates into T: its messages are
+    recorded and delivered as if published on T."""
+    t = Node("T", tmp_path, repl_port=free_port())
+    nodes.append(t.start())
+    warning = (
+        "no shared <Secret> and no <Authentication> on transport 'amps-replication': any "
+        f"process that reaches 127.0.0.1:{t.repl_port} can replicate into this instance"
+    )
+    assert warning in t.log()
+    stranger = Node("Stranger", tmp_path, destinations=[destination(t)])
+    nodes.append(stranger.start())
+    publish(stranger, "orders", [{"src": "stranger", "n": n} for n in range(3)])
+    wait_for(lambda: len(held(t, "orders")) == 3, 20, "the stranger's messages on T")
+    assert held(t, "orders") == [{"src": "stranger", "n": n} for n in range(3)]
+    assert "link up with 'Stranger'" in t.log()
+
+
 # --------------------------------------------------------------------------- in process
 
 
