@@ -661,10 +661,20 @@ class _Reader:
         self.ignore_unknown(section, ["Transport"])
         names: set[str] = set()
         addrs: set[tuple[str, int]] = set()
+        replication: TransportConfig | None = None
         for elem, transport in zip(section.findall("Transport"), result, strict=True):
             if transport.name in names:
                 self.fail(elem, f"duplicate transport name {transport.name!r}")
             names.add(transport.name)
+            if transport.type == "amps-replication":
+                if replication is not None:
+                    self.fail(
+                        elem,
+                        f"<Transport> {transport.name!r} is a second amps-replication transport "
+                        f"({replication.name!r} is the first): an instance has one incoming "
+                        "replication transport",
+                    )
+                replication = transport
             key = (transport.host, transport.port)
             if transport.port and key in addrs:
                 self.fail(

@@ -116,14 +116,8 @@ class ReplicationManager:
         self.name = config.name
         self.group = config.effective_group
         self.summary: InstanceSummary = summarize(config, record_all_topics=record_all_topics)
+        # one at most: a second one is a configuration error (config.py)
         transports = [t for t in config.transports if t.type == "amps-replication"]
-        if len(transports) > 1:
-            logger.warning(
-                "replication: %d amps-replication transports configured; an instance has one "
-                "incoming replication transport, using %r",
-                len(transports),
-                transports[0].name,
-            )
         self.transport: TransportConfig | None = transports[0] if transports else None
         self.transport_name = self.transport.name if self.transport is not None else ""
         self.secret = secret_for(self.transport)
