@@ -74,7 +74,8 @@ def _lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
     for other stores, subclasses included: the lane does exactly what these two classes do."""
     if type(store) is MemoryPublishStore:
         return "memory"
-    if type(store) in (FilePublishStore, NamedFilePublishStore) and store.fsync_policy != "always":
+    lane_file = type(store) in (FilePublishStore, NamedFilePublishStore)
+    if lane_file and isinstance(store, FilePublishStore) and store.fsync_policy != "always":
         return "file"
     return None
 
