@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ampsclient.authenticator import Authenticator
 from ampsclient.exceptions import AMPSError, FrameTooLargeError
@@ -23,10 +23,11 @@ from .protocol import PROTOCOL_VERSION, decode_frame, encode_frame, make_nonce, 
 from .rules import InstanceSummary
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .manager import ReplicationManager
+    from ampsclient_server_stub.security.auth import AuthVerdict
+
     from .streams import Inbound, Outbound
 
-__all__ = ["AUTH_FAILURE", "HANDSHAKE_TIMEOUT", "HEARTBEAT_INTERVAL", "Link"]
+__all__ = ["AUTH_FAILURE", "HANDSHAKE_TIMEOUT", "HEARTBEAT_INTERVAL", "Link", "LinkHost"]
 
 logger = logging.getLogger("ampsclient_server_stub.replication")
 
@@ -47,6 +48,45 @@ MAX_FRAME: Final = 256 * 1024 * 1024
 _WRITE_HIGH: Final = 4 * 1024 * 1024
 
 
+class LinkHost(Protocol):
+    """What a link needs of the instance's replication manager (``manager.ReplicationManager``
+    fits; the manager imports this module, not the other way round). The manager's methods
+    take the :class:`Link` itself, hence the ``Any`` parameters."""
+
+    name: str
+    group: str
+    advertised_addr: str
+    transport_name: str
+    loop: asyncio.AbstractEventLoop
+    summary: InstanceSummary
+    counters: dict[str, int]
+    last_problems: dict[str, list[str]]
+
+    def is_partitioned(self, peer: str) -> bool:
+        """Whether links to ``peer`` are cut by the admin ``partition`` command."""
+
+    def check_logon(self, link: Any, user: str, password: str) -> AuthVerdict:
+        """Decide on a peer's logon to this instance's replication transport."""
+
+    def credentials_for(self, link: Any) -> tuple[str, Authenticator]:
+        """The user and authenticator an outgoing link logs on with."""
+
+    def validate_peer(self, link: Any) -> list[str]:
+        """Configuration problems between this instance and the link's peer."""
+
+    def link_up(self, link: Any) -> None:
+        """The handshake completed."""
+
+    def link_down(self, link: Any) -> None:
+        """The link closed."""
+
+    def on_frame(self, link: Any, c: Any, header: dict[str, Any], body: Any) -> None:
+        """A replication frame arrived."""
+
+    def on_admin(self, link: Any, header: dict[str, Any], body: Any) -> None:
+        """An admin command arrived."""
+
+
 class Link(asyncio.Protocol):
     """A replication (or admin) connection.
 
@@ -60,7 +100,7 @@ class Link(asyncio.Protocol):
 
     def __init__(
         self,
-        manager: ReplicationManager,
+        manager: LinkHost,
         *,
         dialer: bool,
         secret: str,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ampsclient_server_stub.config import DestinationConfig
 from ampsclient_server_stub.engine.journal import Journal, JournalPin, JournalRecord
@@ -37,10 +37,12 @@ from .protocol import WireRecord, pack_records
 from .rules import PATH_FIELD, DestinationRules, Hop, decode_path, encode_path
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .link import Link
-    from .manager import ReplicationManager
+    import asyncio
 
-__all__ = ["MAX_IN_FLIGHT", "Inbound", "Outbound", "resync_start"]
+    from ampsclient_server_stub.engine.broker import Broker
+    from ampsclient_server_stub.security.auth import EntitlementModule
+
+__all__ = ["MAX_IN_FLIGHT", "Inbound", "Outbound", "StreamHost", "StreamLink", "resync_start"]
 
 logger = logging.getLogger("ampsclient_server_stub.replication")
 
@@ -82,10 +84,50 @@ def resync_start(journal: Journal, have: dict[int, int]) -> int:
     return start
 
 
+class StreamLink(Protocol):
+    """What a stream needs of its link (``link.Link`` fits; the link imports this module, not
+    the other way round)."""
+
+    peer_name: str
+    peer_group: str
+    peer_user: str | None
+    paused: bool
+    closed: bool
+    close_reason: str
+    outbound: dict[str, Outbound]
+
+    def send(self, fields: dict[str, Any], body: Any = None) -> None:
+        """Queue one frame to the peer."""
+
+    def describe(self) -> str:
+        """The link, for log messages."""
+
+
+class StreamHost(Protocol):
+    """What a stream needs of the instance's replication manager (``manager.ReplicationManager``
+    fits; the manager imports this module, not the other way round)."""
+
+    name: str
+    group: str
+    journal: Journal
+    broker: Broker
+    loop: asyncio.AbstractEventLoop
+    entitlements: EntitlementModule | None
+
+    def limits_changed(self) -> None:
+        """An outbound stream's acknowledged position moved."""
+
+    def inbound_counters(self, peer: str, stream: str) -> dict[str, int]:
+        """The counters of an inbound stream."""
+
+    def not_entitled(self, link: Any, topic: str, operation: str) -> None:
+        """A replicated message the link's user may not write was refused."""
+
+
 class Outbound:
     """The stream of one ``<Destination>``: what was sent, what is acknowledged."""
 
-    def __init__(self, manager: ReplicationManager, dest: DestinationConfig) -> None:
+    def __init__(self, manager: StreamHost, dest: DestinationConfig) -> None:
         self.manager = manager
         self.dest = dest
         self.name = dest.name
@@ -94,7 +136,7 @@ class Outbound:
         self.sync_configured = dest.sync_type == "sync"
         self.downgraded = False
         self.manual = False
-        self.link: Link | None = None
+        self.link: StreamLink | None = None
         self.state = "detached"  # detached | opening | streaming
         self.peer: Hop = (dest.name, dest.group or dest.name)
         self._set_peer(self.peer)
@@ -162,7 +204,7 @@ class Outbound:
 
     # ------------------------------------------------------------------ link events
 
-    def attach(self, link: Link) -> None:
+    def attach(self, link: StreamLink) -> None:
         """Start a stream on ``link``: ``ropen``, then wait for the downstream's ``rhave``."""
         self.link = link
         self._set_peer((link.peer_name, link.peer_group))
@@ -400,7 +442,7 @@ class Outbound:
 class Inbound:
     """One upstream stream arriving on a link: applies records, acknowledges durability."""
 
-    def __init__(self, manager: ReplicationManager, link: Link, stream: str) -> None:
+    def __init__(self, manager: StreamHost, link: StreamLink, stream: str) -> None:
         self.manager = manager
         self.link = link
         self.stream = stream
@@ -440,7 +482,7 @@ class Inbound:
         last_u = 0
         counters = self.counters
         paths = self._paths
-        apply = broker.apply_replicated
+        apply = broker.ingest
         ents = manager.entitlements
         link = self.link
         for index, pid, seq, command, topic, payload, fields in records:
