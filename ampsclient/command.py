@@ -154,6 +154,10 @@ class Command:
         """The requested ack types as the wire's comma list."""
         return format_ack_types(self._acks)
 
+    def get_ack_type_enum(self) -> int:
+        """The requested ack types as the official numeric flags (``processed`` = 4)."""
+        return int(self._acks)
+
     def get_command(self) -> str:
         """``c``."""
         return self.name

@@ -71,6 +71,9 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
         """The subscription id, for subscriptions."""
         self.query_id: str | None = None
         """The query id, for queries."""
+        self._settle: Callable[[Message], None] | None = None
+        self._held: Message | None = None
+        self._conflate = False
 
     # -- producer side (loop thread) ------------------------------------------------------
 
@@ -78,6 +81,8 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
         if self._ended:
             return
         with self._cond:
+            if self._conflate and self._replace(message):
+                return
             self._items.append(message)
             self._cond.notify()
         self._wake()
@@ -147,11 +152,40 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
 
     def _take(self) -> Message:
         item = self._items.popleft()
+        if self._settle is not None:
+            held, self._held = self._held, (None if item is _END else item)
+            if held is not None:
+                self._settle(held)  # auto-ack: the application asked for the next one
         if item is _END:
             self._items.appendleft(_END)
             self._raise_end()
         self._taken()
         return item  # type: ignore[no-any-return]
+
+    def _replace(self, message: Message) -> bool:
+        key = message.sow_key
+        if not key:
+            return False
+        items = self._items
+        for i in range(len(items) - 1, -1, -1):
+            old = items[i]
+            if old is not _END and old.sow_key == key:
+                items[i] = message
+                return True
+        return False
+
+    def set_auto_ack(self, settle: Callable[[Message], None] | None) -> None:
+        """Ack each queue message with ``settle(message)`` when the next one is asked for."""
+        self._settle = settle
+
+    def conflate(self) -> MessageStream:
+        """Keep only the newest waiting message per SOW key (official API)."""
+        self._conflate = True
+        return self
+
+    def get_max_depth(self) -> int:
+        """The ``max_depth`` (0 = unbounded)."""
+        return self._max_depth
 
     def _raise_end(self) -> None:
         if self._error is not None:

@@ -3,7 +3,7 @@
 Times are in **milliseconds** like the official client's. A strategy keeps state per URI: the
 first attempt at a URI (or the first after a success) has no delay; each failure at that URI
 grows the next delay; after ``maximum_retry_time`` ms without a success,
-:meth:`get_connect_wait_time` raises :class:`~ampsclient.exceptions.RetryLimitError`.
+:meth:`get_connect_wait_duration` raises :class:`~ampsclient.exceptions.RetryLimitError`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ReconnectDelayStrategy(abc.ABC):
     def _delay(self, attempts: int) -> float:
         """Delay in ms before attempt number ``attempts`` (1 = the first retry)."""
 
-    def get_connect_wait_time(self, uri: str) -> float:
+    def get_connect_wait_duration(self, uri: str) -> float:
         """Milliseconds to wait before connecting to ``uri`` now (official name).
 
         Raises:
@@ -76,6 +76,9 @@ class ReconnectDelayStrategy(abc.ABC):
         """A connection succeeded: forget every failure."""
         self._state.clear()
         self._started = None
+
+    get_connect_wait_time = get_connect_wait_duration
+    """Earlier name of :meth:`get_connect_wait_duration`."""
 
 
 class ExponentialDelayStrategy(ReconnectDelayStrategy):
