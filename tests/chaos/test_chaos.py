@@ -3,7 +3,6 @@ exact ledger check. The script prints its figures; they are shown when the test 
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(240)
-def test_chaos_run_loses_and_repeats_nothing(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 30)
+def test_chaos_run_loses_and_repeats_nothing(tmp_path: Path, chaos_seed: int) -> None:
+    seed = chaos_seed
     done = subprocess.run(
         [
             sys.executable,

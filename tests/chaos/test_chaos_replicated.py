@@ -6,7 +6,6 @@ message by message and the comparison of both instances' journals."""
 
 from __future__ import annotations
 
-import random
 import re
 import subprocess
 import sys
@@ -26,8 +25,8 @@ def _figure(out: str, label: str) -> int:
 
 
 @pytest.mark.timeout(240)
-def test_replicated_chaos_run_loses_and_repeats_nothing(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 30)
+def test_replicated_chaos_run_loses_and_repeats_nothing(tmp_path: Path, chaos_seed: int) -> None:
+    seed = chaos_seed
     done = subprocess.run(
         [
             sys.executable,

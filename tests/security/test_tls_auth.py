@@ -8,7 +8,6 @@ import logging
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -267,12 +266,12 @@ def test_entitlements_on_commands(entitled: ServerThread) -> None:
         # a regex subscription sees only the topics the user may read
         seen: list[str] = []
         alice.subscribe(lambda m: seen.append(str(m.topic)), ".*")
-        for topic in ("orders_a", "secret_b", "prices", "orders_c", "other"):
+        # orders_end is the marker: published last, it arrives after anything before it would
+        for topic in ("orders_a", "secret_b", "prices", "orders_c", "other", "orders_end"):
             bob.publish(topic, "{}")
         bob.flush(5000)
-        wait_for(lambda: len(seen) >= 3)
-        time.sleep(0.2)
-        assert seen == ["orders_a", "prices", "orders_c"]
+        wait_for(lambda: "orders_end" in seen)
+        assert seen == ["orders_a", "prices", "orders_c", "orders_end"]
         # sow with a regex topic: only entitled SOW topics
         bob.publish("orders_sow", '{"id":1}')
         bob.publish("secret_sow", '{"id":1}')
@@ -281,13 +280,14 @@ def test_entitlements_on_commands(entitled: ServerThread) -> None:
         alice.sow(lambda m: rows.append(str(m.topic)) if m.command == "sow" else None, ".*sow")
         assert rows == ["orders_sow"]
         # a plain publish (fast path, no ack asked) to a topic not entitled is dropped
+        # (orders_q, published next by the same client, is the marker)
         got: list[Message] = []
-        bob.subscribe(got.append, "secret_q")
+        bob.subscribe(got.append, "^(secret|orders)_q$")
         alice.publish("secret_q", '{"leak":1}')
         alice.publish("orders_q", '{"ok":1}')
         alice.flush(5000)
-        time.sleep(0.2)
-        assert got == []
+        wait_for(lambda: any(str(m.topic) == "orders_q" for m in list(got)))
+        assert [str(m.topic) for m in got] == ["orders_q"]
         assert entitled.statistics()["not_entitled"] == 6
 
 
