@@ -35,7 +35,9 @@ from typing import Any, Final
 
 from . import _accel
 from .authenticator import Authenticator, DefaultAuthenticator
+from .calls import Handler
 from .command import Command
+from .convenience import AsyncCommands
 from .exceptions import (
     AMPSError,
     DisconnectedError,
@@ -44,7 +46,7 @@ from .exceptions import (
     error_for_reason,
 )
 from .protocol.acks import AckType, format_ack_types
-from .protocol.bookmarks import MOST_RECENT, Bookmarks
+from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.header import encode_header, escape
 from .protocol.message import Message, split_sow_batch
@@ -66,8 +68,6 @@ log = logging.getLogger("ampsclient.client")
 CLIENT_VERSION: Final = "5.3.5.0.ampsclient-0.1.0:python"
 """Sent as ``version`` in the logon (the server may use it to pick protocol features)."""
 
-Handler = Callable[[Message], Any]
-"""A message handler."""
 
 WRITE_LINGER: Final = 0.0005
 """After a write, the writer looks for more queued frames this many seconds later."""
@@ -240,7 +240,7 @@ def deliver(
             message = message_type()
 
 
-class AsyncClient:
+class AsyncClient(AsyncCommands):
     """One connection to an AMPS server.
 
     Args:
@@ -878,178 +878,6 @@ class AsyncClient:
 
     # ------------------------------------------------------------------- convenience commands
 
-    async def _run(self, command: Command, handler: Handler | None) -> str | MessageStream:
-        if handler is None:
-            return await self.execute(command)
-        return await self.execute_async(command, handler)
-
-    async def subscribe(
-        self,
-        *args: Any,
-        **kwargs: Any,
-    ) -> str | MessageStream:
-        """Subscribe: ``subscribe(handler, topic, filter=None, options=None, timeout=0,
-        sub_id=None)`` returns the sub id; without a handler, a :class:`MessageStream`.
-
-        Keyword-only extras: ``bookmark``.
-        """
-        handler, p = _bind(args, kwargs, ("topic", "filter", "options", "timeout", "sub_id"))
-        return await self._run(self._sub_command("subscribe", p), handler)
-
-    async def delta_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """Like :meth:`subscribe`; later updates carry only the fields that changed."""
-        handler, p = _bind(args, kwargs, ("topic", "filter", "options", "timeout", "sub_id"))
-        return await self._run(self._sub_command("delta_subscribe", p), handler)
-
-    async def bookmark_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """``bookmark_subscribe(handler, topic, bookmark, filter=None, sub_id=None,
-        options=None, timeout=0)``: replay from ``bookmark`` then continue live."""
-        handler, p = _bind(
-            args, kwargs, ("topic", "bookmark", "filter", "sub_id", "options", "timeout")
-        )
-        return await self._run(self._sub_command("subscribe", p), handler)
-
-    def _sub_command(self, name: str, p: dict[str, Any]) -> Command:
-        cmd = Command(name).set_topic(p["topic"])
-        cmd.set_filter(p.get("filter"))
-        cmd.set_options(_opts(p.get("options")))
-        cmd.set_sub_id(p.get("sub_id"))
-        cmd.set_bookmark(self._resolve_bookmark(p.get("bookmark"), p.get("sub_id")))
-        cmd.set_timeout(p.get("timeout") or 0)
-        return cmd
-
-    def _resolve_bookmark(self, bookmark: str | None, sub_id: str | None) -> str | None:
-        """``MOST_RECENT`` is resolved here and never sent: with no bookmark store it is EPOCH."""
-        if bookmark == MOST_RECENT:
-            return "0"
-        return bookmark
-
-    async def sow(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """``sow(handler, topic, filter=None, batch_size=10, timeout=0, top_n=None,
-        order_by=None, bookmark=None, options=None)``: query the State of the World."""
-        handler, p = _bind(
-            args,
-            kwargs,
-            (
-                "topic",
-                "filter",
-                "batch_size",
-                "timeout",
-                "top_n",
-                "order_by",
-                "bookmark",
-                "options",
-            ),
-        )
-        return await self._run(self._sow_command("sow", p), handler)
-
-    async def sow_and_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """``sow_and_subscribe(handler, topic, filter=None, batch_size=10, oof=False,
-        send_empties=False, timeout=0, top_n=None, order_by=None, bookmark=None,
-        options=None, sub_id=None)``."""
-        handler, p = _bind(
-            args,
-            kwargs,
-            (
-                "topic",
-                "filter",
-                "batch_size",
-                "oof",
-                "send_empties",
-                "timeout",
-                "top_n",
-                "order_by",
-                "bookmark",
-                "options",
-                "sub_id",
-            ),
-        )
-        return await self._run(self._sow_command("sow_and_subscribe", p), handler)
-
-    async def sow_and_delta_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """Like :meth:`sow_and_subscribe`, with delta updates."""
-        handler, p = _bind(
-            args,
-            kwargs,
-            (
-                "topic",
-                "filter",
-                "batch_size",
-                "oof",
-                "send_empties",
-                "timeout",
-                "top_n",
-                "order_by",
-                "options",
-                "sub_id",
-            ),
-        )
-        return await self._run(self._sow_command("sow_and_delta_subscribe", p), handler)
-
-    def _sow_command(self, name: str, p: dict[str, Any]) -> Command:
-        cmd = Command(name).set_topic(p["topic"])
-        cmd.set_filter(p.get("filter"))
-        bs = p.get("batch_size")
-        cmd.set_batch_size(10 if bs is None else int(bs))
-        cmd.set_timeout(p.get("timeout") or 0)
-        if p.get("top_n") is not None:
-            cmd.set_top_n(int(p["top_n"]))
-        cmd.set_order_by(p.get("order_by"))
-        cmd.set_bookmark(p.get("bookmark"))
-        opts = [o for o in (_opts(p.get("options")),) if o]
-        if p.get("oof"):
-            opts.append("oof")
-        if name == "sow_and_delta_subscribe" and not p.get("send_empties", True):
-            opts.append("no_empties")
-        cmd.set_options(",".join(opts) or None)
-        if "sub_id" in p:
-            cmd.set_sub_id(p.get("sub_id"))
-        return cmd
-
-    async def sow_delete(self, *args: Any, **kwargs: Any) -> Message | str:
-        """``sow_delete(topic, filter, timeout=0)``: returns the ``stats`` ack message.
-
-        With a handler first (``sow_delete(handler, topic, filter)``) the acks go to it and
-        the command id is returned.
-        """
-        handler, p = _bind(args, kwargs, ("topic", "filter", "timeout"))
-        cmd = Command("sow_delete").set_topic(p["topic"]).set_filter(p.get("filter"))
-        return await self._sow_delete(cmd, handler, p.get("timeout") or 0)
-
-    async def sow_delete_by_keys(self, *args: Any, **kwargs: Any) -> Message | str:
-        """``sow_delete_by_keys(topic, keys, timeout=0)``: keys is a comma list of SOW keys."""
-        handler, p = _bind(args, kwargs, ("topic", "keys", "timeout"))
-        keys = p["keys"]
-        if not isinstance(keys, str):
-            keys = ",".join(keys)
-        cmd = Command("sow_delete").set_topic(p["topic"]).set_sow_keys(keys)
-        return await self._sow_delete(cmd, handler, p.get("timeout") or 0)
-
-    async def sow_delete_by_data(self, *args: Any, **kwargs: Any) -> Message | str:
-        """``sow_delete_by_data(topic, data, timeout=0)``: delete the record ``data`` names."""
-        handler, p = _bind(args, kwargs, ("topic", "data", "timeout"))
-        cmd = Command("sow_delete").set_topic(p["topic"]).set_data(self._encode_data(p["data"]))
-        return await self._sow_delete(cmd, handler, p.get("timeout") or 0)
-
-    async def _sow_delete(
-        self, cmd: Command, handler: Handler | None, timeout: int
-    ) -> Message | str:
-        cmd.add_ack_type(AckType.STATS).set_timeout(timeout)
-        if handler is not None:
-            return await self.execute_async(cmd, handler)
-        stream = await self.execute(cmd)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout / 1000.0 if timeout else None
-        try:
-            async for message in stream:
-                if message.command == "ack" and message.ack_type & AckType.STATS:
-                    return message
-                if deadline is not None and loop.time() > deadline:
-                    break
-        finally:
-            stream.close()
-        raise TimeoutError("timed out waiting for the sow_delete stats ack")
-
     async def unsubscribe(self, sub_id: str = "all") -> None:
         """Cancel one subscription (or ``"all"``)."""
         ids = list(self._subs) if sub_id == "all" else [sub_id]
@@ -1399,35 +1227,3 @@ def publish_fields(
         "x": correlation_id,
         "k": sow_key,
     }
-
-
-def _opts(options: Any) -> str | None:
-    if options is None:
-        return None
-    if isinstance(options, str):
-        return options or None
-    return ",".join(str(o) for o in options) or None
-
-
-def _bind(
-    args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]
-) -> tuple[Handler | None, dict[str, Any]]:
-    """Bind official-style arguments: an optional leading handler, then ``names`` in order."""
-    handler = kwargs.pop("handler", None) or kwargs.pop("on_message", None)
-    rest = list(args)
-    if rest and callable(rest[0]) and not isinstance(rest[0], str):
-        if handler is not None:
-            raise UsageError("two handlers given")
-        handler = rest.pop(0)
-    if len(rest) > len(names):
-        raise UsageError(f"too many positional arguments (expected at most {len(names)})")
-    params = dict(zip(names, rest, strict=False))
-    for key, value in kwargs.items():
-        if key not in names and key not in ("bookmark", "sub_id", "options"):
-            raise UsageError(f"unexpected argument {key!r}")
-        if key in params:
-            raise UsageError(f"argument {key!r} given twice")
-        params[key] = value
-    if "topic" in names and not params.get("topic"):
-        raise UsageError("a topic is required")
-    return handler, params

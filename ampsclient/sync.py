@@ -22,6 +22,7 @@ from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.message import Message
 from .stream import MessageStream
+from .sync_convenience import SyncCommands
 
 __all__ = ["Client", "HAClient", "LoopThread"]
 
@@ -90,7 +91,7 @@ class LoopThread:
         self._thread.join(10)
 
 
-class Client:
+class Client(SyncCommands):
     """A synchronous AMPS client with the official client's method names.
 
     Example::
@@ -107,6 +108,8 @@ class Client:
 
     Bookmarks = Bookmarks
     """``Client.Bookmarks.EPOCH`` / ``NOW`` / ``MOST_RECENT``, as in the official client."""
+
+    _async: AsyncClient
 
     def __init__(
         self,
@@ -262,42 +265,6 @@ class Client:
     def execute_async(self, command: Command, handler: Handler | None = None) -> str:
         """Send ``command``; its messages go to ``handler`` on the client's thread."""
         return self._run(self._async.execute_async(command, handler))
-
-    def subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """See :meth:`AsyncClient.subscribe`."""
-        return self._run(self._async.subscribe(*args, **kwargs))
-
-    def delta_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """See :meth:`AsyncClient.delta_subscribe`."""
-        return self._run(self._async.delta_subscribe(*args, **kwargs))
-
-    def bookmark_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """See :meth:`AsyncClient.bookmark_subscribe`."""
-        return self._run(self._async.bookmark_subscribe(*args, **kwargs))
-
-    def sow(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """See :meth:`AsyncClient.sow`."""
-        return self._run(self._async.sow(*args, **kwargs))
-
-    def sow_and_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """See :meth:`AsyncClient.sow_and_subscribe`."""
-        return self._run(self._async.sow_and_subscribe(*args, **kwargs))
-
-    def sow_and_delta_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream:
-        """See :meth:`AsyncClient.sow_and_delta_subscribe`."""
-        return self._run(self._async.sow_and_delta_subscribe(*args, **kwargs))
-
-    def sow_delete(self, *args: Any, **kwargs: Any) -> Message | str:
-        """See :meth:`AsyncClient.sow_delete`."""
-        return self._run(self._async.sow_delete(*args, **kwargs))
-
-    def sow_delete_by_keys(self, *args: Any, **kwargs: Any) -> Message | str:
-        """See :meth:`AsyncClient.sow_delete_by_keys`."""
-        return self._run(self._async.sow_delete_by_keys(*args, **kwargs))
-
-    def sow_delete_by_data(self, *args: Any, **kwargs: Any) -> Message | str:
-        """See :meth:`AsyncClient.sow_delete_by_data`."""
-        return self._run(self._async.sow_delete_by_data(*args, **kwargs))
 
     def unsubscribe(self, sub_id: str = "all") -> None:
         """Cancel a subscription (or ``"all"``)."""
