@@ -8,7 +8,9 @@ Without ``--config`` the server uses :func:`~ampsclient_server_stub.config.defau
 With ``--config FILE`` (AMPS-style XML) the file's settings apply, and the flags given
 explicitly override them: ``--host``/``--tcp-port`` the first TCP transport,
 ``--host``/``--ws-port`` the first WebSocket transport, ``--name`` and ``--data-dir`` the
-instance name and data directory.
+instance name and data directory. ``--admin-port`` turns on the admin interface (statistics,
+admin actions, ``/metrics``, dashboard) on loopback, or on ``HOST:PORT``; it overrides the
+address of the file's ``<Admin>``.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from pathlib import Path
 from ampsclient_server_stub.config import (
     DEFAULT_HOST,
     DEFAULT_SERVER_NAME,
+    AdminConfig,
     ConfigError,
     ServerConfig,
     TransportConfig,
     default_config,
     load_config,
     parse_duration,
+    parse_inet_addr,
 )
 
 from .server import ReferenceServer
@@ -79,6 +83,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "delivered something since their last one (e.g. 1s, 250ms; 0 = none); default 1s",
     )
     parser.add_argument(
+        "--admin-port",
+        default=None,
+        metavar="[HOST:]PORT",
+        help="serve the admin interface (statistics, actions, /metrics, dashboard) on this "
+        "port of 127.0.0.1, or on HOST:PORT; 0 = any free port (default: off, unless the "
+        "config file has <Admin>)",
+    )
+    parser.add_argument(
         "--no-txlog",
         action="store_true",
         help="without a <TransactionLog> in the config, record nothing (default: every topic)",
@@ -101,6 +113,19 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     Raises:
         ConfigError: the file is invalid or a flag is out of range.
     """
+    config = _build_config(args)
+    admin_port = getattr(args, "admin_port", None)
+    if admin_port is None:
+        return config
+    addr = parse_inet_addr(str(admin_port), default_host="127.0.0.1")
+    if config.admin is not None:
+        admin = dataclasses.replace(config.admin, host=addr.host, port=addr.port)
+    else:
+        admin = AdminConfig(host=addr.host, port=addr.port)
+    return dataclasses.replace(config, admin=admin)
+
+
+def _build_config(args: argparse.Namespace) -> ServerConfig:
     for label, port in (("--tcp-port", args.tcp_port), ("--ws-port", args.ws_port)):
         if port is not None and not 0 <= port <= 65535:
             raise ConfigError(f"{label} must be in 0..65535, got {port}")

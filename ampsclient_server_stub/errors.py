@@ -8,7 +8,8 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     ├── RequestError                           carries .reason    a client's command is refused
     │   ├── CommandFailure                     engine/wire.py     the general refusal
     │   ├── ReplayError                        engine/txlog.py    a bookmark replay cannot start
-    │   └── ConflationError                    engine/conflation.py
+    │   ├── ConflationError                    engine/conflation.py
+    │   └── HttpError                          admin/http.py      an admin HTTP request refused
     ├── OptionError (ValueError)               an option or expression that does not parse
     │   ├── FilterError                        engine/filters.py  reason "bad filter"
     │   ├── TopicError                         engine/topics.py   reason "bad regex topic"

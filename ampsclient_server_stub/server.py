@@ -26,6 +26,7 @@ from ampsclient_server_stub.engine.broker import Authenticator, Broker
 from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
 from ampsclient_server_stub.engine.txlog import PERSISTED_ACK_INTERVAL, TxLog
 
+from .admin.server import AdminServer
 from .net.flow import FlowControl
 from .net.session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER
 from .net.tcp import start_tcp_listener
@@ -168,6 +169,8 @@ class ReferenceServer:
         self._expiry: asyncio.Task[None] | None = None
         self._started = False
         self.replication: ReplicationManager | None = None
+        self.admin: AdminServer | None = None
+        """The admin interface (``<Admin>`` or ``--admin-port``; ``admin`` package), running."""
         """Replication and HA (``replication`` package), when configured."""
 
     # ------------------------------------------------------------------ lifecycle
@@ -244,6 +247,9 @@ class ReferenceServer:
                 record_all_topics=self.record_all_topics,
                 security=self.security,
             )
+            if self.config.admin is not None:
+                self.admin = AdminServer.from_config(self, self.config.admin)
+                await self.admin.start()
         except BaseException:
             await self.stop()
             raise
@@ -320,6 +326,9 @@ class ReferenceServer:
             logger.info("statistics %s", json.dumps(self.statistics(), sort_keys=True, default=str))
         except Exception:  # pragma: no cover - never let reporting stop a shutdown
             logger.exception("statistics at shutdown")
+        if self.admin is not None:
+            await self.admin.stop()
+            self.admin = None
         if self._expiry is not None:
             self._expiry.cancel()
             try:

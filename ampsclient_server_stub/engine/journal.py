@@ -474,6 +474,8 @@ class Journal:
             "truncated_bytes": 0,
             "pruned_segments": 0,
             "compressed_segments_made": 0,
+            "fsync_ns": 0,  # time spent in the group commits' fsync calls (admin statistics)
+            "fsync_last_ns": 0,
         }
         if preallocated_files:
             _log.debug(
@@ -1038,12 +1040,16 @@ class Journal:
             if pending:
                 self._complete_seals()
             if fd >= 0:
+                began = time.perf_counter_ns()
                 try:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+                took = time.perf_counter_ns() - began
                 with self._lock:
                     self._stats["fsyncs"] += 1
+                    self._stats["fsync_ns"] += took
+                    self._stats["fsync_last_ns"] = took
             if dir_dirty and self._durable_io and not self._read_only:
                 fsync_dir(self._dir)
             with self._lock:

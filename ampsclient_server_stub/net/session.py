@@ -82,6 +82,12 @@ class NetSession(abc.ABC):
         self._hb_interval = 0.0
         self._hb_next = 0.0
         self._hb_timer: asyncio.TimerHandle | None = None
+        self.messages_in = 0
+        """Payloads received (admin statistics); ``bytes_in``: their bytes, framing excluded."""
+        self.bytes_in = 0
+        self.messages_out = 0
+        """Payloads handed to the transport; ``bytes_out``: their bytes, framing excluded."""
+        self.bytes_out = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,6 +130,8 @@ class NetSession(abc.ABC):
         conn = self.conn
         if conn is None or conn.closed or self._closing:
             return
+        self.messages_in += len(payloads)
+        self.bytes_in += sum(map(len, payloads))
         if len(payloads) > 1:  # runs of durable publishes are journaled as one batch
             self.broker.handle_many(conn, payloads)
             return
@@ -213,7 +221,14 @@ class NetSession(abc.ABC):
 
     def write_now(self, payloads: list[bytes]) -> None:
         """Hand ``payloads`` to the transport at once, in order (ahead of the next flush)."""
+        self.messages_out += len(payloads)
+        self.bytes_out += sum(map(len, payloads))
         self._write(payloads)
+
+    @property
+    def queued_messages(self) -> int:
+        """Payloads queued for the next write (not yet handed to the transport)."""
+        return len(self._out)
 
     def abort(self, reason: str) -> None:
         """Drop the connection at once, without writing what is queued."""
@@ -227,6 +242,8 @@ class NetSession(abc.ABC):
         if not out or self._closing:
             return
         self._out = []
+        self.messages_out += len(out)
+        self.bytes_out += self._out_bytes
         self._out_bytes = 0
         try:
             self._write(out)

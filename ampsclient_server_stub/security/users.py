@@ -16,9 +16,10 @@ Example ``users.json``::
 
 ``read`` patterns allow ``subscribe`` and ``sow`` (and their combinations), ``write``
 patterns allow ``publish`` and ``sow_delete``; the keys ``subscribe``, ``sow``, ``publish`` and
-``sow_delete`` give one command its own list instead. Patterns are regular expressions
-searched in the topic name (anchor them with ``^...$``). ``default`` applies to users not
-listed (and to logons without a user id when authentication is off).
+``sow_delete`` give one command its own list instead; ``admin`` patterns are searched in the
+admin interface's request paths (``"admin": ["^/amps/instance"]``: statistics only). Patterns
+are regular expressions searched in the topic name (anchor them with ``^...$``). ``default``
+applies to users not listed (and to logons without a user id when authentication is off).
 
 Command line (passwords are read from the terminal, or from standard input with
 ``--password-stdin``)::
@@ -112,6 +113,8 @@ class UserEntry:
                 allow[op] = _compile(own, f"{where}.{op}")
             else:
                 allow[op] = read if op in _READ_OPS else write
+        # the admin interface: patterns searched in the request path (never implied by read)
+        allow["admin"] = _compile(data.get("admin"), f"{where}.admin")
         return cls(name, password, allow)
 
     def allowed(self, operation: str, topic: str) -> bool:

@@ -1,0 +1,261 @@
+"""The admin HTTP listener of a :class:`~ampsclient_server_stub.server.ReferenceServer`.
+
+Routes (``GET`` and ``HEAD`` unless said otherwise):
+
+* ``/``: the live dashboard (HTML and JavaScript, no build step);
+* ``/amps``: the instance tree and the list of admin actions;
+* ``/amps/instance[/<part>[/<key>...]]``: the statistics tree or any node of it (an optional
+  ``.json`` suffix on the last segment is accepted); ``/amps/instance/history``: the samples
+  the dashboard draws;
+* ``/amps/administrator[/...]``: the admin actions (``GET`` or ``POST``, see :mod:`.actions`);
+* ``/metrics``: Prometheus' text format.
+
+Other paths answer 404, other methods 405 (with ``Allow``), bad requests 400, oversized ones
+413/431, and without credentials (when security is configured) 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Final
+
+from ..config import AdminConfig, ConfigError
+from .actions import ACTIONS, run_action
+from .auth import AdminAuth
+from .http import MAX_HEAD_BYTES, HttpError, Request, Response, serve_connection
+from .metrics import CONTENT_TYPE, render_metrics
+from .stats import HISTORY, StatisticsCollector
+
+if TYPE_CHECKING:
+    from ..server import ReferenceServer
+
+__all__ = ["MAX_CONNECTIONS", "AdminServer"]
+
+logger = logging.getLogger(__name__)
+
+MAX_CONNECTIONS: Final = 64
+"""Open admin connections at once; more are closed at once (the messaging ports are not
+affected either way)."""
+
+_READ: Final = ("GET", "HEAD")
+_ACTION: Final = ("GET", "POST")
+_SUPPORTED_OPTIONS: Final = ("WWWAuthenticate", "AnonymousPaths")
+_BASIC_REALM: Final = re.compile(r'\s*Basic(?:\s+realm="([^"]*)")?\s*', re.I)
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    body = json.dumps(value, indent=1, sort_keys=True, default=str).encode() + b"\n"
+    return Response(status, body, "application/json")
+
+
+class AdminServer:
+    """Serves statistics, admin actions, ``/metrics`` and the dashboard over HTTP/1.1.
+
+    Args:
+        server: the running reference server (read on its event loop).
+        host, port: the listening address (port 0 picks a free port).
+        interval: seconds between statistics samples (AMPS ``<Admin><Interval>``, at least 1).
+        options: other ``<Admin>`` options: ``WWWAuthenticate`` (``Basic realm="..."``) and
+            ``AnonymousPaths`` (a regular expression); any other is refused.
+
+    Raises:
+        ConfigError: an option this server does not support, or a bad value.
+    """
+
+    def __init__(
+        self,
+        server: ReferenceServer,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        interval: float = 1.0,
+        options: dict[str, str] | None = None,
+    ) -> None:
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(_SUPPORTED_OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"<Admin> option(s) {', '.join(unknown)} not supported by the reference server "
+                f"(supported: InetAddr, Interval, {', '.join(_SUPPORTED_OPTIONS)})"
+            )
+        if interval < 1.0:
+            raise ConfigError(f"<Admin><Interval> must be at least 1s, got {interval:g}s")
+        realm = "AMPS Admin"
+        www = options.get("WWWAuthenticate")
+        if www is not None:
+            match = _BASIC_REALM.fullmatch(www)
+            if match is None:
+                raise ConfigError(
+                    f"<Admin><WWWAuthenticate> {www!r}: only Basic authentication is supported"
+                )
+            realm = match[1] or realm
+        anonymous = None
+        if options.get("AnonymousPaths"):
+            try:
+                anonymous = re.compile(options["AnonymousPaths"])
+            except re.error as exc:
+                raise ConfigError(
+                    f"<Admin><AnonymousPaths>: bad regular expression: {exc}"
+                ) from None
+        self.server = server
+        self.host = host
+        self.requested_port = port
+        self.interval = interval
+        self.collector = StatisticsCollector(server, history=HISTORY)
+        self.auth = AdminAuth(server.security, realm=realm, anonymous=anonymous)
+        self.requests = 0
+        """Requests answered."""
+        self._listener: asyncio.Server | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._dashboard: bytes | None = None
+
+    @classmethod
+    def from_config(cls, server: ReferenceServer, config: AdminConfig) -> AdminServer:
+        """An admin server for the ``<Admin>`` section of the configuration.
+
+        Raises:
+            ConfigError: ``<FileName>`` (statistics are kept in memory only) or an option
+                this server does not support.
+        """
+        if config.file_name is not None and str(config.file_name) != ":memory:":
+            raise ConfigError(
+                "<Admin><FileName> is not supported by the reference server: statistics are "
+                f"kept in memory ({HISTORY} samples); remove it"
+            )
+        return cls(
+            server,
+            host=config.host,
+            port=config.port,
+            interval=config.interval if config.interval is not None else 1.0,
+            options=dict(config.extra),
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Bind the listener and start sampling."""
+        self.collector.sample()
+        self._listener = await asyncio.start_server(
+            self._accept, self.host, self.requested_port, limit=MAX_HEAD_BYTES
+        )
+        self._sampler = asyncio.create_task(self._sample_loop())
+        logger.info("admin interface at %s", self.url)
+
+    async def stop(self) -> None:
+        """Close the listener and every admin connection."""
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+            self._sampler = None
+        if self._listener is not None:
+            self._listener.close()
+            for task in list(self._connections):
+                task.cancel()
+            if self._connections:
+                await asyncio.gather(*self._connections, return_exceptions=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._listener.wait_closed(), 2)
+            self._listener = None
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        if self._listener is None or not self._listener.sockets:
+            raise RuntimeError("the admin interface is not listening")
+        port: int = self._listener.sockets[0].getsockname()[1]
+        return port
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT/`` of the listener."""
+        host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/"
+
+    async def _sample_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.collector.sample()
+            except Exception:  # never let statistics stop the sampler
+                logger.exception("admin statistics sample failed")
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if len(self._connections) >= MAX_CONNECTIONS or task is None:
+            writer.write(
+                Response(503, b"too many admin connections\n", "text/plain").encode(
+                    keep_alive=False
+                )
+            )
+            writer.close()
+            return
+        self._connections.add(task)
+        try:
+            await serve_connection(reader, writer, self.handle)
+        finally:
+            self._connections.discard(task)
+
+    # ------------------------------------------------------------------ routing
+
+    async def handle(self, request: Request) -> Response:
+        """Answer one request (the :data:`~.http.Handler` of every connection)."""
+        self.requests += 1
+        path = list(request.path)
+        if path and path[-1].endswith(".json"):
+            path[-1] = path[-1][: -len(".json")]
+        if not path:
+            self._allow(request, _READ)
+            await self.auth.check(request)
+            return Response(200, self.dashboard(), "text/html; charset=utf-8")
+        if path == ["metrics"]:
+            self._allow(request, _READ)
+            await self.auth.check(request)
+            return Response(200, render_metrics(self.collector.instance()).encode(), CONTENT_TYPE)
+        if path[0] != "amps":
+            raise HttpError(404, f"not found: {request.target}")
+        if len(path) >= 2 and path[1] == "administrator":
+            self._allow(request, _ACTION)
+            await self.auth.check(request)
+            if len(path) == 2:
+                return _json({"actions": dict(ACTIONS)})
+            return _json(await run_action(self.server, request))
+        self._allow(request, _READ)
+        if len(path) == 1:
+            await self.auth.check(request)
+            return _json({"instance": self.collector.instance(), "administrator": dict(ACTIONS)})
+        if path[1] != "instance":
+            raise HttpError(404, f"not found: {request.target}")
+        await self.auth.check(request)
+        if path[2:] == ["history"]:
+            return _json(self.collector.history())
+        node: Any = self.collector.instance()
+        for segment in path[2:]:
+            if not isinstance(node, dict) or segment not in node:
+                raise HttpError(404, f"not found: {request.target}")
+            node = node[segment]
+        return _json(node)
+
+    @staticmethod
+    def _allow(request: Request, methods: tuple[str, ...]) -> None:
+        if request.method not in methods:
+            raise HttpError(
+                405,
+                f"{request.method} not allowed here (allowed: {', '.join(methods)})",
+                {"Allow": ", ".join(methods)},
+            )
+
+    def dashboard(self) -> bytes:
+        """The dashboard page (read once from the package)."""
+        if self._dashboard is None:
+            source = resources.files(__package__ or "ampsclient_server_stub.admin")
+            self._dashboard = (source / "static" / "dashboard.html").read_bytes()
+        return self._dashboard

@@ -1,0 +1,436 @@
+"""The statistics tree of the admin interface, built from the server's public accessors.
+
+:class:`StatisticsCollector` reads a running :class:`~ampsclient_server_stub.server.ReferenceServer`
+on its event loop: the broker's connections and subscriptions, the network sessions' counters,
+the SOW topics, the journal and the replication manager. :meth:`~StatisticsCollector.sample`
+takes one :class:`Sample` of every cumulative counter (the admin server calls it once per
+``<Admin><Interval>``, one second by default) and keeps the last :data:`HISTORY` of them;
+``*_per_sec`` figures are the change over the last :data:`RATE_SPAN` seconds of samples.
+
+The tree follows the AMPS monitoring guide's instance layout and metric names where it
+describes one (``/amps/instance/clients/<name>/messages_in_per_sec``, ``queue_depth_out``,
+``/amps/instance/replication/<destination>/seconds_behind``...); ``journal`` stands for the
+transaction log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from ..engine.broker import SERVER_VERSION
+from ..net.session import NetSession
+
+if TYPE_CHECKING:
+    from ..engine.broker import Connection
+    from ..server import ReferenceServer
+
+__all__ = ["HISTORY", "RATE_SPAN", "Sample", "StatisticsCollector", "client_key"]
+
+HISTORY: Final = 60
+"""Samples kept (one per interval): the dashboard's charts and the rates read them."""
+
+RATE_SPAN: Final = 5.0
+"""Seconds of samples a ``*_per_sec`` figure averages over (fewer right after start)."""
+
+_CLIENT_FIELDS: Final = ("messages_in", "bytes_in", "messages_out", "bytes_out")
+
+
+def client_key(conn: Connection) -> str:
+    """The name a connection is listed under: its client name, or ``connection-<id>`` before
+    it logged on."""
+    return conn.client_name or f"connection-{conn.id}"
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(slots=True)
+class Sample:
+    """Cumulative counters at one moment.
+
+    Attributes:
+        at: ``time.monotonic()`` of the sample; ``wall``: epoch seconds.
+        totals: instance counters (``publishes``, ``messages_in``, ``messages_out``,
+            ``bytes_in``, ``bytes_out``, ``fsyncs``, ``fsync_ns``, ...) and gauges
+            (``clients``, ``subscriptions``, ``journal_bytes``, ``replication_lag``...).
+        clients: per connection id, the session counters (``messages_in``, ...).
+        destinations: per replication destination, messages sent.
+    """
+
+    at: float
+    wall: float
+    totals: dict[str, float] = field(default_factory=dict)
+    clients: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    destinations: dict[str, int] = field(default_factory=dict)
+
+
+class StatisticsCollector:
+    """Samples a running server and builds its statistics tree (call on the server's loop)."""
+
+    def __init__(self, server: ReferenceServer, *, history: int = HISTORY) -> None:
+        self.server = server
+        self.started = time.time()
+        self.samples: deque[Sample] = deque(maxlen=history)
+        """The last samples, oldest first."""
+        self._totals = dict.fromkeys(_CLIENT_FIELDS, 0)
+        self._last_clients: dict[int, tuple[int, ...]] = {}
+        self._connected_at: dict[int, float] = {}
+
+    # ------------------------------------------------------------------ sampling
+
+    def sample(self) -> Sample:
+        """Take a sample of every counter and keep it."""
+        now = time.monotonic()
+        wall = time.time()
+        broker = self.server.broker
+        clients: dict[int, tuple[int, ...]] = {}
+        subscriptions = 0
+        connections = broker.connections if broker is not None else []
+        for conn in connections:
+            subscriptions += len(conn.subs)
+            session = conn.session
+            if isinstance(session, NetSession):
+                clients[conn.id] = tuple(getattr(session, name) for name in _CLIENT_FIELDS)
+            self._connected_at.setdefault(conn.id, wall)
+        for conn_id, values in clients.items():
+            before = self._last_clients.get(conn_id, (0,) * len(_CLIENT_FIELDS))
+            for name, now_value, old in zip(_CLIENT_FIELDS, values, before, strict=True):
+                self._totals[name] += max(0, now_value - old)
+        for gone in set(self._connected_at) - {c.id for c in connections}:
+            del self._connected_at[gone]
+        self._last_clients = clients
+        totals: dict[str, float] = {name: float(v) for name, v in self._totals.items()}
+        stats = self.server.statistics()
+        totals["publishes"] = float(stats.get("publishes", 0))
+        totals["clients"] = float(len(connections))
+        totals["subscriptions"] = float(subscriptions)
+        journal = self.journal_figures()
+        for name in ("bytes", "records", "fsyncs", "fsync_ns", "files"):
+            totals[f"journal_{name}"] = float(journal.get(name, 0) or 0)
+        destinations: dict[str, int] = {}
+        lag = 0.0
+        for dest in self.replication_status().get("destinations", []):
+            destinations[str(dest["name"])] = int(dest.get("sent", 0))
+            lag = max(lag, float(dest.get("oldest_unacked_age") or 0.0))
+        totals["replication_lag"] = lag
+        sample = Sample(now, wall, totals, clients, destinations)
+        self.samples.append(sample)
+        return sample
+
+    def _window(self) -> tuple[Sample, Sample] | None:
+        """(oldest sample within :data:`RATE_SPAN` of the newest, newest)."""
+        if len(self.samples) < 2:
+            return None
+        newest = self.samples[-1]
+        oldest = newest
+        for candidate in reversed(self.samples):
+            if newest.at - candidate.at > RATE_SPAN + 1e-6:
+                break
+            oldest = candidate
+        if oldest is newest:
+            oldest = self.samples[-2]
+        return oldest, newest
+
+    def rate(self, name: str) -> float:
+        """Per-second change of an instance counter over the rate window (0 before two
+        samples exist)."""
+        window = self._window()
+        if window is None:
+            return 0.0
+        old, new = window
+        return max(0.0, new.totals.get(name, 0.0) - old.totals.get(name, 0.0)) / (new.at - old.at)
+
+    def _client_rates(self, conn_id: int) -> tuple[float, ...]:
+        window = self._window()
+        zero = (0.0,) * len(_CLIENT_FIELDS)
+        if window is None:
+            return zero
+        newest = window[1]
+        now_values = newest.clients.get(conn_id)
+        if now_values is None:
+            return zero
+        for old in self.samples:  # the oldest sample in the window that has this client
+            if old.at >= window[0].at and old is not newest and conn_id in old.clients:
+                dt = newest.at - old.at
+                return tuple(
+                    max(0, a - b) / dt
+                    for a, b in zip(now_values, old.clients[conn_id], strict=True)
+                )
+        return zero
+
+    def _destination_rate(self, name: str) -> float:
+        window = self._window()
+        if window is None:
+            return 0.0
+        old, new = window
+        if name not in old.destinations or name not in new.destinations:
+            return 0.0
+        return max(0, new.destinations[name] - old.destinations[name]) / (new.at - old.at)
+
+    # ------------------------------------------------------------------ parts
+
+    def journal_figures(self) -> dict[str, Any]:
+        """Files, sizes, first and last bookmark, fsync counts and latency of the journal
+        (``{}`` without one)."""
+        journal = self.server.journal
+        if journal is None or journal.closed:
+            return {}
+        counters = journal.counters()
+        segments = journal.segments()
+        out: dict[str, Any] = {
+            "directory": str(journal.directory),
+            "fsync_policy": journal.fsync_policy,
+            "files": len(segments),
+            "bytes": sum(s.file_bytes for s in segments),
+            "data_bytes": sum(s.data_bytes for s in segments),
+            "records": sum(s.records for s in segments),
+            "first_index": journal.first_index,
+            "last_index": journal.last_index,
+            "durable_index": journal.durable_index,
+            "appends": counters.get("appends", 0),
+            "syncs": counters.get("syncs", 0),
+            "fsyncs": counters.get("fsyncs", 0),
+            "fsync_ns": counters.get("fsync_ns", 0),
+            "fsync_last_us": counters.get("fsync_last_ns", 0) / 1000,
+            "compressed_files": sum(1 for s in segments if s.state == "compressed"),
+            "segments": {
+                s.path.name: {
+                    "state": s.state,
+                    "first_index": s.first_index,
+                    "last_index": s.last_index,
+                    "records": s.records,
+                    "file_bytes": s.file_bytes,
+                    "data_bytes": s.data_bytes,
+                    "first_timestamp": _iso(s.first_timestamp / 1e6) if s.records else None,
+                    "last_timestamp": _iso(s.last_timestamp / 1e6) if s.records else None,
+                }
+                for s in segments
+            },
+        }
+        out["first_bookmark"] = self._bookmark_at(journal.first_index)
+        out["last_bookmark"] = self._bookmark_at(journal.last_index)
+        return out
+
+    def _bookmark_at(self, index: int) -> str | None:
+        journal = self.server.journal
+        if journal is None or index < 1 or index > journal.last_index:
+            return None
+        try:
+            records = journal.read(index, max_records=1)
+        except Exception:  # a file pruned meanwhile: no bookmark this time
+            return None
+        return records[0].bookmark if records else None
+
+    def replication_status(self) -> Mapping[str, Any]:
+        """The replication manager's status (``{}`` without replication)."""
+        manager = self.server.replication
+        return manager.status() if manager is not None else {}
+
+    # ------------------------------------------------------------------ the tree
+
+    def clients(self) -> dict[str, Any]:
+        """``/amps/instance/clients``: one entry per connection."""
+        broker = self.server.broker
+        out: dict[str, Any] = {}
+        if broker is None:
+            return out
+        now = time.time()
+        for conn in broker.connections:
+            session = conn.session
+            entry: dict[str, Any] = {
+                "client_name": conn.client_name,
+                "connection_id": conn.id,
+                "remote_address": conn.peer,
+                "transport": conn.transport,
+                "message_type": conn.mt,
+                "authenticated_id": conn.user_id,
+                "logged_on": conn.logged_on,
+                "connect_time": _iso(self._connected_at.get(conn.id, now)),
+                "subscription_count": len(conn.subs),
+            }
+            if isinstance(session, NetSession):
+                rates = self._client_rates(conn.id)
+                for i, name in enumerate(_CLIENT_FIELDS):
+                    entry[name] = getattr(session, name)
+                    entry[f"{name}_per_sec"] = round(rates[i], 3)
+                slow = session.slow
+                entry["queued_bytes_out"] = session.backlog()
+                entry["queue_depth_out"] = session.queued_messages
+                entry["offline"] = bool(slow is not None and slow.offline)
+                entry["offline_bytes"] = slow.pending_disk if slow is not None else 0
+                entry["queue_max_latency"] = round(slow.oldest(now), 3) if slow is not None else 0
+            out[client_key(conn)] = entry
+        return out
+
+    def subscriptions(self) -> dict[str, Any]:
+        """``/amps/instance/subscriptions/<client>/<sub id>``."""
+        broker = self.server.broker
+        out: dict[str, Any] = {}
+        if broker is None:
+            return out
+        journal = self.server.journal
+        last = journal.last_index if journal is not None and not journal.closed else 0
+        for conn in broker.connections:
+            subs: dict[str, Any] = {}
+            for sub_id, sub in conn.subs.items():
+                entry: dict[str, Any] = {
+                    "topic": sub.matcher.topic,
+                    "regex": sub.matcher.is_regex,
+                    "filter": sub.filter_text,
+                    "options": sorted(sub.options),
+                    "message_type": sub.message_type,
+                    "paused": sub.paused,
+                    "bookmark": None,
+                }
+                replay = sub.replay
+                if replay is not None:
+                    position = replay.position
+                    entry["bookmark"] = {
+                        "next_index": position,
+                        "behind": max(0, last - position + 1),
+                        "replaying": position <= last,
+                        "bookmark": self._bookmark_at(position - 1),
+                    }
+                subs[sub_id] = entry
+            if subs:
+                out[client_key(conn)] = subs
+        return out
+
+    def sow(self) -> dict[str, Any]:
+        """``/amps/instance/sow/<topic>``: record counts of the SOW topics."""
+        broker = self.server.broker
+        out: dict[str, Any] = {}
+        if broker is None:
+            return out
+        for sow in broker.sow_topics:
+            name = sow.topic if sow.topic not in out else f"{sow.topic} ({sow.message_type})"
+            out[name] = {
+                "topic": sow.topic,
+                "message_type": sow.message_type,
+                "keys": list(sow.keys),
+                "records": len(sow),
+            }
+        return out
+
+    def topics(self) -> dict[str, Any]:
+        """``/amps/instance/topics/<topic>``: the topics subscribed to or kept in a SOW, with
+        their subscription counts and SOW records."""
+        broker = self.server.broker
+        out: dict[str, dict[str, Any]] = {}
+        if broker is None:
+            return out
+        for conn in broker.connections:
+            for sub in conn.subs.values():
+                entry = out.setdefault(
+                    sub.matcher.topic, {"subscriptions": 0, "regex": sub.matcher.is_regex}
+                )
+                entry["subscriptions"] += 1
+        for sow in broker.sow_topics:
+            entry = out.setdefault(sow.topic, {"subscriptions": 0, "regex": False})
+            entry["sow_records"] = entry.get("sow_records", 0) + len(sow)
+        return out
+
+    def replication(self) -> dict[str, Any]:
+        """``/amps/instance/replication/<destination>`` with AMPS' metric names."""
+        status = self.replication_status()
+        if not status:
+            return {}
+        journal = self.server.journal
+        last = journal.last_index if journal is not None and not journal.closed else 0
+        out: dict[str, Any] = {}
+        for dest in status.get("destinations", []):
+            name = str(dest["name"])
+            acked = int(dest.get("acked_through") or 0)
+            out[name] = {
+                "name": name,
+                "destination_name": dest.get("peer"),
+                "replication_type": dest.get("effective"),
+                "configured_type": dest.get("sync_type"),
+                "downgraded": dest.get("downgraded"),
+                "state": dest.get("state"),
+                "is_connected": dest.get("connected"),
+                "messages_out": int(dest.get("sent", 0)),
+                "messages_out_per_sec": round(self._destination_rate(name), 3),
+                "acked_through": acked,
+                "messages_behind": max(0, last - acked),
+                "in_flight": dest.get("in_flight"),
+                "seconds_behind": round(float(dest.get("oldest_unacked_age") or 0.0), 3),
+            }
+        return out
+
+    def instance(self) -> dict[str, Any]:
+        """The whole ``/amps/instance`` tree."""
+        server = self.server
+        stats = server.statistics()
+        latest = self.samples[-1] if self.samples else None
+        journal = self.journal_figures()
+        window = self._window()
+        fsync_avg_us = 0.0
+        if window is not None:
+            old, new = window
+            count = new.totals["journal_fsyncs"] - old.totals["journal_fsyncs"]
+            if count > 0:
+                fsync_avg_us = (new.totals["journal_fsync_ns"] - old.totals["journal_fsync_ns"]) / (
+                    count * 1000
+                )
+        if journal:
+            journal["fsync_avg_us"] = round(fsync_avg_us, 1)
+            journal["fsyncs_per_sec"] = round(self.rate("journal_fsyncs"), 3)
+            journal["bytes_per_sec"] = round(self.rate("journal_bytes"), 1)
+        summary = {
+            "publishes": stats.get("publishes", 0),
+            "publishes_per_sec": round(self.rate("publishes"), 3),
+            "messages_in": int(latest.totals["messages_in"]) if latest else 0,
+            "messages_in_per_sec": round(self.rate("messages_in"), 3),
+            "messages_out": int(latest.totals["messages_out"]) if latest else 0,
+            "messages_out_per_sec": round(self.rate("messages_out"), 3),
+            "bytes_in": int(latest.totals["bytes_in"]) if latest else 0,
+            "bytes_in_per_sec": round(self.rate("bytes_in"), 1),
+            "bytes_out": int(latest.totals["bytes_out"]) if latest else 0,
+            "bytes_out_per_sec": round(self.rate("bytes_out"), 1),
+        }
+        broker = server.broker
+        return {
+            "name": server.config.name,
+            "group": server.config.group,
+            "version": SERVER_VERSION,
+            "timestamp": _iso(time.time()),
+            "uptime": round(time.time() - self.started, 3),
+            "client_count": len(broker.connections) if broker is not None else 0,
+            "statistics": {**stats, **summary},
+            "clients": self.clients(),
+            "subscriptions": self.subscriptions(),
+            "topics": self.topics(),
+            "sow": self.sow(),
+            "journal": journal,
+            "replication": self.replication(),
+        }
+
+    def history(self) -> list[dict[str, Any]]:
+        """``/amps/instance/history``: per sample, the figures the dashboard draws (rates from
+        each sample to the one before it)."""
+        out: list[dict[str, Any]] = []
+        previous: Sample | None = None
+        for sample in self.samples:
+            entry: dict[str, Any] = {
+                "time": _iso(sample.wall),
+                "clients": int(sample.totals["clients"]),
+                "subscriptions": int(sample.totals["subscriptions"]),
+                "journal_bytes": int(sample.totals["journal_bytes"]),
+                "replication_lag": round(sample.totals["replication_lag"], 3),
+            }
+            for name in ("publishes", "messages_in", "messages_out"):
+                rate = 0.0
+                if previous is not None:
+                    dt = sample.at - previous.at
+                    rate = max(0.0, sample.totals[name] - previous.totals[name]) / dt
+                entry[f"{name}_per_sec"] = round(rate, 3)
+            out.append(entry)
+            previous = sample
+        return out
