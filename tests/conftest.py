@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -25,3 +28,64 @@ def server() -> Iterator[ServerThread]:
 def server_uri(server: ServerThread) -> str:
     """``tcp://127.0.0.1:<port>/amps/json`` of the ``server`` fixture."""
     return server.uri("tcp", "json")
+
+
+# --------------------------------------------------------------------------- marker check
+#
+# A test that binds or connects an AF_INET/AF_INET6 socket (a server thread, a client, a raw
+# socket) is an integration test and must carry ``@pytest.mark.integration`` (module-level
+# ``pytestmark`` or a decorator), so that ``-m "not integration"`` runs the unit tests alone.
+# With AMPSCLIENT_MARKER_CHECK=1 every unmarked test that touches the network fails, naming
+# what it did (checked per test from setup to teardown, in every thread of this process).
+
+_MARKER_CHECK = os.environ.get("AMPSCLIENT_MARKER_CHECK") == "1"
+_net_use: list[str] | None = None
+
+
+def _watch(name: str) -> None:
+    original = getattr(socket.socket, name)
+
+    def watched(self: socket.socket, address: Any, *args: Any) -> Any:
+        used = _net_use
+        if used is not None and self.family in (socket.AF_INET, socket.AF_INET6):
+            used.append(f"{name} {address!r}")
+        return original(self, address, *args)
+
+    setattr(socket.socket, name, watched)
+
+
+if _MARKER_CHECK:
+    for _name in ("bind", "connect", "connect_ex"):
+        _watch(_name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    global _net_use
+    if not _MARKER_CHECK or item.get_closest_marker("integration") is not None:
+        return (yield)
+    _net_use = []
+    try:
+        return (yield)
+    finally:
+        used, _net_use = _net_use, None
+        if used:
+            item.add_report_section(
+                "teardown", "marker check", f"unmarked test used the network: {used[:3]}"
+            )
+            _UNMARKED.append(f"{item.nodeid}: {used[0]}")
+
+
+_UNMARKED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _UNMARKED:
+        terminalreporter.section("tests that use the network but are not marked integration")
+        for line in _UNMARKED:
+            terminalreporter.line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _UNMARKED:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -7,42 +7,27 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from _replication_support import admin, dest_state, start_threads, wait_for
 
-from ampsclient import Client, Command, Message
+from ampsclient import Client, Command
 from ampsclient.exceptions import TimeoutError as AmpsTimeoutError
-from ampsclient.protocol.framing import TcpFramer, tcp_frame
-from ampsclient.protocol.header import decode_header, encode_header
 from ampsclient.sync import HAClient
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.cluster import Cluster, DowngradePolicy, TopicRule
+from ampsclient_server_stub.testing import Inbox, RawClient
 
 pytestmark = pytest.mark.integration
 
 
-class Box:
-    """A thread-safe message collector."""
-
-    def __init__(self) -> None:
-        self.items: list[Message] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, message: Message) -> None:
-        if message.get_command() != "publish":
-            return
-        with self.lock:
-            self.items.append(message)
-
-    def ns(self) -> list[int]:
-        with self.lock:
-            return [int(json.loads(m.get_data())["n"]) for m in self.items]
+def publishes() -> Inbox:
+    """A thread-safe collector of deliveries (``publish`` commands only)."""
+    return Inbox(keep=lambda m: m.get_command() == "publish")
 
 
 @pytest.fixture
@@ -110,7 +95,7 @@ def test_sync_ack_waits_for_the_destination_and_fully_durable_follows(
     tmp_path: Path, threads: dict[str, ServerThread]
 ) -> None:
     ta, tb = pair(tmp_path, threads)
-    plain, durable = Box(), Box()
+    plain, durable = publishes(), publishes()
     with client(ta.uri(), "subs") as subs, HAClient("pub") as pub:
         for box, options in ((plain, None), (durable, "fully_durable")):
             cmd = Command("subscribe").set_topic("orders").set_bookmark("0|1|")
@@ -201,38 +186,21 @@ def test_resync_after_a_partition_with_publishes_on_both_sides(
     assert [n for n in journal_ns(ta) if n < 1000] == [n for n in journal_ns(tb) if n < 1000]
 
 
-class RawPublisher:
-    """A minimal wire-level publisher choosing its own sequence numbers."""
+class RawPublisher(RawClient):
+    """A wire-level publisher choosing its own sequence numbers."""
 
     def __init__(self, uri: str, name: str) -> None:
-        port = int(uri.split(":")[2].split("/")[0])
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.framer = TcpFramer()
-        self.send({"c": "logon", "cid": "l", "client_name": name, "mt": "json", "a": "processed"})
-        self.logon_seq = int(self.wait_for("processed")["s"])
-
-    def send(self, fields: dict[str, Any], body: bytes = b"") -> None:
-        self.sock.sendall(tcp_frame(encode_header(fields) + body))
-
-    def wait_for(self, ack: str) -> dict[str, Any]:
-        while True:
-            for payload in self.framer.frames():
-                header, _ = decode_header(payload)
-                if header.get("c") == "ack" and header.get("a") == ack:
-                    return header
-            data = self.sock.recv(65536)
-            assert data, "connection closed"
-            self.framer.receive_data(data)
+        parts = urlsplit(uri)
+        assert parts.port is not None
+        super().__init__(parts.port, timeout=10)
+        self.logon_seq = int(self.logon(name)["s"])
 
     def publish(self, seqs: range) -> None:
         for seq in seqs:
             fields = {"c": "p", "t": "orders", "s": seq, "a": "persisted"}
             self.send(fields, json.dumps({"n": seq}).encode())
         self.send({"c": "flush", "cid": "f", "a": "processed"})
-        self.wait_for("processed")  # answered once everything before is persisted
-
-    def close(self) -> None:
-        self.sock.close()
+        self.wait_ack("processed")  # answered once everything before is persisted
 
 
 def test_dedup_state_follows_replicated_publishes(
@@ -274,7 +242,7 @@ def test_sow_delta_publish_and_sow_delete_replicate(
     threads.update(start_threads(cluster, a, b))
     ta, tb = threads["A"], threads["B"]
     wait_for(lambda: dest_state(ta, "B")["connected"], 10, "the link")
-    deltas = Box()
+    deltas = publishes()
     with client(ta.uri(), "writer") as w, client(tb.uri(), "reader") as r:
         r.execute_async(Command("delta_subscribe").set_topic("quotes"), deltas)
         w.publish("quotes", json.dumps({"id": 1, "px": 10, "sym": "A"}))

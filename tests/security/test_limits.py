@@ -4,74 +4,36 @@ caps, the maximum frame size from XML, and logon-before-anything, over real sock
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ampsclient import Client
 from ampsclient.exceptions import AMPSError
-from ampsclient.protocol.framing import TcpFramer, tcp_frame
-from ampsclient.protocol.header import decode_header, encode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import RawClient, wait_for
 
 pytestmark = pytest.mark.integration
 
 BODY = json.dumps({"pad": "x" * 8000}).encode()
 
 
-class RawSub:
-    """A subscriber on a raw socket that reads only when told to."""
+def raw_sub(port: int) -> RawClient:
+    """A subscriber on a raw socket that reads only when told to (4 KiB receive buffer)."""
+    return RawClient(port, rcvbuf=4096, timeout=10)
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        self.sock.settimeout(10)
-        self.sock.connect(("127.0.0.1", port))
-        self.framer = TcpFramer(max_frame_size=64 * 1024 * 1024)
 
-    def send(self, hdr: dict[str, Any]) -> None:
-        self.sock.sendall(tcp_frame(encode_header(hdr)))
-
-    def frames(self, timeout: float = 10.0) -> list[tuple[dict[str, Any], bytes]]:
-        self.sock.settimeout(timeout)
-        data = self.sock.recv(1 << 20)
-        if not data:
-            raise EOFError
-        self.framer.receive_data(data)
-        out = []
-        for payload in self.framer.frames():
-            hdr, end = decode_header(payload)
-            out.append((hdr, payload[end:]))
-        return out
-
-    def logon_and_subscribe(self, name: str, topic: str) -> None:
-        self.send({"c": "logon", "cid": "L", "client_name": name, "a": "processed"})
-        self.send({"c": "subscribe", "cid": "S", "t": topic, "a": "processed"})
-        acks = 0
-        while acks < 2:
-            for hdr, _ in self.frames():
-                if hdr.get("c") == "ack":
-                    assert hdr.get("status") == "success", hdr
-                    acks += 1
-
-    def closed_by_server(self, timeout: float = 15.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                self.frames(timeout=max(0.1, deadline - time.monotonic()))
-            except (EOFError, ConnectionResetError):
-                return True
-            except TimeoutError:
-                return False
-        return False
-
-    def close(self) -> None:
-        self.sock.close()
+def logon_and_subscribe(sub: RawClient, name: str, topic: str) -> None:
+    sub.send({"c": "logon", "cid": "L", "client_name": name, "a": "processed"})
+    sub.send({"c": "subscribe", "cid": "S", "t": topic, "a": "processed"})
+    acks = 0
+    while acks < 2:
+        for hdr, _ in sub.read_some(1 << 20, timeout=10):
+            if hdr.get("c") == "ack":
+                assert hdr.get("status") == "success", hdr
+                acks += 1
 
 
 def start(tmp: Path, root: str, transport: str = "") -> ServerThread:
@@ -114,9 +76,9 @@ def test_slow_subscriber_is_offlined_then_catches_up_in_order(tmp_path: Path) ->
         f"""<MessageMemoryLimit>2MB</MessageMemoryLimit><MessageDiskPath>{disk}</MessageDiskPath>
             <MessageDiskLimit>500MB</MessageDiskLimit><ClientMaxCapacity>50%</ClientMaxCapacity>""",
     )
-    sub = RawSub(server.server.tcp_port)
+    sub = raw_sub(server.server.tcp_port)
     try:
-        sub.logon_and_subscribe("slow-1", "t")
+        logon_and_subscribe(sub, "slow-1", "t")
         publish(server, 2500)  # ~20 MB towards a reader that reads nothing
         stats = server.statistics()
         assert stats["slow_offlined"] >= 1
@@ -126,7 +88,7 @@ def test_slow_subscriber_is_offlined_then_catches_up_in_order(tmp_path: Path) ->
         assert session_memory(server) <= 1024 * 1024 + 2 * 1024 * 1024
         seen: list[int] = []
         while len(seen) < 2500:
-            for hdr, body in sub.frames():
+            for hdr, body in sub.read_some(1 << 20, timeout=10):
                 if hdr.get("c") == "p":
                     seen.append(json.loads(body)["i"])
         assert seen == list(range(2500))  # nothing lost, nothing twice, in order
@@ -145,10 +107,10 @@ def test_disk_limit_disconnects_and_removes_the_file(tmp_path: Path) -> None:
         f"""<MessageMemoryLimit>1MB</MessageMemoryLimit><MessageDiskPath>{disk}</MessageDiskPath>
             <MessageDiskLimit>3MB</MessageDiskLimit>""",
     )
-    sub = RawSub(server.server.tcp_port)
+    sub = raw_sub(server.server.tcp_port)
     healthy_got: list[int] = []
     try:
-        sub.logon_and_subscribe("slow-2", "t")
+        logon_and_subscribe(sub, "slow-2", "t")
         with Client("healthy") as healthy:
             healthy.connect(server.uri("ws"))
             healthy.logon(5000)
@@ -157,7 +119,7 @@ def test_disk_limit_disconnects_and_removes_the_file(tmp_path: Path) -> None:
             wait_for(
                 lambda: len(healthy_got) == 1500, timeout=15.0, what="healthy subscriber got all"
             )
-        assert sub.closed_by_server()
+        assert sub.wait_closed(timeout=15.0)
         stats = server.statistics()
         assert stats["slow_disconnected"] >= 1
         wait_for(lambda: not offline_files(disk), timeout=15.0, what="offline file removed")
@@ -173,9 +135,9 @@ def test_age_limit_disconnects_a_stalled_subscriber(tmp_path: Path) -> None:
         "<ClientMessageAgeLimit>1s</ClientMessageAgeLimit>"
         "<MessageMemoryLimit>512MB</MessageMemoryLimit>",
     )
-    sub = RawSub(server.server.tcp_port)
+    sub = raw_sub(server.server.tcp_port)
     try:
-        sub.logon_and_subscribe("stalled", "t")
+        logon_and_subscribe(sub, "stalled", "t")
         t0 = time.monotonic()
         publish(server, 1000)
         wait_for(
@@ -184,7 +146,7 @@ def test_age_limit_disconnects_a_stalled_subscriber(tmp_path: Path) -> None:
             what="age limit",
         )
         assert time.monotonic() - t0 >= 1.0
-        assert sub.closed_by_server()
+        assert sub.wait_closed(timeout=15.0)
     finally:
         sub.close()
         server.stop()
@@ -247,12 +209,12 @@ def test_max_frame_size_from_xml(tmp_path: Path) -> None:
 def test_logon_required_before_anything(tmp_path: Path) -> None:
     server = start(tmp_path, "")
     try:
-        raw = RawSub(server.server.tcp_port)
+        raw = raw_sub(server.server.tcp_port)
         raw.send({"c": "subscribe", "cid": "1", "t": "t", "a": "processed"})
-        (hdr, _), *_ = raw.frames()
+        (hdr, _), *_ = raw.read_some(1 << 20, timeout=10)
         assert hdr["status"] == "failure" and hdr["reason"] == "logon required"
         raw.send({"c": "p", "t": "t"})  # no ack requested: the server hangs up
-        assert raw.closed_by_server()
+        assert raw.wait_closed(timeout=15.0)
         raw.close()
     finally:
         server.stop()

@@ -7,13 +7,11 @@ import json
 import os
 import re
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,89 +20,23 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from ampsclient.protocol.framing import TcpFramer, tcp_frame
-from ampsclient.protocol.header import decode_header, encode_header
+from ampsclient.protocol.framing import tcp_frame
+from ampsclient.protocol.header import encode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import default_config
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import RawClient, wait_for
 
 pytestmark = pytest.mark.integration
 
-Frame = tuple[dict[str, Any], bytes]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class RawTcp:
-    """A minimal blocking AMPS-over-TCP client for tests."""
-
-    def __init__(self, port: int, *, rcvbuf: int | None = None) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(5)
-        self.sock.connect(("127.0.0.1", port))
-        self.framer = TcpFramer()
-        self.ready: deque[bytes] = deque()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, hdr: dict[str, Any], body: bytes = b"") -> None:
-        self.sock.sendall(tcp_frame(encode_header(hdr) + body))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def logon(self, name: str) -> dict[str, Any]:
-        self.send({"c": "logon", "cid": "L", "client_name": name, "mt": "json", "a": "processed"})
-        hdr, _ = self.recv()
-        assert hdr["c"] == "ack" and hdr["status"] == "success"
-        return hdr
-
-    def recv(self, timeout: float = 5.0) -> Frame:
-        deadline = time.monotonic() + timeout
-        while not self.ready:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("no frame")
-            self.sock.settimeout(remaining)
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed by server")
-            self.framer.receive_data(data)
-            self.ready.extend(self.framer.frames())
-        payload = self.ready.popleft()
-        hdr, end = decode_header(payload)
-        return hdr, payload[end:]
-
-    def recv_until(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 5.0) -> Frame:
-        deadline = time.monotonic() + timeout
-        while True:
-            frame = self.recv(max(0.0, deadline - time.monotonic()))
-            if pred(frame[0]):
-                return frame
-
-    def wait_closed(self, timeout: float = 5.0) -> bool:
-        """Read (discarding) until the server closes the connection; False on timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                if not self.sock.recv(65536):
-                    return True
-            except TimeoutError:
-                return False
-            except (ConnectionResetError, BrokenPipeError):
-                return True
-        return False
-
-
 @pytest.fixture
-def tcp(server: ServerThread) -> Iterator[Callable[[str], RawTcp]]:
-    opened: list[RawTcp] = []
+def tcp(server: ServerThread) -> Iterator[Callable[[str], RawClient]]:
+    opened: list[RawClient] = []
 
-    def factory(name: str) -> RawTcp:
-        client = RawTcp(server.tcp_port)
+    def factory(name: str) -> RawClient:
+        client = RawClient(server.tcp_port)
         opened.append(client)
         client.logon(name)
         return client
@@ -117,7 +49,7 @@ def tcp(server: ServerThread) -> Iterator[Callable[[str], RawTcp]]:
 # --------------------------------------------------------------------------- TCP
 
 
-def test_tcp_logon_publish_subscribe(server: ServerThread, tcp: Callable[[str], RawTcp]) -> None:
+def test_tcp_logon_publish_subscribe(server: ServerThread, tcp: Callable[[str], RawClient]) -> None:
     sub = tcp("sub")
     sub.send({"c": "subscribe", "t": "orders", "cid": "s1", "a": "processed", "filter": "/n >= 0"})
     ack, _ = sub.recv()
@@ -139,7 +71,7 @@ def test_tcp_logon_publish_subscribe(server: ServerThread, tcp: Callable[[str], 
 
 
 def test_tcp_persisted_acks_and_logon_sequence(
-    server: ServerThread, tcp: Callable[[str], RawTcp]
+    server: ServerThread, tcp: Callable[[str], RawClient]
 ) -> None:
     publisher = tcp("ha")
     for seq in range(1, 51):
@@ -149,7 +81,7 @@ def test_tcp_persisted_acks_and_logon_sequence(
         hdr, _ = publisher.recv_until(lambda h: h.get("a") == "persisted")
         seen = int(hdr["s"])
     publisher.close()
-    again = RawTcp(server.tcp_port)
+    again = RawClient(server.tcp_port)
     try:
         assert again.logon("ha")["s"] == 50
     finally:
@@ -157,7 +89,7 @@ def test_tcp_persisted_acks_and_logon_sequence(
 
 
 def test_bad_frames_disconnect_only_the_offender(
-    server: ServerThread, tcp: Callable[[str], RawTcp]
+    server: ServerThread, tcp: Callable[[str], RawClient]
 ) -> None:
     sub = tcp("sub")
     sub.send({"c": "subscribe", "t": "t", "cid": "s", "a": "processed"})
@@ -168,7 +100,7 @@ def test_bad_frames_disconnect_only_the_offender(
     oversized.send_raw(struct.pack(">I", 17 * 1024 * 1024) + b"{")
     garbage = tcp("garbage")
     garbage.send_raw(tcp_frame(b"\x00\xffnot a header"))
-    early = RawTcp(server.tcp_port)  # never logs on; no ack requested
+    early = RawClient(server.tcp_port)  # never logs on; no ack requested
     early.send({"c": "p", "t": "t"}, b"{}")
     try:
         for offender in (oversized, garbage, early):
@@ -184,11 +116,11 @@ def test_bad_frames_disconnect_only_the_offender(
 
 def test_slow_consumer_is_disconnected() -> None:
     with ServerThread(default_config(tcp_port=0, ws_port=0), max_write_buffer=256 * 1024) as srv:
-        slow = RawTcp(srv.tcp_port, rcvbuf=4096)
+        slow = RawClient(srv.tcp_port, rcvbuf=4096)
         slow.logon("slow")
         slow.send({"c": "subscribe", "t": "t", "cid": "s", "a": "processed"})
         slow.recv()
-        publisher = RawTcp(srv.tcp_port)
+        publisher = RawClient(srv.tcp_port)
         publisher.logon("pub")
         body = b"x" * 10_000
         try:
@@ -203,7 +135,7 @@ def test_slow_consumer_is_disconnected() -> None:
 
 
 def test_heartbeats_sent_and_silent_client_dropped(
-    server: ServerThread, tcp: Callable[[str], RawTcp]
+    server: ServerThread, tcp: Callable[[str], RawClient]
 ) -> None:
     client = tcp("hb")
     started = time.monotonic()
@@ -226,7 +158,7 @@ def test_heartbeats_sent_and_silent_client_dropped(
 
 
 def test_heartbeat_keeps_a_beating_client(
-    server: ServerThread, tcp: Callable[[str], RawTcp]
+    server: ServerThread, tcp: Callable[[str], RawClient]
 ) -> None:
     client = tcp("beater")
     client.send({"c": "heartbeat", "o": "start,1"})
@@ -320,7 +252,7 @@ def test_ws_binary_mode_and_bad_path(server: ServerThread) -> None:
 
 
 def test_ws_malformed_framing_disconnects_only_offender(
-    server: ServerThread, tcp: Callable[[str], RawTcp]
+    server: ServerThread, tcp: Callable[[str], RawClient]
 ) -> None:
     sub = tcp("sub")
     sub.send({"c": "subscribe", "t": "t", "cid": "s", "a": "processed"})
@@ -368,7 +300,7 @@ def test_cli_sigterm_exits_cleanly(tmp_path: Path) -> None:
     thread.start()
     try:
         assert found.wait(30), "".join(lines)
-        client = RawTcp(ports["tcp"])
+        client = RawClient(ports["tcp"])
         try:
             client.logon("cli")
         finally:
