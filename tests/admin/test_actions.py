@@ -1,0 +1,149 @@
+"""/amps/administrator actions: disconnect a client, journal compress/remove (archive: 501),
+replication downgrade/upgrade between two real instances."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ampsclient import Client, HAClient
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.cluster import Cluster
+from ampsclient_server_stub.config import parse_config
+from ampsclient_server_stub.testing import wait_for
+
+from ._support import admin_port, get_json, request, with_admin
+
+pytestmark = pytest.mark.integration
+
+SMALL_JOURNAL = """
+<AMPSConfig>
+  <Name>small-journal</Name>
+  <Transports>
+    <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+      <Protocol>amps</Protocol></Transport>
+  </Transports>
+  <TransactionLog>
+    <JournalDirectory>journal</JournalDirectory>
+    <JournalSize>16KB</JournalSize>
+    <Topic><Name>.*</Name></Topic>
+  </TransactionLog>
+  <Admin><InetAddr>127.0.0.1:0</InetAddr><Interval>1s</Interval></Admin>
+</AMPSConfig>
+"""
+
+
+def test_disconnect_a_client() -> None:
+    with ServerThread(with_admin()) as thread:
+        port = admin_port(thread)
+        victim = Client("victim")
+        bystander = Client("bystander")
+        lost: list[object] = []
+        try:
+            victim.set_disconnect_handler(lambda *args: lost.append(args))
+            for client in (victim, bystander):
+                client.connect(thread.uri())
+                client.logon()
+            assert set(get_json(port, "/amps/instance/clients")) == {"victim", "bystander"}
+            result = get_json(port, "/amps/administrator/clients/victim/disconnect")
+            assert result == {"action": "disconnect", "client": "victim", "result": True}
+            wait_for(lambda: len(lost) == 1, what="the victim to see its disconnection")
+            assert set(get_json(port, "/amps/instance/clients")) == {"bystander"}
+            bystander.publish("still", "{}")
+            bystander.flush()  # the other client is untouched
+            status, _, body = request(
+                port, "/amps/administrator/clients/victim/disconnect", method="POST", body=b""
+            )
+            assert status == 404 and b"no client" in body
+            status, _, body = request(port, "/amps/administrator/replication/x/downgrade")
+            assert status == 404 and b"replication is not configured" in body
+        finally:
+            victim.close()
+            bystander.close()
+
+
+def test_journal_compress_remove_and_archive(tmp_path: Path) -> None:
+    config = parse_config(SMALL_JOURNAL, base_dir=tmp_path)
+    with ServerThread(config) as thread:
+        port = admin_port(thread)
+        with HAClient("filler") as pub:
+            pub.get_server_chooser().add(thread.uri())
+            pub.connect_and_logon()
+            for n in range(600):  # ~100 bytes each: several 16 KB files
+                pub.publish("fill", json.dumps({"n": n, "pad": "x" * 60}))
+            pub.publish_flush(10_000)
+        journal = get_json(port, "/amps/instance/journal")
+        sealed = [n for n, s in journal["segments"].items() if s["state"] == "sealed"]
+        assert len(sealed) >= 2, journal["segments"]
+        assert request(port, "/amps/administrator/journal/compress")[0] == 400  # no age
+        assert request(port, "/amps/administrator/journal/compress?age=soon")[0] == 400
+        assert get_json(port, "/amps/administrator/journal/compress?age=1d")["result"] == []
+        result = get_json(port, "/amps/administrator/journal/compress?age=0s")
+        assert sorted(result["result"]) == sorted(name + ".gz" for name in sealed)
+        journal = get_json(port, "/amps/instance/journal")
+        assert journal["compressed_files"] == len(sealed)
+        first_before = journal["first_index"]
+        result = get_json(port, "/amps/administrator/journal/remove?age=0s", method="POST")
+        assert sorted(result["result"]) == sorted(name + ".gz" for name in sealed)
+        journal = get_json(port, "/amps/instance/journal")
+        assert journal["compressed_files"] == 0
+        assert journal["first_index"] > first_before
+        assert journal["files"] == 1  # the active file stays
+        status, _, body = request(port, "/amps/administrator/journal/archive")
+        assert status == 501 and b"not supported" in body
+        actions = get_json(port, "/amps/administrator")["actions"]
+        assert "journal/archive" in actions
+
+
+def test_replication_downgrade_and_upgrade(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    a = cluster.add("A", group="GA")
+    b = cluster.add("B", group="GB")
+    cluster.replicate(a, b, sync=True)
+    cluster.replicate(b, a, sync=True)
+    threads: list[ServerThread] = []
+    try:
+        for node in (a, b):
+            node.data_dir.mkdir(parents=True, exist_ok=True)
+            config = parse_config(cluster.config_xml(node), base_dir=node.data_dir)
+            threads.append(ServerThread(with_admin(config), fsync="never").start())
+        port = admin_port(threads[0])
+        wait_for(
+            lambda: any(
+                d["state"] == "streaming"
+                for d in get_json(port, "/amps/instance/replication").values()
+            ),
+            timeout=20,
+            what="A's destination to stream",
+        )
+        (name, dest), *_ = get_json(port, "/amps/instance/replication").items()
+        assert dest["replication_type"] == "sync"
+        assert dest["is_connected"] is True
+        assert dest["destination_name"] == "B"
+        with HAClient("repl-pub") as pub:
+            pub.get_server_chooser().add(threads[0].uri())
+            pub.connect_and_logon()
+            for n in range(10):
+                pub.publish("orders", json.dumps({"n": n}))
+            pub.publish_flush(10_000)  # sync: B acknowledged them
+        path = f"/amps/instance/replication/{name}"
+        wait_for(lambda: get_json(port, path)["messages_behind"] == 0, what="B caught up")
+        assert get_json(port, path)["messages_out"] >= 10
+        result = get_json(port, f"/amps/administrator/replication/{name}/downgrade")
+        assert result == {"action": "downgrade", "destination": name, "result": True}
+        assert get_json(port, path)["replication_type"] == "async"
+        assert get_json(port, path)["downgraded"] is True
+        # downgrading again changes nothing
+        assert (
+            get_json(port, f"/amps/administrator/replication/{name}/downgrade")["result"] is False
+        )
+        result = get_json(port, f"/amps/administrator/replication/{name}/upgrade")
+        assert result["result"] is True
+        assert get_json(port, path)["replication_type"] == "sync"
+        status, _, _ = request(port, "/amps/administrator/replication/nowhere/downgrade")
+        assert status == 404
+    finally:
+        for thread in threads:
+            thread.stop()

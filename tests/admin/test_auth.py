@@ -1,0 +1,98 @@
+"""With security configured, the admin interface uses the server's own users file: HTTP Basic
+credentials (401 without or with wrong ones) and the ``admin`` entitlement (403)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import ConfigError, parse_config
+from ampsclient_server_stub.security.users import add_user
+
+from ._support import admin_port, get_json, request
+
+pytestmark = pytest.mark.integration
+
+FAST = {"scheme": "pbkdf2-sha256", "iterations": 1000}
+
+
+def secured(tmp_path: Path, admin_extra: str = "") -> ServerThread:
+    users = tmp_path / "users.json"
+    add_user(users, "ops", "ops-secret", read=[".*"], write=[".*"], **FAST)
+    add_user(users, "viewer", "viewer-secret", read=[".*"], **FAST)
+    add_user(users, "app", "app-secret", read=[".*"], write=[".*"], **FAST)
+    data = json.loads(users.read_text())
+    data["users"]["ops"]["admin"] = [".*"]
+    data["users"]["viewer"]["admin"] = ["^/amps/instance", "^/metrics$"]
+    users.write_text(json.dumps(data))
+    xml = f"""<AMPSConfig><Name>secure</Name>
+      <Authentication><Module>users-file</Module>
+        <Options><UsersFile>{users}</UsersFile></Options></Authentication>
+      <Entitlement><Module>amps-default-entitlement-module</Module>
+        <Options><UsersFile>{users}</UsersFile></Options></Entitlement>
+      <Transports><Transport><Name>tcp</Name><Type>tcp</Type>
+        <InetAddr>127.0.0.1:0</InetAddr></Transport></Transports>
+      <Admin><InetAddr>127.0.0.1:0</InetAddr>{admin_extra}</Admin></AMPSConfig>"""
+    return ServerThread(parse_config(xml, base_dir=tmp_path)).start()
+
+
+def test_credentials_and_entitlements(tmp_path: Path) -> None:
+    thread = secured(tmp_path, '<WWWAuthenticate>Basic realm="Ops"</WWWAuthenticate>')
+    try:
+        port = admin_port(thread)
+        status, headers, _ = request(port, "/amps/instance")
+        assert status == 401
+        assert headers["www-authenticate"].startswith('Basic realm="Ops"')
+        assert request(port, "/amps/instance", auth=("ops", "wrong"))[0] == 401
+        assert request(port, "/amps/instance", auth=("nobody", "x"))[0] == 401
+        assert request(port, "/", headers={"Authorization": "Bearer abc"})[0] == 401
+        assert request(port, "/", headers={"Authorization": "Basic !!!"})[0] == 401
+        assert get_json(port, "/amps/instance/name", auth=("ops", "ops-secret")) == "secure"
+        assert request(port, "/metrics", auth=("viewer", "viewer-secret"))[0] == 200
+        assert request(port, "/amps/instance/clients", auth=("viewer", "viewer-secret"))[0] == 200
+        status, _, body = request(
+            port, "/amps/administrator/journal/archive", auth=("viewer", "viewer-secret")
+        )
+        assert status == 403 and b"not entitled" in body
+        # an authenticated user without any admin pattern
+        assert request(port, "/amps/instance", auth=("app", "app-secret"))[0] == 403
+        # the ops user may run actions (this one is refused by the journal, not by security)
+        status, _, _ = request(
+            port, "/amps/administrator/journal/archive", auth=("ops", "ops-secret")
+        )
+        assert status == 501
+        assert request(port, "/", auth=("ops", "ops-secret"))[0] == 200
+    finally:
+        thread.stop()
+
+
+def test_anonymous_paths(tmp_path: Path) -> None:
+    thread = secured(tmp_path, "<AnonymousPaths>^/metrics$</AnonymousPaths>")
+    try:
+        port = admin_port(thread)
+        assert request(port, "/metrics")[0] == 200
+        assert request(port, "/amps/instance")[0] == 401
+    finally:
+        thread.stop()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("<WWWAuthenticate>Negotiate</WWWAuthenticate>", "only Basic"),
+        ("<SslCertificate>x.pem</SslCertificate>", "SslCertificate"),
+        ("<Interval>100ms</Interval>", "at least 1s"),
+        ("<FileName>stats.db</FileName>", "FileName"),
+    ],
+)
+def test_unsupported_admin_options_are_refused(tmp_path: Path, extra: str, message: str) -> None:
+    xml = f"""<AMPSConfig><Name>x</Name><Transports><Transport><Name>tcp</Name><Type>tcp</Type>
+      <InetAddr>127.0.0.1:0</InetAddr></Transport></Transports>
+      <Admin><InetAddr>127.0.0.1:0</InetAddr>{extra}</Admin></AMPSConfig>"""
+    thread = ServerThread(parse_config(xml, base_dir=tmp_path))
+    with pytest.raises(ConfigError, match=message):
+        thread.start()
+    thread.stop()
