@@ -43,6 +43,32 @@ _LAZY: dict[str, str] = {
     "Options": ".protocol.options",
     "MessageStream": ".stream",
     "Client": ".sync",
+    "HAClient": ".sync",
+    "VERSION": ".compat",
+    "CMessageHandler": ".compat",
+    "CompositeMessageBuilder": ".compat",
+    "CompositeMessageParser": ".compat",
+    "FIXBuilder": ".compat",
+    "FIXShredder": ".compat",
+    "NVFIXBuilder": ".compat",
+    "NVFIXShredder": ".compat",
+    "Reason": ".compat",
+    "Store": ".compat",
+    "VersionInfo": ".compat",
+    "ssl_get_context": ".compat",
+    "ssl_init": ".compat",
+    "ssl_load_verify_locations": ".compat",
+    "ssl_set_verify": ".compat",
+    "ConnectionError": ".exceptions",  # official name; not in __all__ (shadows a builtin)
+    "DefaultServerChooser": ".ha.chooser",
+    "ExponentialDelayStrategy": ".ha.reconnect",
+    "FixedDelayStrategy": ".ha.reconnect",
+    "MemoryPublishStore": ".stores.publish.memory",
+    "PublishStore": ".stores.publish.official",
+    "MemoryBookmarkStore": ".stores.bookmark.memory",
+    "RecoveryPoint": ".stores.recovery.base",
+    "SOWRecoveryPointAdapter": ".stores.recovery.sow",
+    "ConflatingRecoveryPointAdapter": ".stores.recovery.conflating",
     "client_context": ".tls",
     "URI": ".uri",
     "parse_uri": ".uri",
@@ -79,6 +105,28 @@ if TYPE_CHECKING:
         ConnectionState as ConnectionState,
     )
     from .command import Command as Command
+    from .compat import (
+        VERSION as VERSION,
+        CMessageHandler as CMessageHandler,
+        CompositeMessageBuilder as CompositeMessageBuilder,
+        CompositeMessageParser as CompositeMessageParser,
+        FIXBuilder as FIXBuilder,
+        FIXShredder as FIXShredder,
+        NVFIXBuilder as NVFIXBuilder,
+        NVFIXShredder as NVFIXShredder,
+        Reason as Reason,
+        Store as Store,
+        VersionInfo as VersionInfo,
+        ssl_get_context as ssl_get_context,
+        ssl_init as ssl_init,
+        ssl_load_verify_locations as ssl_load_verify_locations,
+        ssl_set_verify as ssl_set_verify,
+    )
+    from .ha.chooser import DefaultServerChooser as DefaultServerChooser
+    from .ha.reconnect import (
+        ExponentialDelayStrategy as ExponentialDelayStrategy,
+        FixedDelayStrategy as FixedDelayStrategy,
+    )
     from .protocol.acks import AckType as AckType
     from .protocol.bookmarks import (
         EPOCH as EPOCH,
@@ -91,8 +139,16 @@ if TYPE_CHECKING:
     )
     from .protocol.message import Message as Message
     from .protocol.options import Options as Options
+    from .stores.bookmark.memory import MemoryBookmarkStore as MemoryBookmarkStore
+    from .stores.publish.memory import MemoryPublishStore as MemoryPublishStore
+    from .stores.publish.official import PublishStore as PublishStore
+    from .stores.recovery.base import RecoveryPoint as RecoveryPoint
+    from .stores.recovery.conflating import (
+        ConflatingRecoveryPointAdapter as ConflatingRecoveryPointAdapter,
+    )
+    from .stores.recovery.sow import SOWRecoveryPointAdapter as SOWRecoveryPointAdapter
     from .stream import MessageStream as MessageStream
-    from .sync import Client as Client
+    from .sync import Client as Client, HAClient as HAClient
     from .tls import client_context as client_context
     from .uri import URI as URI, parse_uri as parse_uri
 
@@ -124,24 +180,49 @@ __all__ = [
     "MOST_RECENT",
     "NOW",
     "URI",
+    "VERSION",
     "AckType",
     "AsyncClient",
     "Authenticator",
     "Bookmarks",
+    "CMessageHandler",
     "ChallengeResponseAuthenticator",
     "Client",
     "Command",
+    "CompositeMessageBuilder",
+    "CompositeMessageParser",
+    "ConflatingRecoveryPointAdapter",
     "ConnectionEvent",
     "ConnectionState",
     "DefaultAuthenticator",
+    "DefaultServerChooser",
+    "ExponentialDelayStrategy",
+    "FIXBuilder",
+    "FIXShredder",
+    "FixedDelayStrategy",
+    "HAClient",
+    "MemoryBookmarkStore",
+    "MemoryPublishStore",
     "Message",
     "MessageStream",
+    "NVFIXBuilder",
+    "NVFIXShredder",
     "Options",
+    "PublishStore",
+    "Reason",
+    "RecoveryPoint",
+    "SOWRecoveryPointAdapter",
+    "Store",
+    "VersionInfo",
     "__version__",
     "bookmark_list",
     "client_context",
     "parse_uri",
     "range_bookmark",
+    "ssl_get_context",
+    "ssl_init",
+    "ssl_load_verify_locations",
+    "ssl_set_verify",
     "timestamp_bookmark",
 ]
 __all__ += exceptions.__all__

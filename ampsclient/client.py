@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from . import _accel
+from . import _accel, compat
+from .acks import QueueAckMethods, QueueAcks, bound_message_type
 from .authenticator import Authenticator, DefaultAuthenticator
 from .calls import Handler
 from .command import Command
@@ -45,7 +46,7 @@ from .exceptions import (
     UsageError,
     error_for_reason,
 )
-from .protocol.acks import AckType, format_ack_types
+from .protocol.acks import AckType, format_ack_types, parse_ack_types
 from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.header import encode_header, escape
@@ -240,7 +241,7 @@ def deliver(
             message = message_type()
 
 
-class AsyncClient(AsyncCommands):
+class AsyncClient(AsyncCommands, QueueAckMethods):
     """One connection to an AMPS server.
 
     Args:
@@ -304,6 +305,14 @@ class AsyncClient(AsyncCommands):
         self._on_sub_persisted: Callable[[Message], None] | None = None
         self._keep_routes_on_disconnect = False
         self._stats = {"messages_received": 0, "frames_received": 0, "frames_sent": 0}
+        self.queue_acks = QueueAcks(self._send_payload, self._later)
+        """Queue acknowledgements: settings and pending batch (:mod:`ampsclient.acks`)."""
+        self._message_type: type[Message] = bound_message_type(self.queue_acks.ack)
+        """Deliveries are instances of this subclass: ``message.ack()`` reaches this client."""
+        self.transport_filter: Callable[[bytes, bool], Any] | None = None
+        """Sees the bytes written (``False``) and each frame's payload read (``True``)."""
+        self.logon_correlation_data: str | None = None
+        """Sent as the logon's correlation id (``x``): how the server's logs name this logon."""
         self._plain_lane: Any = None
         lane = _accel.PlainPublishLane
         if lane is not None and type(self).publish is AsyncClient.publish:
@@ -409,6 +418,65 @@ class AsyncClient(AsyncCommands):
         if listener in self._state_listeners:
             self._state_listeners.remove(listener)
 
+    def get_exception_listener(self) -> Callable[[BaseException], Any] | None:
+        """The exception listener."""
+        return self._exception_listener
+
+    @property
+    def default_max_depth(self) -> int:
+        """The ``max_depth`` of new message streams (0 = unbounded)."""
+        return self._default_max_depth
+
+    @default_max_depth.setter
+    def default_max_depth(self, depth: int) -> None:
+        if depth < 0:
+            raise UsageError("default_max_depth cannot be negative")
+        self._default_max_depth = int(depth)
+
+    @property
+    def logon_options(self) -> str | None:
+        """Options sent with every logon (``None``: none)."""
+        return self._logon_options
+
+    @logon_options.setter
+    def logon_options(self, options: str | None) -> None:
+        self._logon_options = options or None
+
+    def add_message_handler(
+        self, command_id: str, message_handler: Handler, acks: str = "", is_subscribe: bool = False
+    ) -> None:
+        """Route what the server sends for ``command_id`` to ``message_handler`` (official API).
+
+        Deliveries whose ``sids`` name ``command_id`` (when ``is_subscribe``) and the acks
+        of types ``acks`` (``"processed,completed"``) whose ``cid`` is ``command_id`` go to
+        the handler, until :meth:`remove_message_handler`. Used with :meth:`send`.
+        """
+        self._pending[command_id] = _Pending(
+            command_id,
+            "",
+            None,
+            message_handler,
+            parse_ack_types(acks) if isinstance(acks, str) else AckType(acks),
+            AckType.NONE,
+            None,
+            command_id if is_subscribe else None,
+        )
+        if is_subscribe:
+            self._subs[command_id] = message_handler
+
+    def remove_message_handler(self, command_id: str) -> bool:
+        """Stop routing ``command_id`` to its handler; ``True`` if one was registered."""
+        found = self._pending.pop(command_id, None) is not None
+        found = self._subs.pop(command_id, None) is not None or found
+        return found
+
+    def get_ssl(self) -> Any:
+        """Refused: the official client's ``PySSLSocket`` does not exist here."""
+        raise UsageError(
+            "get_ssl(): TLS runs inside asyncio's transport (there is no SSL socket object); "
+            "configure it with ssl_context (ampsclient.tls.client_context) or ssl_init()"
+        )
+
     def set_global_command_type_message_handler(self, command: str, handler: Handler) -> None:
         """See every ``ack`` or ``heartbeat`` message (official API)."""
         self._global_handlers[command] = handler
@@ -471,7 +539,7 @@ class AsyncClient(AsyncCommands):
             on_writable=self._on_writable,
             max_frame_size=self._max_frame_size,
             connect_timeout=timeout,
-            ssl_context=ssl_context if ssl_context is not None else self._ssl_context,
+            ssl_context=ssl_context or self._ssl_context or compat.default_ssl_context(),
         )
         self._transport = transport
         self._uri = parsed
@@ -517,6 +585,7 @@ class AsyncClient(AsyncCommands):
                 "version": CLIENT_VERSION,
                 "pw": password,
                 "o": opts,
+                "x": self.logon_correlation_data,
             }
             ack = await self._request(cid, "logon", fields, None, timeout)
             status = ack.status or "success"
@@ -560,6 +629,10 @@ class AsyncClient(AsyncCommands):
             loop.call_soon(fn)
         else:
             loop.call_soon_threadsafe(fn)
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop after ``delay`` seconds; any thread."""
+        self._call_on_loop(lambda: self._loop.call_later(delay, fn))  # type: ignore[union-attr]
 
     def _send_payload(self, payload: bytes) -> None:
         """Queue one payload for writing; any thread."""
@@ -621,6 +694,8 @@ class AsyncClient(AsyncCommands):
         data = pop() if n == 1 else b"".join([pop() for _ in range(n)])
         self._stats["frames_sent"] += n
         try:
+            if self.transport_filter is not None:
+                self.transport_filter(data, False)
             transport.write(data)
         except AMPSError as exc:
             log.debug("write after close dropped: %s", exc)
@@ -751,6 +826,8 @@ class AsyncClient(AsyncCommands):
             pause=self._pause_reading,
             resume=self._resume_reading,
         )
+        if self.queue_acks.auto_ack:
+            stream.set_auto_ack(self.queue_acks.settle)
         await self._execute(command, stream._put, stream)
         return stream
 
@@ -810,7 +887,8 @@ class AsyncClient(AsyncCommands):
         self._pending[cid] = pending
         if handler is not None:
             if sub_id is not None:
-                self._subs[sub_id] = handler
+                qa = self.queue_acks
+                self._subs[sub_id] = qa.wrap(handler) if qa.auto_ack else handler
             if query_id is not None:
                 self._queries[query_id] = handler
                 self._query_cids[query_id] = cid
@@ -920,12 +998,15 @@ class AsyncClient(AsyncCommands):
         """
         self._rx = True
         self._stats["frames_received"] += len(payloads)
+        if self.transport_filter is not None:
+            for payload in payloads:
+                self.transport_filter(payload, True)
         routes = self._subs
         (_accel.deliver or deliver)(
             payloads,
             routes.cache,
             routes.lengths,
-            Message,
+            self._message_type,
             self._on_payload,
             self._report,
             _BM_NEXT,
@@ -945,7 +1026,7 @@ class AsyncClient(AsyncCommands):
                     self._deliver(payload, sids)
                     return
         try:
-            message = Message(payload)
+            message = self._message_type(payload)
             c = message.command
         except AMPSError as exc:
             log.warning("dropping a malformed frame from %s: %s", self.uri, exc)
@@ -976,16 +1057,16 @@ class AsyncClient(AsyncCommands):
         if "," not in sids:
             handler = subs.get(sids)
             if handler is None:
-                self._unrouted(message or Message(payload))
+                self._unrouted(message or self._message_type(payload))
                 return
             try:
-                handler(Message(payload, sids))
+                handler(self._message_type(payload, sids))
             except Exception as exc:
                 self._report(exc)
             return
         for sid in sids.split(","):
             handler = subs.get(sid)
-            m = Message(payload, header=message._hdr if message else None, sub_id=sid)
+            m = self._message_type(payload, header=message._hdr if message else None, sub_id=sid)
             if handler is None:
                 self._unrouted(m)
                 continue
@@ -1197,6 +1278,7 @@ class AsyncClient(AsyncCommands):
         if transport is None:
             return
         self._closed_by_user = True
+        self.queue_acks.flush()  # pending queue acks go out before the connection closes
         self._drain()
         # streams and subscriptions end quietly
         for stream in list(self._streams.values()):

@@ -14,10 +14,13 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
 from .client import AsyncClient, ConnectionEvent, Handler
 from .command import Command
 from .exceptions import TimeoutError, UsageError
+from .official import ConnectionStateListener, OfficialClientMethods
+from .protocol.acks import AckType
 from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.message import Message
@@ -91,7 +94,7 @@ class LoopThread:
         self._thread.join(10)
 
 
-class Client(SyncCommands):
+class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
     """A synchronous AMPS client with the official client's method names.
 
     Example::
@@ -108,6 +111,9 @@ class Client(SyncCommands):
 
     Bookmarks = Bookmarks
     """``Client.Bookmarks.EPOCH`` / ``NOW`` / ``MOST_RECENT``, as in the official client."""
+
+    ConnectionStateListener = ConnectionStateListener
+    """The official connection state constants."""
 
     _async: AsyncClient
 
@@ -131,13 +137,39 @@ class Client(SyncCommands):
 
     def _start(self) -> None:
         self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
-        self.publish = self._async.publish
-        self.delta_publish = self._async.delta_publish
+        self.publish = self._async.publish  # type: ignore[method-assign, assignment]
+        self.delta_publish = self._async.delta_publish  # type: ignore[method-assign]
 
     @property
     def async_client(self) -> AsyncClient:
         """The asyncio client this facade drives."""
         return self._async
+
+    @property
+    def queue_acks(self) -> QueueAcks:  # type: ignore[override]
+        """Queue-ack settings and pending batch (:mod:`ampsclient.acks`)."""
+        return self._async.queue_acks
+
+    def publish(
+        self,
+        topic: str,
+        data: Any,
+        expiration: int | None = None,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> Any:
+        """Publish ``data`` to ``topic`` without waiting (any thread; see AsyncClient.publish).
+
+        The instance attribute set in ``_start`` (the asyncio client's own method, or its C
+        lane) shadows this definition; it is here for the class's documented surface.
+        """
+        return self._async.publish(
+            topic, data, expiration=expiration, correlation_id=correlation_id, sow_key=sow_key
+        )
+
+    def delta_publish(self, topic: str, data: Any, expiration: int | None = None) -> Any:
+        """Publish a delta of ``data`` to ``topic`` (shadowed like :meth:`publish`)."""
+        return self._async.delta_publish(topic, data, expiration=expiration)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -324,21 +356,91 @@ class HAClient(Client):
     ``with`` block) flush the publish store first, bounded by ``close_timeout`` ms.
     """
 
+    _default_resubscription_timeout = 0
+    """``set_default_resubscription_timeout``: the resubscription timeout of new HAClients."""
+
     def __init__(
         self,
         name: str = "",
         publish_store: Any = None,
         bookmark_store: Any = None,
+        no_store: bool = False,
         *,
         close_timeout: int = 5000,
         **options: Any,
     ) -> None:
         from .ha.client import AsyncHAClient
 
+        if no_store:
+            raise UsageError(
+                "HAClient(no_store=True): ampsclient's HAClient always keeps its publishes "
+                "until they are persisted (a memory store by default); for publishes without "
+                "a store use Client"
+            )
         self._ha = AsyncHAClient(name, publish_store, bookmark_store, **options)
         self._async = self._ha
         self._close_timeout = close_timeout
+        if HAClient._default_resubscription_timeout:
+            self._ha.set_resubscription_timeout(HAClient._default_resubscription_timeout)
         self._start()
+
+    # -- official settings ------------------------------------------------------------------
+
+    def set_publish_store(self, publish_store: Any) -> None:
+        """Use ``publish_store`` (a store object, or ``None`` for a memory store); before
+        connecting."""
+        self._ha.set_publish_store(publish_store)
+        self.publish = self._ha.publish  # type: ignore[method-assign, assignment]
+
+    def set_logon_options(self, options: str | None) -> None:
+        """Options sent with every logon (e.g. ``"ack_conflation=10ms"``)."""
+        self._ha.logon_options = options
+
+    def get_logon_options(self) -> str:
+        """The logon options (``""`` when none)."""
+        return self._ha.logon_options or ""
+
+    def set_timeout(self, timeout: int) -> None:
+        """How long each logon waits for its ack, in ms (default 10000)."""
+        self._ha.set_logon_timeout(timeout)
+
+    def get_resubscription_timeout(self) -> int:
+        """The resubscription timeout in ms (0 = wait indefinitely)."""
+        return self._ha.get_resubscription_timeout()
+
+    @staticmethod
+    def set_default_resubscription_timeout(timeout: int) -> None:
+        """The resubscription timeout (ms) of the HAClients created from now on."""
+        if timeout < 0:
+            raise UsageError("the resubscription timeout cannot be negative")
+        HAClient._default_resubscription_timeout = int(timeout)
+
+    @staticmethod
+    def get_default_resubscription_timeout() -> int:
+        """The default resubscription timeout in ms."""
+        return HAClient._default_resubscription_timeout
+
+    def set_error_on_publish_gap(self, error_on_publish_gap: bool) -> None:
+        """Raise ``PublishStoreGapException`` when the server misses stored messages."""
+        self._ha.publish_store.set_error_on_publish_gap(bool(error_on_publish_gap))
+
+    def get_error_on_publish_gap(self) -> bool:
+        """Whether a publish gap raises."""
+        return bool(self._ha.publish_store.get_error_on_publish_gap())
+
+    def prune_store(self, tmp_file_name: str = "") -> None:
+        """Compact the bookmark store (for stores that can; others have nothing to prune)."""
+        prune = getattr(self._ha.bookmark_store, "prune", None)
+        if prune is None:
+            return
+        if tmp_file_name:
+            prune(tmp_file_name)
+        else:
+            prune()
+
+    def set_publish_batching(self, batchSize: int, batchTimeoutMillis: int) -> None:
+        """See ``Client.set_publish_batching``."""
+        super().set_publish_batching(batchSize, batchTimeoutMillis)
 
     @property
     def async_client(self) -> Any:
@@ -428,8 +530,12 @@ class HAClient(Client):
             self._ha.connect_and_logon(uri, timeout=timeout, authenticator=authenticator)
         )
 
-    def publish_flush(self, timeout: int = 0) -> None:
-        """Wait until everything published so far is persisted (``timeout`` in ms)."""
+    def publish_flush(self, timeout: int = 0, ack_type: Any = AckType.PROCESSED) -> None:
+        """Wait until everything published so far is persisted (``timeout`` in ms).
+
+        ``ack_type`` is accepted for the official signature: with a publish store the wait
+        is always for the ``persisted`` acks of the stored messages, as in the official client.
+        """
         self._run(self._ha.publish_flush(timeout))
 
     def publish_and_wait(self, topic: str, data: Any, *, timeout: int = 0, **kwargs: Any) -> int:

@@ -1,0 +1,249 @@
+"""Queue acknowledgements from the client: ``ack``, auto-ack, batching (official behaviour).
+
+A message delivered from an AMPS queue is leased to the subscriber until it is acknowledged.
+The ack is a ``sow_delete`` on the message's topic naming its bookmark, sent with the fixed
+command id ``AMPS-queue-ack`` and no ack request (``shared/queues.md`` §10)::
+
+    {"c":"sow_delete","t":"q","cid":"AMPS-queue-ack","bookmark":"1|1|,1|2|"}
+    {"c":"sow_delete","t":"q","cid":"AMPS-queue-ack","bookmark":"1|3|","o":"cancel"}
+
+* :class:`QueueAcks` keeps one client's settings and pending batch: with
+  ``ack_batch_size`` > 1, plain acks are grouped per topic and sent when a batch is full or
+  ``ack_timeout`` ms after its first ack; an ack with options (``cancel``, ``expire``) goes
+  out at once on its own. ``flush()`` sends what is pending (the client does it before it
+  disconnects).
+* With ``auto_ack`` on, a handler's queue message (one with a lease period) is acked when
+  the handler returns and returned to the queue (``cancel``) when it raises; a
+  ``MessageStream`` acks a message when the application asks for the next one.
+* :class:`QueueAckMethods`: the official methods (``ack``, ``set_auto_ack``...) for a client
+  class that has a ``queue_acks`` attribute.
+* :func:`bound_message_type`: the per-client :class:`Message` subclass whose
+  :meth:`Message.ack` goes to that client.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .exceptions import AMPSError, UsageError
+from .protocol.header import encode_header
+from .protocol.message import Message
+
+__all__ = ["ACK_COMMAND_ID", "QueueAckMethods", "QueueAcks", "bound_message_type"]
+
+log = logging.getLogger("ampsclient.acks")
+
+ACK_COMMAND_ID = "AMPS-queue-ack"
+"""The command id of every queue ack (as the official client sends it)."""
+
+Handler = Callable[[Message], Any]
+
+
+def bound_message_type(ack: Callable[[str, str, str | None], None]) -> type[Message]:
+    """A :class:`Message` subclass whose :meth:`~Message.ack` calls ``ack(topic, bm, opts)``.
+
+    A client hands its deliveries out as instances of its own subclass, so that
+    ``message.ack()`` reaches the client that received the message.
+    """
+    return type("Message", (Message,), {"__slots__": (), "_ack_to": staticmethod(ack)})
+
+
+class QueueAcks:
+    """One client's queue-ack settings and pending batch. Thread-safe.
+
+    Args:
+        send: queues one payload (a header) for writing; raises ``AMPSError`` when the
+            client is not connected.
+        call_later: ``call_later(seconds, fn)`` runs ``fn`` later on the client's loop.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[bytes], None],
+        call_later: Callable[[float, Callable[[], None]], None],
+    ) -> None:
+        self._send = send
+        self._call_later = call_later
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[str]] = {}
+        self._timer_armed = False
+        self._last_explicit: tuple[str, str] | None = None
+        self.auto_ack = False
+        """Ack queue messages when their handler returns (official default: off)."""
+        self.batch_size = 0
+        """Plain acks per ``sow_delete`` (0 or 1: each ack at once)."""
+        self.timeout_ms = 1000
+        """The longest a batched ack waits, in milliseconds (0: until the batch is full)."""
+
+    # -- settings (official rules) ----------------------------------------------------------
+
+    def set_batch_size(self, batch_size: int) -> None:
+        """Group up to ``batch_size`` plain acks per topic."""
+        if batch_size < 0:
+            raise OverflowError("the ack batch size cannot be negative")
+        self.batch_size = int(batch_size)
+        if self.batch_size > 1 and self.timeout_ms == 0:
+            self.timeout_ms = 1000
+        if self.batch_size <= 1:
+            self.flush()
+
+    def set_timeout(self, timeout_ms: int) -> None:
+        """Send a partial batch this many ms after its first ack."""
+        if timeout_ms < 0:
+            raise OverflowError("the ack timeout cannot be negative")
+        if timeout_ms == 0 and self.batch_size > 1:
+            raise AMPSError("Ack timeout must be > 0 when ack batch size > 1")
+        self.timeout_ms = int(timeout_ms)
+
+    # -- acking -------------------------------------------------------------------------------
+
+    def ack(self, topic: str, bookmark: str, options: str | None = None) -> None:
+        """Acknowledge ``bookmark`` on ``topic`` (batched unless ``options`` are given)."""
+        if not topic or not bookmark:
+            raise UsageError("a queue ack needs a topic and a bookmark")
+        self._last_explicit = (topic, bookmark)
+        if options:
+            self._write(topic, bookmark, options)
+            return
+        if self.batch_size <= 1:
+            self._write(topic, bookmark, None)
+            return
+        full: list[str] | None = None
+        arm = False
+        with self._lock:
+            batch = self._pending.setdefault(topic, [])
+            batch.append(bookmark)
+            if len(batch) >= self.batch_size:
+                full = self._pending.pop(topic)
+            elif not self._timer_armed and self.timeout_ms:
+                self._timer_armed = arm = True
+        if full is not None:
+            self._write(topic, ",".join(full), None)
+        if arm:
+            self._call_later(self.timeout_ms / 1000.0, self._on_timer)
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer_armed = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Send every pending batched ack now."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for topic, bookmarks in pending.items():
+            try:
+                self._write(topic, ",".join(bookmarks), None)
+            except AMPSError as exc:
+                log.warning("queue acks for %s not sent: %s", topic, exc)
+
+    @property
+    def pending(self) -> int:
+        """Acks waiting in batches."""
+        with self._lock:
+            return sum(len(b) for b in self._pending.values())
+
+    def _write(self, topic: str, bookmark: str, options: str | None) -> None:
+        self._send(
+            encode_header(
+                {
+                    "c": "sow_delete",
+                    "t": topic,
+                    "cid": ACK_COMMAND_ID,
+                    "bookmark": bookmark,
+                    "o": options,
+                }
+            )
+        )
+
+    # -- auto-ack ------------------------------------------------------------------------------
+
+    def settle(self, message: Message, failed: bool = False) -> None:
+        """Auto-ack ``message`` if it is a queue message (``cancel`` when ``failed``)."""
+        if not message.lease_period:
+            return  # not leased: not a queue message (official behaviour)
+        topic, bookmark = message.topic, message.bookmark
+        if not topic or not bookmark:
+            return
+        if not failed and self._last_explicit == (topic, bookmark):
+            return  # the handler acked it itself
+        self.ack(topic, bookmark, "cancel" if failed else None)
+
+    def wrap(self, handler: Handler) -> Handler:
+        """``handler`` with auto-ack: ack when it returns, ``cancel`` when it raises."""
+        settle = self.settle
+
+        def auto_ack(message: Message) -> Any:
+            self._last_explicit = None
+            try:
+                result = handler(message)
+            except BaseException:
+                settle(message, True)
+                raise
+            settle(message)
+            return result
+
+        auto_ack.__wrapped__ = handler  # type: ignore[attr-defined]
+        return auto_ack
+
+
+class QueueAckMethods:
+    """The official client's queue-ack methods, for a class with a ``queue_acks`` attribute."""
+
+    queue_acks: QueueAcks
+
+    def ack(
+        self,
+        message_or_topic: Message | str,
+        bookmark: str | None = None,
+        options: str | None = None,
+    ) -> None:
+        """Acknowledge a queue message: ``ack(message, options=None)`` or
+        ``ack(topic, bookmark, options=None)``.
+
+        ``options``: e.g. ``"cancel"`` (return the message to the queue) or ``"expire"``.
+        """
+        if isinstance(message_or_topic, Message):
+            if options is None and bookmark is not None:
+                options, bookmark = bookmark, None  # ack(message, "cancel")
+            topic, bm = message_or_topic.topic, message_or_topic.bookmark
+            if not topic or not bm:
+                raise UsageError("ack(message): the message has no topic or no bookmark")
+            self.queue_acks.ack(topic, bm, options)
+            return
+        if bookmark is None:
+            raise UsageError("ack(topic, bookmark, options=None): the bookmark is missing")
+        self.queue_acks.ack(message_or_topic, bookmark, options)
+
+    def set_auto_ack(self, enabled: bool) -> None:
+        """Ack queue messages when their handler returns (applies to later subscriptions)."""
+        if not isinstance(enabled, bool):
+            raise TypeError("set_auto_ack takes a bool")
+        self.queue_acks.auto_ack = enabled
+
+    def get_auto_ack(self) -> bool:
+        """Whether auto-ack is on."""
+        return self.queue_acks.auto_ack
+
+    def set_ack_batch_size(self, batch_size: int) -> None:
+        """Group up to ``batch_size`` plain acks per topic (0 or 1: send each at once)."""
+        self.queue_acks.set_batch_size(batch_size)
+
+    def get_ack_batch_size(self) -> int:
+        """The ack batch size."""
+        return self.queue_acks.batch_size
+
+    def set_ack_timeout(self, timeout: int) -> None:
+        """The longest (ms) a batched ack waits before it is sent."""
+        self.queue_acks.set_timeout(timeout)
+
+    def get_ack_timeout(self) -> int:
+        """The ack timeout in milliseconds."""
+        return self.queue_acks.timeout_ms
+
+    def flush_acks(self) -> None:
+        """Send every pending batched ack now (the C++ client's ``flushAcks``)."""
+        self.queue_acks.flush()
