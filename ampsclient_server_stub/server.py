@@ -23,6 +23,7 @@ from websockets.asyncio.server import Server as WsServer
 
 from ampsclient_server_stub.config import ServerConfig, TransportConfig, default_config
 from ampsclient_server_stub.engine.broker import Authenticator, Broker
+from ampsclient_server_stub.engine.hooks import BrokerHooks
 from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
 from ampsclient_server_stub.engine.txlog import PERSISTED_ACK_INTERVAL, TxLog
 
@@ -56,11 +57,16 @@ class Committer:
     """
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, journal: Journal, broker: Broker, policy: str
+        self,
+        loop: asyncio.AbstractEventLoop,
+        journal: Journal,
+        on_durable: Callable[[int], None],
+        policy: str,
     ) -> None:
         self.loop = loop
         self.journal = journal
-        self.broker = broker
+        self.on_durable = on_durable
+        """``Broker.on_durable``: called with the durable index after each sync."""
         self.policy = policy
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal")
         self.running = False
@@ -99,7 +105,7 @@ class Committer:
             if not self.closed:
                 self.loop.call_later(0.1, self.request)
             return
-        self.broker.on_durable(durable)
+        self.on_durable(durable)
         if self.again or self.journal.last_index > durable:
             self.request()
 
@@ -180,23 +186,23 @@ class ReferenceServer:
         if self._started:
             return
         loop = asyncio.get_running_loop()
+        security = ServerSecurity.from_config(self.config)  # before anything is opened
         txlog = self._open_txlog()
+        hooks = BrokerHooks(authenticate=self.authenticate, guard=security.guard)
+        if txlog is not None:
+            self._committer = Committer(loop, txlog.journal, self._on_durable, self.fsync)
+            hooks.request_sync = self._committer.request
         self.broker = Broker(
             self.config,
             call_later=loop.call_later,
             txlog=txlog,
             persisted_ack_interval=self.persisted_ack_interval,
+            hooks=hooks,
         )
-        if txlog is not None:
-            self._committer = Committer(loop, txlog.journal, self.broker, self.fsync)
-            self.broker.request_sync = self._committer.request
-        if self.authenticate is not None:
-            self.broker.authenticate = self.authenticate
+        self.security = security
         self._started = True
         try:
-            self.security = ServerSecurity.from_config(self.config)
             self.flow = FlowControl()
-            self.broker.guard = self.security.guard
             for transport in self.config.transports:
                 policy = self.security.policy_for(transport.name)
                 tls = policy.ssl_context
@@ -255,6 +261,11 @@ class ReferenceServer:
             raise
         self._expiry = asyncio.create_task(self._expire_loop())
         logger.info("%s", self.listening_line())
+
+    def _on_durable(self, durable: int) -> None:
+        """The committer's callback: a group commit made ``durable`` durable."""
+        if self.broker is not None:
+            self.broker.on_durable(durable)
 
     def _open_txlog(self) -> TxLog | None:
         """The journal named by the config's ``<TransactionLog>`` (or the zero-config one)."""

@@ -23,7 +23,7 @@ import pytest
 
 from ampsclient.protocol.bookmarks import publisher_id_for, timestamp_bookmark
 from ampsclient.protocol.header import encode_header
-from ampsclient_server_stub.engine.broker import Broker, Connection
+from ampsclient_server_stub.engine.broker import Broker, BrokerHooks, Connection
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import REPLAY_BACKLOG, TxLog
 
@@ -55,6 +55,10 @@ class CountingSession:
             self.frames += 1
             if self.first is None:
                 self.first = payload
+
+    def send_many(self, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            self.send(payload)
 
     def disconnect(self, reason: str) -> None:
         pass
@@ -101,7 +105,7 @@ def test_sequenced_publish(benchmark: Any, tmp_path: Path) -> None:
 
     def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
         journal = Journal(tmp_path / f"j{next(rounds)}", fsync="never")
-        broker = Broker(None, txlog=TxLog(journal), request_sync=lambda: None)
+        broker = Broker(None, txlog=TxLog(journal), hooks=BrokerHooks(request_sync=lambda: None))
         conn = _logon(broker, "bench-ha", CountingSession())
         payloads = [
             b'{"c":"p","s":%d,"a":"persisted","t":"orders"}' % next(seq) + BODY
@@ -133,7 +137,7 @@ def log_200k(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journal]:
 
 def test_replay_from_epoch(benchmark: Any, log_200k: Journal) -> None:
     """A whole 200k-record replay to one subscriber (decode, match, frame, send)."""
-    broker = Broker(None, txlog=TxLog(log_200k), request_sync=lambda: None)
+    broker = Broker(None, txlog=TxLog(log_200k), hooks=BrokerHooks(request_sync=lambda: None))
     names = itertools.count()
     sub = encode_header({"c": "subscribe", "cid": "s", "t": "orders", "bm": "0", "sub_id": "s"})
 
@@ -144,7 +148,7 @@ def test_replay_from_epoch(benchmark: Any, log_200k: Journal) -> None:
         replay = conn.subs["s"].replay
         assert replay is not None
         while replay.position <= log_200k.last_index:
-            broker._pump(replay)
+            broker.pump(replay)
         broker.disconnect(conn)
         return session.frames
 
@@ -157,7 +161,7 @@ def test_replay_from_epoch(benchmark: Any, log_200k: Journal) -> None:
 
 def test_replay_frame(benchmark: Any, log_200k: Journal) -> None:
     """One delivery frame (the prefix is cached per topic and publisher)."""
-    broker = Broker(None, txlog=TxLog(log_200k), request_sync=lambda: None)
+    broker = Broker(None, txlog=TxLog(log_200k), hooks=BrokerHooks(request_sync=lambda: None))
     conn = _logon(broker, "bench-frame", CountingSession())
     broker.handle(conn, encode_header({"c": "subscribe", "cid": "s", "t": "orders", "bm": "0|1|"}))
     replay = conn.subs["s"].replay
@@ -183,7 +187,7 @@ def sized_log(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.mark.parametrize("form", ["bookmark", "timestamp"])
 def test_seek_to_first_message(benchmark: Any, sized_log: Journal, form: str) -> None:
     """Subscribe from the middle of the log; stop at the first delivered frame."""
-    broker = Broker(None, txlog=TxLog(sized_log), request_sync=lambda: None)
+    broker = Broker(None, txlog=TxLog(sized_log), hooks=BrokerHooks(request_sync=lambda: None))
     middle = sized_log.last_index // 2
     start = f"{PID}|{middle}|" if form == "bookmark" else timestamp_bookmark((T0 + middle) / 1e6)
     names = itertools.count()

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 from zlib import crc32 as _crc32
 
 import msgpack
@@ -54,10 +54,17 @@ from .payload import decode
 from .topics import TopicMatcher, compile_topic
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .broker import Subscription
     from .conflation import ReplayConflation
 
-__all__ = ["REPLAY_BACKLOG", "REPLAY_BATCH", "REPLAY_FIRST_STEP", "Replay", "ReplayError", "TxLog"]
+__all__ = [
+    "REPLAY_BACKLOG",
+    "REPLAY_BATCH",
+    "REPLAY_FIRST_STEP",
+    "Replay",
+    "ReplayError",
+    "ReplaySubscription",
+    "TxLog",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +163,38 @@ def _micros(ts: Timestamp) -> int:
     return (ts.when - _UNIX_EPOCH) // _MICROSECOND
 
 
-class Replay:
+class ReplaySubscription(Protocol):
+    """What a replay reads of its subscription (the broker's ``Subscription`` fits)."""
+
+    @property
+    def options(self) -> Mapping[str, str]:
+        """The subscription's options."""
+
+    @property
+    def message_type(self) -> str:
+        """The subscription's message type."""
+
+    @property
+    def matcher(self) -> TopicMatcher:
+        """The subscription's topic."""
+
+    @property
+    def predicate(self) -> Callable[[Any], bool] | None:
+        """The subscription's filter."""
+
+    @property
+    def sid(self) -> str:
+        """The subscription id, escaped for a header string."""
+
+    @property
+    def timestamp(self) -> bool:
+        """Whether deliveries carry ``ts``."""
+
+
+S = TypeVar("S", bound=ReplaySubscription)
+
+
+class Replay(Generic[S]):
     """One bookmark subscription's position in the journal.
 
     Created by :meth:`start`; the broker calls :meth:`pump` whenever there may be something
@@ -192,7 +230,7 @@ class Replay:
         "want_completed_cid",
     )
 
-    def __init__(self, journal: Journal, sub: Subscription, position: int) -> None:
+    def __init__(self, journal: Journal, sub: S, position: int) -> None:
         self.journal = journal
         self.sub = sub
         self._shape: tuple[str, str, bytes, bytes] | None = None
@@ -227,15 +265,15 @@ class Replay:
         """Replication (``fully_durable``): a further bound on :meth:`limit`."""
         self.end_timer: Any = None
         """For a range ending at a future time: wakes the replay up at that time."""
-        self.leader: Replay | None = None
+        self.leader: Replay[S] | None = None
         """Set while this replay is a member of a group: the group's leader reads for it."""
-        self.members: list[Replay] = []
+        self.members: list[Replay[S]] = []
         """For a group's leader: the other subscriptions it delivers to (resumed together)."""
 
     # ------------------------------------------------------------------ starting
 
     @classmethod
-    def start(cls, journal: Journal, sub: Subscription, bookmark: str) -> Replay:
+    def start(cls, journal: Journal, sub: S, bookmark: str) -> Replay[S]:
         """Resolve ``bookmark`` to a starting position (and an end for ranges).
 
         Raises:

@@ -4,10 +4,10 @@ Created by :class:`~ampsclient_server_stub.server.ReferenceServer` when its conf
 has an ``amps-replication`` transport or a ``<Replication>`` section. Everything runs on the
 server's event loop. It plugs into the broker through three hooks:
 
-* ``broker.ack_limit`` -- a publisher's persisted ack waits until every destination whose
+* ``broker.hooks.ack_limit`` -- a publisher's persisted ack waits until every destination whose
   acknowledgment is sync (configured sync and not downgraded) has acknowledged;
-* ``broker.fully_durable_limit`` -- the same limit for ``fully_durable`` bookmark replays;
-* ``broker.durable_listeners`` -- after each group commit: push newly durable records to
+* ``broker.hooks.fully_durable_limit`` -- the same limit for ``fully_durable`` bookmark replays;
+* ``broker.hooks.durable_listeners`` -- after each group commit: push newly durable records to
   destinations, acknowledge upstream what became durable here.
 """
 
@@ -214,9 +214,9 @@ class ReplicationManager:
                 " (incoming links still log on with <Authentication>)" if logon_checked else "",
             )
         broker = self.broker
-        broker.ack_limit = self.ack_limit
-        broker.fully_durable_limit = self.fully_durable_limit
-        broker.durable_listeners.append(self.on_durable)
+        broker.hooks.ack_limit = self.ack_limit
+        broker.hooks.fully_durable_limit = self.fully_durable_limit
+        broker.hooks.durable_listeners.append(self.on_durable)
         for out in self.outbounds.values():
             if out.dest.inet_addrs:
                 self._tasks.append(
@@ -257,10 +257,10 @@ class ReplicationManager:
                 pass
             self.server = None
         broker = self.broker
-        if self.on_durable in broker.durable_listeners:
-            broker.durable_listeners.remove(self.on_durable)
-        broker.ack_limit = None
-        broker.fully_durable_limit = None
+        if self.on_durable in broker.hooks.durable_listeners:
+            broker.hooks.durable_listeners.remove(self.on_durable)
+        broker.hooks.ack_limit = None
+        broker.hooks.fully_durable_limit = None
         for out in self.outbounds.values():
             out.close()
 

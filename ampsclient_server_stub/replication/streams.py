@@ -482,7 +482,7 @@ class Inbound:
         last_u = 0
         counters = self.counters
         paths = self._paths
-        apply = broker.apply_replicated
+        apply = broker.ingest
         ents = manager.entitlements
         link = self.link
         for index, pid, seq, command, topic, payload, fields in records:

@@ -33,6 +33,10 @@ class RecordingSession:
     def send(self, payload: bytes) -> None:
         self.sent.append(payload)
 
+    def send_many(self, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            self.send(payload)
+
     def disconnect(self, reason: str) -> None:
         self.closed = reason
 

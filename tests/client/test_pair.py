@@ -25,6 +25,13 @@ class _Session:
     def send(self, payload: bytes) -> None:
         self.peer.send(payload)
 
+    def send_many(self, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            self.send(payload)
+
+    def backlog(self) -> int:
+        return 0
+
     def disconnect(self, reason: str) -> None:
         self.peer.close()
 

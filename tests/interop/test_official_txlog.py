@@ -319,7 +319,7 @@ def test_official_ha_client_trims_its_store_to_the_logon_ack_sequence(
     message at or below the logon ack's ``s`` and republishes only the rest (protocol.md §3.2
     and §7.4 say it ignores ``s``; with this server's logon ack it does not)."""
     broker = server.broker
-    real_flush = broker._flush_persisted
+    real_flush = broker.durability.flush_persisted
     silent = {"on": True}
 
     def no_persisted_acks(conn: Any) -> None:  # the server stores, but never says so
@@ -328,7 +328,7 @@ def test_official_ha_client_trims_its_store_to_the_logon_ack_sequence(
             return
         real_flush(conn)
 
-    server.call(lambda: setattr(broker, "_flush_persisted", no_persisted_acks))
+    server.call(lambda: setattr(broker.durability, "flush_persisted", no_persisted_acks))
     try:
         name = unique("trim")
         client = AMPS.HAClient(name, str(tmp_path / "pub.store"))
@@ -353,4 +353,4 @@ def test_official_ha_client_trims_its_store_to_the_logon_ack_sequence(
         finally:
             client.close()
     finally:
-        server.call(lambda: setattr(broker, "_flush_persisted", real_flush))
+        server.call(lambda: setattr(broker.durability, "flush_persisted", real_flush))

@@ -205,7 +205,7 @@ def test_logon_options_and_auth_hook(broker: Broker) -> None:
     c = Client(broker, logon=False)
     c.cmd({"c": "logon", "cid": "1", "client_name": "x", "o": "ack_conflation=100ms"})
     assert c.conn.ack_conflation == pytest.approx(0.1)
-    broker.authenticate = lambda user, pw: pw == "secret"
+    broker.hooks.authenticate = lambda user, pw: pw == "secret"
     bad = Client(broker, logon=False)
     bad.cmd({"c": "logon", "cid": "1", "client_name": "y", "user_id": "u", "pw": "nope"})
     (ack,) = acks(bad.take())
@@ -737,7 +737,7 @@ def test_handler_exception_becomes_failure_ack(broker: Broker) -> None:
     def boom(*args: Any) -> None:
         raise RuntimeError("boom")
 
-    broker._commands["flush"] = boom
+    broker.commands["flush"] = boom
     c.cmd({"c": "flush", "cid": "f", "a": "processed"})
     (ack,) = acks(c.take())
     assert ack["status"] == "failure" and ack["reason"] == "internal error"

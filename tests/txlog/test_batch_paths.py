@@ -132,9 +132,8 @@ def test_handle_many_same_outcome_as_handle(tmp_path: Path) -> None:
 
 
 def test_both_client_header_shapes_take_the_batch_path() -> None:
-    from ampsclient_server_stub.engine.broker import Broker
+    from ampsclient_server_stub.engine.wire import parse_seq_publish as parse
 
-    parse = Broker._parse_seq_publish
     for seq in (7, 8):  # ours, the official client's
         payload = _pub(seq, "a/b")
         assert parse(payload) == ("a/b", seq, payload.index(b"}") + 1)
@@ -179,9 +178,8 @@ def test_plain_publish_runs_same_outcome_as_handle(tmp_path: Path) -> None:
 
 
 def test_plain_publish_parse() -> None:
-    from ampsclient_server_stub.engine.broker import Broker
+    from ampsclient_server_stub.engine.wire import parse_plain_publish as parse
 
-    parse = Broker._parse_plain_publish
     payload = _plain(1, "a/b")
     assert parse(payload) == ("a/b", None, payload.index(b"}") + 1)
     for other in (

@@ -28,7 +28,7 @@ from ampsclient.protocol.bookmarks import publisher_id_for, timestamp_bookmark
 from ampsclient.protocol.header import decode_header, encode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
-from ampsclient_server_stub.engine.broker import Broker
+from ampsclient_server_stub.engine.broker import Broker, BrokerHooks
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.harness import ServerProcess
@@ -566,17 +566,17 @@ def test_a_shared_replay_survives_its_members_leaving_and_pausing(tmp_path: Path
     assert session.deliveries()[0]["sids"] == "a,b,c"  # one frame for the three
     leader = conn.subs["a"].replay
     assert leader is not None
-    broker._pump(leader)  # (no timers here: pump by hand) until the backlog is "full"
+    broker.pump(leader)  # (no timers here: pump by hand) until the backlog is "full"
     assert 0 < len(session.deliveries()) < 3000
     broker.handle(conn, encode_header({"c": "unsubscribe", "sub_id": "a"}))  # the leader goes
     broker.handle(conn, encode_header({"c": "subscribe", "sub_id": "c", "o": "pause"}))
     session.room = 1 << 30
 
     def drain() -> None:
-        for replay in list(broker._replays.values()):
+        for replay in list(broker.replays.replays):
             while not replay.done and replay.position <= journal.last_index:
                 before = replay.position
-                broker._pump(replay)
+                broker.pump(replay)
                 if replay.position == before:
                     break
 
@@ -706,7 +706,8 @@ def test_timestamp_option_adds_ts(
 
 def test_live_option_delivers_before_the_record_is_durable(tmp_path: Path) -> None:
     journal = Journal(tmp_path, fsync="never")
-    broker = Broker(None, txlog=TxLog(journal), request_sync=lambda: None)  # no group commit
+    # no group commit
+    broker = Broker(None, txlog=TxLog(journal), hooks=BrokerHooks(request_sync=lambda: None))
     sessions = {}
     for name in ("pub", "durable", "live"):
         session = sessions[name] = FakeSession()
@@ -740,7 +741,8 @@ def test_live_option_delivers_before_the_record_is_durable(tmp_path: Path) -> No
 
 def test_a_flush_asking_for_a_persisted_ack_waits_for_the_journal(tmp_path: Path) -> None:
     journal = Journal(tmp_path, fsync="never")
-    broker = Broker(None, txlog=TxLog(journal), request_sync=lambda: None)  # no group commit
+    # no group commit
+    broker = Broker(None, txlog=TxLog(journal), hooks=BrokerHooks(request_sync=lambda: None))
     session = FakeSession()
     conn = broker.connect(session)
     broker.handle(conn, encode_header({"c": "logon", "cid": "1", "client_name": "plain"}))

@@ -18,7 +18,7 @@ from _txlog_support import Inbox, journal_config, unique, wait_durable
 from ampsclient import Client, Command, Message
 from ampsclient.protocol.header import encode_header
 from ampsclient_server_stub import ServerThread
-from ampsclient_server_stub.engine.broker import Broker
+from ampsclient_server_stub.engine.broker import Broker, BrokerHooks
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
@@ -154,7 +154,8 @@ def test_acks_go_only_to_subscriptions_delivered_something_since_their_last(
 
 def test_a_live_subscription_is_acked_only_once_what_it_got_is_durable(tmp_path: Path) -> None:
     journal = Journal(tmp_path, fsync="never")
-    broker = Broker(None, txlog=TxLog(journal), request_sync=lambda: None)  # commits by hand
+    # commits by hand
+    broker = Broker(None, txlog=TxLog(journal), hooks=BrokerHooks(request_sync=lambda: None))
     try:
         session = FakeSession()
         conn = broker.connect(session)

@@ -50,6 +50,10 @@ class Session:
     def send(self, payload: bytes) -> None:
         self.sent.append(payload)
 
+    def send_many(self, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            self.send(payload)
+
     def disconnect(self, reason: str) -> None:
         pass
 

@@ -28,7 +28,7 @@ from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.harness import ServerProcess
-from ampsclient_server_stub.replication.apply import ReplicatedRecord
+from ampsclient_server_stub.replication.apply import ReplicatedRecord, apply_replicated
 from ampsclient_server_stub.testing import RecordingSession
 
 TOPIC = "/ADMIN/bookmark_store"  # the zero config's SOW topic, keyed by /clientName, /subId
@@ -37,6 +37,13 @@ TOPIC = "/ADMIN/bookmark_store"  # the zero config's SOW topic, keyed by /client
 class _Session:
     def send(self, payload: bytes) -> None:
         pass
+
+    def send_many(self, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            self.send(payload)
+
+    def backlog(self) -> int:
+        return 0
 
     def disconnect(self, reason: str) -> None:
         pass
@@ -147,10 +154,11 @@ def test_a_replicated_record_the_sow_could_not_store_is_reapplied_at_the_next_st
     assert sow is not None and sow.filename is not None
     _poison(Path(sow.filename), sow._table, "poison")
     lost = {"clientName": "poison", "subId": "s0", "i": -1}
-    outcome = node.broker.apply_replicated(
+    outcome = apply_replicated(
+        node.broker,
         ReplicatedRecord(
             publisher_id_for("partner"), 7, "p", TOPIC, json.dumps(lost).encode(), {"mt": "json"}
-        )
+        ),
     )
     assert outcome.record is not None  # journaled, but not in the SOW
     held = outcome.record.index

@@ -1,0 +1,246 @@
+"""Command handlers: the dispatch table from a command name to its handler, ``logon``,
+``heartbeat``, ``unsubscribe``, ``flush``, and the failure acks of refused commands.
+
+The publish and subscription commands live in :mod:`.publishing` and :mod:`.subscribing`;
+this module wires them into :attr:`CommandHandlers.table`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ampsclient.protocol.header import Header, encode_header
+from ampsclient_server_stub.config import parse_duration
+
+from .durability import Durability
+from .hooks import BrokerHooks
+from .publishing import Publishing
+from .state import Clients, Connection
+from .subscribing import Subscribing
+from .subscriptions import SubscriptionTable
+from .wire import (
+    ALL_ACKS,
+    COMPLETED,
+    PERSISTED,
+    PROCESSED,
+    RECEIVED,
+    SUBSCRIBE_COMMANDS,
+    CommandFailure,
+    ack_flags,
+    command_options,
+    int_field,
+    persisted_ack,
+    send_ack,
+    send_acks,
+    split_list,
+    text,
+)
+
+__all__ = ["CommandHandlers", "Handler"]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[Connection, Header, bytes, int], None]
+"""``handler(conn, header, payload, body offset)``; refuses by raising."""
+
+
+class CommandHandlers:
+    """Every command's handler, by command name (:attr:`table`)."""
+
+    def __init__(
+        self,
+        *,
+        clients: Clients,
+        hooks: BrokerHooks,
+        durability: Durability,
+        publishing: Publishing,
+        subscribing: Subscribing,
+        table: SubscriptionTable,
+        counters: dict[str, int],
+        kick: Callable[[Connection, str], None],
+        version: str,
+    ) -> None:
+        self._clients = clients
+        self._hooks = hooks
+        self._durability = durability
+        self._table = table
+        self._counters = counters
+        self._kick = kick
+        self.version = version
+        pub = publishing
+        sub = subscribing
+        self.table: dict[str, Handler] = {
+            "logon": self.logon,
+            "p": lambda c, h, p, e: pub.publish(c, h, p, e, delta=False),
+            "delta_publish": lambda c, h, p, e: pub.publish(c, h, p, e, delta=True),
+            "subscribe": lambda c, h, p, e: sub.subscribe(c, h, delta=False),
+            "delta_subscribe": lambda c, h, p, e: sub.subscribe(c, h, delta=True),
+            "sow": lambda c, h, p, e: sub.sow(c, h, subscribe=False, delta=False),
+            "sow_and_subscribe": lambda c, h, p, e: sub.sow(c, h, subscribe=True, delta=False),
+            "sow_and_delta_subscribe": lambda c, h, p, e: sub.sow(c, h, subscribe=True, delta=True),
+            "sow_delete": pub.sow_delete,
+            "unsubscribe": self.unsubscribe,
+            "flush": lambda c, h, p, e: durability.flush(c, h),
+            "heartbeat": self.heartbeat,
+        }
+        """The dispatch table (tests may replace an entry)."""
+
+    # ------------------------------------------------------------------ failures
+
+    def failed(self, conn: Connection, hdr: Header, exc: Exception) -> None:
+        """Answer a command that raised ``exc`` (``internal error`` unless it was a
+        :class:`CommandFailure`)."""
+        self._counters["failures"] += 1
+        if isinstance(exc, CommandFailure):
+            reason = exc.reason
+            logger.info("%r: %s failed: %s (%s)", conn, hdr.get("c"), reason, exc)
+        else:
+            reason = "internal error"
+            logger.exception("%r: error handling %r", conn, hdr.get("c"))
+        try:
+            self.send_failure(conn, hdr, reason)
+        except Exception:  # pragma: no cover - never let one client's error escape
+            logger.exception("%r: sending a failure ack", conn)
+
+    def logon_required(self, conn: Connection, hdr: Header) -> None:
+        """A command before ``logon``: refused when it asked for an ack, else the client is
+        disconnected."""
+        if ack_flags(hdr) & ALL_ACKS:
+            self.send_failure(conn, hdr, "logon required", always_processed=True)
+        else:
+            logger.warning("%r sent %r before logon; disconnecting", conn, hdr.get("c"))
+            self._kick(conn, "logon required")
+
+    def send_failure(
+        self, conn: Connection, hdr: Header, reason: str, *, always_processed: bool = False
+    ) -> None:
+        """The failure acks of a refused command (a persisted failure for a sequenced one)."""
+        flags = ack_flags(hdr)
+        c = hdr.get("c")
+        sub_id = text(hdr.get("sub_id"))
+        if sub_id is None and c in SUBSCRIBE_COMMANDS:
+            sub_id = text(hdr.get("cid"))
+        send = conn.session.send
+        if flags & RECEIVED:
+            send_ack(send, hdr, "received", sub_id=sub_id)
+        if flags & PROCESSED or always_processed:
+            send_ack(send, hdr, "processed", status="failure", reason=reason, sub_id=sub_id)
+        if flags & PERSISTED and c in ("p", "delta_publish", "sow_delete"):
+            try:
+                seq = int_field(hdr.get("s"))
+            except CommandFailure:
+                seq = None
+            if seq is not None and conn.logged_on:
+                self._durability.flush_persisted(conn)
+                send(persisted_ack(seq, reason=reason))
+
+    # ------------------------------------------------------------------ logon
+
+    def logon(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        """``logon``: authentication, options, client name (an older connection of the same
+        name is disconnected)."""
+        name = text(hdr.get("client_name"))
+        user = str(hdr.get("user_id") or "")
+        password = str(hdr.get("pw") or "")
+        if conn.logged_on:
+            if name is not None and name != conn.client_name:
+                raise CommandFailure("name in use", "a connection can log on only once")
+            self._logon_ack(conn, hdr)
+            return
+        if not self._authenticated(conn, hdr, user, password):
+            return
+        conflation = command_options(hdr).get("ack_conflation")
+        if conflation is not None:
+            try:
+                value = float(conflation) if conflation.isdigit() else parse_duration(conflation)
+            except (ValueError, TypeError):
+                raise CommandFailure("invalid options", f"ack_conflation={conflation}") from None
+            conn.ack_conflation = max(0.0, value)
+        if conn.message_type is None:
+            mt = text(hdr.get("mt"))
+            conn.message_type = mt.lower() if mt else "json"
+        if name is None:
+            name = f"anonymous-{conn.id}"
+        older = self._clients.connection(name)
+        if older is not None and older is not conn:
+            self._kick(older, f"client name {name!r} logged on again from {conn.peer}")
+        conn.user_id = user or None
+        conn.logged_on = True
+        self._clients.log_on(conn, name)
+        self._counters["logons"] += 1
+        logger.info("%r logged on (mt=%s)", conn, conn.mt)
+        self._logon_ack(conn, hdr)
+
+    def _authenticated(self, conn: Connection, hdr: Header, user: str, password: str) -> bool:
+        """Run the authentication hooks; answers a refusal or a challenge itself."""
+        guard = self._hooks.guard
+        verdict = guard.authenticate(conn, user, password) if guard is not None else None
+        send = conn.session.send
+        if verdict is not None and verdict.status == "retry":
+            extra = {"user_id": user, "pw": verdict.challenge}
+            send_ack(send, hdr, "processed", status="retry", extra=extra)
+            return False
+        if verdict is not None:
+            ok = verdict.ok
+        else:
+            authenticate = self._hooks.authenticate
+            ok = authenticate is None or authenticate(user, password)
+        if not ok:
+            reason = verdict.reason if verdict is not None else "auth failure"
+            send_ack(send, hdr, "processed", status="failure", reason=reason or "auth failure")
+            self._kick(conn, "authentication failure")
+            return False
+        return True
+
+    def _logon_ack(self, conn: Connection, hdr: Header) -> None:
+        state = conn.state
+        assert state is not None
+        conn.session.send(
+            encode_header(
+                {
+                    "c": "ack",
+                    "cid": text(hdr.get("cid")),
+                    "a": "processed",
+                    "s": state.ack_seq,
+                    "status": "success",
+                    "client_name": state.name,
+                    "version": self.version,
+                    "bm": f"{state.publisher_id}|{state.ack_seq}|",
+                }
+            )
+        )
+
+    # ------------------------------------------------------------------ the others
+
+    def unsubscribe(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        """``unsubscribe`` by ``sub_id`` list, or ``all``."""
+        ids = split_list(hdr.get("sub_id"))
+        if not ids:
+            raise CommandFailure("invalid subId", "unsubscribe without sub_id")
+        if "all" in ids:
+            for sub in list(conn.subs.values()):
+                self._table.remove(sub)
+        else:
+            for sub_id in ids:
+                found = conn.subs.get(sub_id)
+                if found is not None:
+                    self._table.remove(found)
+        flags = ack_flags(hdr)
+        send_acks(conn.session.send, hdr, flags & (RECEIVED | PROCESSED | COMPLETED))
+
+    def heartbeat(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        """``heartbeat`` (``o=start,N`` arms the session's heartbeat)."""
+        options = split_list(hdr.get("o"))
+        if options and options[0] == "start":
+            interval: float | None = None
+            if len(options) > 1:
+                try:
+                    interval = float(options[1])
+                except ValueError:
+                    interval = None
+            if interval is None or interval <= 0:
+                raise CommandFailure("invalid options", f"bad heartbeat options {hdr.get('o')!r}")
+            conn.session.start_heartbeat(interval)
+        flags = ack_flags(hdr)
+        send_acks(conn.session.send, hdr, flags & (RECEIVED | PROCESSED))

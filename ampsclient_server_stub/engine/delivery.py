@@ -1,0 +1,323 @@
+"""Delivery: the frames a message becomes for the subscriptions its route reaches.
+
+* plain publishes: one frame per connection whose ``sids`` lists its matching
+  subscriptions (filters are evaluated on a payload decoded at most once);
+* SOW publishes: full, delta (against the previous record) or ``oof`` frames;
+* ``oof`` for records deleted or expired from a SOW topic;
+* paused subscriptions get their frames into their pause buffer;
+* live conflation (options ``conflation``/``conflation_key``): frames are held per key and
+  released by a timer (see :mod:`.conflation`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+from ampsclient.protocol.header import encode_header, escape
+
+from .conflation import LiveConflation, LiveHeld
+from .payload import decode, encode, lookup_path, parse_path
+from .routing import RoutingIndex
+from .session import CallLater
+from .sow import SowRecord, SowTopic
+from .state import Connection, Route, Subscription
+from .wire import format_timestamp, set_path
+
+__all__ = ["NO_PREVIOUS", "Delivery"]
+
+logger = logging.getLogger(__name__)
+
+NO_PREVIOUS: Final[Any] = object()
+"""``prev_doc`` of a SOW publish that created its record (no previous document)."""
+
+
+class Delivery:
+    """Sends what a route reaches.
+
+    Args:
+        index: the routing index (for ``oof`` deliveries).
+        clock: wall clock (epoch seconds) for ``timestamp`` and conflation intervals.
+        call_later: timers for conflation; ``None``: conflated frames go out at once.
+    """
+
+    def __init__(
+        self,
+        index: RoutingIndex,
+        *,
+        clock: Callable[[], float],
+        call_later: CallLater | None,
+    ) -> None:
+        self._index = index
+        self.clock = clock
+        self.call_later = call_later
+
+    def deliver_plain(
+        self,
+        route: Route,
+        topic: str,
+        data: bytes,
+        x: str | None,
+        mt: str,
+        bm: str | None = None,
+    ) -> None:
+        head = '{"c":"p","t":"' + escape(topic) + '","sids":"'
+        tail = (
+            '"'
+            + (',"bm":"' + bm + '"' if bm else "")
+            + (',"x":"' + escape(x) + '"' if x else "")
+            + "}"
+        )
+        doc: Any = NO_PREVIOUS
+        ts_tail: str | None = None
+        for conn, subs in route:
+            sids: list[str] = []
+            ts_sids: list[str] | None = None
+            for sub in subs:
+                pred = sub.predicate
+                if pred is not None:
+                    if doc is NO_PREVIOUS:
+                        doc = decode(mt, data)
+                    if doc is None or not pred(doc):
+                        continue
+                if sub.conflation is not None:
+                    if doc is NO_PREVIOUS:
+                        doc = decode(mt, data)
+                    sub_tail = tail
+                    if sub.timestamp:
+                        if ts_tail is None:
+                            ts_tail = tail[:-1] + ',"ts":"' + format_timestamp(self.clock()) + '"}'
+                        sub_tail = ts_tail
+                    frame = (head + sub.sid + sub_tail).encode() + data
+                    key = sub.conflation.spec.key(topic, doc, None)
+                    self._conflate(sub, key, LiveHeld(frame))
+                    continue
+                if sub.timestamp:
+                    if ts_sids is None:
+                        ts_sids = []
+                    if ts_tail is None:
+                        ts_tail = tail[:-1] + ',"ts":"' + format_timestamp(self.clock()) + '"}'
+                    if sub.paused:
+                        sub.hold((head + sub.sid + ts_tail).encode() + data)
+                    else:
+                        ts_sids.append(sub.sid)
+                elif sub.paused:
+                    sub.hold((head + sub.sid + tail).encode() + data)
+                else:
+                    sids.append(sub.sid)
+            send = conn.session.send
+            if sids:
+                send((head + ",".join(sids) + tail).encode() + data)
+            if ts_sids:
+                assert ts_tail is not None
+                send((head + ",".join(ts_sids) + ts_tail).encode() + data)
+
+    def delta_body(self, sow: SowTopic, prev_doc: Any, new_doc: Any) -> tuple[bytes, bool] | None:
+        """``(delta payload, changed)``, or ``None`` when a delta cannot be computed."""
+        if not isinstance(prev_doc, dict) or not isinstance(new_doc, dict):
+            return None
+        out: dict[str, Any] = {}
+        for name, value in new_doc.items():
+            if name not in prev_doc or prev_doc[name] != value:
+                out[name] = value
+        changed = bool(out)
+        for path in sow.keys:
+            parts = parse_path(path)
+            if parts and parts[0] not in out:
+                value = lookup_path(new_doc, path)
+                if value is not None:
+                    set_path(out, parts, value)
+        ordered = {name: out[name] for name in new_doc if name in out}
+        try:
+            return encode(sow.message_type, ordered), changed
+        except ValueError:
+            return None
+
+    def deliver_sow(
+        self,
+        route: Route,
+        sow: SowTopic,
+        record: SowRecord,
+        new_doc: Any,
+        prev_doc: Any,
+    ) -> None:
+        base: dict[str, Any] = {"c": "p", "t": sow.topic, "sids": None, "k": record.key}
+        if record.bookmark:
+            base["bm"] = record.bookmark
+        if record.correlation_id:
+            base["x"] = record.correlation_id
+        delta_info: Any = NO_PREVIOUS
+        for conn, subs in route:
+            # (kind, timestamp) -> sub ids; kind: "p" full, "d" delta, "o" oof
+            groups: dict[tuple[str, bool], list[Subscription]] = {}
+            for sub in subs:
+                pred = sub.predicate
+                matches = pred is None or (new_doc is not None and pred(new_doc))
+                if matches and sub.conflation is not None:
+                    self._conflate_sow(sub, sow, record, new_doc, prev_doc)
+                    continue
+                if matches:
+                    kind = "p"
+                    if sub.delta and prev_doc is not NO_PREVIOUS:
+                        if delta_info is NO_PREVIOUS:
+                            delta_info = self.delta_body(sow, prev_doc, new_doc)
+                        if delta_info is not None:
+                            if not delta_info[1] and sub.no_empties:
+                                continue
+                            kind = "d"
+                elif (
+                    sub.oof
+                    and pred is not None
+                    and prev_doc is not NO_PREVIOUS
+                    and prev_doc is not None
+                    and pred(prev_doc)
+                ):
+                    kind = "o"
+                    if sub.conflation is not None:  # what is held no longer matches
+                        sub.conflation.holds.pop(
+                            sub.conflation.spec.key(sow.topic, prev_doc, record.key)
+                        )
+                else:
+                    continue
+                groups.setdefault((kind, sub.timestamp and kind != "o"), []).append(sub)
+            for (kind, with_ts), group in groups.items():
+                if kind == "o":
+                    fields: dict[str, Any] = {
+                        "c": "oof",
+                        "t": sow.topic,
+                        "sids": None,
+                        "k": record.key,
+                        "reason": "match",
+                    }
+                    body = record.data
+                else:
+                    fields = dict(base)
+                    if with_ts:
+                        fields["ts"] = record.timestamp
+                    body = delta_info[0] if kind == "d" else record.data
+                self.send_group(conn, group, fields, body)
+
+    @staticmethod
+    def send_group(
+        conn: Connection, group: Sequence[Subscription], fields: dict[str, Any], body: bytes
+    ) -> None:
+        live = [s.sid for s in group if not s.paused]
+        for sub in group:
+            if sub.paused:
+                fields["sids"] = sub.sub_id
+                sub.hold(encode_header(fields) + body)
+        if live:
+            fields["sids"] = ",".join(s.sub_id for s in group if not s.paused)
+            conn.session.send(encode_header(fields) + body)
+
+    def sow_removed(self, sow: SowTopic, records: Sequence[SowRecord], reason: str) -> None:
+        """Send oof ``reason`` (``deleted``/``expired``) for removed records to oof subscribers."""
+        if not records:
+            return
+        route = self._index.route(sow.message_type, sow.topic)
+        targets = [(conn, [s for s in subs if s.oof]) for conn, subs in route]
+        targets = [(conn, subs) for conn, subs in targets if subs]
+        if not targets:
+            return
+        for record in records:
+            doc: Any = NO_PREVIOUS
+            for conn, subs in targets:
+                group: list[Subscription] = []
+                for sub in subs:
+                    pred = sub.predicate
+                    if pred is not None:
+                        if doc is NO_PREVIOUS:
+                            doc = decode(sow.message_type, record.data)
+                        if doc is None or not pred(doc):
+                            continue
+                    if sub.conflation is not None:
+                        if doc is NO_PREVIOUS:
+                            doc = decode(sow.message_type, record.data)
+                        spec = sub.conflation.spec
+                        sub.conflation.holds.pop(spec.key(sow.topic, doc, record.key))
+                    group.append(sub)
+                if group:
+                    fields: dict[str, Any] = {
+                        "c": "oof",
+                        "t": sow.topic,
+                        "sids": None,
+                        "k": record.key,
+                        "reason": reason,
+                    }
+                    if record.correlation_id:
+                        fields["x"] = record.correlation_id
+                    self.send_group(conn, group, fields, record.data)
+
+    # ------------------------------------------------------------------ live conflation
+
+    def _conflate(self, sub: Subscription, key: Any, held: LiveHeld) -> None:
+        """Hold ``held`` for ``key`` on a conflated subscription: a new hold of the interval,
+        or the replacement of what is held for that key."""
+        conf = sub.conflation
+        assert conf is not None
+        if self.call_later is None:  # no timers (unit tests): nothing could release it later
+            self.send_held(sub, [held])
+            return
+        started = conf.holds.hold(key, held, self.clock() + conf.spec.interval)
+        if started and conf.timer is None:
+            self._arm_conflation(sub, conf)
+
+    def _arm_conflation(self, sub: Subscription, conf: LiveConflation) -> None:
+        """Schedule the release of the oldest hold (if any)."""
+        deadline = conf.holds.next_deadline()
+        if deadline is None or self.call_later is None:
+            return
+        delay = max(0.0, deadline - self.clock())
+        conf.timer = self.call_later(delay, lambda: self._conflation_due(sub, conf))
+
+    def _conflation_due(self, sub: Subscription, conf: LiveConflation) -> None:
+        """A hold's interval is over: deliver what is due, wait for the next one."""
+        conf.timer = None
+        if sub.conflation is not conf or sub.conn.closed:
+            conf.close()
+            return
+        self.send_held(sub, conf.holds.release(self.clock()))
+        self._arm_conflation(sub, conf)
+
+    @staticmethod
+    def send_held(sub: Subscription, held: Iterable[LiveHeld]) -> None:
+        """Deliver released holds (into the pause buffer while the subscription is paused)."""
+        send = sub.conn.session.send
+        for item in held:
+            if sub.paused:
+                sub.hold(item.frame)
+            else:
+                send(item.frame)
+
+    def _conflate_sow(
+        self,
+        sub: Subscription,
+        sow: SowTopic,
+        record: SowRecord,
+        new_doc: Any,
+        prev_doc: Any,
+    ) -> None:
+        """Hold a SOW update for a conflated subscription. A delta subscription gets, at the
+        end of the interval, the delta from the record's state before the hold started."""
+        conf = sub.conflation
+        assert conf is not None
+        key = conf.spec.key(sow.topic, new_doc, record.key)
+        held = conf.holds.get(key)
+        base = held.base if held is not None else prev_doc
+        body = record.data
+        if sub.delta and base is not NO_PREVIOUS:
+            info = self.delta_body(sow, base, new_doc)
+            if info is not None:
+                if not info[1] and sub.no_empties:
+                    conf.holds.pop(key)  # back to what the subscriber has: nothing to send
+                    return
+                body = info[0]
+        fields: dict[str, Any] = {"c": "p", "t": sow.topic, "sids": sub.sub_id, "k": record.key}
+        if record.bookmark:
+            fields["bm"] = record.bookmark
+        if record.correlation_id:
+            fields["x"] = record.correlation_id
+        if sub.timestamp:
+            fields["ts"] = record.timestamp
+        self._conflate(sub, key, LiveHeld(encode_header(fields) + body, base))

@@ -1,0 +1,85 @@
+"""The policies other layers plug into the broker, as typed interfaces.
+
+* :class:`BrokerHooks`: the policies other layers plug in, given to the broker's constructor
+  as one object: group commit (``request_sync``), authentication (``authenticate``),
+  security (``guard``: authentication modules and entitlements) and replication
+  (``ack_limit``, ``fully_durable_limit``, ``durable_listeners``).
+
+The engine never imports the layers that implement these (network, security, replication):
+they depend on the engine, not the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ampsclient.protocol.header import Header
+
+from .session import Authenticator
+from .state import Connection
+from .topics import TopicMatcher
+
+__all__ = ["BrokerHooks", "Guard", "LogonVerdict"]
+
+
+class LogonVerdict(Protocol):
+    """The outcome of one logon attempt, as a :class:`Guard` reports it."""
+
+    @property
+    def status(self) -> str:
+        """``success``, ``failure`` or ``retry``."""
+
+    @property
+    def reason(self) -> str:
+        """The failure reason (empty: ``auth failure``)."""
+
+    @property
+    def challenge(self) -> str:
+        """For ``retry``: what goes back to the client in ``pw``."""
+
+    @property
+    def ok(self) -> bool:
+        """``True`` for ``success``."""
+
+
+class Guard(Protocol):
+    """Security checks (``ampsclient_server_stub.security.guard.SecurityGuard`` fits).
+
+    Every method refuses by raising :class:`~.wire.CommandFailure`.
+    """
+
+    def authenticate(self, conn: Connection, user: str, password: str) -> LogonVerdict | None:
+        """Decide on a logon; ``None``: not configured (:attr:`BrokerHooks.authenticate`)."""
+
+    def check(self, conn: Connection, command: object, hdr: Header) -> None:
+        """May ``conn`` run this command at all?"""
+
+    def check_write(self, conn: Connection, topic: str) -> None:
+        """May ``conn`` publish to ``topic``?"""
+
+    def matcher(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> TopicMatcher:
+        """The topic matcher a read command of ``conn`` really gets (entitlement filter)."""
+
+
+@dataclass(slots=True)
+class BrokerHooks:
+    """The policies plugged into a broker (every one optional).
+
+    The replication fields are filled in by the replication manager while it runs (it is
+    started after the broker, on the same event loop) and cleared when it stops.
+    """
+
+    request_sync: Callable[[], None] | None = None
+    """Ask for a group commit, answered by ``Broker.on_durable``; ``None``: commit inline."""
+    authenticate: Authenticator | None = None
+    """``(user_id, password) -> bool`` when no :attr:`guard` decides; ``None``: allow all."""
+    guard: Guard | None = None
+    """Security hook (authentication modules, entitlements)."""
+    ack_limit: Callable[[int], int] | None = None
+    """``ack_limit(durable)``: the highest journal index persisted acks may cover."""
+    fully_durable_limit: Callable[[], int] | None = None
+    """The highest journal index a ``fully_durable`` bookmark replay may deliver."""
+    durable_listeners: list[Callable[[int], None]] = field(default_factory=list)
+    """Called with the durable index at the end of ``Broker.on_durable``."""

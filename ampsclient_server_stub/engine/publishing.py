@@ -1,0 +1,267 @@
+"""Publish commands: ``p``, ``delta_publish``, ``sow_delete``, and the batched publish runs.
+
+A publish is checked here (topic, sequence, de-duplication of a sequence at or below the
+client name's last one) and acknowledged; what it does to the server goes through the ingest
+pipeline (:mod:`.ingest`). Runs of consecutive publishes of one shape that one read brought
+(:meth:`Publishing.run`) are journaled as one batch, with the semantics of one by one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ampsclient.protocol.header import Header
+
+from .durability import Durability
+from .hooks import BrokerHooks
+from .ingest import ClientDelete, ClientPublish, ClientRun, Ingest
+from .payload import decode
+from .sow_service import SowService
+from .state import Connection
+from .txlog import TxLog
+from .wire import (
+    COMPLETED,
+    PROCESSED,
+    RECEIVED,
+    STATS,
+    CommandFailure,
+    ack_flags,
+    command_filter,
+    command_matcher,
+    parse_plain_publish,
+    parse_seq_publish,
+    publish_header,
+    send_acks,
+    sequence_of,
+    split_list,
+    text,
+)
+
+__all__ = ["Publishing"]
+
+logger = logging.getLogger(__name__)
+
+Failed = Callable[[Connection, Header, Exception], None]
+"""Answers a failed command (failure acks, counters)."""
+
+
+class Publishing:
+    """The publish commands of one broker."""
+
+    def __init__(
+        self,
+        *,
+        txlog: TxLog | None,
+        hooks: BrokerHooks,
+        sows: SowService,
+        ingest: Ingest,
+        durability: Durability,
+        counters: dict[str, int],
+        failed: Failed,
+    ) -> None:
+        self._txlog = txlog
+        self._hooks = hooks
+        self._sows = sows
+        self._ingest = ingest
+        self._durability = durability
+        self._counters = counters
+        self._failed = failed
+
+    # ------------------------------------------------------------------ one publish
+
+    def publish(
+        self, conn: Connection, hdr: Header, payload: bytes, end: int, *, delta: bool
+    ) -> None:
+        """``p`` / ``delta_publish`` with a decoded header."""
+        topic = text(hdr.get("t"))
+        if topic is None:
+            raise CommandFailure("invalid topic", "publish without a topic")
+        flags = ack_flags(hdr)
+        seq = sequence_of(hdr, flags)
+        state = conn.state
+        assert state is not None
+        if seq is not None and seq <= state.last_seq:
+            self._counters["duplicates"] += 1
+            send_acks(conn.session.send, hdr, flags & (RECEIVED | PROCESSED))
+            self._durability.note_persisted(conn)
+            return
+        done = self._ingest.ingest(ClientPublish(conn, topic, hdr, payload, end, delta, seq))
+        if flags:
+            send_acks(conn.session.send, hdr, flags & (RECEIVED | PROCESSED | COMPLETED | STATS))
+        if seq is not None:
+            state.last_seq = seq
+            index = None if done.record is None else done.record.index
+            self._durability.note_persisted(conn, index, seq)
+
+    def publish_one(
+        self, conn: Connection, topic: str, seq: int | None, payload: bytes, end: int
+    ) -> None:
+        """A fast-shaped publish (``{"c":"p","t":"T"}BODY`` when ``seq`` is ``None``, else
+        one asking only for a persisted ack); failures are answered here."""
+        try:
+            if seq is None:
+                self._ingest.ingest(ClientPublish(conn, topic, None, payload, end))
+                return
+            state = conn.state
+            assert state is not None
+            if seq <= state.last_seq:
+                self._counters["duplicates"] += 1
+                self._durability.note_persisted(conn)
+                return
+            done = self._ingest.ingest(ClientPublish(conn, topic, None, payload, end, False, seq))
+            state.last_seq = seq
+            index = None if done.record is None else done.record.index
+            self._durability.note_persisted(conn, index, seq)
+        except Exception as exc:
+            self._failed(conn, publish_header(topic, seq), exc)
+
+    # ------------------------------------------------------------------ runs
+
+    def run(
+        self, conn: Connection, payloads: Sequence[bytes], start: int, *, plain: bool = False
+    ) -> int:
+        """Handle the run of sequenced publishes (or, with ``plain``, of plain publishes) at
+        ``payloads[start:]``; returns the position after the last one handled (``start``
+        when there is no run to batch).
+
+        Publishes to recorded, non-SOW topics are appended with one
+        :meth:`Journal.append_many` (one timestamp for the batch), followed by one group commit
+        request, one live-replay pump and, for sequenced publishes, one persisted-ack
+        bookkeeping entry (its last ``(index, sequence)``: the ack waits for the commit
+        covering the whole batch). Plain publishes get the next sequence numbers of their
+        client name, as one by one. Plain subscribers get each message, in order, after the
+        batch is journaled. Anything else in the run (duplicates, SOW or unrecorded topics,
+        entitlement refusals) is handled as one by one, after what was batched before it.
+        """
+        txlog = self._txlog
+        state = conn.state
+        if txlog is None or state is None:
+            return start
+        mt = conn.mt
+        guard = self._hooks.guard
+        parse = parse_plain_publish if plain else parse_seq_publish
+        records = txlog.records
+        sow_names = self._sows.by_name
+        batch: list[tuple[int, str, bytes]] = []
+        last_seq = state.last_seq
+        n = len(payloads)
+        i = start
+        while i < n:
+            payload = payloads[i]
+            parsed = parse(payload)
+            if parsed is None:
+                break
+            topic, seq, end = parsed
+            if (seq is None or seq > last_seq) and topic not in sow_names and records(mt, topic):
+                if guard is not None:
+                    try:
+                        guard.check_write(conn, topic)
+                    except Exception as exc:
+                        self._commit(conn, batch, plain)
+                        batch = []
+                        self._failed(conn, publish_header(topic, seq), exc)
+                        i += 1
+                        if conn.closed:
+                            return i
+                        continue
+                last_seq = last_seq + 1 if seq is None else seq
+                batch.append((last_seq, topic, payload[end:]))
+            else:  # duplicate, SOW topic, unrecorded topic: exactly the one-by-one path
+                self._commit(conn, batch, plain)
+                batch = []
+                self.publish_one(conn, topic, seq, payload, end)
+                last_seq = state.last_seq
+                if conn.closed:
+                    return i + 1
+            i += 1
+        self._commit(conn, batch, plain)
+        return i
+
+    def _commit(self, conn: Connection, batch: list[tuple[int, str, bytes]], plain: bool) -> None:
+        """Journal, acknowledge (once durable; not ``plain`` publishes) and route a batch
+        from :meth:`run`."""
+        if not batch:
+            return
+        txlog = self._txlog
+        assert txlog is not None
+        before = txlog.journal.last_index
+        try:
+            self._ingest.ingest(ClientRun(conn, batch, not plain))
+        except CommandFailure as exc:
+            if txlog.journal.last_index != before:  # pragma: no cover - partly written: all failed
+                logger.exception("journal append failed for %r", conn)
+                for seq, topic, _data in batch:
+                    self._failed(conn, publish_header(topic, None if plain else seq), exc)
+                return
+            # nothing stored: one by one, for each message's own outcome
+            for seq, topic, data in batch:
+                self.publish_one(conn, topic, None if plain else seq, b"{}" + data, 2)
+                if conn.closed:
+                    return
+
+    # ------------------------------------------------------------------ sow_delete
+
+    def sow_delete(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
+        """``sow_delete`` by filter, keys or data (a queue acknowledgement is a no-op)."""
+        topic = text(hdr.get("t"))
+        if topic is None:
+            raise CommandFailure("invalid topic", "sow_delete without a topic")
+        flags = ack_flags(hdr)
+        matcher = command_matcher(topic)
+        guard = self._hooks.guard
+        if guard is not None:
+            matcher = guard.matcher(conn, hdr, matcher)
+        body = payload[end:]
+        filter_text, predicate = command_filter(hdr)
+        keys = split_list(hdr.get("sow_keys")) if hdr.get("sow_keys") else None
+        state = conn.state
+        assert state is not None
+        seq = sequence_of(hdr, flags)
+        duplicate = seq is not None and seq <= state.last_seq
+        queue_ack = text(hdr.get("bm")) is not None and filter_text is None and keys is None
+        queue_ack = queue_ack and not body
+        deleted = topic_matches = 0
+        index = None
+        if queue_ack:
+            # Queue acknowledgement (protocol.md §9): queues are a later task; accept as no-op.
+            logger.debug("%r: queue ack on %r ignored (no queues)", conn, topic)
+        elif duplicate:
+            self._counters["duplicates"] += 1
+        else:
+            sows = self._sows.for_query(conn.mt, matcher)
+            txlog = self._txlog
+            recorded = txlog is not None and any(
+                txlog.records(s.message_type, s.topic) for s in sows
+            )
+            sow_key = text(hdr.get("k"))
+            data_doc: Any = None
+            if body:
+                data_doc = decode(conn.mt, body)
+                if data_doc is None and not sow_key:
+                    raise CommandFailure("bad sow key", "cannot compute a SOW key for the data")
+            done = self._ingest.ingest(
+                ClientDelete(
+                    conn,
+                    topic,
+                    sows,
+                    predicate,
+                    filter_text,
+                    keys,
+                    sow_key,
+                    data_doc,
+                    body,
+                    seq,
+                    recorded,
+                )
+            )
+            deleted, topic_matches = done.deleted, done.topic_matches
+            index = None if done.record is None else done.record.index
+        send_acks(conn.session.send, hdr, flags & (RECEIVED | PROCESSED))
+        if seq is not None:
+            if not duplicate:
+                state.last_seq = seq
+            self._durability.note_persisted(conn, index, seq)
+        stats = {"records_deleted": deleted, "matches": deleted, "topic_matches": topic_matches}
+        send_acks(conn.session.send, hdr, flags & (COMPLETED | STATS), extra=stats)

@@ -1,0 +1,332 @@
+"""The SOW service: the broker's SOW topics, their queries, expiry, recovery and checkpoints.
+
+Writes (publish, delta publish, delete) come through the ingest pipeline (:mod:`.ingest`),
+which journals them and delivers what they change; this module owns the topics themselves:
+
+* the registry (by name and message type; opened from the configuration or passed in);
+* queries across one or several topics (``sow``, ``sow_and_subscribe``), batched by topic;
+* expiration sweeps (``oof`` ``expired`` through :class:`~.delivery.Delivery`);
+* recovery from the journal at start, and the periodic recovery checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from typing import Any
+
+from ampsclient.protocol.header import Header
+from ampsclient_server_stub.config import ServerConfig, SowTopicConfig
+
+from .delivery import Delivery
+from .journal import Journal, JournalRecord
+from .payload import OrderBy
+from .sow import SowRecord, SowTopic
+from .topics import TopicError, TopicMatcher, compile_topic
+from .txlog import REPLAY_BATCH
+from .wire import CommandFailure
+
+__all__ = ["SowService"]
+
+logger = logging.getLogger(__name__)
+
+QueryResult = tuple[list[tuple[SowTopic, SowRecord]], int, int]
+"""``(records, matches, topic_matches)`` of a query."""
+
+
+def _open_sow(cfg: SowTopicConfig) -> SowTopic:
+    if cfg.file_name is not None:
+        cfg.file_name.parent.mkdir(parents=True, exist_ok=True)
+    return SowTopic(
+        cfg.topic,
+        keys=cfg.keys,
+        message_type=cfg.message_type,
+        filename=cfg.file_name,
+        key_domain=cfg.key_domain,
+    )
+
+
+class SowService:
+    """The SOW topics of one broker.
+
+    Args:
+        config: SOW topics are opened from it (and closed by :meth:`close`).
+        sow_topics: extra, already opened SOW topics (tests).
+        delivery: sends ``oof`` for expired records.
+        clock: wall clock (epoch seconds) for expiration.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig | None,
+        sow_topics: Iterable[SowTopic],
+        *,
+        delivery: Delivery,
+        clock: Callable[[], float],
+    ) -> None:
+        self._delivery = delivery
+        self._clock = clock
+        self.by_name: dict[str, list[SowTopic]] = {}
+        """SOW topics by name (one per message type); read-only for callers."""
+        self._expiration: dict[int, float] = {}
+        self._owned: list[SowTopic] = []
+        if config is not None:
+            for topic_config in config.sow_topics:
+                opened = _open_sow(topic_config)
+                self._owned.append(opened)
+                self.add(opened, expiration=topic_config.expiration)
+        for sow in sow_topics:
+            self.add(sow)
+
+    # ------------------------------------------------------------------ registry
+
+    def add(self, sow: SowTopic, *, expiration: float | None = None) -> None:
+        """Make ``sow`` a SOW topic (``expiration``: default record lifetime, s)."""
+        self.by_name.setdefault(sow.topic, []).append(sow)
+        if expiration is not None:
+            self._expiration[id(sow)] = expiration
+
+    @property
+    def topics(self) -> list[SowTopic]:
+        """Every SOW topic."""
+        return [s for group in self.by_name.values() for s in group]
+
+    def topic(self, topic: str, message_type: str = "json") -> SowTopic | None:
+        """The SOW topic called ``topic`` for ``message_type``, or ``None``."""
+        for sow in self.by_name.get(topic, ()):
+            if sow.message_type == message_type:
+                return sow
+        return None
+
+    def for_publish(self, mt: str, topic: str) -> SowTopic | None:
+        """The SOW topic a publish of type ``mt`` to ``topic`` writes to (``None``: none).
+
+        Raises:
+            CommandFailure: ``invalid message type`` for a SOW topic of another type.
+        """
+        group = self.by_name.get(topic)
+        if group is None:
+            return None
+        for sow in group:
+            if sow.message_type == mt:
+                return sow
+        raise CommandFailure(
+            "invalid message type", f"topic {topic!r} is a SOW topic of another message type"
+        )
+
+    def matching(self, mt: str, matcher: TopicMatcher) -> list[SowTopic]:
+        """SOW topics of type ``mt`` that ``matcher`` selects (no error when none)."""
+        return [
+            s
+            for name, group in self.by_name.items()
+            if matcher.matches(name)
+            for s in group
+            if s.message_type == mt
+        ]
+
+    def for_query(self, mt: str, matcher: TopicMatcher) -> list[SowTopic]:
+        """SOW topics selected by ``matcher`` for message type ``mt``.
+
+        Raises:
+            CommandFailure: ``invalid topic`` (none) or ``invalid message type``.
+        """
+        if not matcher.is_regex:
+            group = self.by_name.get(matcher.topic)
+            if not group:
+                raise CommandFailure("invalid topic", f"{matcher.topic!r} is not a SOW topic")
+            found = [s for s in group if s.message_type == mt]
+            if not found:
+                raise CommandFailure(
+                    "invalid message type", f"{matcher.topic!r} is a SOW topic of another type"
+                )
+            return found
+        found = self.matching(mt, matcher)
+        if not found:
+            raise CommandFailure("invalid topic", f"no SOW topic matches {matcher.topic!r}")
+        return found
+
+    def check_type(self, mt: str, matcher: TopicMatcher) -> None:
+        """Refuse a subscription of type ``mt`` to a SOW topic of another type only.
+
+        Raises:
+            CommandFailure: ``invalid message type``.
+        """
+        if matcher.is_regex:
+            return
+        group = self.by_name.get(matcher.topic)
+        if group and all(s.message_type != mt for s in group):
+            raise CommandFailure(
+                "invalid message type",
+                f"topic {matcher.topic!r} is a SOW topic of another message type",
+            )
+
+    def expiration(self, sow: SowTopic, hdr: Header, now: float) -> float | None:
+        """When a record published with ``hdr`` expires (``e``, else the topic's default).
+
+        Raises:
+            CommandFailure: ``invalid options`` for a bad ``e``.
+        """
+        e = hdr.get("e")
+        if e is not None and e != "":
+            try:
+                seconds = float(e)
+            except (TypeError, ValueError):
+                raise CommandFailure("invalid options", f"bad expiration {e!r}") from None
+            return now + seconds if seconds > 0 else None
+        default = self._expiration.get(id(sow))
+        return now + default if default else None
+
+    # ------------------------------------------------------------------ queries
+
+    @staticmethod
+    def query(
+        sows: Sequence[SowTopic],
+        predicate: Callable[[Any], bool] | None,
+        *,
+        keys: list[str] | None,
+        order_by: OrderBy | None,
+        top_n: int | None,
+        skip_n: int,
+    ) -> QueryResult:
+        """``(records, matches, topic_matches)`` of a query over ``sows``."""
+        topic_matches = sum(len(s) for s in sows)
+        if len(sows) == 1:
+            sow = sows[0]
+            records, matches = sow.query(
+                predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n
+            )
+            return [(sow, r) for r in records], matches, topic_matches
+        combined: list[tuple[SowTopic, SowRecord]] = []
+        matches = 0
+        for sow in sows:
+            records, count = sow.query(predicate, keys=keys)
+            matches += count
+            combined.extend((sow, r) for r in records)
+        if order_by is not None:
+            combined.sort(key=lambda item: order_by.key(item[0].doc(item[1].key)))
+        stop = None if top_n is None else skip_n + top_n
+        return combined[skip_n:stop], matches, topic_matches
+
+    @staticmethod
+    def batches(
+        results: list[tuple[SowTopic, SowRecord]], size: int
+    ) -> Iterator[tuple[str, list[tuple[SowTopic, SowRecord]]]]:
+        """Query results in batches of at most ``size`` records of one topic each."""
+        batch: list[tuple[SowTopic, SowRecord]] = []
+        current: str | None = None
+        for item in results:
+            topic = item[0].topic
+            if batch and (topic != current or len(batch) >= size):
+                assert current is not None
+                yield current, batch
+                batch = []
+            current = topic
+            batch.append(item)
+        if batch:
+            assert current is not None
+            yield current, batch
+
+    # ------------------------------------------------------------------ expiry
+
+    def expire(self, now: float | None = None) -> int:
+        """Remove expired SOW records (oof ``expired``); return how many. Call periodically."""
+        when = self._clock() if now is None else now
+        total = 0
+        for sow in self.topics:
+            try:
+                gone = sow.expire(when)
+            except Exception:  # pragma: no cover - storage trouble must not stop the loop
+                logger.exception("SOW %r: expiration failed", sow.topic)
+                continue
+            total += len(gone)
+            self._delivery.sow_removed(sow, gone, "expired")
+        return total
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, journal: Journal, apply: Callable[[JournalRecord], int]) -> tuple[int, int]:
+        """Re-apply the journal records the SOW files do not reflect yet (after a restart).
+
+        Each SOW topic stores the journal index its state reflects
+        (:attr:`SowTopic.journal_index`, updated with every recorded write and by
+        :meth:`checkpoint`): the replay starts after the lowest one, and ``apply`` (the
+        ingest pipeline) applies a record only to the topics still behind it. A SOW whose
+        file was lost, or that lives in memory, is at 0 and is rebuilt from the whole
+        journal. Publishes are upserts and deletes are re-run in log order, so re-applying
+        what a SOW already holds is harmless. Writes are grouped in one transaction per
+        journal batch; a storage error aborts the recovery (and the server's start) rather
+        than leave a SOW behind its checkpoint.
+
+        Returns:
+            ``(records read, records applied to a SOW topic)``.
+        """
+        if not self.by_name:
+            return 0, 0
+        start = max(journal.first_index, min(s.journal_index for s in self.topics) + 1)
+        started = time.perf_counter()
+        read = applied = 0
+        position = start
+        sow_names = self.by_name
+        while position <= journal.last_index:
+            rows = journal.read_rows(position, max_records=REPLAY_BATCH)
+            if not rows:
+                break
+            read += len(rows)
+            with ExitStack() as batch:  # one SOW transaction per journal batch
+                for sow in self.topics:
+                    batch.enter_context(sow.batch())
+                for row in rows:
+                    position = row[0] + 1
+                    if row[4] != "sow_delete" and row[5] not in sow_names:
+                        continue  # most of a log: not a SOW topic (no record object built)
+                    applied += apply(JournalRecord(*row[:8]))
+        self.checkpoint(journal)  # everything up to the end of the log is in now
+        logger.info(
+            "SOW recovery: %d journal record(s) read from index %d, %d applied, in %.3f s",
+            read,
+            start,
+            applied,
+            time.perf_counter() - started,
+        )
+        return read, applied
+
+    def checkpoint(self, journal: Journal) -> None:
+        """Record in every SOW topic's file that its state reflects the whole journal.
+
+        True whenever the broker is between two commands (each recorded write reaches its SOW
+        in the command that journals it), so the server calls this periodically and at
+        shutdown: a restart then re-reads only what came after, even for SOW topics that are
+        rarely written while other topics fill the log. After a crash that lost the journal's
+        last unsynced records it moves the mark back to what the journal holds.
+        """
+        last = journal.last_index
+        for sow in self.topics:
+            if sow.closed or sow.journal_index == last:
+                continue
+            try:
+                sow.set_journal_index(last)
+            except Exception:  # pragma: no cover - storage trouble: recovery just reads more
+                logger.exception("SOW %r: recovery checkpoint failed", sow.topic)
+
+    def hold_checkpoints(self, topic: str, index: int) -> None:
+        """Journal record ``index`` could not be applied to the SOW topics it concerns
+        (``topic`` is a name, or a sow_delete's pattern): keep their checkpoints below it so
+        that the next start re-applies it (:meth:`SowTopic.hold_checkpoint`)."""
+        try:
+            matcher = compile_topic(topic)
+        except TopicError:
+            matcher = None
+        for name, group in self.by_name.items():
+            if name == topic or (matcher is not None and matcher.matches(name)):
+                for sow in group:
+                    sow.hold_checkpoint(index)
+
+    def close(self) -> None:
+        """Close the SOW topics opened from the configuration."""
+        for sow in self._owned:
+            try:
+                sow.close()
+            except Exception:  # pragma: no cover - best effort on shutdown
+                logger.exception("closing SOW topic %r", sow.topic)

@@ -1,0 +1,283 @@
+"""Subscription commands: ``subscribe``, ``delta_subscribe``, pause and resume, and the SOW
+queries ``sow``, ``sow_and_subscribe``, ``sow_and_delta_subscribe``.
+
+A command is validated completely (topic, filter, options, conflation, bookmark) before
+anything is installed; ``sow_and_subscribe`` answers its query and installs its
+subscription in the same call, so no publish can fall between the two.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ampsclient.protocol.header import Header, encode_header
+
+from .conflation import ConflationError, ConflationSpec, LiveConflation, parse_conflation
+from .hooks import BrokerHooks
+from .payload import (
+    OrderBy,
+    OrderByError,
+    Select,
+    SelectError,
+    apply_select,
+    encode,
+    parse_order_by,
+    parse_select,
+)
+from .replay_scheduler import ReplayScheduler
+from .sow import SowRecord, SowTopic
+from .sow_service import SowService
+from .state import Connection, Subscription
+from .subscriptions import SubscriptionTable
+from .topics import TopicMatcher
+from .txlog import Replay, TxLog
+from .wire import (
+    COMPLETED,
+    PROCESSED,
+    RECEIVED,
+    STATS,
+    CommandFailure,
+    ack_flags,
+    command_filter,
+    command_matcher,
+    command_options,
+    int_field,
+    send_acks,
+    split_list,
+    text,
+)
+
+__all__ = ["Subscribing"]
+
+logger = logging.getLogger(__name__)
+
+
+class Subscribing:
+    """The subscription and SOW query commands."""
+
+    def __init__(
+        self,
+        *,
+        txlog: TxLog | None,
+        hooks: BrokerHooks,
+        sows: SowService,
+        table: SubscriptionTable,
+        scheduler: ReplayScheduler,
+    ) -> None:
+        self._txlog = txlog
+        self._hooks = hooks
+        self._sows = sows
+        self._table = table
+        self._scheduler = scheduler
+
+    def prepare(
+        self, conn: Connection, hdr: Header, options: Mapping[str, str], *, delta: bool
+    ) -> tuple[Subscription, Subscription | None]:
+        """Validate a subscribe-type command; return ``(new sub, sub it replaces or None)``."""
+        topic = text(hdr.get("t"))
+        if topic is None:
+            raise CommandFailure("invalid topic", "subscribe without a topic")
+        matcher = command_matcher(topic)
+        if self._hooks.guard is not None:
+            matcher = self._hooks.guard.matcher(conn, hdr, matcher)
+        self._sows.check_type(conn.mt, matcher)
+        filter_text, predicate = command_filter(hdr)
+        sub_id = text(hdr.get("sub_id")) or text(hdr.get("cid"))
+        if sub_id is None or "," in sub_id:
+            raise CommandFailure("invalid subId", f"bad sub_id {sub_id!r}")
+        existing = conn.subs.get(sub_id)
+        if existing is not None and "replace" not in options:
+            raise CommandFailure("subid in use", f"sub_id {sub_id!r} already exists")
+        for name in ("top_n", "skip_n", "max_backlog"):
+            if name in options:
+                value = int_field(options[name])
+                if value is not None and value < 0:
+                    raise CommandFailure("invalid options", f"{name} must be >= 0")
+        conflation = self._conflation_spec(conn, matcher, options)
+        sub = Subscription(
+            conn,
+            sub_id,
+            matcher,
+            filter_text=filter_text,
+            predicate=predicate,
+            options=options,
+            delta=delta,
+        )
+        if conflation is not None:
+            sub.conflation = LiveConflation(conflation)
+        if existing is not None:
+            sub.paused = existing.paused if "pause" not in options else True
+            sub.held = existing.held
+            sub.dropped = existing.dropped
+        return sub, existing
+
+    def _conflation_spec(
+        self, conn: Connection, matcher: TopicMatcher, options: Mapping[str, str]
+    ) -> ConflationSpec | None:
+        """The conflation a subscription asks for (the SOW key is the default key, so a topic
+        that is not a SOW topic needs ``conflation_key``)."""
+        has_key = not matcher.is_regex and self._sows.topic(matcher.topic, conn.mt) is not None
+        try:
+            return parse_conflation(options, has_sow_key=has_key)
+        except ConflationError as exc:
+            raise CommandFailure(exc.reason, str(exc)) from None
+
+    def _pause_resume(
+        self, conn: Connection, hdr: Header, options: Mapping[str, str]
+    ) -> str | None:
+        ids = split_list(hdr.get("sub_id"))
+        if not ids:
+            raise CommandFailure("invalid subId", "pause/resume without sub_id")
+        resumed: list[Replay[Subscription]] = []
+        for sub_id in ids:
+            sub = conn.subs.get(sub_id)
+            if sub is None:
+                continue
+            if "pause" in options:
+                sub.paused = True
+                if sub.replay is not None:
+                    heir = self._scheduler.ungroup(sub.replay)
+                    if heir is not None:
+                        self._scheduler.pump(heir)
+            elif sub.paused:
+                sub.paused = False
+                held = list(sub.held)
+                sub.held.clear()
+                if sub.dropped:
+                    logger.warning("%r: %d deliveries dropped while paused", sub, sub.dropped)
+                    sub.dropped = 0
+                for frame in held:
+                    conn.session.send(frame)
+                if sub.replay is not None:
+                    resumed.append(sub.replay)
+        if resumed:
+            self._scheduler.group_resumed(resumed)
+        return ",".join(ids)
+
+    def subscribe(self, conn: Connection, hdr: Header, *, delta: bool) -> None:
+        """``subscribe``/``delta_subscribe`` (also pause and resume by ``sub_id``)."""
+        options = command_options(hdr)
+        flags = ack_flags(hdr)
+        if ("pause" in options or "resume" in options) and text(hdr.get("t")) is None:
+            sub_ids = self._pause_resume(conn, hdr, options)
+            send_acks(
+                conn.session.send, hdr, flags & (RECEIVED | PROCESSED | COMPLETED), sub_id=sub_ids
+            )
+            return
+        sub, replaced = self.prepare(conn, hdr, options, delta=delta)
+        bookmark = text(hdr.get("bm"))
+        if bookmark is not None and self._txlog is not None:
+            self._scheduler.prepare(conn, sub, bookmark, hdr, flags)
+        self._table.install(sub, replaced)
+        if "resume" in options and sub.paused:
+            self._pause_resume(conn, {"sub_id": sub.sub_id}, {"resume": ""})
+        send_acks(conn.session.send, hdr, flags & (RECEIVED | PROCESSED), sub_id=sub.sub_id)
+        if sub.replay is not None:
+            self._scheduler.pump(sub.replay)
+            return
+        if bookmark is not None:  # no transaction log: every bookmark is NOW
+            logger.debug("%r: bookmark %r on %r treated as NOW (no journal)", conn, bookmark, sub)
+        send_acks(conn.session.send, hdr, flags & COMPLETED, sub_id=sub.sub_id)
+
+    def sow(self, conn: Connection, hdr: Header, *, subscribe: bool, delta: bool) -> None:
+        """``sow``, ``sow_and_subscribe``, ``sow_and_delta_subscribe``."""
+        options = command_options(hdr)
+        flags = ack_flags(hdr)
+        topic = text(hdr.get("t"))
+        if topic is None:
+            raise CommandFailure("invalid topic", "sow without a topic")
+        matcher = command_matcher(topic)
+        if self._hooks.guard is not None:
+            matcher = self._hooks.guard.matcher(conn, hdr, matcher)
+        sows = self._sows.for_query(conn.mt, matcher)
+        _filter_text, predicate = command_filter(hdr)
+        order_by, top_n, skip_n, select = _query_options(hdr, options)
+        batch_size = int_field(hdr.get("bs")) or 1
+        if batch_size < 1:
+            batch_size = 1
+        keys = split_list(hdr.get("sow_keys")) if hdr.get("sow_keys") else None
+        sub: Subscription | None = None
+        replaced: Subscription | None = None
+        if subscribe:
+            sub, replaced = self.prepare(conn, hdr, options, delta=delta)
+        cid = text(hdr.get("cid"))
+        query_id = text(hdr.get("query_id")) or cid or (sub.sub_id if sub else None) or ""
+        sub_id = sub.sub_id if sub is not None else None
+
+        results, matches, topic_matches = self._sows.query(
+            sows, predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n
+        )
+        send = conn.session.send
+        send_acks(send, hdr, flags & (RECEIVED | PROCESSED), sub_id=sub_id, query_id=query_id)
+        send(encode_header({"c": "group_begin", "query_id": query_id}))
+        with_ts = "timestamp" in options
+        for batch_topic, batch in self._sows.batches(results, batch_size):
+            send(_sow_batch(batch_topic, batch, query_id, select=select, with_ts=with_ts))
+        send(encode_header({"c": "group_end", "query_id": query_id}))
+        if sub is not None:
+            self._table.install(sub, replaced)
+        stats = {
+            "records_returned": len(results),
+            "topic_matches": topic_matches,
+            "matches": matches,
+        }
+        send_acks(
+            send, hdr, flags & (COMPLETED | STATS), sub_id=sub_id, query_id=query_id, extra=stats
+        )
+
+
+def _query_options(
+    hdr: Header, options: Mapping[str, str]
+) -> tuple[OrderBy | None, int | None, int, Select | None]:
+    """``(order_by, top_n, skip_n, select)`` of a SOW query."""
+    order_by: OrderBy | None = None
+    order_text = text(hdr.get("orderby")) or options.get("orderby") or None
+    if order_text:
+        try:
+            order_by = parse_order_by(order_text)
+        except OrderByError as exc:
+            raise CommandFailure("invalid order by", str(exc)) from None
+    top_n = int_field(hdr.get("top_n"))
+    if top_n is None:
+        top_n = int_field(options.get("top_n"))
+    skip_n = int_field(options.get("skip_n")) or 0
+    if (top_n is not None and top_n < 0) or skip_n < 0:
+        raise CommandFailure("invalid options", "top_n/skip_n must be >= 0")
+    select: Select | None = None
+    if options.get("select"):
+        try:
+            select = parse_select(options["select"])
+        except SelectError as exc:
+            raise CommandFailure("invalid options", str(exc)) from None
+    return order_by, top_n, skip_n, select
+
+
+def _sow_batch(
+    topic: str,
+    batch: list[tuple[SowTopic, SowRecord]],
+    query_id: str,
+    *,
+    select: Select | None,
+    with_ts: bool,
+) -> bytes:
+    """One ``sow`` frame: a batch of records of one topic, each with its own header."""
+    parts: list[bytes] = []
+    with_x = any(r.correlation_id for _, r in batch)
+    for sow, record in batch:
+        data = record.data
+        if select is not None:
+            doc = sow.doc(record.key)
+            if doc is not None:
+                data = encode(sow.message_type, apply_select(doc, select))
+        rh: dict[str, Any] = {"k": record.key, "bm": record.bookmark}
+        if with_x:
+            rh["x"] = record.correlation_id or ""
+        if with_ts:
+            rh["ts"] = record.timestamp
+        rh["l"] = len(data)
+        parts.append(encode_header(rh))
+        parts.append(data)
+    outer = {"c": "sow", "t": topic, "query_id": query_id, "bs": len(batch)}
+    return encode_header(outer) + b"".join(parts)

@@ -1,0 +1,342 @@
+"""Wire frames of the broker: header field readers, ack writers, byte-level publish recognizers.
+
+Everything here is pure (no broker state): the command handlers read a command's header
+through :func:`ack_flags`, :func:`command_options`, :func:`text` and :func:`int_field`, answer
+with :func:`send_ack`/:func:`send_acks`, and the broker's fast paths recognise the two common
+publish shapes straight from the bytes (:func:`parse_plain_publish`, :func:`parse_seq_publish`)
+without decoding a header.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any, Final
+
+from ampsclient.protocol.acks import AckType, parse_ack_types
+from ampsclient.protocol.header import Header, encode_header
+
+from ..errors import RequestError
+from .filters import FilterError, compile_filter
+from .payload import parse_options
+from .topics import TopicError, TopicMatcher, compile_topic
+
+__all__ = [
+    "ALL_ACKS",
+    "COMPLETED",
+    "FAST_PUBLISH_SHAPES",
+    "MT_FIELDS",
+    "PERSISTED",
+    "PROCESSED",
+    "RECEIVED",
+    "STATS",
+    "SUBSCRIBE_COMMANDS",
+    "CommandFailure",
+    "ack_flags",
+    "command_filter",
+    "command_matcher",
+    "command_options",
+    "format_timestamp",
+    "int_field",
+    "parse_plain_publish",
+    "parse_seq_publish",
+    "persisted_ack",
+    "publish_header",
+    "send_ack",
+    "send_acks",
+    "sequence_of",
+    "set_path",
+    "split_list",
+    "text",
+]
+
+# Ack flags as plain ints: IntFlag arithmetic is slow on the publish path.
+RECEIVED: Final = int(AckType.RECEIVED)
+PROCESSED: Final = int(AckType.PROCESSED)
+PERSISTED: Final = int(AckType.PERSISTED)
+COMPLETED: Final = int(AckType.COMPLETED)
+STATS: Final = int(AckType.STATS)
+ALL_ACKS: Final = RECEIVED | PROCESSED | COMPLETED | STATS | PERSISTED
+
+MT_FIELDS: Final[Mapping[str, Mapping[str, str | int]]] = {
+    mt: {"mt": mt} for mt in ("json", "nvfix", "fix", "xml", "bson", "msgpack", "binary")
+}
+"""Shared ``fields`` of a journal record that has nothing but its message type (read-only)."""
+
+SUBSCRIBE_COMMANDS: Final = frozenset(
+    {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
+)
+
+_FAST_PUBLISH: Final = b'{"c":"p","t":"'
+_FAST_LEN: Final = len(_FAST_PUBLISH)
+_FAST_SEQ: Final = b'{"c":"p","s":'
+_FAST_SEQ_LEN: Final = len(_FAST_SEQ)
+_FAST_SEQ_MID: Final = b',"a":"persisted","t":"'
+_FAST_SEQ_MID_LEN: Final = len(_FAST_SEQ_MID)
+_CLOSE_BRACE: Final = ord("}")
+# the official HAClient's shape: {"c":"p","t":"T","a":"persisted","s":N}BODY
+_FAST_SEQ_T: Final = b'{"c":"p","t":"'
+_FAST_SEQ_T_LEN: Final = len(_FAST_SEQ_T)
+_FAST_SEQ_T_MID: Final = b'","a":"persisted","s":'
+_FAST_SEQ_T_MID_LEN: Final = len(_FAST_SEQ_T_MID)
+FAST_PUBLISH_SHAPES: Final = (_FAST_SEQ, _FAST_SEQ_T)
+"""Every publish the recognizers take starts with one of these (``bytes.startswith`` test)."""
+
+_EMPTY_OPTIONS: Final[Mapping[str, str]] = {}
+
+
+class CommandFailure(RequestError):
+    """A command is refused; ``reason`` is the exact AMPS reason string."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- header fields
+
+
+@lru_cache(maxsize=1024)
+def _cached_options(value: str) -> Mapping[str, str]:
+    return parse_options(value)
+
+
+@lru_cache(maxsize=256)
+def _parse_flags(value: str) -> int:
+    return int(parse_ack_types(value))
+
+
+def ack_flags(hdr: Header) -> int:
+    """The requested ack types (``a``) as an int bit set."""
+    a = hdr.get("a")
+    if not a:
+        return 0
+    return _parse_flags(str(a))
+
+
+def command_options(hdr: Header) -> Mapping[str, str]:
+    """The command's options (``o``), parsed (cached per distinct text)."""
+    o = hdr.get("o")
+    if not o:
+        return _EMPTY_OPTIONS
+    return _cached_options(str(o))
+
+
+def text(value: Any) -> str | None:
+    """A header value as a non-empty string, else ``None``."""
+    if value is None:
+        return None
+    result = str(value)
+    return result or None
+
+
+def int_field(value: Any, *, reason: str = "invalid options") -> int | None:
+    """A header value as an int (``None`` when absent).
+
+    Raises:
+        CommandFailure: ``reason`` when it is not an integer.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise CommandFailure(reason, f"not an integer: {value!r}")
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise CommandFailure(reason, f"not an integer: {value!r}") from None
+
+
+def split_list(value: Any) -> list[str]:
+    """A comma-separated header value as its non-empty, stripped parts."""
+    if value is None:
+        return []
+    return [part for part in (p.strip() for p in str(value).split(",")) if part]
+
+
+def sequence_of(hdr: Header, flags: int) -> int | None:
+    """The publish sequence to track (``s`` with a persisted ack requested), else None."""
+    if not flags & PERSISTED:
+        return None
+    seq = hdr.get("s")
+    if seq is None or seq == "":
+        return None
+    return int_field(seq, reason="invalid sequence")
+
+
+def format_timestamp(now: float) -> str:
+    """AMPS-style UTC timestamp ``YYYYmmddTHHMMSS.ffffffZ`` for epoch seconds ``now``."""
+    secs = int(now)
+    micros = round((now - secs) * 1_000_000)
+    if micros >= 1_000_000:
+        secs += 1
+        micros -= 1_000_000
+    t = time.gmtime(secs)
+    return (
+        f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}.{micros:06d}Z"
+    )
+
+
+def set_path(target: dict[str, Any], parts: Sequence[str], value: Any) -> None:
+    """``target[parts[0]][parts[1]]... = value``, creating the dicts on the way."""
+    cur = target
+    for part in parts[:-1]:
+        child = cur.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            cur[part] = child
+        cur = child
+    cur[parts[-1]] = value
+
+
+def publish_header(topic: str, seq: int | None) -> Header:
+    """The header of a fast-path publish, for its failure ack."""
+    if seq is None:
+        return {"c": "p", "t": topic}
+    return {"c": "p", "t": topic, "s": seq, "a": "persisted"}
+
+
+def command_filter(hdr: Header) -> tuple[str | None, Callable[[Any], bool] | None]:
+    """``(filter text, predicate)`` of a command (``(None, None)`` without a filter).
+
+    Raises:
+        CommandFailure: ``bad filter``.
+    """
+    source = text(hdr.get("filter"))
+    if source is None or not source.strip():
+        return None, None
+    try:
+        return source, compile_filter(source)
+    except FilterError as exc:
+        raise CommandFailure("bad filter", str(exc)) from None
+    except (RecursionError, ValueError) as exc:
+        raise CommandFailure("bad filter", str(exc)) from None
+
+
+def command_matcher(topic: str) -> TopicMatcher:
+    """The matcher of a command's topic.
+
+    Raises:
+        CommandFailure: ``bad regex topic``.
+    """
+    try:
+        return compile_topic(topic)
+    except TopicError as exc:
+        raise CommandFailure("bad regex topic", str(exc)) from None
+
+
+# --------------------------------------------------------------------------- ack frames
+
+
+def send_ack(
+    send: Callable[[bytes], None],
+    hdr: Header,
+    ack_type: str,
+    *,
+    status: str = "success",
+    reason: str | None = None,
+    sub_id: str | None = None,
+    query_id: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """One ack frame for the command ``hdr`` (echoing its ``cid``, ``sub_id``, ``query_id``)."""
+    fields: dict[str, Any] = {"c": "ack", "cid": text(hdr.get("cid")), "a": ack_type}
+    fields["status"] = status
+    if reason is not None:
+        fields["reason"] = reason
+    fields["sub_id"] = sub_id if sub_id is not None else text(hdr.get("sub_id"))
+    fields["query_id"] = query_id if query_id is not None else text(hdr.get("query_id"))
+    if extra:
+        fields.update(extra)
+    send(encode_header(fields))
+
+
+def send_acks(
+    send: Callable[[bytes], None],
+    hdr: Header,
+    flags: int,
+    *,
+    sub_id: str | None = None,
+    query_id: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """Success acks for the types in ``flags`` (in canonical order; persisted excluded)."""
+    if flags & RECEIVED:
+        send_ack(send, hdr, "received", sub_id=sub_id, query_id=query_id)
+    if flags & PROCESSED:
+        send_ack(send, hdr, "processed", sub_id=sub_id, query_id=query_id)
+    if flags & COMPLETED:
+        send_ack(send, hdr, "completed", sub_id=sub_id, query_id=query_id, extra=extra)
+    if flags & STATS:
+        send_ack(send, hdr, "stats", sub_id=sub_id, query_id=query_id, extra=extra)
+
+
+def persisted_ack(seq: int, *, reason: str | None = None) -> bytes:
+    """A publisher's cumulative persisted ack (a failure when ``reason`` is given)."""
+    if reason is None:
+        return encode_header({"c": "ack", "a": "persisted", "s": seq, "status": "success"})
+    return encode_header(
+        {"c": "ack", "a": "persisted", "s": seq, "status": "failure", "reason": reason}
+    )
+
+
+# --------------------------------------------------------------------------- recognizers
+
+
+def parse_plain_publish(payload: bytes) -> tuple[str, None, int] | None:
+    """``(topic, None, body offset)`` of a plain publish ``{"c":"p","t":"T"}BODY``, else
+    None."""
+    if not payload.startswith(_FAST_PUBLISH):
+        return None
+    j = payload.find(b'"', _FAST_LEN)
+    if (
+        j > _FAST_LEN
+        and len(payload) > j + 1
+        and payload[j + 1] == _CLOSE_BRACE
+        and payload.find(b"\\", _FAST_LEN, j) < 0
+    ):
+        try:
+            return payload[_FAST_LEN:j].decode(), None, j + 2
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def parse_seq_publish(payload: bytes) -> tuple[str, int, int] | None:
+    """``(topic, sequence, body offset)`` of a fast-shaped sequenced publish, else None.
+
+    Two shapes: ours (``{"c":"p","s":N,"a":"persisted","t":"T"}``) and the official
+    client's (``{"c":"p","t":"T","a":"persisted","s":N}``).
+    """
+    if payload.startswith(_FAST_SEQ_T):
+        j = payload.find(b'"', _FAST_SEQ_T_LEN)
+        if j <= _FAST_SEQ_T_LEN or not payload.startswith(_FAST_SEQ_T_MID, j):
+            return None
+        k = j + _FAST_SEQ_T_MID_LEN
+        e = payload.find(b"}", k, k + 21)
+        if e <= k or not payload[k:e].isdigit() or payload.find(b"\\", 0, j) >= 0:
+            return None
+        try:
+            return payload[_FAST_SEQ_T_LEN:j].decode(), int(payload[k:e]), e + 1
+        except UnicodeDecodeError:
+            return None
+    i = payload.find(_FAST_SEQ_MID, _FAST_SEQ_LEN, _FAST_SEQ_LEN + 21 + _FAST_SEQ_MID_LEN)
+    if i <= _FAST_SEQ_LEN:
+        return None
+    t0 = i + _FAST_SEQ_MID_LEN
+    j = payload.find(b'"', t0)
+    if (
+        j > t0
+        and len(payload) > j + 1
+        and payload[j + 1] == _CLOSE_BRACE
+        and payload[_FAST_SEQ_LEN:i].isdigit()
+        and payload.find(b"\\", t0, j) < 0
+    ):
+        try:
+            return payload[t0:j].decode(), int(payload[_FAST_SEQ_LEN:i]), j + 2
+        except UnicodeDecodeError:
+            return None
+    return None
