@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml setup.py ampsclient/_speedups.c
 	@# the official client is a black-box test peer only (interop tests skip without it)
 	-$(PY) -m pip install -q amps-python-client
 	-command -v npm >/dev/null && cd tests/interop/js && npm install --no-audit --no-fund --silent
+	@# Debian's chromium for the admin dashboard test (Playwright drives it; no browser download)
+	-command -v chromium >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	touch $(STAMP)
 
 setup: $(STAMP)

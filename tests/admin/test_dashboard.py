@@ -1,0 +1,140 @@
+"""The live dashboard in a real headless browser (Debian's chromium driven by Playwright) against
+a real server process with traffic: its charts show the traffic the server counts.
+
+``AMPSCLIENT_UPDATE_SCREENSHOT=1`` also writes docs/img/admin-dashboard.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ampsclient import Client, Message
+from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import wait_for
+
+from ._support import get_json
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DOCS_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "admin-dashboard.png"
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency")
+if not os.path.exists(CHROMIUM):  # pragma: no cover - `make setup` installs it
+    pytest.skip("chromium is not installed (make setup installs it)", allow_module_level=True)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, int]]:
+    proc = ServerProcess(
+        data_dir=tmp_path / "data", extra_args=["--admin-port", "0"], die_with_parent=True
+    )
+    proc.start()
+    try:
+        wait_for(
+            lambda: any("admin interface at" in line for line in proc.stderr_lines),
+            what="the admin interface's log line",
+        )
+        line = next(line for line in proc.stderr_lines if "admin interface at" in line)
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert match is not None, line
+        yield proc, int(match[1])
+    finally:
+        proc.stop()
+
+
+def test_dashboard_charts_show_the_traffic(server: tuple[ServerProcess, int]) -> None:
+    proc, port = server
+    stop = threading.Event()
+    got: list[Message] = []
+    pub = Client("dash-pub")
+    sub = Client("dash-sub")
+    for client in (pub, sub):
+        client.connect(proc.uri())
+        client.logon()
+    sub.subscribe(got.append, "dash")
+    sub.flush()
+
+    def publish() -> None:
+        n = 0
+        began = time.monotonic()
+        while not stop.is_set():
+            pub.publish("dash", json.dumps({"n": n, "pad": "x" * 100}))
+            n += 1
+            ahead = began + n / 300 - time.monotonic()  # ~300 messages a second
+            if ahead > 0:
+                stop.wait(ahead)
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 860})
+                page.goto(f"http://127.0.0.1:{port}/")
+                # a few one-second updates while the traffic flows
+                page.wait_for_function(
+                    "Number(document.body.dataset.updates) >= 6"
+                    " && Number(document.getElementById('chart-rates').dataset.points) >= 6",
+                    timeout=30_000,
+                )
+                before = get_json(port, "/amps/instance/statistics")
+                t0 = time.monotonic()
+                page.wait_for_function("Number(document.body.dataset.updates) >= 9", timeout=30_000)
+                after = get_json(port, "/amps/instance/statistics")
+                server_rate = (after["publishes"] - before["publishes"]) / (time.monotonic() - t0)
+                rates = page.locator("#chart-rates")
+                shown_pub = float(rates.get_attribute("data-last-publishes") or "0")
+                shown_out = float(rates.get_attribute("data-last-out") or "0")
+                shown_clients = float(
+                    page.locator("#chart-clients").get_attribute("data-last") or "0"
+                )
+                shown_journal = float(
+                    page.locator("#chart-journal").get_attribute("data-last") or "0"
+                )
+                shown_lag = page.locator("#chart-lag").get_attribute("data-last")
+                assert server_rate > 150
+                assert 0.5 * server_rate <= shown_pub <= 1.5 * server_rate
+                assert 0.5 * server_rate <= shown_out <= 1.5 * server_rate  # one subscriber
+                assert shown_clients == 2
+                journal_bytes = get_json(port, "/amps/instance/journal/bytes")
+                assert 0 < shown_journal <= journal_bytes
+                assert shown_lag == "0"
+                assert page.locator("#status").inner_text() == "live"
+                rows = page.locator("#clients tbody tr").all_inner_texts()
+                assert any(r.startswith("dash-pub") for r in rows)
+                assert any(r.startswith("dash-sub") for r in rows)
+                assert "dash" in page.locator("#topics tbody").inner_text()
+                shot = page.screenshot(full_page=True)
+                assert shot.startswith(b"\x89PNG")
+                if os.environ.get("AMPSCLIENT_UPDATE_SCREENSHOT") == "1":
+                    DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
+                    DOCS_IMAGE.write_bytes(shot)
+            finally:
+                browser.close()
+    finally:
+        stop.set()
+        publisher.join()
+        pub.close()
+        sub.close()
+    assert len(got) > 0
