@@ -888,7 +888,8 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         if handler is not None:
             if sub_id is not None:
                 qa = self.queue_acks
-                self._subs[sub_id] = qa.wrap(handler) if qa.auto_ack else handler
+                auto = qa.auto_ack and stream is None  # a stream acks as it is read
+                self._subs[sub_id] = qa.wrap(handler) if auto else handler
             if query_id is not None:
                 self._queries[query_id] = handler
                 self._query_cids[query_id] = cid
