@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal, NamedTuple, NoReturn, TypeVar
+from typing import Final, Literal, NamedTuple, NoReturn, TypeVar
 from xml.parsers import expat
 
 from .errors import ServerError
@@ -237,8 +237,10 @@ class DestinationConfig:
 
     ``inet_addrs`` is the prioritised list of downstream addresses; it is empty for a
     passive destination (one that only replicates over connections it receives).
-    ``passthrough`` holds the ``<PassThrough>`` group-name regexes.  ``extra`` holds
-    unknown children; those of the nested ``<Transport>`` are prefixed ``Transport/``.
+    ``passthrough`` holds the ``<PassThrough>`` group-name regexes.  ``compression`` is the
+    algorithm of ``<Compression>`` (in the destination or its ``<Transport>``; ``None``: not
+    compressed).  ``extra`` holds unknown children; those of the nested ``<Transport>`` are
+    prefixed ``Transport/``.
     """
 
     name: str
@@ -249,6 +251,7 @@ class DestinationConfig:
     transport_type: str = "amps-replication"
     passthrough: tuple[str, ...] = ()
     extra: Mapping[str, str] = field(default_factory=_empty_mapping)
+    compression: str | None = None
 
     @property
     def is_passive(self) -> bool:
@@ -872,8 +875,11 @@ class _Reader:
                 for part in self.elem_text(addr_elem, transport).split(","):
                     if part.strip():
                         inet_addrs.append(self.convert(addr_elem, parse_inet_addr, part))
-            extra.update(self.extras(transport, ("Type", "InetAddr"), prefix="Transport/"))
-        known = ("Name", "Group", "SyncType", "Topic", "PassThrough", "Transport")
+            extra.update(
+                self.extras(transport, ("Type", "InetAddr", "Compression"), prefix="Transport/")
+            )
+        compression = self.compression(elem, transport, label)
+        known = ("Name", "Group", "SyncType", "Topic", "PassThrough", "Transport", "Compression")
         extra.update(self.extras(elem, known))
         return DestinationConfig(
             name=name,
@@ -884,7 +890,29 @@ class _Reader:
             transport_type=transport_type,
             passthrough=tuple(passthrough),
             extra=MappingProxyType(extra),
+            compression=compression,
         )
+
+    def compression(self, elem: ET.Element, transport: ET.Element | None, label: str) -> str | None:
+        """``<Compression>`` of a destination (directly in it, or in its ``<Transport>``)."""
+        found = [(elem, c) for c in elem.findall("Compression")]
+        if transport is not None:
+            found += [(transport, c) for c in transport.findall("Compression")]
+        if not found:
+            return None
+        if len(found) > 1:
+            self.fail(found[1][1], f"{label}: more than one <Compression>")
+        parent, comp = found[0]
+        value = self.elem_text(comp, parent).lower()
+        if value in _COMPRESSION_OFF:
+            return None
+        if value not in _COMPRESSIONS:
+            self.fail(
+                comp,
+                f"{label}: unsupported <Compression> {value!r} (expected one of "
+                f"{', '.join(_COMPRESSIONS)}, or none)",
+            )
+        return value
 
     def replication_topic(self, elem: ET.Element, label: str) -> ReplicationTopicConfig:
         name = self.required(elem, "Name", f"{label} <Topic>")
@@ -968,6 +996,10 @@ class _Reader:
                 _flatten(child, child.tag, options, 0)
         self.ignore_unknown(elem, ["Module", "Options"])
         return ActionStep(module=module, options=MappingProxyType(options))
+
+
+_COMPRESSIONS: Final = ("zlib",)
+_COMPRESSION_OFF: Final = ("none", "off", "false", "disabled")
 
 
 def _flatten(elem: ET.Element, key: str, out: dict[str, str], depth: int) -> None:

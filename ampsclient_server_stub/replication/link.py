@@ -141,6 +141,9 @@ class Link(asyncio.Protocol):
         self.inbound: dict[str, Inbound] = {}
         self.last_received = self.loop.time()
         self.last_sent = self.loop.time()
+        self.bytes_sent = 0
+        """Bytes written to the connection (frames, length prefixes included)."""
+        self.bytes_received = 0
         self._hb: asyncio.TimerHandle | None = None
         self._handshake_timer: asyncio.TimerHandle | None = None
 
@@ -191,6 +194,7 @@ class Link(asyncio.Protocol):
         if self.closed:
             return
         self.last_received = self.loop.time()
+        self.bytes_received += len(data)
         try:
             self.framer.receive_data(data)
         except FrameTooLargeError as exc:
@@ -240,7 +244,9 @@ class Link(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(encode_frame(fields, body))
+        frame = encode_frame(fields, body)
+        transport.write(frame)
+        self.bytes_sent += len(frame)
         self.last_sent = self.loop.time()
 
     def close(self, reason: str) -> None:

@@ -38,7 +38,6 @@ from ampsclient_server_stub.security.replication import (
 )
 
 from .link import Link
-from .protocol import unpack_records
 from .rules import InstanceSummary, summarize, validate_destination
 from .streams import Inbound, Outbound
 
@@ -512,7 +511,7 @@ class ReplicationManager:
                     "replication: records for unknown stream %r from %s", d, link.describe()
                 )
                 return
-            inbound.on_records(unpack_records(body))
+            inbound.on_records(inbound.decode(header, body))
         elif c == "rack":
             out = link.outbound.get(d)
             u = header.get("u")
@@ -521,7 +520,12 @@ class ReplicationManager:
         elif c == "ropen":
             inbound = Inbound(self, link, d)
             link.inbound[d] = inbound
-            logger.info("replication: %r starts replicating %r to this instance", link.peer_name, d)
+            logger.info(
+                "replication: %r starts replicating %r to this instance%s",
+                link.peer_name,
+                d,
+                f" (compressed: {header['z']})" if header.get("z") else "",
+            )
             inbound.open()
         elif c == "rhave":
             out = link.outbound.get(d)
@@ -645,6 +649,8 @@ class ReplicationManager:
                     "group": link.peer_group,
                     "remote": link.remote,
                     "dialed": link.dialer,
+                    "bytes_sent": link.bytes_sent,
+                    "bytes_received": link.bytes_received,
                 }
                 for link in self.links
             ],

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ampsclient_server_stub.config import DestinationConfig
 from ampsclient_server_stub.engine.journal import Journal, JournalPin, JournalRecord
 
-from .protocol import WireRecord, pack_records
+from .protocol import RecordCompressor, RecordDecompressor, WireRecord, pack_records, unpack_records
 from .rules import PATH_FIELD, DestinationRules, Hop, decode_path, encode_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,6 +62,9 @@ MAX_IN_FLIGHT: Final = 200_000
 """Records sent and not yet acknowledged, per destination, before sending pauses."""
 
 _PIN_STEP: Final = 10_000
+
+MAX_INFLATED: Final = 256 * 1024 * 1024
+"""The largest ``rrec`` body a compressed frame may inflate to (the link's frame limit)."""
 
 
 def resync_start(journal: Journal, have: dict[int, int]) -> int:
@@ -149,13 +152,20 @@ class Outbound:
         self.pump_scheduled = False
         self.connected_since: float | None = None
         self.last_ack_time: float | None = None
+        self.compression = dest.compression
+        """``<Compression>`` of the destination (``None``: records go uncompressed)."""
+        self._compressor: RecordCompressor | None = None
         self.counters: dict[str, int] = {
             "sent": 0,
             "acked": 0,
             "skipped": 0,
             "resyncs": 0,
             "connects": 0,
+            "bytes_before_compression": 0,
+            "bytes_after_compression": 0,
         }
+        """``bytes_before/after_compression``: the records of a compressed stream, msgpack-
+        encoded, and the compressed ``rrec`` bodies that carried them (0 when uncompressed)."""
 
     # ------------------------------------------------------------------ state
 
@@ -211,7 +221,11 @@ class Outbound:
         self.state = "opening"
         self.counters["connects"] += 1
         link.outbound[self.name] = self
-        link.send({"c": "ropen", "d": self.name, "sync": self.dest.sync_type})
+        opening: dict[str, Any] = {"c": "ropen", "d": self.name, "sync": self.dest.sync_type}
+        if self.compression is not None:
+            self._compressor = RecordCompressor(self.compression)  # a fresh stream per link
+            opening["z"] = self.compression
+        link.send(opening)
         logger.info(
             "replication: destination %r connected to %s (%s)",
             self.name,
@@ -376,13 +390,11 @@ class Outbound:
                 pending.append((record.index, record.timestamp))
                 sent_seq[record.publisher_id] = record.sequence
                 if len(batch) >= SEND_BATCH or batch_bytes >= SEND_BYTES:
-                    link.send({"c": "rrec", "d": self.name}, pack_records(batch))
-                    self.counters["sent"] += len(batch)
+                    self._send_records(link, batch)
                     batch = []
                     batch_bytes = 0
         if batch:
-            link.send({"c": "rrec", "d": self.name}, pack_records(batch))
-            self.counters["sent"] += len(batch)
+            self._send_records(link, batch)
         if self.scan_pos != start_pos:
             if self.effective_sync:
                 self.manager.limits_changed()
@@ -395,6 +407,20 @@ class Outbound:
             and len(pending) < MAX_IN_FLIGHT
         ):
             self.schedule_pump()
+
+    def _send_records(self, link: Any, batch: list[WireRecord]) -> None:
+        """One ``rrec`` frame (compressed when the destination says so)."""
+        counters = self.counters
+        compressor = self._compressor
+        if compressor is None:
+            link.send({"c": "rrec", "d": self.name}, pack_records(batch))
+        else:
+            before = compressor.raw_bytes
+            chunk = compressor.compress(batch)
+            link.send({"c": "rrec", "d": self.name, "z": compressor.algorithm}, chunk)
+            counters["bytes_before_compression"] += compressor.raw_bytes - before
+            counters["bytes_after_compression"] += len(chunk)
+        counters["sent"] += len(batch)
 
     def _find_stall(self) -> None:
         """Disconnected: move past records this destination would not get; stop at the
@@ -451,6 +477,7 @@ class Inbound:
         self.have_at: int | None = None
         self.have: dict[int, int] | None = None
         self._paths: dict[str, str] = {}
+        self._decompressor: RecordDecompressor | None = None
         self.counters = manager.inbound_counters(link.peer_name, stream)
         """Totals for this upstream stream since the instance started (across links)."""
 
@@ -471,6 +498,22 @@ class Inbound:
         if self.manager.journal.durable_index >= self.have_at:
             have, self.have = self.have, None
             self.link.send({"c": "rhave", "d": self.stream}, have)
+
+    def decode(self, header: dict[str, Any], body: Any) -> list[WireRecord]:
+        """The records of an ``rrec`` frame: compressed when its header has ``z`` (the
+        receiving side needs no configuration).
+
+        Raises:
+            ValueError: a malformed body or an unknown compression.
+        """
+        algorithm = header.get("z")
+        if algorithm is None:
+            return unpack_records(body)
+        decompressor = self._decompressor
+        if decompressor is None or decompressor.algorithm != algorithm:
+            decompressor = RecordDecompressor(str(algorithm), max_size=MAX_INFLATED)
+            self._decompressor = decompressor
+        return decompressor.records(body)
 
     def on_records(self, records: list[WireRecord]) -> None:
         from .apply import ReplicatedRecord
