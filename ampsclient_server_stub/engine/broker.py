@@ -191,9 +191,17 @@ class Broker:
             counters=self.counters,
             clock=clock,
         )
-        table = SubscriptionTable(index, self.replays, delivery)
-        self._subscriptions = table
-        self._publishing = Publishing(
+        self._subscriptions = SubscriptionTable(index, self.replays, delivery)
+        self._publishing, self._handlers = self._command_handlers(txlog, version)
+        self.commands: dict[str, Handler] = self._handlers.table
+        """The dispatch table: command name -> handler."""
+        if txlog is not None:
+            self.recover_sow_from_journal()
+
+    def _command_handlers(
+        self, txlog: TxLog | None, version: str
+    ) -> tuple[Publishing, CommandHandlers]:
+        publishing = Publishing(
             txlog=txlog,
             hooks=self.hooks,
             sows=self.sows,
@@ -202,23 +210,25 @@ class Broker:
             counters=self.counters,
             failed=self._failed,
         )
-        self._handlers = CommandHandlers(
+        subscribing = Subscribing(
+            txlog=txlog,
+            hooks=self.hooks,
+            sows=self.sows,
+            table=self._subscriptions,
+            scheduler=self.replays,
+        )
+        handlers = CommandHandlers(
             clients=self.clients,
             hooks=self.hooks,
             durability=self.durability,
-            publishing=self._publishing,
-            subscribing=Subscribing(
-                txlog=txlog, hooks=self.hooks, sows=self.sows, table=table, scheduler=self.replays
-            ),
-            table=table,
+            publishing=publishing,
+            subscribing=subscribing,
+            table=self._subscriptions,
             counters=self.counters,
             kick=self.kick,
             version=version,
         )
-        self.commands: dict[str, Handler] = self._handlers.table
-        """The dispatch table: command name -> handler."""
-        if txlog is not None:
-            self.recover_sow_from_journal()
+        return publishing, handlers
 
     # ------------------------------------------------------------------ ingest
 
