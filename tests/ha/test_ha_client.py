@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ampsclient import Client, ConnectionEvent, ConnectionState, Message
+from ampsclient import Client, ConnectionEvent, ConnectionState
 from ampsclient.exceptions import TimeoutError
 from ampsclient.ha import (
     DefaultServerChooser,
@@ -24,21 +24,9 @@ from ampsclient.ha.reconnect import RetryLimitError
 from ampsclient.stores.publish import FilePublishStore, MemoryPublishStore
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.harness import ServerProcess
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import Inbox, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-class Collector:
-    """Collects the ``n`` field of JSON messages, thread-safe."""
-
-    def __init__(self) -> None:
-        self.items: list[int] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, message: Message) -> None:
-        with self.lock:
-            self.items.append(json.loads(message.get_data())["n"])
 
 
 @pytest.fixture
@@ -111,7 +99,7 @@ def test_publish_flush_and_exactly_once_delivery(
     two_servers: tuple[ServerProcess, ServerProcess],
 ) -> None:
     a, _ = two_servers
-    got = Collector()
+    got = Inbox()
     with Client("observer") as observer, HAClient("ha-pub") as ha:
         observer.connect(a.uri())
         observer.logon(5000)
@@ -123,15 +111,15 @@ def test_publish_flush_and_exactly_once_delivery(
         assert seqs[0] > int(time.time() * 1000 - 60_000) * 1_000_000  # epoch-ms seeding
         ha.publish_flush(10_000)
         assert ha.get_unpersisted_count() == 0
-    wait_for(lambda: len(got.items) == 2000, what="2000 deliveries")
-    assert got.items == list(range(2000))
+    wait_for(lambda: len(got.ns()) == 2000, what="2000 deliveries")
+    assert got.ns() == list(range(2000))
 
 
 def test_failover_replays_unpersisted_on_the_second_server(
     two_servers: tuple[ServerProcess, ServerProcess],
 ) -> None:
     a, b = two_servers
-    at_b = Collector()
+    at_b = Inbox()
     events: list[ConnectionEvent] = []
     lowest_at_drop: list[int] = []
     with (
@@ -184,8 +172,8 @@ def test_failover_replays_unpersisted_on_the_second_server(
     first = lowest_at_drop[0]
     base = ha.publish_store.last_persisted - 2999  # sequence of n=0
     start_n = first - base if first - base > 0 else 0
-    wait_for(lambda: len(at_b.items) >= 3000 - start_n, what="the replayed messages on B")
-    assert at_b.items == list(range(start_n, 3000))
+    wait_for(lambda: len(at_b.ns()) >= 3000 - start_n, what="the replayed messages on B")
+    assert at_b.ns() == list(range(start_n, 3000))
 
 
 def test_heartbeat_fails_over_from_a_frozen_server(
@@ -194,7 +182,7 @@ def test_heartbeat_fails_over_from_a_frozen_server(
     """A primary that stops answering without closing the socket (SIGSTOP): the heartbeat
     notices within two intervals and the client fails over; everything lands on B once."""
     a, b = two_servers
-    at_b = Collector()
+    at_b = Inbox()
     with (
         Client("observer-frozen") as observer,
         HAClient("ha-frozen", reconnect_delay_strategy=FixedDelayStrategy(50)) as ha,
@@ -216,9 +204,9 @@ def test_heartbeat_fails_over_from_a_frozen_server(
             ha.publish_flush(20_000)
         finally:
             os.kill(a.pid, signal.SIGCONT)
-        wait_for(lambda: len(at_b.items) >= 200, what="the messages on B")
+        wait_for(lambda: len(at_b.ns()) >= 200, what="the messages on B")
         observer.flush(5000)
-    assert at_b.items == list(range(200))
+    assert at_b.ns() == list(range(200))
 
 
 class Sticky(ServerChooser):
@@ -248,7 +236,7 @@ def test_custom_chooser_and_a_path_string_store(
     """``HAClient(name, "path")`` (the official form) makes a FilePublishStore there; a custom
     ServerChooser decides where to go after the primary dies."""
     a, b = two_servers
-    at_b = Collector()
+    at_b = Inbox()
     chooser = Sticky(a.uri(), b.uri())
     with Client("observer-sticky") as observer:
         observer.connect(b.uri())
@@ -267,9 +255,9 @@ def test_custom_chooser_and_a_path_string_store(
             ha.publish_flush(20_000)
             assert chooser.failures and chooser.successes == 2
             assert ha.uri is not None and str(b.tcp_port) in ha.uri
-        wait_for(lambda: len(at_b.items) >= 100, what="the messages on B")
+        wait_for(lambda: len(at_b.ns()) >= 100, what="the messages on B")
         observer.flush(5000)
-    assert at_b.items == list(range(100))
+    assert at_b.ns() == list(range(100))
     # the client made that store, so its close() closed it: the next run can open it
     assert ha.publish_store.closed
     with HAClient("ha-sticky", str(tmp_path / "sticky.store")) as again:
@@ -280,7 +268,7 @@ def test_custom_chooser_and_a_path_string_store(
 def test_resubscribe_after_server_restart_handler_and_stream(tmp_path: Path) -> None:
     server = ServerProcess(data_dir=tmp_path / "s")
     with server:
-        got = Collector()
+        got = Inbox()
         with (
             HAClient("ha-sub", reconnect_delay_strategy=FixedDelayStrategy(50)) as sub,
             Client("plain-pub") as pub,
@@ -294,7 +282,7 @@ def test_resubscribe_after_server_restart_handler_and_stream(tmp_path: Path) -> 
             pub.logon(5000)
             pub.publish("ticks", '{"n": 0}')
             pub.flush(5000)
-            wait_for(lambda: got.items == [0], what="first tick")
+            wait_for(lambda: got.ns() == [0], what="first tick")
             first = stream.get(5)
             assert first is not None and first.json() == {"n": 0}
             resubscribed: list[ConnectionEvent] = []
@@ -312,10 +300,10 @@ def test_resubscribe_after_server_restart_handler_and_stream(tmp_path: Path) -> 
                 pub2.logon(5000)
                 pub2.publish("ticks", json.dumps({"n": 1}))
                 pub2.flush(5000)
-            wait_for(lambda: len(got.items) >= 2, what="the tick after the restart")
+            wait_for(lambda: len(got.ns()) >= 2, what="the tick after the restart")
             second = stream.get(5)
             assert second is not None and second.json() == {"n": 1}
-            assert got.items == [0, 1]
+            assert got.ns() == [0, 1]
 
 
 def test_publish_while_disconnected_is_stored_and_sent_after_reconnect(tmp_path: Path) -> None:
@@ -330,7 +318,7 @@ def test_publish_while_disconnected_is_stored_and_sent_after_reconnect(tmp_path:
         assert ha.get_unpersisted_count() == 10
         with pytest.raises(TimeoutError, match="Timed out waiting to flush publish store"):
             ha.publish_flush(300)
-        got = Collector()
+        got = Inbox()
         server.start()
         with Client("observer") as observer:
             observer.connect(server.uri())
@@ -342,14 +330,14 @@ def test_publish_while_disconnected_is_stored_and_sent_after_reconnect(tmp_path:
             assert ha.get_unpersisted_count() == 0
             ha.publish("offline", json.dumps({"n": 10}))
             ha.publish_flush(5000)
-            wait_for(lambda: 10 in got.items, what="the post-reconnect publish")
+            wait_for(lambda: 10 in got.ns(), what="the post-reconnect publish")
 
 
 def test_publish_while_disconnected_block_waits_for_the_reconnect(tmp_path: Path) -> None:
     """``publish_while_disconnected="block"``: a publish while the server is down waits (it
     is not even stored), and goes out once the client is back; then exactly once."""
     server = ServerProcess(data_dir=tmp_path / "s")
-    got = Collector()
+    got = Inbox()
     with (
         server,
         HAClient(
@@ -382,9 +370,9 @@ def test_publish_while_disconnected_block_waits_for_the_reconnect(tmp_path: Path
             observer.bookmark_subscribe(got, "blocked", "0")
             ha.publish("blocked", json.dumps({"n": 2}))
             ha.publish_flush(5000)
-            wait_for(lambda: len(got.items) >= 3, what="the three messages")
+            wait_for(lambda: len(got.ns()) >= 3, what="the three messages")
             observer.flush(5000)
-    assert got.items == [0, 1, 2]
+    assert got.ns() == [0, 1, 2]
 
 
 def test_safe_shutdown_reports_unpersisted(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +28,7 @@ from ampsclient_server_stub.engine.conflation import (
     parse_conflation,
 )
 from ampsclient_server_stub.engine.sow import SowTopic
+from ampsclient_server_stub.testing import Inbox, ManualTime, wait_for
 from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 # --------------------------------------------------------------------------- parsing
@@ -98,48 +98,6 @@ def test_a_dropped_key_held_again_keeps_its_new_deadline() -> None:
 
 
 # --------------------------------------------------------------------------- broker, manual time
-
-
-class _Timer:
-    def __init__(self, when: float, fn: Callable[[], None]) -> None:
-        self.when = when
-        self.fn = fn
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualTime:
-    """A clock and a timer list the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-        self.timers: list[_Timer] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def call_later(self, delay: float, fn: Callable[[], None]) -> _Timer:
-        timer = _Timer(self.now + delay, fn)
-        self.timers.append(timer)
-        return timer
-
-    @property
-    def pending(self) -> list[_Timer]:
-        return [t for t in self.timers if not t.cancelled]
-
-    def advance(self, seconds: float) -> None:
-        target = self.now + seconds
-        while True:
-            due = [t for t in self.pending if t.when <= target]
-            if not due:
-                break
-            timer = min(due, key=lambda t: t.when)
-            self.timers.remove(timer)
-            self.now = max(self.now, timer.when)
-            timer.fn()
-        self.now = target
 
 
 @pytest.fixture
@@ -332,37 +290,14 @@ def connect(quote_server: ServerThread) -> Iterator[Callable[[str], Client]]:
         client.close()
 
 
-class Inbox:
-    """Deliveries in arrival order, with the monotonic time each arrived."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[float, Message]] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, message: Message) -> None:
-        if message.get_command() != "publish":
-            return
-        with self._cond:
-            self.items.append((time.monotonic(), message))
-            self._cond.notify_all()
-
-    def wait(self, count: int, timeout: float = 10.0) -> list[tuple[float, Message]]:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while len(self.items) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{len(self.items)} of {count} messages in {timeout} s")
-                self._cond.wait(left)
-            return list(self.items)
-
-    def bodies(self) -> list[Any]:
-        with self._cond:
-            return [m.json() for _, m in self.items]
+def arrivals(inbox: Inbox, count: int) -> list[tuple[float, Message]]:
+    """Wait for ``count`` deliveries; every one so far with its arrival time."""
+    inbox.wait_messages(count)
+    return inbox.arrivals()
 
 
 def conflated(client: Client, topic: str, options: str, sub_id: str) -> Inbox:
-    inbox = Inbox()
+    inbox = Inbox(keep=lambda m: m.get_command() == "publish")
     cmd = Command("subscribe").set_topic(topic).set_options(options).set_sub_id(sub_id)
     client.execute_async(cmd.add_ack_type("processed").set_timeout(5000), inbox)
     return inbox
@@ -381,7 +316,7 @@ def test_a_sow_topic_conflates_on_its_key_over_tcp(connect: Callable[[str], Clie
     started = time.monotonic()
     send(publisher, "quotes", {"sym": "A", "px": 1}, {"sym": "B", "px": 10})
     send(publisher, "quotes", {"sym": "A", "px": 2}, {"sym": "A", "px": 3}, {"sym": "B", "px": 11})
-    first = inbox.wait(2)
+    first = arrivals(inbox, 2)
     assert [m.json() for _, m in first] == [{"sym": "A", "px": 3}, {"sym": "B", "px": 11}]
     assert first[0][0] - started >= 1.0  # held for the interval
     assert all(m.get_sow_key() for _, m in first)
@@ -389,10 +324,10 @@ def test_a_sow_topic_conflates_on_its_key_over_tcp(connect: Callable[[str], Clie
     # still held for A or B would have arrived before the sentinel's hold ended
     again = time.monotonic()
     send(publisher, "quotes", {"sym": "A", "px": 4}, {"sym": "Z", "px": 0})
-    later = inbox.wait(4)
+    later = arrivals(inbox, 4)
     assert [m.json() for _, m in later[2:]] == [{"sym": "A", "px": 4}, {"sym": "Z", "px": 0}]
     assert later[2][0] - again >= 1.0
-    assert inbox.bodies() == [m.json() for _, m in later]
+    assert inbox.payloads() == [m.json() for _, m in later]
 
 
 @pytest.mark.integration
@@ -403,7 +338,7 @@ def test_a_plain_topic_conflates_on_conflation_key_over_tcp(
     topic = f"ticks-{time.time_ns()}"
     inbox = conflated(sub, topic, "conflation=1s,conflation_key=[/sym]", "t")
     send(publisher, topic, *({"sym": "A" if n % 2 else "B", "n": n} for n in range(10)))
-    got = inbox.wait(2)
+    got = arrivals(inbox, 2)
     assert [m.json() for _, m in got] == [{"sym": "B", "n": 8}, {"sym": "A", "n": 9}]
     assert all(m.get_sub_id() == "t" for _, m in got)
 
@@ -434,8 +369,8 @@ def test_unsubscribe_cancels_what_is_held_over_tcp(connect: Callable[[str], Clie
     send(publisher, "quotes", {"sym": "U", "px": 1})
     sub.unsubscribe("short")
     # "short" would have released its hold a second before "long" on the same connection
-    assert [m.json() for _, m in long.wait(1)] == [{"sym": "U", "px": 1}]
-    assert short.bodies() == []
+    assert [m.json() for _, m in arrivals(long, 1)] == [{"sym": "U", "px": 1}]
+    assert short.payloads() == []
 
 
 @pytest.mark.integration
@@ -460,8 +395,8 @@ def test_disconnect_cancels_what_is_held_over_tcp(
 
     assert quote_server.call(status) == (1, False)
     sub.close()
-    deadline = time.monotonic() + 10
-    while quote_server.call(lambda: broker.connection_for(name)) is not None:
-        assert time.monotonic() < deadline, "the server did not notice the disconnect"
-        time.sleep(0.01)
+    wait_for(
+        lambda: quote_server.call(lambda: broker.connection_for(name)) is None,
+        what="the server to notice the disconnect",
+    )
     assert quote_server.call(status) == (0, True)

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from ampsclient import Message
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ServerConfig, default_config
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import Inbox as _Inbox, wait_for
 
 _names = itertools.count()
 
@@ -26,55 +22,8 @@ wait_until = wait_for
 """Poll a condition until it holds (the shared :func:`wait_for`, under its old name)."""
 
 
-class Inbox:
-    """A thread-safe message handler that remembers everything it was given."""
-
-    def __init__(self) -> None:
-        self.items: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, message: Message) -> None:
-        with self._cond:
-            self.items.append(message)
-            self._cond.notify_all()
-
-    def snapshot(self) -> list[Message]:
-        with self._cond:
-            return list(self.items)
-
-    @property
-    def messages(self) -> list[Message]:
-        """The deliveries (``publish`` commands) so far."""
-        return [m for m in self.snapshot() if m.get_command() == "publish"]
-
-    def acks(self, ack_type: str) -> list[Message]:
-        return [
-            m for m in self.snapshot() if m.get_command() == "ack" and m.get_ack_type() == ack_type
-        ]
-
-    def wait(self, condition: Callable[[Inbox], bool], timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not condition(self):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    kinds = [(m.get_command(), m.get_ack_type()) for m in self.items[-5:]]
-                    raise AssertionError(
-                        f"inbox condition not met within {timeout} s "
-                        f"({len(self.items)} items, last {kinds})"
-                    )
-                self._cond.wait(min(left, 0.05))
-
-    def wait_messages(self, count: int, timeout: float = 10.0) -> list[Message]:
-        self.wait(lambda box: len(box.messages) >= count, timeout)
-        return self.messages
-
-    def wait_ack(self, ack_type: str, timeout: float = 10.0) -> Message:
-        self.wait(lambda box: bool(box.acks(ack_type)), timeout)
-        return self.acks(ack_type)[0]
-
-    def payloads(self) -> list[Any]:
-        return [m.json() for m in self.messages]
+Inbox = _Inbox
+"""A thread-safe message handler that remembers everything it was given (the shared one)."""
 
 
 def journal_config(tmp_path: Path) -> ServerConfig:

@@ -28,6 +28,7 @@ from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.sow import SowTopic
 from ampsclient_server_stub.engine.txlog import TxLog
+from ampsclient_server_stub.testing import ManualTime
 from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 FEED = "feed"
@@ -199,39 +200,6 @@ def test_persisted_acks_of_a_conflated_replay_cover_what_was_delivered(
 
 
 # --------------------------------------------------------------------------- manual time
-
-
-class _Timer:
-    def __init__(self, when: float, fn: Callable[[], None]) -> None:
-        self.when, self.fn, self.cancelled = when, fn, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualTime:
-    def __init__(self, now: float) -> None:
-        self.now = now
-        self.timers: list[_Timer] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def call_later(self, delay: float, fn: Callable[[], None]) -> _Timer:
-        timer = _Timer(self.now + delay, fn)
-        self.timers.append(timer)
-        return timer
-
-    def advance_to(self, target: float) -> None:
-        while True:
-            due = [t for t in self.timers if not t.cancelled and t.when <= target]
-            if not due:
-                break
-            timer = min(due, key=lambda t: t.when)
-            self.timers.remove(timer)
-            self.now = max(self.now, timer.when)
-            timer.fn()
-        self.now = target
 
 
 def test_a_persisted_ack_never_passes_a_record_still_held(tmp_path: Path) -> None:
