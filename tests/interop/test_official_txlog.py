@@ -25,7 +25,7 @@ from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import default_config
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.harness import ServerProcess
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import ReceiveClock, wait_for
 
 AMPS: Any = pytest.importorskip("AMPS")
 
@@ -64,21 +64,6 @@ class Collector:
     def ns(self) -> list[int]:
         return [json.loads(d)["n"] for d, _ in self.messages()]
 
-
-class JournalClock:
-    """Pins the journal's receive clock (the timestamp test needs known record times)."""
-
-    def __init__(self) -> None:
-        self.base_us = 0
-        self.calls = 0
-
-    def at(self, when: datetime) -> None:
-        self.base_us = (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-        self.calls = 0
-
-    def __call__(self) -> int:
-        self.calls += 1
-        return (self.base_us + self.calls) * 1000
 
 
 @pytest.fixture
@@ -193,7 +178,7 @@ def test_official_invalid_bookmark_raises(
 def test_official_bookmark_subscribe_from_a_timestamp(
     server: ServerThread, official: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = JournalClock()
+    clock = ReceiveClock(step_us=1)
     monkeypatch.setattr(journal_module, "_time_ns", clock)
     t0 = datetime(2024, 6, 4, 9, 30, tzinfo=UTC)
     pub = Client(unique("pub"))

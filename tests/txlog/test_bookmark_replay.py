@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ from ampsclient_server_stub.engine.broker import Broker, BrokerHooks
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import RawClient, ReceiveClock
 from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 Connect = Callable[..., Client]
@@ -187,22 +186,6 @@ def test_a_bookmark_list_starts_at_the_oldest(txserver: ServerThread, connect: C
 # --------------------------------------------------------------------------- timestamps
 
 
-class FakeClock:
-    """The journal's receive clock, pinned to chosen instants (1 µs apart per append)."""
-
-    def __init__(self) -> None:
-        self.base_us = 0
-        self.calls = 0
-
-    def at(self, when: datetime) -> None:
-        self.base_us = (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-        self.calls = 0
-
-    def __call__(self) -> int:
-        now = self.base_us + self.calls
-        self.calls += 1
-        return now * 1000
-
 
 T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -220,7 +203,7 @@ def timed_history(
 
     ``n`` is 0-3, 10-13, 20-23; the first message of each batch is exactly on the second.
     """
-    clock = FakeClock()
+    clock = ReceiveClock(step_us=1)
     monkeypatch.setattr(journal_module, "_time_ns", clock)
     pub = connect("pub")
     topic = unique("timed")
@@ -663,7 +646,7 @@ def test_rate_as_a_multiple_of_the_original_pace_with_a_max_gap(
     txserver: ServerThread, connect: Connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``rate=10X``: ten times the publish pace; ``rate_max_gap`` skips long idle stretches."""
-    clock = FakeClock()
+    clock = ReceiveClock(step_us=1)
     monkeypatch.setattr(journal_module, "_time_ns", clock)
     pub = connect("pub")
     topic = unique("paced")
@@ -796,33 +779,6 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-class _RawSubscriber:
-    """A deliberately slow TCP subscriber (no client library): reads in small gulps."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-        self.buf = bytearray()
-
-    def send(self, fields: dict[str, Any]) -> None:
-        payload = encode_header(fields)
-        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
-
-    def frames(self, gulp: int) -> Iterator[bytes]:
-        chunk = self.sock.recv(gulp)
-        if not chunk:
-            raise AssertionError("server closed the connection")
-        self.buf += chunk
-        buf = self.buf
-        pos = 0
-        while len(buf) - pos >= 4:
-            (size,) = struct.unpack_from(">I", buf, pos)
-            if len(buf) - pos - 4 < size:
-                break
-            yield bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-        del buf[:pos]
-
 
 @pytest.mark.slow
 def test_a_slow_subscriber_replaying_200k_messages_keeps_server_memory_bounded(
@@ -843,7 +799,7 @@ def test_a_slow_subscriber_replaying_200k_messages_keeps_server_memory_bounded(
             pub.close()
         baseline = _rss_kib(server.pid)
         peak = baseline
-        reader = _RawSubscriber(server.tcp_port)
+        reader = RawClient(server.tcp_port, rcvbuf=64 * 1024, timeout=10)
         reader.send({"c": "logon", "cid": "l", "client_name": unique("slow"), "a": "processed"})
         reader.send({"c": "subscribe", "cid": "s", "t": "big", "bm": "0", "a": "processed"})
         expected = 0
@@ -851,10 +807,9 @@ def test_a_slow_subscriber_replaying_200k_messages_keeps_server_memory_bounded(
         gulps = 0
         while expected < total:
             assert time.monotonic() < deadline, f"only {expected} of {total} received"
-            for frame in reader.frames(32 * 1024):
-                if frame.startswith(b'{"c":"p"'):
-                    hdr, end = decode_header(frame)
-                    n = int(frame[end + 5 : frame.index(b",", end)])
+            for hdr, body in reader.read_some(32 * 1024, timeout=10):
+                if hdr.get("c") == "p":
+                    n = int(body[5 : body.index(b",")])
                     assert n == expected, (n, expected)
                     assert hdr["bm"].endswith(f"|{n + 1}|")
                     expected += 1
@@ -862,7 +817,7 @@ def test_a_slow_subscriber_replaying_200k_messages_keeps_server_memory_bounded(
             if gulps % 16 == 0:
                 peak = max(peak, _rss_kib(server.pid))
             time.sleep(0.001)  # a slow consumer (~20 MB/s): the server must wait, not buffer
-        reader.sock.close()
+        reader.close()
         peak = max(peak, _rss_kib(server.pid))
     growth_mib = (peak - baseline) / 1024
     # 200k x ~430 B = ~86 MB would be buffered by a server that did not pace the replay

@@ -27,6 +27,7 @@ from ampsclient.protocol.header import decode_header, encode_header
 from ampsclient_server_stub.engine.broker import Broker, Connection
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
+from ampsclient_server_stub.testing import ReceiveClock
 
 T0_US = 1_700_000_000_000_000
 EPOCH_DT = datetime(1970, 1, 1, tzinfo=UTC)
@@ -64,15 +65,6 @@ class Session:
         return 0
 
 
-class Clock:
-    """The journal's receive clock: whatever the test sets (ns)."""
-
-    def __init__(self) -> None:
-        self.us = T0_US
-
-    def __call__(self) -> int:
-        return self.us * 1000
-
 
 def ts_text(us: int) -> str:
     return format_timestamp(EPOCH_DT + timedelta(microseconds=us))
@@ -81,7 +73,7 @@ def ts_text(us: int) -> str:
 class World:
     """Broker + journal + the model log the test keeps alongside."""
 
-    def __init__(self, directory: str, clock: Clock, n_pubs: int, ha: list[bool]) -> None:
+    def __init__(self, directory: str, clock: ReceiveClock, n_pubs: int, ha: list[bool]) -> None:
         self.journal = Journal(directory, fsync="never")
         self.broker = Broker(None, txlog=TxLog(self.journal))  # group commit inline
         self.clock = clock
@@ -250,7 +242,7 @@ def test_a_replay_is_exactly_the_right_slice_of_the_log(
     threshold: int | None,
     not_found: str | None,
 ) -> None:
-    clock = Clock()
+    clock = ReceiveClock(T0_US)
     with (
         tempfile.TemporaryDirectory() as directory,
         mock.patch.object(journal_module, "_time_ns", clock),
