@@ -185,8 +185,16 @@ def test_the_documented_configurations_parse(tmp_path: Path) -> None:
     import re
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "replication.md").read_text()
-    blocks = re.findall(r"```xml\n(.*?)```", doc, re.S)
+    found = re.findall(r"```xml\n(.*?)```", doc, re.S)
+    blocks = [b for b in found if b.startswith("<AMPSConfig>")]
+    fragments = [b for b in found if not b.startswith("<AMPSConfig>")]
     assert len(blocks) == 3
+    assert len(fragments) == 1  # the <Destination> of the compression section
+    wrapped = parse_config(
+        f"<AMPSConfig><Replication>{fragments[0]}</Replication></AMPSConfig>", base_dir=tmp_path
+    )
+    assert wrapped.replication is not None
+    assert wrapped.replication.destinations[0].compression == "zlib"
     configs = [parse_config(block, base_dir=tmp_path) for block in blocks]
     assert [c.name for c in configs] == ["amps-1", "E1", "U1"]
     amps1, e1, u1 = configs
