@@ -41,6 +41,14 @@ _CLIENT: Final = (
     ("subscription_count", "amps_client_subscriptions", "gauge", "Subscriptions."),
 )
 
+_TOPIC: Final = (
+    ("publishes", "amps_topic_publishes_total", "counter", "Publishes to the topic."),
+    ("deliveries", "amps_topic_deliveries_total", "counter", "Messages sent (per connection)."),
+    ("publishes_per_sec", "amps_topic_publishes_per_second", "gauge", "Publish rate."),
+    ("deliveries_per_sec", "amps_topic_deliveries_per_second", "gauge", "Delivery rate."),
+    ("subscriptions", "amps_topic_subscriptions", "gauge", "Subscriptions to the topic."),
+)
+
 _JOURNAL: Final = (
     ("files", "amps_journal_files", "gauge", "Journal files."),
     ("bytes", "amps_journal_bytes", "gauge", "Journal bytes on disk."),
@@ -141,11 +149,7 @@ def render_metrics(instance: Mapping[str, Any]) -> str:
             out.sample("amps_server_statistic", stats[key], {"name": key})
     out.table(_CLIENT, instance.get("clients", {}), "client")
     topics: Mapping[str, Mapping[str, Any]] = instance.get("topics", {})
-    out.table(
-        (("subscriptions", "amps_topic_subscriptions", "gauge", "Subscriptions to the topic."),),
-        topics,
-        "topic",
-    )
+    out.table(_TOPIC, topics, "topic")
     sow: Mapping[str, Mapping[str, Any]] = instance.get("sow", {})
     if sow:
         out.family("amps_sow_records", "gauge", "Records in the SOW topic.")

@@ -61,6 +61,7 @@ class Sample:
             (``clients``, ``subscriptions``, ``journal_bytes``, ``replication_lag``...).
         clients: per connection id, the session counters (``messages_in``, ...).
         destinations: per replication destination, messages sent.
+        topics: per topic, ``(publishes, deliveries)``.
     """
 
     at: float
@@ -68,6 +69,7 @@ class Sample:
     totals: dict[str, float] = field(default_factory=dict)
     clients: dict[int, tuple[int, ...]] = field(default_factory=dict)
     destinations: dict[str, int] = field(default_factory=dict)
+    topics: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class StatisticsCollector:
@@ -119,7 +121,8 @@ class StatisticsCollector:
             destinations[str(dest["name"])] = int(dest.get("sent", 0))
             lag = max(lag, float(dest.get("oldest_unacked_age") or 0.0))
         totals["replication_lag"] = lag
-        sample = Sample(now, wall, totals, clients, destinations)
+        topics = broker.topic_counts.snapshot() if broker is not None else {}
+        sample = Sample(now, wall, totals, clients, destinations, topics)
         self.samples.append(sample)
         return sample
 
@@ -163,6 +166,21 @@ class StatisticsCollector:
                     for a, b in zip(now_values, old.clients[conn_id], strict=True)
                 )
         return zero
+
+    def _topic_rates(self, topic: str) -> tuple[float, float]:
+        window = self._window()
+        if window is None:
+            return 0.0, 0.0
+        old, new = window
+        now_values = new.topics.get(topic)
+        if now_values is None:
+            return 0.0, 0.0
+        before = old.topics.get(topic, (0, 0))
+        dt = new.at - old.at
+        return (
+            max(0, now_values[0] - before[0]) / dt,
+            max(0, now_values[1] - before[1]) / dt,
+        )
 
     def _destination_rate(self, name: str) -> float:
         window = self._window()
@@ -319,17 +337,35 @@ class StatisticsCollector:
         return out
 
     def topics(self) -> dict[str, Any]:
-        """``/amps/instance/topics/<topic>``: the topics subscribed to or kept in a SOW, with
-        their subscription counts and SOW records."""
+        """``/amps/instance/topics/<topic>``: the topics published to, subscribed to or kept in
+        a SOW: publishes and deliveries (messages sent, one per connection) with their rates,
+        subscription counts, SOW records."""
         broker = self.server.broker
         out: dict[str, dict[str, Any]] = {}
         if broker is None:
             return out
+        counts = broker.topic_counts
+        for topic, (publishes, deliveries) in counts.snapshot().items():
+            pub_rate, out_rate = self._topic_rates(topic)
+            out[topic] = {
+                "subscriptions": 0,
+                "regex": False,
+                "publishes": publishes,
+                "publishes_per_sec": round(pub_rate, 3),
+                "deliveries": deliveries,
+                "deliveries_per_sec": round(out_rate, 3),
+            }
+        if counts.other_publishes or counts.other_deliveries:
+            out["(other topics)"] = {
+                "subscriptions": 0,
+                "regex": False,
+                "publishes": counts.other_publishes,
+                "deliveries": counts.other_deliveries,
+            }
         for conn in broker.connections:
             for sub in conn.subs.values():
-                entry = out.setdefault(
-                    sub.matcher.topic, {"subscriptions": 0, "regex": sub.matcher.is_regex}
-                )
+                entry = out.setdefault(sub.matcher.topic, {"subscriptions": 0})
+                entry["regex"] = sub.matcher.is_regex
                 entry["subscriptions"] += 1
         for sow in broker.sow_topics:
             entry = out.setdefault(sow.topic, {"subscriptions": 0, "regex": False})

@@ -159,6 +159,8 @@ class Broker:
         """Connections and client states."""
         index = RoutingIndex()
         delivery = Delivery(index, clock=clock, call_later=call_later)
+        self.topic_counts = delivery.topics
+        """Per-topic publish and delivery counts (the admin interface reads them)."""
         self.sows = SowService(config, sow_topics, delivery=delivery, clock=clock)
         """The SOW topics."""
         self.durability = Durability(

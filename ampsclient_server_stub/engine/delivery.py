@@ -23,6 +23,7 @@ from .routing import RoutingIndex
 from .session import CallLater
 from .sow import SowRecord, SowTopic
 from .state import Connection, Route, Subscription
+from .topic_counts import TopicCounts
 from .wire import format_timestamp, set_path
 
 __all__ = ["NO_PREVIOUS", "Delivery"]
@@ -52,6 +53,8 @@ class Delivery:
         self._index = index
         self.clock = clock
         self.call_later = call_later
+        self.topics = TopicCounts()
+        """Per-topic publish and delivery counts (admin statistics; ingest counts publishes)."""
 
     def deliver_plain(
         self,
@@ -71,6 +74,7 @@ class Delivery:
         )
         doc: Any = NO_PREVIOUS
         ts_tail: str | None = None
+        sent = 0
         for conn, subs in route:
             sids: list[str] = []
             ts_sids: list[str] | None = None
@@ -109,9 +113,13 @@ class Delivery:
             send = conn.session.send
             if sids:
                 send((head + ",".join(sids) + tail).encode() + data)
+                sent += 1
             if ts_sids:
                 assert ts_tail is not None
                 send((head + ",".join(ts_sids) + ts_tail).encode() + data)
+                sent += 1
+        if sent:
+            self.topics.delivered(topic, sent)
 
     def delta_body(self, sow: SowTopic, prev_doc: Any, new_doc: Any) -> tuple[bytes, bool] | None:
         """``(delta payload, changed)``, or ``None`` when a delta cannot be computed."""
@@ -148,6 +156,7 @@ class Delivery:
         if record.correlation_id:
             base["x"] = record.correlation_id
         delta_info: Any = NO_PREVIOUS
+        sent = 0
         for conn, subs in route:
             # (kind, timestamp) -> sub ids; kind: "p" full, "d" delta, "o" oof
             groups: dict[tuple[str, bool], list[Subscription]] = {}
@@ -197,6 +206,9 @@ class Delivery:
                         fields["ts"] = record.timestamp
                     body = delta_info[0] if kind == "d" else record.data
                 self.send_group(conn, group, fields, body)
+            sent += len(groups)
+        if sent:
+            self.topics.delivered(sow.topic, sent)
 
     @staticmethod
     def send_group(

@@ -256,6 +256,7 @@ class Ingest:
         if guard is not None:
             guard.check_write(conn, topic)
         self._counters["publishes"] += 1
+        self._delivery.topics.published(topic)
         mt = conn.mt
         sow = self._sows.for_publish(mt, topic) if topic in self._sows.by_name else None
         if sow is not None:
@@ -378,7 +379,9 @@ class Ingest:
         self._appended()
         routes = self._index.routes
         deliver = self._delivery.deliver_plain
+        published = self._delivery.topics.published
         for seq, topic, data in batch:
+            published(topic)
             route = routes.get((mt, topic))
             if route is None:
                 route = self._index.route(mt, topic)
@@ -466,6 +469,7 @@ class Ingest:
             self._durability.sequence_moved(state)
         if item.command != "sow_delete":
             self._counters["publishes"] += 1
+            self._delivery.topics.published(item.topic)
         try:
             self._apply(record, recovering=False)
         except Exception:

@@ -59,6 +59,8 @@ def test_metrics_parse_and_match_the_json_tree() -> None:
             assert values[key] == tree["clients"]["metrics-sub"]["messages_out"]
             key = ("amps_topic_subscriptions", (("topic", "m.topic"),))
             assert values[key] == 1
+            assert values[("amps_topic_publishes_total", (("topic", "m.topic"),))] == 25
+            assert values[("amps_topic_deliveries_total", (("topic", "m.topic"),))] == 25
             key = (
                 "amps_sow_records",
                 (("message_type", "json"), ("topic", "/ADMIN/bookmark_store")),

@@ -14,6 +14,7 @@ import pytest
 from ampsclient import Client, HAClient, Message
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.engine.topic_counts import TopicCounts
 from ampsclient_server_stub.testing import wait_for
 
 from ._support import admin_port, get_json, request, with_admin
@@ -68,6 +69,10 @@ def test_client_counters_count_each_message(admin_server: ServerThread) -> None:
         tree = get_json(port, "/amps/instance")
         assert tree["statistics"]["publishes"] == publishes_before + 10
         assert tree["client_count"] == 2
+        orders = tree["topics"]["orders"]
+        assert orders["publishes"] == 10  # every publish to the topic
+        assert orders["deliveries"] == 5  # the 5 that passed the filter, to one connection
+        assert orders["subscriptions"] == 1
         # one metric on its own, by path
         assert get_json(port, "/amps/instance/clients/pub/messages_in.json") == pub_before + 10
     finally:
@@ -195,3 +200,14 @@ def test_unknown_nodes_are_404(admin_server: ServerThread) -> None:
         status, _, body = request(port, path)
         assert status == 404, path
         assert b"not found" in body
+
+
+def test_topic_counts_are_bounded() -> None:
+    counts = TopicCounts(limit=2)
+    for topic in ("a", "b", "c", "a"):
+        counts.published(topic)
+    counts.delivered("a", 3)
+    counts.delivered("b", 1)
+    counts.delivered("z", 4)
+    assert counts.snapshot() == {"a": (2, 3), "b": (1, 1)}
+    assert (counts.other_publishes, counts.other_deliveries) == (1, 4)

@@ -1,0 +1,56 @@
+"""Per-topic traffic counts for the admin interface: publishes taken in and messages delivered.
+
+Bounded: at most :data:`TOPIC_LIMIT` topics are counted one by one; traffic on further topics
+is added to :attr:`TopicCounts.other_publishes` / :attr:`TopicCounts.other_deliveries`, so a
+server with a topic per order does not grow a dictionary without end.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["TOPIC_LIMIT", "TopicCounts"]
+
+TOPIC_LIMIT: Final = 10_000
+"""Topics counted one by one."""
+
+
+class TopicCounts:
+    """Publishes and deliveries per topic (a delivery: one message frame sent to one
+    connection, however many of its subscriptions it matched)."""
+
+    __slots__ = ("deliveries", "limit", "other_deliveries", "other_publishes", "publishes")
+
+    def __init__(self, limit: int = TOPIC_LIMIT) -> None:
+        self.limit = limit
+        self.publishes: dict[str, int] = {}
+        self.deliveries: dict[str, int] = {}
+        self.other_publishes = 0
+        """Publishes to topics beyond :attr:`limit`."""
+        self.other_deliveries = 0
+        """Deliveries of topics beyond :attr:`limit`."""
+
+    def published(self, topic: str, count: int = 1) -> None:
+        """``count`` publishes to ``topic`` were taken in."""
+        counts = self.publishes
+        if topic in counts:
+            counts[topic] += count
+        elif len(counts) < self.limit:
+            counts[topic] = count
+        else:
+            self.other_publishes += count
+
+    def delivered(self, topic: str, count: int) -> None:
+        """A message of ``topic`` went to ``count`` connections."""
+        counts = self.deliveries
+        if topic in counts:
+            counts[topic] += count
+        elif len(counts) < self.limit:
+            counts[topic] = count
+        else:
+            self.other_deliveries += count
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        """``{topic: (publishes, deliveries)}`` of every counted topic."""
+        topics = self.publishes.keys() | self.deliveries.keys()
+        return {t: (self.publishes.get(t, 0), self.deliveries.get(t, 0)) for t in topics}
