@@ -17,9 +17,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import exceptions
+from ._version import __version__
 from .exceptions import *  # noqa: F403 - the exception tree, official aliases included
-
-__version__ = "0.1.0"
 
 # One row per public name: the module (relative to this package) that defines it.
 _LAZY: dict[str, str] = {

@@ -1,0 +1,177 @@
+"""The ``ampsclient`` command line: one argparse sub-command per AMPS command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from .._version import __version__
+
+__all__ = ["DEFAULT_SERVER", "build_parser", "default_servers"]
+
+DEFAULT_SERVER = "tcp://127.0.0.1:9007/amps/json"
+"""Where to connect without ``--server`` (or ``AMPSCLIENT_SERVER``)."""
+
+_EPILOG = """\
+exit status: 0 done (also Ctrl-C of subscribe, sow_and_subscribe, replay --follow);
+1 the server refused a command; 2 bad command line; 3 no server reachable; 4 timed out;
+5 publishes left unpersisted; 6 input not in --format; 130 Ctrl-C of any other command.
+"""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("connection and output")
+    group.add_argument(
+        "--server",
+        "-s",
+        action="append",
+        metavar="URI",
+        help="server URI, e.g. tcp://host:9007/amps/json; repeat it for failover "
+        f"(default: $AMPSCLIENT_SERVER or {DEFAULT_SERVER})",
+    )
+    group.add_argument(
+        "--name",
+        help="client name (default: ampsclient-cli-<host>-<pid>); a stable name "
+        "lets the server de-duplicate a publisher's messages",
+    )
+    group.add_argument(
+        "--format",
+        "-f",
+        choices=("raw", "json", "jsonl"),
+        default="raw",
+        help="raw: bodies, one per line; jsonl: one JSON envelope per line; json: one JSON "
+        "array (default raw)",
+    )
+    group.add_argument(
+        "--timeout",
+        type=_positive_int,
+        default=30_000,
+        metavar="MS",
+        help="wait at most this long for a logon, an ack or a flush (0 = no limit; default 30000)",
+    )
+    group.add_argument(
+        "--retry-time",
+        type=_positive_int,
+        default=5_000,
+        metavar="MS",
+        help="give up when no server could be reached for this long (0 = never; default 5000)",
+    )
+    group.add_argument(
+        "--heartbeat",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="ask for heartbeats, to detect a silent server (default: none)",
+    )
+    group.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress line and no summary on stderr"
+    )
+    group.add_argument(
+        "--verbose", "-v", action="count", default=0, help="log the client's events (-vv: debug)"
+    )
+    return common
+
+
+def _query(p: argparse.ArgumentParser, *, topic_required: bool = True) -> None:
+    p.add_argument("--topic", "-t", required=topic_required, help="topic or topic regex")
+    p.add_argument("--filter", help='content filter, e.g. "/qty > 10"')
+    p.add_argument("--options", "-o", help="command options, e.g. oof,conflation=1s")
+
+
+def _bookmark(p: argparse.ArgumentParser, default: str | None) -> None:
+    p.add_argument(
+        "--bookmark",
+        "-b",
+        default=default,
+        help="EPOCH, NOW, a bookmark, a timestamp YYYYmmddTHHMMSS[Z], a comma list, or a "
+        "range like [start:end)" + (f" (default {default})" if default else ""),
+    )
+
+
+def _count(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--count", "-n", type=_positive_int, default=0, help="stop after this many messages"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ampsclient`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="ampsclient",
+        description="Publish, subscribe, query and replay on an AMPS server.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"ampsclient {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _common()
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=text,
+            description=text,
+            parents=[common],
+            epilog=_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    p = command("publish", "publish the messages read from stdin (or --file, or --data)")
+    p.add_argument(
+        "--topic", "-t", help="topic of every message (without it: JSON envelopes with a topic)"
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--file", "-i", help="read the messages from this file")
+    source.add_argument("--data", "-d", help="publish this one message")
+
+    p = command("subscribe", "print the messages published to a topic, until Ctrl-C")
+    _query(p)
+    _bookmark(p, None)
+    _count(p)
+
+    p = command("sow", "print the State of the World records of a topic")
+    _query(p)
+    _bookmark(p, None)
+    p.add_argument("--batch-size", type=_positive_int, default=100, help="records per batch")
+    p.add_argument("--top-n", type=_positive_int, default=None, help="at most this many records")
+    p.add_argument("--order-by", help='sort order, e.g. "/price DESC"')
+
+    p = command("sow_and_subscribe", "print the SOW records, then the updates, until Ctrl-C")
+    _query(p)
+    _bookmark(p, None)
+    p.add_argument("--batch-size", type=_positive_int, default=100, help="records per batch")
+    p.add_argument("--top-n", type=_positive_int, default=None, help="at most this many records")
+    p.add_argument("--order-by", help='sort order, e.g. "/price DESC"')
+    _count(p)
+
+    p = command("sow_delete", "delete the SOW records matching --filter (or --keys)")
+    p.add_argument("--topic", "-t", required=True, help="SOW topic")
+    p.add_argument("--filter", help="content filter of the records to delete")
+    p.add_argument("--keys", help="comma-separated SOW keys to delete (instead of --filter)")
+
+    p = command("ping", "connect, log on and time a round trip to the server")
+    p.add_argument("--count", "-n", type=_positive_int, default=1, help="round trips to time")
+
+    p = command("replay", "replay a topic from the transaction log (a bookmark subscription)")
+    _query(p)
+    _bookmark(p, "EPOCH")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="after the replay, keep printing live messages until Ctrl-C (or a range's end)",
+    )
+    _count(p)
+    return parser
+
+
+def default_servers() -> list[str]:
+    """The servers used without ``--server``."""
+    return [os.environ.get("AMPSCLIENT_SERVER") or DEFAULT_SERVER]

@@ -1,0 +1,123 @@
+"""One run of the command: the HA client, the output, the progress line, the summary."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from typing import IO, TextIO
+
+from ..exceptions import AMPSConnectionError, InvalidBookmarkError, UsageError
+from ..ha import DefaultServerChooser, ExponentialDelayStrategy
+from ..protocol.bookmarks import parse_bookmark
+from ..sync import HAClient
+from ..uri import parse_uri
+from .formats import Format, Writer
+from .parser import default_servers
+from .progress import Progress
+
+__all__ = ["BOOKMARK_NAMES", "Session", "redact", "resolve_bookmark"]
+
+BOOKMARK_NAMES = {"EPOCH": "0", "NOW": "0|1|"}
+"""Names accepted by ``--bookmark`` besides the wire forms."""
+
+
+def resolve_bookmark(text: str) -> str:
+    """``--bookmark``'s value as sent: a name resolved, anything else checked.
+
+    Raises:
+        UsageError: not a bookmark in any AMPS form.
+    """
+    named = BOOKMARK_NAMES.get(text.strip().upper())
+    if named is not None:
+        return named
+    try:
+        parse_bookmark(text)
+    except InvalidBookmarkError as exc:
+        raise UsageError(f"--bookmark {text!r}: {exc}") from None
+    return text.strip()
+
+
+def redact(uri: str | None) -> str:
+    """``uri`` without its password."""
+    if uri is None:
+        return "?"
+    if "@" in uri and "://" in uri:
+        scheme, rest = uri.split("://", 1)
+        return scheme + "://" + rest.split("@", 1)[1]
+    return uri
+
+
+class Session:
+    """What a command needs: its arguments, a connected client, the output and the counters.
+
+    Args:
+        args: the parsed command line.
+        stdout: where messages go (binary).
+        stderr: where the progress line, the summary and errors go.
+    """
+
+    def __init__(self, args: argparse.Namespace, *, stdout: IO[bytes], stderr: TextIO) -> None:
+        self.args = args
+        self.command: str = args.command
+        self.stderr = stderr
+        self.servers: list[str] = args.server or default_servers()
+        for uri in self.servers:
+            try:
+                parse_uri(uri)
+            except AMPSConnectionError as exc:
+                raise UsageError(f"--server {redact(uri)!r}: {exc}") from None
+        self.name: str = args.name or f"ampsclient-cli-{socket.gethostname()}-{os.getpid()}"
+        fmt: Format = args.format
+        self.writer = Writer(stdout, fmt, live=self.command != "sow")
+        self.progress = Progress(self.command, stream=stderr, enabled=not args.quiet)
+        self.client: HAClient | None = None
+        self.extra = ""
+        """Facts for the summary line (``"3 persisted"``)."""
+        self.unpersisted = 0
+        """Messages ``publish`` left unpersisted when the client closed."""
+        self.connected = False
+        """Whether a client was made (and so closed)."""
+        self.chooser = DefaultServerChooser(*self.servers)
+
+    def connect(self) -> HAClient:
+        """An HA client logged on to the first server that answers (see ``--retry-time``)."""
+        timeout: int = self.args.timeout
+        client = HAClient(
+            self.name,
+            server_chooser=self.chooser,
+            reconnect_delay_strategy=ExponentialDelayStrategy(
+                initial_delay=100,
+                maximum_delay=2000,
+                maximum_retry_time=self.args.retry_time,
+                jitter=0.5,
+            ),
+            logon_timeout=timeout,
+            connect_timeout=timeout / 1000 if timeout else None,
+            close_timeout=timeout or 5000,
+        )
+        self.client = client
+        self.connected = True
+        if self.args.heartbeat:
+            client.set_heartbeat(self.args.heartbeat)
+        client.connect_and_logon()
+        self.progress.restart()
+        return client
+
+    def close(self) -> None:
+        """Finish the output and close the client (flushing what ``publish`` stored)."""
+        try:
+            self.writer.end()
+        finally:
+            client, self.client = self.client, None
+            if client is not None:
+                self.unpersisted = client.close()
+
+    def error(self, exc: BaseException) -> None:
+        """Show an error as one line on stderr."""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        last = self.chooser.get_error()
+        if isinstance(exc, AMPSConnectionError) and last and last not in text:
+            text += f" (last failure: {last})"
+        self.stderr.write(f"ampsclient {self.command}: {type(exc).__name__}: {text}\n")
+        self.stderr.flush()

@@ -1,0 +1,47 @@
+"""docs/cli.md's shell blocks, run in order as one bash script against a server process."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import ROOT, ServerProcess
+
+pytestmark = pytest.mark.integration
+
+PAGE = ROOT / "docs" / "cli.md"
+
+
+def shell_blocks() -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", PAGE.read_text(), re.S)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_cli_page_examples_run(amps: ServerProcess, tmp_path: Path) -> None:
+    blocks = shell_blocks()
+    assert len(blocks) >= 6
+    bindir = Path(sys.executable).parent
+    script = "set -euo pipefail\n" + "\n".join(blocks)
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=dict(os.environ, AMPSCLIENT_SERVER=amps.uri, PATH=f"{bindir}:{os.environ['PATH']}"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout.splitlines()
+    # what the page says the commands print
+    assert out[:2] == ['{"id": 2, "qty": 50}', '{"id": 3, "qty": 500}']
+    assert '{"headline": "hello"}' in out
+    assert "deleted 2 of 2 matching records from orders" in out
+    assert any(line.startswith(f"pong from {amps.uri}") for line in out)
+    assert "sow failed with status 1" in out
+    assert "publish: 3 messages in " in done.stderr and "3 persisted" in done.stderr
