@@ -379,9 +379,8 @@ class Ingest:
         self._appended()
         routes = self._index.routes
         deliver = self._delivery.deliver_plain
-        published = self._delivery.topics.published
+        self._delivery.topics.published_run(batch)
         for seq, topic, data in batch:
-            published(topic)
             route = routes.get((mt, topic))
             if route is None:
                 route = self._index.route(mt, topic)

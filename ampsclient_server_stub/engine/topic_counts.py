@@ -7,12 +7,16 @@ server with a topic per order does not grow a dictionary without end.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import Any, Final
 
 __all__ = ["TOPIC_LIMIT", "TopicCounts"]
 
 TOPIC_LIMIT: Final = 10_000
 """Topics counted one by one."""
+
+_topic_of: Final = itemgetter(1)
 
 
 class TopicCounts:
@@ -39,6 +43,26 @@ class TopicCounts:
             counts[topic] = count
         else:
             self.other_publishes += count
+
+    def published_run(self, batch: Sequence[tuple[Any, str, Any]]) -> None:
+        """A run of publishes ``(sequence, topic, data)``, counted in C-speed passes (one
+        :meth:`published` call per message would cost the batched publish path ~5%)."""
+        if not batch:
+            return
+        topics = list(map(_topic_of, batch))
+        first = topics[0]
+        if topics.count(first) == len(topics):  # the usual run: one topic
+            self.published(first, len(topics))
+            return
+        last = first
+        run = 0
+        for topic in topics:  # stretches of one topic
+            if topic == last:
+                run += 1
+                continue
+            self.published(last, run)
+            last, run = topic, 1
+        self.published(last, run)
 
     def delivered(self, topic: str, count: int) -> None:
         """A message of ``topic`` went to ``count`` connections."""

@@ -211,3 +211,10 @@ def test_topic_counts_are_bounded() -> None:
     counts.delivered("z", 4)
     assert counts.snapshot() == {"a": (2, 3), "b": (1, 1)}
     assert (counts.other_publishes, counts.other_deliveries) == (1, 4)
+
+
+def test_topic_counts_of_a_publish_run() -> None:
+    counts = TopicCounts()
+    counts.published_run([(1, "a", b""), (2, "a", b""), (3, "b", b""), (4, "a", b"")])
+    counts.published_run([])
+    assert counts.snapshot() == {"a": (3, 0), "b": (1, 0)}
