@@ -31,7 +31,7 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Self
 
 from . import _accel, compat
 from .acks import QueueAckMethods, QueueAcks, bound_message_type
@@ -158,6 +158,10 @@ class ConnectionEvent:
     state: ConnectionState
     uri: str | None = None
     cause: BaseException | None = None
+
+    def __bool__(self) -> bool:
+        """``True`` unless the connection went down: the official listener's ``bool`` state."""
+        return self.state not in (ConnectionState.DISCONNECTED, ConnectionState.SHUTDOWN)
 
 
 @dataclass(slots=True)
@@ -1293,7 +1297,7 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
 
     disconnect = close
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -18,12 +18,12 @@ import collections
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from .exceptions import AMPSError
 from .protocol.message import Message
 
-__all__ = ["MessageStream"]
+__all__ = ["MessageStream", "TimeoutMessageStream"]
 
 _END = object()
 
@@ -31,6 +31,19 @@ _END = object()
 def _set_done(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+class TimeoutMessageStream(Protocol):
+    """What :meth:`MessageStream.timeout` returns, for type checkers: the same stream, whose
+    iteration yields ``None`` when nothing arrived in time (the official behaviour)."""
+
+    def __iter__(self) -> Iterator[Message | None]: ...
+
+    def __next__(self) -> Message | None: ...
+
+    def max_depth(self, depth: int) -> TimeoutMessageStream: ...
+
+    def close(self) -> None: ...
 
 
 class MessageStream(Iterator[Message], AsyncIterator[Message]):
@@ -140,8 +153,12 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
         """Official spelling of :attr:`depth`."""
         return self.depth
 
-    def timeout(self, milliseconds: int) -> MessageStream:
-        """Make ``next()`` yield ``None`` when nothing arrives for this long (official API)."""
+    def timeout(self, milliseconds: int) -> TimeoutMessageStream:
+        """Make ``next()`` yield ``None`` when nothing arrives for this long (official API).
+
+        Returns the stream itself, typed as a :class:`TimeoutMessageStream` (its items are
+        ``Message | None``).
+        """
         self._timeout = milliseconds / 1000.0 if milliseconds else None
         return self
 

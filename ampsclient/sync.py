@@ -12,7 +12,7 @@ import concurrent.futures
 import ssl
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
@@ -26,6 +26,13 @@ from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.message import Message
 from .stream import MessageStream
 from .sync_convenience import SyncCommands
+
+if TYPE_CHECKING:  # the HA modules load when an HAClient is made
+    from .ha.chooser import ServerChooser
+    from .ha.client import AsyncHAClient, FailedWriteHandler
+    from .ha.reconnect import ReconnectDelayStrategy
+    from .stores.bookmark import BookmarkStore
+    from .stores.publish import PublishStore
 
 __all__ = ["Client", "HAClient", "LoopThread"]
 
@@ -325,7 +332,7 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         if lt is not None and not lt.loop.is_closed():
             lt.run(self._async.close())
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -362,8 +369,8 @@ class HAClient(Client):
     def __init__(
         self,
         name: str = "",
-        publish_store: Any = None,
-        bookmark_store: Any = None,
+        publish_store: PublishStore | str | None = None,
+        bookmark_store: BookmarkStore | str | None = None,
         no_store: bool = False,
         *,
         close_timeout: int = 5000,
@@ -443,23 +450,23 @@ class HAClient(Client):
         super().set_publish_batching(batchSize, batchTimeoutMillis)
 
     @property
-    def async_client(self) -> Any:
+    def async_client(self) -> AsyncHAClient:
         """The :class:`AsyncHAClient` this facade drives."""
         return self._ha
 
-    def set_server_chooser(self, chooser: Any) -> None:
+    def set_server_chooser(self, chooser: ServerChooser) -> None:
         """Use ``chooser`` to pick servers."""
         self._ha.set_server_chooser(chooser)
 
-    def get_server_chooser(self) -> Any:
+    def get_server_chooser(self) -> ServerChooser:
         """The server chooser."""
         return self._ha.get_server_chooser()
 
-    def set_reconnect_delay_strategy(self, strategy: Any) -> None:
+    def set_reconnect_delay_strategy(self, strategy: ReconnectDelayStrategy) -> None:
         """Use ``strategy`` between connection attempts."""
         self._ha.set_reconnect_delay_strategy(strategy)
 
-    def get_reconnect_delay_strategy(self) -> Any:
+    def get_reconnect_delay_strategy(self) -> ReconnectDelayStrategy:
         """The reconnect delay strategy."""
         return self._ha.get_reconnect_delay_strategy()
 
@@ -467,11 +474,13 @@ class HAClient(Client):
         """A fixed reconnect delay."""
         self._ha.set_reconnect_delay(milliseconds)
 
-    def set_failed_write_handler(self, handler: Any) -> None:
+    def set_failed_write_handler(self, handler: FailedWriteHandler | None) -> None:
         """``handler(message, reason)`` for publishes the server refused."""
         self._ha.set_failed_write_handler(handler)
 
-    def set_failed_resubscribe_handler(self, handler: Any) -> None:
+    def set_failed_resubscribe_handler(
+        self, handler: Callable[[Command, int, BaseException], bool] | None
+    ) -> None:
         """Called when re-placing a subscription fails."""
         self._ha.set_failed_resubscribe_handler(handler)
 
@@ -480,24 +489,24 @@ class HAClient(Client):
         self._ha.set_resubscription_timeout(milliseconds)
 
     @property
-    def publish_store(self) -> Any:
+    def publish_store(self) -> PublishStore:
         """The publish store."""
         return self._ha.publish_store
 
     @property
-    def bookmark_store(self) -> Any:
+    def bookmark_store(self) -> BookmarkStore:
         """The bookmark store."""
         return self._ha.bookmark_store
 
-    def set_bookmark_store(self, store: Any) -> None:
+    def set_bookmark_store(self, store: BookmarkStore) -> None:
         """Use ``store`` for bookmark subscriptions placed from now on."""
         self._ha.set_bookmark_store(store)
 
-    def set_duplicate_message_handler(self, handler: Any) -> None:
+    def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""
         self._ha.set_duplicate_message_handler(handler)
 
-    def get_duplicate_message_handler(self) -> Any:
+    def get_duplicate_message_handler(self) -> Handler | None:
         """The duplicate message handler."""
         return self._ha.get_duplicate_message_handler()
 
@@ -538,19 +547,46 @@ class HAClient(Client):
         """
         self._run(self._ha.publish_flush(timeout))
 
-    def publish_and_wait(self, topic: str, data: Any, *, timeout: int = 0, **kwargs: Any) -> int:
+    def publish_and_wait(
+        self,
+        topic: str,
+        data: object,
+        expiration: int | None = None,
+        *,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+        timeout: int = 0,
+    ) -> int:
         """Publish and wait for this message's persisted ack; returns its sequence."""
-        return self._run(self._ha.publish_and_wait(topic, data, timeout=timeout, **kwargs))
+        return self._run(
+            self._ha.publish_and_wait(
+                topic,
+                data,
+                expiration,
+                correlation_id=correlation_id,
+                sow_key=sow_key,
+                timeout=timeout,
+            )
+        )
 
     def publish_future(
-        self, topic: str, data: Any, **kwargs: Any
+        self,
+        topic: str,
+        data: object,
+        expiration: int | None = None,
+        *,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
     ) -> concurrent.futures.Future[int]:
         """Publish; the returned future resolves (any thread) on the persisted ack."""
         outer: concurrent.futures.Future[int] = concurrent.futures.Future()
 
         async def track() -> None:
             try:
-                outer.set_result(await self._ha.publish_future(topic, data, **kwargs))
+                future = self._ha.publish_future(
+                    topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key
+                )
+                outer.set_result(await future)
             except BaseException as exc:
                 outer.set_exception(exc)
 

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterable
 
 from ..authenticator import Authenticator, DefaultAuthenticator
+from ..exceptions import UsageError
 
 __all__ = ["DefaultServerChooser", "ServerChooser"]
 
@@ -38,6 +39,16 @@ class ServerChooser(abc.ABC):
     def get_error(self) -> str:
         """A description of the last failure."""
         return ""
+
+    def add(self, uri: str, authenticator: Authenticator | None = None) -> ServerChooser:
+        """Add a URI to choose from. :class:`DefaultServerChooser` does; a chooser that finds
+        its servers otherwise refuses (so ``client.get_server_chooser().add(uri)``, the
+        official idiom, is typed whatever chooser the client holds)."""
+        raise UsageError(f"{type(self).__name__} does not take URIs through add()")
+
+    def add_all(self, uris: Iterable[str]) -> ServerChooser:
+        """Add several URIs (see :meth:`add`)."""
+        raise UsageError(f"{type(self).__name__} does not take URIs through add_all()")
 
 
 class DefaultServerChooser(ServerChooser):

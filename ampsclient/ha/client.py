@@ -602,7 +602,14 @@ class AsyncHAClient(AsyncClient):
             raise DisconnectedError("reconnecting gave up") from self._give_up_error
 
     async def publish_and_wait(
-        self, topic: str, data: str | bytes | Any, *, timeout: int = 0, **kwargs: Any
+        self,
+        topic: str,
+        data: object,
+        expiration: int | None = None,
+        *,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+        timeout: int = 0,
     ) -> int:
         """Publish and wait for the server's persisted ack of this very message.
 
@@ -613,7 +620,9 @@ class AsyncHAClient(AsyncClient):
             PublishError: the server refused the message (the failed-write reason).
             TimeoutError: no ack within ``timeout`` ms.
         """
-        future = self.publish_future(topic, data, **kwargs)
+        future = self.publish_future(
+            topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key
+        )
         if timeout:
             try:
                 return await asyncio.wait_for(future, timeout / 1000.0)
@@ -622,7 +631,13 @@ class AsyncHAClient(AsyncClient):
         return await future
 
     def publish_future(
-        self, topic: str, data: str | bytes | Any, **kwargs: Any
+        self,
+        topic: str,
+        data: object,
+        expiration: int | None = None,
+        *,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
     ) -> asyncio.Future[int]:
         """Publish; the returned future (on the client's loop) resolves on the persisted ack."""
         loop = self._loop
@@ -633,7 +648,9 @@ class AsyncHAClient(AsyncClient):
             # the future is queued before the message can be acked
             seq = self._store.next_sequence()
             self._futures.append((seq, future))
-        got = self.publish(topic, data, **kwargs)
+        got = self.publish(
+            topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key
+        )
         if got != seq:  # pragma: no cover - another thread published in between
             raise UsageError("publish_future needs a single publishing thread")
         return future

@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
             f"/order_id % {args.workers} = {args.index}",
             sub_id="orders",
         )
-        assert not isinstance(stream, str)
         print(f"{name} resuming from {bookmarks.get_most_recent('orders')}", flush=True)
         for message in stream.timeout(200):
             if stopping:

@@ -207,6 +207,7 @@ def test_subscribe_both_forms(client: Client) -> None:
         ("by-keyword", 2),
     ]
     first, second = next(stream.timeout(5000)), next(stream)
+    assert first is not None
     assert [first.json()["n"], second.json()["n"]] == [1, 2]
     assert first.get_sub_id() == "by-stream"
     stream.close()
