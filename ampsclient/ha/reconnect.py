@@ -52,7 +52,7 @@ class ReconnectDelayStrategy(abc.ABC):
     def _delay(self, attempts: int) -> float:
         """Delay in ms before attempt number ``attempts`` (1 = the first retry)."""
 
-    def get_connect_wait_duration(self, uri: str) -> float:
+    def get_connect_wait_duration(self, uri: str) -> int:
         """Milliseconds to wait before connecting to ``uri`` now (official name).
 
         Raises:
@@ -69,8 +69,8 @@ class ReconnectDelayStrategy(abc.ABC):
         attempts = state.attempts
         state.attempts += 1
         if attempts == 0:
-            return 0.0
-        return self._delay(attempts)
+            return 0
+        return round(self._delay(attempts))
 
     def reset(self) -> None:
         """A connection succeeded: forget every failure."""
