@@ -132,6 +132,11 @@ class Link(asyncio.Protocol):
         self.peer_user: str | None = None
         """The user the peer logged on as (``None`` until this side accepted its logon)."""
         self.accepted_by_peer = False
+        """The peer accepted this instance's logon: this instance's streams may use the link."""
+        self.refused_by_peer = False
+        self.peer_refused = False
+        """The dialer refused the listener's logon: the link carries only the dialer's streams
+        (nothing the listener sends is accepted), as an AMPS connection carries one way."""
         self.auth_state: dict[str, Any] = {}
         """The authentication module's state for the peer's logon (kept between retries)."""
         self._logon_user = ""
@@ -454,6 +459,24 @@ class Link(asyncio.Protocol):
             return
         if not verdict.ok:
             reason = verdict.reason or AUTH_FAILURE
+            self.manager.counters["auth_failures"] += 1
+            if self.dialer:
+                # the listener logging on in turn: keep the link for this instance's own
+                # streams, accept none of the listener's
+                logger.error(
+                    "replication: logon refused (%s) for %r at %s, user %r, by the "
+                    "<Authentication> of transport %r: nothing it replicates over this link "
+                    "is accepted",
+                    reason,
+                    self.peer_name,
+                    self.remote,
+                    user,
+                    self.manager.transport_name,
+                )
+                self.peer_refused = True
+                self.send({"c": "rlogonack", "status": "failure", "reason": reason})
+                self._logon_done()
+                return
             logger.error(
                 "replication: logon refused (%s) for an incoming %s connection from %s "
                 "claiming to be %r, user %r: refused by the <Authentication> of transport %r",
@@ -464,7 +487,6 @@ class Link(asyncio.Protocol):
                 user,
                 self.manager.transport_name,
             )
-            self.manager.counters["auth_failures"] += 1
             self.reject(reason)
             return
         self.peer_user = user
@@ -483,13 +505,28 @@ class Link(asyncio.Protocol):
     def _on_logon_ack(self, header: dict[str, Any]) -> None:
         authenticator = self._authenticator
         status = header.get("status")
-        if authenticator is None or status not in ("success", "retry"):
+        if authenticator is None or status not in ("success", "retry", "failure"):
             logger.warning("replication: unexpected logon answer from %s", self.describe())
             self.close("protocol error")
             return
         if status == "success":
             authenticator.completed(self._logon_user, None, "success")
             self.accepted_by_peer = True
+            self._logon_done()
+            return
+        if status == "failure":
+            reason = str(header.get("reason") or AUTH_FAILURE)
+            self.manager.counters["auth_failures"] += 1
+            logger.error(
+                "replication: %r at %s refused this instance's logon as user %r (%s): this "
+                "instance's streams do not use this link (check the <Authenticator> of the "
+                "destination here and the user's credentials there)",
+                self.peer_name,
+                self.remote,
+                self._logon_user,
+                reason,
+            )
+            self.refused_by_peer = True
             self._logon_done()
             return
         try:
@@ -506,7 +543,9 @@ class Link(asyncio.Protocol):
         self.send({"c": "rlogon", "user": self._logon_user, "pw": answer or ""})
 
     def _logon_done(self) -> None:
-        if self.state != "await_logon" or self.peer_user is None or not self.accepted_by_peer:
+        peer_checked = self.peer_user is not None or self.peer_refused
+        answered = self.accepted_by_peer or self.refused_by_peer
+        if self.state != "await_logon" or not peer_checked or not answered:
             return
         self.state = "await_config"
         self.send({"c": "rconfig"}, self.manager.summary.to_wire())

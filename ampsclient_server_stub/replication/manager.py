@@ -431,6 +431,7 @@ class ReplicationManager:
             for link in self.links:
                 if (
                     link.is_up
+                    and link.accepted_by_peer
                     and not self.is_partitioned(link.peer_name)
                     and self.matches(out, link)
                 ):
@@ -518,6 +519,15 @@ class ReplicationManager:
             if out is not None and isinstance(u, int):
                 out.on_ack(u)
         elif c == "ropen":
+            if link.peer_user is None:  # its logon was refused: accept none of its streams
+                logger.warning(
+                    "replication: %r (logon refused) tried to replicate %r to this instance "
+                    "over %s; refused",
+                    link.peer_name,
+                    d,
+                    link.describe(),
+                )
+                return
             inbound = Inbound(self, link, d)
             link.inbound[d] = inbound
             logger.info(

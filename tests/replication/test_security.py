@@ -362,3 +362,93 @@ def test_an_unusable_authenticator_fails_the_start(
     with pytest.raises(SecurityConfigError, match=message) as info:
         start_thread(g, threads)
     assert "the <Authenticator> of replication destination 'T'" in str(info.value)
+
+
+def test_a_refused_listener_logon_keeps_the_link_one_way(
+    tmp_path: Path, threads: list[Any]
+) -> None:
+    """Both instances require a logon. A's credentials for B are right, B's for A are wrong.
+    As with AMPS' one-way connections, A replicates to B, and nothing of B reaches A: B's
+    logon to A is refused both on the link A dialed and on B's own dials."""
+    users = tmp_path / "users.json"
+    add_user(users, "a-repl", "a-pw", read=[".*"], write=[".*"], **FAST)
+    add_user(users, "b-repl", "b-pw", read=[".*"], write=[".*"], **FAST)
+    a = Node("A", tmp_path, repl_port=free_port(), replication_transport=secured_transport(users))
+    b = Node("B", tmp_path, repl_port=free_port(), replication_transport=secured_transport(users))
+    a.destinations = [destination(b, authenticator=authenticator(User="a-repl", Password="a-pw"))]
+    b.destinations = [destination(a, authenticator=authenticator(User="b-repl", Password="no"))]
+    ta, tb = start_thread(a, threads), start_thread(b, threads)
+    uri_a, uri_b = ta.uri("tcp", "json"), tb.uri("tcp", "json")
+    for uri, name in ((uri_b, "B"), (uri_a, "A")):
+        with Client(f"pub-{name}") as client:
+            client.connect(uri)
+            client.logon(5000)
+            client.publish("orders", json.dumps({"src": name}))
+            client.flush(10_000)
+    wait_for(
+        lambda: [json.loads(b)["src"] for _, b in epoch_replay(uri_b, "orders")] == ["B", "A"],
+        20,
+        "A's order on B",
+    )
+    # B keeps trying (its own dials, refused at A): wait for a few refusals, then check A
+    failures = lambda: int(ta.call(lambda: ta.server.replication.counters["auth_failures"]))
+    wait_for(lambda: failures() >= 3, 20, "B's logons refused by A")
+    assert [json.loads(b)["src"] for _, b in epoch_replay(uri_a, "orders")] == ["A"]
+
+
+def test_a_peer_that_skips_the_logon_is_closed_and_nothing_is_recorded(
+    tmp_path: Path, users: Path, threads: list[Any]
+) -> None:
+    """A hand-written client of the link protocol proves the (empty) secret, skips the logon
+    and sends a stream of records: the link is closed at the first of them, nothing recorded."""
+    import socket
+    import struct
+
+    from ampsclient_server_stub.replication.protocol import (
+        PROTOCOL_VERSION,
+        decode_frame,
+        encode_frame,
+        make_nonce,
+        pack_records,
+        proof,
+    )
+
+    t = Node("T", tmp_path, repl_port=free_port(), replication_transport=secured_transport(users))
+    tt = start_thread(t, threads)
+    assert t.repl_port is not None
+    nonce = make_nonce()
+    record = (1, 99, 1, "p", "orders", b'{"src":"rogue"}', {"mt": "json"})
+    with socket.create_connection(("127.0.0.1", t.repl_port), timeout=10) as sock:
+        sock.sendall(
+            encode_frame(
+                {"c": "rhello", "name": "Rogue", "role": "replication", "nonce": nonce, "v": 2}
+            )
+        )
+        (size,) = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))
+        challenge, _ = decode_frame(sock.recv(size, socket.MSG_WAITALL))
+        assert challenge["c"] == "rchallenge" and PROTOCOL_VERSION == 2
+        sock.sendall(
+            encode_frame({"c": "rauth", "proof": proof("", "dialer", challenge["nonce"], "Rogue")})
+            + encode_frame({"c": "ropen", "d": "T", "sync": "async"})
+            + encode_frame({"c": "rrec", "d": "T"}, pack_records([record]))
+        )
+        rest = b""
+        while chunk := sock.recv(65536):  # the instance closes the connection
+            rest += chunk
+    assert held_thread(tt, "orders") == []
+    assert tt.call(lambda: tt.server.replication.status()["links"]) == []
+
+
+def held_thread(thread: Any, topic: str) -> list[bytes]:
+    """The payloads of ``topic`` in an in-process instance's journal."""
+    journal = thread.server.journal
+
+    def read() -> list[bytes]:
+        out: list[bytes] = []
+        position = journal.first_index
+        while batch := journal.read(position, max_records=5000):
+            out += [bytes(r.payload) for r in batch if r.topic == topic]
+            position = batch[-1].index + 1
+        return out
+
+    return list(thread.call(read))
