@@ -16,7 +16,9 @@ when present, is one msgpack value. The header's ``c`` names the frame:
                              logs on in turn once it accepted the dialer's, unless the
                              dialer is the admin client)
 ``rlogonack``   both         ``status`` ``success`` or ``retry`` (``pw``: the challenge);
-                             a refused logon is an ``rreject`` with ``auth failure``
+                             the listener refuses a logon with ``rreject`` ``auth
+                             failure``, the dialer with ``failure`` (``reason``): the
+                             link then carries the dialer's streams only
 ``rconfig``     both         body: the instance's replication summary (for validation)
 ``rready``      both         validation passed on this side
 ``rreject``     both         ``reason``; body: the list of problems found (may be empty)
