@@ -144,6 +144,27 @@ def test_replication_downgrade_and_upgrade(tmp_path: Path) -> None:
         assert get_json(port, path)["replication_type"] == "sync"
         status, _, _ = request(port, "/amps/administrator/replication/nowhere/downgrade")
         assert status == 404
+        # lag: B unreachable, one message waits for its acknowledgment
+        manager = threads[0].server.replication
+        assert manager is not None
+        threads[0].call(lambda: manager.partition("B"))
+        with Client("lagging-pub") as pub:
+            pub.connect(threads[0].uri())
+            pub.logon(5000)
+            pub.publish("orders", json.dumps({"n": 99}))
+            pub.flush(5000)
+        wait_for(
+            lambda: get_json(port, path)["seconds_behind"] > 0.3,
+            what="the destination to fall behind",
+        )
+        assert get_json(port, path)["messages_behind"] >= 1
+        wait_for(
+            lambda: get_json(port, "/amps/instance/history")[-1]["replication_lag"] > 0.3,
+            what="the lag in the dashboard's samples",
+        )
+        threads[0].call(lambda: manager.heal("B"))
+        wait_for(lambda: get_json(port, path)["messages_behind"] == 0, timeout=20, what="caught up")
+        assert get_json(port, path)["seconds_behind"] == 0
     finally:
         for thread in threads:
             thread.stop()

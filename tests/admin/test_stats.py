@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +15,9 @@ import pytest
 from ampsclient import Client, HAClient, Message
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import parse_config
 from ampsclient_server_stub.engine.topic_counts import TopicCounts
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import RawClient, wait_for
 
 from ._support import admin_port, get_json, request, with_admin
 
@@ -218,3 +220,46 @@ def test_topic_counts_of_a_publish_run() -> None:
     counts.published_run([(1, "a", b""), (2, "a", b""), (3, "b", b""), (4, "a", b"")])
     counts.published_run([])
     assert counts.snapshot() == {"a": (3, 0), "b": (1, 0)}
+
+
+def test_an_offlined_slow_client_shows_its_backlog(tmp_path: Path) -> None:
+    disk = tmp_path / "offline"
+    xml = f"""<AMPSConfig><Name>slow</Name>
+      <MessageMemoryLimit>2MB</MessageMemoryLimit><MessageDiskPath>{disk}</MessageDiskPath>
+      <MessageDiskLimit>500MB</MessageDiskLimit><ClientMaxCapacity>50%</ClientMaxCapacity>
+      <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+      </Transport></Transports></AMPSConfig>"""
+    config = with_admin(parse_config(xml, base_dir=tmp_path))
+    with ServerThread(config, record_all_topics=False) as thread:
+        port = admin_port(thread)
+        sub = RawClient(thread.server.tcp_port, rcvbuf=4096, timeout=10)  # reads when told to
+        try:
+            sub.send({"c": "logon", "cid": "L", "client_name": "slow-reader", "a": "processed"})
+            sub.send({"c": "subscribe", "cid": "S", "t": "bulk", "a": "processed"})
+            acks = 0
+            while acks < 2:
+                acks += sum(1 for h, _ in sub.read_some(1 << 20, timeout=10) if h.get("c") == "ack")
+            body = json.dumps({"pad": "x" * 8000})
+            with Client("bulk-pub") as pub:
+                pub.connect(thread.uri())
+                pub.logon(5000)
+                for _ in range(1500):  # ~12 MB towards a reader that reads nothing
+                    pub.publish("bulk", body)
+                pub.flush(30_000)
+            slow = get_json(port, "/amps/instance/clients/slow-reader")
+            assert slow["offline"] is True
+            assert slow["offline_bytes"] > 4_000_000
+            assert slow["queued_bytes_out"] >= slow["offline_bytes"]
+            assert slow["queue_max_latency"] >= 0
+            assert get_json(port, "/amps/instance/statistics/slow_offlined") >= 1
+            seen = 0
+            while seen < 1500:
+                seen += sum(1 for h, _ in sub.read_some(1 << 20, timeout=10) if h.get("c") == "p")
+            wait_for(
+                lambda: get_json(port, "/amps/instance/clients/slow-reader/offline") is False,
+                timeout=15,
+                what="the reader to catch up",
+            )
+            assert get_json(port, "/amps/instance/clients/slow-reader/offline_bytes") == 0
+        finally:
+            sub.close()
