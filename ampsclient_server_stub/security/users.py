@@ -249,13 +249,15 @@ def add_user(
     *,
     read: Sequence[str] | None = None,
     write: Sequence[str] | None = None,
+    admin: Sequence[str] | None = None,
     scheme: str = "scrypt",
     iterations: int = DEFAULT_PBKDF2_ITERATIONS,
     n: int = DEFAULT_SCRYPT_N,
 ) -> None:
     """Add or update ``user`` in the users file at ``path`` (created if missing).
 
-    Entitlements given replace the user's; ``None`` keeps them.
+    Entitlements given replace the user's; ``None`` keeps them (``admin``: the admin
+    interface's request-path patterns).
     """
     if not user:
         raise UsersFileError("empty user name")
@@ -276,6 +278,8 @@ def add_user(
         entry["read"] = list(read)
     if write is not None:
         entry["write"] = list(write)
+    if admin is not None:
+        entry["admin"] = list(admin)
     data["users"][user] = entry
     _save_raw(file, data)
 
@@ -314,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add.add_argument("--password-stdin", action="store_true", help="read one line from stdin")
     add.add_argument("--read", action="append", default=None, help="topic regex (repeatable)")
     add.add_argument("--write", action="append", default=None, help="topic regex (repeatable)")
+    add.add_argument("--admin", action="append", default=None, help="admin path regex (repeatable)")
     add.add_argument(
         "--scheme",
         choices=("scrypt", "pbkdf2-sha256"),
@@ -337,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 password,
                 read=args.read,
                 write=args.write,
+                admin=args.admin,
                 scheme=args.scheme,
                 iterations=args.iterations,
             )

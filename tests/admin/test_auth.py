@@ -3,7 +3,6 @@ credentials (401 without or with wrong ones) and the ``admin`` entitlement (403)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,9 @@ FAST = {"scheme": "pbkdf2-sha256", "iterations": 1000}
 
 def secured(tmp_path: Path, admin_extra: str = "") -> ServerThread:
     users = tmp_path / "users.json"
-    add_user(users, "ops", "ops-secret", read=[".*"], write=[".*"], **FAST)
-    add_user(users, "viewer", "viewer-secret", read=[".*"], **FAST)
+    add_user(users, "ops", "ops-secret", read=[".*"], write=[".*"], admin=[".*"], **FAST)
+    add_user(users, "viewer", "viewer-secret", admin=["^/amps/instance", "^/metrics$"], **FAST)
     add_user(users, "app", "app-secret", read=[".*"], write=[".*"], **FAST)
-    data = json.loads(users.read_text())
-    data["users"]["ops"]["admin"] = [".*"]
-    data["users"]["viewer"]["admin"] = ["^/amps/instance", "^/metrics$"]
-    users.write_text(json.dumps(data))
     xml = f"""<AMPSConfig><Name>secure</Name>
       <Authentication><Module>users-file</Module>
         <Options><UsersFile>{users}</UsersFile></Options></Authentication>
