@@ -1,0 +1,67 @@
+"""Bookmark subscriber resuming through a RingBookmarkStore file."""
+
+import json
+import os
+import sys
+import threading
+import time
+
+if os.environ.get("AMPS_MODULE") == "AMPS":
+    import AMPS
+else:
+    import ampsclient as AMPS
+
+uri, workdir = sys.argv[1], sys.argv[2]
+SUB = "s06-sub"
+
+
+def make_store():
+    return AMPS.RingBookmarkStore(os.path.join(workdir, "s06.ring"))
+
+
+publisher = AMPS.Client("corpus-s06-pub")
+publisher.connect(uri)
+publisher.logon()
+for n in range(10):
+    publisher.publish("s06-journal", json.dumps({"n": n}))
+publisher.flush(5000)
+
+
+def session(stop_after):
+    """Subscribe from the recovery point; discard up to stop_after messages; return them."""
+    client = AMPS.HAClient("corpus-s06-sub")
+    client.set_bookmark_store(make_store())
+    chooser = AMPS.DefaultServerChooser()
+    chooser.add(uri)
+    client.set_server_chooser(chooser)
+    client.connect_and_logon()
+    seen = []
+    done = threading.Event()
+
+    last = [None]
+
+    def on_message(message):
+        n = json.loads(message.get_data())["n"]
+        if len(seen) < stop_after:
+            seen.append(n)
+            last[0] = message.get_bookmark()
+            client.discard(message)
+        if len(seen) == stop_after or n == 9:
+            done.set()
+
+    client.bookmark_subscribe(
+        on_message, "s06-journal", AMPS.Client.Bookmarks.MOST_RECENT, sub_id="s06-sub", timeout=5000
+    )
+    done.wait(10)
+    # the recovery point moves once the server's persisted ack covers the discarded messages
+    deadline = time.time() + 10
+    while time.time() < deadline and client.get_most_recent(SUB) != last[0]:
+        time.sleep(0.05)
+    client.unsubscribe("s06-sub")
+    client.close()
+    return seen
+
+
+print("first", session(6))
+print("second", session(10))
+publisher.close()
