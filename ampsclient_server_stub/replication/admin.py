@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m ampsclient_server_stub.replication.admin HOST:PORT COMMAND [key=value ...]``.
 
     The secret comes from ``--secret`` or the ``AMPS_REPLICATION_SECRET`` environment
-    variable. Prints the result as JSON; exit status 1 when the command failed.
+    variable; the logon (when the transport has ``<Authentication>``) from ``--user`` and
+    ``AMPS_REPLICATION_PASSWORD``. Prints the result as JSON; exit status 1 when the command
+    failed.
     """
     import argparse
     import json
@@ -129,12 +131,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command")
     parser.add_argument("args", nargs="*", help="key=value arguments")
     parser.add_argument("--secret", default=os.environ.get("AMPS_REPLICATION_SECRET", ""))
+    parser.add_argument(
+        "--user", default="", help="logon user (password: $AMPS_REPLICATION_PASSWORD)"
+    )
     options = parser.parse_args(argv)
     host, _, port = options.address.rpartition(":")
     kwargs = dict(arg.split("=", 1) for arg in options.args if "=" in arg)
     try:
         result = admin_call(
-            host or "127.0.0.1", int(port), options.secret, options.command, **kwargs
+            host or "127.0.0.1",
+            int(port),
+            options.secret,
+            options.command,
+            user=options.user,
+            password=os.environ.get("AMPS_REPLICATION_PASSWORD", ""),
+            **kwargs,
         )
     except (AdminError, OSError, ValueError) as exc:
         sys.stderr.write(f"error: {exc}\n")

@@ -338,6 +338,11 @@ def test_challenge_response_logon_without_the_password_on_the_wire(
         admin_call("127.0.0.1", port, "", "status")
     assert [link["peer"] for link in status()["links"]] == ["G"]
     assert tt.server.replication.counters["auth_failures"] == 2
+    from ampsclient_server_stub.replication.admin import main
+
+    assert main([f"127.0.0.1:{port}", "journal", "--user", "repl"]) == 1  # no password
+    monkeypatch.setenv("AMPS_REPLICATION_PASSWORD", "repl-pw")
+    assert main([f"127.0.0.1:{port}", "journal", "--user", "repl"]) == 0
 
 
 @pytest.mark.parametrize(
