@@ -312,6 +312,7 @@ def test_deliver_lets_base_exceptions_through() -> None:
             )
 
 
+@pytest.mark.integration
 def test_client_receive_path(implementation: str, server: Any) -> None:
     """End to end over a real socket: handlers that keep messages and ones that do not."""
     kept: list[Message] = []
@@ -520,6 +521,7 @@ def make_store(kind: str, path: Any, start: int) -> Any:
     return FilePublishStore(path, fsync=kind, segment_size=64 * 1024)  # rolls over
 
 
+@pytest.mark.integration
 @needs_publish_lane
 @pytest.mark.parametrize("kind", ["memory", "never", "interval"])
 @pytest.mark.parametrize("seed", [1, 2])
@@ -565,6 +567,7 @@ def test_publish_lane_matches_python(kind: str, seed: int, server: Any, tmp_path
     assert wire[0] == wire[1]
 
 
+@pytest.mark.integration
 @needs_publish_lane
 def test_publish_lane_threads_keep_each_publishers_order(server: Any) -> None:
     """Four threads publish through one HAClient while acks discard concurrently: the server
@@ -647,6 +650,7 @@ def plain_script(client: Client, seed: int, steps: int) -> None:
             client.delta_publish(topic, f'{{"n":{i}}}')
 
 
+@pytest.mark.integration
 @needs_plain_lane
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_plain_publish_lane_matches_python(seed: int, server: Any) -> None:
@@ -672,6 +676,7 @@ def test_plain_publish_lane_matches_python(seed: int, server: Any) -> None:
     assert wire[0] == wire[1]
 
 
+@pytest.mark.integration
 @needs_plain_lane
 def test_plain_publish_lane_disconnected_raises_as_python_does(server: Any) -> None:
     with Client("plain-lane-disconnected") as client:
@@ -759,6 +764,7 @@ def test_ws_encode_frame_sizes_and_a_truncated_buffer() -> None:
         C.ws_encode(b"\x00\x00", True)
 
 
+@pytest.mark.integration
 def test_ws_client_publishes_and_receives(implementation: str, server: Any) -> None:
     """ws:// end to end with the C frames and with the Python ones."""
     seen: list[str] = []

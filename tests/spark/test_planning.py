@@ -189,6 +189,7 @@ def test_too_short_a_span_is_not_split() -> None:
 # ------------------------------------------------------------------ the writer's sequences
 
 
+@pytest.mark.integration
 def test_a_retried_task_skips_what_the_server_has(uri: str, topic: str) -> None:
     schema = StructType([StructField("data", StringType())])
     opts = WriteOptions.parse_options({"uri": uri, "topic": topic})
@@ -212,6 +213,7 @@ def test_a_retried_task_skips_what_the_server_has(uri: str, topic: str) -> None:
     assert [e["sequence"] for e in log] == list(range(1, 101))
 
 
+@pytest.mark.integration
 def test_stream_sequences_rise_across_batches(uri: str, topic: str) -> None:
     schema = StructType([StructField("data", StringType())])
     publisher = _RowPublisher(WriteOptions.parse_options({"uri": uri, "topic": topic}), schema)

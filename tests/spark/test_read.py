@@ -47,6 +47,7 @@ def orders(n: int, start: int = 0) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.integration
 def test_range_read_equals_the_journal_slice(spark: Any, uri: str, topic: str) -> None:
     publish(uri, topic, orders(120), chunks=3, gap=0.02)
     log = journal(uri, topic)
@@ -67,6 +68,7 @@ def test_range_read_equals_the_journal_slice(spark: Any, uri: str, topic: str) -
     assert rows_of(reader(spark, uri, topic).load()) == expected(log)
 
 
+@pytest.mark.integration
 def test_parallel_read_by_time_equals_the_journal(spark: Any, uri: str, topic: str) -> None:
     publish(uri, topic, orders(300), chunks=6, gap=0.03)
     log = journal(uri, topic)
@@ -93,6 +95,7 @@ def test_parallel_read_by_time_equals_the_journal(spark: Any, uri: str, topic: s
     assert sorted(rows_of(both), key=lambda r: r["sequence"]) == expected(log[11:281])
 
 
+@pytest.mark.integration
 def test_parsed_json_with_a_schema(spark: Any, uri: str, topic: str) -> None:
     docs = orders(40)
     docs[5] = {"id": 5, "symbol": "S1", "qty": "not a number", "px": 1.0}
@@ -127,6 +130,7 @@ def test_parsed_json_with_a_schema(spark: Any, uri: str, topic: str) -> None:
     assert user.where("symbol = 'S3'").count() == 10
 
 
+@pytest.mark.integration
 def test_a_schema_projects_and_retypes_metadata_columns(spark: Any, uri: str, topic: str) -> None:
     publish(uri, topic, orders(5))
     log = journal(uri, topic)
@@ -139,6 +143,7 @@ def test_a_schema_projects_and_retypes_metadata_columns(spark: Any, uri: str, to
         reader(spark, uri, topic).schema("data STRING, symbol STRING").load().collect()
 
 
+@pytest.mark.integration
 def test_msgpack_payloads_are_binary_or_parsed(spark: Any, uri: str, topic: str) -> None:
     mp_uri = uri.replace("/amps/json", "/amps/msgpack")
     with HAClient(f"mp-{topic}", MemoryPublishStore()) as client:
@@ -165,6 +170,7 @@ def test_msgpack_payloads_are_binary_or_parsed(spark: Any, uri: str, topic: str)
     ]
 
 
+@pytest.mark.integration
 def test_bad_bookmark_fails_with_the_amps_reason(spark: Any, uri: str, topic: str) -> None:
     publish(uri, topic, orders(3))
     df = (
@@ -182,6 +188,7 @@ def test_bad_bookmark_fails_with_the_amps_reason(spark: Any, uri: str, topic: st
         ).load().collect()
 
 
+@pytest.mark.integration
 def test_server_down_fails_the_task_with_the_reason(spark: Any, topic: str) -> None:
     dead = f"tcp://127.0.0.1:{free_port()}/amps/json"
     df = (

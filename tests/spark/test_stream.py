@@ -25,6 +25,7 @@ def docs(start: int, n: int) -> list[dict[str, Any]]:
     return [{"id": i, "symbol": f"S{i % 3}"} for i in range(start, start + n)]
 
 
+@pytest.mark.integration
 def test_restart_from_checkpoint_loses_and_repeats_nothing(
     spark: Any, uri: str, topic: str, tmp_path: pathlib.Path
 ) -> None:
@@ -57,6 +58,7 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
     assert sorted(json.loads(r.data)["id"] for r in rows) == list(range(80))
 
 
+@pytest.mark.integration
 def test_a_failed_batch_is_replayed_with_identical_offsets_and_data(
     spark: Any, uri: str, topic: str, tmp_path: pathlib.Path
 ) -> None:
@@ -100,6 +102,7 @@ def test_a_failed_batch_is_replayed_with_identical_offsets_and_data(
     assert sorted(delivered) == sorted(e["bookmark"] for e in journal(uri, topic))
 
 
+@pytest.mark.integration
 def test_begin_now_reads_only_what_comes_after_the_start(
     spark: Any, uri: str, topic: str, tmp_path: pathlib.Path
 ) -> None:

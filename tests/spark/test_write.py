@@ -39,6 +39,7 @@ def ids_of(entries: list[dict[str, Any]]) -> Counter[int]:
     return Counter(json.loads(e["data"])["id"] for e in entries)
 
 
+@pytest.mark.integration
 def test_a_retried_write_task_publishes_each_row_once(
     spark: Any, uri: str, topic: str, tmp_path: pathlib.Path
 ) -> None:
@@ -68,6 +69,7 @@ def test_a_retried_write_task_publishes_each_row_once(
     assert len(journal(uri, topic)) == 200
 
 
+@pytest.mark.integration
 def test_a_replayed_stream_write_batch_publishes_each_row_once(
     spark: Any, uri: str, tmp_path: pathlib.Path
 ) -> None:
@@ -109,6 +111,7 @@ def test_a_replayed_stream_write_batch_publishes_each_row_once(
     assert ids_of(journal(uri, target)) == Counter(range(60))
 
 
+@pytest.mark.integration
 def test_write_errors_carry_the_reason(spark: Any, uri: str, topic: str) -> None:
     df = spark.createDataFrame([("a",), ("b",)], "data STRING")
     dead = f"tcp://127.0.0.1:{free_port()}/amps/json"

@@ -111,6 +111,7 @@ def settle(server: ServerThread, *clients: Client) -> None:
 # --------------------------------------------------------------------------- the forms
 
 
+@pytest.mark.integration
 def test_epoch_replays_everything_then_completed_then_live(
     txserver: ServerThread, connect: Connect, history: tuple[Client, str, list[str]]
 ) -> None:
@@ -130,6 +131,7 @@ def test_epoch_replays_everything_then_completed_then_live(
     assert len(box.acks("completed")) == 1
 
 
+@pytest.mark.integration
 def test_now_skips_the_history(
     txserver: ServerThread, connect: Connect, history: tuple[Client, str, list[str]]
 ) -> None:
@@ -144,6 +146,7 @@ def test_now_skips_the_history(
     assert all(m.get_bookmark() for m in box.messages)
 
 
+@pytest.mark.integration
 def test_a_bookmark_starts_right_after_it(
     txserver: ServerThread, connect: Connect, history: tuple[Client, str, list[str]]
 ) -> None:
@@ -158,6 +161,7 @@ def test_a_bookmark_starts_right_after_it(
     assert box.messages == []
 
 
+@pytest.mark.integration
 def test_a_bookmark_list_starts_at_the_oldest(txserver: ServerThread, connect: Connect) -> None:
     a, b = connect("pub-a"), connect("pub-b")
     topic = unique("mixed")
@@ -217,6 +221,7 @@ def timed_history(
     return topic, journal_bookmarks(txserver)[-12:]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("bookmark", "expected"),
     [
@@ -235,6 +240,7 @@ def test_a_timestamp_starts_at_the_first_message_at_or_after_it(
     assert ns(box) == expected
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
@@ -263,6 +269,7 @@ def test_timestamp_ranges(
     assert txserver.call(lambda: len(txserver.broker.connection_for(sub.name).subs)) == 0  # type: ignore[union-attr]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
@@ -291,6 +298,7 @@ def test_bookmark_ranges(
     assert ns(box) == expected
 
 
+@pytest.mark.integration
 def test_a_range_with_a_future_end_time_stops_at_that_time(
     txserver: ServerThread, connect: Connect
 ) -> None:
@@ -312,6 +320,7 @@ def test_a_range_with_a_future_end_time_stops_at_that_time(
 # --------------------------------------------------------------------------- unknown / invalid
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
@@ -338,6 +347,7 @@ def test_an_unknown_bookmark_starts_per_bookmark_not_found(
     assert ns(box) == [*expected, 10]
 
 
+@pytest.mark.integration
 def test_an_unknown_bookmark_fails_with_bookmark_not_found_fail(
     connect: Connect, history: tuple[Client, str, list[str]]
 ) -> None:
@@ -347,6 +357,7 @@ def test_an_unknown_bookmark_fails_with_bookmark_not_found_fail(
     assert info.value.reason == "invalid bookmark"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "garbage", ["abc", "1|2", "20241301T000000Z", "[1|2|:", "0|1|,abc", "recent", "1|x|"]
 )
@@ -377,6 +388,7 @@ CONFIG = """
 """
 
 
+@pytest.mark.integration
 def test_only_configured_topics_are_recorded(tmp_path: Path) -> None:
     config = parse_config(CONFIG, base_dir=tmp_path)
     with ServerThread(config, fsync="never") as server:
@@ -425,6 +437,7 @@ def test_only_configured_topics_are_recorded(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- filters, cut-over
 
 
+@pytest.mark.integration
 def test_content_filters_apply_during_replay_and_live(
     txserver: ServerThread, connect: Connect
 ) -> None:
@@ -441,6 +454,7 @@ def test_content_filters_apply_during_replay_and_live(
     assert ns(box) == [0, 1, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 1]
 
 
+@pytest.mark.integration
 def test_replay_then_live_has_no_gap_and_no_duplicate(
     txserver: ServerThread, connect: Connect
 ) -> None:
@@ -485,6 +499,7 @@ def test_replay_then_live_has_no_gap_and_no_duplicate(
 # --------------------------------------------------------------------------- pause / resume
 
 
+@pytest.mark.integration
 def test_paused_subscriptions_resumed_together_share_one_replay(
     txserver: ServerThread, connect: Connect
 ) -> None:
@@ -586,6 +601,7 @@ def test_a_shared_replay_survives_its_members_leaving_and_pausing(tmp_path: Path
     journal.close()
 
 
+@pytest.mark.integration
 def test_pausing_an_active_replay_holds_its_position(
     txserver: ServerThread, connect: Connect
 ) -> None:
@@ -621,6 +637,7 @@ def test_pausing_an_active_replay_holds_its_position(
 # --------------------------------------------------------------------------- options
 
 
+@pytest.mark.integration
 def test_rate_paces_the_replay(txserver: ServerThread, connect: Connect) -> None:
     pub = connect("pub")
     topic = unique("rated")
@@ -642,6 +659,7 @@ def test_rate_paces_the_replay(txserver: ServerThread, connect: Connect) -> None
     assert 0.4 <= elapsed < 5.0, elapsed  # 99 intervals at 200/s = 0.495 s
 
 
+@pytest.mark.integration
 def test_rate_as_a_multiple_of_the_original_pace_with_a_max_gap(
     txserver: ServerThread, connect: Connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -672,6 +690,7 @@ def test_rate_as_a_multiple_of_the_original_pace_with_a_max_gap(
     assert since[4] < 4.0, since  # not the 360 s the hour of silence is worth at 10X
 
 
+@pytest.mark.integration
 def test_timestamp_option_adds_ts(
     txserver: ServerThread, connect: Connect, history: tuple[Client, str, list[str]]
 ) -> None:
@@ -743,6 +762,7 @@ def test_a_flush_asking_for_a_persisted_ack_waits_for_the_journal(tmp_path: Path
     journal.close()
 
 
+@pytest.mark.integration
 def test_persisted_acks_carry_a_journal_bookmark_at_or_after_everything_delivered(
     txserver: ServerThread, connect: Connect, history: tuple[Client, str, list[str]]
 ) -> None:
@@ -780,6 +800,7 @@ def _rss_kib(pid: int) -> int:
 
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_slow_subscriber_replaying_200k_messages_keeps_server_memory_bounded(
     tmp_path: Path,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from _txlog_support import Inbox, unique, wait_durable
 
 from ampsclient import Client, Command
@@ -28,6 +29,7 @@ CONFIG = """
 """
 
 
+@pytest.mark.integration
 def test_prune_keeps_files_an_active_replay_needs_and_compressed_files_replay(
     tmp_path: Path,
 ) -> None:
