@@ -24,10 +24,13 @@ demo: $(STAMP)
 	$(PY) examples/worker_grid/runner.py
 
 test: $(STAMP)
-	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PY) -m pytest -p no:cacheprovider
+	@# coverage of the library (branches too, server processes included; pyproject [tool.coverage])
+	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PY) -m pytest -p no:cacheprovider --cov --cov-report=
 	@# the pure-Python code the C speedups replace, on the suites that run through it
-	AMPSCLIENT_PUREPYTHON=1 $(PY) -m pytest -p no:cacheprovider -q \
-		tests/client tests/ha tests/stores tests/protocol tests/fuzz tests/test_speedups.py
+	AMPSCLIENT_PUREPYTHON=1 $(PY) -m pytest -p no:cacheprovider -q --cov --cov-append \
+		--cov-report= tests/client tests/ha tests/stores tests/protocol tests/fuzz \
+		tests/test_speedups.py
+	$(PY) -m coverage report
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ampsclient ampsclient_server_stub tests benchmarks examples
