@@ -112,7 +112,7 @@ class StatisticsCollector:
         totals["publishes"] = float(stats.get("publishes", 0))
         totals["clients"] = float(len(connections))
         totals["subscriptions"] = float(subscriptions)
-        journal = self.journal_figures()
+        journal = self.journal_figures(bookmarks=False)
         for name in ("bytes", "records", "fsyncs", "fsync_ns", "files"):
             totals[f"journal_{name}"] = float(journal.get(name, 0) or 0)
         destinations: dict[str, int] = {}
@@ -193,9 +193,9 @@ class StatisticsCollector:
 
     # ------------------------------------------------------------------ parts
 
-    def journal_figures(self) -> dict[str, Any]:
-        """Files, sizes, first and last bookmark, fsync counts and latency of the journal
-        (``{}`` without one)."""
+    def journal_figures(self, *, bookmarks: bool = True) -> dict[str, Any]:
+        """Files, sizes, first and last bookmark (read from the journal unless ``bookmarks``
+        is false), fsync counts and latency of the journal (``{}`` without one)."""
         journal = self.server.journal
         if journal is None or journal.closed:
             return {}
@@ -231,8 +231,9 @@ class StatisticsCollector:
                 for s in segments
             },
         }
-        out["first_bookmark"] = self._bookmark_at(journal.first_index)
-        out["last_bookmark"] = self._bookmark_at(journal.last_index)
+        if bookmarks:
+            out["first_bookmark"] = self._bookmark_at(journal.first_index)
+            out["last_bookmark"] = self._bookmark_at(journal.last_index)
         return out
 
     def _bookmark_at(self, index: int) -> str | None:
