@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean setup
+.PHONY: demo test lint bench clean setup docs
 
 $(STAMP): pyproject.toml setup.py ampsclient/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[dev,spark,docs]'
 	@# the official client is a black-box test peer only (interop tests skip without it)
 	-$(PY) -m pip install -q amps-python-client
 	-command -v npm >/dev/null && cd tests/interop/js && npm install --no-audit --no-fund --silent
@@ -32,6 +32,10 @@ test: $(STAMP)
 		tests/test_speedups.py
 	$(PY) -m coverage report
 
+docs: $(STAMP)
+	@# the site (mkdocs.yml) into site/; --strict: a broken link or API reference fails the build
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ampsclient ampsclient_server_stub tests benchmarks examples
 	$(VENV)/bin/mypy
@@ -41,4 +45,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/publish_vs_official.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info ampsclient/*.so .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf $(VENV) build dist site *.egg-info ampsclient/*.so .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
