@@ -1,4 +1,4 @@
-"""The broker's security hook (``Broker.guard``): logon authentication and entitlements.
+"""The broker's security hook (``BrokerHooks.guard``): logon authentication and entitlements.
 
 The broker calls:
 
@@ -23,8 +23,8 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ampsclient.protocol.header import Header
-from ampsclient_server_stub.engine.broker import CommandFailure
 from ampsclient_server_stub.engine.topics import TopicMatcher, is_regex_topic
+from ampsclient_server_stub.engine.wire import CommandFailure
 
 from .auth import AuthVerdict
 
