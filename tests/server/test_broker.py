@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,41 +21,10 @@ from ampsclient_server_stub.engine.broker import (
     Connection,
 )
 from ampsclient_server_stub.engine.topics import compile_topic, is_regex_topic
+from ampsclient_server_stub.testing import ManualTime
 from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
 Frame = tuple[dict[str, Any], bytes]
-
-
-class _Handle:
-    def __init__(self, delay: float, callback: Callable[[], None]) -> None:
-        self.delay = delay
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualTimers:
-    """A ``call_later`` whose callbacks run only when the test says so."""
-
-    def __init__(self) -> None:
-        self.handles: list[_Handle] = []
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> _Handle:
-        handle = _Handle(delay, callback)
-        self.handles.append(handle)
-        return handle
-
-    @property
-    def pending(self) -> list[_Handle]:
-        return [h for h in self.handles if not h.cancelled]
-
-    def fire(self) -> None:
-        handles, self.handles = self.handles, []
-        for handle in handles:
-            if not handle.cancelled:
-                handle.callback()
 
 
 class Client:
@@ -102,12 +71,12 @@ class Client:
 
 
 @pytest.fixture
-def timers() -> ManualTimers:
-    return ManualTimers()
+def timers() -> ManualTime:
+    return ManualTime()
 
 
 @pytest.fixture
-def broker(timers: ManualTimers) -> Iterator[Broker]:
+def broker(timers: ManualTime) -> Iterator[Broker]:
     config = default_config(tcp_port=0, ws_port=0)
     config = dataclasses.replace(
         config,
@@ -654,7 +623,7 @@ def test_delta_publish_merge_and_delta_subscribe(broker: Broker) -> None:
 # --------------------------------------------------------------------------- persisted acks
 
 
-def test_dedup_and_conflated_persisted_acks(broker: Broker, timers: ManualTimers) -> None:
+def test_dedup_and_conflated_persisted_acks(broker: Broker, timers: ManualTime) -> None:
     sub = Client(broker, "sub")
     sub.cmd({"c": "subscribe", "t": "t", "sub_id": "s"})
     p = Client(broker, "pub")
@@ -697,7 +666,7 @@ def test_persisted_failure_ack_carries_sequence(broker: Broker) -> None:
     }
 
 
-def test_sow_delete_with_sequence_is_deduplicated(broker: Broker, timers: ManualTimers) -> None:
+def test_sow_delete_with_sequence_is_deduplicated(broker: Broker, timers: ManualTime) -> None:
     c = Client(broker)
     load_orders(c, 2)
     hdr = {"c": "sow_delete", "t": "orders", "filter": "1=1", "a": "persisted,stats", "s": 5}
