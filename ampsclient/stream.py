@@ -45,6 +45,10 @@ class TimeoutMessageStream(Protocol):
 
     def close(self) -> None: ...
 
+    def __enter__(self) -> TimeoutMessageStream: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
 
 class MessageStream(Iterator[Message], AsyncIterator[Message]):
     """A queue of messages for one command, iterable synchronously or asynchronously.

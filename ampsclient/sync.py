@@ -160,11 +160,11 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
     def publish(
         self,
         topic: str,
-        data: Any,
+        data: object,
         expiration: int | None = None,
         correlation_id: str | None = None,
         sow_key: str | None = None,
-    ) -> Any:
+    ) -> None:
         """Publish ``data`` to ``topic`` without waiting (any thread; see AsyncClient.publish).
 
         The instance attribute set in ``_start`` (the asyncio client's own method, or its C
@@ -174,7 +174,7 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
             topic, data, expiration=expiration, correlation_id=correlation_id, sow_key=sow_key
         )
 
-    def delta_publish(self, topic: str, data: Any, expiration: int | None = None) -> Any:
+    def delta_publish(self, topic: str, data: object, expiration: int | None = None) -> None:
         """Publish a delta of ``data`` to ``topic`` (shadowed like :meth:`publish`)."""
         return self._async.delta_publish(topic, data, expiration=expiration)
 
@@ -509,6 +509,27 @@ class HAClient(Client):
     def get_duplicate_message_handler(self) -> Handler | None:
         """The duplicate message handler."""
         return self._ha.get_duplicate_message_handler()
+
+    def publish(  # type: ignore[override]
+        self,
+        topic: str,
+        data: object,
+        expiration: int | None = None,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> int:
+        """Store and publish; returns the message's sequence number (as the official
+        HAClient). Shadowed by the HA client's own method (or its C lane), as in
+        :meth:`Client.publish`."""
+        return self._ha.publish(
+            topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key
+        )
+
+    def delta_publish(  # type: ignore[override]
+        self, topic: str, data: object, expiration: int | None = None
+    ) -> int:
+        """Store and delta-publish; returns the sequence number (shadowed like :meth:`publish`)."""
+        return self._ha.delta_publish(topic, data, expiration)
 
     def discard(self, message: Message) -> None:
         """Mark a bookmark-subscription message as processed (any thread)."""
