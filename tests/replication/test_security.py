@@ -396,7 +396,10 @@ def test_a_refused_listener_logon_keeps_the_link_one_way(
         "A's order on B",
     )
     # B keeps trying (its own dials, refused at A): wait for a few refusals, then check A
-    failures = lambda: int(ta.call(lambda: ta.server.replication.counters["auth_failures"]))
+
+    def failures() -> int:
+        return int(ta.call(lambda: ta.server.replication.counters["auth_failures"]))
+
     wait_for(lambda: failures() >= 3, 20, "B's logons refused by A")
     assert [json.loads(b)["src"] for _, b in epoch_replay(uri_a, "orders")] == ["A"]
 
@@ -411,6 +414,7 @@ def test_a_peer_that_skips_the_logon_is_closed_and_nothing_is_recorded(
 
     from ampsclient_server_stub.replication.protocol import (
         PROTOCOL_VERSION,
+        WireRecord,
         decode_frame,
         encode_frame,
         make_nonce,
@@ -422,7 +426,7 @@ def test_a_peer_that_skips_the_logon_is_closed_and_nothing_is_recorded(
     tt = start_thread(t, threads)
     assert t.repl_port is not None
     nonce = make_nonce()
-    record = (1, 99, 1, "p", "orders", b'{"src":"rogue"}', {"mt": "json"})
+    record: WireRecord = (1, 99, 1, "p", "orders", b'{"src":"rogue"}', {"mt": "json"})
     with socket.create_connection(("127.0.0.1", t.repl_port), timeout=10) as sock:
         sock.sendall(
             encode_frame(
