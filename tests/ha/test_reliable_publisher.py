@@ -11,13 +11,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from ampsclient import Client, Message
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "reliable_publisher.py"
@@ -84,9 +84,7 @@ def test_kill_9_and_rerun_delivers_each_order_exactly_once(tmp_path: Path, fsync
         orders = ORDERS[fsync]
         assert f"done: {orders} orders, 0 unpersisted" in out
         assert kills >= 1
-        deadline = time.monotonic() + 20
-        while len(received) < orders and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: len(received) >= orders, timeout=20, what=f"{orders} deliveries")
         observer.flush(5000)
     with lock:
         assert len(received) == orders, f"{len(received)} deliveries"

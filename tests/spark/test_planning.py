@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -39,6 +38,7 @@ from ampsclient.spark._core import (
     range_text,
 )
 from ampsclient.spark.datasource import _RowPublisher
+from ampsclient_server_stub.testing import wait_for
 
 URI = "tcp://127.0.0.1:9007/amps/json"
 
@@ -203,7 +203,8 @@ def test_a_retried_task_skips_what_the_server_has(uri: str, topic: str) -> None:
 
     with pytest.raises(RuntimeError, match="task killed"):
         publisher.publish(first_attempt(), name, 0, 0, 0)
-    time.sleep(0.2)  # let the server make them durable
+    # the retry must find the first 30 on the server (a durable replay shows them)
+    wait_for(lambda: len(journal(uri, topic)) == 30, what="the first attempt's 30 rows")
     done = publisher.publish(iter(rows), name, 0, 0, 1)
     assert (done.rows, done.skipped, done.published) == (100, 30, 70)
     again = publisher.publish(iter(rows), name, 0, 0, 2)
