@@ -47,12 +47,12 @@ def test_message_ack_needs_a_delivering_client() -> None:
 
 
 def test_options_builder_and_constants() -> None:
-    opts = Message.Options().set_max_backlog(5).set_OOF().set_top_n(3)  # type: ignore[attr-defined]
+    opts = Message.Options().set_max_backlog(5).set_OOF().set_top_n(3)
     assert str(opts) == "max_backlog=5,oof,top_n=3"
-    assert Message.Options.OOF == "oof,"  # type: ignore[attr-defined]
-    assert Message.AckType.Persisted == "persisted"  # type: ignore[attr-defined]
-    assert Message.AckType.PersistedEnum == 8  # type: ignore[attr-defined]
-    assert Message.Command.SOWAndSubscribe == "sow_and_subscribe"  # type: ignore[attr-defined]
+    assert Message.Options.OOF == "oof,"
+    assert Message.AckType.Persisted == "persisted"
+    assert Message.AckType.PersistedEnum == 8
+    assert Message.Command.SOWAndSubscribe == "sow_and_subscribe"
 
 
 def test_reason_and_version_info() -> None:
