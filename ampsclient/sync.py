@@ -12,7 +12,7 @@ import concurrent.futures
 import ssl
 import threading
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypedDict, TypeVar, Unpack
 
 from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the HA modules load when an HAClient is made
     from .stores.bookmark import BookmarkStore
     from .stores.publish import PublishStore
 
-__all__ = ["Client", "HAClient", "LoopThread"]
+__all__ = ["Client", "HAClient", "HAClientOptions", "LoopThread"]
 
 T = TypeVar("T")
 
@@ -347,6 +347,21 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
                 pass
 
 
+class HAClientOptions(TypedDict, total=False):
+    """The keyword options :class:`HAClient` passes on to
+    :class:`~ampsclient.ha.client.AsyncHAClient` (described there)."""
+
+    server_chooser: ServerChooser | None
+    reconnect_delay_strategy: ReconnectDelayStrategy | None
+    publish_while_disconnected: Literal["store", "block"]
+    logon_timeout: int
+    connect_timeout: float | None
+    max_frame_size: int
+    default_max_depth: int
+    logon_options: str | None
+    ssl_context: ssl.SSLContext | None
+
+
 class HAClient(Client):
     """The synchronous HA client: reconnects, fails over, replays, resubscribes.
 
@@ -374,7 +389,7 @@ class HAClient(Client):
         no_store: bool = False,
         *,
         close_timeout: int = 5000,
-        **options: Any,
+        **options: Unpack[HAClientOptions],
     ) -> None:
         from .ha.client import AsyncHAClient
 

@@ -121,7 +121,13 @@ def ha_client(client: HAClient) -> None:
     client.set_reconnect_delay_strategy(ExponentialDelayStrategy(initial_delay=100))
     client.set_failed_write_handler(lambda message, reason: None)
     client.set_duplicate_message_handler(on_message)
-    with HAClient("ha", publish_store=MemoryPublishStore()) as entered:
+    with HAClient(
+        "ha",
+        publish_store=MemoryPublishStore(),
+        server_chooser=DefaultServerChooser("tcp://127.0.0.1:9007/amps/json"),
+        publish_while_disconnected="block",
+        logon_timeout=5000,
+    ) as entered:
         assert_type(entered, HAClient)
 
 

@@ -276,3 +276,16 @@ async def test_async_client_both_forms(server_uri: str) -> None:
         assert message.get_sub_id() == "s"
         deleted: Any = await c.sow_delete(SOW_TOPIC, "/clientName = 'nobody'")
         assert deleted.get_records_deleted() == 0
+
+
+def test_ha_client_options_are_the_async_clients_keywords() -> None:
+    """``HAClient(**options)`` is typed by ``HAClientOptions``: the same keywords, no drift."""
+    from ampsclient.sync import HAClientOptions
+
+    keyword_only = [
+        name
+        for name, p in inspect.signature(AsyncHAClient.__init__).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert sorted(HAClientOptions.__annotations__) == sorted(keyword_only)
+    assert HAClientOptions.__required_keys__ == frozenset()
