@@ -81,6 +81,9 @@ def _drain(
     limit: int = getattr(session.args, "count", 0) or 0
     session.progress.total = limit or None
     writer, progress = session.writer, session.progress
+    session.stream = stream
+    if session.lost is not None:
+        stream.close()
     try:
         for message in stream:
             if keep(message):
@@ -91,7 +94,10 @@ def _drain(
             elif stop(message):
                 return
     finally:
+        session.stream = None
         stream.close()
+    if session.lost is not None:
+        raise session.lost
 
 
 def _query(command: str, session: Session) -> Command:

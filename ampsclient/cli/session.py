@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from typing import IO, TextIO
+from collections.abc import Callable
+from typing import IO, Any, TextIO
 
 from ..exceptions import AMPSConnectionError, InvalidBookmarkError, UsageError
-from ..ha import DefaultServerChooser, ExponentialDelayStrategy
+from ..ha import DefaultServerChooser, ExponentialDelayStrategy, RetryLimitError
 from ..protocol.bookmarks import parse_bookmark
+from ..stream import MessageStream
 from ..sync import HAClient
 from ..uri import parse_uri
 from .formats import Format, Writer
@@ -48,6 +50,22 @@ def redact(uri: str | None) -> str:
     return uri
 
 
+class _GivingUpDelay(ExponentialDelayStrategy):
+    """The HA client's delay strategy, telling the session when it gives up reconnecting
+    (the HA client then stops trying; a subscription's stream would wait forever)."""
+
+    def __init__(self, on_give_up: Callable[[RetryLimitError], None], **options: Any) -> None:
+        super().__init__(**options)
+        self._on_give_up = on_give_up
+
+    def get_connect_wait_duration(self, uri: str) -> int:
+        try:
+            return super().get_connect_wait_duration(uri)
+        except RetryLimitError as exc:
+            self._on_give_up(exc)
+            raise
+
+
 class Session:
     """What a command needs: its arguments, a connected client, the output and the counters.
 
@@ -79,6 +97,16 @@ class Session:
         self.connected = False
         """Whether a client was made (and so closed)."""
         self.chooser = DefaultServerChooser(*self.servers)
+        self.stream: MessageStream | None = None
+        """The stream being written out (closed when the client gives up reconnecting)."""
+        self.lost: RetryLimitError | None = None
+        """Why the client gave up reconnecting, after a connection was made."""
+
+    def _gave_up(self, exc: RetryLimitError) -> None:
+        """On the client's thread: no server came back within ``--retry-time``."""
+        self.lost = exc
+        if self.stream is not None:
+            self.stream.close()  # the command's loop ends and raises ``lost``
 
     def connect(self) -> HAClient:
         """An HA client logged on to the first server that answers (see ``--retry-time``)."""
@@ -86,7 +114,8 @@ class Session:
         client = HAClient(
             self.name,
             server_chooser=self.chooser,
-            reconnect_delay_strategy=ExponentialDelayStrategy(
+            reconnect_delay_strategy=_GivingUpDelay(
+                self._gave_up,
                 initial_delay=100,
                 maximum_delay=2000,
                 maximum_retry_time=self.args.retry_time,

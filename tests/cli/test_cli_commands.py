@@ -367,3 +367,46 @@ def test_unpersisted_publishes_give_code_5(amps: ServerProcess) -> None:
     persisted = int(last.split(", ")[1].split()[0].replace(",", ""))
     left = int(last.split(", ")[2].split()[0].replace(",", ""))
     assert persisted + left == 50_000 and left > 0
+
+
+def test_subscription_fails_over_then_gives_up(tmp_path) -> None:
+    from cli_helpers import server_process
+
+    with server_process(tmp_path / "a") as a, server_process(tmp_path / "b") as b:
+        sub = start_cli(
+            "subscribe",
+            "-s",
+            a.uri,
+            "-s",
+            b.uri,
+            "-t",
+            "news",
+            "-f",
+            "jsonl",
+            "--retry-time",
+            "2000",
+        )
+        try:
+            reader = LineReader(sub)
+            wait_until_subscribed(reader, a, "news", sub)
+            a.proc.kill()  # kill -9 of the server the subscriber is on
+            a.proc.wait(10)
+            wait_until_subscribed(reader, b, "news", sub)  # re-placed on b
+            assert cli("publish", "-s", b.uri, "-t", "news", "--data", '{"n": 1}').returncode == 0
+            assert json.loads(reader.next())["data"] == {"n": 1}
+            b.proc.kill()  # now no server is left: it gives up after --retry-time
+            b.proc.wait(10)
+            assert sub.wait(60) == 3
+            err = sub.stderr.read()  # type: ignore[union-attr]
+            assert "Traceback" not in err
+            lines = err.strip().splitlines()
+            errors = [line for line in lines if line.startswith("ampsclient ")]
+            assert len(errors) == 1, err
+            # besides the error: only rate lines of the long run (no summary after an error)
+            assert all(line.startswith("subscribe: ") for line in lines if line not in errors)
+            assert " messages in " not in err
+            assert "ampsclient subscribe: RetryLimitError: gave up reconnecting" in err
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+            sub.communicate()
