@@ -260,13 +260,16 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         """Stop sending events to ``listener``."""
         self._async.remove_connection_state_listener(listener)
 
-    def set_global_command_type_message_handler(self, command: str, handler: Handler) -> None:
-        """See every ``ack`` or ``heartbeat``."""
-        self._async.set_global_command_type_message_handler(command, handler)
+    def set_global_command_type_message_handler(
+        self, command: str, message_handler: Handler
+    ) -> None:
+        """See every ``ack`` or ``heartbeat`` (official argument names)."""
+        self._async.set_global_command_type_message_handler(command, message_handler)
 
-    def set_heartbeat(self, interval: float, timeout: float | None = None) -> None:
-        """Heartbeats every ``interval`` seconds; close after ``timeout`` s of silence."""
-        self._async.set_heartbeat(interval, timeout)
+    def set_heartbeat(self, interval_seconds: float, timeout_seconds: float | None = None) -> None:
+        """Heartbeats every ``interval_seconds``; close after ``timeout_seconds`` of silence
+        (default twice the interval). Official argument names."""
+        self._async.set_heartbeat(interval_seconds, timeout_seconds)
 
     # ------------------------------------------------------------------------ connection
     def connect(
@@ -301,9 +304,9 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         """Send ``command``; return a stream of its messages."""
         return self._run(self._async.execute(command))
 
-    def execute_async(self, command: Command, handler: Handler | None = None) -> str:
-        """Send ``command``; its messages go to ``handler`` on the client's thread."""
-        return self._run(self._async.execute_async(command, handler))
+    def execute_async(self, command: Command, on_message: Handler | None = None) -> str:
+        """Send ``command``; its messages go to ``on_message`` on the client's thread."""
+        return self._run(self._async.execute_async(command, on_message))
 
     def unsubscribe(self, sub_id: str = "all") -> None:
         """Cancel a subscription (or ``"all"``)."""

@@ -120,6 +120,15 @@ def test_settings_with_effect_and_refusals(server_uri: str) -> None:
             client.get_ssl()
         assert client.get_unpersisted_count() == 0
         client.publish_flush(5000)  # no store: the flush command
+        # the official keyword names, where the official methods take keywords
+        acks: list[str] = []
+        client.set_global_command_type_message_handler(
+            command="ack", message_handler=lambda m: acks.append(m.get_ack_type() or "")
+        )
+        client.set_heartbeat(interval_seconds=30, timeout_seconds=60)
+        sub = AMPS.Command("subscribe").set_topic("kw-topic").set_sub_id("kw-sub")
+        assert client.execute_async(command=sub, on_message=lambda m: None) == "kw-sub"
+        assert "processed" in acks
         ran: list[str] = []
         client.set_thread_created_callback(lambda: ran.append(threading.current_thread().name))
         assert ran and ran[0].startswith("ampsclient")
