@@ -36,9 +36,9 @@ def _input(session: Session) -> tuple[IO[bytes], int | None]:
 def publish(session: Session) -> ExitCode:
     """Publish each message read (or ``--data``); wait until all are persisted."""
     args = session.args
+    if args.topic is None and (args.data is not None or args.format == "raw"):
+        raise UsageError("--topic is needed with --data and with --format raw")
     if args.data is not None:
-        if args.topic is None:
-            raise UsageError("--data needs --topic")
         messages: Iterator[Outgoing] = iter([Outgoing(args.topic, args.data.encode())])
         source: IO[bytes] | None = None
     else:

@@ -98,7 +98,7 @@ def read_messages(source: IO[bytes], fmt: Format, topic: str | None) -> Iterator
             yield _from_document(item, topic, f"element {i}", len(text) // max(1, len(docs)))
         return
     if fmt == "raw" and topic is None:
-        raise BadInputError("--format raw needs --topic (raw lines carry no topic)")
+        raise ValueError("--format raw needs a topic (raw lines carry none)")
     for number, line in enumerate(source, 1):
         size = len(line)
         body = line.rstrip(b"\r\n")

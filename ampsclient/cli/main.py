@@ -95,6 +95,8 @@ def main(
             session.extra += f", {left:,} NOT persisted"
             if code == ExitCode.OK:
                 code = ExitCode.UNPERSISTED
-    if (not failed and args.command not in _NO_SUMMARY) or args.command == "publish":
+    if (not failed and args.command not in _NO_SUMMARY) or (
+        args.command == "publish" and session.connected
+    ):
         session.progress.summary(session.extra, interrupted=interrupted)
     return int(code)

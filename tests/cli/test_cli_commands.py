@@ -133,6 +133,9 @@ def test_bad_input_is_one_line_and_code_6(amps: ServerProcess) -> None:
     done = cli("publish", "-s", amps.uri, "-f", "jsonl", stdin='{"id": 1}\n')
     assert done.returncode == 6  # no --topic and not an envelope
     assert "envelope" in done.stderr
+    done = cli("publish", "-s", amps.uri, stdin="raw line\n")  # raw lines need --topic
+    assert done.returncode == 2
+    assert_one_line_error(done, "UsageError")
 
 
 def test_subscribe_receives_what_another_process_publishes(amps: ServerProcess) -> None:
