@@ -24,7 +24,7 @@ class ExitCode(enum.IntEnum):
     CONNECTION = 3
     """No server could be reached or logged on to (every ``--server`` was tried)."""
     TIMEOUT = 4
-    """An ack, flush or connection did not come within ``--timeout``."""
+    """An ack did not come within ``--timeout`` (a logon that times out is retried)."""
     UNPERSISTED = 5
     """``publish`` ended with messages the server had not acknowledged as persisted within
     ``--timeout`` (the summary line says how many)."""

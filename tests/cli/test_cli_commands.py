@@ -413,3 +413,22 @@ def test_subscription_fails_over_then_gives_up(tmp_path) -> None:
             if sub.poll() is None:
                 sub.kill()
             sub.communicate()
+
+
+def test_a_frozen_server_times_out_with_code_4(amps: ServerProcess) -> None:
+    ping = start_cli("ping", "-s", amps.uri, "--count", "1000000", "--timeout", "500")
+    try:
+        reader = LineReader(ping)
+        assert reader.next().startswith(f"pong from {amps.uri}")  # connected, answering
+        amps.proc.send_signal(signal.SIGSTOP)  # the server freezes with the socket open
+        try:
+            assert ping.wait(60) == 4
+        finally:
+            amps.proc.send_signal(signal.SIGCONT)
+        err = ping.stderr.read()  # type: ignore[union-attr]
+        errors = [line for line in err.splitlines() if line.startswith("ampsclient ")]
+        assert errors == ["ampsclient ping: TimeoutError: timed out waiting for the flush ack"]
+    finally:
+        if ping.poll() is None:
+            ping.kill()
+        ping.communicate()
