@@ -432,3 +432,25 @@ def test_a_frozen_server_times_out_with_code_4(amps: ServerProcess) -> None:
         if ping.poll() is None:
             ping.kill()
         ping.communicate()
+
+
+def test_heartbeat_notices_a_frozen_server(amps: ServerProcess) -> None:
+    sub = start_cli(
+        "subscribe", "-s", amps.uri, "-t", "news", "-f", "jsonl",
+        "--heartbeat", "0.5", "--timeout", "500", "--retry-time", "1000",
+    )  # fmt: skip
+    try:
+        reader = LineReader(sub)
+        wait_until_subscribed(reader, amps, "news", sub)
+        amps.proc.send_signal(signal.SIGSTOP)  # silent, socket open: only heartbeats tell
+        try:
+            assert sub.wait(60) == 3
+        finally:
+            amps.proc.send_signal(signal.SIGCONT)
+        err = sub.stderr.read()  # type: ignore[union-attr]
+        errors = [line for line in err.splitlines() if line.startswith("ampsclient ")]
+        assert len(errors) == 1 and "RetryLimitError" in errors[0], err
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+        sub.communicate()
