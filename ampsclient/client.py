@@ -759,7 +759,6 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         topic: str,
         data: str | bytes | Any,
         expiration: int | None = None,
-        *,
         correlation_id: str | None = None,
         sow_key: str | None = None,
     ) -> None:

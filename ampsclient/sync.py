@@ -144,7 +144,7 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
 
     def _start(self) -> None:
         self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
-        self.publish = self._async.publish  # type: ignore[method-assign, assignment]
+        self.publish = self._async.publish  # type: ignore[method-assign]
         self.delta_publish = self._async.delta_publish  # type: ignore[method-assign]
 
     @property
@@ -415,7 +415,7 @@ class HAClient(Client):
         """Use ``publish_store`` (a store object, or ``None`` for a memory store); before
         connecting."""
         self._ha.set_publish_store(publish_store)
-        self.publish = self._ha.publish  # type: ignore[method-assign, assignment]
+        self.publish = self._ha.publish  # type: ignore[method-assign]
 
     def set_logon_options(self, options: str | None) -> None:
         """Options sent with every logon (e.g. ``"ack_conflation=10ms"``)."""

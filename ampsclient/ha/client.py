@@ -531,7 +531,6 @@ class AsyncHAClient(AsyncClient):
         topic: str,
         data: str | bytes | Any,
         expiration: int | None = None,
-        *,
         correlation_id: str | None = None,
         sow_key: str | None = None,
     ) -> int:

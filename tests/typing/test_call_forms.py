@@ -310,3 +310,27 @@ def test_ha_client_options_are_the_async_clients_keywords() -> None:
     ]
     assert sorted(HAClientOptions.__annotations__) == sorted(keyword_only)
     assert HAClientOptions.__required_keys__ == frozenset()
+
+
+@pytest.mark.integration
+def test_publish_takes_the_official_positional_arguments(server_uri: str) -> None:
+    """``publish(topic, data, expiration=None, correlation_id=None, sow_key=None)``: all
+    positional, as in the official client (the C publish lanes hand such calls to Python)."""
+    with Client("pub-forms") as plain, HAClient("ha-pub-forms") as ha:
+        plain.connect(server_uri)
+        plain.logon(5000)
+        ha.get_server_chooser().add(server_uri)
+        ha.connect_and_logon()
+        stream = plain.subscribe("pub-forms", timeout=5000)
+        plain.publish("pub-forms", '{"n":1}', None, "cid-plain")
+        plain.flush(5000)
+        seq = ha.publish("pub-forms", '{"n":2}', None, "cid-ha")
+        assert seq > 0
+        ha.publish_flush(5000)
+        got = [next(stream.timeout(5000)) for _ in range(2)]
+        # two connections: either may arrive first
+        assert sorted((m.json()["n"], m.get_correlation_id()) for m in got if m is not None) == [
+            (1, "cid-plain"),
+            (2, "cid-ha"),
+        ]
+        stream.close()
