@@ -189,7 +189,7 @@ class Broker:
             scheduler=self.replays,
             durability=self.durability,
             request_sync=self.request_sync,
-            guard=lambda: self.hooks.guard,
+            hooks=self.hooks,
             counters=self.counters,
             clock=clock,
         )

@@ -29,7 +29,7 @@ from ampsclient.protocol.header import Header
 from .delivery import NO_PREVIOUS, Delivery
 from .durability import Durability
 from .filters import compile_filter
-from .hooks import Guard
+from .hooks import BrokerHooks
 from .journal import JournalRecord
 from .payload import decode
 from .replay_scheduler import ReplayScheduler
@@ -131,6 +131,8 @@ class Ingested(NamedTuple):
     unrecorded: bool = False
 
 
+_new: Final = tuple.__new__
+"""``_new(Ingested, (...))``: a named tuple without its Python-level ``__new__`` (hot path)."""
 _NOTHING: Final = Ingested()
 _APPLIED: Final = Ingested(applied=True)
 _DUPLICATE: Final = Ingested(duplicate=True)
@@ -151,7 +153,7 @@ class Ingest:
         scheduler: ReplayScheduler,
         durability: Durability,
         request_sync: Callable[[], None],
-        guard: Callable[[], Guard | None],
+        hooks: BrokerHooks,
         counters: dict[str, int],
         clock: Callable[[], float],
     ) -> None:
@@ -163,7 +165,8 @@ class Ingest:
         self._scheduler = scheduler
         self._durability = durability
         self._request_sync = request_sync
-        self._guard = guard
+        self._hooks = hooks
+        self._live = scheduler.live
         self._counters = counters
         self._clock = clock
 
@@ -192,7 +195,8 @@ class Ingest:
     def _appended(self) -> None:
         """After journal appends: ask for a group commit, move live bookmark replays on."""
         self._request_sync()
-        self._scheduler.pump_live()
+        if self._live:
+            self._scheduler.pump_live()
 
     def _journal_sequence(self, conn: Connection, seq: int | None) -> int:
         """The sequence a record of this publish gets in the journal (its bookmark's second
@@ -252,7 +256,7 @@ class Ingest:
 
     def _client_publish(self, item: ClientPublish) -> Ingested:
         conn, topic, hdr, payload, end, delta, seq = item
-        guard = self._guard()
+        guard = self._hooks.guard
         if guard is not None:
             guard.check_write(conn, topic)
         self._counters["publishes"] += 1
@@ -278,7 +282,9 @@ class Ingest:
             self._delivery.deliver_plain(
                 route, topic, data, x, mt, None if record is None else record.bookmark
             )
-        return _NOTHING if record is None else Ingested(record)
+        if record is None:
+            return _NOTHING
+        return _new(Ingested, (record, False, 0, 0, False, False))
 
     def _client_sow_publish(
         self,

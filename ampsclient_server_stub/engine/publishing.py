@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ampsclient.protocol.header import Header
 
@@ -42,6 +42,9 @@ from .wire import (
 __all__ = ["Publishing"]
 
 logger = logging.getLogger(__name__)
+
+_new: Final = tuple.__new__
+"""``_new(ClientPublish, (...))``: the named tuple without its Python ``__new__`` (hot path)."""
 
 Failed = Callable[[Connection, Header, Exception], None]
 """Answers a failed command (failure acks, counters)."""
@@ -102,7 +105,9 @@ class Publishing:
         one asking only for a persisted ack); failures are answered here."""
         try:
             if seq is None:
-                self._ingest.ingest(ClientPublish(conn, topic, None, payload, end))
+                self._ingest.ingest(
+                    _new(ClientPublish, (conn, topic, None, payload, end, False, None))
+                )
                 return
             state = conn.state
             assert state is not None
@@ -110,7 +115,9 @@ class Publishing:
                 self._counters["duplicates"] += 1
                 self._durability.note_persisted(conn)
                 return
-            done = self._ingest.ingest(ClientPublish(conn, topic, None, payload, end, False, seq))
+            done = self._ingest.ingest(
+                _new(ClientPublish, (conn, topic, None, payload, end, False, seq))
+            )
             state.last_seq = seq
             index = None if done.record is None else done.record.index
             self._durability.note_persisted(conn, index, seq)

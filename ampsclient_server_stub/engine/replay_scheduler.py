@@ -108,7 +108,8 @@ class ReplayScheduler:
         self.persisted_ack_interval = persisted_ack_interval
         """Seconds between periodic persisted acks to bookmark subscriptions."""
         self._replays: dict[int, Replay[Subscription]] = {}
-        self._live: set[Replay[Subscription]] = set()
+        self.live: set[Replay[Subscription]] = set()
+        """The ``live`` replays (read-only for callers: ``if live: pump_live()``)."""
         self._ack_timer: TimerHandle | None = None
 
     @property
@@ -153,7 +154,7 @@ class ReplayScheduler:
         """Start feeding ``replay`` (its subscription was installed)."""
         self._replays[id(replay.sub)] = replay
         if replay.live:
-            self._live.add(replay)
+            self.live.add(replay)
         if replay.send_persisted:
             self._schedule_persisted_acks()
 
@@ -162,7 +163,7 @@ class ReplayScheduler:
         replay = self._replays.pop(id(sub), None)
         if replay is None:
             return
-        self._live.discard(replay)
+        self.live.discard(replay)
         heir = self.ungroup(replay)
         replay.close()
         if heir is not None:
@@ -179,8 +180,8 @@ class ReplayScheduler:
 
     def pump_live(self) -> None:
         """Journal records were appended: ``live`` replays move on."""
-        if self._live:
-            for replay in list(self._live):
+        if self.live:
+            for replay in list(self.live):
                 self.pump(replay)
 
     def pump_all(self) -> None:
