@@ -578,6 +578,31 @@ class HAClient(Client):
             self._ha.connect_and_logon(uri, timeout=timeout, authenticator=authenticator)
         )
 
+    def connect(
+        self,
+        uri: str | None = None,
+        *,
+        timeout: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """Without a URI (the official HAClient form): :meth:`connect_and_logon` through the
+        server chooser. With one: connect to it (then :meth:`logon`)."""
+        if uri is None:
+            self.connect_and_logon()
+            return
+        super().connect(uri, timeout=timeout, ssl_context=ssl_context)
+
+    def logon(
+        self,
+        timeout: int = 0,
+        authenticator: Authenticator | None = None,
+        options: str | None = None,
+    ) -> str:
+        """Log on; nothing to do once :meth:`connect_and_logon` logged on (official HAClient)."""
+        if self._ha.logged_on:
+            return ""
+        return super().logon(timeout, authenticator, options)
+
     def publish_flush(self, timeout: int = 0, ack_type: Any = AckType.PROCESSED) -> None:
         """Wait until everything published so far is persisted (``timeout`` in ms).
 

@@ -162,6 +162,18 @@ def test_ha_client_official_settings(proxied: tuple[LoopbackProxy, str]) -> None
             client.set_publish_store(AMPS.MemoryPublishStore())
     finally:
         client.close()
+    official_form = AMPS.HAClient("official-ha-connect")
+    try:
+        chooser = AMPS.DefaultServerChooser()
+        chooser.add(uri)
+        official_form.set_server_chooser(chooser)
+        official_form.connect()  # the official HAClient: connect() is connect_and_logon()
+        assert official_form.logon() == ""  # and logon() has nothing left to do
+        official_form.publish("ha-topic", '{"n":2}')
+        official_form.publish_flush(5000)
+        assert official_form.get_unpersisted_count() == 0
+    finally:
+        official_form.close()
     AMPS.HAClient.set_default_resubscription_timeout(1234)
     try:
         other = AMPS.HAClient("official-ha-2")
