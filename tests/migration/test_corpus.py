@@ -47,6 +47,7 @@ KNOWN_OFFICIAL_DEFECTS: dict[str, tuple[str, str]] = {
 NEEDS: dict[str, str] = {
     "s05_bookmark_mmap_store.py": "MMapBookmarkStore",
     "s06_bookmark_ring_store.py": "RingBookmarkStore",
+    "s16_publisher_hybrid_store.py": "HybridPublishStore",
 }
 """Scripts that need a store class from ampsclient.stores (skipped, naming it, until then)."""
 
