@@ -10,7 +10,13 @@ recovery point adapters (:mod:`ampsclient.stores.recovery`) persist their recove
 
 from __future__ import annotations
 
-from .bookmark import BookmarkStore, MemoryBookmarkStore, MessageLike
+from .bookmark import (
+    BookmarkStore,
+    MemoryBookmarkStore,
+    MessageLike,
+    MMapBookmarkStore,
+    RingBookmarkStore,
+)
 from .publish import (
     FilePublishStore,
     MemoryPublishStore,
@@ -33,12 +39,14 @@ __all__ = [
     "ConflatingRecoveryPointAdapter",
     "FilePublishStore",
     "FileRecoveryPointAdapter",
+    "MMapBookmarkStore",
     "MemoryBookmarkStore",
     "MemoryPublishStore",
     "MessageLike",
     "PublishStore",
     "RecoveryPoint",
     "RecoveryPointAdapter",
+    "RingBookmarkStore",
     "SOWRecoveryPointAdapter",
     "StoredMessage",
     "inspect_store",

@@ -46,12 +46,12 @@ class RecoveryPoint:
         bookmark: the bookmark string to resubscribe with (a bookmark, a comma list of
             bookmarks and/or a timestamp, or ``"0"`` for EPOCH).
 
-    An *empty* point (``sub_id == ""``) is falsy: the official ``next()`` returns one when
-    there are no more points.
+    An *empty* point (``sub_id == ""``, what ``RecoveryPoint()`` makes) is falsy: the
+    official ``next()`` returns one when there are no more points.
     """
 
-    sub_id: str
-    bookmark: str
+    sub_id: str = ""
+    bookmark: str = ""
 
     def get_sub_id(self) -> str:
         """Official accessor for :attr:`sub_id`."""

@@ -198,9 +198,12 @@ class FileRecoveryPointAdapter(RecoveryPointCursor):
 
     # ------------------------------------------------------------------ writing
 
-    def _compact(self) -> None:
-        """Rewrite the file with one line per live point (temp file + fsync + rename)."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
+    def _compact(self, tmp_path: str | os.PathLike[str] | None = None) -> None:
+        """Rewrite the file with one line per live point (temp file + fsync + rename); the
+        temp file is ``tmp_path`` (default ``<file>.tmp``, same file system)."""
+        tmp = (
+            Path(tmp_path) if tmp_path is not None else self.path.with_name(self.path.name + ".tmp")
+        )
         body = [_HEADER]
         for sub_id, (bookmark, stamp) in self._table.items():
             body.append(_dumps({"subId": sub_id, "bookmark": bookmark, "time": stamp}))
@@ -264,13 +267,14 @@ class FileRecoveryPointAdapter(RecoveryPointCursor):
             elif self._table.pop(sub_id, None) is not None:
                 self._append(_dumps({"purge": sub_id}))
 
-    def prune(self) -> None:
-        """Compact the file now."""
+    def prune(self, tmp_path: str | os.PathLike[str] | None = None) -> None:
+        """Compact the file now (``tmp_path``: where the new file is written before it
+        replaces the old one; default ``<file>.tmp``)."""
         with self._lock:
             if self._fd is None:
                 return
             try:
-                self._compact()
+                self._compact(tmp_path)
             except OSError as exc:
                 raise StoreError(f"{self.path}: cannot compact ({exc})") from exc
 
