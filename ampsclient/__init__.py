@@ -65,6 +65,8 @@ _LAZY: dict[str, str] = {
     "MemoryPublishStore": ".stores.publish.memory",
     "PublishStore": ".stores.publish.official",
     "MemoryBookmarkStore": ".stores.bookmark.memory",
+    "MMapBookmarkStore": ".stores.bookmark.file",
+    "RingBookmarkStore": ".stores.bookmark.file",
     "RecoveryPoint": ".stores.recovery.base",
     "SOWRecoveryPointAdapter": ".stores.recovery.sow",
     "ConflatingRecoveryPointAdapter": ".stores.recovery.conflating",
@@ -138,6 +140,10 @@ if TYPE_CHECKING:
     )
     from .protocol.message import Message as Message
     from .protocol.options import Options as Options
+    from .stores.bookmark.file import (
+        MMapBookmarkStore as MMapBookmarkStore,
+        RingBookmarkStore as RingBookmarkStore,
+    )
     from .stores.bookmark.memory import MemoryBookmarkStore as MemoryBookmarkStore
     from .stores.publish.memory import MemoryPublishStore as MemoryPublishStore
     from .stores.publish.official import PublishStore as PublishStore
@@ -200,6 +206,7 @@ __all__ = [
     "FIXShredder",
     "FixedDelayStrategy",
     "HAClient",
+    "MMapBookmarkStore",
     "MemoryBookmarkStore",
     "MemoryPublishStore",
     "Message",
@@ -210,6 +217,7 @@ __all__ = [
     "PublishStore",
     "Reason",
     "RecoveryPoint",
+    "RingBookmarkStore",
     "SOWRecoveryPointAdapter",
     "Store",
     "VersionInfo",

@@ -96,8 +96,8 @@ class AsyncHAClient(AsyncClient):
             that name, background fsync); default: a memory store.
         bookmark_store: a :class:`BookmarkStore` for resumable bookmark subscriptions
             (duplicate detection, ``MOST_RECENT``, resubscription from the recovery point), or a
-            path string for a :class:`MemoryBookmarkStore` backed by a
-            :class:`FileRecoveryPointAdapter`; default: a :class:`MemoryBookmarkStore`.
+            path string for a :class:`~ampsclient.stores.MMapBookmarkStore` of that file (the
+            official form); default: a :class:`MemoryBookmarkStore`.
         server_chooser: where to connect (default: an empty :class:`DefaultServerChooser`).
         reconnect_delay_strategy: how long to wait between attempts (default:
             :class:`ExponentialDelayStrategy` with the official defaults).
@@ -139,9 +139,9 @@ class AsyncHAClient(AsyncClient):
             self._owned.append(publish_store)
         self._store: PublishStore = publish_store or MemoryPublishStore()
         if isinstance(bookmark_store, str):
-            from ..stores.recovery.file import FileRecoveryPointAdapter
+            from ..stores.bookmark.file import MMapBookmarkStore
 
-            bookmark_store = MemoryBookmarkStore(FileRecoveryPointAdapter(bookmark_store))
+            bookmark_store = MMapBookmarkStore(bookmark_store)  # the official path form
             self._owned.append(bookmark_store)
         self._bookmark_store: BookmarkStore = (
             bookmark_store if bookmark_store is not None else MemoryBookmarkStore()

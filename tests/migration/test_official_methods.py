@@ -181,3 +181,14 @@ def test_ha_client_official_settings(proxied: tuple[LoopbackProxy, str]) -> None
         other.close()
     finally:
         AMPS.HAClient.set_default_resubscription_timeout(0)
+
+
+def test_ha_client_path_stores_are_the_official_file_stores(tmp_path: Any) -> None:
+    path = str(tmp_path / "bookmarks.mmap")
+    client = AMPS.HAClient("official-paths", str(tmp_path / "publish.store"), path)
+    try:
+        assert isinstance(client.bookmark_store, AMPS.MMapBookmarkStore)
+        assert isinstance(client.publish_store, AMPS.PublishStore)
+        assert (tmp_path / "bookmarks.mmap").exists()
+    finally:
+        client.close()
