@@ -24,7 +24,7 @@ from .publish import (
     StoredMessage,
     inspect_store,
 )
-from .publish.official import PublishStore
+from .publish.official import HybridPublishStore, PublishStore
 from .recovery import (
     ConflatingRecoveryPointAdapter,
     FileRecoveryPointAdapter,
@@ -39,6 +39,7 @@ __all__ = [
     "ConflatingRecoveryPointAdapter",
     "FilePublishStore",
     "FileRecoveryPointAdapter",
+    "HybridPublishStore",
     "MMapBookmarkStore",
     "MemoryBookmarkStore",
     "MemoryPublishStore",

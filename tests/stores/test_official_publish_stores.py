@@ -19,7 +19,13 @@ import pytest
 
 from ampsclient import Client, Message
 from ampsclient.exceptions import PublishStoreGapError, StoreError, UsageError
-from ampsclient.stores import BasePublishStore, FilePublishStore, MemoryPublishStore, PublishStore
+from ampsclient.stores import (
+    BasePublishStore,
+    FilePublishStore,
+    HybridPublishStore,
+    MemoryPublishStore,
+    PublishStore,
+)
 from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.testing import wait_for
 
@@ -208,3 +214,34 @@ def test_kill_9_with_the_default_path_store_loses_nothing(tmp_path: Path) -> Non
         observer.flush(5000)
     with lock:
         assert received == list(range(total))
+
+
+def test_hybrid_store_spills_beyond_its_memory_budget(tmp_path: Path) -> None:
+    name = tmp_path / "hybrid"
+    store = HybridPublishStore(str(name), 1000)  # 1000 bytes of payloads in memory
+    assert store.max_memory_capacity == 1000 and store.fsync_policy == "interval"
+    seqs = [store.store(lambda s: payload(s, 150)) for _ in range(20)]  # ~190 bytes each
+    size = len(payload(seqs[0], 150))  # every payload has this size
+    stats = store.statistics()
+    assert stats["memory_bytes"] == (1000 // size) * size and stats["spilled"] == 20 - 1000 // size
+    assert stats["spilled"] > 10
+    replayed = _replayed(store)
+    assert [m.sequence for m in replayed] == seqs  # spilled ones read back from disk
+    assert all(m.payload == payload(m.sequence, 150) for m in replayed)
+    got = store.get(seqs[-1])
+    assert got is not None and got.payload == payload(seqs[-1], 150)
+    assert store.replay_single(lambda m: None, seqs[-2])
+    store.discard_up_to(seqs[9])  # frees budget: new messages stay in memory again
+    spilled_before = store.statistics()["spilled_total"]
+    more = store.store(lambda s: payload(s, 150))
+    assert store.statistics()["spilled_total"] == spilled_before
+    store.discard(seqs[15])
+    store.close()
+    with HybridPublishStore(name, 400, True) as again:  # a restart, a smaller budget
+        assert again.get_error_on_publish_gap() is True
+        expected = [s for s in seqs[10:] if s != seqs[15]] + [more]
+        assert [m.sequence for m in _replayed(again)] == expected
+        assert again.statistics()["memory_bytes"] <= 400
+        assert again.statistics()["spilled"] == len(expected) - 400 // size
+    with pytest.raises(ValueError, match="maxMemoryCapacity"):
+        HybridPublishStore(tmp_path / "h2", -1)

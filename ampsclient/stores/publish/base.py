@@ -529,12 +529,16 @@ class IndexedPublishStore(PublishStore):
     def get(self, sequence: int) -> StoredMessage | None:
         """The unpersisted message with this sequence number, or ``None``."""
         with self._lock:
-            if not self._count:
-                return None
-            idx = self._head + sequence - self._first
-            if idx < self._head or idx >= len(self._buf):
-                return None
-            payload = self._buf[idx]
+            return self.get_unlocked(sequence)
+
+    def get_unlocked(self, sequence: int) -> StoredMessage | None:
+        """:meth:`get` for a caller that holds the store's lock (subclasses)."""
+        if not self._count:
+            return None
+        idx = self._head + sequence - self._first
+        if idx < self._head or idx >= len(self._buf):
+            return None
+        payload = self._buf[idx]
         return None if payload is None else StoredMessage(sequence, payload)
 
     @property

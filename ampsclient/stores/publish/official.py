@@ -18,10 +18,18 @@ from pathlib import Path
 from typing import Final
 
 from ...exceptions import StoreError
+from .base import Replayer, StoredMessage
 from .file import FilePublishStore
+from .scan import scan
 from .sync import FsyncPolicy
 
-__all__ = ["DEFAULT_FSYNC", "DEFAULT_FSYNC_INTERVAL", "PublishStore", "check_blocks"]
+__all__ = [
+    "DEFAULT_FSYNC",
+    "DEFAULT_FSYNC_INTERVAL",
+    "HybridPublishStore",
+    "PublishStore",
+    "check_blocks",
+]
 
 DEFAULT_FSYNC: Final[FsyncPolicy] = "interval"
 """The official forms' policy: a background fsync, never one per message."""
@@ -93,3 +101,142 @@ class PublishStore(FilePublishStore):
             f"PublishStore({str(self.path)!r}, fsync={self.fsync_policy!r}, "
             f"unpersisted={self.unpersisted_count}, next={self.next_sequence()})"
         )
+
+
+_SPILLED: Final = bytes(bytearray(b"\x00<spilled to disk>\x00"))
+"""Stands in the memory index for a payload kept only on disk (compared by identity)."""
+
+
+class HybridPublishStore(FilePublishStore):
+    """The official ``HybridPublishStore(filename, maxMemoryCapacity, errorOnPublishGap,
+    blockSize)``: messages in memory up to a byte budget, every message also on disk.
+
+    Every stored message is written to the store directory ``filename`` as in
+    :class:`PublishStore`; the memory index keeps payloads only while their total stays
+    within ``maxMemoryCapacity`` bytes. Payloads beyond it are *spilled*: kept on disk only,
+    and read back from the segment files when a replay (or :meth:`get`) needs them. Discards
+    free budget for later messages. After a restart the store holds what it held before,
+    the oldest payloads in memory up to the budget.
+
+    Args:
+        filename: the store directory (see :class:`PublishStore`).
+        maxMemoryCapacity: bytes of payloads kept in memory at most.
+        errorOnPublishGap: see :class:`PublishStore`.
+        blockSize: with the official default of 10000 blocks, the segment size
+            (``10000 * blockSize`` bytes).
+        fsync: as :class:`PublishStore` (default ``"interval"``).
+        fsync_interval: as :class:`PublishStore`.
+    """
+
+    __slots__ = ("_capacity", "_measured_at", "_mem_bytes", "_spilled_total")
+
+    def __init__(
+        self,
+        filename: str | os.PathLike[str],
+        maxMemoryCapacity: int,
+        errorOnPublishGap: bool = False,
+        blockSize: int = 2048,
+        *,
+        fsync: FsyncPolicy = DEFAULT_FSYNC,
+        fsync_interval: float = DEFAULT_FSYNC_INTERVAL,
+    ) -> None:
+        check_blocks(10000, blockSize)
+        if not isinstance(maxMemoryCapacity, int) or maxMemoryCapacity < 0:
+            raise ValueError(
+                f"maxMemoryCapacity must be a non-negative int, not {maxMemoryCapacity!r}"
+            )
+        self._capacity = maxMemoryCapacity
+        self._mem_bytes = 0
+        self._measured_at = -1
+        self._spilled_total = 0
+        path = Path(filename)
+        if path.exists() and not path.is_dir():
+            raise StoreError(f"HybridPublishStore({str(filename)!r}): that is a file, not a store")
+        super().__init__(
+            path,
+            fsync=fsync,
+            fsync_interval=fsync_interval,
+            segment_size=10000 * blockSize,
+            error_on_publish_gap=errorOnPublishGap,
+        )
+        with self._lock:  # a reopened store: spill what the budget does not hold
+            self._measured_at = self._discarded_total  # counted below, oldest first
+            buf = self._buf
+            for i in range(self._head, len(buf)):
+                payload = buf[i]
+                if payload is not None and not self._fits(len(payload)):
+                    buf[i] = _SPILLED
+                    self._spilled_total += 1
+
+    @property
+    def max_memory_capacity(self) -> int:
+        """The memory budget in bytes."""
+        return self._capacity
+
+    def _fits(self, size: int) -> bool:
+        """Whether a payload of ``size`` bytes fits in the memory budget (then counted)."""
+        if self._mem_bytes + size > self._capacity and self._measured_at != self._discarded_total:
+            self._measured_at = self._discarded_total  # re-measure once per discard round
+            self._mem_bytes = self.memory_bytes()
+        if self._mem_bytes + size > self._capacity:
+            return False
+        self._mem_bytes += size
+        return True
+
+    def memory_bytes(self) -> int:
+        """Bytes of payloads held in memory now (the lock held, or a moment's estimate)."""
+        return sum(len(p) for p in self._buf[self._head :] if p is not None and p is not _SPILLED)
+
+    def _index_extend(self, first: int, payloads: list[bytes]) -> None:
+        kept = []
+        for payload in payloads:
+            if self._fits(len(payload)):
+                kept.append(payload)
+            else:
+                kept.append(_SPILLED)
+                self._spilled_total += 1
+        super()._index_extend(first, kept)
+
+    def _from_disk(self, sequences: set[int]) -> dict[int, bytes]:
+        """The payloads of ``sequences`` read back from the segment files."""
+        found = scan(self.path)
+        return {s: p for s, p in found.live if s in sequences}
+
+    def replay(self, replayer: Replayer) -> int:
+        """Call ``replayer`` for every unpersisted message in order (spilled payloads are
+        read back from disk first)."""
+        with self._lock:
+            first, payloads = self._first, self._buf[self._head :]
+            spilled = {first + i for i, p in enumerate(payloads) if p is _SPILLED}
+            disk = self._from_disk(spilled) if spilled else {}
+        n = 0
+        for i, payload in enumerate(payloads):
+            if payload is _SPILLED:
+                payload = disk.get(first + i)
+            if payload is not None:
+                replayer(StoredMessage(first + i, payload))
+                n += 1
+        return n
+
+    def get(self, sequence: int) -> StoredMessage | None:
+        """The unpersisted message with this sequence number (from disk if spilled)."""
+        with self._lock:
+            message = super().get_unlocked(sequence)
+            if message is None or message.payload is not _SPILLED:
+                return message
+            payload = self._from_disk({sequence}).get(sequence)
+        return None if payload is None else StoredMessage(sequence, payload)
+
+    def statistics(self) -> dict[str, int]:
+        """The file store's counters plus ``memory_bytes``, ``spilled`` (payloads on disk
+        only now) and ``spilled_total``."""
+        stats = super().statistics()
+        with self._lock:
+            live = self._buf[self._head :]
+            stats.update(
+                memory_bytes=self.memory_bytes(),
+                spilled=sum(1 for p in live if p is _SPILLED),
+                spilled_total=self._spilled_total,
+            )
+            stats["bytes"] = stats["memory_bytes"]
+        return stats
