@@ -594,7 +594,15 @@ class Message:
         return f"Message({hdr!r}, data={shown!r})"
 
     def __copy__(self) -> Message:
-        copy = Message(self._raw, header=self._hdr, data=self._data, sub_id=self._sub_id)
+        # the same class: a delivered message's copy still acks through its client
+        hdr = self._hdr
+        copy = type(self)(
+            self._raw,
+            header=None if hdr is None else type(hdr)(hdr),
+            data=self._data,
+            sub_id=self._sub_id,
+        )
+        copy._body = self._body
         copy._bm = self._bm
         return copy
 

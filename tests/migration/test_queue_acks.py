@@ -9,6 +9,7 @@ leased deliveries and records every frame the client sends.
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 import struct
@@ -248,6 +249,24 @@ def test_auto_ack_on_a_stream_acks_when_the_next_is_asked_for() -> None:
         wait_for(lambda: len(peer.acks()) == 1, what="the first ack")
         assert peer.acks()[0]["bookmark"] == "1|1|"
         stream.close()
+    finally:
+        client.close()
+        peer.close()
+
+
+def test_a_copied_message_acks_after_its_handler_returned() -> None:
+    peer = QueuePeer(deliveries=2)
+    client = AMPS.Client("copy-ack")
+    client.connect(f"tcp://127.0.0.1:{peer.port}/amps/json")
+    client.logon()
+    kept: list[AMPS.Message] = []
+    try:
+        client.subscribe(lambda m: kept.append(copy.copy(m)), "q", timeout=5000)
+        wait_for(lambda: len(kept) == 2, what="two deliveries")
+        for message in kept:
+            message.ack()  # the official advice: copy a message to ack it later
+        wait_for(lambda: len(peer.acks()) == 2, what="two acks")
+        assert [a["bookmark"] for a in peer.acks()] == ["1|1|", "1|2|"]
     finally:
         client.close()
         peer.close()
