@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,3 +244,13 @@ def test_subscriber_killed_with_9_resumes_without_loss(tmp_path: Path, kind: str
     assert len(again) <= 2, again  # at most the one in the handler at each kill
     print(f"{kind}: {duplicates} redelivered messages went to the duplicate handler")
     assert duplicates >= 1
+
+
+def test_bookmark_store_docs_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``python`` block of docs/bookmark-stores.md runs."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "bookmark-stores.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert any("MMapBookmarkStore" in block for block in blocks)
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "docs/bookmark-stores.md", "exec"), {"__name__": "__docs__"})
