@@ -64,6 +64,7 @@ _LAZY: dict[str, str] = {
     "FixedDelayStrategy": ".ha.reconnect",
     "MemoryPublishStore": ".stores.publish.memory",
     "PublishStore": ".stores.publish.official",
+    "HybridPublishStore": ".stores.publish.official",
     "MemoryBookmarkStore": ".stores.bookmark.memory",
     "MMapBookmarkStore": ".stores.bookmark.file",
     "RingBookmarkStore": ".stores.bookmark.file",
@@ -146,7 +147,10 @@ if TYPE_CHECKING:
     )
     from .stores.bookmark.memory import MemoryBookmarkStore as MemoryBookmarkStore
     from .stores.publish.memory import MemoryPublishStore as MemoryPublishStore
-    from .stores.publish.official import PublishStore as PublishStore
+    from .stores.publish.official import (
+        HybridPublishStore as HybridPublishStore,
+        PublishStore as PublishStore,
+    )
     from .stores.recovery.base import RecoveryPoint as RecoveryPoint
     from .stores.recovery.conflating import (
         ConflatingRecoveryPointAdapter as ConflatingRecoveryPointAdapter,
@@ -206,6 +210,7 @@ __all__ = [
     "FIXShredder",
     "FixedDelayStrategy",
     "HAClient",
+    "HybridPublishStore",
     "MMapBookmarkStore",
     "MemoryBookmarkStore",
     "MemoryPublishStore",
