@@ -53,9 +53,7 @@ def test_manifest_is_complete() -> None:
     assert "ack" in MANIFEST["classes"]["Client"]["members"]
 
 
-AWAITING_STORES = frozenset(
-    {"HybridPublishStore", "MMapBookmarkStore", "RingBookmarkStore", "MemoryBookmarkStore"}
-)
+AWAITING_STORES = frozenset({"MMapBookmarkStore", "RingBookmarkStore", "MemoryBookmarkStore"})
 """Store classes another change is giving their official form (``ampsclient.stores``): their
 missing names are listed by this test's output and checked by the strict test below."""
 
