@@ -19,6 +19,7 @@ import pytest
 
 from ampsclient import Client, Message
 from ampsclient.exceptions import PublishStoreGapError, StoreError, UsageError
+from ampsclient.protocol.header import decode_header
 from ampsclient.stores import (
     BasePublishStore,
     FilePublishStore,
@@ -245,3 +246,26 @@ def test_hybrid_store_spills_beyond_its_memory_budget(tmp_path: Path) -> None:
         assert again.statistics()["spilled"] == len(expected) - 400 // size
     with pytest.raises(ValueError, match="maxMemoryCapacity"):
         HybridPublishStore(tmp_path / "h2", -1)
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_store_takes_a_built_message(tmp_path: Path, kind: str) -> None:
+    """The official ``store(message)``: the message's header with ``s`` set, then its data;
+    the server-side decoder reads back exactly those fields."""
+    message = Message()
+    message.set_command("publish")
+    message.set_topic("orders")
+    message.set_ack_type("persisted")
+    message.set_data('{"id":7}')
+    store: BasePublishStore = (
+        MemoryPublishStore() if kind == "memory" else PublishStore(tmp_path / "m")
+    )
+    with store:
+        s = store.store(message)
+        stored = store.get(s)
+        assert stored is not None
+        header, body = decode_header(stored.payload)
+        assert header == {"c": "p", "t": "orders", "a": "persisted", "s": s}
+        assert stored.payload[body:] == b'{"id":7}'
+        with pytest.raises(TypeError, match="build"):
+            store.store(42)  # type: ignore[arg-type]

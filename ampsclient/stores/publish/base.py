@@ -15,13 +15,14 @@ from __future__ import annotations
 import abc
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Protocol, Self, runtime_checkable
 
 from ... import _accel
 from ...exceptions import PublishStoreGapError, StoreError
+from ...protocol.header import encode_header
 
 
 def join_seq(head: bytes, sequence: int, tail: bytes) -> bytes:
@@ -39,12 +40,43 @@ __all__ = [
     "Build",
     "PublishStore",
     "Replayer",
+    "StorableMessage",
     "StoredMessage",
+    "as_build",
     "initial_sequence",
 ]
 
 Build = Callable[[int], bytes]
 """``build(sequence) -> payload``: encodes the complete message with ``sequence`` in its header."""
+
+
+@runtime_checkable
+class StorableMessage(Protocol):
+    """A message built by the application (``Message()`` + ``set_*``), as the official
+    ``store(message)`` takes it: its header fields and its data."""
+
+    @property
+    def header(self) -> Mapping[str, Any]: ...
+
+    def get_data_raw(self) -> bytes: ...
+
+
+def as_build(item: Build | StorableMessage) -> Build:
+    """``item`` itself when it is a ``build`` callable; for a message, the ``build`` that
+    encodes its header with ``"s"`` set to the sequence number, then its data."""
+    if callable(item):
+        return item
+    if not isinstance(item, StorableMessage):
+        raise TypeError(
+            f"store() takes build(sequence) -> bytes or a Message, not {type(item).__name__}"
+        )
+    fields = {k: v for k, v in item.header.items() if k != "s"}
+    data = item.get_data_raw() or b""
+
+    def build(sequence: int) -> bytes:
+        return encode_header({**fields, "s": sequence}) + data
+
+    return build
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +122,12 @@ class PublishStore(abc.ABC):
         """The sequence number the next :meth:`store` will assign (a peek; nothing changes)."""
 
     @abc.abstractmethod
-    def store(self, build: Build) -> int:
+    def store(self, build: Build | StorableMessage) -> int:
         """Assign the next sequence number, build the payload with it, and keep the message.
+
+        ``build`` may also be a message built by the application (the official
+        ``store(message)``): its header is encoded with ``"s"`` set to the sequence number,
+        followed by its data.
 
         ``build(s)`` runs while the store's lock is held (so that sequence order and storage
         order agree): it must be quick and must not call back into the store. If it raises,

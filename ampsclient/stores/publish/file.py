@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from ...exceptions import StoreError
-from .base import Build, IndexedPublishStore, initial_sequence, join_seq_fast
+from .base import (
+    Build,
+    IndexedPublishStore,
+    StorableMessage,
+    as_build,
+    initial_sequence,
+    join_seq_fast,
+)
 from .record import SEGMENT_MAGIC, STATE_MAGIC, control_record, write_record
 from .scan import (
     LOCK_NAME,
@@ -253,7 +260,7 @@ class FilePublishStore(IndexedPublishStore):
             log.roll(self._next, self._low(), self._last_persisted)
         return log.write_gen
 
-    def store(self, build: Build) -> int:
+    def store(self, build: Build | StorableMessage) -> int:
         """Assign the next sequence number, build the payload, append it; returns the number.
 
         With ``fsync="always"`` the record is on stable storage when this returns.
@@ -262,11 +269,12 @@ class FilePublishStore(IndexedPublishStore):
             StoreError: the store is closed, or the write or the fsync failed (after a failed
                 fsync the message is kept, but its durability is unknown).
         """
+        make = as_build(build)
         with self._lock:
             if self._closed or self._log.broken is not None:
                 self._check_writable()
             s = self._next
-            generation = self._write(s, [build(s)])
+            generation = self._write(s, [make(s)])
         if self._always:
             self._log.sync_to(generation)
         return s

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ...exceptions import UsageError
-from .base import Build, IndexedPublishStore, join_seq_fast
+from .base import Build, IndexedPublishStore, StorableMessage, as_build, join_seq_fast
 
 __all__ = ["MemoryPublishStore"]
 
@@ -69,13 +69,14 @@ class MemoryPublishStore(IndexedPublishStore):
             "whose resize handler is called before its files grow"
         )
 
-    def store(self, build: Build) -> int:
+    def store(self, build: Build | StorableMessage) -> int:
         """Assign the next sequence number, build the payload with it, keep it; returns it."""
+        make = as_build(build)
         with self._lock:
             if self._closed:
                 self._check_open()
             s = self._next
-            self._index_one(s, build(s))
+            self._index_one(s, make(s))
             return s
 
     def store_parts(self, head: bytes, tail: bytes) -> tuple[int, bytes]:
