@@ -261,3 +261,17 @@ def test_bookmark_store_docs_examples_run(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.chdir(tmp_path)
     for block in blocks:
         exec(compile(block, "docs/bookmark-stores.md", "exec"), {"__name__": "__docs__"})
+
+
+def test_persisted_index_and_memory_store_resize_refusal() -> None:
+    """``persisted_index(sub_id, n)`` is ``persisted`` of the bookmark ``log`` numbered ``n``;
+    once everything is discarded, that persisted point becomes the recovery point."""
+    store = MemoryBookmarkStore()
+    numbers = [store.log(Msg("s", f"5|{seq}|")) for seq in (1, 2, 3)]
+    assert store.persisted_index("s", numbers[2]) is True
+    assert store.persisted_index("s", 999) is False and store.persisted_index("x", 1) is False
+    for seq in (1, 2, 3):
+        store.discard_message(Msg("s", f"5|{seq}|"))
+    assert store.get_most_recent("s") == "5|3|"
+    with pytest.raises(UsageError, match=r"MemoryBookmarkStore\.set_resize_handler"):
+        store.set_resize_handler(lambda s, size: True)

@@ -92,16 +92,6 @@ class _FileBookmarkStore(MemoryBookmarkStore):
         """The file that holds the recovery points."""
         return str(self._file.path)
 
-    def set_resize_handler(self, handler: object) -> None:
-        """Official name; refused: the file holds one line per recovery point change and is
-        compacted to one line per subscription, so it has no fixed size to grow."""
-        from ...exceptions import UsageError
-
-        raise UsageError(
-            f"{type(self).__name__}.set_resize_handler: this store's file has no fixed size "
-            "(it is compacted to one line per subscription), so there is no resize to approve"
-        )
-
 
 class MMapBookmarkStore(_FileBookmarkStore):
     """The official ``MMapBookmarkStore(filename, use_last_modified_time=False, adapter=None)``.

@@ -79,7 +79,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ... import _accel
-from ...exceptions import InvalidBookmarkError, StoreError
+from ...exceptions import InvalidBookmarkError, StoreError, UsageError
 from ...protocol.bookmarks import (
     EPOCH,
     NOW,
@@ -508,6 +508,33 @@ class MemoryBookmarkStore(BookmarkStore):
                     del sub.pending[entry[_BM]]
                     self._discard(sub_id, sub, entry)
                     return
+
+    def persisted_index(self, sub_id: str, bookmark_index: int) -> bool:
+        """Official: :meth:`persisted` of the bookmark that :meth:`log` numbered
+        ``bookmark_index``, looked up among the messages not yet discarded. Returns whether
+        it was found (a discarded message's bookmark is no longer kept: nothing happens)."""
+        with self._lock:
+            self._check_open()
+            sub = self._subs.get(sub_id)
+            if sub is None:
+                return False
+            sub.settle()
+            bookmark = next(
+                (e[_BM] for e in sub.pending.values() if e[_NO] == bookmark_index), None
+            )
+        if bookmark is None:
+            return False
+        self.persisted(sub_id, bookmark)
+        return True
+
+    def set_resize_handler(self, handler: object) -> None:
+        """Official name; refused: this store has no fixed size to grow (it keeps what it
+        tracks in Python objects, and a file-backed one compacts its file by itself)."""
+        raise UsageError(
+            f"{type(self).__name__}.set_resize_handler: this store has no fixed size (it "
+            "keeps its entries as Python objects; a file-backed one compacts its file to one "
+            "line per subscription), so there is no resize to approve"
+        )
 
     def _discard(self, sub_id: str, sub: _Subscription, entry: list[Any]) -> None:
         """Mark ``entry`` discarded and fold the publisher's discarded prefix into its point."""
