@@ -53,20 +53,10 @@ def test_manifest_is_complete() -> None:
     assert "ack" in MANIFEST["classes"]["Client"]["members"]
 
 
-AWAITING_STORES = frozenset({"MMapBookmarkStore", "RingBookmarkStore", "MemoryBookmarkStore"})
-"""Store classes another change is giving their official form (``ampsclient.stores``): their
-missing names are listed by this test's output and checked by the strict test below."""
-
-
 def test_no_official_name_is_missing() -> None:
     missing = missing_names()
     print(f"missing from ampsclient: {len(missing)}: {missing}")
-    assert [name for name in missing if name.split(".")[0] not in AWAITING_STORES] == []
-
-
-@pytest.mark.xfail(reason="the official store classes are not all there yet", strict=False)
-def test_no_official_name_is_missing_stores_included() -> None:
-    assert missing_names() == []
+    assert missing == []
 
 
 def test_constants_have_the_official_values() -> None:
