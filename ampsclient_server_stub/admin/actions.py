@@ -23,7 +23,7 @@ from .http import HttpError, Request
 from .stats import client_key
 
 if TYPE_CHECKING:
-    from ..server import ReferenceServer
+    from .host import AdminHost
 
 __all__ = ["ACTIONS", "run_action"]
 
@@ -48,7 +48,7 @@ def _age(request: Request) -> float:
         raise HttpError(400, f"bad age: {exc}") from None
 
 
-async def run_action(server: ReferenceServer, request: Request) -> dict[str, Any]:
+async def run_action(server: AdminHost, request: Request) -> dict[str, Any]:
     """Run the action ``request.path`` names (after ``amps/administrator``).
 
     Raises:

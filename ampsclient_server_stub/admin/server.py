@@ -32,7 +32,7 @@ from .metrics import CONTENT_TYPE, render_metrics
 from .stats import HISTORY, StatisticsCollector
 
 if TYPE_CHECKING:
-    from ..server import ReferenceServer
+    from .host import AdminHost
 
 __all__ = ["MAX_CONNECTIONS", "AdminServer"]
 
@@ -69,7 +69,7 @@ class AdminServer:
 
     def __init__(
         self,
-        server: ReferenceServer,
+        server: AdminHost,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -116,7 +116,7 @@ class AdminServer:
         self._dashboard: bytes | None = None
 
     @classmethod
-    def from_config(cls, server: ReferenceServer, config: AdminConfig) -> AdminServer:
+    def from_config(cls, server: AdminHost, config: AdminConfig) -> AdminServer:
         """An admin server for the ``<Admin>`` section of the configuration.
 
         Raises:

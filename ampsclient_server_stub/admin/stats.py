@@ -27,7 +27,7 @@ from ..net.session import NetSession
 
 if TYPE_CHECKING:
     from ..engine.broker import Connection
-    from ..server import ReferenceServer
+    from .host import AdminHost
 
 __all__ = ["HISTORY", "RATE_SPAN", "Sample", "StatisticsCollector", "client_key"]
 
@@ -75,7 +75,7 @@ class Sample:
 class StatisticsCollector:
     """Samples a running server and builds its statistics tree (call on the server's loop)."""
 
-    def __init__(self, server: ReferenceServer, *, history: int = HISTORY) -> None:
+    def __init__(self, server: AdminHost, *, history: int = HISTORY) -> None:
         self.server = server
         self.started = time.time()
         self.samples: deque[Sample] = deque(maxlen=history)
