@@ -502,15 +502,26 @@ class AsyncHAClient(AsyncClient):
         try:
             await self._connect_loop()
         except RetryLimitError:
-            pass
+            pass  # _connect_loop gave up (see _give_up)
         except AMPSError as exc:
             if not self._closing:
                 log.error("reconnect failed: %s", exc)
                 self._give_up(exc)
 
     def _give_up(self, error: BaseException) -> None:
+        """The delay strategy gave up: nothing waits forever. Flushes fail, blocked publishers
+        are released, subscription streams end with ``error``, and the exception listener
+        hears of it (a reconnect in the background has no caller to raise to)."""
         self._give_up_error = error
         log.error("giving up reconnecting: %s", error)
+        for sub in self._subscriptions:
+            if sub.stream is not None:
+                sub.stream._finish(error)
+        if self._exception_listener is not None:
+            try:
+                self._exception_listener(error)
+            except Exception:
+                log.exception("exception listener failed")
         for _, fut in self._flush_waiters:
             if not fut.done():
                 fut.set_exception(error)
