@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .exceptions import InvalidURIError
 
-__all__ = ["URI", "parse_uri"]
+__all__ = ["URI", "parse_uri", "redact"]
 
 _SCHEMES = ("tcp", "ws", "tcps", "wss", "memory")
 
@@ -46,6 +46,14 @@ class URI:
 
     def __str__(self) -> str:
         return self.redacted()
+
+
+def redact(text: str) -> str:
+    """``text`` without its ``user:password@`` part, safe to log; any string, valid or not."""
+    if "@" in text and "://" in text:
+        scheme, rest = text.split("://", 1)
+        return scheme + "://" + rest.split("@", 1)[1]
+    return text
 
 
 def parse_uri(text: str) -> URI:

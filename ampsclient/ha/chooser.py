@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from ..authenticator import Authenticator, DefaultAuthenticator
 from ..exceptions import UsageError
+from ..uri import redact
 
 __all__ = ["DefaultServerChooser", "ServerChooser"]
 
@@ -98,7 +99,7 @@ class DefaultServerChooser(ServerChooser):
     def report_failure(self, exception: BaseException, info: object = None) -> None:
         self._error = f"{type(exception).__name__}: {exception}"
         if self._uris:
-            log.info("server %s failed (%s); next", _redact(self._uris[self._index]), self._error)
+            log.info("server %s failed (%s); next", redact(self._uris[self._index]), self._error)
             self._index = (self._index + 1) % len(self._uris)
 
     def report_success(self, info: object = None) -> None:
@@ -111,10 +112,3 @@ class DefaultServerChooser(ServerChooser):
         """Move to the next URI."""
         if self._uris:
             self._index = (self._index + 1) % len(self._uris)
-
-
-def _redact(uri: str) -> str:
-    if "@" in uri and "://" in uri:
-        scheme, rest = uri.split("://", 1)
-        return scheme + "://" + rest.split("@", 1)[1]
-    return uri

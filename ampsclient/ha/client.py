@@ -42,7 +42,7 @@ from ..exceptions import (
     error_for_reason,
 )
 from ..protocol.acks import AckType
-from ..protocol.bookmarks import EPOCH, MOST_RECENT, NOW
+from ..protocol.bookmarks import MOST_RECENT
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from ..protocol.header import encode_header, escape
 from ..protocol.message import Message
@@ -50,6 +50,8 @@ from ..stores.bookmark import BookmarkStore, MemoryBookmarkStore
 from ..stores.publish import FilePublishStore, MemoryPublishStore, PublishStore, StoredMessage
 from ..stores.publish.official import PublishStore as NamedFilePublishStore
 from ..stream import MessageStream
+from ..uri import redact
+from .bookmarks import fast_discard, logging_handler, resume_point, seed_start_point
 from .chooser import DefaultServerChooser, ServerChooser
 from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
 from .subscriptions import SubscriptionManager
@@ -78,12 +80,6 @@ def _lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
     if lane_file and isinstance(store, FilePublishStore) and store.fsync_policy != "always":
         return "file"
     return None
-
-
-def _fast_discard(store: BookmarkStore) -> Callable[[Message], None]:
-    """``store.discard_message``, or the C speedups' version of its common case."""
-    fast: Callable[[Message], None] | None = getattr(store, "_discard_fast", None)
-    return fast if fast is not None else store.discard_message
 
 
 class AsyncHAClient(AsyncClient):
@@ -146,7 +142,7 @@ class AsyncHAClient(AsyncClient):
         self._bookmark_store: BookmarkStore = (
             bookmark_store if bookmark_store is not None else MemoryBookmarkStore()
         )
-        self._discard: Callable[[Message], None] = _fast_discard(self._bookmark_store)
+        self._discard: Callable[[Message], None] = fast_discard(self._bookmark_store)
         self._duplicate_handler: Handler | None = None
         self._on_sub_persisted = self._sub_persisted
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
@@ -269,7 +265,7 @@ class AsyncHAClient(AsyncClient):
     def set_bookmark_store(self, store: BookmarkStore) -> None:
         """Use ``store`` for bookmark subscriptions placed from now on."""
         self._bookmark_store = store
-        self._discard = _fast_discard(store)
+        self._discard = fast_discard(store)
 
     def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""
@@ -300,25 +296,7 @@ class AsyncHAClient(AsyncClient):
 
     def _bookmark_handler(self, handler: Handler) -> Handler:
         """Log each delivery in the bookmark store; divert duplicates."""
-        store = self._bookmark_store
-
-        def on_message(message: Message) -> Any:
-            if (
-                (message._bm is not None or (message.command == "publish" and message.bookmark))
-                and not store.log(message)
-                and store.is_duplicate(message)
-            ):
-                dup = self._duplicate_handler
-                if dup is not None:
-                    dup(message)
-                return None
-            return handler(message)
-
-        # the receive fast path logs a delivery itself and calls ``handler`` when ``log``
-        # numbers it; anything else (a duplicate, no bookmark) goes through ``on_message``
-        on_message._log = getattr(store, "_log_fast", store.log)  # type: ignore[attr-defined]
-        on_message._inner = handler  # type: ignore[attr-defined]
-        return on_message
+        return logging_handler(self._bookmark_store, handler, lambda: self._duplicate_handler)
 
     @property
     def unpersisted_count(self) -> int:
@@ -382,7 +360,7 @@ class AsyncHAClient(AsyncClient):
                 except AMPSError as exc:
                     if isinstance(exc, UsageError):
                         raise
-                    log.info("connection to %s failed: %s", _redact(uri), exc)
+                    log.info("connection to %s failed: %s", redact(uri), exc)
                     self._abort(exc)  # a half-made connection; subscriptions stay
                     self._chooser.report_failure(exc)
                     continue
@@ -459,33 +437,11 @@ class AsyncHAClient(AsyncClient):
                     raise
 
     def _resolve_resubscribe_bookmark(self, command: Command) -> None:
-        """A bookmark subscription resumes from its recovery point in the bookmark store.
-
-        When the store has none (nothing discarded, no persisted ack adopted), it resumes from
-        the subscription's own starting point, never from EPOCH unless it started there: an
-        explicit bookmark, timestamp or list is sent again; a subscription started at NOW
-        resumes after the oldest message it has handed to the application (every later one the
-        store has logged goes to the duplicate handler), or at NOW if it received nothing.
-        """
+        """A bookmark subscription resumes from its recovery point (see :func:`resume_point`)."""
         start = command.fields.get("bm")
         sub_id = command.get_sub_id()
-        if start is None or not sub_id:
-            return
-        store = self._bookmark_store
-        recent = store.get_most_recent(sub_id)
-        if recent == EPOCH and start != EPOCH:
-            recent = store.get_oldest_bookmark(sub_id) or NOW if start == NOW else str(start)
-        command.fields["bm"] = recent
-
-    def _seed_start_point(self, sub_id: str, bookmark: str) -> None:
-        """Teach the store where a new subscription starts (an explicit bookmark or timestamp),
-        so that its recovery point is that start, not EPOCH, until messages are discarded (and
-        a recovery point adapter persists it for a restart)."""
-        store = self._bookmark_store
-        if bookmark in (EPOCH, NOW) or "," in bookmark:
-            return
-        if store.get_most_recent(sub_id) == EPOCH and not store.get_oldest_bookmark_seq(sub_id):
-            store.persisted(sub_id, bookmark)
+        if start is not None and sub_id:
+            command.fields["bm"] = resume_point(self._bookmark_store, str(sub_id), str(start))
 
     def _disconnected(self, client: AsyncClient, error: BaseException | None) -> None:
         with self._pub_lock:
@@ -658,9 +614,7 @@ class AsyncHAClient(AsyncClient):
             # the future is queued before the message can be acked
             seq = self._store.next_sequence()
             self._futures.append((seq, future))
-        got = self.publish(
-            topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key
-        )
+        got = self.publish(topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key)
         if got != seq:  # pragma: no cover - another thread published in between
             raise UsageError("publish_future needs a single publishing thread")
         return future
@@ -763,7 +717,9 @@ class AsyncHAClient(AsyncClient):
             if command.fields["bm"] == MOST_RECENT:
                 command.fields["bm"] = self._resolve_bookmark(MOST_RECENT, command.get_sub_id())
             elif command.get_sub_id():
-                self._seed_start_point(str(command.get_sub_id()), str(command.fields["bm"]))
+                seed_start_point(
+                    self._bookmark_store, str(command.get_sub_id()), str(command.fields["bm"])
+                )
             command.add_ack_type(AckType.PERSISTED)
             handler = self._bookmark_handler(handler)
             handler._bookmark_logged = True  # type: ignore[attr-defined]
@@ -840,10 +796,3 @@ class AsyncHAClient(AsyncClient):
         return left
 
     disconnect = close  # type: ignore[assignment]
-
-
-def _redact(uri: str) -> str:
-    if "@" in uri and "://" in uri:
-        scheme, rest = uri.split("://", 1)
-        return scheme + "://" + rest.split("@", 1)[1]
-    return uri
