@@ -361,15 +361,37 @@ def test_version_and_module_entry_point() -> None:
 
 
 def test_unpersisted_publishes_give_code_5(amps: ServerProcess) -> None:
-    stdin = "".join(json.dumps({"n": n, "pad": "x" * 40}) + "\n" for n in range(50_000))
-    done = cli("publish", "-s", amps.uri, "-t", "bulk", "--timeout", "1", stdin=stdin)
-    assert done.returncode == 5, done.stderr
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("publish: 50,000 messages in "), last
+    """Messages the server never acknowledged (it froze after the first one) are reported as
+    not persisted, with exit status 5."""
+    with Client("watcher-bulk") as watcher:
+        watcher.connect(amps.uri)
+        watcher.logon(5000)
+        stream = watcher.subscribe("bulk", timeout=5000)
+        pub = start_cli("publish", "-s", amps.uri, "-t", "bulk", "--timeout", "1000")
+        try:
+            assert pub.stdin is not None
+            pub.stdin.write(json.dumps({"n": 0}) + "\n")
+            pub.stdin.flush()
+            got = [m.json()["n"] for _, m in zip(range(1), stream.timeout(20_000), strict=False)]
+            assert got == [0]
+            amps.proc.send_signal(signal.SIGSTOP)  # frozen: nothing more is acknowledged
+            try:
+                rest = "".join(json.dumps({"n": n}) + "\n" for n in range(1, 10))
+                _, err = pub.communicate(rest, timeout=60)
+            finally:
+                amps.proc.send_signal(signal.SIGCONT)
+        finally:
+            if pub.poll() is None:
+                pub.kill()
+                pub.communicate()
+        stream.close()
+    assert pub.returncode == 5, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("publish: 10 messages in "), last
     assert "NOT persisted" in last
     persisted = int(last.split(", ")[1].split()[0].replace(",", ""))
     left = int(last.split(", ")[2].split()[0].replace(",", ""))
-    assert persisted + left == 50_000 and left > 0
+    assert persisted + left == 10 and left >= 9
 
 
 def test_subscription_fails_over_then_gives_up(tmp_path) -> None:
