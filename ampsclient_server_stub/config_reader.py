@@ -1,0 +1,481 @@
+"""The section readers: an ``<AMPSConfig>`` element tree to a :class:`ServerConfig`.
+
+:func:`build_config` walks the document section by section (transports, SOW topics,
+transaction log, actions, replication, admin) with a :class:`ConfigReader`, which resolves
+relative paths against the data directory and fails with a :class:`ConfigError` naming the
+element and its line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final, Literal
+
+from .config_model import (
+    DEFAULT_JOURNAL_SIZE,
+    DEFAULT_PREALLOCATED_JOURNAL_FILES,
+    DEFAULT_SERVER_NAME,
+    DOWNGRADE_REPLICATION_MODULE,
+    SCHEDULE_MODULE,
+    TRANSPORT_TYPES,
+    UPGRADE_REPLICATION_MODULE,
+    ActionConfig,
+    ActionStep,
+    AdminConfig,
+    DestinationConfig,
+    ReplicationActionConfig,
+    ReplicationConfig,
+    ReplicationTopicConfig,
+    ServerConfig,
+    SowTopicConfig,
+    SyncType,
+    TransactionLogConfig,
+    TransportConfig,
+    TxlogTopic,
+)
+from .config_values import InetAddr, parse_duration, parse_inet_addr, parse_size
+from .config_xml import ElementReader, XmlDocument, flatten
+
+__all__ = ["ConfigReader", "build_config"]
+
+logger = logging.getLogger("ampsclient_server_stub.config")
+
+_MAX_SYNC_DESTINATIONS = 64
+
+# Validation checks that a replication topic may exclude; "queue" and "queue_underlying"
+# are validated by AMPS but "cannot be excluded".
+_EXCLUDABLE_VALIDATIONS = frozenset(
+    {"txlog", "replicate", "sow", "cascade", "keys", "replicate_filter", "queue_passthrough"}
+)
+_UNEXCLUDABLE_VALIDATIONS = frozenset({"queue", "queue_underlying"})
+
+
+class ConfigReader(ElementReader):
+    """Reads each section of the document into its dataclass."""
+
+    def transports(self, section: ET.Element) -> tuple[TransportConfig, ...]:
+        result: list[TransportConfig] = []
+        for index, elem in enumerate(section.findall("Transport"), start=1):
+            result.append(self.transport(elem, index))
+        self.ignore_unknown(section, ["Transport"])
+        names: set[str] = set()
+        addrs: set[tuple[str, int]] = set()
+        replication: TransportConfig | None = None
+        for elem, transport in zip(section.findall("Transport"), result, strict=True):
+            if transport.name in names:
+                self.fail(elem, f"duplicate transport name {transport.name!r}")
+            names.add(transport.name)
+            if transport.type == "amps-replication":
+                if replication is not None:
+                    self.fail(
+                        elem,
+                        f"<Transport> {transport.name!r} is a second amps-replication transport "
+                        f"({replication.name!r} is the first): an instance has one incoming "
+                        "replication transport",
+                    )
+                replication = transport
+            key = (transport.host, transport.port)
+            if transport.port and key in addrs:
+                self.fail(
+                    elem,
+                    f"<Transport> {transport.name!r} reuses address {transport.address}",
+                )
+            addrs.add(key)
+        return tuple(result)
+
+    def transport(self, elem: ET.Element, index: int) -> TransportConfig:
+        name = self.text(elem, "Name")
+        label = f"<Transport> {name!r}" if name else f"<Transport> #{index}"
+        raw_type = self.text(elem, "Type")
+        if raw_type is None:
+            self.fail(elem, f"{label} has no <Type>")
+        ttype = TRANSPORT_TYPES.get(raw_type.lower())
+        if ttype is None:
+            allowed = ", ".join(TRANSPORT_TYPES)
+            self.fail(
+                self.child(elem, "Type"),
+                f"{label} has unsupported <Type> {raw_type!r} (expected one of {allowed})",
+            )
+        addr_elems = elem.findall("InetAddr")
+        if not addr_elems:
+            self.fail(elem, f"{label} has no <InetAddr>")
+        if len(addr_elems) > 1:
+            self.fail(addr_elems[1], f"{label} has more than one <InetAddr>")
+        addr_text = self.elem_text(addr_elems[0], elem)
+        addr = self.convert(addr_elems[0], parse_inet_addr, addr_text)
+        protocol = (self.text(elem, "Protocol") or "amps").lower()
+        message_type = self.text(elem, "MessageType")
+        known = ("Name", "Type", "InetAddr", "Protocol", "MessageType")
+        return TransportConfig(
+            name=name or f"{ttype}-{index}",
+            type=ttype,
+            host=addr.host,
+            port=addr.port,
+            protocol=protocol,
+            message_type=message_type.lower() if message_type else None,
+            extra=MappingProxyType(self.extras(elem, known)),
+        )
+
+    def sow_topics(self, root: ET.Element) -> tuple[SowTopicConfig, ...]:
+        elems: list[ET.Element] = []
+        sow = self.single(root, "SOW")
+        if sow is not None:
+            elems += [c for c in sow if c.tag in ("Topic", "TopicDefinition")]
+            self.ignore_unknown(sow, ["Topic", "TopicDefinition"])
+        # Pre-5.0 AMPS spelled the SOW section <TopicMetaData><TopicDefinition>.
+        meta = self.single(root, "TopicMetaData")
+        if meta is not None:
+            elems += meta.findall("TopicDefinition")
+            self.ignore_unknown(meta, ["TopicDefinition"])
+        result: list[SowTopicConfig] = []
+        seen: set[tuple[str, str]] = set()
+        for elem in elems:
+            topic = self.sow_topic(elem)
+            if (topic.topic, topic.message_type) in seen:
+                self.fail(
+                    elem,
+                    f"duplicate SOW topic {topic.topic!r} of message type {topic.message_type!r}",
+                )
+            seen.add((topic.topic, topic.message_type))
+            result.append(topic)
+        return tuple(result)
+
+    def sow_topic(self, elem: ET.Element) -> SowTopicConfig:
+        name = self.text(elem, "Name")
+        # Inside the old <TopicDefinition>, the topic name is a <Topic> child.
+        legacy = self.text(elem, "Topic") if elem.tag == "TopicDefinition" else None
+        if name is not None and legacy is not None:
+            self.fail(elem, f"<{elem.tag}> has both <Name> and <Topic>")
+        topic = name if name is not None else legacy
+        if topic is None:
+            self.fail(elem, f"SOW <{elem.tag}> has no <Name>")
+        label = f"SOW topic {topic!r}"
+        message_type = self.required(elem, "MessageType", label).lower()
+        keys = tuple(self.elem_text(k, elem) for k in elem.findall("Key"))
+        file_text = self.text(elem, "FileName")
+        file_name = None
+        if file_text is not None:
+            file_name = self.path(elem, "FileName", file_text.replace("%n", _sanitize(topic)))
+        expiration = None
+        exp_text = self.text(elem, "Expiration")
+        if exp_text is not None and exp_text.lower() not in ("disabled", "none"):
+            expiration = self.convert(self.child(elem, "Expiration"), parse_duration, exp_text)
+        known = ("Name", "Topic", "MessageType", "Key", "FileName", "KeyDomain", "Expiration")
+        return SowTopicConfig(
+            topic=topic,
+            message_type=message_type,
+            keys=keys,
+            file_name=file_name,
+            key_domain=self.text(elem, "KeyDomain"),
+            expiration=expiration,
+            extra=MappingProxyType(self.extras(elem, known)),
+        )
+
+    def transaction_log(self, elem: ET.Element) -> TransactionLogConfig:
+        directory = self.text(elem, "JournalDirectory")
+        archive = self.text(elem, "JournalArchiveDirectory")
+        journal_size = self.size(elem, "JournalSize")
+        if journal_size is not None and journal_size <= 0:
+            self.fail(self.child(elem, "JournalSize"), "<JournalSize> must be positive")
+        prealloc = self.integer(elem, "PreallocatedJournalFiles", minimum=1)
+        topics: list[TxlogTopic] = []
+        for topic_elem in elem.findall("Topic"):
+            name = self.required(topic_elem, "Name", "<TransactionLog> <Topic>")
+            message_type = self.text(topic_elem, "MessageType")
+            self.ignore_unknown(topic_elem, ["Name", "MessageType"])
+            topics.append(TxlogTopic(name, message_type.lower() if message_type else None))
+        known = (
+            "JournalDirectory",
+            "JournalArchiveDirectory",
+            "JournalSize",
+            "PreallocatedJournalFiles",
+            "FlushInterval",
+            "Topic",
+        )
+        return TransactionLogConfig(
+            journal_directory=(
+                self.path(elem, "JournalDirectory", directory)
+                if directory
+                else self.data_dir / "journal"
+            ),
+            journal_size=journal_size if journal_size is not None else DEFAULT_JOURNAL_SIZE,
+            preallocated_journal_files=(
+                prealloc if prealloc is not None else DEFAULT_PREALLOCATED_JOURNAL_FILES
+            ),
+            topics=tuple(topics),
+            flush_interval=self.duration(elem, "FlushInterval"),
+            archive_directory=(
+                self.path(elem, "JournalArchiveDirectory", archive) if archive else None
+            ),
+            extra=MappingProxyType(self.extras(elem, known)),
+        )
+
+    def replication(
+        self, elem: ET.Element, actions: tuple[ReplicationActionConfig, ...]
+    ) -> ReplicationConfig:
+        destinations: list[DestinationConfig] = []
+        names: set[str] = set()
+        for dest_elem in elem.findall("Destination"):
+            dest = self.destination(dest_elem)
+            if dest.name in names:
+                self.fail(dest_elem, f"duplicate replication <Destination> {dest.name!r}")
+            names.add(dest.name)
+            destinations.append(dest)
+        self.ignore_unknown(elem, ["Destination"])
+        sync_count = sum(1 for d in destinations if d.sync_type == "sync")
+        if sync_count > _MAX_SYNC_DESTINATIONS:
+            self.fail(
+                elem,
+                f"{sync_count} sync replication destinations configured; "
+                f"at most {_MAX_SYNC_DESTINATIONS} are supported",
+            )
+        return ReplicationConfig(destinations=tuple(destinations), actions=actions)
+
+    def destination(self, elem: ET.Element) -> DestinationConfig:
+        name = self.required(elem, "Name", "replication <Destination>")
+        label = f"replication <Destination> {name!r}"
+        sync_text = self.text(elem, "SyncType")
+        sync_type: SyncType = "async"
+        if sync_text is not None:
+            lowered = sync_text.lower()
+            if lowered == "sync":
+                sync_type = "sync"
+            elif lowered != "async":
+                self.fail(
+                    self.child(elem, "SyncType"),
+                    f"{label}: <SyncType> must be 'sync' or 'async', got {sync_text!r}",
+                )
+        topics = tuple(self.replication_topic(t, label) for t in elem.findall("Topic"))
+        passthrough: list[str] = []
+        for pt in elem.findall("PassThrough"):
+            regex = self.elem_text(pt, elem)
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                self.fail(pt, f"{label}: invalid <PassThrough> regex {regex!r}: {exc}")
+            passthrough.append(regex)
+        inet_addrs: list[InetAddr] = []
+        transport_type = "amps-replication"
+        extra: dict[str, str] = {}
+        transport = self.single(elem, "Transport")
+        if transport is not None:
+            raw_type = self.text(transport, "Type")
+            if raw_type is not None:
+                transport_type = raw_type.lower()
+                if transport_type != "amps-replication":
+                    self.fail(
+                        self.child(transport, "Type"),
+                        f"{label}: <Transport> <Type> must be amps-replication, got {raw_type!r}",
+                    )
+            for addr_elem in transport.findall("InetAddr"):
+                for part in self.elem_text(addr_elem, transport).split(","):
+                    if part.strip():
+                        inet_addrs.append(self.convert(addr_elem, parse_inet_addr, part))
+            extra.update(
+                self.extras(transport, ("Type", "InetAddr", "Compression"), prefix="Transport/")
+            )
+        compression = self.compression(elem, transport, label)
+        known = ("Name", "Group", "SyncType", "Topic", "PassThrough", "Transport", "Compression")
+        extra.update(self.extras(elem, known))
+        return DestinationConfig(
+            name=name,
+            group=self.text(elem, "Group"),
+            sync_type=sync_type,
+            topics=topics,
+            inet_addrs=tuple(inet_addrs),
+            transport_type=transport_type,
+            passthrough=tuple(passthrough),
+            extra=MappingProxyType(extra),
+            compression=compression,
+        )
+
+    def compression(self, elem: ET.Element, transport: ET.Element | None, label: str) -> str | None:
+        """``<Compression>`` of a destination (directly in it, or in its ``<Transport>``)."""
+        found = [(elem, c) for c in elem.findall("Compression")]
+        if transport is not None:
+            found += [(transport, c) for c in transport.findall("Compression")]
+        if not found:
+            return None
+        if len(found) > 1:
+            self.fail(found[1][1], f"{label}: more than one <Compression>")
+        parent, comp = found[0]
+        value = self.elem_text(comp, parent).lower()
+        if value in _COMPRESSION_OFF:
+            return None
+        if value not in _COMPRESSIONS:
+            self.fail(
+                comp,
+                f"{label}: unsupported <Compression> {value!r} (expected one of "
+                f"{', '.join(_COMPRESSIONS)}, or none)",
+            )
+        return value
+
+    def replication_topic(self, elem: ET.Element, label: str) -> ReplicationTopicConfig:
+        name = self.required(elem, "Name", f"{label} <Topic>")
+        message_type = self.text(elem, "MessageType")
+        exclusions: list[str] = []
+        excl_text = self.text(elem, "ExcludeValidation")
+        if excl_text is not None:
+            for raw in excl_text.split(","):
+                check = raw.strip().lower()
+                if not check:
+                    continue
+                if check not in _EXCLUDABLE_VALIDATIONS:
+                    reason = (
+                        "cannot be excluded"
+                        if check in _UNEXCLUDABLE_VALIDATIONS
+                        else "is not a known validation check"
+                    )
+                    self.fail(
+                        self.child(elem, "ExcludeValidation"),
+                        f"{label} <Topic> {name!r}: <ExcludeValidation> {check!r} {reason}",
+                    )
+                exclusions.append(check)
+        self.ignore_unknown(elem, ["Name", "MessageType", "Filter", "ExcludeValidation"])
+        return ReplicationTopicConfig(
+            name=name,
+            message_type=message_type.lower() if message_type else None,
+            filter=self.text(elem, "Filter"),
+            exclude_validation=tuple(exclusions),
+        )
+
+    def admin(self, elem: ET.Element) -> AdminConfig:
+        addr_text = self.required(elem, "InetAddr", "<Admin>")
+        addr = self.convert(self.child(elem, "InetAddr"), parse_inet_addr, addr_text)
+        file_text = self.text(elem, "FileName")
+        return AdminConfig(
+            host=addr.host,
+            port=addr.port,
+            interval=self.duration(elem, "Interval"),
+            file_name=self.path(elem, "FileName", file_text) if file_text else None,
+            extra=MappingProxyType(self.extras(elem, ("InetAddr", "FileName", "Interval"))),
+        )
+
+    def actions(
+        self, section: ET.Element
+    ) -> tuple[tuple[ActionConfig, ...], tuple[ReplicationActionConfig, ...]]:
+        raw: list[ActionConfig] = []
+        replication: list[ReplicationActionConfig] = []
+        self.ignore_unknown(section, ["Action"])
+        for action in section.findall("Action"):
+            on = tuple(self.action_step(s) for s in action.findall("On"))
+            do = tuple(self.action_step(s) for s in action.findall("Do"))
+            self.ignore_unknown(action, ["On", "Do"])
+            raw.append(ActionConfig(on=on, do=do))
+            every: float | None = None
+            for step_elem, step in zip(action.findall("On"), on, strict=True):
+                if step.module == SCHEDULE_MODULE and "Every" in step.options:
+                    every = self.convert(step_elem, parse_duration, step.options["Every"])
+            for step_elem, step in zip(action.findall("Do"), do, strict=True):
+                kind: Literal["downgrade", "upgrade"]
+                if step.module == DOWNGRADE_REPLICATION_MODULE:
+                    kind = "downgrade"
+                elif step.module == UPGRADE_REPLICATION_MODULE:
+                    kind = "upgrade"
+                else:
+                    continue
+                age_text = step.options.get("Age")
+                if age_text is None:
+                    self.fail(step_elem, f"<Do> {step.module} requires an <Age> option")
+                age = self.convert(step_elem, parse_duration, age_text)
+                replication.append(
+                    ReplicationActionConfig(kind=kind, age=age, every=every, options=step.options)
+                )
+        return tuple(raw), tuple(replication)
+
+    def action_step(self, elem: ET.Element) -> ActionStep:
+        module = self.required(elem, "Module", f"<Action> <{elem.tag}>")
+        options: dict[str, str] = {}
+        opts = self.single(elem, "Options")
+        if opts is not None:
+            for child in opts:
+                flatten(child, child.tag, options, 0)
+        self.ignore_unknown(elem, ["Module", "Options"])
+        return ActionStep(module=module, options=MappingProxyType(options))
+
+
+_COMPRESSIONS: Final = ("zlib",)
+_COMPRESSION_OFF: Final = ("none", "off", "false", "disabled")
+
+
+def _sanitize(topic: str) -> str:
+    """Make a topic name usable as a file name component."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", topic).strip("_.")
+    return cleaned or "topic"
+
+
+# --------------------------------------------------------------------------- entry points
+
+_ROOT_KNOWN = (
+    "Name",
+    "Group",
+    "Transports",
+    "SOW",
+    "TopicMetaData",
+    "TransactionLog",
+    "Replication",
+    "Admin",
+    "Actions",
+    "MessageMemoryLimit",
+    "DataDirectory",
+)
+
+
+def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -> ServerConfig:
+    root = doc.root
+    if root.tag != "AMPSConfig":
+        doc.fail(root, f"root element must be <AMPSConfig>, found <{root.tag}>")
+    base = (base_dir if base_dir is not None else Path.cwd()).expanduser().absolute()
+    reader = ConfigReader(doc, base)
+    data_dir_text = reader.text(root, "DataDirectory")
+    if data_dir_text is not None:
+        reader.data_dir = reader.path(root, "DataDirectory", data_dir_text)
+
+    transports_elem = reader.single(root, "Transports")
+    transports = reader.transports(transports_elem) if transports_elem is not None else ()
+    sow_topics = reader.sow_topics(root)
+    txlog_elem = reader.single(root, "TransactionLog")
+    txlog = reader.transaction_log(txlog_elem) if txlog_elem is not None else None
+
+    actions: tuple[ActionConfig, ...] = ()
+    repl_actions: tuple[ReplicationActionConfig, ...] = ()
+    actions_elem = reader.single(root, "Actions")
+    if actions_elem is not None:
+        actions, repl_actions = reader.actions(actions_elem)
+    repl_elem = reader.single(root, "Replication")
+    replication = reader.replication(repl_elem, repl_actions) if repl_elem is not None else None
+    if replication is None and repl_actions:
+        logger.debug("config: replication actions configured without <Replication>; ignored")
+
+    admin_elem = reader.single(root, "Admin")
+    admin = reader.admin(admin_elem) if admin_elem is not None else None
+
+    extra = reader.extras(root, _ROOT_KNOWN)
+    memory_limit: int | None = None
+    memory_text = reader.text(root, "MessageMemoryLimit")
+    if memory_text is not None:
+        if memory_text.endswith("%"):
+            extra["MessageMemoryLimit"] = memory_text  # a share of host memory
+        else:
+            memory_limit = reader.convert(
+                reader.child(root, "MessageMemoryLimit"), parse_size, memory_text
+            )
+
+    return ServerConfig(
+        name=reader.text(root, "Name") or DEFAULT_SERVER_NAME,
+        group=reader.text(root, "Group"),
+        transports=transports,
+        sow_topics=sow_topics,
+        transaction_log=txlog,
+        replication=replication,
+        admin=admin,
+        data_dir=reader.data_dir,
+        message_memory_limit=memory_limit,
+        actions=actions,
+        extra=MappingProxyType(extra),
+        source=source,
+    )
