@@ -11,7 +11,7 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     │   ├── ConflationError                    engine/conflation.py
     │   └── HttpError                          admin/http.py      an admin HTTP request refused
     ├── OptionError (ValueError)               an option or expression that does not parse
-    │   ├── FilterError                        engine/filters.py  reason "bad filter"
+    │   ├── FilterError                        engine/filter_syntax.py reason "bad filter"
     │   ├── TopicError                         engine/topics.py   reason "bad regex topic"
     │   ├── SelectError                        engine/payload.py
     │   └── OrderByError                       engine/payload.py
