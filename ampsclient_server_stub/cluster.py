@@ -353,48 +353,10 @@ class Cluster:
         if node.destinations:
             lines.append("  <Replication>")
             for dest in node.destinations:
-                lines.append("    <Destination>")
-                lines.append(f"      <Name>{e(dest.name)}</Name>")
-                if dest.group is not None:
-                    lines.append(f"      <Group>{e(dest.group)}</Group>")
-                lines.append(f"      <SyncType>{'sync' if dest.sync else 'async'}</SyncType>")
-                for rule in dest.topics:
-                    parts = [f"<Name>{e(rule.name)}</Name>"]
-                    if rule.message_type:
-                        parts.append(f"<MessageType>{e(rule.message_type)}</MessageType>")
-                    if rule.filter:
-                        parts.append(f"<Filter>{e(rule.filter)}</Filter>")
-                    if rule.exclude_validation:
-                        excl = ",".join(rule.exclude_validation)
-                        parts.append(f"<ExcludeValidation>{e(excl)}</ExcludeValidation>")
-                    lines.append(f"      <Topic>{''.join(parts)}</Topic>")
-                for regex in dest.passthrough:
-                    lines.append(f"      <PassThrough>{e(regex)}</PassThrough>")
-                lines.append("      <Transport><Type>amps-replication</Type>")
-                if not dest.passive:
-                    addrs = ",".join(f"127.0.0.1:{t.repl_port}" for t in dest.targets)
-                    lines.append(f"        <InetAddr>{addrs}</InetAddr>")
-                if dest.secret is not None:
-                    lines.append(f"        <Secret>{e(dest.secret)}</Secret>")
-                lines.append("      </Transport>")
-                lines.append("    </Destination>")
+                lines += _destination_xml(dest)
             lines.append("  </Replication>")
-        policy = node.downgrade
-        if policy is not None and node.destinations:
-            lines += [
-                "  <Actions>",
-                "    <Action>",
-                "      <On><Module>amps-action-on-schedule</Module>"
-                f"<Options><Every>{policy.every}s</Every></Options></On>",
-                "      <Do><Module>amps-action-do-downgrade-replication</Module>"
-                f"<Options><Age>{policy.age}s</Age></Options></Do>",
-            ]
-            if policy.upgrade_age is not None:
-                lines.append(
-                    "      <Do><Module>amps-action-do-upgrade-replication</Module>"
-                    f"<Options><Age>{policy.upgrade_age}s</Age></Options></Do>"
-                )
-            lines += ["    </Action>", "  </Actions>"]
+            if node.downgrade is not None:
+                lines += _downgrade_actions_xml(node.downgrade)
         if node.extra_xml:
             lines.append(node.extra_xml)
         lines.append("</AMPSConfig>")
@@ -511,3 +473,50 @@ class Cluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _destination_xml(dest: Destination) -> list[str]:
+    """The ``<Destination>`` element of ``dest``, one line per list item."""
+    e = escape
+    lines = ["    <Destination>", f"      <Name>{e(dest.name)}</Name>"]
+    if dest.group is not None:
+        lines.append(f"      <Group>{e(dest.group)}</Group>")
+    lines.append(f"      <SyncType>{'sync' if dest.sync else 'async'}</SyncType>")
+    for rule in dest.topics:
+        parts = [f"<Name>{e(rule.name)}</Name>"]
+        if rule.message_type:
+            parts.append(f"<MessageType>{e(rule.message_type)}</MessageType>")
+        if rule.filter:
+            parts.append(f"<Filter>{e(rule.filter)}</Filter>")
+        if rule.exclude_validation:
+            excl = ",".join(rule.exclude_validation)
+            parts.append(f"<ExcludeValidation>{e(excl)}</ExcludeValidation>")
+        lines.append(f"      <Topic>{''.join(parts)}</Topic>")
+    for regex in dest.passthrough:
+        lines.append(f"      <PassThrough>{e(regex)}</PassThrough>")
+    lines.append("      <Transport><Type>amps-replication</Type>")
+    if not dest.passive:
+        addrs = ",".join(f"127.0.0.1:{t.repl_port}" for t in dest.targets)
+        lines.append(f"        <InetAddr>{addrs}</InetAddr>")
+    if dest.secret is not None:
+        lines.append(f"        <Secret>{e(dest.secret)}</Secret>")
+    lines += ["      </Transport>", "    </Destination>"]
+    return lines
+
+
+def _downgrade_actions_xml(policy: DowngradePolicy) -> list[str]:
+    """The ``<Actions>`` that downgrade (and upgrade) replication on a schedule."""
+    lines = [
+        "  <Actions>",
+        "    <Action>",
+        "      <On><Module>amps-action-on-schedule</Module>"
+        f"<Options><Every>{policy.every}s</Every></Options></On>",
+        "      <Do><Module>amps-action-do-downgrade-replication</Module>"
+        f"<Options><Age>{policy.age}s</Age></Options></Do>",
+    ]
+    if policy.upgrade_age is not None:
+        lines.append(
+            "      <Do><Module>amps-action-do-upgrade-replication</Module>"
+            f"<Options><Age>{policy.upgrade_age}s</Age></Options></Do>"
+        )
+    return [*lines, "    </Action>", "  </Actions>"]

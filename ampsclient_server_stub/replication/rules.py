@@ -282,70 +282,111 @@ def validate_destination(
     back = [d for d in remote.destinations if _targets(d, local.name, local.group)]
     for topic in dest.topics:
         label = f"topic {topic.name!r} ({topic.message_type or 'any message type'})"
-        excluded = set(topic.exclude_validation)
-
-        def fail(check: str, text: str, label: str = label) -> None:
+        for check, text in _topic_problems(local, topic, remote, back):
             problems.append(
                 f"[{check}] {label}: {text} "
                 f"(or add '{check}' to <ExcludeValidation> of this <Topic>)"
             )
+    return problems
 
-        if (
-            "txlog" not in excluded
-            and remote.txlog is not None
-            and not _covers(remote.txlog, topic.name, topic.message_type)
-        ):
-            fail(
+
+def _topic_problems(
+    local: InstanceSummary,
+    topic: ReplicationTopicConfig,
+    remote: InstanceSummary,
+    back: Sequence[Mapping[str, Any]],
+) -> list[tuple[str, str]]:
+    """``(check, problem)`` for one ``<Topic>`` of a destination; ``back``: remote's way back."""
+    excluded = set(topic.exclude_validation)
+    found: list[tuple[str, str]] = []
+    if (
+        "txlog" not in excluded
+        and remote.txlog is not None
+        and not _covers(remote.txlog, topic.name, topic.message_type)
+    ):
+        found.append(
+            (
                 "txlog",
                 f"is not recorded in the transaction log of {remote.name!r}; add it to "
                 "<TransactionLog> there",
             )
-        back_rules = [
-            rule
-            for d in back
-            for rule in _dest_topics(d)
-            if _covers([(rule[0], rule[1])], topic.name, topic.message_type)
-        ]
-        if "replicate" not in excluded and not back_rules:
-            fail(
+        )
+    back_rules = [
+        rule
+        for d in back
+        for rule in _dest_topics(d)
+        if _covers([(rule[0], rule[1])], topic.name, topic.message_type)
+    ]
+    if "replicate" not in excluded and not back_rules:
+        found.append(
+            (
                 "replicate",
                 f"is not replicated from {remote.name!r} back to {local.name!r}; add a "
                 f"<Destination> for {local.name!r} replicating it on {remote.name!r}",
             )
-        local_sows = _local_sows(local.sow, topic.name, topic.message_type)
-        for sow_topic, sow_mt, keys in local_sows:
-            remote_sow = next((s for s in remote.sow if s[0] == sow_topic and s[1] == sow_mt), None)
-            if remote_sow is None:
-                if "sow" not in excluded or "keys" not in excluded:
-                    fail(
+        )
+    found += _sow_problems(local, topic, remote, excluded)
+    if "cascade" not in excluded:
+        found += _cascade_problems(topic, remote, excluded)
+    if "replicate_filter" not in excluded and topic.filter:
+        found += [
+            (
+                "replicate_filter",
+                f"is replicated here with filter {topic.filter!r} but {remote.name!r} "
+                f"replicates it back with filter {rule[2]!r}",
+            )
+            for rule in back_rules
+            if rule[2] != topic.filter
+        ]
+    return found
+
+
+def _sow_problems(
+    local: InstanceSummary,
+    topic: ReplicationTopicConfig,
+    remote: InstanceSummary,
+    excluded: set[str],
+) -> list[tuple[str, str]]:
+    """The ``sow`` and ``keys`` checks: each local SOW topic the rule covers is one remotely."""
+    found: list[tuple[str, str]] = []
+    for sow_topic, sow_mt, keys in _local_sows(local.sow, topic.name, topic.message_type):
+        remote_sow = next((s for s in remote.sow if s[0] == sow_topic and s[1] == sow_mt), None)
+        if remote_sow is None:
+            if "sow" not in excluded or "keys" not in excluded:
+                found.append(
+                    (
                         "sow" if "sow" not in excluded else "keys",
                         f"SOW topic {sow_topic!r} ({sow_mt}) here is not a SOW topic on "
                         f"{remote.name!r}",
                     )
-            elif "keys" not in excluded and list(remote_sow[2]) != list(keys):
-                fail(
+                )
+        elif "keys" not in excluded and list(remote_sow[2]) != list(keys):
+            found.append(
+                (
                     "keys",
                     f"SOW topic {sow_topic!r} has keys {list(keys)} here but "
                     f"{list(remote_sow[2])} on {remote.name!r}",
                 )
-        if "cascade" not in excluded:
-            for d in remote.destinations:
-                for rule in _dest_topics(d):
-                    if not _covers([(rule[0], rule[1])], topic.name, topic.message_type):
-                        continue
-                    extra = sorted(set(rule[3]) - excluded)
-                    if extra:
-                        fail(
-                            "cascade",
-                            f"{remote.name!r} excludes {extra} when replicating it to "
-                            f"{d.get('name')!r}, checks this instance enforces",
-                        )
-        if "replicate_filter" not in excluded and topic.filter:
-            for rule in back_rules:
-                if rule[2] != topic.filter:
-                    fail(
-                        "replicate_filter",
-                        f"is replicated here with filter {topic.filter!r} but {remote.name!r} "
-                        f"replicates it back with filter {rule[2]!r}",
+            )
+    return found
+
+
+def _cascade_problems(
+    topic: ReplicationTopicConfig, remote: InstanceSummary, excluded: set[str]
+) -> list[tuple[str, str]]:
+    """The ``cascade`` check: the remote enforces, downstream, every check enforced here."""
+    found: list[tuple[str, str]] = []
+    for d in remote.destinations:
+        for rule in _dest_topics(d):
+            if not _covers([(rule[0], rule[1])], topic.name, topic.message_type):
+                continue
+            extra = sorted(set(rule[3]) - excluded)
+            if extra:
+                found.append(
+                    (
+                        "cascade",
+                        f"{remote.name!r} excludes {extra} when replicating it to "
+                        f"{d.get('name')!r}, checks this instance enforces",
                     )
-    return problems
+                )
+    return found
