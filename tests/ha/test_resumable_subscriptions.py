@@ -4,7 +4,6 @@ after a subscriber restart, with exact accounting of every message."""
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from ampsclient.stores.bookmark import MemoryBookmarkStore
 from ampsclient.stores.recovery import FileRecoveryPointAdapter
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.harness import ServerProcess
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import Inbox, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,23 +29,25 @@ def publish(uri: str, start: int, stop: int) -> None:
 
 
 class Processor:
-    """Processes messages: records each n, discards it in the bookmark store."""
+    """Processes messages: keeps each in an :class:`Inbox`, then discards it in the bookmark
+    store; the duplicates the store diverts land in a second inbox."""
 
     def __init__(self) -> None:
         self.client: HAClient | None = None
-        self.seen: list[int] = []
-        self.dups: list[int] = []
-        self.lock = threading.Lock()
+        self.inbox = Inbox()
+        self.duplicates = Inbox()
 
     def __call__(self, message: Message) -> None:
-        with self.lock:
-            self.seen.append(json.loads(message.get_data())["n"])
+        self.inbox(message)
         assert self.client is not None
         self.client.discard(message)
 
-    def duplicate(self, message: Message) -> None:
-        with self.lock:
-            self.dups.append(json.loads(message.get_data())["n"])
+    def wait_count(self, count: int, what: str) -> None:
+        """Block until ``count`` messages were processed (15 s at most)."""
+        try:
+            self.inbox.wait(lambda box: len(box) >= count, timeout=15.0)
+        except AssertionError as exc:
+            raise AssertionError(f"{what}: {exc}") from None
 
 
 def test_resume_after_server_kill_9(tmp_path: Path) -> None:
@@ -56,17 +57,17 @@ def test_resume_after_server_kill_9(tmp_path: Path) -> None:
         proc = Processor()
         with HAClient("sub", reconnect_delay_strategy=FixedDelayStrategy(50)) as sub:
             proc.client = sub
-            sub.set_duplicate_message_handler(proc.duplicate)
+            sub.set_duplicate_message_handler(proc.duplicates)
             sub.get_server_chooser().add(server.uri())
             sub.connect_and_logon()
             sub.bookmark_subscribe(proc, "events", HAClient.Bookmarks.MOST_RECENT, sub_id="s1")
-            wait_for(lambda: len(proc.seen) == 100, timeout=15.0, what="the first 100")
+            proc.wait_count(100, "the first 100")
             server.kill()
             server.start()
             wait_for(lambda: sub.logged_on, timeout=15.0, what="the reconnect")
             publish(server.uri(), 100, 150)
-            wait_for(lambda: len(proc.seen) >= 150, timeout=15.0, what="the next 50")
-        assert proc.seen == list(range(150)), "every message exactly once, in order"
+            proc.wait_count(150, "the next 50")
+        assert proc.inbox.ns() == list(range(150)), "every message exactly once, in order"
 
 
 def test_resume_after_subscriber_restart_with_file_adapter(tmp_path: Path) -> None:
@@ -80,7 +81,7 @@ def test_resume_after_subscriber_restart_with_file_adapter(tmp_path: Path) -> No
             sub.get_server_chooser().add(server.uri())
             sub.connect_and_logon()
             sub.bookmark_subscribe(first, "events", HAClient.Bookmarks.MOST_RECENT, sub_id="w")
-            wait_for(lambda: len(first.seen) == 60, timeout=15.0, what="60 messages")
+            first.wait_count(60, "60 messages")
         store.close()
         publish(server.uri(), 60, 90)
         second = Processor()
@@ -91,7 +92,7 @@ def test_resume_after_subscriber_restart_with_file_adapter(tmp_path: Path) -> No
             sub.get_server_chooser().add(server.uri())
             sub.connect_and_logon()
             sub.bookmark_subscribe(second, "events", HAClient.Bookmarks.MOST_RECENT, sub_id="w")
-            wait_for(lambda: len(second.seen) >= 30, timeout=15.0, what="the 30 new messages")
+            second.wait_count(30, "the 30 new messages")
         store2.close()
-        assert first.seen == list(range(60))
-        assert second.seen == list(range(60, 90))
+        assert first.inbox.ns() == list(range(60))
+        assert second.inbox.ns() == list(range(60, 90))

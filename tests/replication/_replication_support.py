@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from ampsclient import Message
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient.sync import HAClient
-from ampsclient_server_stub.testing import wait_for as shared_wait_for
+from ampsclient_server_stub.testing import Inbox, wait_for as shared_wait_for
 from ampsclient_server_stub.testing.log import read_log
 
 
@@ -28,41 +26,27 @@ def bookmark_of(client_name: str, seq: int) -> str:
 
 
 class Processor:
-    """A bookmark subscriber's handler: records ``(publisher, n)`` of each message and discards
-    it in the bookmark store; duplicates (diverted by the store) are counted apart."""
+    """A bookmark subscriber's handler: keeps each message in an :class:`Inbox`, then discards
+    it in the bookmark store; duplicates (diverted by the store) land in a second inbox."""
 
     def __init__(self) -> None:
         self.client: HAClient | None = None
-        self.seen: list[tuple[str, int]] = []
-        self.dups: list[tuple[str, int]] = []
-        self.first_after: dict[str, float] = {}
-        self.lock = threading.Lock()
-
-    @staticmethod
-    def _key(message: Message) -> tuple[str, int]:
-        doc: Any = json.loads(message.get_data())
-        return str(doc["p"]), int(doc["n"])
+        self.inbox = Inbox()
+        self.duplicates = Inbox()
 
     def __call__(self, message: Message) -> None:
-        key = self._key(message)
-        with self.lock:
-            self.seen.append(key)
+        self.inbox(message)
         assert self.client is not None
         self.client.discard(message)
 
-    def duplicate(self, message: Message) -> None:
-        with self.lock:
-            self.dups.append(self._key(message))
-
     def count(self) -> int:
-        with self.lock:
-            return len(self.seen)
+        return len(self.inbox)
 
     def by_publisher(self) -> dict[str, list[int]]:
+        """``n`` of each message processed so far, by its publisher ``p``, in arrival order."""
         out: dict[str, list[int]] = {}
-        with self.lock:
-            for p, n in self.seen:
-                out.setdefault(p, []).append(n)
+        for doc in self.inbox.payloads():
+            out.setdefault(str(doc["p"]), []).append(int(doc["n"]))
         return out
 
 

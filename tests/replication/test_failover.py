@@ -59,7 +59,7 @@ def test_hot_hot_failover_exactly_once_and_resync(tmp_path: Path) -> None:
             HAClient("side-pub", reconnect_delay_strategy=FixedDelayStrategy(50)) as side,
         ):
             proc.client = sub
-            sub.set_duplicate_message_handler(proc.duplicate)
+            sub.set_duplicate_message_handler(proc.duplicates)
             sub.get_server_chooser().add(a.uri()).add(b.uri())
             sub.connect_and_logon()
             sub.bookmark_subscribe(
