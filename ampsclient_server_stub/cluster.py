@@ -214,6 +214,7 @@ class Cluster:
         txlog_topics: the ``<TransactionLog>`` topics of every node (default: every json
             topic).
         downgrade: downgrade/upgrade actions for every node (``None``: none).
+        journal_size: the nodes' ``<JournalSize>`` (e.g. ``"16KB"``; ``None``: the default).
     """
 
     def __init__(
@@ -224,12 +225,14 @@ class Cluster:
         fsync: str = "never",
         txlog_topics: Sequence[tuple[str, str | None]] = ((".*", "json"),),
         downgrade: DowngradePolicy | None = None,
+        journal_size: str | None = None,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.secret = secret if secret is not None else secrets.token_hex(16)
         self.fsync = fsync
         self.txlog_topics = list(txlog_topics)
         self.downgrade = downgrade
+        self.journal_size = journal_size
         self.nodes: dict[str, ClusterNode] = {}
 
     # ------------------------------------------------------------------ topology
@@ -337,6 +340,8 @@ class Cluster:
             "  <TransactionLog>",
             "    <JournalDirectory>journal</JournalDirectory>",
         ]
+        if self.journal_size is not None:
+            lines.append(f"    <JournalSize>{e(self.journal_size)}</JournalSize>")
         for topic, mt in node.txlog_topics:
             mt_xml = f"<MessageType>{e(mt)}</MessageType>" if mt else ""
             lines.append(f"    <Topic><Name>{e(topic)}</Name>{mt_xml}</Topic>")

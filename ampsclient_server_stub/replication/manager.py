@@ -37,6 +37,7 @@ from ampsclient_server_stub.security.replication import (
     outgoing_credentials,
 )
 
+from .holds import SAVE_DELAY, HoldFile
 from .link import Link
 from .rules import InstanceSummary, summarize, validate_destination
 from .streams import Inbound, Outbound
@@ -166,19 +167,34 @@ class ReplicationManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._rerun_scheduled = False
         self._stopping = False
+        self.holds = HoldFile(
+            self.journal.directory, self.name, durable=self.journal.fsync_policy != "never"
+        )
+        """The destinations' holds on the journal, kept across restarts (see ``holds.py``)."""
+        self._hold_save: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         """Bind the listener, create the destination streams, start dialing."""
+        self.holds.load()
         for dest in self.destinations:
             if not dest.topics:
                 logger.warning(
                     "replication: destination %r has no <Topic>: nothing will be replicated",
                     dest.name,
                 )
-            self.outbounds[dest.name] = Outbound(self, dest)
+            hold = self.holds.restored(dest.name)
+            self.outbounds[dest.name] = Outbound(self, dest, hold=hold)
             self._changed[dest.name] = asyncio.Event()
+            if hold is not None and hold <= self.journal.last_index:
+                logger.info(
+                    "replication: destination %r holds the journal from index %d (saved by "
+                    "the previous run)",
+                    dest.name,
+                    self.outbounds[dest.name].scan_pos,
+                )
+        self.save_holds()
         if self.transport is not None:
             t = self.transport
             self.server = await self.loop.create_server(
@@ -260,6 +276,7 @@ class ReplicationManager:
             broker.hooks.durable_listeners.remove(self.on_durable)
         broker.hooks.ack_limit = None
         broker.hooks.fully_durable_limit = None
+        self.save_holds()
         for out in self.outbounds.values():
             out.close()
 
@@ -300,6 +317,21 @@ class ReplicationManager:
         if self._stopping or self.journal.closed:
             return
         self.broker.on_durable(self.journal.durable_index)
+
+    def hold_moved(self, *, backwards: bool) -> None:
+        """A destination's journal pin moved: save the holds, at once when it moved
+        backwards, else within ``SAVE_DELAY`` seconds (moves are coalesced)."""
+        if backwards:
+            self.save_holds()
+        elif self._hold_save is None and not self._stopping:
+            self._hold_save = self.loop.call_later(SAVE_DELAY, self.save_holds)
+
+    def save_holds(self) -> None:
+        """Write every destination's hold (the index its pin keeps) beside the journal."""
+        if self._hold_save is not None:
+            self._hold_save.cancel()
+            self._hold_save = None
+        self.holds.save({name: out.pin_at for name, out in self.outbounds.items()})
 
     def inbound_counters(self, peer: str, stream: str) -> dict[str, int]:
         """The running totals of upstream stream ``stream`` from instance ``peer``."""

@@ -120,6 +120,9 @@ class StreamHost(Protocol):
     def limits_changed(self) -> None:
         """An outbound stream's acknowledged position moved."""
 
+    def hold_moved(self, *, backwards: bool) -> None:
+        """An outbound stream's journal pin moved (``backwards``: to an earlier index)."""
+
     def inbound_counters(self, peer: str, stream: str) -> dict[str, int]:
         """The counters of an inbound stream."""
 
@@ -128,9 +131,18 @@ class StreamHost(Protocol):
 
 
 class Outbound:
-    """The stream of one ``<Destination>``: what was sent, what is acknowledged."""
+    """The stream of one ``<Destination>``: what was sent, what is acknowledged.
 
-    def __init__(self, manager: StreamHost, dest: DestinationConfig) -> None:
+    Args:
+        manager: the instance's replication manager.
+        dest: the ``<Destination>``.
+        hold: the first index the destination may still need, as the previous run of the
+            instance saved it (``None``: assume it is caught up with this journal).
+    """
+
+    def __init__(
+        self, manager: StreamHost, dest: DestinationConfig, *, hold: int | None = None
+    ) -> None:
         self.manager = manager
         self.dest = dest
         self.name = dest.name
@@ -143,7 +155,8 @@ class Outbound:
         self.state = "detached"  # detached | opening | streaming
         self.peer: Hop = (dest.name, dest.group or dest.name)
         self._set_peer(self.peer)
-        self.scan_pos = self.journal.last_index + 1
+        end = self.journal.last_index + 1
+        self.scan_pos = end if hold is None else min(max(hold, self.journal.first_index), end)
         self.pending: deque[tuple[int, int]] = deque()  # (upstream index, timestamp us)
         self.stall_ts: int | None = None
         self.sent_seq: dict[int, int] = {}
@@ -208,6 +221,7 @@ class Outbound:
             "scan_position": self.scan_pos,
             "in_flight": len(self.pending),
             "acked_through": self.acked_through(),
+            "hold": self.pin_at,
             "oldest_unacked_age": age,
             **self.counters,
         }
@@ -451,13 +465,19 @@ class Outbound:
             self.schedule_pump()
 
     def _repin(self, index: int) -> None:
-        if self.pin is not None and abs(index - self.pin_at) < _PIN_STEP:
-            return
+        """Move the journal pin to ``index``: at once backwards or when nothing is in flight
+        (caught up), else in steps of ``_PIN_STEP`` records; the manager persists it."""
+        if self.pin is not None:
+            at = self.pin_at
+            if index == at or (at < index < at + _PIN_STEP and self.pending):
+                return
         new = self.journal.pin(index)
         if self.pin is not None:
             self.journal.unpin(self.pin)
+        backwards = index < self.pin_at
         self.pin = new
         self.pin_at = index
+        self.manager.hold_moved(backwards=backwards)
 
     def close(self) -> None:
         if self.pin is not None:
