@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 from .config_values import InetAddr
+from .queues.config import QueueConfig
 
 __all__ = [
     "DEFAULT_JOURNAL_SIZE",
@@ -261,6 +262,8 @@ class ServerConfig:
     group: str | None = None
     transports: tuple[TransportConfig, ...] = ()
     sow_topics: tuple[SowTopicConfig, ...] = ()
+    queues: tuple[QueueConfig, ...] = ()
+    """``<SOW>/<Queue>``, ``<LocalQueue>``, ``<GroupLocalQueue>`` (``queues.config``)."""
     transaction_log: TransactionLogConfig | None = None
     replication: ReplicationConfig | None = None
     admin: AdminConfig | None = None

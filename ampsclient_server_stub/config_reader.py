@@ -39,6 +39,7 @@ from .config_model import (
 )
 from .config_values import InetAddr, parse_duration, parse_inet_addr, parse_size
 from .config_xml import ElementReader, XmlDocument, flatten
+from .queues.config import QUEUE_TAGS, parse_queues
 
 __all__ = ["ConfigReader", "build_config"]
 
@@ -125,7 +126,7 @@ class ConfigReader(ElementReader):
         sow = self.single(root, "SOW")
         if sow is not None:
             elems += [c for c in sow if c.tag in ("Topic", "TopicDefinition")]
-            self.ignore_unknown(sow, ["Topic", "TopicDefinition"])
+            self.ignore_unknown(sow, ["Topic", "TopicDefinition", *QUEUE_TAGS])
         # Pre-5.0 AMPS spelled the SOW section <TopicMetaData><TopicDefinition>.
         meta = self.single(root, "TopicMetaData")
         if meta is not None:
@@ -438,6 +439,7 @@ def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -
     transports_elem = reader.single(root, "Transports")
     transports = reader.transports(transports_elem) if transports_elem is not None else ()
     sow_topics = reader.sow_topics(root)
+    queues = parse_queues(reader.single(root, "SOW"), fail=doc.fail)
     txlog_elem = reader.single(root, "TransactionLog")
     txlog = reader.transaction_log(txlog_elem) if txlog_elem is not None else None
 
@@ -470,6 +472,7 @@ def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -
         group=reader.text(root, "Group"),
         transports=transports,
         sow_topics=sow_topics,
+        queues=queues,
         transaction_log=txlog,
         replication=replication,
         admin=admin,

@@ -31,8 +31,9 @@ and ``shared/amps-semantics.md`` (server behaviour). Summary:
   :data:`PAUSE_BUFFER_LIMIT` deliveries while paused, dropping the OLDEST beyond that (with a
   warning); ``resume`` delivers the buffer in order.
 
-Not done: paginated subscriptions, queues (a ``sow_delete`` carrying only ``bookmark`` is
-accepted as a no-op). Without a transaction log any bookmark is treated as NOW.
+Queues live in :mod:`ampsclient_server_stub.queues` (plugged in through
+``BrokerHooks.queues``). Not done: paginated subscriptions. Without a transaction log any
+bookmark is treated as NOW.
 
 :class:`Broker` is a small facade over the engine's parts, one module each (docs/design.md
 draws them): :mod:`.wire` (header readers, ack writers, publish recognizers), :mod:`.state`
@@ -55,6 +56,7 @@ from typing import Final
 from ampsclient.exceptions import MalformedFrameError
 from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub.config import ServerConfig
+from ampsclient_server_stub.queues.engine import QueueEngine, QueueStartError
 
 from .commands import CommandHandlers, Handler
 from .delivery import Delivery
@@ -199,6 +201,8 @@ class Broker:
         """The dispatch table: command name -> handler."""
         if txlog is not None:
             self.recover_sow_from_journal()
+        self.queues = self._start_queues(config, txlog, call_later, clock)
+        """The message queues (``None`` without ``<Queue>`` definitions)."""
 
     def _command_handlers(
         self, txlog: TxLog | None, version: str
@@ -231,6 +235,31 @@ class Broker:
             version=version,
         )
         return publishing, handlers
+
+    def _start_queues(
+        self,
+        config: ServerConfig | None,
+        txlog: TxLog | None,
+        call_later: CallLater | None,
+        clock: Callable[[], float],
+    ) -> QueueEngine | None:
+        """The queue engine, plugged into the hooks and the subscription table."""
+        if config is None or not config.queues:
+            return None
+        if txlog is None:
+            raise QueueStartError("queues need a transaction log")
+        engine = QueueEngine(
+            config.queues,
+            txlog=txlog,
+            table=self._subscriptions,
+            request_sync=self.request_sync,
+            call_later=call_later,
+            clock=clock,
+            instance=config.name,
+        )
+        self.hooks.queues = engine
+        self._subscriptions.on_remove = engine.removed
+        return engine
 
     # ------------------------------------------------------------------ ingest
 
@@ -291,6 +320,8 @@ class Broker:
         """Stop the timers and close the SOW topics the broker opened from its configuration
         (after a last recovery checkpoint, while the journal is still open)."""
         self.replays.close()
+        if self.queues is not None:
+            self.queues.close()
         self.checkpoint_sows()
         self.sows.close()
 

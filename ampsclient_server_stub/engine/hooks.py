@@ -3,7 +3,9 @@
 * :class:`BrokerHooks`: the policies other layers plug in, given to the broker's constructor
   as one object: group commit (``request_sync``), authentication (``authenticate``),
   security (``guard``: authentication modules and entitlements) and replication
-  (``ack_limit``, ``fully_durable_limit``, ``durable_listeners``).
+  (``ack_limit``, ``fully_durable_limit``, ``durable_listeners``);
+* :class:`QueueHooks`: the message queues (``ampsclient_server_stub.queues``), which take
+  queue subscriptions and queue acknowledgements.
 
 The engine never imports the layers that implement these (network, security, replication):
 they depend on the engine, not the other way round.
@@ -18,10 +20,10 @@ from typing import Protocol
 from ampsclient.protocol.header import Header
 
 from .session import Authenticator
-from .state import Connection
+from .state import Connection, Subscription
 from .topics import TopicMatcher
 
-__all__ = ["BrokerHooks", "Guard", "LogonVerdict"]
+__all__ = ["BrokerHooks", "Guard", "LogonVerdict", "QueueHooks"]
 
 
 class LogonVerdict(Protocol):
@@ -63,6 +65,28 @@ class Guard(Protocol):
         """The topic matcher a read command of ``conn`` really gets (entitlement filter)."""
 
 
+class QueueHooks(Protocol):
+    """The message queues (``ampsclient_server_stub.queues.engine.QueueEngine`` fits)."""
+
+    def is_queue(self, mt: str, topic: str) -> bool:
+        """``topic`` is a queue of message type ``mt``."""
+
+    def subscribe(
+        self,
+        conn: Connection,
+        hdr: Header,
+        sub: Subscription,
+        replaced: Subscription | None,
+        flags: int,
+    ) -> bool:
+        """Take a validated subscription when it is a queue subscription (acks included)."""
+
+    def acknowledge(
+        self, conn: Connection, hdr: Header, predicate: Callable[[object], bool] | None
+    ) -> tuple[int, int, int | None]:
+        """A ``sow_delete`` on a queue topic: ``(deleted, topic matches, journal index)``."""
+
+
 @dataclass(slots=True)
 class BrokerHooks:
     """The policies plugged into a broker (every one optional).
@@ -83,3 +107,5 @@ class BrokerHooks:
     """The highest journal index a ``fully_durable`` bookmark replay may deliver."""
     durable_listeners: list[Callable[[int], None]] = field(default_factory=list)
     """Called with the durable index at the end of ``Broker.on_durable``."""
+    queues: QueueHooks | None = None
+    """The message queues, when the configuration defines any."""

@@ -211,7 +211,8 @@ class Publishing:
     # ------------------------------------------------------------------ sow_delete
 
     def sow_delete(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
-        """``sow_delete`` by filter, keys or data (a queue acknowledgement is a no-op)."""
+        """``sow_delete`` by filter, keys or data; on a queue topic, a queue acknowledgement
+        (``BrokerHooks.queues``; a bookmark-only one on another topic is a no-op)."""
         topic = text(hdr.get("t"))
         if topic is None:
             raise CommandFailure("invalid topic", "sow_delete without a topic")
@@ -231,7 +232,10 @@ class Publishing:
         queue_ack = queue_ack and not body
         deleted = topic_matches = 0
         index = None
-        if queue_ack:
+        queues = self._hooks.queues
+        if queues is not None and not duplicate and queues.is_queue(conn.mt, topic):
+            deleted, topic_matches, index = queues.acknowledge(conn, hdr, predicate)
+        elif queue_ack:
             # Queue acknowledgement (protocol.md §9): queues are a later task; accept as no-op.
             logger.debug("%r: queue ack on %r ignored (no queues)", conn, topic)
         elif duplicate:

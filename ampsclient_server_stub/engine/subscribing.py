@@ -168,6 +168,11 @@ class Subscribing:
             return
         sub, replaced = self.prepare(conn, hdr, options, delta=delta)
         bookmark = text(hdr.get("bm"))
+        queues = self._hooks.queues
+        if queues is not None and bookmark is None and queues.subscribe(
+            conn, hdr, sub, replaced, flags
+        ):
+            return  # a queue subscription (its acks are sent)
         if bookmark is not None and self._txlog is not None:
             self._scheduler.prepare(conn, sub, bookmark, hdr, flags)
         self._table.install(sub, replaced)

@@ -8,6 +8,8 @@ one held for conflation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .delivery import Delivery
 from .replay_scheduler import ReplayScheduler
 from .routing import RoutingIndex
@@ -23,6 +25,8 @@ class SubscriptionTable:
         self._index = index
         self._scheduler = scheduler
         self._delivery = delivery
+        self.on_remove: Callable[[Subscription], None] | None = None
+        """Told of every subscription removed (the message queues return its leases)."""
 
     def add(self, sub: Subscription) -> None:
         """Register ``sub`` with its connection and its feeder."""
@@ -43,6 +47,8 @@ class SubscriptionTable:
             self._scheduler.remove(sub)
         else:
             self._index.remove(sub)
+        if self.on_remove is not None:
+            self.on_remove(sub)
 
     def install(self, sub: Subscription, replaced: Subscription | None) -> None:
         """Add ``sub``, taking over the ``sub_id`` of ``replaced`` (if any)."""

@@ -1,0 +1,480 @@
+"""One queue's state, with no I/O: messages, leases, queue subscriptions, fairness, limits.
+
+A :class:`Queue` takes messages in (:meth:`Queue.enqueue`), chooses which subscription gets
+which message (:meth:`Queue.offer`), and applies acknowledgements (:meth:`Queue.ack`), lease
+expiry and message expiration (:meth:`Queue.tick`). The engine (:mod:`.engine`) turns what
+it decides into frames and journal records.
+
+Rules (``shared/queues.md`` §1, §4-§6):
+
+* messages are offered oldest first (publication order; a returned message keeps its place);
+* a subscription never holds more than its backlog, ``min(max_backlog option (default 1),
+  MaxPerSubscriptionBacklog)``; the queue never more than ``MaxBacklog`` leases in all;
+* fairness: ``fast`` (first subscription with room), ``round-robin`` (the next one with room,
+  rotating), ``proportional`` (the lowest leased/backlog ratio, ties to the first found);
+* at-least-once: a message stays until acknowledged; lease expiry, cancel and the
+  subscription's end return it (counting toward ``MaxDeliveries``/``MaxCancels``: it expires
+  when a count reaches its limit, as the official example shows);
+* at-most-once: a message leaves the queue when it is sent; the subscriber's ack (any form)
+  only frees its backlog slot;
+* ``Leasing`` ``strict``: an ack of a message leased to another connection does nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from .config import QueueConfig
+
+__all__ = [
+    "AVAILABLE",
+    "GONE",
+    "LEASED",
+    "AckResult",
+    "Queue",
+    "QueueMessage",
+    "QueueSub",
+]
+
+AVAILABLE: Final = 0
+LEASED: Final = 1
+GONE: Final = 2
+
+_SCAN_LIMIT: Final = 10_000
+"""Messages skipped (no subscription with room matches them) before one offer gives up."""
+
+
+class QueueMessage:
+    """A message in the queue."""
+
+    __slots__ = (
+        "bookmark",
+        "cancels",
+        "data",
+        "deliveries",
+        "doc",
+        "enqueued",
+        "expires",
+        "lease_deadline",
+        "lessee",
+        "order",
+        "state",
+        "x",
+    )
+
+    def __init__(
+        self, bookmark: str, data: bytes, x: str | None, order: int, enqueued: float
+    ) -> None:
+        self.bookmark = bookmark
+        self.data = data
+        self.x = x
+        self.order = order
+        self.enqueued = enqueued
+        self.expires: float | None = None
+        self.state = AVAILABLE
+        self.lessee: QueueSub | None = None
+        self.lease_deadline: float | None = None
+        self.deliveries = 0
+        self.cancels = 0
+        self.doc: Any = _UNPARSED
+
+
+_UNPARSED: Final[Any] = object()
+
+
+class QueueSub:
+    """A queue subscription: its engine-side identity, its backlog and its leases.
+
+    ``key`` identifies the subscription for the engine (a ``Subscription`` object);
+    ``owner`` identifies its connection (``strict`` leasing); ``matches(doc)`` is its content
+    filter (``None``: everything).
+    """
+
+    __slots__ = ("backlog", "key", "leased", "matches", "owner")
+
+    def __init__(
+        self,
+        key: object,
+        owner: object,
+        backlog: int,
+        matches: Callable[[Any], bool] | None,
+    ) -> None:
+        self.key = key
+        self.owner = owner
+        self.backlog = backlog
+        self.matches = matches
+        self.leased: dict[str, QueueMessage] = {}
+
+    @property
+    def room(self) -> int:
+        """Messages it may still take."""
+        return self.backlog - len(self.leased)
+
+
+class AckResult:
+    """What one acknowledgement did (the engine journals ``removed`` and reports counts)."""
+
+    __slots__ = ("deferred", "expired", "ignored", "removed", "returned")
+
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        """Bookmarks that left the queue (acknowledged, or expired by ``expire``)."""
+        self.expired: list[tuple[QueueMessage, str]] = []
+        """Messages expired, with the reason (``forced_expire``, ``max_cancels``)."""
+        self.returned = 0
+        """Leases cancelled (messages back in the queue)."""
+        self.deferred: list[str] = []
+        """Bookmarks not in the queue (yet): remembered for ``DeferredAckExpiration``."""
+        self.ignored = 0
+        """Bookmarks that did nothing (already gone, ``strict`` leasing, at-most-once)."""
+
+
+class Queue:
+    """The state of one queue (see the module docstring).
+
+    Args:
+        config: the queue's configuration.
+        decode: parses a payload for filters (``None`` when it cannot be parsed).
+        owner: this instance owns new messages (``GroupLocalQueue`` with another
+            ``InitialOwner``: it keeps them but never delivers them).
+    """
+
+    def __init__(
+        self, config: QueueConfig, *, decode: Callable[[bytes], Any], owner: bool = True
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.at_most_once = config.semantics == "at-most-once"
+        self.owner = owner
+        self._decode = decode
+        self.messages: dict[str, QueueMessage] = {}
+        """Every tracked message by bookmark (available and leased), publication order."""
+        self._heap: list[tuple[int, int, QueueMessage]] = []
+        self._order = 0
+        self.subs: list[QueueSub] = []
+        self._rr = 0
+        self.leased = 0
+        """Leases outstanding (at-most-once: backlog slots held)."""
+        self.deferred: dict[str, float] = {}
+        """Acks of messages not in the queue yet: bookmark -> when to forget it."""
+        self._lease_heap: list[tuple[float, int, QueueMessage]] = []
+        self._expiry_heap: list[tuple[float, int, QueueMessage]] = []
+        self.counters: dict[str, int] = {
+            "enqueued": 0,
+            "delivered": 0,
+            "acked": 0,
+            "cancelled": 0,
+            "expired": 0,
+            "expired_leases": 0,
+            "returned": 0,
+            "deferred_acks_applied": 0,
+        }
+        """Running totals since the start (statistics)."""
+
+    # ------------------------------------------------------------------ intake
+
+    def __contains__(self, bookmark: str) -> bool:
+        return bookmark in self.messages
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def enqueue(self, bookmark: str, data: bytes, x: str | None, now: float) -> bool:
+        """A new message (``False``: already here, or acknowledged before it arrived)."""
+        if bookmark in self.messages:
+            return False
+        if self.deferred.pop(bookmark, None) is not None:
+            self.counters["deferred_acks_applied"] += 1
+            return False
+        self._order += 1
+        msg = QueueMessage(bookmark, data, x, self._order, now)
+        expiration = self.config.expiration
+        if expiration is not None:
+            msg.expires = now + expiration
+            heapq.heappush(self._expiry_heap, (msg.expires, msg.order, msg))
+        self.messages[bookmark] = msg
+        heapq.heappush(self._heap, (msg.order, msg.order, msg))
+        self.counters["enqueued"] += 1
+        return True
+
+    def remove(self, bookmark: str) -> QueueMessage | None:
+        """Take a message out for good (recovery of a journaled ack)."""
+        msg = self.messages.get(bookmark)
+        if msg is None:
+            return None
+        self._drop(msg)
+        return msg
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def add(self, qsub: QueueSub) -> None:
+        """A new queue subscription."""
+        self.subs.append(qsub)
+
+    def take_over(self, old: QueueSub, new: QueueSub) -> None:
+        """``replace``: ``new`` keeps the leases of ``old`` (its backlog is recomputed)."""
+        new.leased = old.leased
+        for msg in new.leased.values():
+            msg.lessee = new
+        index = self.subs.index(old)
+        self.subs[index] = new
+
+    def discard(self, qsub: QueueSub, now: float) -> list[QueueMessage]:
+        """The subscription ended: its leases come back (at-least-once); what expired."""
+        if qsub in self.subs:
+            self.subs.remove(qsub)
+        expired: list[QueueMessage] = []
+        for msg in list(qsub.leased.values()):
+            if self._release(msg, qsub):
+                expired.extend(self._returned(msg, now, cancel=False))
+        qsub.leased.clear()
+        return expired
+
+    # ------------------------------------------------------------------ delivery
+
+    def offer(self, now: float) -> list[tuple[QueueSub, QueueMessage]]:
+        """Lease what can be leased now; returns ``(subscription, message)`` in order."""
+        out: list[tuple[QueueSub, QueueMessage]] = []
+        if not self.owner or not self.subs or not self._heap:
+            return out
+        limit = self.config.max_backlog
+        lease_period = self.config.lease_period
+        heap = self._heap
+        skipped: list[tuple[int, int, QueueMessage]] = []
+        rooms = sum(max(0, s.room) for s in self.subs)
+        while heap and rooms > 0 and (limit is None or self.leased < limit):
+            item = heapq.heappop(heap)
+            msg = item[2]
+            if msg.state != AVAILABLE or item[1] != msg.order:
+                continue  # stale entry
+            qsub = self._choose(msg)
+            if qsub is None:
+                skipped.append(item)
+                if len(skipped) >= _SCAN_LIMIT:
+                    break
+                continue
+            rooms -= 1
+            msg.deliveries += 1
+            self.leased += 1
+            qsub.leased[msg.bookmark] = msg
+            self.counters["delivered"] += 1
+            if self.at_most_once:
+                self._drop(msg)  # gone from the queue; the slot stays until acknowledged
+                msg.lessee = qsub
+            else:
+                msg.state = LEASED
+                msg.lessee = qsub
+            if lease_period is not None:
+                msg.lease_deadline = now + lease_period
+                heapq.heappush(self._lease_heap, (msg.lease_deadline, msg.order, msg))
+            out.append((qsub, msg))
+        for item in skipped:
+            heapq.heappush(heap, item)
+        return out
+
+    def _choose(self, msg: QueueMessage) -> QueueSub | None:
+        subs = self.subs
+        n = len(subs)
+        fairness = self.config.fairness
+        best: QueueSub | None = None
+        best_ratio = 2.0
+        start = self._rr if fairness == "round-robin" else 0
+        for i in range(n):
+            k = (start + i) % n
+            qsub = subs[k]
+            if len(qsub.leased) >= qsub.backlog:
+                continue
+            if qsub.matches is not None:
+                if msg.doc is _UNPARSED:
+                    msg.doc = self._decode(msg.data)
+                if msg.doc is None or not qsub.matches(msg.doc):
+                    continue
+            if fairness == "round-robin":
+                self._rr = (k + 1) % n
+                return qsub
+            if fairness == "fast":
+                return qsub
+            ratio = len(qsub.leased) / qsub.backlog
+            if ratio < best_ratio:
+                best, best_ratio = qsub, ratio
+        return best
+
+    # ------------------------------------------------------------------ acknowledgements
+
+    def ack(
+        self,
+        bookmarks: Iterable[str],
+        *,
+        option: str | None,
+        owner: object,
+        now: float,
+        known: Callable[[str], bool],
+    ) -> AckResult:
+        """Apply an acknowledgement (``option``: ``None``, ``cancel`` or ``expire``).
+
+        ``known(bookmark)``: the transaction log holds that message (then a bookmark not in
+        the queue was acknowledged or expired before, or never entered it: ignored; else the
+        ack is deferred until it arrives).
+        """
+        result = AckResult()
+        strict = self.config.leasing == "strict"
+        for bookmark in bookmarks:
+            msg = self.messages.get(bookmark)
+            if msg is None:
+                self._ack_missing(bookmark, owner, option, now, known, result)
+                continue
+            lessee = msg.lessee
+            if strict and lessee is not None and lessee.owner is not owner:
+                result.ignored += 1
+                continue
+            if option == "cancel":
+                if lessee is None:
+                    result.ignored += 1
+                    continue
+                self._release(msg, lessee)
+                self.counters["cancelled"] += 1
+                result.returned += 1
+                for gone in self._returned(msg, now, cancel=True):
+                    result.expired.append((gone, _reason(gone, self.config)))
+                    result.removed.append(gone.bookmark)
+                continue
+            if lessee is not None:
+                self._release(msg, lessee)
+            self._drop(msg)
+            result.removed.append(bookmark)
+            if option == "expire":
+                self.counters["expired"] += 1
+                result.expired.append((msg, "forced_expire"))
+            else:
+                self.counters["acked"] += 1
+        return result
+
+    def _ack_missing(
+        self,
+        bookmark: str,
+        owner: object,
+        option: str | None,
+        now: float,
+        known: Callable[[str], bool],
+        result: AckResult,
+    ) -> None:
+        # at-most-once (or an expired lease's message): the ack frees the sender's slot
+        for qsub in self.subs:
+            msg = qsub.leased.get(bookmark)
+            if msg is not None:
+                del qsub.leased[bookmark]
+                self.leased -= 1
+                msg.lessee = None
+                if option is None:
+                    self.counters["acked"] += 1
+                result.ignored += 1 if option is not None else 0
+                return
+        if option is None and not known(bookmark):
+            self.deferred[bookmark] = now + self.config.deferred_ack_expiration
+            result.deferred.append(bookmark)
+            return
+        result.ignored += 1
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: float) -> tuple[list[tuple[QueueMessage, str]], int]:
+        """Expire leases and messages whose time has come.
+
+        Returns:
+            ``(expired messages with their reason, leases returned)``.
+        """
+        expired: list[tuple[QueueMessage, str]] = []
+        returned = 0
+        leases = self._lease_heap
+        while leases and leases[0][0] <= now:
+            deadline, _order, msg = heapq.heappop(leases)
+            qsub = msg.lessee
+            if qsub is None or msg.lease_deadline != deadline:
+                continue  # acknowledged, cancelled or leased again since
+            self._release(msg, qsub)
+            self.counters["expired_leases"] += 1
+            if self.at_most_once:
+                continue  # the slot is free again; the message was gone already
+            returned += 1
+            for gone in self._returned(msg, now, cancel=False):
+                expired.append((gone, "max_deliveries"))
+        timed = self._expiry_heap
+        while timed and timed[0][0] <= now:
+            _when, _order, msg = heapq.heappop(timed)
+            if msg.state == GONE:
+                continue
+            if msg.lessee is not None:
+                self._release(msg, msg.lessee)
+            self._drop(msg)
+            self.counters["expired"] += 1
+            expired.append((msg, "time_limit"))
+        if self.deferred:
+            for bookmark in [b for b, when in self.deferred.items() if when <= now]:
+                del self.deferred[bookmark]
+        return expired, returned
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` has something to do next (``None``: nothing timed)."""
+        times = [h[0][0] for h in (self._lease_heap, self._expiry_heap) if h]
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ statistics
+
+    def oldest_lease_age(self, now: float) -> float:
+        """Seconds since the oldest outstanding lease was granted (0: none)."""
+        period = self.config.lease_period
+        oldest = 0.0
+        for qsub in self.subs:
+            for msg in qsub.leased.values():
+                if msg.lease_deadline is not None and period is not None:
+                    oldest = max(oldest, now - (msg.lease_deadline - period))
+        return oldest
+
+    def oldest(self) -> QueueMessage | None:
+        """The oldest message still tracked."""
+        return next(iter(self.messages.values()), None)
+
+    # ------------------------------------------------------------------ internals
+
+    def _release(self, msg: QueueMessage, qsub: QueueSub) -> bool:
+        """End ``msg``'s lease by ``qsub``; ``True`` when the message is still queued."""
+        if qsub.leased.pop(msg.bookmark, None) is not None:
+            self.leased -= 1
+        msg.lessee = None
+        msg.lease_deadline = None
+        if msg.state == LEASED:
+            msg.state = AVAILABLE
+            return True
+        return False
+
+    def _returned(self, msg: QueueMessage, now: float, *, cancel: bool) -> list[QueueMessage]:
+        """``msg`` is available again, unless a limit expires it (returned in the list)."""
+        if msg.state != AVAILABLE:
+            return []
+        self.counters["returned"] += 1
+        cfg = self.config
+        if cancel:
+            msg.cancels += 1
+        if (cancel and cfg.max_cancels and msg.cancels >= cfg.max_cancels) or (
+            cfg.max_deliveries and msg.deliveries >= cfg.max_deliveries
+        ):
+            self._drop(msg)
+            self.counters["expired"] += 1
+            return [msg]
+        heapq.heappush(self._heap, (msg.order, msg.order, msg))
+        return []
+
+    def _drop(self, msg: QueueMessage) -> None:
+        if msg.lessee is not None:
+            self._release(msg, msg.lessee)
+        msg.state = GONE
+        self.messages.pop(msg.bookmark, None)
+
+
+def _reason(msg: QueueMessage, config: QueueConfig) -> str:
+    """Why a cancelled message expired."""
+    if config.max_cancels and msg.cancels >= config.max_cancels:
+        return "max_cancels"
+    return "max_deliveries"
