@@ -28,6 +28,7 @@ from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
 from ampsclient_server_stub.engine.txlog import PERSISTED_ACK_INTERVAL, TxLog
 
 from .admin.server import AdminServer
+from .journal_actions import JournalActionRunner, journal_actions, open_journal
 from .net.flow import FlowControl
 from .net.session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER
 from .net.tcp import start_tcp_listener
@@ -68,6 +69,8 @@ class Committer:
         self.on_durable = on_durable
         """``Broker.on_durable``: called with the durable index after each sync."""
         self.policy = policy
+        self.interval = INTERVAL_SYNC
+        """With ``interval``: seconds between group commits (``<FlushInterval>``)."""
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal")
         self.running = False
         self.again = False
@@ -83,7 +86,7 @@ class Committer:
             return
         if self.policy == "interval":
             if self.timer is None:
-                self.timer = self.loop.call_later(INTERVAL_SYNC, self._start)
+                self.timer = self.loop.call_later(self.interval, self._start)
             return
         self._start()
 
@@ -176,6 +179,8 @@ class ReferenceServer:
         self._started = False
         self.replication: ReplicationManager | None = None
         self.admin: AdminServer | None = None
+        self.journal_actions: JournalActionRunner | None = None
+        """The scheduled journal actions (``<Actions>``; ``journal_actions`` module), running."""
         """The admin interface (``<Admin>`` or ``--admin-port``; ``admin`` package), running."""
         """Replication and HA (``replication`` package), when configured."""
 
@@ -187,10 +192,13 @@ class ReferenceServer:
             return
         loop = asyncio.get_running_loop()
         security = ServerSecurity.from_config(self.config)  # before anything is opened
+        actions = journal_actions(self.config)  # refused before anything is opened
         txlog = self._open_txlog()
         hooks = BrokerHooks(authenticate=self.authenticate, guard=security.guard)
         if txlog is not None:
             self._committer = Committer(loop, txlog.journal, self._on_durable, self.fsync)
+            if self.config.transaction_log and self.config.transaction_log.flush_interval:
+                self._committer.interval = self.config.transaction_log.flush_interval
             hooks.request_sync = self._committer.request
         self.broker = Broker(
             self.config,
@@ -259,6 +267,9 @@ class ReferenceServer:
         except BaseException:
             await self.stop()
             raise
+        if actions and self.journal is not None:
+            self.journal_actions = JournalActionRunner(self.journal, actions)
+            self.journal_actions.start()
         self._expiry = asyncio.create_task(self._expire_loop())
         logger.info("%s", self.listening_line())
 
@@ -288,7 +299,7 @@ class ReferenceServer:
                 directory = Path(self._tempdir.name)
             size = 64 * 1024 * 1024
             topics = None
-        self.journal = Journal(directory, journal_size=size, fsync=self.fsync)
+        self.journal = open_journal(self.config, directory, journal_size=size, fsync=self.fsync)
         logger.info(
             "transaction log at %s (%s; fsync=%s)",
             directory,
@@ -308,6 +319,15 @@ class ReferenceServer:
             return []
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, journal.prune, older_than)
+
+    async def archive_journal(self, older_than: float) -> list[Path]:
+        """Move journal files older than ``older_than`` seconds to the archive directory
+        (still replayable). Raises ``JournalError`` without ``<JournalArchiveDirectory>``."""
+        journal = self.journal
+        if journal is None:
+            return []
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, journal.archive, older_than)
 
     async def compress_journal(self, older_than: float) -> list[Path]:
         """Compress journal files older than ``older_than`` seconds (still replayable)."""
@@ -378,6 +398,9 @@ class ReferenceServer:
         if self.replication is not None:
             await self.replication.stop()
             self.replication = None
+        if self.journal_actions is not None:
+            await self.journal_actions.stop()
+            self.journal_actions = None
         if self._committer is not None:
             self._committer.close()
             self._committer = None

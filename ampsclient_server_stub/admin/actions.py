@@ -6,9 +6,11 @@ As in AMPS, retrieving an action's URI performs it (``GET``; ``POST`` works too)
   or ``connection-<id>`` before it logged on);
 * ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade``: switch a
   sync destination's acknowledgment to async and back;
-* ``/amps/administrator/journal/compress?age=1h`` and ``.../remove?age=7d``: compress or
-  remove the journal files whose newest record is older than ``age`` (files a replay still
-  reads are kept); ``.../archive`` answers 501: the journal has no archive directory.
+* ``/amps/administrator/journal/compress?age=1h``, ``.../archive?age=1d`` and
+  ``.../remove?age=7d``: compress, archive (to ``<JournalArchiveDirectory>``; 409 without one)
+  or remove the journal files whose newest record is older than ``age`` (files a replay or a
+  replication destination still needs are kept; archived and compressed files stay
+  replayable).
 
 Every action answers a JSON object ``{"action": ..., "result": ...}``.
 """
@@ -33,7 +35,7 @@ ACTIONS: Final[Mapping[str, str]] = {
     "replication/<destination>/upgrade": "restore sync acknowledgment of a downgraded destination",
     "journal/compress?age=<duration>": "compress journal files older than age",
     "journal/remove?age=<duration>": "remove journal files older than age",
-    "journal/archive": "not supported (501)",
+    "journal/archive?age=<duration>": "move journal files older than age to the archive directory",
 }
 """The actions and what they do (``GET /amps/administrator`` lists them)."""
 
@@ -78,20 +80,17 @@ async def run_action(server: AdminHost, request: Request) -> dict[str, Any]:
         else:
             changed = manager.upgrade(destination)
         return {"action": parts[2], "destination": destination, "result": changed}
-    if len(parts) == 2 and parts[0] == "journal":
-        if parts[1] == "archive":
-            raise HttpError(
-                501,
-                "journal archive is not supported: the journal has no archive directory "
-                "(use journal/compress, or journal/remove after copying the files yourself)",
-            )
-        if parts[1] in ("compress", "remove"):
-            if server.journal is None:
-                raise HttpError(404, "this instance has no transaction log")
-            age = _age(request)
-            if parts[1] == "compress":
-                files = await server.compress_journal(age)
-            else:
-                files = await server.prune_journal(age)
-            return {"action": parts[1], "age": age, "result": [p.name for p in files]}
+    if len(parts) == 2 and parts[0] == "journal" and parts[1] in ("compress", "remove", "archive"):
+        if server.journal is None:
+            raise HttpError(404, "this instance has no transaction log")
+        age = _age(request)
+        if parts[1] == "compress":
+            files = await server.compress_journal(age)
+        elif parts[1] == "archive":
+            if server.journal.archive_directory is None:
+                raise HttpError(409, "this instance has no <JournalArchiveDirectory> to archive to")
+            files = await server.archive_journal(age)
+        else:
+            files = await server.prune_journal(age)
+        return {"action": parts[1], "age": age, "result": [p.name for p in files]}
     raise HttpError(404, "no such admin action: /" + "/".join(request.path))

@@ -36,3 +36,6 @@ class AdminHost(Protocol):
 
     async def compress_journal(self, older_than: float) -> list[Path]:
         """Compress journal files older than ``older_than`` seconds."""
+
+    async def archive_journal(self, older_than: float) -> list[Path]:
+        """Move journal files older than ``older_than`` seconds to the archive directory."""

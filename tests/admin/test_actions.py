@@ -1,4 +1,4 @@
-"""/amps/administrator actions: disconnect a client, journal compress/remove (archive: 501),
+"""/amps/administrator actions: disconnect a client, journal compress/remove/archive,
 replication downgrade/upgrade between two real instances."""
 
 from __future__ import annotations
@@ -91,10 +91,11 @@ def test_journal_compress_remove_and_archive(tmp_path: Path) -> None:
         assert journal["compressed_files"] == 0
         assert journal["first_index"] > first_before
         assert journal["files"] == 1  # the active file stays
-        status, _, body = request(port, "/amps/administrator/journal/archive")
-        assert status == 501 and b"not supported" in body
+        # no <JournalArchiveDirectory>: archiving is refused (tests/txlog: archiving with one)
+        status, _, body = request(port, "/amps/administrator/journal/archive?age=0s")
+        assert status == 409 and b"JournalArchiveDirectory" in body
         actions = get_json(port, "/amps/administrator")["actions"]
-        assert "journal/archive" in actions
+        assert "journal/archive?age=<duration>" in actions
 
 
 def test_replication_downgrade_and_upgrade(tmp_path: Path) -> None:

@@ -250,13 +250,13 @@ def test_crash_before_a_seal_is_finished(tmp_path: Path) -> None:
     for sidecar in sorted(tmp_path.glob("*.index"))[-2:]:
         sidecar.unlink()
     (tmp_path / "journal.clients").unlink()
-    (tmp_path / "leftover.index.tmp").write_bytes(b"partial")
+    (tmp_path / "journal.clients.tmp").write_bytes(b"partial")
     with Journal(tmp_path, journal_size=2048) as journal:
         assert [r.index for r in journal.read(1, max_records=1000)] == list(range(1, 101))
         assert journal.last_sequences() == {11: 99, 22: 100, 33: 98}
         assert journal.find_bookmark(22, 88) == 88
         assert journal.statistics()["pending_seals"] == 0
-    assert not (tmp_path / "leftover.index.tmp").exists()
+    assert not (tmp_path / "journal.clients.tmp").exists()
     assert len(list(tmp_path.glob("*.index"))) == len(list(tmp_path.glob("*.journal"))) - 1
 
 
