@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .calls import OptionsArg
 from .command import Command
 from .compat import version_to_number
 from .exceptions import UsageError
@@ -24,9 +25,9 @@ from .protocol.message import Message
 
 if TYPE_CHECKING:
     from .client import AsyncClient
-    from .stream import MessageStream
+    from .ha.client import AsyncHAClient
 
-__all__ = ["ConnectionStateListener", "OfficialClientMethods", "name_hash"]
+__all__ = ["ConnectionStateListener", "OfficialClientMethods", "SubscribeHost", "name_hash"]
 
 T = TypeVar("T")
 Handler = Callable[[Message], Any]
@@ -58,6 +59,51 @@ class ConnectionStateListener:
     VERSION_522 = 5020200
 
 
+class SubscribeHost(Protocol):
+    """The handler forms of the facade's commands that the official 3.x spellings call
+    (``deltaSubscribe`` ...): what a class mixing in :class:`OfficialClientMethods` has."""
+
+    def delta_subscribe(
+        self,
+        on_message: Handler,
+        topic: str,
+        filter: str | None = None,
+        options: OptionsArg = None,
+        timeout: int = 0,
+    ) -> str: ...
+
+    def sow_and_subscribe(
+        self,
+        on_message: Handler,
+        topic: str,
+        filter: str | None = None,
+        batch_size: int = 10,
+        oof_enabled: bool = False,
+        timeout: int = 0,
+        top_n: int | None = None,
+        *,
+        options: OptionsArg = None,
+    ) -> str: ...
+
+    def sow_and_delta_subscribe(
+        self,
+        on_message: Handler,
+        topic: str,
+        filter: str | None = None,
+        batch_size: int = 10,
+        oof_enabled: bool = False,
+        send_empties: bool | None = None,
+        timeout: int = 0,
+        top_n: int | None = None,
+        *,
+        options: OptionsArg = None,
+    ) -> str: ...
+
+    def sow_delete(
+        self, on_message: Handler, topic: str, filter: str | None = None, timeout: int = 0
+    ) -> str: ...
+
+
 def name_hash(name: str) -> int:
     """A stable 64-bit hash (FNV-1a) of a client name."""
     h = 0xCBF29CE484222325
@@ -69,7 +115,7 @@ def name_hash(name: str) -> int:
 class OfficialClientMethods:
     """Official ``Client`` methods for the sync facade (which provides the members below)."""
 
-    _async: AsyncClient
+    _async: AsyncClient | AsyncHAClient
     _thread_created: Callable[[], Any] | None = None
     _publish_batching: tuple[int, int] | None = None
 
@@ -79,11 +125,6 @@ class OfficialClientMethods:
         def set_last_chance_message_handler(self, handler: Handler | None) -> None: ...
         def set_exception_listener(self, listener: Any) -> None: ...
         def set_disconnect_handler(self, handler: Any) -> None: ...
-        def subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream: ...
-        def delta_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream: ...
-        def sow_and_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream: ...
-        def sow_and_delta_subscribe(self, *args: Any, **kwargs: Any) -> str | MessageStream: ...
-        def sow_delete(self, *args: Any, **kwargs: Any) -> Message | str: ...
         def flush(self, timeout: int = 0) -> None: ...
         @property
         def loop(self) -> Any: ...
@@ -220,8 +261,8 @@ class OfficialClientMethods:
         return self.delta_publish(topic, data)  # type: ignore[attr-defined]
 
     def deltaSubscribe(
-        self, on_message: Handler, topic: str, filter: str | None = None, options: Any = 0,
-        timeout: int = 0,
+        self: SubscribeHost, on_message: Handler, topic: str, filter: str | None = None,
+        options: Any = 0, timeout: int = 0,
     ) -> Any:  # fmt: skip
         """Official 3.x spelling of ``delta_subscribe`` (the handler first)."""
         return self.delta_subscribe(
@@ -229,7 +270,8 @@ class OfficialClientMethods:
         )
 
     def sowAndSubscribe(
-        self, on_message: Handler, topic: str, filter: str | None = None, batch_size: int = 1,
+        self: SubscribeHost, on_message: Handler, topic: str, filter: str | None = None,
+        batch_size: int = 1,
         oof_enabled: bool = False, options: Any = 0, timeout: int = 0, top_n: int | None = None,
     ) -> Any:  # fmt: skip
         """Official 3.x spelling of ``sow_and_subscribe`` (the handler first)."""
@@ -239,7 +281,8 @@ class OfficialClientMethods:
         )  # fmt: skip
 
     def sowAndDeltaSubscribe(
-        self, on_message: Handler, topic: str, filter: str | None = None, batch_size: int = 1,
+        self: SubscribeHost, on_message: Handler, topic: str, filter: str | None = None,
+        batch_size: int = 1,
         oof_enabled: bool = False, send_empties: bool = False, options: Any = 0,
         timeout: int = 0, top_n: int | None = None,
     ) -> Any:  # fmt: skip
@@ -250,7 +293,11 @@ class OfficialClientMethods:
         )  # fmt: skip
 
     def sowDelete(
-        self, on_message: Handler, topic: str, filter: str | None = None, timeout: int = 0
+        self: SubscribeHost,
+        on_message: Handler,
+        topic: str,
+        filter: str | None = None,
+        timeout: int = 0,
     ) -> Any:
         """Official 3.x spelling of ``sow_delete`` (the handler first)."""
         return self.sow_delete(on_message, topic, filter, timeout=timeout)

@@ -119,6 +119,12 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
         self._wake()
         self._release()
 
+    put = _put
+    """Add a message (the client's receive path, on the loop thread)."""
+
+    finish = _finish
+    """End the stream: iteration stops, or raises ``error`` when one is given."""
+
     def _wake(self) -> None:
         w = self._waiter
         if w is None:

@@ -122,7 +122,8 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
     ConnectionStateListener = ConnectionStateListener
     """The official connection state constants."""
 
-    _async: AsyncClient
+    _async: AsyncClient | AsyncHAClient
+    """The asyncio client driven (an :class:`AsyncHAClient` holds its own AsyncClient)."""
 
     def __init__(
         self,
@@ -144,11 +145,11 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
 
     def _start(self) -> None:
         self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
-        self.publish = self._async.publish  # type: ignore[method-assign]
-        self.delta_publish = self._async.delta_publish  # type: ignore[method-assign]
+        self.publish = self._async.publish  # type: ignore[method-assign,assignment]
+        self.delta_publish = self._async.delta_publish  # type: ignore[method-assign,assignment]
 
     @property
-    def async_client(self) -> AsyncClient:
+    def async_client(self) -> AsyncClient | AsyncHAClient:
         """The asyncio client this facade drives."""
         return self._async
 
@@ -170,13 +171,13 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         The instance attribute set in ``_start`` (the asyncio client's own method, or its C
         lane) shadows this definition; it is here for the class's documented surface.
         """
-        return self._async.publish(
+        self._async.publish(
             topic, data, expiration=expiration, correlation_id=correlation_id, sow_key=sow_key
         )
 
     def delta_publish(self, topic: str, data: object, expiration: int | None = None) -> None:
         """Publish a delta of ``data`` to ``topic`` (shadowed like :meth:`publish`)."""
-        return self._async.delta_publish(topic, data, expiration=expiration)
+        self._async.delta_publish(topic, data, expiration=expiration)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -551,7 +552,7 @@ class HAClient(Client):
 
     def discard(self, message: Message) -> None:
         """Mark a bookmark-subscription message as processed (any thread)."""
-        self._ha._discard(message)  # AsyncHAClient.discard, one call less
+        self._ha.discard(message)
 
     def get_most_recent(self, sub_id: str) -> str:
         """Where subscription ``sub_id`` would resume."""

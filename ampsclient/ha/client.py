@@ -1,8 +1,10 @@
-"""AsyncHAClient: an AsyncClient that reconnects, fails over, replays and resubscribes.
+"""AsyncHAClient: a client that reconnects, fails over, replays and resubscribes.
 
-Composition of small parts (``shared/style.md`` rule 11): the connection is the inherited
-:class:`~ampsclient.client.AsyncClient`; next to it sit a :class:`ServerChooser`, a
-:class:`ReconnectDelayStrategy`, a publish store and a :class:`SubscriptionManager`.
+Composition of small parts (``shared/style.md`` rule 11): the connection is an
+:class:`~ampsclient.client.AsyncClient` it holds (not a base class: its public API is
+forwarded by :class:`~ampsclient.ha.face.ConnectionFace`); next to it sit a
+:class:`ServerChooser`, a :class:`ReconnectDelayStrategy`, a publish store and a
+:class:`SubscriptionManager`.
 
 The reconnect sequence after every logon:
 
@@ -31,8 +33,9 @@ from typing import Any, Literal
 
 from .. import _accel
 from ..authenticator import Authenticator
-from ..client import AsyncClient, ConnectionState, Handler, _Pending, publish_fields
+from ..client import AsyncClient, ConnectionState, Handler
 from ..command import Command
+from ..core.connection import SUBSCRIBE_COMMANDS, Pending, publish_fields
 from ..exceptions import (
     AMPSError,
     DisconnectedError,
@@ -53,6 +56,7 @@ from ..stream import MessageStream
 from ..uri import redact
 from .bookmarks import fast_discard, logging_handler, resume_point, seed_start_point
 from .chooser import DefaultServerChooser, ServerChooser
+from .face import ConnectionFace
 from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
 from .subscriptions import SubscriptionManager
 
@@ -63,10 +67,6 @@ _pack_len = struct.Struct(">I").pack
 
 FailedWriteHandler = Callable[[Message, str], Any]
 """``handler(message, reason)`` for a publish the server refused (``duplicate``, ...)."""
-
-_SUBSCRIBE_COMMANDS = frozenset(
-    {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
-)
 
 
 def _lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
@@ -82,7 +82,7 @@ def _lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
     return None
 
 
-class AsyncHAClient(AsyncClient):
+class AsyncHAClient(ConnectionFace):
     """A highly available client: reconnects, fails over, never loses a stored publish.
 
     Args:
@@ -121,13 +121,15 @@ class AsyncHAClient(AsyncClient):
         logon_options: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__(
+        client = AsyncClient(
             name,
             max_frame_size=max_frame_size,
             default_max_depth=default_max_depth,
             logon_options=logon_options,
             ssl_context=ssl_context,
         )
+        super().__init__(client)
+        self._core = client.core
         self._owned: list[PublishStore | BookmarkStore] = []
         """Stores this client made from path strings: it closes them in :meth:`close`."""
         if isinstance(publish_store, str):
@@ -144,7 +146,7 @@ class AsyncHAClient(AsyncClient):
         )
         self._discard: Callable[[Message], None] = fast_discard(self._bookmark_store)
         self._duplicate_handler: Handler | None = None
-        self._on_sub_persisted = self._sub_persisted
+        self._core.on_sub_persisted = self._sub_persisted
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
         self._strategy: ReconnectDelayStrategy = (
             reconnect_delay_strategy or ExponentialDelayStrategy()
@@ -153,8 +155,8 @@ class AsyncHAClient(AsyncClient):
         self._logon_timeout = logon_timeout
         self._connect_timeout = connect_timeout
         self._subscriptions = SubscriptionManager()
-        self._pub_lock = threading.Lock()
-        self._can_send = False
+        self._pub_lock = client.publish_lock
+        client.set_publish_gate(False)
         self._can_send_event = threading.Event()
         self._closing = False
         self._reconnect_task: asyncio.Task[None] | None = None
@@ -165,10 +167,15 @@ class AsyncHAClient(AsyncClient):
         self._give_up_error: BaseException | None = None
         self._futures: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._seq_suffix: dict[str, bytes] = {}
-        self._keep_routes_on_disconnect = True
-        self._on_publish_persisted = self._persisted
-        self.set_disconnect_handler(self._disconnected)
+        self._seq_suffix = client.stored_publish_suffixes
+        self._core.keep_routes_on_disconnect = True
+        self._core.on_publish_persisted = self._persisted
+        self._user_disconnect_handler: (
+            Callable[[AsyncHAClient, BaseException | None], Any] | None
+        ) = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_tid: int | None = None
+        client.set_disconnect_handler(self._disconnected)
         self._lane: Any = None
         self._bind_publish_lane()
 
@@ -184,7 +191,8 @@ class AsyncHAClient(AsyncClient):
         if lane is None or kind is None or type(self).publish is not AsyncHAClient.publish:
             return
         slow = types.MethodType(AsyncHAClient.publish, self)
-        self._lane = lane(self, self._store, kind == "file", slow)
+        # the lane reads the held client's writer and publish gate
+        self._lane = lane(self._client, self._store, kind == "file", slow)
         self.publish = self._lane.publish  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ configuration (official)
@@ -243,7 +251,7 @@ class AsyncHAClient(AsyncClient):
     def set_publish_store(self, store: PublishStore | None) -> None:
         """Use ``store`` for publishes (official API): before connecting, while the current
         store holds nothing unpersisted. ``None``: a new memory store."""
-        if self._transport is not None:
+        if self._client.connected:
             raise UsageError("set_publish_store: call it before connecting")
         if self._store.unpersisted_count:
             raise UsageError("set_publish_store: the current store holds unpersisted messages")
@@ -270,6 +278,12 @@ class AsyncHAClient(AsyncClient):
     def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""
         self._duplicate_handler = handler
+
+    def set_disconnect_handler(
+        self, handler: Callable[[AsyncHAClient, BaseException | None], Any] | None
+    ) -> None:
+        """Also called (after this client started reconnecting) when the connection drops."""
+        self._user_disconnect_handler = handler
 
     def get_duplicate_message_handler(self) -> Handler | None:
         """The duplicate message handler."""
@@ -352,16 +366,16 @@ class AsyncHAClient(AsyncClient):
                 if wait_ms:
                     await asyncio.sleep(wait_ms / 1000.0)
                 try:
-                    await AsyncClient.connect(self, uri, timeout=self._connect_timeout)
-                    cid = await AsyncClient.logon(
-                        self, self._logon_timeout, self._chooser.get_current_authenticator()
+                    await self._client.connect(uri, timeout=self._connect_timeout)
+                    cid = await self._client.logon(
+                        self._logon_timeout, self._chooser.get_current_authenticator()
                     )
                     await self._after_logon()
                 except AMPSError as exc:
                     if isinstance(exc, UsageError):
                         raise
                     log.info("connection to %s failed: %s", redact(uri), exc)
-                    self._abort(exc)  # a half-made connection; subscriptions stay
+                    self._client.abort(exc)  # a half-made connection; subscriptions stay
                     self._chooser.report_failure(exc)
                     continue
                 self._chooser.report_success()
@@ -371,7 +385,7 @@ class AsyncHAClient(AsyncClient):
             self._in_connect_loop = False
 
     async def _after_logon(self) -> None:
-        ack = self._logon_ack
+        ack = self._client.logon_ack
         store = self._store
         # 1. what the server already has
         persisted = ack.sequence if ack is not None else None
@@ -381,15 +395,15 @@ class AsyncHAClient(AsyncClient):
         # 2. replay everything unpersisted, in order
         with self._pub_lock:
             last = self._replay(0)
-        self._emit(ConnectionState.PUBLISH_REPLAYED)
+        self._client.emit_state(ConnectionState.PUBLISH_REPLAYED)
         # 3. resubscribe
         await self._resubscribe()
         # 4. what was stored meanwhile, then open the gate
         with self._pub_lock:
             self._replay(last)
-            self._can_send = True
+            self._client.set_publish_gate(True)
             self._can_send_event.set()
-        self._emit(ConnectionState.RESUBSCRIBED)
+        self._client.emit_state(ConnectionState.RESUBSCRIBED)
 
     def _replay(self, after: int) -> int:
         """Send stored messages with sequence > ``after``; return the last sequence sent."""
@@ -399,7 +413,7 @@ class AsyncHAClient(AsyncClient):
         def send(message: StoredMessage) -> None:
             nonlocal last, sent
             if message.sequence > after:
-                self._send_payload(message.payload)
+                self._core.send_payload(message.payload)
                 last = message.sequence
                 sent += 1
 
@@ -410,9 +424,7 @@ class AsyncHAClient(AsyncClient):
 
     async def _resubscribe(self) -> None:
         # the old pending entries of subscriptions are dead: their cids were on the old socket
-        for cid, pending in list(self._pending.items()):
-            if pending.sub_id is not None:
-                del self._pending[cid]
+        self._core.drop_subscription_commands()
         for sub in self._subscriptions:
             command = Command(sub.command.name)
             command.fields = dict(sub.command.fields)
@@ -421,7 +433,7 @@ class AsyncHAClient(AsyncClient):
             command.set_timeout(self._resubscription_timeout)
             self._resolve_resubscribe_bookmark(command)
             try:
-                await AsyncClient._execute(self, command, sub.handler, sub.stream)
+                await self._client.send_command(command, sub.handler, sub.stream)
             except DisconnectedError:
                 raise
             except AMPSError as exc:
@@ -432,7 +444,7 @@ class AsyncHAClient(AsyncClient):
                 if drop:
                     self._subscriptions.remove(sub.sub_id)
                     if sub.stream is not None:
-                        sub.stream._finish(exc)
+                        sub.stream.finish(exc)
                 else:
                     raise
 
@@ -445,7 +457,7 @@ class AsyncHAClient(AsyncClient):
 
     def _disconnected(self, client: AsyncClient, error: BaseException | None) -> None:
         with self._pub_lock:
-            self._can_send = False
+            self._client.set_publish_gate(False)
             self._can_send_event.clear()
         if self._closing or self._in_connect_loop:
             return
@@ -453,6 +465,12 @@ class AsyncHAClient(AsyncClient):
             self._chooser.report_failure(error)
         if self._reconnect_task is None or self._reconnect_task.done():
             self._reconnect_task = asyncio.ensure_future(self._reconnect())
+        handler = self._user_disconnect_handler
+        if handler is not None:
+            try:
+                handler(self, error)
+            except Exception as exc:
+                self._core.report(exc)
 
     async def _reconnect(self) -> None:
         try:
@@ -472,10 +490,11 @@ class AsyncHAClient(AsyncClient):
         log.error("giving up reconnecting: %s", error)
         for sub in self._subscriptions:
             if sub.stream is not None:
-                sub.stream._finish(error)
-        if self._exception_listener is not None:
+                sub.stream.finish(error)
+        listener = self._client.get_exception_listener()
+        if listener is not None:
             try:
-                self._exception_listener(error)
+                listener(error)
             except Exception:
                 log.exception("exception listener failed")
         for _, fut in self._flush_waiters:
@@ -493,7 +512,7 @@ class AsyncHAClient(AsyncClient):
             self._seq_suffix[topic] = suffix
         return suffix
 
-    def publish(  # type: ignore[override]
+    def publish(
         self,
         topic: str,
         data: str | bytes | Any,
@@ -509,7 +528,7 @@ class AsyncHAClient(AsyncClient):
         if type(data) is str:
             data = data.encode()
         elif type(data) is not bytes:
-            data = self._encode_data(data)
+            data = self._client.encode_data(data)
         if expiration is None and correlation_id is None and sow_key is None:
             head = b'{"c":"p","s":'
             suffix = self._seq_suffix.get(topic)
@@ -522,7 +541,7 @@ class AsyncHAClient(AsyncClient):
             tail = b"," + extra[1:] + data
         return self._store_and_send(head, tail)
 
-    def delta_publish(  # type: ignore[override]
+    def delta_publish(
         self,
         topic: str,
         data: str | bytes | Any,
@@ -536,26 +555,24 @@ class AsyncHAClient(AsyncClient):
             {"a": "persisted", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
         return self._store_and_send(
-            b'{"c":"delta_publish","s":', b"," + extra[1:] + self._encode_data(data)
+            b'{"c":"delta_publish","s":', b"," + extra[1:] + self._client.encode_data(data)
         )
 
     def _store_and_send(self, head: bytes, tail: bytes) -> int:
-        if self._block_when_disconnected and not self._can_send:
+        client = self._client
+        if self._block_when_disconnected and not client.publish_gate_open:
             self._wait_connected()
         lock = self._pub_lock
         lock.acquire()  # not ``with``: this runs once per publish and __exit__ costs a call
         try:
             seq, payload = self._store.store_parts(head, tail)
-            if self._can_send and self._transport is not None:
-                # AsyncClient._send_frame inlined, minus the back-pressure wait: never block
-                # while holding the lock the reconnect sequence needs
-                self._outq.append(_pack_len(len(payload)) + payload)
-                if not self._wake_pending:
-                    self._schedule_drain()
+            if client.publish_gate_open and client.connected:
+                # no back-pressure wait here: never block while holding the lock the
+                # reconnect sequence needs
+                client.queue_frame(_pack_len(len(payload)) + payload)
         finally:
             lock.release()
-        if not self._writable.is_set():
-            self._wait_writable()
+        client.wait_writable()
         return seq
 
     def _wait_connected(self) -> None:
@@ -564,7 +581,7 @@ class AsyncHAClient(AsyncClient):
         while not self._can_send_event.wait(0.5):
             if self._closing:
                 raise DisconnectedError("the client is closed")
-        if self._give_up_error is not None and not self._can_send:
+        if self._give_up_error is not None and not self._client.publish_gate_open:
             raise DisconnectedError("reconnecting gave up") from self._give_up_error
 
     async def publish_and_wait(
@@ -632,10 +649,10 @@ class AsyncHAClient(AsyncClient):
                 try:
                     self._failed_write(Message(stored.payload), reason)
                 except Exception as exc:
-                    self._report(exc)
+                    self._core.report(exc)
             elif self._failed_write is None:
                 log.warning("the server refused publish s=%d: %s", seq, reason)
-                self._unrouted(ack)
+                self._core.unrouted(ack)
         else:
             self._store.discard_up_to(seq)
             self._resolve_up_to(seq)
@@ -689,7 +706,7 @@ class AsyncHAClient(AsyncClient):
         self._flush_waiters.append((target, fut))
         if self.logged_on:
             try:
-                await AsyncClient.flush(self, timeout)
+                await self._client.flush(timeout)
             except (DisconnectedError, TimeoutError):
                 pass
         self._check_flush_waiters()
@@ -705,12 +722,25 @@ class AsyncHAClient(AsyncClient):
 
     # ------------------------------------------------------------------------ subscriptions
 
-    async def _execute(
+    async def execute_async(self, command: Command, handler: Handler | None = None) -> str:
+        """Send ``command``; messages and requested acks go to ``handler``. Subscriptions
+        are re-placed after every reconnect (bookmark ones from their resume point)."""
+        pending = await self._place(command, handler, None)
+        return pending.sub_id or pending.cid if pending is not None else ""
+
+    async def execute(self, command: Command) -> MessageStream:
+        """Send ``command`` and return a stream of what comes back; a subscription's stream
+        survives failovers."""
+        stream = self._client.new_stream(on_close=self._close_stream)
+        await self._place(command, stream.put, stream)
+        return stream
+
+    async def _place(
         self, command: Command, handler: Handler | None, stream: MessageStream | None
-    ) -> _Pending | None:
+    ) -> Pending | None:
         if (
             handler is not None
-            and command.name in _SUBSCRIBE_COMMANDS
+            and command.name in SUBSCRIBE_COMMANDS
             and command.fields.get("bm") is not None
             and not getattr(handler, "_bookmark_logged", False)
         ):
@@ -723,11 +753,11 @@ class AsyncHAClient(AsyncClient):
             command.add_ack_type(AckType.PERSISTED)
             handler = self._bookmark_handler(handler)
             handler._bookmark_logged = True  # type: ignore[attr-defined]
-        pending = await super()._execute(command, handler, stream)
+        pending = await self._client.send_command(command, handler, stream)
         if (
             pending is not None
             and pending.sub_id is not None
-            and command.name in _SUBSCRIBE_COMMANDS
+            and command.name in SUBSCRIBE_COMMANDS
             and handler is not None
         ):
             options = str(command.fields.get("o", ""))
@@ -738,23 +768,20 @@ class AsyncHAClient(AsyncClient):
     async def unsubscribe(self, sub_id: str = "all") -> None:
         """Cancel a subscription (or ``"all"``); it is not re-placed after a reconnect."""
         self._subscriptions.remove(sub_id)
-        if self._transport is None:
-            for sid in list(self._subs) if sub_id == "all" else sub_id.split(","):
-                self._subs.pop(sid, None)
-                stream = self._streams.pop(sid, None)
-                if stream is not None:
-                    stream._finish()
+        if not self._client.connected:
+            routes = self._core.routes
+            self._core.forget_routes(list(routes) if sub_id == "all" else sub_id.split(","))
             return
-        await super().unsubscribe(sub_id)
+        await self._client.unsubscribe(sub_id)
 
     def _close_stream(self, stream: MessageStream) -> None:
         if stream.sub_id is not None:
             self._subscriptions.remove(stream.sub_id)
-        super()._close_stream(stream)
+        self._client.close_stream(stream)
 
     # ------------------------------------------------------------------------------- closing
 
-    async def close(self, timeout: int = 5000) -> int:  # type: ignore[override]
+    async def close(self, timeout: int = 5000) -> int:
         """Safe shutdown: flush the publish store (bounded by ``timeout`` ms), then close.
 
         Stores given as path strings (the official form) were made by this client, which
@@ -782,9 +809,9 @@ class AsyncHAClient(AsyncClient):
                 left,
                 self._store.lowest_unpersisted,
             )
-        await super().close()
+        await self._client.close()
         for stream in [s.stream for s in self._subscriptions if s.stream is not None]:
-            stream._finish(None)
+            stream.finish(None)
         self._subscriptions.clear()
         self._can_send_event.set()
         for store in self._owned:  # made from a path: nobody else can close it
@@ -795,4 +822,10 @@ class AsyncHAClient(AsyncClient):
         self._owned.clear()
         return left
 
-    disconnect = close  # type: ignore[assignment]
+    disconnect = close
+
+    async def __aenter__(self) -> AsyncHAClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

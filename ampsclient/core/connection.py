@@ -1,0 +1,790 @@
+"""The sans-I/O connection core: bytes and time in, bytes and events out.
+
+:class:`ClientCore` holds a connection's state and logic and does no I/O: no socket, no event
+loop, no thread. Its user (a *wing*: :class:`~ampsclient.client.AsyncClient` on asyncio, and
+through it the sync facade) feeds it what the transport read (:meth:`ClientCore.receive_data`
+or, already split into frame payloads, :meth:`ClientCore.receive_payloads`), the time
+(:meth:`ClientCore.heartbeat_tick`) and the transport's fate (:meth:`ClientCore.connection_made`,
+:meth:`ClientCore.connection_lost`); it writes what :meth:`ClientCore.data_to_send` returns
+(the wing of this package reads the same queue, :attr:`ClientCore.outq`, and is told by the
+``on_send`` hook when frames were queued).
+
+The core owns:
+
+* the state (:class:`~ampsclient.core.state.State`), moved only through the transition table;
+* the logon and its ack;
+* command correlation: every command that waits for acks has a :class:`Pending` entry keyed
+  by its command id; the terminal-ack rules say which ack ends it;
+* heartbeats and their timeout;
+* the bookkeeping of subscriptions (routes), queries and message streams.
+
+Waiting is the wing's business: a :class:`Pending` holds a :class:`Waiter` (an
+``asyncio.Future`` in the asyncio wing, anything with the same four methods in tests) that
+the core resolves with the processed ack or fails on a disconnect.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from .. import _accel
+from ..calls import Handler
+from ..command import Command
+from ..exceptions import AMPSError, DisconnectedError, error_for_reason
+from ..protocol.acks import AckType, format_ack_types, parse_ack_types
+from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE, TcpFramer
+from ..protocol.header import encode_header
+from ..protocol.message import Message, split_sow_batch
+from .routes import BM_NEXT, Routes, deliver
+from .state import OPEN_STATES, State, check_transition
+
+__all__ = [
+    "CLIENT_VERSION",
+    "HEARTBEAT_BEAT",
+    "ClientCore",
+    "Pending",
+    "Sink",
+    "Waiter",
+    "publish_fields",
+]
+
+log = logging.getLogger("ampsclient.client")
+
+CLIENT_VERSION: Final = "5.3.5.0.ampsclient-0.1.0:python"
+"""Sent as ``version`` in the logon (the server may use it to pick protocol features)."""
+
+HEARTBEAT_BEAT: Final = b'{"c":"heartbeat","o":"beat"}'
+"""The payload of a heartbeat beat (sent on schedule and in reply to the server's)."""
+
+SUBSCRIBE_COMMANDS: Final = frozenset(
+    {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
+)
+QUERY_COMMANDS: Final = frozenset({"sow", "sow_and_subscribe", "sow_and_delta_subscribe"})
+_P_PREFIX: Final = b'{"c":"p"'
+_SIDS_KEY: Final = b'"sids":"'
+_pack_len = struct.Struct(">I").pack
+
+
+class Waiter(Protocol):
+    """What waits for a processed ack: ``asyncio.Future`` and ``concurrent.futures.Future``
+    both fit."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Message, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+    def exception(self) -> BaseException | None: ...
+
+
+class Sink(Protocol):
+    """Where a command's messages go when read as a stream (:class:`~ampsclient.MessageStream`)."""
+
+    command_id: str | None
+    sub_id: str | None
+    query_id: str | None
+
+    def put(self, message: Message) -> None: ...
+
+    def finish(self, error: BaseException | None = None) -> None: ...
+
+
+@dataclass(slots=True)
+class Pending:
+    """A command waiting for acks."""
+
+    cid: str
+    name: str
+    waiter: Waiter | None
+    handler: Handler | None
+    user_acks: AckType
+    terminal: AckType
+    stream: Sink | None = None
+    sub_id: str | None = None
+    query_id: str | None = None
+
+
+def publish_fields(
+    topic: str, expiration: int | None, correlation_id: str | None, sow_key: str | None
+) -> dict[str, Any]:
+    """The header fields of a publish after ``c`` (``None`` values are left out when encoded)."""
+    return {
+        "t": topic,
+        "e": None if expiration is None else str(expiration),
+        "x": correlation_id,
+        "k": sow_key,
+    }
+
+
+def _terminal_ack(name: str, acks: AckType) -> AckType:
+    """The ack that ends a command: ``completed`` for a ``sow``; ``stats`` (if asked) or
+    ``processed`` for a ``sow_delete``; none for a subscription (it lives until
+    unsubscribed); otherwise the last of the requested acks in stats, completed, persisted,
+    processed order."""
+    if name == "sow":
+        return AckType.COMPLETED
+    if name == "sow_delete":
+        return AckType.STATS if acks & AckType.STATS else AckType.PROCESSED
+    if name in SUBSCRIBE_COMMANDS:
+        return AckType.NONE
+    for flag in (AckType.STATS, AckType.COMPLETED, AckType.PERSISTED, AckType.PROCESSED):
+        if acks & flag:
+            return flag
+    return AckType.NONE
+
+
+class ClientCore:
+    """One connection's state and logic, without I/O.
+
+    Args:
+        message_type: the class of delivered messages (a :class:`Message` subclass).
+        on_send: called after frames were queued in :attr:`outq` (the wing wakes its writer);
+            default: nothing (read them with :meth:`data_to_send`).
+        max_frame_size: largest frame :meth:`receive_data` accepts.
+    """
+
+    def __init__(
+        self,
+        *,
+        message_type: type[Message] = Message,
+        on_send: Callable[[], None] | None = None,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.state = State.DISCONNECTED
+        """The connection's state; moved only through the transition table."""
+        self.outq: collections.deque[bytes] = collections.deque()
+        """Frames (4-byte length + payload) waiting to be written, oldest first."""
+        self.on_send: Callable[[], None] | None = on_send
+        """Called after a frame was queued."""
+        self.message_type = message_type
+        """Deliveries are instances of this class."""
+        self.pending: dict[str, Pending] = {}
+        """Command id -> the command waiting for acks."""
+        self.routes = Routes()
+        """Subscription id -> handler (with the receive fast path's cache)."""
+        self.queries: dict[str, Handler] = {}
+        """Query id -> handler of its ``sow`` records and group markers."""
+        self.query_cids: dict[str, str] = {}
+        """Query id -> command id."""
+        self.streams: dict[str, Sink] = {}
+        """Subscription id -> its message stream."""
+        self.keep_routes_on_disconnect = False
+        """Keep subscriptions and their streams across a disconnect (the HA client re-places
+        them); else they end with the disconnect's error."""
+        self.last_chance: Handler | None = None
+        """Receives what no other handler took."""
+        self.exception_listener: Callable[[BaseException], Any] | None = None
+        """Receives exceptions raised by handlers."""
+        self.global_handlers: dict[str, Handler] = {}
+        """``"ack"``/``"heartbeat"`` -> a handler that sees every such message."""
+        self.on_publish_persisted: Callable[[Message], None] | None = None
+        """Receives ``persisted`` acks of publishes (no command waits for them)."""
+        self.on_sub_persisted: Callable[[Message], None] | None = None
+        """Receives ``persisted`` acks of bookmark subscriptions."""
+        self.transport_filter: Callable[[bytes, bool], Any] | None = None
+        """Sees each received payload (``True``); the wing shows it the bytes it writes."""
+        self.logon_ack: Message | None = None
+        """The last successful logon ack."""
+        self.server_version: str | None = None
+        """The ``version`` of the last logon ack."""
+        self.stats = {"messages_received": 0, "frames_received": 0, "frames_sent": 0}
+        """Counters (the wing counts ``frames_sent`` as it writes)."""
+        self.heartbeat_interval = 0.0
+        """Seconds between heartbeats (0: none)."""
+        self.heartbeat_timeout = 0.0
+        """Seconds of silence from the server after which the connection is dead."""
+        self.rx = False
+        """Something arrived since the last :meth:`heartbeat_tick`."""
+        self._cid = 0
+        self._max_frame_size = max_frame_size
+        self._framer = TcpFramer(max_frame_size=max_frame_size)
+        self._last_rx = 0.0
+        self._next_beat = 0.0
+
+    # ----------------------------------------------------------------------- state / output
+
+    @property
+    def is_open(self) -> bool:
+        """``True`` while a transport is open (commands may be sent)."""
+        return self.state in OPEN_STATES
+
+    def _set_state(self, wanted: State) -> None:
+        self.state = check_transition(self.state, wanted)
+
+    def next_cid(self) -> str:
+        """A new command id."""
+        self._cid += 1
+        return f"auto{self._cid}"
+
+    def send_payload(self, payload: bytes) -> None:
+        """Queue one payload as a frame.
+
+        Raises:
+            DisconnectedError: no transport is open.
+        """
+        if self.state not in OPEN_STATES:
+            raise DisconnectedError("not connected")
+        self.outq.append(_pack_len(len(payload)) + payload)
+        if self.on_send is not None:
+            self.on_send()
+
+    def data_to_send(self) -> list[bytes]:
+        """Take every queued frame, oldest first."""
+        out = list(self.outq)
+        self.outq.clear()
+        return out
+
+    def report(self, exc: BaseException) -> None:
+        """A handler raised ``exc``: log it and tell the exception listener."""
+        log.error("exception in a handler: %r", exc, exc_info=exc)
+        if self.exception_listener is not None:
+            try:
+                self.exception_listener(exc)
+            except Exception:
+                log.exception("exception listener failed")
+
+    # ------------------------------------------------------------------------ lifecycle
+
+    def connection_made(self) -> None:
+        """A transport is open (the state moves to CONNECTED)."""
+        self._set_state(State.CONNECTED)
+        self.outq.clear()
+        self._framer = TcpFramer(max_frame_size=self._max_frame_size)
+
+    def send_logon(
+        self,
+        waiter: Waiter | None,
+        *,
+        client_name: str,
+        user: str | None,
+        password: str | None,
+        message_type: str,
+        options: str | None = None,
+        correlation_id: str | None = None,
+        cid: str | None = None,
+    ) -> str:
+        """Send a logon (state LOGGING_ON); ``waiter`` gets its ack. Returns its command id."""
+        self._set_state(State.LOGGING_ON)
+        cid = cid or self.next_cid()
+        fields: dict[str, Any] = {
+            "c": "logon",
+            "cid": cid,
+            "client_name": client_name,
+            "user_id": user,
+            "mt": message_type,
+            "a": "processed",
+            "version": CLIENT_VERSION,
+            "pw": password,
+            "o": options,
+            "x": correlation_id,
+        }
+        self.pending[cid] = Pending(cid, "logon", waiter, None, AckType.NONE, AckType.PROCESSED)
+        self.send_payload(encode_header(fields))
+        return cid
+
+    def logon_acked(self, ack: Message) -> str:
+        """Apply a logon's ack: ``"success"`` (LOGGED_ON), ``"retry"`` (the authenticator is
+        asked again; still LOGGING_ON) or ``"failure"`` (back to CONNECTED)."""
+        self.pending.pop(str(ack.command_id), None)
+        status = ack.status or "success"
+        if status == "retry":
+            return status
+        if status != "success":
+            self._set_state(State.CONNECTED)
+            return "failure"
+        self._set_state(State.LOGGED_ON)
+        self.logon_ack = ack
+        self.server_version = ack.get_version()
+        return status
+
+    def logon_abandoned(self, cid: str) -> None:
+        """The logon ``cid`` got no ack in time: forget it (back to CONNECTED if still open)."""
+        self.pending.pop(cid, None)
+        if self.state is State.LOGGING_ON:
+            self._set_state(State.CONNECTED)
+
+    def connection_lost(
+        self, error: BaseException | None, *, by_user: bool = False
+    ) -> BaseException | None:
+        """The transport closed. Every waiter fails; streams and routes end unless
+        :attr:`keep_routes_on_disconnect` (then only commands in flight end).
+
+        Returns:
+            The error the waiters got (a :class:`DisconnectedError` wrapping ``error`` when
+            it is not an :class:`AMPSError`), or ``None`` when nothing was open.
+        """
+        if self.state not in OPEN_STATES:
+            return None
+        self._set_state(State.CLOSED if by_user else State.DISCONNECTED)
+        err: BaseException = error or DisconnectedError("the connection was closed")
+        if not isinstance(err, AMPSError):
+            wrapped = DisconnectedError(str(err))
+            wrapped.__cause__ = err
+            err = wrapped
+        for pending in list(self.pending.values()):
+            if pending.waiter is not None and not pending.waiter.done():
+                pending.waiter.set_exception(err)
+                pending.waiter.exception()  # mark retrieved
+        if not (self.keep_routes_on_disconnect and not by_user):
+            # streams of commands still in flight (a query between its processed and completed
+            # acks) end with the error too: take them before the table is emptied
+            in_flight = [p.stream for p in self.pending.values() if p.stream is not None]
+            self.pending.clear()
+            stream_error = None if by_user else err
+            for stream in [*self.streams.values(), *in_flight]:
+                stream.finish(stream_error)
+            self.streams.clear()
+            self.routes.clear()
+            self.queries.clear()
+            self.query_cids.clear()
+        else:
+            for cid, pending in list(self.pending.items()):
+                if pending.sub_id is None:
+                    self.pending.pop(cid, None)
+                    if pending.stream is not None:
+                        pending.stream.finish(err)
+        return err
+
+    def end_streams(self) -> None:
+        """End every stream quietly (the application is closing the connection)."""
+        for stream in list(self.streams.values()):
+            stream.finish(None)
+        for pending in list(self.pending.values()):
+            if pending.stream is not None:
+                pending.stream.finish(None)
+
+    def drop_subscription_commands(self) -> None:
+        """Forget the commands of live subscriptions (their ids belonged to a lost
+        connection; the subscriptions are about to be placed again)."""
+        for cid, pending in list(self.pending.items()):
+            if pending.sub_id is not None:
+                del self.pending[cid]
+
+    # ---------------------------------------------------------------------------- commands
+
+    def request(self, waiter: Waiter, name: str, fields: dict[str, Any], data: bytes = b"") -> str:
+        """Send a command whose processed ack ``waiter`` gets; returns its command id.
+
+        The wing calls :meth:`forget_command` once it stopped waiting.
+        """
+        cid = str(fields.get("cid") or self.next_cid())
+        fields["cid"] = cid
+        self.pending[cid] = Pending(cid, name, waiter, None, AckType.NONE, AckType.PROCESSED)
+        try:
+            self.send_payload(encode_header(fields) + data)
+        except BaseException:
+            self.pending.pop(cid, None)
+            raise
+        return cid
+
+    def forget_command(self, cid: str) -> None:
+        """Stop tracking command ``cid``."""
+        self.pending.pop(cid, None)
+
+    def send_command(
+        self,
+        command: Command,
+        handler: Handler | None,
+        stream: Sink | None,
+        waiter: Waiter | None,
+        *,
+        route_handler: Handler | None = None,
+    ) -> Pending | None:
+        """Send ``command`` and track its acks and messages.
+
+        Args:
+            command: what to send (its ``cid``, ``sub_id`` and ``query_id`` are filled in).
+            handler: receives messages and the acks the command asked for.
+            stream: the stream the messages go to (``handler`` is then its ``put``).
+            waiter: gets the processed ack; dropped (``Pending.waiter`` is ``None``) when the
+                command asks for no processed ack.
+            route_handler: what deliveries of a subscription go to (default ``handler``).
+
+        Returns:
+            The pending entry; ``None`` for a publish without acks (nothing to track).
+        """
+        name = command.name
+        fields: dict[str, Any] = {"c": name}
+        fields.update(command.fields)
+        user_acks = command.ack_types
+        acks = user_acks
+        cid = str(fields.get("cid") or self.next_cid())
+        fields["cid"] = cid
+        if name in ("p", "delta_publish") and not acks:
+            fields.pop("cid", None)
+            fields.pop("a", None)
+            self.send_payload(encode_header(fields) + (command.data or b""))
+            if stream is not None:
+                stream.finish()
+            return None
+        if name not in ("p", "delta_publish"):
+            acks |= AckType.PROCESSED
+        sub_id = query_id = None
+        if name in SUBSCRIBE_COMMANDS:
+            sub_id = fields["sub_id"] = str(fields.get("sub_id") or cid)
+        if name in QUERY_COMMANDS:
+            query_id = fields["query_id"] = str(fields.get("query_id") or cid)
+        if name == "sow":
+            acks |= AckType.COMPLETED
+        terminal = _terminal_ack(name, acks)
+        fields["a"] = format_ack_types(acks)
+        if not acks & AckType.PROCESSED:
+            waiter = None  # nothing to wait for (e.g. a publish asking only for persisted)
+        pending = Pending(cid, name, waiter, handler, user_acks, terminal, stream, sub_id, query_id)
+        self.pending[cid] = pending
+        if handler is not None:
+            if sub_id is not None:
+                self.routes[sub_id] = route_handler or handler
+            if query_id is not None:
+                self.queries[query_id] = handler
+                self.query_cids[query_id] = cid
+        if stream is not None:
+            stream.command_id, stream.sub_id, stream.query_id = cid, sub_id, query_id
+            if sub_id is not None:
+                self.streams[sub_id] = stream
+        try:
+            self.send_payload(encode_header(fields) + (command.data or b""))
+        except BaseException as exc:
+            self.forget(pending, exc if isinstance(exc, AMPSError) else None)
+            raise
+        return pending
+
+    def command_acked(self, pending: Pending, ack: Message) -> None:
+        """The processed ack of ``pending`` arrived (the wing awaited its waiter).
+
+        Raises:
+            CommandError: the server refused the command (it is forgotten).
+        """
+        if ack.status == "failure":
+            self.forget(pending)
+            raise error_for_reason(ack.reason, ack=ack)
+        if pending.terminal == AckType.NONE and pending.sub_id is None:
+            self.pending.pop(pending.cid, None)
+
+    def command_abandoned(self, pending: Pending, *, timed_out: bool) -> None:
+        """The wing stopped waiting for ``pending``; after a timeout a subscription is
+        cancelled on the server too (its ack may still come)."""
+        self.forget(pending)
+        if timed_out and pending.sub_id is not None and self.is_open:
+            self.send_unsubscribe(pending.sub_id)
+
+    def forget(self, pending: Pending, error: BaseException | None = None) -> None:
+        """Stop tracking ``pending``: its routes go, its stream ends (with ``error``)."""
+        self.pending.pop(pending.cid, None)
+        if pending.sub_id is not None:
+            self.routes.pop(pending.sub_id, None)
+            self.streams.pop(pending.sub_id, None)
+        if pending.query_id is not None:
+            self.queries.pop(pending.query_id, None)
+            self.query_cids.pop(pending.query_id, None)
+        if pending.stream is not None:
+            pending.stream.finish(error)
+
+    def send_unsubscribe(self, sub_id: str) -> None:
+        """Queue an ``unsubscribe`` of ``sub_id``."""
+        self.send_payload(
+            encode_header({"c": "unsubscribe", "cid": self.next_cid(), "sub_id": sub_id})
+        )
+
+    def close_stream(self, stream: Sink, put: Handler) -> None:
+        """The application closed ``stream`` (whose route handler is ``put``): forget it and
+        unsubscribe its subscription."""
+        sub_id = stream.sub_id
+        if sub_id is not None and self.streams.get(sub_id) is stream:
+            self.routes.pop(sub_id, None)
+            self.streams.pop(sub_id, None)
+            if self.is_open:
+                try:
+                    self.send_unsubscribe(sub_id)
+                except AMPSError:
+                    pass
+        qid = stream.query_id
+        if qid is not None and self.queries.get(qid) == put:
+            self.queries.pop(qid, None)
+            self.query_cids.pop(qid, None)
+        if stream.command_id is not None:
+            self.pending.pop(stream.command_id, None)
+
+    def unsubscribe(self, sub_id: str = "all") -> None:
+        """Forget one subscription (or ``"all"``), end its stream, and, when connected, send
+        the ``unsubscribe``."""
+        for sid in list(self.routes) if sub_id == "all" else [sub_id]:
+            self.routes.pop(sid, None)
+            stream = self.streams.pop(sid, None)
+            if stream is not None:
+                stream.finish()
+            for cid, pending in list(self.pending.items()):
+                if pending.sub_id == sid:
+                    self.pending.pop(cid, None)
+                    if pending.query_id is not None:
+                        self.queries.pop(pending.query_id, None)
+                        self.query_cids.pop(pending.query_id, None)
+        if self.is_open:
+            self.send_unsubscribe(sub_id)
+
+    def forget_routes(self, sub_ids: list[str]) -> None:
+        """Drop the routes and streams of ``sub_ids`` without telling the server (it has
+        none: the connection is down)."""
+        for sid in sub_ids:
+            self.routes.pop(sid, None)
+            stream = self.streams.pop(sid, None)
+            if stream is not None:
+                stream.finish()
+
+    def add_message_handler(
+        self, command_id: str, handler: Handler, acks: str | int = "", is_subscribe: bool = False
+    ) -> None:
+        """Route what the server sends for ``command_id`` to ``handler`` (official API)."""
+        self.pending[command_id] = Pending(
+            command_id,
+            "",
+            None,
+            handler,
+            parse_ack_types(acks) if isinstance(acks, str) else AckType(acks),
+            AckType.NONE,
+            None,
+            command_id if is_subscribe else None,
+        )
+        if is_subscribe:
+            self.routes[command_id] = handler
+
+    def remove_message_handler(self, command_id: str) -> bool:
+        """Stop routing ``command_id``; ``True`` if a handler was registered."""
+        found = self.pending.pop(command_id, None) is not None
+        return self.routes.pop(command_id, None) is not None or found
+
+    # ---------------------------------------------------------------------------- heartbeats
+
+    def set_heartbeat(self, interval: float, timeout: float | None = None) -> None:
+        """Heartbeats every ``interval`` s; dead after ``timeout`` s (default ``2*interval``)."""
+        self.heartbeat_interval = float(interval)
+        self.heartbeat_timeout = float(timeout) if timeout else 2.0 * float(interval)
+
+    def start_heartbeat(self, now: float) -> float | None:
+        """Ask the server for heartbeats (when set and connected). Returns how often (seconds)
+        the wing should call :meth:`heartbeat_tick`, or ``None`` for no heartbeat."""
+        interval = self.heartbeat_interval
+        if not interval or not self.is_open:
+            return None
+        iv = int(interval) if float(interval).is_integer() else interval
+        self.send_payload(encode_header({"c": "heartbeat", "o": f"start,{iv}"}))
+        self.rx = False
+        self._last_rx = now
+        self._next_beat = now + interval
+        # a tenth of the shorter period: a silent server is noticed within ~10 % of the
+        # timeout (ten wake-ups a second for a 1 s heartbeat)
+        timeout = self.heartbeat_timeout
+        return min(interval, timeout) / 10.0 if timeout else interval / 10.0
+
+    def heartbeat_tick(self, now: float) -> bool:
+        """The time is ``now``: send a beat when due. Returns ``True`` when the server has
+        been silent longer than the timeout (the wing closes the connection)."""
+        if self.rx:
+            self.rx = False
+            self._last_rx = now
+        elif now - self._last_rx > self.heartbeat_timeout:
+            log.warning("no traffic from the server for %.1f s: closing", now - self._last_rx)
+            return True
+        if now >= self._next_beat and self.is_open:
+            self.send_payload(HEARTBEAT_BEAT)
+            self._next_beat = now + self.heartbeat_interval
+        return False
+
+    # ----------------------------------------------------------------------------- receiving
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes read from a TCP stream (4-byte length framing), in any chunking."""
+        self._framer.receive_data(data)
+        payloads = self._framer.frames()
+        if payloads:
+            self.receive_payloads(payloads)
+
+    def receive_payloads(self, payloads: list[bytes]) -> None:
+        """Feed frame payloads: the receive hot path. A delivery whose header prefix was seen
+        before is routed with one slice and one dict lookup, without parsing anything."""
+        self.rx = True
+        self.stats["frames_received"] += len(payloads)
+        if self.transport_filter is not None:
+            for payload in payloads:
+                self.transport_filter(payload, True)
+        routes = self.routes
+        (_accel.deliver or deliver)(
+            payloads,
+            routes.cache,
+            routes.lengths,
+            self.message_type,
+            self.receive_payload,
+            self.report,
+            BM_NEXT,
+        )
+
+    def receive_payload(self, payload: bytes) -> None:
+        """Feed one payload the fast path did not route."""
+        self.rx = True
+        if payload.startswith(_P_PREFIX):
+            i = payload.find(_SIDS_KEY)
+            if i >= 0:
+                j = payload.find(b'"', i + 8)
+                if j > 0:
+                    sids = payload[i + 8 : j].decode()
+                    handler = self.routes.get(sids)
+                    if handler is not None and "," not in sids:
+                        self.routes.learn(payload[: j + 1], sids, handler)
+                    self._deliver(payload, sids)
+                    return
+        try:
+            message = self.message_type(payload)
+            c = message.command
+        except AMPSError as exc:
+            log.warning("dropping a malformed frame: %s", exc)
+            return
+        try:
+            if c == "publish" or c == "oof":
+                routed = message.sub_ids
+                if routed:
+                    self._deliver(payload, routed, message)
+                else:
+                    self.unrouted(message)
+            elif c == "ack":
+                self._on_ack(message)
+            elif c == "sow":
+                self._on_sow(payload)
+            elif c == "group_begin" or c == "group_end":
+                self._on_group(message, c)
+            elif c == "heartbeat":
+                self._on_heartbeat(message)
+            else:
+                self.unrouted(message)
+        except Exception as exc:
+            self.report(exc)
+
+    def _deliver(self, payload: bytes, sids: str, message: Message | None = None) -> None:
+        self.stats["messages_received"] += 1
+        routes = self.routes
+        if "," not in sids:
+            handler = routes.get(sids)
+            if handler is None:
+                self.unrouted(message or self.message_type(payload))
+                return
+            try:
+                handler(self.message_type(payload, sids))
+            except Exception as exc:
+                self.report(exc)
+            return
+        for sid in sids.split(","):
+            handler = routes.get(sid)
+            m = self.message_type(payload, header=message.header if message else None, sub_id=sid)
+            if handler is None:
+                self.unrouted(m)
+                continue
+            try:
+                handler(m)
+            except Exception as exc:
+                self.report(exc)
+
+    def unrouted(self, message: Message) -> None:
+        """Give ``message`` to the last-chance handler (if any)."""
+        handler = self.last_chance
+        if handler is None:
+            log.debug("unrouted message: %r", message)
+            return
+        try:
+            handler(message)
+        except Exception as exc:
+            self.report(exc)
+
+    def _on_sow(self, payload: bytes) -> None:
+        outer, records = split_sow_batch(payload)
+        qid = outer.get("query_id") or outer.get("sub_id") or outer.get("cid")
+        handler = self.queries.get(str(qid)) if qid is not None else None
+        for record in records:
+            self.stats["messages_received"] += 1
+            if handler is None:
+                self.unrouted(record)
+                continue
+            try:
+                handler(record)
+            except Exception as exc:
+                self.report(exc)
+
+    def _on_group(self, message: Message, c: str) -> None:
+        qid = message.query_id or message.command_id
+        handler = self.queries.get(qid) if qid is not None else None
+        if handler is None:
+            self.unrouted(message)
+            return
+        try:
+            handler(message)
+        except Exception as exc:
+            self.report(exc)
+        if c == "group_end" and qid is not None:
+            cid = self.query_cids.get(qid)
+            pending = self.pending.get(cid) if cid is not None else None
+            if (
+                pending is not None
+                and pending.name == "sow"
+                and not (pending.terminal & AckType.COMPLETED)
+            ):
+                self._complete(pending)
+
+    def _on_heartbeat(self, message: Message) -> None:
+        g = self.global_handlers.get("heartbeat")
+        if g is not None:
+            g(message)
+        if self.is_open and message.options != "beat":
+            self.send_payload(HEARTBEAT_BEAT)
+
+    def _ack_pending(self, hdr: dict[str, Any]) -> Pending | None:
+        cid = hdr.get("cid")
+        if cid is not None:
+            return self.pending.get(str(cid))
+        qid = hdr.get("query_id")
+        qcid = self.query_cids.get(str(qid)) if qid is not None else None
+        return self.pending.get(qcid) if qcid is not None else None
+
+    def _on_ack(self, message: Message) -> None:
+        g = self.global_handlers.get("ack")
+        if g is not None:
+            g(message)
+        hdr = message.header
+        pending = self._ack_pending(hdr)
+        if pending is None:
+            if hdr.get("a", "") == "persisted":
+                if "sub_id" in hdr and self.on_sub_persisted is not None:
+                    self.on_sub_persisted(message)
+                    return
+                if self.on_publish_persisted is not None:
+                    self.on_publish_persisted(message)
+                    return
+            self.unrouted(message)
+            return
+        flag = message.ack_type
+        waiter = pending.waiter
+        if flag & AckType.PROCESSED and waiter is not None and not waiter.done():
+            waiter.set_result(message)
+        if flag & pending.user_acks:
+            if pending.handler is None and pending.stream is None:
+                self.unrouted(message)  # requested, but nobody to give it to
+            elif pending.handler is not None:
+                try:
+                    pending.handler(message)
+                except Exception as exc:
+                    self.report(exc)
+        elif flag & AckType.STATS and pending.stream is not None and pending.name == "sow_delete":
+            pending.stream.put(message)
+        if flag & pending.terminal:
+            self._complete(pending)
+
+    def _complete(self, pending: Pending) -> None:
+        self.pending.pop(pending.cid, None)
+        if pending.sub_id is None and pending.query_id is not None:
+            self.queries.pop(pending.query_id, None)
+            self.query_cids.pop(pending.query_id, None)
+        if pending.stream is not None and pending.sub_id is None:
+            pending.stream.finish()
