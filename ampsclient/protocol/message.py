@@ -275,6 +275,15 @@ class Message:
             data = self._data = self._raw[self._body :]
         return data
 
+    @property
+    def raw_payload(self) -> bytes:
+        """The frame's payload as received: header then body (``b""`` for a built message).
+
+        A handler that keeps it instead of the message keeps plain bytes (delivered messages
+        are recycled), and can decode many of them at once later.
+        """
+        return self._raw
+
     def get(self, key: str, default: Any = None) -> Any:
         """A header field by canonical key."""
         return self.header.get(key, default)

@@ -43,12 +43,14 @@ from pyspark.sql.types import (
 from ..protocol.message import Message
 from ._core import (
     METADATA_COLUMNS,
+    REPLAY_OPTIONS,
     TEXT_TYPES,
+    UNTIMED_REPLAY_OPTIONS,
     AMPSSparkError,
     ReadOptions,
-    _fast_micros,
     micros_datetime,
     point_from_option,
+    server_micros,
 )
 
 __all__ = [
@@ -59,9 +61,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("ampsclient.spark")
-
-ARROW_BATCH: Final = 8192
-"""Rows per Arrow record batch on the fast read path."""
 
 _PARSED_DEFAULT_METADATA: Final = ("bookmark", "timestamp")
 
@@ -362,6 +361,13 @@ class RowBuilder:
             for field, kind in zip(schema.fields, self.kinds, strict=True)
         ]
         self.arrow = all(k == "meta" for k in self.kinds) and not any(self.retyped)
+        wants_time = any(
+            f.name == "timestamp" and k == "meta"
+            for f, k in zip(schema.fields, self.kinds, strict=True)
+        )
+        self.replay_options = REPLAY_OPTIONS if wants_time else UNTIMED_REPLAY_OPTIONS
+        """The subscription options of the replay: server times only when a column needs
+        them (the ``timestamp`` option costs the server a lot per message)."""
         self._converters = [converter(f.dataType) for f in schema.fields]
         self.decode_errors = 0
 
@@ -379,7 +385,7 @@ class RowBuilder:
             return _split_bookmark(m.bookmark)[1]
         if name == "timestamp":
             ts = m.timestamp
-            return None if ts is None else micros_datetime(_fast_micros(ts))
+            return None if ts is None else micros_datetime(server_micros(ts))
         if name == "sow_key":
             return m.sow_key
         if name == "correlation_id":
@@ -443,102 +449,25 @@ class RowBuilder:
 
     # -- arrow (metadata only) ------------------------------------------------------------
 
-    def batches(self, messages: Iterable[Message]) -> Iterator[Any]:
-        """Arrow record batches of :data:`ARROW_BATCH` rows (metadata columns only).
-
-        Per message only the header fields are picked up; each column is converted once per
-        batch (times and publisher ids through small caches: they repeat a lot).
-        """
-        import pyarrow as pa
+    def arrow_batches(self, chunks: Iterable[list[bytes]]) -> Iterator[Any]:
+        """One Arrow record batch per chunk of delivery payloads (metadata columns only;
+        see :mod:`._arrow`)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        pa_schema = to_arrow_schema(self.schema, timezone="UTC")
-        names = self.schema.fieldNames()
-        want = set(names)
-        keys = [
-            k for k, n in (("t", "topic"), ("k", "sow_key"), ("x", "correlation_id")) if n in want
-        ]
-        need_bm = bool(want & {"bookmark", "publisher_id", "sequence"})
-        need_ts = "timestamp" in want
-        need_data = "data" in want
-        text = self.text
-        seconds: dict[str, int] = {}
-        pids: dict[str, Decimal] = {}
+        from ._arrow import MetadataBatches
 
-        def micros(ts: Any) -> int | None:
-            if ts is None:
-                return None
-            ts = str(ts)
-            if len(ts) == 23 and ts[15] == ".":
-                secs = seconds.get(ts[:15])
-                if secs is None:
-                    if len(seconds) > 4096:
-                        seconds.clear()
-                    secs = seconds[ts[:15]] = _fast_micros(ts[:15] + ".000000Z")
-                return secs + int(ts[16:22])
-            return _fast_micros(ts)
+        batches = MetadataBatches(to_arrow_schema(self.schema, timezone="UTC"), text=self.text)
+        for chunk in chunks:
+            yield batches.batch(chunk)
+        if batches.fallbacks:
+            log.info("%d chunk(s) converted row by row", batches.fallbacks)
 
-        def split(bm: Any) -> tuple[Decimal | None, int | None]:
-            if bm is None:
-                return None, None
-            text_bm = str(bm)
-            i = text_bm.find("|")
-            j = text_bm.find("|", i + 1)
-            if i <= 0 or j <= i:
-                return None, None
-            head = text_bm[:i]
-            pid = pids.get(head)
-            if pid is None:
-                pid = pids[head] = Decimal(head)
-            return pid, int(text_bm[i + 1 : j])
-
-        def flush(
-            bms: list[Any], tss: list[Any], datas: list[Any], extra: dict[str, list[Any]]
-        ) -> Any:
-            cols: dict[str, list[Any]] = {}
-            if need_bm:
-                cols["bookmark"] = bms
-                if "publisher_id" in want or "sequence" in want:
-                    pairs = [split(b) for b in bms]
-                    cols["publisher_id"] = [p for p, _ in pairs]
-                    cols["sequence"] = [q for _, q in pairs]
-            if need_ts:
-                cols["timestamp"] = [micros(t) for t in tss]
-            if need_data:
-                cols["data"] = datas
-            for k, n in (("t", "topic"), ("k", "sow_key"), ("x", "correlation_id")):
-                if k in extra:
-                    cols[n] = [None if v is None else str(v) for v in extra[k]]
-            return self._batch(pa, pa_schema, names, cols)
-
-        bms: list[Any] = []
-        tss: list[Any] = []
-        datas: list[Any] = []
-        extra: dict[str, list[Any]] = {k: [] for k in keys}
-        count = 0
-        for m in messages:
-            hdr = m.header
-            if need_bm:
-                bms.append(hdr.get("bm"))
-            if need_ts:
-                tss.append(hdr.get("ts"))
-            if need_data:
-                datas.append(m.get_data() if text else m.data)
-            for k, col in extra.items():
-                col.append(hdr.get(k))
-            count += 1
-            if count >= ARROW_BATCH:
-                yield flush(bms, tss, datas, extra)
-                bms, tss, datas = [], [], []
-                extra = {k: [] for k in keys}
-                count = 0
-        if count:
-            yield flush(bms, tss, datas, extra)
-
-    @staticmethod
-    def _batch(pa: Any, pa_schema: Any, names: list[str], cols: dict[str, list[Any]]) -> Any:
-        arrays = [pa.array(cols[n], type=pa_schema.field(n).type) for n in names]
-        return pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
+    def rows(self, chunks: Iterable[list[bytes]]) -> Iterator[tuple[Any, ...]]:
+        """One tuple per delivery payload, in schema order."""
+        row = self.row
+        for chunk in chunks:
+            for payload in chunk:
+                yield row(Message(payload))
 
 
 # ------------------------------------------------------------------------------- writing

@@ -64,6 +64,7 @@ __all__ = [
     "range_text",
     "replay",
     "scan",
+    "server_micros",
 ]
 
 log = logging.getLogger("ampsclient.spark")
@@ -89,6 +90,9 @@ TEXT_TYPES: Final = frozenset({"json", "xml", "fix", "nvfix", "text", "string"})
 REPLAY_OPTIONS: Final = "timestamp,bookmark_not_found=fail"
 """Subscription options of every replay: server times on messages, and a start bookmark the
 log does not hold is an error (``invalid bookmark``) rather than a silent empty read."""
+
+UNTIMED_REPLAY_OPTIONS: Final = "bookmark_not_found=fail"
+""":data:`REPLAY_OPTIONS` without server times (for reads that need no ``timestamp``)."""
 
 _EPOCH_DT: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US: Final = timedelta(microseconds=1)
@@ -124,8 +128,8 @@ def _dt_micros(when: datetime) -> int:
     return (when - _EPOCH_DT) // _ONE_US
 
 
-def _fast_micros(ts: str) -> int:
-    """The server's ``ts`` header (always ``YYYYmmddTHHMMSS.ffffffZ``) in microseconds."""
+def server_micros(ts: str) -> int:
+    """The server's ``ts`` header (usually ``YYYYmmddTHHMMSS.ffffffZ``) in microseconds."""
     if len(ts) == 23 and ts[8] == "T" and ts[15] == ".":
         secs = calendar.timegm(
             (int(ts[0:4]), int(ts[4:6]), int(ts[6:8]), int(ts[9:11]), int(ts[11:13]),
@@ -517,7 +521,7 @@ def message_micros(message: Message) -> int:
     ts = message.timestamp
     if ts is None:
         raise AMPSSparkError("the server sent a replayed message without a timestamp")
-    return _fast_micros(ts)
+    return server_micros(ts)
 
 
 def first_micros(client: Client, topic: str, filter: str | None, bookmark: str) -> int | None:

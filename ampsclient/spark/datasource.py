@@ -50,9 +50,9 @@ from ._core import (
     offset_bounds,
     plan_ranges,
     range_text,
-    replay,
     scan,
 )
+from ._feed import replay_payloads
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -167,21 +167,25 @@ def _log_end(client: Client, opts: ReadOptions, start: Bound) -> Position | None
 def _read_partition(
     opts: ReadOptions, schema: StructType, partition: InputPartition
 ) -> Iterator[Any]:
-    """Executor side: replay one range with a client of its own."""
+    """Executor side: replay one range with a client of its own, chunk by chunk."""
     assert isinstance(partition, ReplayPartition)
     if partition.bookmark is None:
         return
     builder = RowBuilder(schema, opts)
-    client = connect(
-        opts.uris, client_name(opts.client_name_prefix, "read"), opts.connect_timeout_ms
+    chunks = replay_payloads(
+        opts.uris,
+        client_name(opts.client_name_prefix, "read"),
+        opts.connect_timeout_ms,
+        topic=opts.topic,
+        filter=opts.filter,
+        bookmark=partition.bookmark,
+        options=builder.replay_options,
     )
     try:
-        messages = replay(client, opts.topic, opts.filter, partition.bookmark)
         if builder.arrow:
-            yield from builder.batches(messages)
+            yield from builder.arrow_batches(chunks)
         else:
-            for message in messages:
-                yield builder.row(message)
+            yield from builder.rows(chunks)
     except AMPSSparkError:
         raise
     except AMPSError as exc:
@@ -189,7 +193,7 @@ def _read_partition(
             f"reading {opts.topic!r} range {partition.bookmark} failed: {describe(exc)}"
         ) from exc
     finally:
-        client.close()
+        chunks.close()
 
 
 class AMPSBatchReader(DataSourceReader):

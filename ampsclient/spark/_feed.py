@@ -1,0 +1,145 @@
+"""A bounded replay read as chunks of raw delivery payloads, for the executor side of a read.
+
+:func:`replay_payloads` drives an :class:`~ampsclient.client.AsyncClient` on a private event
+loop that only runs while the caller waits for the next chunk. There is no second thread and
+no per-message hand-over: the subscription's handler keeps each delivery's payload bytes
+(header and body, undecoded) in a list, and the caller gets the list once it holds ``chunk``
+payloads (or the replay completed). While the caller works on a chunk the loop is stopped,
+the socket is not read and TCP pushes back on the server: memory stays at about one chunk.
+
+Nothing here imports pyspark or pyarrow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..client import AsyncClient, ConnectionEvent, ConnectionState
+from ..command import Command
+from ..exceptions import DisconnectedError, error_for_reason
+from ..protocol.acks import AckType
+from ..protocol.message import Message
+from ..uri import parse_uri
+from ._core import AMPSSparkError, describe
+
+__all__ = ["DEFAULT_CHUNK", "replay_payloads"]
+
+log = logging.getLogger("ampsclient.spark")
+
+DEFAULT_CHUNK: Final = 32_768
+"""Payloads per chunk: large enough that per-chunk costs (an Arrow conversion, a loop run)
+vanish, small enough to keep a few MB in memory."""
+
+_DELIVERY: Final = b'{"c":"p"'
+
+
+@dataclass
+class _Inbox:
+    """What the subscription handler collected since the caller last took a chunk."""
+
+    chunk: int
+    payloads: list[bytes] = field(default_factory=list)
+    completed: bool = False
+    error: BaseException | None = None
+    waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def on_message(self, message: Message) -> None:
+        raw = message.raw_payload
+        if raw.startswith(_DELIVERY) or message.command == "publish":
+            self.payloads.append(raw)
+            if len(self.payloads) >= self.chunk:
+                self.wake()
+            return
+        if message.command != "ack":
+            return
+        if message.status == "failure":
+            self.error = error_for_reason(message.reason, ack=message)
+            self.wake()
+        elif message.ack_type & AckType.COMPLETED:
+            self.completed = True
+            self.wake()
+
+    def on_state(self, event: ConnectionEvent) -> None:
+        if event.state is ConnectionState.DISCONNECTED and not self.completed:
+            self.error = DisconnectedError(
+                f"the connection dropped during the replay: {event.cause or 'closed'}"
+            )
+            self.wake()
+
+
+async def _connect(uris: Sequence[str], name: str, timeout_ms: int) -> AsyncClient:
+    errors: list[str] = []
+    for uri in uris:
+        client = AsyncClient(name)
+        try:
+            await client.connect_and_logon(uri, timeout=timeout_ms)
+        except Exception as exc:
+            await client.close()
+            redacted = parse_uri(uri).redacted()
+            log.info("cannot connect to %s: %s", redacted, describe(exc))
+            errors.append(f"{redacted}: {describe(exc)}")
+            continue
+        return client
+    raise AMPSSparkError("could not connect to AMPS: " + "; ".join(errors))
+
+
+def _command(topic: str, filter: str | None, bookmark: str, options: str) -> Command:
+    cmd = Command("subscribe").set_topic(topic).set_filter(filter).set_bookmark(bookmark)
+    if options:
+        cmd.set_options(options)
+    return cmd.add_ack_type("completed")
+
+
+def replay_payloads(
+    uris: Sequence[str],
+    name: str,
+    timeout_ms: int,
+    *,
+    topic: str,
+    filter: str | None,
+    bookmark: str,
+    options: str,
+    chunk: int = DEFAULT_CHUNK,
+) -> Generator[list[bytes], None, None]:
+    """The delivery payloads of a bounded bookmark replay, in order, in lists of about
+    ``chunk``, up to the server's ``completed`` ack. Closing the generator early closes the
+    connection.
+
+    Raises:
+        AMPSSparkError: no server in ``uris`` answered.
+        CommandError: the server refused the subscription (``invalid bookmark``...).
+        DisconnectedError: the connection dropped before the replay completed.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        client = loop.run_until_complete(_connect(uris, name, timeout_ms))
+        inbox = _Inbox(chunk)
+        client.add_connection_state_listener(inbox.on_state)
+        try:
+            cmd = _command(topic, filter, bookmark, options)
+            loop.run_until_complete(client.execute_async(cmd, inbox.on_message))
+            while True:
+                if len(inbox.payloads) < chunk and not inbox.completed and inbox.error is None:
+                    inbox.waiter = loop.create_future()
+                    loop.run_until_complete(inbox.waiter)
+                if inbox.error is not None:
+                    raise inbox.error
+                if inbox.payloads:
+                    out, inbox.payloads = inbox.payloads, []
+                    yield out
+                elif inbox.completed:
+                    return
+        finally:
+            inbox.completed = True  # our own close is not a failure
+            loop.run_until_complete(client.close())
+    finally:
+        loop.close()
