@@ -169,10 +169,12 @@ class Journal(JournalBase):
             (they differ only in how often the caller syncs: after every batch, or on a timer);
             ``"never"`` never fsyncs (data reaches the OS on :meth:`flush`/:meth:`sync` and
             survives a process crash, not a power loss).
-        preallocated_files: how many journal files are kept allocated ahead (AMPS
-            ``PreallocatedJournalFiles``): the active file's disk space is reserved up to
-            ``journal_size`` and ``preallocated_files - 1`` spare files wait, space reserved,
-            to become the next segments (topped up as segments are sealed). ``0``: none.
+        preallocated_files: how many journal files exist ahead (AMPS
+            ``PreallocatedJournalFiles``): besides the active file, ``preallocated_files - 1``
+            empty spare files wait to become the next segments (a rotation renames one instead
+            of creating a file; the sync thread tops them up). Their disk space is not reserved:
+            a reservation of ``JournalSize`` (1 GB by default) per file is more than a test or
+            development machine should give away. ``0``: no spares.
         name: the prefix of every file (the instance name, seed 000); files with another
             prefix in the same directory are another instance's and are left alone. Default:
             ``"journal"``, or the one prefix the directory's journal files have (tools

@@ -21,7 +21,7 @@ from .journal_format import (
     read_index,
     write_atomic,
 )
-from .journal_recovery import detect_prefix, list_files, load_segment, reserve_space
+from .journal_recovery import detect_prefix, list_files, load_segment
 from .journal_segments import (
     DiskSegment,
     FileNames,
@@ -206,8 +206,6 @@ class JournalBase:
         self._active = last
         if not self._read_only:
             last.wfd = self._open_write(last.path)
-            if self._prealloc:
-                reserve_space(last.wfd, self._journal_size)
             if self._durable_io and last.count:
                 # what a killed process left in the page cache becomes durable_index
                 os.fsync(last.wfd)
@@ -263,14 +261,9 @@ class JournalBase:
         path = self._dir / self._names.segment(first_index)
         wfd = -1
         if not self._read_only:
-            if self._spares:  # a preallocated file becomes the segment (space reserved)
+            if self._spares:  # a preallocated file becomes the segment
                 os.rename(self._spares.pop(0), path)
-            else:
-                wfd = self._open_write(path)
-                if self._prealloc:
-                    reserve_space(wfd, self._journal_size)
-            if wfd < 0:
-                wfd = self._open_write(path)
+            wfd = self._open_write(path)
         seg = MemSegment(path, first_index, None, wfd)
         self._active = seg
         self._segments.append(seg)
@@ -293,11 +286,7 @@ class JournalBase:
             number += 1
             if path.name in taken or path.exists():
                 continue
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                reserve_space(fd, self._journal_size)
-            finally:
-                os.close(fd)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             made.append(path)
         with self._lock:
             self._spares.extend(made)

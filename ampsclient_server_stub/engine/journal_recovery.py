@@ -11,12 +11,9 @@ scanned record by record, CRCs verified, and a torn tail of the newest file trun
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,43 +34,9 @@ __all__ = [
     "detect_prefix",
     "list_files",
     "load_segment",
-    "reserve_space",
 ]
 
 _log = logging.getLogger("ampsclient_server_stub.engine.journal")
-
-_FALLOC_FL_KEEP_SIZE = 1
-
-
-def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        func = getattr(libc, "fallocate64", None) or libc.fallocate
-    except (OSError, AttributeError):  # pragma: no cover - no libc fallocate
-        return None
-    func.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    func.restype = ctypes.c_int
-    return func
-
-
-_fallocate = _load_fallocate()
-
-
-def reserve_space(fd: int, size: int) -> bool:
-    """Reserve ``size`` bytes of disk for the file open on ``fd`` without changing its size
-    (Linux ``fallocate(FALLOC_FL_KEEP_SIZE)``: appends then land in allocated blocks, and the
-    file's size stays the end of its records, which recovery relies on).
-
-    Returns False where the platform or file system cannot (the file then grows as written).
-    """
-    if _fallocate is None or size <= 0:
-        return False
-    if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0:
-        return True
-    _log.debug("journal: cannot preallocate (errno %d)", ctypes.get_errno())
-    return False
 
 
 @dataclass(frozen=True, slots=True)
