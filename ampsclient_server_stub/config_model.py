@@ -129,10 +129,15 @@ class SowTopicConfig:
 
 
 class TxlogTopic(NamedTuple):
-    """A topic recorded in the transaction log; ``message_type`` ``None`` means any."""
+    """A topic recorded in the transaction log; ``message_type`` ``None`` means any.
+
+    With a ``filter`` (the ``<Topic>``'s ``<Filter>``), only the messages matching it are
+    recorded.
+    """
 
     name: str
     message_type: str | None
+    filter: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

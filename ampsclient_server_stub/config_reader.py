@@ -39,6 +39,7 @@ from .config_model import (
 )
 from .config_values import InetAddr, parse_duration, parse_inet_addr, parse_size
 from .config_xml import ElementReader, XmlDocument, flatten
+from .engine.filters import FilterError, compile_filter
 from .queues.config import QUEUE_TAGS, parse_queues
 
 __all__ = ["ConfigReader", "build_config"]
@@ -187,8 +188,19 @@ class ConfigReader(ElementReader):
         for topic_elem in elem.findall("Topic"):
             name = self.required(topic_elem, "Name", "<TransactionLog> <Topic>")
             message_type = self.text(topic_elem, "MessageType")
-            self.ignore_unknown(topic_elem, ["Name", "MessageType"])
-            topics.append(TxlogTopic(name, message_type.lower() if message_type else None))
+            filter_text = self.text(topic_elem, "Filter")
+            if filter_text is not None:
+                try:
+                    compile_filter(filter_text)
+                except FilterError as exc:
+                    self.fail(
+                        self.child(topic_elem, "Filter"),
+                        f"<TransactionLog> <Topic> {name!r}: bad <Filter> {filter_text!r}: {exc}",
+                    )
+            self.ignore_unknown(topic_elem, ["Name", "MessageType", "Filter"])
+            topics.append(
+                TxlogTopic(name, message_type.lower() if message_type else None, filter_text)
+            )
         known = (
             "JournalDirectory",
             "JournalArchiveDirectory",

@@ -287,8 +287,9 @@ class ReferenceServer:
             directory = cfg.journal_directory
             size = cfg.journal_size
             topics: list[tuple[str, str | None]] | None = [
-                (t.name, t.message_type) for t in cfg.topics
+                (t.name, t.message_type) for t in cfg.topics if t.filter is None
             ]
+            filters = [(t.name, t.message_type, t.filter) for t in cfg.topics if t.filter]
         else:
             if self.config.data_dir is not None:
                 directory = self.config.data_dir / "journal"
@@ -299,6 +300,7 @@ class ReferenceServer:
                 directory = Path(self._tempdir.name)
             size = 64 * 1024 * 1024
             topics = None
+            filters = []
         self.journal = open_journal(self.config, directory, journal_size=size, fsync=self.fsync)
         logger.info(
             "transaction log at %s (%s; fsync=%s)",
@@ -306,7 +308,7 @@ class ReferenceServer:
             "every topic" if topics is None else f"{len(topics)} topic rule(s)",
             self.fsync,
         )
-        return TxLog(self.journal, topics)
+        return TxLog(self.journal, topics, filters=filters)
 
     async def prune_journal(self, older_than: float) -> list[Path]:
         """Remove journal files whose newest record is older than ``older_than`` seconds.

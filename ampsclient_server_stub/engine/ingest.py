@@ -269,7 +269,7 @@ class Ingest:
         x = text(hdr.get("x")) if hdr is not None else None
         record = None
         txlog = self._txlog
-        if txlog is not None and txlog.records(mt, topic):
+        if txlog is not None and txlog.records_message(mt, topic, lambda: decode(mt, data)):
             jseq = self._journal_sequence(conn, seq)
             command = "delta_publish" if delta else "p"
             fields = {"x": x} if x else None
@@ -304,7 +304,7 @@ class Ingest:
         prev_doc = sow.doc(key) if key in sow else NO_PREVIOUS
         now = self._clock()
         txlog = self._txlog
-        recorded = txlog is not None and txlog.records(mt, sow.topic)
+        recorded = txlog is not None and txlog.records_message(mt, sow.topic, lambda: doc)
         jseq = 0
         journal_index: int | None = None
         if recorded:
@@ -452,7 +452,9 @@ class Ingest:
         if item.sequence <= journal.last_sequence(pid):
             return _DUPLICATE  # counted by the inbound stream, not as a client duplicate
         mt = str(item.fields.get("mt", "json"))
-        if not txlog.records(mt, item.topic) and item.command != "sow_delete":
+        if item.command != "sow_delete" and not txlog.records_message(
+            mt, item.topic, lambda: decode(mt, item.payload)
+        ):
             logger.debug("replicated record for unrecorded topic %r (%s) ignored", item.topic, mt)
             return _UNRECORDED
         try:

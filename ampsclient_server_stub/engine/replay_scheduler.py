@@ -207,6 +207,8 @@ class ReplayScheduler:
             or replay.timer is not None
         ):
             return
+        if replay.not_before is not None and self._before_start(replay):
+            return
         session = conn.session
         p = _Pass(replay)
         while replay.position <= p.limit:
@@ -380,6 +382,19 @@ class ReplayScheduler:
             return False
         nxt = journal.read(limit + 1, max_records=1)
         return bool(nxt) and not replay.past_end(nxt[0])
+
+    def _before_start(self, replay: Replay[Subscription]) -> bool:
+        """A replay whose start time is still ahead waits for it (True); once it has come,
+        the replay starts at the first record received at or after it (False)."""
+        start = replay.not_before
+        assert start is not None
+        now_us = int(self._clock() * 1_000_000)
+        if now_us >= start:
+            replay.not_before = None
+            replay.position = max(replay.position, replay.journal.find_time(start))
+            return False
+        self._pump_later(replay, min((start - now_us) / 1_000_000 + 0.001, 60.0))
+        return True
 
     def _pump_later(self, replay: Replay[Subscription], delay: float) -> None:
         if self._call_later is None or replay.timer is not None or replay.done:

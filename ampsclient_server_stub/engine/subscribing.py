@@ -124,6 +124,17 @@ class Subscribing:
         except ConflationError as exc:
             raise CommandFailure(exc.reason, str(exc)) from None
 
+    @staticmethod
+    def _repeats(conn: Connection, hdr: Header, options: Mapping[str, str]) -> bool:
+        """A pause or resume that repeats the topic of the existing subscriptions it names
+        (as the clients send it): it pauses or resumes them, it does not replace them."""
+        ids = split_list(hdr.get("sub_id"))
+        if not ids or "replace" in options:
+            return False
+        topic = text(hdr.get("t"))
+        subs = [conn.subs.get(sub_id) for sub_id in ids]
+        return all(s is not None and s.matcher.topic == topic for s in subs)
+
     def _pause_resume(
         self, conn: Connection, hdr: Header, options: Mapping[str, str]
     ) -> str | None:
@@ -160,7 +171,9 @@ class Subscribing:
         """``subscribe``/``delta_subscribe`` (also pause and resume by ``sub_id``)."""
         options = command_options(hdr)
         flags = ack_flags(hdr)
-        if ("pause" in options or "resume" in options) and text(hdr.get("t")) is None:
+        if ("pause" in options or "resume" in options) and (
+            text(hdr.get("t")) is None or self._repeats(conn, hdr, options)
+        ):
             sub_ids = self._pause_resume(conn, hdr, options)
             send_acks(
                 conn.session.send, hdr, flags & (RECEIVED | PROCESSED | COMPLETED), sub_id=sub_ids
@@ -173,7 +186,13 @@ class Subscribing:
             conn, hdr, sub, replaced, flags
         ):
             return  # a queue subscription (its acks are sent)
-        if bookmark is not None and self._txlog is not None:
+        if bookmark is not None:
+            if self._txlog is None:
+                raise CommandFailure(
+                    "invalid topic",
+                    f"{sub.matcher.topic!r} is not recorded in the transaction log "
+                    "(this instance has no transaction log)",
+                )
             self._scheduler.prepare(conn, sub, bookmark, hdr, flags)
         self._table.install(sub, replaced)
         if "resume" in options and sub.paused:
@@ -182,8 +201,6 @@ class Subscribing:
         if sub.replay is not None:
             self._scheduler.pump(sub.replay)
             return
-        if bookmark is not None:  # no transaction log: every bookmark is NOW
-            logger.debug("%r: bookmark %r on %r treated as NOW (no journal)", conn, bookmark, sub)
         send_acks(conn.session.send, hdr, flags & COMPLETED, sub_id=sub.sub_id)
 
     def sow(self, conn: Connection, hdr: Header, *, subscribe: bool, delta: bool) -> None:
@@ -197,6 +214,13 @@ class Subscribing:
         if self._hooks.guard is not None:
             matcher = self._hooks.guard.matcher(conn, hdr, matcher)
         sows = self._sows.for_query(conn.mt, matcher)
+        if text(hdr.get("bm")) is not None:
+            # historical queries need <History> on the SOW topic, which is not supported
+            raise CommandFailure(
+                "invalid options",
+                f"historical SOW query (a bookmark on a sow command): topic {topic!r} keeps no "
+                "history (<History> is not supported by the reference server)",
+            )
         _filter_text, predicate = command_filter(hdr)
         order_by, top_n, skip_n, select = _query_options(hdr, options)
         batch_size = int_field(hdr.get("bs")) or 1

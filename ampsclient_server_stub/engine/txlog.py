@@ -48,6 +48,7 @@ from ampsclient.protocol.header import escape
 from ampsclient.protocol.options import parse_duration, parse_rate
 
 from ..errors import RequestError
+from .filters import Predicate, compile_filter
 from .journal import Journal, JournalPin, JournalRecord, RawBlock
 from .journal_format import FRAME_OVERHEAD, MIN_BODY, CorruptJournalError, decode_records
 from .payload import decode
@@ -103,7 +104,11 @@ class TxLog:
     """
 
     def __init__(
-        self, journal: Journal, topics: Iterable[tuple[str, str | None]] | None = None
+        self,
+        journal: Journal,
+        topics: Iterable[tuple[str, str | None]] | None = None,
+        *,
+        filters: Iterable[tuple[str, str | None, str]] = (),
     ) -> None:
         self.journal = journal
         self._rules: list[tuple[TopicMatcher, str | None]] | None = (
@@ -112,6 +117,12 @@ class TxLog:
             else [(compile_topic(name), mt.lower() if mt else None) for name, mt in topics]
         )
         self._cache: dict[tuple[str, str], bool] = {}
+        self._filtered: list[tuple[TopicMatcher, str | None, Predicate]] = [
+            (compile_topic(name), mt.lower() if mt else None, compile_filter(expression))
+            for name, mt, expression in filters
+        ]
+        """``<Topic>`` rules with a ``<Filter>``: only the messages matching it are recorded."""
+        self._filter_cache: dict[tuple[str, str], tuple[Predicate, ...]] = {}
 
     @property
     def records_everything(self) -> bool:
@@ -135,13 +146,54 @@ class TxLog:
             self._cache[key] = hit
         return hit
 
+    def filters_for(self, mt: str, topic: str) -> tuple[Predicate, ...]:
+        """The ``<Filter>`` predicates of the filtered rules that match ``topic`` of type ``mt``
+        (empty: no filtered rule applies)."""
+        if not self._filtered:
+            return ()
+        key = (mt, topic)
+        found = self._filter_cache.get(key)
+        if found is None:
+            found = tuple(
+                pred
+                for matcher, rule_mt, pred in self._filtered
+                if (rule_mt is None or rule_mt == mt) and matcher.matches(topic)
+            )
+            if len(self._filter_cache) > 100_000:
+                self._filter_cache.clear()
+            self._filter_cache[key] = found
+        return found
+
+    def records_message(self, mt: str, topic: str, doc: Callable[[], Any]) -> bool:
+        """Is this message recorded: its topic unconditionally (:meth:`records`), or a
+        filtered rule's ``<Filter>`` matches it (``doc()`` decodes the payload, called only
+        when a filter has to be evaluated)?"""
+        if self.records(mt, topic):
+            return True
+        preds = self.filters_for(mt, topic)
+        if not preds:
+            return False
+        value = doc()
+        if value is None:
+            return False
+        return any(_matches(pred, value) for pred in preds)
+
     def covers(self, mt: str, matcher: TopicMatcher) -> bool:
         """Can a subscription to ``matcher`` be served from the log at all?"""
         if self._rules is None:
             return True
         if not matcher.is_regex:
-            return self.records(mt, matcher.topic)
-        return any(rule_mt is None or rule_mt == mt for _, rule_mt in self._rules)
+            return self.records(mt, matcher.topic) or bool(self.filters_for(mt, matcher.topic))
+        rules = [rule_mt for _, rule_mt in self._rules]
+        rules += [rule_mt for _, rule_mt, _ in self._filtered]
+        return any(rule_mt is None or rule_mt == mt for rule_mt in rules)
+
+
+def _matches(pred: Predicate, doc: Any) -> bool:
+    try:
+        return bool(pred(doc))
+    except Exception:  # a filter that cannot evaluate this document does not match it
+        return False
 
 
 @dataclass(slots=True)
@@ -161,6 +213,15 @@ _MICROSECOND: Final = timedelta(microseconds=1)
 def _micros(ts: Timestamp) -> int:
     # exact integer arithmetic: float seconds lose the last microsecond of a current time
     return (ts.when - _UNIX_EPOCH) // _MICROSECOND
+
+
+def _future(point: object, inclusive: bool) -> int | None:
+    """For a starting timestamp later than now: the first receive time (microseconds) the
+    replay may deliver; ``None`` otherwise."""
+    if not isinstance(point, Timestamp):
+        return None
+    start = _micros(point) + (0 if inclusive else 1)
+    return start if start > int(time.time() * 1_000_000) else None
 
 
 class ReplaySubscription(Protocol):
@@ -220,6 +281,7 @@ class Replay(Generic[S]):
         "leader",
         "live",
         "members",
+        "not_before",
         "pin",
         "position",
         "rate",
@@ -269,6 +331,9 @@ class Replay(Generic[S]):
         """Set while this replay is a member of a group: the group's leader reads for it."""
         self.members: list[Replay[S]] = []
         """For a group's leader: the other subscriptions it delivers to (resumed together)."""
+        self.not_before: int | None = None
+        """A start time still in the future (microseconds): nothing is delivered until then,
+        and the replay then starts at the first record received at or after it."""
 
     # ------------------------------------------------------------------ starting
 
@@ -288,9 +353,14 @@ class Replay(Generic[S]):
         if not_found not in ("now", "epoch", "fail"):
             raise ReplayError("invalid options", f"bookmark_not_found={not_found}")
         resolver = _Resolver(journal, not_found)
+        if "live" in sub.options and any(o in sub.options for o in ("rate", "pause", "resume")):
+            raise ReplayError(
+                "invalid options", "the live option is not supported with rate, pause or resume"
+            )
         if isinstance(parsed, BookmarkRange):
             start = resolver.start(parsed.start, inclusive=parsed.start_inclusive)
             replay = cls(journal, sub, start)
+            replay.not_before = _future(parsed.start, parsed.start_inclusive)
             end = parsed.end
             if isinstance(end, Timestamp):
                 replay.end_time = _micros(end)
@@ -311,6 +381,7 @@ class Replay(Generic[S]):
             # after a bookmark; at or after a timestamp ("begins replay at the closest point")
             start = resolver.start(parsed, inclusive=False, ts_inclusive=True)
             replay = cls(journal, sub, start)
+            replay.not_before = _future(parsed, True)
         rate = sub.options.get("rate")
         if rate:
             try:

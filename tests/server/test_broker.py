@@ -348,7 +348,9 @@ def test_pause_and_resume_buffer_deliveries(broker: Broker) -> None:
     assert len(held) == PAUSE_BUFFER_LIMIT and held[0][1] == b"5"
 
 
-def test_bookmark_subscribe_is_live_with_completed_ack(broker: Broker) -> None:
+def test_bookmark_subscribe_without_txlog_fails(broker: Broker) -> None:
+    """No transaction log: a bookmark subscription fails with ``invalid topic`` (issue #17;
+    it used to be treated as NOW), and no subscription is installed."""
     c = Client(broker)
     c.cmd(
         {
@@ -357,16 +359,14 @@ def test_bookmark_subscribe_is_live_with_completed_ack(broker: Broker) -> None:
             "cid": "b",
             "sub_id": "bs",
             "bm": "0",
-            "a": "received,processed,completed",
+            "a": "processed,completed",
         }
     )
-    assert [(h["a"], h["sub_id"]) for h in acks(c.take())] == [
-        ("received", "bs"),
-        ("processed", "bs"),
-        ("completed", "bs"),
+    assert [(h["a"], h["status"], h.get("reason")) for h in acks(c.take())] == [
+        ("processed", "failure", "invalid topic"),
     ]
     pub(c, "t", {"live": True})
-    assert [h["sids"] for h, _ in c.take()] == ["bs"]
+    assert c.take() == []
 
 
 # --------------------------------------------------------------------------- SOW

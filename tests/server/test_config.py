@@ -305,8 +305,8 @@ def test_sample_transaction_log(sample: ServerConfig, tmp_path: Path) -> None:
         TxlogTopic("positions", "nvfix"),
         TxlogTopic("^audit/.*", None),
     )
-    name, message_type = txlog.topics[0]
-    assert (name, message_type) == ("orders", "json")
+    name, message_type, filter_text = txlog.topics[0]
+    assert (name, message_type, filter_text) == ("orders", "json", None)
 
 
 def test_sample_replication(sample: ServerConfig) -> None:
