@@ -1,0 +1,154 @@
+"""The HA reconnect sequence against a scripted peer, over the in-memory transport (no socket).
+
+The peer records every payload of every connection and answers what the script says. After
+a drop, the second connection must carry, in this order: the logon; the stored publishes the
+logon ack's ``s`` does not cover (the covered ones discarded from the store); the
+subscription, re-placed; what was published while that went on; then new publishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from ampsclient.client import ConnectionEvent, ConnectionState
+from ampsclient.ha.client import AsyncHAClient
+from ampsclient.ha.reconnect import FixedDelayStrategy
+from ampsclient.protocol.message import Message
+from ampsclient.transport.memory import MemoryConnection, serve_memory
+
+
+class ScriptedPeer:
+    """A memory server: logs each connection's payloads, acks logons (with ``persisted`` as
+    the logon ack's ``s``), subscriptions and flushes."""
+
+    def __init__(self) -> None:
+        self.logs: list[list[bytes]] = []
+        self.conns: list[MemoryConnection] = []
+        self.persisted = 0
+        self.on_subscribe: Callable[[], None] | None = None
+
+    def accept(self, conn: MemoryConnection) -> None:
+        log: list[bytes] = []
+        self.logs.append(log)
+        self.conns.append(conn)
+        conn.on_payload = lambda payload: self._receive(conn, log, payload)
+
+    def _receive(self, conn: MemoryConnection, log: list[bytes], payload: bytes) -> None:
+        log.append(payload)
+        message = Message(payload)
+        cid = (message.command_id or "").encode()
+        if message.command == "logon":
+            conn.send(
+                b'{"c":"ack","cid":"%s","a":"processed","status":"success","s":%d}'
+                % (cid, self.persisted)
+            )
+        elif message.command in ("subscribe", "flush"):
+            if message.command == "subscribe" and self.on_subscribe is not None:
+                self.on_subscribe()
+            conn.send(b'{"c":"ack","cid":"%s","a":"processed","status":"success"}' % cid)
+
+
+def summary(payload: bytes) -> tuple[str, int | None]:
+    header = Message(payload).header
+    return str(header["c"]), header.get("s")
+
+
+async def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Run the loop until ``condition()`` holds (a deadline, not a sleep, bounds it)."""
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+def peer() -> Iterator[ScriptedPeer]:
+    scripted = ScriptedPeer()
+    stop = serve_memory("ha-sequence", scripted.accept)
+    try:
+        yield scripted
+    finally:
+        stop()
+
+
+async def test_discard_replay_resubscribe_then_new_publishes(peer: ScriptedPeer) -> None:
+    ha = AsyncHAClient("pub-1", reconnect_delay_strategy=FixedDelayStrategy(0))
+    events: list[ConnectionState] = []
+    ha.add_connection_state_listener(lambda e: events.append(e.state))
+    await ha.connect_and_logon("memory://ha-sequence:0/amps/json")
+    got: list[bytes] = []
+    sub_id = await ha.subscribe(lambda m: got.append(m.data), "orders")
+    base = ha.publish("orders", b'{"n":1}') - 1  # sequence numbers start from the clock
+    for n in range(2, 6):
+        assert ha.publish("orders", b'{"n":%d}' % n) == base + n
+    first = peer.logs[0]
+    await wait_until(lambda: len(first) == 7, "the 5 publishes on the first connection")
+    assert [summary(p) for p in first] == [
+        ("logon", None), ("subscribe", None), *[("p", base + n) for n in range(1, 6)]
+    ]  # fmt: skip
+    peer.conns[0].send(b'{"c":"ack","a":"persisted","s":%d,"status":"success"}' % (base + 2))
+    await wait_until(lambda: ha.unpersisted_count == 3, "the persisted ack of 1..2")
+
+    # the server had also persisted 3 when the connection dropped; a publish is made while
+    # the subscription is being re-placed
+    peer.persisted = base + 3
+    during: list[int] = []
+    peer.on_subscribe = lambda: during.append(ha.publish("orders", b'{"n":"during"}'))
+    events.clear()
+    peer.conns[0].close()
+    await wait_until(lambda: ConnectionState.RESUBSCRIBED in events, "the reconnect")
+    assert events == [
+        ConnectionState.DISCONNECTED,
+        ConnectionState.CONNECTED,
+        ConnectionState.LOGGED_ON,
+        ConnectionState.PUBLISH_REPLAYED,
+        ConnectionState.RESUBSCRIBED,
+    ]
+    assert during == [base + 6]
+    assert ha.publish("orders", b'{"n":"after"}') == base + 7
+    second = peer.logs[1]
+    await wait_until(lambda: len(second) == 6, "the second connection's 6 commands")
+    assert [summary(p) for p in second] == [
+        ("logon", None), ("p", base + 4), ("p", base + 5), ("subscribe", None),
+        ("p", base + 6), ("p", base + 7),
+    ]  # fmt: skip
+    # golden bytes: a replayed publish keeps its sequence number and asks for persisted
+    assert second[1] == b'{"c":"p","s":%d,"a":"persisted","t":"orders"}{"n":4}' % (base + 4)
+    assert second[4] == (
+        b'{"c":"p","s":%d,"a":"persisted","t":"orders"}{"n":"during"}' % (base + 6)
+    )
+    resub = Message(second[3]).header
+    assert resub["sub_id"] == sub_id and resub["cid"] != Message(first[1]).header["cid"]
+    assert ha.unpersisted_count == 4  # 4..7: 3 was discarded when the logon ack said s=3
+
+    # the re-placed subscription routes deliveries to the same handler
+    peer.conns[1].send(b'{"c":"p","t":"orders","sids":"%s","s":1}{"x":1}' % sub_id.encode())
+    await wait_until(lambda: len(got) == 1, "a delivery after the reconnect")
+    assert got == [b'{"x":1}']
+    peer.conns[1].send(b'{"c":"ack","a":"persisted","s":%d,"status":"success"}' % (base + 7))
+    await wait_until(lambda: ha.unpersisted_count == 0, "the persisted ack of 4..7")
+    assert await ha.close() == 0
+
+
+async def test_a_user_disconnect_handler_does_not_replace_the_reconnect(
+    peer: ScriptedPeer,
+) -> None:
+    """Composition: the HA client's own disconnect handler sits on the held client, so a
+    handler the application sets is called in addition (it used to replace the reconnect)."""
+    ha = AsyncHAClient("pub-2", reconnect_delay_strategy=FixedDelayStrategy(0))
+    seen: list[object] = []
+    ha.set_disconnect_handler(lambda client, error: seen.append(client))
+    events: list[ConnectionEvent] = []
+    ha.add_connection_state_listener(events.append)
+    await ha.connect_and_logon("memory://ha-sequence:0/amps/json")
+    events.clear()
+    peer.conns[0].close()
+    await wait_until(
+        lambda: any(e.state is ConnectionState.RESUBSCRIBED for e in events), "the reconnect"
+    )
+    assert seen == [ha]
+    assert len(peer.logs) == 2
+    await ha.close()

@@ -1,0 +1,58 @@
+"""The core does no I/O, and the HA client holds a client instead of subclassing it."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import ampsclient.core
+from ampsclient.client import AsyncClient
+from ampsclient.ha.client import AsyncHAClient
+
+CORE = pathlib.Path(ampsclient.core.__file__).parent
+BANNED = {"asyncio", "socket", "selectors", "ssl", "threading", "websockets", "time"}
+
+WING_ONLY = {
+    # the plumbing a wrapper drives on the client it holds; not part of the HA client's face
+    "abort",
+    "close_stream",
+    "emit_state",
+    "new_stream",
+    "publish_gate_open",
+    "publish_lock",
+    "queue_frame",
+    "schedule_drain",
+    "send_command",
+    "set_publish_gate",
+    "stored_publish_suffixes",
+    "wait_writable",
+    "wake_pending",
+}
+
+
+def test_the_core_imports_nothing_that_does_io() -> None:
+    modules = sorted(CORE.glob("*.py"))
+    assert len(modules) >= 4
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            for name in names:
+                assert name.split(".")[0] not in BANNED, (path.name, name)
+
+
+def test_the_ha_client_holds_a_client_and_has_its_public_face() -> None:
+    assert not issubclass(AsyncHAClient, AsyncClient)
+    ha = AsyncHAClient("face")
+    assert type(ha.client) is AsyncClient
+    public = {n for n in dir(AsyncClient) if not n.startswith("_")}
+    missing = sorted(n for n in public - WING_ONLY if not hasattr(ha, n))
+    assert missing == []
+    # settings reach the held connection
+    ha.set_heartbeat(2.0)
+    assert ha.client.core.heartbeat_timeout == 4.0
+    ha.logon_options = "ack_conflation=10ms"
+    assert ha.client.logon_options == "ack_conflation=10ms"
