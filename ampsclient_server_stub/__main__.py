@@ -4,7 +4,10 @@ Starts a :class:`~ampsclient_server_stub.server.ReferenceServer`, logs
 ``listening tcp://HOST:PORT ws://HOST:PORT`` (INFO, stderr) once every listener is bound,
 and shuts down cleanly (exit status 0) on SIGINT or SIGTERM.
 
-Without ``--config`` the server uses :func:`~ampsclient_server_stub.config.default_config`.
+Without ``--config`` the server uses :func:`~ampsclient_server_stub.config.default_config`
+and records every topic in a transaction log (``--no-txlog``: none), so bookmark subscriptions
+work with zero configuration. With ``--config`` the file's ``<TransactionLog>`` decides what is
+recorded; a file without one records nothing, as AMPS does, and bookmark subscriptions fail.
 With ``--config FILE`` (AMPS-style XML) the file's settings apply, and the flags given
 explicitly override them: ``--host``/``--tcp-port`` the first TCP transport,
 ``--host``/``--ws-port`` the first WebSocket transport, ``--name`` and ``--data-dir`` the
@@ -93,7 +96,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-txlog",
         action="store_true",
-        help="without a <TransactionLog> in the config, record nothing (default: every topic)",
+        help="without --config, record nothing (default without --config: every topic is "
+        "recorded, so bookmark subscriptions work with zero configuration); with --config the "
+        "file's <TransactionLog> decides what is recorded, and a file without one records "
+        "nothing, as AMPS does",
     )
     return parser.parse_args(argv)
 
@@ -158,6 +164,14 @@ def _build_config(args: argparse.Namespace) -> ServerConfig:
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
 
 
+def _records_everything(args: argparse.Namespace | None) -> bool:
+    """Zero configuration records every topic; a config file's <TransactionLog> decides
+    otherwise (none: nothing is recorded); ``--no-txlog`` records nothing."""
+    if args is None:
+        return True
+    return getattr(args, "config", None) is None and not getattr(args, "no_txlog", False)
+
+
 async def _serve(config: ServerConfig, args: argparse.Namespace | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -169,7 +183,7 @@ async def _serve(config: ServerConfig, args: argparse.Namespace | None = None) -
     server = ReferenceServer(
         config,
         fsync=getattr(args, "fsync", "always"),
-        record_all_topics=not getattr(args, "no_txlog", False),
+        record_all_topics=_records_everything(args),
         persisted_ack_interval=parse_duration(getattr(args, "persisted_ack_interval", "1s")),
     )
     await server.start()
