@@ -380,8 +380,11 @@ class ConfigReader(ElementReader):
             self.ignore_unknown(action, ["On", "Do"])
             raw.append(ActionConfig(on=on, do=do))
             every: float | None = None
+            replicating = any(
+                s.module in (DOWNGRADE_REPLICATION_MODULE, UPGRADE_REPLICATION_MODULE) for s in do
+            )  # other actions' Every (a time of day, a weekday) is journal_actions.py's
             for step_elem, step in zip(action.findall("On"), on, strict=True):
-                if step.module == SCHEDULE_MODULE and "Every" in step.options:
+                if replicating and step.module == SCHEDULE_MODULE and "Every" in step.options:
                     every = self.convert(step_elem, parse_duration, step.options["Every"])
             for step_elem, step in zip(action.findall("Do"), do, strict=True):
                 kind: Literal["downgrade", "upgrade"]

@@ -462,8 +462,8 @@ class Journal(JournalBase):
                 self._stats["syncs"] += 1
             if pending:
                 self._complete_seals()
-                if not self._read_only:
-                    self._top_up_spares()
+            if self._prealloc > 1 and not self._read_only:
+                self._top_up_spares()  # cheap when none is missing
             if fd >= 0:
                 self._fsync(fd)
             with self._lock:
