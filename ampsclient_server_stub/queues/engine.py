@@ -17,7 +17,7 @@ How it plugs into the engine (small hooks, no queue logic in the engine's files)
 
 Durability: the acknowledgements (and expirations, and at-most-once deliveries) are
 journaled as ``sow_delete`` records on the queue topic carrying the bookmarks in ``bm``,
-under the queues' own publisher id. ``queues.ack`` in the journal directory holds, per
+under the queues' own publisher id. ``<instance>.queues.ack`` in the journal directory holds, per
 queue, the journal index before which every message is acknowledged or expired; a restart
 scans the journal from there (from the ``RecoveryPoint`` without one), re-enqueues what the
 underlying topics received and applies the journaled removals, so that what was
@@ -68,7 +68,7 @@ __all__ = ["ACK_FILE", "NEVER", "QueueEngine", "QueueStartError"]
 logger = logging.getLogger(__name__)
 
 ACK_FILE: Final = "queues.ack"
-"""Name of the ack-point file in the journal directory."""
+"""The ack-point file in the journal directory is ``<journal name>.queues.ack``."""
 
 NEVER: Final = "99991231T235959.000000Z"
 """``lp`` of a lease that never expires (no ``LeasePeriod``)."""
@@ -154,7 +154,7 @@ class QueueEngine:
         self._ack_dirty = False
         self._pin: object | None = None
         self._points: dict[str, int] = {}
-        self._ack_path = Path(self._journal.directory) / ACK_FILE
+        self._ack_path = Path(self._journal.directory) / f"{self._journal.name}.{ACK_FILE}"
         self.counters: dict[str, int] = {"acks": 0, "bad_acks": 0, "ack_records": 0}
         for i, cfg in enumerate(configs):
             for topic in cfg.topics():
@@ -186,7 +186,8 @@ class QueueEngine:
                         delta=False,
                     )
                 )
-        self._save_points()
+        self._refresh_points()
+        self._write_points()
         self._arm()
 
     # ------------------------------------------------------------------ lookups
@@ -372,6 +373,7 @@ class QueueEngine:
         )
         self.counters["ack_records"] += 1
         self._request_sync()
+        self._refresh_points()
         self._ack_dirty = True
         if self._ack_timer is None and self._call_later is not None:
             self._ack_timer = self._call_later(_ACK_POINT_INTERVAL, self._ack_point_due)
@@ -457,38 +459,55 @@ class QueueEngine:
             return {}
         return {str(k): int(v) for k, v in data.items() if isinstance(v, int)}
 
-    def _save_points(self) -> None:
-        """Write ``queues.ack`` (each queue's oldest unacknowledged journal index) and move
-        the journal pin there."""
+    def _refresh_points(self) -> bool:
+        """Recompute each queue's ack point (the journal index of its oldest message, or
+        the end of the log when it is empty; never past what is durable) and move the
+        journal pin there; ``True`` when a point was held back by durability. Needs the
+        journal open."""
         journal = self._journal
+        limit = journal.durable_index + 1
         points: dict[str, int] = {}
+        held = False
         for queue in self.queues.values():
+            key = _key(queue.config)
             oldest = queue.oldest()
             point = journal.last_index + 1
             if oldest is not None:
                 pid, _, rest = oldest.bookmark.partition("|")
                 found = journal.find_bookmark(int(pid), int(rest.partition("|")[0]))
                 # (not found: a bookmark of another log; keep the last point)
-                point = found if found is not None else self._points.get(_key(queue.config), point)
-            points[_key(queue.config)] = point
+                point = found if found is not None else self._points.get(key, point)
+            held = held or point > limit
+            points[key] = max(self._points.get(key, 0), min(point, limit))
         self._points = points
-        tmp = self._ack_path.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps(points, sort_keys=True))
-            os.replace(tmp, self._ack_path)
-        except OSError:
-            logger.exception("writing %s", self._ack_path)
         low = min(points.values(), default=None)
         old = self._pin
         self._pin = journal.pin(low) if low is not None else None
         if old is not None:
             journal.unpin(old)
+        return held
+
+    def _write_points(self) -> None:
+        """Write ``queues.ack`` (atomically: a temporary file renamed over it)."""
+        tmp = self._ack_path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(self._points, sort_keys=True))
+            os.replace(tmp, self._ack_path)
+        except OSError:
+            logger.exception("writing %s", self._ack_path)
 
     def _ack_point_due(self) -> None:
         self._ack_timer = None
         if self._ack_dirty:
             self._ack_dirty = False
-            self._save_points()
+            try:
+                held = self._refresh_points()
+            except JournalError:  # pragma: no cover - closing
+                return
+            self._write_points()
+            if held and self._call_later is not None:  # again once that is durable
+                self._ack_timer = self._call_later(_ACK_POINT_INTERVAL, self._ack_point_due)
+                self._ack_dirty = True
 
     # ------------------------------------------------------------------ time
 
@@ -556,11 +575,10 @@ class QueueEngine:
                 timer.cancel()
         self._timer = self._ack_timer = None
         try:
-            self._save_points()
-        except JournalError:  # closed first: the journaled removals and the last point stand
-            logger.debug("journal closed: queue ack points not saved at close")
-        except Exception:  # pragma: no cover - closing must go on
-            logger.exception("saving the queue ack points")
+            self._refresh_points()
+        except JournalError:  # closed first: the points of the last refresh stand
+            logger.debug("journal closed: queue ack points as of the last acknowledgement")
+        self._write_points()
 
 
 def _key(cfg: QueueConfig) -> str:
