@@ -131,9 +131,9 @@ def test_manual_acks_and_cancel(server: ServerThread) -> None:
                 message.ack("cancel")  # the first delivery goes back to the queue at once
 
     try:
+        publish(uri, 3)  # all queued before the subscribe
         command = AMPS.Command("subscribe").set_topic("work").set_options("max_backlog=2")
         client.execute_async(command, on_message)
-        publish(uri, 3)
         wait_for(lambda: len(held) >= 3, 10, "redelivery after cancel")
         assert [n for n, _ in held[:3]] == [0, 1, 0]
         for _n, bm in held[1:3]:
