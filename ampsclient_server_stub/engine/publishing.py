@@ -212,7 +212,8 @@ class Publishing:
 
     def sow_delete(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
         """``sow_delete`` by filter, keys or data; on a queue topic, a queue acknowledgement
-        (``BrokerHooks.queues``; a bookmark-only one on another topic is a no-op)."""
+        (``BrokerHooks.queues``; a bookmark-only one on another topic fails with
+        ``invalid topic``)."""
         topic = text(hdr.get("t"))
         if topic is None:
             raise CommandFailure("invalid topic", "sow_delete without a topic")
@@ -235,9 +236,8 @@ class Publishing:
         queues = self._hooks.queues
         if queues is not None and not duplicate and queues.is_queue(conn.mt, topic):
             deleted, topic_matches, index = queues.acknowledge(conn, hdr, predicate)
-        elif queue_ack:
-            # Queue acknowledgement (protocol.md §9): queues are a later task; accept as no-op.
-            logger.debug("%r: queue ack on %r ignored (no queues)", conn, topic)
+        elif queue_ack and not duplicate:  # the bookmark form is for queue topics only
+            raise CommandFailure("invalid topic", f"{topic!r} is not a queue (bookmark ack)")
         elif duplicate:
             self._counters["duplicates"] += 1
         else:
