@@ -1,4 +1,5 @@
-"""Inspect and manage a journal directory: ``info``, ``dump``, ``prune``, ``compress``.
+"""Inspect and manage a journal directory: ``info``, ``dump``, ``prune``, ``compress``,
+``archive``.
 
 Command line::
 
@@ -6,6 +7,11 @@ Command line::
     python -m ampsclient_server_stub.journal_tool dump DIR [--from N] [--limit N] [--json]
     python -m ampsclient_server_stub.journal_tool prune DIR [--older-than 1d]
     python -m ampsclient_server_stub.journal_tool compress DIR [--older-than 1d]
+    python -m ampsclient_server_stub.journal_tool archive DIR --archive-dir DIR2 [--older-than 1d]
+
+Every command takes ``--name`` (the instance name, the journal files' prefix; default: the one
+prefix the directory's files have) and ``--archive-dir`` (the ``<JournalArchiveDirectory>``:
+archived files are part of the log).
 
 ``info`` and ``dump`` open the journal read-only (no lock, nothing repaired), so they also work
 beside a running server. ``prune`` and ``compress`` take the directory lock: while a server has
@@ -43,6 +49,7 @@ from .engine.journal import (
 
 __all__ = [
     "DEFAULT_OLDER_THAN",
+    "archive_journal",
     "compress_journal",
     "dump_records",
     "format_info",
@@ -102,6 +109,7 @@ def journal_info(target: JournalLike, *, verify: bool = False) -> dict[str, Any]
                 "file_bytes": info.file_bytes,
                 "first_time": _when(info.first_timestamp),
                 "last_time": _when(info.last_timestamp),
+                "archived": info.archived,
             }
             for info in journal.segments()
         ]
@@ -235,6 +243,13 @@ def compress_journal(target: JournalLike, older_than_seconds: float) -> list[Pat
         return journal.compress(older_than_seconds)
 
 
+def archive_journal(target: JournalLike, older_than_seconds: float) -> list[Path]:
+    """Move sealed segments whose newest record is older than the threshold to the archive
+    directory the :class:`Journal` was opened with (see :meth:`Journal.archive`)."""
+    with _opened(target, read_only=False) as journal:
+        return journal.archive(older_than_seconds)
+
+
 # --------------------------------------------------------------------------------------------
 # command line
 
@@ -264,6 +279,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (
         ("prune", "remove old sealed segments"),
         ("compress", "gzip old sealed segments"),
+        ("archive", "move old sealed segments to --archive-dir"),
     ):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("directory", type=Path)
@@ -274,6 +290,11 @@ def _parser() -> argparse.ArgumentParser:
             metavar="AGE",
             help=f"age of the newest record in a segment, e.g. 30m, 12h, 7d "
             f"(default {DEFAULT_OLDER_THAN})",
+        )
+    for cmd in sub.choices.values():
+        cmd.add_argument("--name", default=None, help="the journal files' prefix (instance name)")
+        cmd.add_argument(
+            "--archive-dir", type=Path, default=None, help="the journal archive directory"
         )
     return parser
 
@@ -286,38 +307,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not directory.is_dir():
         print(f"error: no journal directory {directory}", file=sys.stderr)
         return 1
+    read_only = args.command in ("info", "dump")
     try:
-        if args.command == "info":
-            info = journal_info(directory, verify=args.verify)
-            if args.json:
-                print(json.dumps(info, indent=2))
-            else:
-                print(format_info(info))
-        elif args.command == "dump":
-            count = dump_records(
-                directory,
-                sys.stdout,
-                from_index=args.from_index,
-                limit=args.limit,
-                as_json=args.json,
-            )
-            if not args.json:
-                print(f"# {count} record(s)", file=sys.stderr)
-        elif args.command == "prune":
-            removed = prune_journal(directory, args.older_than)
-            for path in removed:
-                print(f"removed {path.name}")
-            print(f"pruned {len(removed)} segment(s)")
-        else:
-            made = compress_journal(directory, args.older_than)
-            for path in made:
-                print(f"compressed {path.name}")
-            print(f"compressed {len(made)} segment(s)")
+        with Journal(
+            directory, read_only=read_only, name=args.name, archive_directory=args.archive_dir
+        ) as journal:
+            return _run(args, journal)
     except BrokenPipeError:  # pragma: no cover - e.g. `dump | head`
         return 0
-    except (CorruptJournalError, JournalError, OSError) as exc:
+    except (CorruptJournalError, JournalError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+def _run(args: argparse.Namespace, journal: Journal) -> int:
+    """Run one command on the opened journal."""
+    if args.command == "info":
+        info = journal_info(journal, verify=args.verify)
+        if args.json:
+            print(json.dumps(info, indent=2))
+        else:
+            print(format_info(info))
+    elif args.command == "dump":
+        count = dump_records(
+            journal,
+            sys.stdout,
+            from_index=args.from_index,
+            limit=args.limit,
+            as_json=args.json,
+        )
+        if not args.json:
+            print(f"# {count} record(s)", file=sys.stderr)
+    elif args.command == "prune":
+        removed = prune_journal(journal, args.older_than)
+        for path in removed:
+            print(f"removed {path.name}")
+        print(f"pruned {len(removed)} segment(s)")
+    elif args.command == "archive":
+        moved = archive_journal(journal, args.older_than)
+        for path in moved:
+            print(f"archived {path.name}")
+        print(f"archived {len(moved)} segment(s)")
+    else:
+        made = compress_journal(journal, args.older_than)
+        for path in made:
+            print(f"compressed {path.name}")
+        print(f"compressed {len(made)} segment(s)")
     return 0
 
 
