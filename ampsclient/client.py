@@ -450,13 +450,23 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         the wrapper builds it: a cache shared with the C ``PublishLane``."""
         return self._seq_suffix
 
-    def queue_frame(self, frame: bytes) -> None:
-        """Queue one frame (length prefix included) and schedule the writer, without waiting
-        for the socket (a wrapper holding :attr:`publish_lock` must not block); then call
-        :meth:`wait_writable` once the lock is released."""
+    def queue_frame(self, frame: bytes) -> bool:
+        """Queue one frame (length prefix included) when the publish gate is open and a
+        transport is, and schedule the writer, without waiting for the socket (a wrapper
+        holding :attr:`publish_lock` must not block: it calls :meth:`wait_writable` once the
+        lock is released). Returns whether the frame was queued."""
+        if not self._can_send or self._transport is None:
+            return False
         self._outq.append(frame)
         if not self._wake_pending:
             self.schedule_drain()
+        return True
+
+    @property
+    def writable(self) -> threading.Event:
+        """Set while the socket takes writes (cleared while its buffer is over the high-water
+        mark); the same object for the client's lifetime."""
+        return self._writable
 
     # ---------------------------------------------------------------------------- writing
 

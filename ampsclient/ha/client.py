@@ -168,6 +168,8 @@ class AsyncHAClient(ConnectionFace):
         self._futures: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._seq_suffix = client.stored_publish_suffixes
+        self._queue_frame = client.queue_frame
+        self._writable = client.writable
         self._core.keep_routes_on_disconnect = True
         self._core.on_publish_persisted = self._persisted
         self._user_disconnect_handler: (
@@ -559,20 +561,19 @@ class AsyncHAClient(ConnectionFace):
         )
 
     def _store_and_send(self, head: bytes, tail: bytes) -> int:
-        client = self._client
-        if self._block_when_disconnected and not client.publish_gate_open:
+        if self._block_when_disconnected and not self._client.publish_gate_open:
             self._wait_connected()
         lock = self._pub_lock
         lock.acquire()  # not ``with``: this runs once per publish and __exit__ costs a call
         try:
             seq, payload = self._store.store_parts(head, tail)
-            if client.publish_gate_open and client.connected:
-                # no back-pressure wait here: never block while holding the lock the
-                # reconnect sequence needs
-                client.queue_frame(_pack_len(len(payload)) + payload)
+            # sent only while the gate is open; no back-pressure wait while holding the lock
+            # the reconnect sequence needs
+            self._queue_frame(_pack_len(len(payload)) + payload)
         finally:
             lock.release()
-        client.wait_writable()
+        if not self._writable.is_set():
+            self._client.wait_writable()
         return seq
 
     def _wait_connected(self) -> None:

@@ -27,6 +27,7 @@ WING_ONLY = {
     "stored_publish_suffixes",
     "wait_writable",
     "wake_pending",
+    "writable",
 }
 
 
