@@ -39,6 +39,7 @@ from ampsclient_server_stub.security.replication import (
 
 from .holds import SAVE_DELAY, HoldFile
 from .link import Link
+from .origins import IndexRuns
 from .rules import InstanceSummary, summarize, validate_destination
 from .streams import Inbound, Outbound
 
@@ -172,6 +173,9 @@ class ReplicationManager:
         )
         """The destinations' holds on the journal, kept across restarts (see ``holds.py``)."""
         self._hold_save: asyncio.TimerHandle | None = None
+        self.origins: dict[str, IndexRuns] = {}
+        """Per upstream instance, the runs of local journal indexes applied from it (an
+        outbound stream to that instance jumps over them: see ``origins.py``)."""
 
     # ------------------------------------------------------------------ lifecycle
 

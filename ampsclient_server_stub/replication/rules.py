@@ -101,8 +101,7 @@ class DestinationRules:
         self._passthrough = [re.compile(p) for p in dest.passthrough]
         self._cache: dict[tuple[str, str], list[_TopicRule]] = {}
 
-    def topic_matches(self, mt: str, topic: str, command: str, payload: bytes) -> bool:
-        """Rule 1: topic, message type and (for publishes) content filter."""
+    def _rules_for(self, mt: str, topic: str) -> list[_TopicRule]:
         key = (mt, topic)
         rules = self._cache.get(key)
         if rules is None:
@@ -114,6 +113,20 @@ class DestinationRules:
             if len(self._cache) > 10_000:
                 self._cache.clear()
             self._cache[key] = rules
+        return rules
+
+    def topic_decision(self, mt: str, topic: str) -> bool | None:
+        """Rule 1 where it does not depend on the message: ``False`` when no ``<Topic>``
+        takes ``(mt, topic)``, ``True`` when one without ``<Filter>`` does (every record
+        goes), ``None`` when only filtered ones do (ask :meth:`topic_matches`)."""
+        rules = self._rules_for(mt, topic)
+        if not rules:
+            return False
+        return True if any(r.predicate is None for r in rules) else None
+
+    def topic_matches(self, mt: str, topic: str, command: str, payload: bytes) -> bool:
+        """Rule 1: topic, message type and (for publishes) content filter."""
+        rules = self._rules_for(mt, topic)
         if not rules:
             return False
         if command == "sow_delete":

@@ -31,8 +31,9 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ampsclient_server_stub.config import DestinationConfig
-from ampsclient_server_stub.engine.journal import Journal, JournalPin, JournalRecord
+from ampsclient_server_stub.engine.journal import Journal, JournalPin, RecordRow
 
+from .origins import IndexRuns
 from .protocol import RecordCompressor, RecordDecompressor, WireRecord, pack_records, unpack_records
 from .rules import PATH_FIELD, DestinationRules, Hop, decode_path, encode_path
 
@@ -116,6 +117,8 @@ class StreamHost(Protocol):
     broker: Broker
     loop: asyncio.AbstractEventLoop
     entitlements: EntitlementModule | None
+    origins: dict[str, IndexRuns]
+    """Per upstream instance, the runs of local indexes applied from it."""
 
     def limits_changed(self) -> None:
         """An outbound stream's acknowledged position moved."""
@@ -171,7 +174,7 @@ class Outbound:
         self.counters: dict[str, int] = {
             "sent": 0,
             "acked": 0,
-            "skipped": 0,
+            "skipped": 0,  # examined and not for this destination (streaming or not)
             "resyncs": 0,
             "connects": 0,
             "bytes_before_compression": 0,
@@ -315,11 +318,21 @@ class Outbound:
         self.pump_scheduled = False
         self.pump()
 
-    def wire(self, record: JournalRecord) -> WireRecord | None:
-        """The record as sent to this destination, or ``None`` when it is not for it."""
-        fields = record.fields
-        mt = str(fields.get("mt", "json"))
-        if not self.rules.topic_matches(mt, record.topic, record.command, record.payload):
+    def wire(self, row: RecordRow) -> WireRecord | None:
+        """The journal record ``row`` as sent to this destination, or ``None`` when it is not
+        for it."""
+        index, pid, seq, _ts, command, topic, payload, fields, _size = row
+        mt = fields.get("mt", "json")
+        key = (mt, topic)
+        decision = self._topic_ok.get(key)
+        if decision is None:
+            decision = self.rules.topic_decision(str(mt), topic)
+            if len(self._topic_ok) > 10_000:
+                self._topic_ok.clear()
+            self._topic_ok[key] = decision
+        if decision is False:
+            return None
+        if decision is None and not self.rules.topic_matches(str(mt), topic, command, payload):
             return None
         raw_path = fields.get(PATH_FIELD)
         if raw_path is None:
@@ -337,23 +350,35 @@ class Outbound:
                 self._path_ok[path_text] = ok
             if not ok:
                 return None
-        if record.sequence <= self.sent_seq.get(record.publisher_id, 0):
+        if seq <= self.sent_seq.get(pid, 0):
             return None
         out_fields = dict(fields)
         out_fields[PATH_FIELD] = path_text
-        return (
-            record.index,
-            record.publisher_id,
-            record.sequence,
-            record.command,
-            record.topic,
-            record.payload,
-            out_fields,
-        )
+        return (index, pid, seq, command, topic, payload, out_fields)
+
+    def _rows(self, durable: int, limit: int) -> list[RecordRow]:
+        """The next journal records to examine from ``scan_pos`` (at most ``limit``, none
+        past ``durable``), after jumping over the runs that the peer itself sent here (loop
+        prevention would skip each of them: see ``origins.py``)."""
+        pos = self.scan_pos
+        runs = self.manager.origins.get(self.peer[0])
+        if runs is not None:
+            after = runs.skip(pos)
+            if after != pos:
+                after = min(after, durable + 1)
+                self.counters["skipped"] += after - pos
+                self.scan_pos = pos = after
+            start = runs.next_start(pos)
+            if start is not None:
+                limit = min(limit, start - pos)
+        if pos > durable:
+            return []
+        return self.journal.read_rows(pos, max_records=min(limit, durable - pos + 1))
 
     def _set_peer(self, peer: Hop) -> None:
         self.peer = peer
         self._path_ok: dict[str, bool] = {}
+        self._topic_ok: dict[tuple[Any, str], bool | None] = {}
         own: list[Hop] = [(self.manager.name, self.manager.group)]
         self._own_path = encode_path(own)
         self._direct_ok = self._loop_free(own)
@@ -379,6 +404,7 @@ class Outbound:
         batch_bytes = 0
         pending = self.pending
         sent_seq = self.sent_seq
+        wire = self.wire
         while (
             self.scan_pos <= durable
             and budget > 0
@@ -386,27 +412,27 @@ class Outbound:
             and not link.closed
             and len(pending) < MAX_IN_FLIGHT
         ):
-            want = min(READ_BATCH, durable - self.scan_pos + 1)
-            records = journal.read(self.scan_pos, max_records=want)
-            if not records:
+            rows = self._rows(durable, READ_BATCH)
+            if not rows:
                 break
-            for record in records:
-                if record.index > durable:
-                    break
-                self.scan_pos = record.index + 1
-                budget -= 1
-                item = self.wire(record)
+            skipped = 0
+            for row in rows:
+                index = row[0]
+                self.scan_pos = index + 1
+                item = wire(row)
                 if item is None:
-                    self.counters["skipped"] += 1
+                    skipped += 1
                     continue
                 batch.append(item)
-                batch_bytes += len(record.payload)
-                pending.append((record.index, record.timestamp))
-                sent_seq[record.publisher_id] = record.sequence
+                batch_bytes += len(row[6])
+                pending.append((index, row[3]))
+                sent_seq[row[1]] = row[2]
                 if len(batch) >= SEND_BATCH or batch_bytes >= SEND_BYTES:
                     self._send_records(link, batch)
                     batch = []
                     batch_bytes = 0
+            budget -= len(rows)
+            self.counters["skipped"] += skipped
         if batch:
             self._send_records(link, batch)
         if self.scan_pos != start_pos:
@@ -446,16 +472,15 @@ class Outbound:
         start_pos = self.scan_pos
         budget = PUMP_BUDGET
         while self.scan_pos <= durable and budget > 0:
-            records = journal.read(self.scan_pos, max_records=min(256, durable - self.scan_pos + 1))
-            if not records:
+            rows = self._rows(durable, 256)
+            if not rows:
                 break
-            for record in records:
-                if record.index > durable:
+            for row in rows:
+                if self.wire(row) is not None:
+                    self.stall_ts = row[3]
                     break
-                if self.wire(record) is not None:
-                    self.stall_ts = record.timestamp
-                    break
-                self.scan_pos = record.index + 1
+                self.scan_pos = row[0] + 1
+                self.counters["skipped"] += 1
                 budget -= 1
             if self.stall_ts is not None:
                 break
@@ -548,6 +573,9 @@ class Inbound:
         apply = broker.ingest
         ents = manager.entitlements
         link = self.link
+        runs = manager.origins.get(link.peer_name)
+        if runs is None:
+            runs = manager.origins[link.peer_name] = IndexRuns()
         for index, pid, seq, command, topic, payload, fields in records:
             counters["received"] += 1
             last_u = index
@@ -569,6 +597,7 @@ class Inbound:
             if outcome.record is not None:
                 counters["applied"] += 1
                 needed = outcome.record.index
+                runs.add(needed)
             else:
                 if outcome.duplicate:
                     counters["duplicates"] += 1
