@@ -12,16 +12,27 @@ receive loops look their function up here on each call (tests switch them); the 
 stores bind theirs at import. Set
 ``AMPSCLIENT_PUREPYTHON=1`` before importing ampsclient to run the pure-Python code (the way
 ``MSGPACK_PUREPYTHON`` works for msgpack).
+
+The C code names no attribute of ours. :data:`LAYOUT` below is the one place that says which
+attribute or slot plays each role the C code touches (a :class:`~ampsclient.Message`'s
+slots, the bookmark store's subscription and publisher records, a publish store and its
+segment files, a client's publish state); it is handed to the extension's ``bind()`` once,
+at import. Renaming one of those attributes means changing its line here, nowhere else
+(``tests/test_speedups.py`` checks every name against the classes). :data:`TWINS` names the
+pure-Python twin of every C function and lane method; each pair has a differential test.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
 
 __all__ = [
+    "LAYOUT",
     "SPEEDUPS",
+    "TWINS",
     "BookmarkLane",
     "PlainPublishLane",
     "PublishLane",
@@ -31,6 +42,79 @@ __all__ = [
     "write_record",
     "ws_encode",
 ]
+
+LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        # ampsclient.protocol.message.Message: slots the receive path fills
+        "message.raw": "_raw",
+        "message.sub_id": "_sub_id",
+        "message.header": "_hdr",
+        "message.data": "_data",
+        "message.bookmark": "_bm",
+        "message.body": "_body",
+        # ampsclient.stores.bookmark.memory: the per-subscription record's slots
+        "bookmark_subscription.inflight": "inflight",
+        "bookmark_subscription.last_pub": "last_pub",
+        "bookmark_subscription.next_no": "next_no",
+        "bookmark_subscription.pubs": "pubs",
+        "bookmark_subscription.points": "points",
+        "bookmark_subscription.loaded_ts": "loaded_ts",
+        "bookmark_subscription.recent": "recent",
+        # ... and the per-publisher record's slots
+        "bookmark_publisher.high": "high",
+        "bookmark_publisher.done": "done",
+        "bookmark_publisher.point": "point",
+        "bookmark_publisher.queue": "queue",
+        "bookmark_publisher.slot": "slot",
+        # ampsclient.stores.publish: MemoryPublishStore/FilePublishStore slots and attributes
+        "publish_store.closed": "_closed",
+        "publish_store.next": "_next",
+        "publish_store.count": "_count",
+        "publish_store.first": "_first",
+        "publish_store.pad": "_pad",
+        "publish_store.buf": "_buf",
+        "publish_store.segment_log": "segment_log",
+        "publish_store.lock": "_lock",
+        # ampsclient.stores.publish.segments.SegmentLog slots
+        "segment_log.broken": "broken",
+        "segment_log.mm": "mm",
+        "segment_log.active_size": "active_size",
+        "segment_log.map_size": "map_size",
+        "segment_log.segment_size": "segment_size",
+        "segment_log.write_gen": "write_gen",
+        # AsyncClient instance attributes the publish lanes read or call
+        "client.pub_prefix": "_pub_prefix",
+        "client.enqueue": "_enqueue",
+        "client.wake": "_wake",
+        "client.wait_writable": "_wait_writable",
+        "client.transport": "_transport",
+        "client.wake_pending": "_wake_pending",
+        "client.blocked": "_blocked",
+        # an AsyncClient's publish gate, which the AsyncHAClient holding it drives (PublishLane)
+        "ha_client.pub_lock": "_pub_lock",
+        "ha_client.seq_suffix": "_seq_suffix",
+        "ha_client.can_send": "_can_send",
+    }
+)
+"""Role -> the attribute or slot that plays it: everything ``_speedups.c`` touches by name."""
+
+TWINS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "split_frames": "ampsclient.protocol.framing.split_frames",
+        "deliver": "ampsclient.client.deliver",
+        "join_seq": "ampsclient.stores.publish.base.join_seq",
+        "crc32": "zlib.crc32",
+        "write_record": "ampsclient.stores.publish.record.write_record",
+        "ws_encode": "ampsclient.transport.ws.ws_messages",
+        "BookmarkLane.log": "ampsclient.stores.bookmark.memory.MemoryBookmarkStore.log",
+        "BookmarkLane.discard": (
+            "ampsclient.stores.bookmark.memory.MemoryBookmarkStore.discard_message"
+        ),
+        "PublishLane.publish": "ampsclient.ha.client.AsyncHAClient.publish",
+        "PlainPublishLane.publish": "ampsclient.client.AsyncClient.publish",
+    }
+)
+"""Each C function or lane method -> its pure-Python twin (the reference)."""
 
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
@@ -47,6 +131,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
     except ImportError:  # pragma: no cover - built without a compiler
         _speedups = None
     if _speedups is not None:
+        _speedups.bind(dict(LAYOUT))
         split_frames = _speedups.split_frames
         deliver = _speedups.deliver
         BookmarkLane = getattr(_speedups, "BookmarkLane", None)  # not on free-threaded builds
@@ -61,9 +146,13 @@ SPEEDUPS: bool = deliver is not None
 
 
 def implementations() -> dict[str, Any]:
-    """The C module when built (for tests that run both implementations), else ``{}``."""
+    """The C module when built (for tests that run both implementations), else ``{}``.
+
+    It is bound to :data:`LAYOUT` here too: with ``AMPSCLIENT_PUREPYTHON=1`` nothing else
+    binds it."""
     try:
         from . import _speedups  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover
         return {}
+    _speedups.bind(dict(LAYOUT))
     return {"c": _speedups}

@@ -12,6 +12,142 @@
 #include <stdint.h>
 #include <string.h>
 
+/* ------------------------------------------------------------------ the layout
+ *
+ * The objects this module reads and writes (a Message's slots, a bookmark store's
+ * subscription and publisher records, a publish store and its segment files, a client's
+ * publish state) are named by ROLE here; the Python attribute or slot that plays each role
+ * comes from one table in Python, ampsclient/_accel.py LAYOUT, handed to bind() once at
+ * import. No attribute name of ours is written in this file: renaming one means editing
+ * that table only. Until bind() ran, everything that needs the layout raises.
+ */
+
+enum {
+    /* Message (slots) */
+    R_MSG_RAW, R_MSG_SUB_ID, R_MSG_HEADER, R_MSG_DATA, R_MSG_BOOKMARK, R_MSG_BODY,
+    /* MemoryBookmarkStore's per-subscription record (slots) */
+    R_SUB_INFLIGHT, R_SUB_LAST_PUB, R_SUB_NEXT_NO, R_SUB_PUBS, R_SUB_POINTS, R_SUB_LOADED_TS,
+    R_SUB_RECENT,
+    /* its per-publisher record (slots) */
+    R_PUB_HIGH, R_PUB_DONE, R_PUB_POINT, R_PUB_QUEUE, R_PUB_SLOT,
+    /* a publish store (slots; segment_log and lock are attributes) */
+    R_STORE_CLOSED, R_STORE_NEXT, R_STORE_COUNT, R_STORE_FIRST, R_STORE_PAD, R_STORE_BUF,
+    R_STORE_SEGMENT_LOG, R_STORE_LOCK,
+    /* a file publish store's segment files (slots) */
+    R_SEG_BROKEN, R_SEG_MM, R_SEG_ACTIVE_SIZE, R_SEG_MAP_SIZE, R_SEG_SEGMENT_SIZE,
+    R_SEG_WRITE_GEN,
+    /* a client's publish state (instance attributes) */
+    R_CLIENT_PUB_PREFIX, R_CLIENT_ENQUEUE, R_CLIENT_WAKE, R_CLIENT_WAIT_WRITABLE,
+    R_CLIENT_TRANSPORT, R_CLIENT_WAKE_PENDING, R_CLIENT_BLOCKED,
+    /* an HA client's, on top (instance attributes) */
+    R_HA_PUB_LOCK, R_HA_SEQ_SUFFIX, R_HA_CAN_SEND,
+    R_COUNT
+};
+
+static const char *const role_keys[R_COUNT] = {
+    "message.raw", "message.sub_id", "message.header", "message.data", "message.bookmark",
+    "message.body",
+    "bookmark_subscription.inflight", "bookmark_subscription.last_pub",
+    "bookmark_subscription.next_no", "bookmark_subscription.pubs",
+    "bookmark_subscription.points", "bookmark_subscription.loaded_ts",
+    "bookmark_subscription.recent",
+    "bookmark_publisher.high", "bookmark_publisher.done", "bookmark_publisher.point",
+    "bookmark_publisher.queue", "bookmark_publisher.slot",
+    "publish_store.closed", "publish_store.next", "publish_store.count", "publish_store.first",
+    "publish_store.pad", "publish_store.buf", "publish_store.segment_log", "publish_store.lock",
+    "segment_log.broken", "segment_log.mm", "segment_log.active_size", "segment_log.map_size",
+    "segment_log.segment_size", "segment_log.write_gen",
+    "client.pub_prefix", "client.enqueue", "client.wake", "client.wait_writable",
+    "client.transport", "client.wake_pending", "client.blocked",
+    "ha_client.pub_lock", "ha_client.seq_suffix", "ha_client.can_send",
+};
+
+static PyObject *role_names[R_COUNT]; /* interned str, set by bind() */
+static int layout_bound = 0;
+
+#define NAME(role) (role_names[role])
+
+static int
+need_layout(void)
+{
+    if (!layout_bound) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "ampsclient._speedups: bind(layout) was not called (ampsclient._accel "
+                        "does it at import)");
+        return -1;
+    }
+    return 0;
+}
+
+static void unbind_message_type(void);
+
+PyDoc_STRVAR(bind_doc,
+"bind(layout) -> None\n\n"
+"Give this module the attribute or slot name of every role it touches (a dict of role ->\n"
+"name, exactly the roles of roles()). ampsclient/_accel.py calls it once with LAYOUT.");
+
+static PyObject *
+bind(PyObject *self, PyObject *layout)
+{
+    if (!PyDict_Check(layout)) {
+        PyErr_SetString(PyExc_TypeError, "bind(): layout must be a dict of role -> name");
+        return NULL;
+    }
+    PyObject *names[R_COUNT];
+    for (int i = 0; i < R_COUNT; i++) {
+        PyObject *name = PyDict_GetItemString(layout, role_keys[i]); /* borrowed */
+        if (name == NULL || !PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) == 0) {
+            for (int k = 0; k < i; k++) {
+                Py_DECREF(names[k]);
+            }
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_ValueError,
+                             "bind(): the layout has no attribute name (a non-empty str) for "
+                             "role %s",
+                             role_keys[i]);
+            }
+            return NULL;
+        }
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        names[i] = name;
+    }
+    if (PyDict_Size(layout) != R_COUNT) {
+        for (int k = 0; k < R_COUNT; k++) {
+            Py_DECREF(names[k]);
+        }
+        PyErr_Format(PyExc_ValueError, "bind(): the layout names %zd roles, this module has %d "
+                     "(see roles())", PyDict_Size(layout), R_COUNT);
+        return NULL;
+    }
+    for (int i = 0; i < R_COUNT; i++) {
+        Py_XSETREF(role_names[i], names[i]);
+    }
+    layout_bound = 1;
+    unbind_message_type(); /* offsets are read again from the new names */
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(roles_doc, "roles() -> tuple[str, ...]\n\nThe roles bind() needs, in order.");
+
+static PyObject *
+roles(PyObject *self, PyObject *unused)
+{
+    PyObject *out = PyTuple_New(R_COUNT);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < R_COUNT; i++) {
+        PyObject *key = PyUnicode_FromString(role_keys[i]);
+        if (key == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, key);
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ split_frames */
 
 PyDoc_STRVAR(split_frames_doc,
@@ -247,27 +383,29 @@ ws_encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ deliver */
 
-/* Offsets of Message's __slots__, read once from its member descriptors. */
-static PyTypeObject *message_type = NULL;
+/* Offsets of the Message roles' slots, read from the member descriptors of the class a
+ * caller hands over (message_base). A subclass that keeps those slots (the client's
+ * per-connection Message subclass) is accepted as is and remembered (message_seen). */
+static PyTypeObject *message_base = NULL, *message_seen = NULL;
 static Py_ssize_t off_raw, off_sub_id, off_hdr, off_data, off_bm, off_body;
 static PyObject *minus_one = NULL, *plus_one = NULL;
 
 static int
-slot_offset(PyTypeObject *tp, const char *name, Py_ssize_t *offset)
+slot_offset(PyTypeObject *tp, PyObject *name, Py_ssize_t *offset)
 {
-    PyObject *descr = PyObject_GetAttrString((PyObject *)tp, name);
+    PyObject *descr = PyObject_GetAttr((PyObject *)tp, name);
     if (descr == NULL) {
         return -1;
     }
     if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
         Py_DECREF(descr);
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", tp->tp_name, name);
+        PyErr_Format(PyExc_TypeError, "%s.%U is not a slot", tp->tp_name, name);
         return -1;
     }
     PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
     if (member->type != T_OBJECT_EX && member->type != T_OBJECT) {
         Py_DECREF(descr);
-        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", tp->tp_name, name);
+        PyErr_Format(PyExc_TypeError, "%s.%U is not an object slot", tp->tp_name, name);
         return -1;
     }
     *offset = member->offset;
@@ -275,24 +413,58 @@ slot_offset(PyTypeObject *tp, const char *name, Py_ssize_t *offset)
     return 0;
 }
 
+/* the offsets of the six Message roles in ``tp``; -1 on error */
+static int
+message_offsets(PyTypeObject *tp, Py_ssize_t off[6])
+{
+    for (int i = 0; i < 6; i++) {
+        if (slot_offset(tp, NAME(R_MSG_RAW + i), &off[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+unbind_message_type(void)
+{
+    Py_CLEAR(message_base);
+    Py_CLEAR(message_seen);
+}
+
 static int
 bind_message_type(PyObject *cls)
 {
-    if ((PyObject *)message_type == cls) {
+    if ((PyObject *)message_seen == cls && cls != NULL) {
         return 0;
     }
+    if (need_layout() < 0) {
+        return -1;
+    }
     if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "deliver(): message_type must be a class");
+        PyErr_SetString(PyExc_TypeError, "message_type must be a class");
         return -1;
     }
     PyTypeObject *tp = (PyTypeObject *)cls;
-    if (slot_offset(tp, "_raw", &off_raw) < 0 || slot_offset(tp, "_sub_id", &off_sub_id) < 0
-        || slot_offset(tp, "_hdr", &off_hdr) < 0 || slot_offset(tp, "_data", &off_data) < 0
-        || slot_offset(tp, "_bm", &off_bm) < 0 || slot_offset(tp, "_body", &off_body) < 0) {
+    Py_ssize_t off[6];
+    if (message_offsets(tp, off) < 0) {
         return -1;
     }
-    Py_INCREF(cls);
-    Py_XSETREF(message_type, tp);
+    int same = message_base != NULL && PyType_IsSubtype(tp, message_base) && off[0] == off_raw
+               && off[1] == off_sub_id && off[2] == off_hdr && off[3] == off_data
+               && off[4] == off_bm && off[5] == off_body;
+    if (!same) { /* a new base: its offsets */
+        off_raw = off[0];
+        off_sub_id = off[1];
+        off_hdr = off[2];
+        off_data = off[3];
+        off_bm = off[4];
+        off_body = off[5];
+        Py_INCREF(tp);
+        Py_XSETREF(message_base, tp);
+    }
+    Py_INCREF(tp);
+    Py_XSETREF(message_seen, tp);
     return 0;
 }
 
@@ -380,13 +552,18 @@ deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
     const char *marker = PyBytes_AS_STRING(bm_next);
     Py_ssize_t marker_len = PyBytes_GET_SIZE(bm_next);
-    PyObject *message = PyObject_CallNoArgs((PyObject *)message_type);
+    PyObject *cls = args[3];
+    PyObject *message = PyObject_CallNoArgs(cls);
     if (message == NULL) {
         return NULL;
     }
     /* payloads may not change under us: hold our own reference to the list */
     Py_INCREF(payloads);
     PyObject *payload = NULL;
+    /* The last prefix looked up, as a bytes object: the next payload of the same stream
+     * starts with the same bytes, and looking it up again with this object costs neither an
+     * allocation nor a hash (bytes cache theirs). The lookup is the same as with a new key. */
+    PyObject *last_key = NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(payloads); i++) {
         payload = PyList_GET_ITEM(payloads, i);
         Py_INCREF(payload);
@@ -401,11 +578,23 @@ deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 if (take < 0) {
                     take = 0;
                 }
-                PyObject *key = PyBytes_FromStringAndSize(raw, take);
-                if (key == NULL) {
-                    goto error;
+                PyObject *key;
+                if (last_key != NULL && PyBytes_GET_SIZE(last_key) == take
+                    && memcmp(PyBytes_AS_STRING(last_key), raw, (size_t)take) == 0) {
+                    key = last_key;
+                    Py_INCREF(key);
+                }
+                else {
+                    key = PyBytes_FromStringAndSize(raw, take);
+                    if (key == NULL) {
+                        goto error;
+                    }
                 }
                 route = PyDict_GetItemWithError(cache, key); /* borrowed */
+                if (route != NULL && key != last_key) {
+                    Py_INCREF(key);
+                    Py_XSETREF(last_key, key);
+                }
                 Py_DECREF(key);
                 if (route == NULL && PyErr_Occurred()) {
                     goto error;
@@ -491,18 +680,21 @@ deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (Py_REFCNT(message) > 1) {
             /* the handler kept it: never touch it again */
             Py_DECREF(message);
-            message = PyObject_CallNoArgs((PyObject *)message_type);
+            message = PyObject_CallNoArgs(cls);
             if (message == NULL) {
+                Py_XDECREF(last_key);
                 Py_DECREF(payloads);
                 return NULL;
             }
         }
     }
+    Py_XDECREF(last_key);
     Py_DECREF(message);
     Py_DECREF(payloads);
     Py_RETURN_NONE;
 
 error:
+    Py_XDECREF(last_key);
     Py_XDECREF(payload);
     Py_DECREF(message);
     Py_DECREF(payloads);
@@ -749,16 +941,18 @@ write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 typedef struct {
     PyObject_HEAD
-    PyObject *subs;          /* the store's dict: sub id -> _Subscription */
+    PyObject *subs;          /* the store's dict: sub id -> subscription record */
     PyObject *locked;        /* the store lock's bound .locked */
     PyObject *slow_log;      /* MemoryBookmarkStore.log (bound) */
     PyObject *slow_discard;  /* MemoryBookmarkStore.discard_message (bound) */
     PyTypeObject *sub_type, *pub_type;
+    PyObject *spare;         /* a discarded in-flight entry nobody else holds: the next one */
     int fast_discard;        /* no adapter: discard may finish here */
     int enabled;
-    /* _Subscription slots */
+    unsigned long long fast_logs, fast_discards; /* calls done here (tests, statistics) */
+    /* the subscription record's slots */
     Py_ssize_t s_inflight, s_last_pub, s_next_no, s_pubs, s_points, s_loaded_ts, s_recent;
-    /* _Publisher slots */
+    /* the publisher record's slots */
     Py_ssize_t p_high, p_done, p_point, p_queue, p_slot;
 } Lane;
 
@@ -780,6 +974,7 @@ lane_traverse(Lane *self, visitproc visit, void *arg)
     Py_VISIT(self->slow_discard);
     Py_VISIT(self->sub_type);
     Py_VISIT(self->pub_type);
+    Py_VISIT(self->spare);
     return 0;
 }
 
@@ -792,6 +987,7 @@ lane_clear(Lane *self)
     Py_CLEAR(self->slow_discard);
     Py_CLEAR(self->sub_type);
     Py_CLEAR(self->pub_type);
+    Py_CLEAR(self->spare);
     return 0;
 }
 
@@ -817,18 +1013,18 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     PyTypeObject *st = (PyTypeObject *)sub_type, *pt = (PyTypeObject *)pub_type;
-    if (slot_offset(st, "inflight", &self->s_inflight) < 0
-        || slot_offset(st, "last_pub", &self->s_last_pub) < 0
-        || slot_offset(st, "next_no", &self->s_next_no) < 0
-        || slot_offset(st, "pubs", &self->s_pubs) < 0
-        || slot_offset(st, "points", &self->s_points) < 0
-        || slot_offset(st, "loaded_ts", &self->s_loaded_ts) < 0
-        || slot_offset(st, "recent", &self->s_recent) < 0
-        || slot_offset(pt, "high", &self->p_high) < 0
-        || slot_offset(pt, "done", &self->p_done) < 0
-        || slot_offset(pt, "point", &self->p_point) < 0
-        || slot_offset(pt, "queue", &self->p_queue) < 0
-        || slot_offset(pt, "slot", &self->p_slot) < 0) {
+    if (slot_offset(st, NAME(R_SUB_INFLIGHT), &self->s_inflight) < 0
+        || slot_offset(st, NAME(R_SUB_LAST_PUB), &self->s_last_pub) < 0
+        || slot_offset(st, NAME(R_SUB_NEXT_NO), &self->s_next_no) < 0
+        || slot_offset(st, NAME(R_SUB_PUBS), &self->s_pubs) < 0
+        || slot_offset(st, NAME(R_SUB_POINTS), &self->s_points) < 0
+        || slot_offset(st, NAME(R_SUB_LOADED_TS), &self->s_loaded_ts) < 0
+        || slot_offset(st, NAME(R_SUB_RECENT), &self->s_recent) < 0
+        || slot_offset(pt, NAME(R_PUB_HIGH), &self->p_high) < 0
+        || slot_offset(pt, NAME(R_PUB_DONE), &self->p_done) < 0
+        || slot_offset(pt, NAME(R_PUB_POINT), &self->p_point) < 0
+        || slot_offset(pt, NAME(R_PUB_QUEUE), &self->p_queue) < 0
+        || slot_offset(pt, NAME(R_PUB_SLOT), &self->p_slot) < 0) {
         return -1;
     }
     PyObject *locked = PyObject_GetAttrString(lock, "locked");
@@ -871,7 +1067,7 @@ lane_free(Lane *self)
 static int
 message_ids(PyObject *message, PyObject **bm, PyObject **sid)
 {
-    if (!Py_IS_TYPE(message, message_type)) {
+    if (message_base == NULL || !PyObject_TypeCheck(message, message_base)) {
         return 0;
     }
     *bm = SLOT(message, off_bm);
@@ -925,9 +1121,19 @@ lane_log(Lane *self, PyObject *message)
     if (pubs == NULL || !PyDict_CheckExact(pubs) || next_no == NULL || !PyLong_CheckExact(next_no)) {
         goto slow;
     }
-    PyObject *key = PyUnicode_Substring(bm, 0, bar - text);
-    if (key == NULL) {
-        return NULL;
+    /* the publisher's id: most often the one of the previous message (no new str) */
+    PyObject *key = SLOT(sub, self->s_last_pub);
+    Py_ssize_t key_len = bar - text;
+    if (key != NULL && PyUnicode_CheckExact(key) && PyUnicode_IS_ASCII(key)
+        && PyUnicode_GET_LENGTH(key) == key_len
+        && memcmp(PyUnicode_1BYTE_DATA(key), text, (size_t)key_len) == 0) {
+        Py_INCREF(key);
+    }
+    else {
+        key = PyUnicode_Substring(bm, 0, key_len);
+        if (key == NULL) {
+            return NULL;
+        }
     }
     PyObject *pub = PyDict_GetItemWithError(pubs, key); /* borrowed */
     if (pub == NULL || !Py_IS_TYPE(pub, self->pub_type)) {
@@ -956,7 +1162,17 @@ lane_log(Lane *self, PyObject *message)
     }
     PyObject *seq_obj = PyLong_FromLongLong(seq);
     PyObject *no_next = PyNumber_Add(next_no, plus_one);
-    PyObject *entry = PyList_New(5);
+    /* the entry, [publisher, sequence, bookmark, number, discarded]: the last one discarded
+     * here when nobody else kept it (no allocation, nothing new for the collector) */
+    PyObject *entry = NULL;
+    if (self->spare != NULL && Py_REFCNT(self->spare) == 1 && PyList_CheckExact(self->spare)
+        && PyList_GET_SIZE(self->spare) == 5) {
+        entry = self->spare;
+        self->spare = NULL;
+    }
+    else {
+        entry = PyList_New(5);
+    }
     if (seq_obj == NULL || no_next == NULL || entry == NULL) {
         Py_DECREF(key);
         Py_XDECREF(seq_obj);
@@ -964,16 +1180,18 @@ lane_log(Lane *self, PyObject *message)
         Py_XDECREF(entry);
         return NULL;
     }
+    PyObject **items = ((PyListObject *)entry)->ob_item;
     Py_INCREF(pub);
-    PyList_SET_ITEM(entry, 0, pub);
+    Py_XSETREF(items[0], pub);
     Py_INCREF(seq_obj);
-    PyList_SET_ITEM(entry, 1, seq_obj);
+    Py_XSETREF(items[1], seq_obj);
     Py_INCREF(bm);
-    PyList_SET_ITEM(entry, 2, bm);
+    Py_XSETREF(items[2], bm);
     Py_INCREF(next_no);
-    PyList_SET_ITEM(entry, 3, next_no);
+    Py_XSETREF(items[3], next_no);
     Py_INCREF(Py_False);
-    PyList_SET_ITEM(entry, 4, Py_False);
+    Py_XSETREF(items[4], Py_False);
+    self->fast_logs++;
     PyObject *no = next_no;
     Py_INCREF(no); /* returned; the slot's reference goes below */
     put(pub, self->p_high, seq_obj);
@@ -1046,7 +1264,13 @@ lane_discard(Lane *self, PyObject *message)
     put(sub, self->s_inflight, Py_None);
     put(sub, self->s_loaded_ts, Py_None);
     put(sub, self->s_recent, Py_None);
-    Py_DECREF(entry);
+    self->fast_discards++;
+    if (Py_REFCNT(entry) == 1) {
+        Py_XSETREF(self->spare, entry); /* ours alone: the next log reuses it */
+    }
+    else {
+        Py_DECREF(entry);
+    }
     Py_RETURN_NONE;
 
 slow:
@@ -1070,6 +1294,14 @@ static PyMethodDef lane_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef lane_members[] = {
+    {"fast_logs", T_ULONGLONG, offsetof(Lane, fast_logs), READONLY,
+     "How many log calls the C path finished."},
+    {"fast_discards", T_ULONGLONG, offsetof(Lane, fast_discards), READONLY,
+     "How many discard calls the C path finished."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ampsclient._speedups.BookmarkLane",
@@ -1083,6 +1315,7 @@ static PyTypeObject LaneType = {
     .tp_init = (initproc)lane_init,
     .tp_new = PyType_GenericNew,
     .tp_methods = lane_methods,
+    .tp_members = lane_members,
 };
 
 /* ------------------------------------------------------------------ PublishLane
@@ -1092,7 +1325,7 @@ static PyTypeObject LaneType = {
  * what the Python path does (AsyncHAClient.publish -> _store_and_send -> store_parts of
  * MemoryPublishStore or FilePublishStore), in the same order:
  *
- *   payload = b'{"c":"p","s":' + b"%d" % s + suffix(topic) + data, s = store._next;
+ *   payload = b'{"c":"p","s":' + b"%d" % s + suffix(topic) + data, s = the store's next (role publish_store.next);
  *   (file store) the record of (s, payload) copied into the active segment's mapping
  *   (store.segment_log, SegmentLog.write_stores in ampsclient/stores/publish/segments.py);
  *   the payload appended to the store's index; the length-prefixed frame to the client's
@@ -1109,7 +1342,7 @@ static PyTypeObject LaneType = {
  * read from its __dict__ on each call.
  */
 
-static PyObject *str_can_send, *str_transport, *str_wake_pending, *str_blocked;
+static PyObject *str_locked; /* threading.Lock's locked(): the standard library's name */
 
 /* The bytes of a publish's data when a lane can take it as is: bytes, or an ASCII str
  * (its UTF-8 encoding is its own data). 0: the Python path encodes it. */
@@ -1130,16 +1363,16 @@ fast_body(PyObject *data, const char **body, Py_ssize_t *len)
 }
 
 /* After a frame was queued, what the Python publish paths do: wake the writer when it
- * sleeps (client._wake, which also waits while the socket is full), else wait while it is
- * full (client._wait_writable). ``dict`` is the client's __dict__. -1 on error. */
+ * sleeps (role client.wake, which also waits while the socket is full), else wait while
+ * it is full (role client.wait_writable). ``dict`` is the client's __dict__. -1 on error. */
 static int
 after_enqueue(PyObject *dict, PyObject *wake, PyObject *wait_writable)
 {
     PyObject *call = NULL;
-    if (PyDict_GetItemWithError(dict, str_wake_pending) != Py_True) {
+    if (PyDict_GetItemWithError(dict, NAME(R_CLIENT_WAKE_PENDING)) != Py_True) {
         call = wake;
     }
-    else if (PyDict_GetItemWithError(dict, str_blocked) == Py_True) {
+    else if (PyDict_GetItemWithError(dict, NAME(R_CLIENT_BLOCKED)) == Py_True) {
         call = wait_writable;
     }
     if (PyErr_Occurred()) {
@@ -1160,12 +1393,12 @@ typedef struct {
     PyObject *client;
     PyObject *store;
     PyObject *log;            /* store.segment_log (a file store), else NULL */
-    PyObject *pub_locked;     /* client._pub_lock.locked */
-    PyObject *store_locked;   /* store._lock.locked */
-    PyObject *suffixes;       /* client._seq_suffix: topic -> b',"a":"persisted","t":"..."}' */
-    PyObject *enqueue;        /* client._outq.append */
-    PyObject *wake;           /* client._wake */
-    PyObject *wait_writable;  /* client._wait_writable */
+    PyObject *pub_locked;     /* role ha_client.pub_lock, its .locked */
+    PyObject *store_locked;   /* role publish_store.lock, its .locked */
+    PyObject *suffixes;       /* role ha_client.seq_suffix: topic -> b',"a":"persisted","t":"..."}' */
+    PyObject *enqueue;        /* role client.enqueue (the write queue's append) */
+    PyObject *wake;           /* role client.wake */
+    PyObject *wait_writable;  /* role client.wait_writable */
     PyObject *slow;           /* AsyncHAClient.publish, bound */
     int file;                 /* a FilePublishStore: write the record too */
     int enabled;
@@ -1220,9 +1453,9 @@ publane_dealloc(PublishLane *self)
 }
 
 static int
-take_attr(PyObject *obj, const char *name, PyObject **field)
+take_attr(PyObject *obj, PyObject *name, PyObject **field)
 {
-    PyObject *value = PyObject_GetAttrString(obj, name);
+    PyObject *value = PyObject_GetAttr(obj, name);
     if (value == NULL) {
         return -1;
     }
@@ -1238,43 +1471,49 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTuple(args, "OOpO:PublishLane", &client, &store, &file, &slow)) {
         return -1;
     }
+    if (need_layout() < 0) {
+        return -1;
+    }
     PyTypeObject *st = Py_TYPE(store);
-    if (slot_offset(st, "_closed", &self->o_closed) < 0 || slot_offset(st, "_next", &self->o_next) < 0
-        || slot_offset(st, "_count", &self->o_count) < 0 || slot_offset(st, "_first", &self->o_first) < 0
-        || slot_offset(st, "_pad", &self->o_pad) < 0 || slot_offset(st, "_buf", &self->o_buf) < 0) {
+    if (slot_offset(st, NAME(R_STORE_CLOSED), &self->o_closed) < 0
+        || slot_offset(st, NAME(R_STORE_NEXT), &self->o_next) < 0
+        || slot_offset(st, NAME(R_STORE_COUNT), &self->o_count) < 0
+        || slot_offset(st, NAME(R_STORE_FIRST), &self->o_first) < 0
+        || slot_offset(st, NAME(R_STORE_PAD), &self->o_pad) < 0
+        || slot_offset(st, NAME(R_STORE_BUF), &self->o_buf) < 0) {
         return -1;
     }
     if (file) {
-        /* the segment files' public slots (ampsclient/stores/publish/segments.py) */
-        if (take_attr(store, "segment_log", &self->log) < 0) {
+        /* the segment files (ampsclient/stores/publish/segments.py) */
+        if (take_attr(store, NAME(R_STORE_SEGMENT_LOG), &self->log) < 0) {
             return -1;
         }
         PyTypeObject *lt = Py_TYPE(self->log);
-        if (slot_offset(lt, "broken", &self->o_broken) < 0 || slot_offset(lt, "mm", &self->o_mm) < 0
-            || slot_offset(lt, "active_size", &self->o_active) < 0
-            || slot_offset(lt, "map_size", &self->o_map_size) < 0
-            || slot_offset(lt, "segment_size", &self->o_segment_size) < 0
-            || slot_offset(lt, "write_gen", &self->o_write_gen) < 0) {
+        if (slot_offset(lt, NAME(R_SEG_BROKEN), &self->o_broken) < 0
+            || slot_offset(lt, NAME(R_SEG_MM), &self->o_mm) < 0
+            || slot_offset(lt, NAME(R_SEG_ACTIVE_SIZE), &self->o_active) < 0
+            || slot_offset(lt, NAME(R_SEG_MAP_SIZE), &self->o_map_size) < 0
+            || slot_offset(lt, NAME(R_SEG_SEGMENT_SIZE), &self->o_segment_size) < 0
+            || slot_offset(lt, NAME(R_SEG_WRITE_GEN), &self->o_write_gen) < 0) {
             return -1;
         }
     }
-    PyObject *lock = NULL, *queue = NULL;
-    int failed = take_attr(client, "_pub_lock", &lock) < 0
-                 || take_attr(lock, "locked", &self->pub_locked) < 0
-                 || take_attr(store, "_lock", &lock) < 0
-                 || take_attr(lock, "locked", &self->store_locked) < 0
-                 || take_attr(client, "_seq_suffix", &self->suffixes) < 0
-                 || take_attr(client, "_outq", &queue) < 0
-                 || take_attr(queue, "append", &self->enqueue) < 0
-                 || take_attr(client, "_wake", &self->wake) < 0
-                 || take_attr(client, "_wait_writable", &self->wait_writable) < 0;
+    PyObject *lock = NULL;
+    int failed = take_attr(client, NAME(R_HA_PUB_LOCK), &lock) < 0
+                 || take_attr(lock, str_locked, &self->pub_locked) < 0
+                 || take_attr(store, NAME(R_STORE_LOCK), &lock) < 0
+                 || take_attr(lock, str_locked, &self->store_locked) < 0
+                 || take_attr(client, NAME(R_HA_SEQ_SUFFIX), &self->suffixes) < 0
+                 || take_attr(client, NAME(R_CLIENT_ENQUEUE), &self->enqueue) < 0
+                 || take_attr(client, NAME(R_CLIENT_WAKE), &self->wake) < 0
+                 || take_attr(client, NAME(R_CLIENT_WAIT_WRITABLE), &self->wait_writable) < 0;
     Py_XDECREF(lock);
-    Py_XDECREF(queue);
     if (failed) {
         return -1;
     }
     if (!PyDict_CheckExact(self->suffixes)) {
-        PyErr_SetString(PyExc_TypeError, "PublishLane: client._seq_suffix must be a dict");
+        PyErr_Format(PyExc_TypeError, "PublishLane: the client's %U (role ha_client.seq_suffix) "
+                     "must be a dict", NAME(R_HA_SEQ_SUFFIX));
         return -1;
     }
     Py_INCREF(client);
@@ -1347,8 +1586,8 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
     if (dict == NULL) {
         return NULL;
     }
-    PyObject *can_send = PyDict_GetItemWithError(dict, str_can_send);
-    PyObject *transport = can_send == Py_True ? PyDict_GetItemWithError(dict, str_transport) : NULL;
+    PyObject *can_send = PyDict_GetItemWithError(dict, NAME(R_HA_CAN_SEND));
+    PyObject *transport = can_send == Py_True ? PyDict_GetItemWithError(dict, NAME(R_CLIENT_TRANSPORT)) : NULL;
     if (transport == NULL || transport == Py_None) {
         if (PyErr_Occurred()) {
             goto error;
@@ -1542,10 +1781,10 @@ static PyTypeObject PublishLaneType = {
 typedef struct {
     PyObject_HEAD
     PyObject *client;
-    PyObject *prefixes;      /* client._pub_prefix: topic -> (b'{"c":"p","t":"..."}', length) */
-    PyObject *enqueue;       /* client._outq.append */
-    PyObject *wake;          /* client._wake */
-    PyObject *wait_writable; /* client._wait_writable */
+    PyObject *prefixes;      /* role client.pub_prefix: topic -> (b'{"c":"p","t":"..."}', length) */
+    PyObject *enqueue;       /* role client.enqueue */
+    PyObject *wake;          /* role client.wake */
+    PyObject *wait_writable; /* role client.wait_writable */
     PyObject *slow;          /* AsyncClient.publish, bound */
     int enabled;
     unsigned long long fast;
@@ -1591,14 +1830,15 @@ plainlane_init(PlainLane *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTuple(args, "OO:PlainPublishLane", &client, &slow)) {
         return -1;
     }
-    if (take_attr(client, "_pub_prefix", &self->prefixes) < 0
-        || take_attr(client, "_enqueue", &self->enqueue) < 0
-        || take_attr(client, "_wake", &self->wake) < 0
-        || take_attr(client, "_wait_writable", &self->wait_writable) < 0) {
+    if (need_layout() < 0 || take_attr(client, NAME(R_CLIENT_PUB_PREFIX), &self->prefixes) < 0
+        || take_attr(client, NAME(R_CLIENT_ENQUEUE), &self->enqueue) < 0
+        || take_attr(client, NAME(R_CLIENT_WAKE), &self->wake) < 0
+        || take_attr(client, NAME(R_CLIENT_WAIT_WRITABLE), &self->wait_writable) < 0) {
         return -1;
     }
     if (!PyDict_CheckExact(self->prefixes)) {
-        PyErr_SetString(PyExc_TypeError, "PlainPublishLane: client._pub_prefix must be a dict");
+        PyErr_Format(PyExc_TypeError, "PlainPublishLane: the client's %U (role "
+                     "client.pub_prefix) must be a dict", NAME(R_CLIENT_PUB_PREFIX));
         return -1;
     }
     Py_INCREF(client);
@@ -1634,7 +1874,7 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     if (dict == NULL) {
         return NULL;
     }
-    PyObject *transport = PyDict_GetItemWithError(dict, str_transport);
+    PyObject *transport = PyDict_GetItemWithError(dict, NAME(R_CLIENT_TRANSPORT));
     if (transport == NULL || transport == Py_None) {
         Py_DECREF(dict);
         if (PyErr_Occurred()) {
@@ -1719,6 +1959,8 @@ static PyTypeObject PlainLaneType = {
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef speedups_methods[] = {
+    {"bind", (PyCFunction)bind, METH_O, bind_doc},
+    {"roles", (PyCFunction)roles, METH_NOARGS, roles_doc},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL, split_frames_doc},
     {"deliver", (PyCFunction)(void (*)(void))deliver, METH_FASTCALL, deliver_doc},
     {"join_seq", (PyCFunction)(void (*)(void))join_seq, METH_FASTCALL, join_seq_doc},
@@ -1754,12 +1996,8 @@ PyInit__speedups(void)
         Py_DECREF(module);
         return NULL;
     }
-    str_can_send = PyUnicode_InternFromString("_can_send");
-    str_transport = PyUnicode_InternFromString("_transport");
-    str_wake_pending = PyUnicode_InternFromString("_wake_pending");
-    str_blocked = PyUnicode_InternFromString("_blocked");
-    if (str_can_send == NULL || str_transport == NULL || str_wake_pending == NULL
-        || str_blocked == NULL || PyType_Ready(&PublishLaneType) < 0
+    str_locked = PyUnicode_InternFromString("locked");
+    if (str_locked == NULL || PyType_Ready(&PublishLaneType) < 0
         || PyModule_AddObjectRef(module, "PublishLane", (PyObject *)&PublishLaneType) < 0
         || PyType_Ready(&PlainLaneType) < 0
         || PyModule_AddObjectRef(module, "PlainPublishLane", (PyObject *)&PlainLaneType) < 0) {

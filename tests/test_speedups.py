@@ -79,6 +79,154 @@ def test_purepython_switch_selects_the_python_code() -> None:
     assert out.split() == ["False", "None", "None", "[b'hi']"]
 
 
+# ----------------------------------------------------------------------------- the layout
+
+
+def layout_owners() -> dict[str, Any]:
+    """For each role prefix of ``_accel.LAYOUT``, an object that must have the named slot or
+    attribute (the classes for slots, instances for instance attributes)."""
+    from ampsclient.protocol.message import Message as BaseMessage
+    from ampsclient.stores.bookmark import memory as bookmark_memory
+    from ampsclient.stores.publish.segments import SegmentLog
+
+    return {
+        "message": BaseMessage,
+        "bookmark_subscription": bookmark_memory._Subscription,
+        "bookmark_publisher": bookmark_memory._Publisher,
+        "publish_store": MemoryPublishStore,
+        "segment_log": SegmentLog,
+        "client": AsyncClient("layout"),
+        "ha_client": AsyncHAClient("layout-ha").client,  # the lane reads the held client
+    }
+
+
+def test_layout_names_exist_where_the_roles_say() -> None:
+    """Every name in the table is there: a member (slot) descriptor on the class for the
+    slots the C code reads by offset, an attribute of a new instance for the others."""
+    owners = layout_owners()
+    slot_roles = ("message.", "bookmark_subscription.", "bookmark_publisher.", "segment_log.")
+    store_slots = {"closed", "next", "count", "first", "pad", "buf"}
+    for role, name in _accel.LAYOUT.items():
+        prefix, _, what = role.partition(".")
+        owner = owners[prefix]
+        if role.startswith(slot_roles) or (prefix == "publish_store" and what in store_slots):
+            for cls in (owner, FilePublishStore) if prefix == "publish_store" else (owner,):
+                descr = getattr(cls, name)
+                assert type(descr).__name__ == "member_descriptor", (role, cls, name)
+        elif role == "publish_store.segment_log":
+            assert isinstance(getattr(FilePublishStore, name), property)
+        elif prefix == "publish_store":
+            assert hasattr(MemoryPublishStore(), name), role
+        else:
+            assert hasattr(owner, name), (role, name)
+            if prefix == "client":  # the HA client has the plain client's too
+                assert hasattr(owners["ha_client"], name), (role, name)
+
+
+@needs_c
+def test_layout_covers_exactly_the_roles_of_the_c_code() -> None:
+    assert set(C.roles()) == set(_accel.LAYOUT)
+    assert len(C.roles()) == len(_accel.LAYOUT)
+
+
+@needs_c
+def test_the_c_source_names_no_attribute_of_ours() -> None:
+    """The C code reaches our objects only through the table: none of its string literals
+    is a name the table gives (renaming an attribute means editing ``_accel.LAYOUT``)."""
+    with open(os.path.join(os.path.dirname(_accel.__file__), "_speedups.c")) as f:
+        source = f.read()
+    literals = set(re.findall(r'"((?:[^"\\\n]|\\.)*)"', source))
+    assert "message.raw" in literals  # the pattern does see the role keys
+    assert literals & set(_accel.LAYOUT.values()) == set()
+
+
+@needs_c
+def test_bind_refuses_a_table_that_misses_or_adds_a_role() -> None:
+    table = dict(_accel.LAYOUT)
+    missing = dict(table)
+    del missing["bookmark_publisher.high"]
+    with pytest.raises(ValueError, match=r"bookmark_publisher\.high"):
+        C.bind(missing)
+    with pytest.raises(ValueError, match="roles"):
+        C.bind({**table, "message.extra": "_extra"})
+    with pytest.raises(ValueError, match=r"message\.raw"):
+        C.bind({**table, "message.raw": ""})
+    with pytest.raises(TypeError):
+        C.bind(list(table.items()))
+    # nothing changed: the module still works with the table _accel gave it
+    rec = run_deliver(C.deliver, [PREFIX_A + b"}x"], [len(PREFIX_A)])
+    assert rec.events[0][:3] == ("a", PREFIX_A + b"}x", "A")
+
+
+@needs_c
+def test_the_table_is_the_only_place_that_names_the_slots() -> None:
+    """A fresh process loads the extension before ampsclient: nothing works until bind();
+    bound to a table that names other slots, ``deliver`` fills a class that has only those."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('ampsclient._speedups', {C.__file__!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "class Msg:\n"
+        "    __slots__ = ('payload', 'sid', 'h', 'd', 'bookmark', 'b')\n"
+        "seen = []\n"
+        "args = ([b'PREFIX}x'], {b'PREFIX': ('S', seen.append, False, None, None)}, [6],\n"
+        '        Msg, print, print, b\',"bm":"\')\n'
+        "try:\n"
+        "    m.deliver(*args)\n"
+        "except RuntimeError as exc:\n"
+        "    print('unbound:', exc)\n"
+        "names = dict(zip(m.roles(), [f'n{i}' for i in range(len(m.roles()))]))\n"
+        "names.update({'message.raw': 'payload', 'message.sub_id': 'sid', 'message.header': 'h',\n"
+        "              'message.data': 'd', 'message.bookmark': 'bookmark', 'message.body': 'b'})\n"
+        "m.bind(names)\n"
+        "m.deliver(*args)\n"
+        "print('bound:', seen[0].payload, seen[0].sid, seen[0].bookmark, seen[0].b)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
+    assert out[0].startswith("unbound: ampsclient._speedups: bind(layout) was not called")
+    assert out[1] == "bound: b'PREFIX}x' S None -1"
+
+
+def _twin(path: str) -> Any:
+    import importlib
+
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(path)
+
+
+@needs_c
+def test_every_c_lane_has_exactly_one_python_twin() -> None:
+    """``_accel.TWINS`` names one Python twin for each C function and lane method; each
+    twin exists. (The differential tests below run each pair on the same inputs.)"""
+    exported: set[str] = set()
+    for name in dir(C):
+        obj = getattr(C, name)
+        if name.startswith("_") or name in ("bind", "roles") or not callable(obj):
+            continue
+        if isinstance(obj, type):
+            exported |= {
+                f"{name}.{meth}"
+                for meth in vars(obj)
+                if not meth.startswith("_") and meth != "disable" and callable(getattr(obj, meth))
+            }
+        else:
+            exported.add(name)
+    assert exported == set(_accel.TWINS)
+    for path in _accel.TWINS.values():
+        assert callable(_twin(path)), path
+    assert len(set(_accel.TWINS.values())) == len(_accel.TWINS)
+
+
 # ----------------------------------------------------------------------------- split_frames
 
 
@@ -295,6 +443,87 @@ def test_deliver_recycles_exactly_when_python_does() -> None:
 
 
 @needs_c
+def test_deliver_sees_routes_a_handler_adds_or_removes_mid_batch() -> None:
+    """The C loop reuses the last prefix it looked up (no new key per payload); the lookup
+    itself still happens for each payload, so a route a handler removes or replaces is seen
+    by the next payload, as in Python."""
+
+    def run(fn: Any) -> list[tuple[Any, ...]]:
+        events: list[tuple[Any, ...]] = []
+        cache: dict[bytes, Any] = {}
+
+        def first(m: Message) -> None:
+            events.append(("first", m._raw))
+            if m._raw.endswith(b"swap"):
+                cache[PREFIX_A] = ("A2", second, False, None, None)
+            if m._raw.endswith(b"drop"):
+                del cache[PREFIX_A]
+
+        def second(m: Message) -> None:
+            events.append(("second", m._raw, m._sub_id))
+            if m._raw.endswith(b"drop"):
+                del cache[PREFIX_A]
+
+        def unrouted(payload: bytes) -> None:
+            events.append(("unrouted", payload))
+            if payload.endswith(b"learn"):
+                cache[PREFIX_A] = ("A", first, False, None, None)
+
+        cache[PREFIX_A] = ("A", first, False, None, None)
+        tails = [b"1", b"swap", b"2", b"drop", b"3", b"learn", b"4", b"drop", b"5"]
+        payloads = [PREFIX_A + b"}" + t for t in tails] + [PREFIX_B + b"}" + b"6"]
+        fn(payloads, cache, [len(PREFIX_A), len(PREFIX_B)], Message, unrouted, print, b"")
+        return events
+
+    c = run(C.deliver)
+    assert c == run(deliver_py)
+    assert [e[0] for e in c] == [
+        "first",
+        "first",
+        "second",
+        "second",
+        "unrouted",
+        "unrouted",
+        "first",
+        "first",
+        "unrouted",
+        "unrouted",
+    ]
+
+
+@needs_c
+def test_deliver_takes_message_subclasses_and_other_classes() -> None:
+    """A subclass of Message keeps its slots (one binding); an unrelated class with the same
+    slot names is bound on its own; both are filled as Python fills them."""
+
+    class Sub(Message):
+        __slots__ = ()
+
+    class Other:
+        __slots__ = ("_bm", "_body", "_data", "_hdr", "_raw", "_sub_id", "extra")
+
+    classes: list[type[Any]] = [Sub, Other, Message, Sub]
+    for cls in classes:
+        seen: list[Any] = []
+        C.deliver(
+            [PREFIX_A + b"}x"],
+            {PREFIX_A: ("A", seen.append, False, None, None)},
+            [len(PREFIX_A)],
+            cls,
+            print,
+            print,
+            b"",
+        )
+        assert type(seen[0]) is cls
+        assert (seen[0]._raw, seen[0]._sub_id, seen[0]._bm, seen[0]._body) == (
+            PREFIX_A + b"}x",
+            "A",
+            None,
+            -1,
+        )
+
+
+@needs_c
 def test_deliver_lets_base_exceptions_through() -> None:
     def handler(m: Message) -> None:
         raise KeyboardInterrupt
@@ -427,6 +656,41 @@ def test_bookmark_lane_in_order_stream_resume_point() -> None:
 
     with pytest.raises(StoreError):
         store._log_fast(delivery("s", "42|1001|"))
+
+
+@needs_lane
+def test_bookmark_lane_does_the_common_case_itself_and_reuses_no_entry_held_elsewhere() -> None:
+    store = MemoryBookmarkStore()
+    seed = delivery("s", "5|1|")
+    store.log(seed)  # Python: the publisher is new, it has no point yet
+    store.discard_message(seed)
+    lane = store._lane
+    logs, discards = lane.fast_logs, lane.fast_discards
+    for i in range(2, 102):
+        m = delivery("s", f"5|{i}|")
+        assert store._log_fast(m) == i
+        store._discard_fast(m)
+    assert (lane.fast_logs - logs, lane.fast_discards - discards) == (100, 100)
+    # an in-flight entry somebody else holds is never recycled by the next log
+    m = delivery("s", "5|102|")
+    assert store._log_fast(m) == 102
+    held: Any = store._subs["s"].inflight
+    snapshot = list(held)
+    store._discard_fast(m)
+    m2 = delivery("s", "5|103|")
+    assert store._log_fast(m2) == 103
+    assert held == snapshot and held is not store._subs["s"].inflight
+    assert store._subs["s"].inflight[1:4] == [103, "5|103|", 103]  # type: ignore[index]
+    store._discard_fast(m2)
+    assert store.get_most_recent("s") == "5|103|"
+    assert store.get_unprocessed_count("s") == 0
+    # another publisher in between: its own key, then back (the last publisher is reused)
+    for bm in ("6|1|", "5|104|", "6|2|", "5|105|"):
+        d = delivery("s", bm)
+        store._log_fast(d)
+        store._discard_fast(d)
+    assert store.get_most_recent("s") == "5|105|,6|2|"
+    store.close()
 
 
 def test_bookmark_store_log_and_discard_on_two_threads(implementation: str) -> None:
@@ -695,7 +959,7 @@ def test_plain_publish_lane_is_not_used_by_subclasses_that_override_publish() ->
 
     assert (AsyncClient("plain")._plain_lane is not None) is (_accel.PlainPublishLane is not None)
     assert Custom("custom")._plain_lane is None
-    assert AsyncHAClient("ha")._plain_lane is None  # it has its own lane
+    assert getattr(AsyncHAClient("ha"), "_plain_lane", None) is None  # it has its own lane
 
 
 # -------------------------------------------------------------------------------- ws_encode
