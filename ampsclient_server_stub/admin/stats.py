@@ -337,6 +337,14 @@ class StatisticsCollector:
             }
         return out
 
+    def queues(self) -> dict[str, Any]:
+        """``/amps/instance/queues/<topic>``: per message queue, its depth, backlog (leased),
+        expired leases, age of the oldest lease, owned messages and running totals."""
+        broker = self.server.broker
+        if broker is None or broker.queues is None:
+            return {}
+        return dict(broker.queues.statistics())
+
     def topics(self) -> dict[str, Any]:
         """``/amps/instance/topics/<topic>``: the topics published to, subscribed to or kept in
         a SOW: publishes and deliveries (messages sent, one per connection) with their rates,
@@ -445,6 +453,7 @@ class StatisticsCollector:
             "subscriptions": self.subscriptions(),
             "topics": self.topics(),
             "sow": self.sow(),
+            "queues": self.queues(),
             "journal": journal,
             "replication": self.replication(),
         }
