@@ -13,6 +13,8 @@ a journal action that cannot run is refused at start-up with an error naming it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -307,3 +309,21 @@ def test_flush_interval_sets_the_group_commit_period(tmp_path: Path) -> None:
             )
             # the commit waited for the interval (a bound it cannot beat)
             assert time.monotonic() - began >= 0.3
+
+
+def test_the_configuration_guide_example_runs(tmp_path: Path) -> None:
+    """docs/configuration.md's journal actions example (tests/test_docs.py runs only the
+    examples that start ``ServerThread()`` without a configuration)."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    section = page[page.index("### Journal management actions") :]
+    code = section[section.index("```python\n") + 10 : section.index("```\n", 10)]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "replayed 500 messages" in done.stdout
