@@ -19,6 +19,7 @@ from typing import Any
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
@@ -26,14 +27,12 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, Row, StringType, StructType
+from pyspark.sql.types import StructType
 
 from ..exceptions import AMPSError
-from ..ha.reconnect import ExponentialDelayStrategy
 from ..protocol.bookmarks import NOW
-from ..stores.publish.memory import MemoryPublishStore
-from ..sync import Client, HAClient
-from ._convert import RowBuilder, encode_row, output_schema
+from ..sync import Client
+from ._convert import RowBuilder, output_schema
 from ._core import (
     AMPSSparkError,
     Bound,
@@ -53,6 +52,7 @@ from ._core import (
     scan,
 )
 from ._feed import replay_payloads
+from ._publish import AMPSCommitMessage, RowPublisher
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -67,6 +67,14 @@ except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in: the mixin does not exist before Spark 4.2."""
 
+
+try:  # Spark 4.1+: streaming writes receive Arrow record batches
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
+    _ARROW_STREAM_WRITER = True
+except ImportError:  # pragma: no cover - Spark 4.0
+    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[assignment,misc]
+    _ARROW_STREAM_WRITER = False
 
 __all__ = [
     "AMPSBatchReader",
@@ -386,119 +394,6 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # writing
 
 
-@dataclass
-class AMPSCommitMessage(WriterCommitMessage):
-    """What one write task did.
-
-    Attributes:
-        client_name: the publisher name (the server de-duplicates by it and the sequence).
-        rows: rows the task saw.
-        published: rows it published.
-        skipped: rows it did not publish because the server already had them (an earlier
-            attempt of the same task published them).
-        first_sequence: the sequence number of its first row.
-    """
-
-    partition_id: int
-    attempt: int
-    client_name: str
-    rows: int
-    published: int
-    skipped: int
-    first_sequence: int
-
-
-class _RowPublisher:
-    """Publishes one task's rows with sequence numbers ``base + row index + 1``."""
-
-    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        names = schema.fieldNames()
-        self.opts = opts
-        self.names = names
-        data = schema["data"].dataType if "data" in names else None
-        if data is not None and not isinstance(data, StringType | BinaryType):
-            raise AMPSSparkError(f"column data must be STRING or BINARY, not {data.simpleString()}")
-        self.has_data = data is not None
-        self.topic_column = opts.topic is None
-        if self.topic_column and "topic" not in names:
-            raise AMPSSparkError('give option("topic", ...) or a topic column')
-        self.sow_key = "sow_key" in names
-        self.correlation_id = "correlation_id" in names
-
-    def payload(self, row: Row) -> bytes:
-        if self.has_data:
-            value = row["data"]
-            if value is None:
-                return b""
-            return value.encode() if isinstance(value, str) else bytes(value)
-        return encode_row(row.asDict(recursive=True), self.opts.message_type)
-
-    def publish(
-        self, rows: Iterator[Row], name: str, base: int, partition: int, attempt: int
-    ) -> AMPSCommitMessage:
-        opts = self.opts
-        store = MemoryPublishStore(next_sequence=base + 1)
-        strategy = ExponentialDelayStrategy(maximum_retry_time=opts.connect_timeout_ms)
-        client = HAClient(name, store, reconnect_delay_strategy=strategy)
-        for uri in opts.uris:
-            client.get_server_chooser().add(uri)
-        ok = False
-        count = published = skipped = 0
-        try:
-            try:
-                client.connect_and_logon(timeout=opts.connect_timeout_ms)
-            except Exception as exc:
-                error = client.get_server_chooser().get_error() or ""
-                raise AMPSSparkError(
-                    f"could not connect to AMPS ({', '.join(opts.uris)}) as {name!r}: "
-                    f"{error or describe(exc)}"
-                ) from exc
-            ack = client.logon_ack
-            persisted = (ack.sequence if ack is not None else None) or 0
-            skip = max(0, persisted - base)  # rows an earlier attempt already got persisted
-            topic = opts.topic
-            publish = client.async_client.publish  # thread-safe; the HA client's returns `s`
-            for i, row in enumerate(rows):
-                count += 1
-                if i < skip:
-                    skipped += 1
-                    continue
-                if self.topic_column:
-                    topic = row["topic"]
-                    if not topic:
-                        raise AMPSSparkError(f"row {i} of partition {partition} has no topic")
-                seq: int = publish(
-                    str(topic),
-                    self.payload(row),
-                    correlation_id=_opt_str(row["correlation_id"]) if self.correlation_id else None,
-                    sow_key=_opt_str(row["sow_key"]) if self.sow_key else None,
-                )
-                if seq != base + i + 1:
-                    raise AMPSSparkError(
-                        f"{name}: row {i} got sequence {seq}, expected {base + i + 1} "
-                        "(is another writer using this client name?)"
-                    )
-                published += 1
-            client.publish_flush(opts.flush_timeout_ms)
-            ok = True
-        except AMPSSparkError:
-            raise
-        except AMPSError as exc:
-            raise AMPSSparkError(f"publishing as {name!r}: {describe(exc)}") from exc
-        finally:
-            left = client.close(timeout=None if ok else -1)
-            if ok and left:  # pragma: no cover - flushed above
-                raise AMPSSparkError(f"{name}: {left} message(s) were not persisted")
-        log.info(
-            "%s: %d row(s), %d published, %d already persisted", name, count, published, skipped
-        )
-        return AMPSCommitMessage(partition, attempt, name, count, published, skipped, base + 1)
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
 def _task() -> TaskContext:
     tc = TaskContext.get()
     if tc is None:  # pragma: no cover - write() always runs in a task
@@ -519,7 +414,7 @@ def _no_overwrite(overwrite: bool) -> None:
         raise AMPSSparkError('AMPS topics are append-only: use mode("append")')
 
 
-class AMPSBatchWriter(DataSourceWriter):
+class AMPSBatchWriter(DataSourceArrowWriter):
     """``df.write.format("amps")``: each task publishes as ``<prefix>-<writeId>-p<partition>``
     with sequence numbers ``row index + 1``, so a retried task (or a re-run with the same
     ``writeId``) is de-duplicated by the server."""
@@ -527,15 +422,17 @@ class AMPSBatchWriter(DataSourceWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         _no_overwrite(overwrite)
         self.opts = WriteOptions.parse_options(options)
-        self.publisher = _RowPublisher(self.opts, schema)
+        self.publisher = RowPublisher(self.opts, schema)
         self.write_id = self.opts.write_id or uuid.uuid4().hex[:16]
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        """Executor side: publish this partition's rows, flush, report."""
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        """Executor side: publish this partition's rows (Arrow record batches), flush,
+        report."""
         tc = _task()
         partition = tc.partitionId()
         name = f"{self.opts.client_name_prefix}-{self.write_id}-p{partition}"
-        return self.publisher.publish(iterator, name, 0, partition, tc.attemptNumber())
+        chunks = self.publisher.batch_columns(iterator)
+        return self.publisher.publish(chunks, name, 0, partition, tc.attemptNumber())
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
         """Log what was written."""
@@ -552,7 +449,7 @@ class AMPSBatchWriter(DataSourceWriter):
         )
 
 
-class AMPSStreamWriter(DataSourceStreamWriter):
+class AMPSStreamWriter(_StreamWriterBase):
     """``writeStream.format("amps")``: each task publishes as ``<prefix>-<queryId>-p<partition>``
     with sequence numbers ``(batchId << 32) + row index + 1``; a replayed micro-batch (after a
     failure or a restart from the checkpoint) is de-duplicated by the server."""
@@ -560,10 +457,11 @@ class AMPSStreamWriter(DataSourceStreamWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         _no_overwrite(overwrite)
         self.opts = WriteOptions.parse_options(options)
-        self.publisher = _RowPublisher(self.opts, schema)
+        self.publisher = RowPublisher(self.opts, schema)
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        """Executor side: publish this partition's rows of the micro-batch."""
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        """Executor side: publish this partition's rows of the micro-batch (Arrow record
+        batches on Spark 4.1+, rows on 4.0)."""
         tc = _task()
         batch = tc.getLocalProperty("streaming.sql.batchId")
         query = self.opts.write_id or tc.getLocalProperty("sql.streaming.queryId")
@@ -572,7 +470,13 @@ class AMPSStreamWriter(DataSourceStreamWriter):
         partition = tc.partitionId()
         name = f"{self.opts.client_name_prefix}-{query}-p{partition}"
         base = int(batch) << SEQUENCE_BATCH_SHIFT
-        return self.publisher.publish(iterator, name, base, partition, tc.attemptNumber())
+        publisher = self.publisher
+        chunks = (
+            publisher.batch_columns(iterator)
+            if _ARROW_STREAM_WRITER
+            else publisher.row_columns(iterator)
+        )
+        return publisher.publish(chunks, name, base, partition, tc.attemptNumber())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         """Log what was written."""

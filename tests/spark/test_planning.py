@@ -37,7 +37,7 @@ from ampsclient.spark._core import (
     point_from_option,
     range_text,
 )
-from ampsclient.spark.datasource import _RowPublisher
+from ampsclient.spark._publish import RowPublisher
 from ampsclient_server_stub.testing import wait_for
 
 URI = "tcp://127.0.0.1:9007/amps/json"
@@ -193,7 +193,7 @@ def test_too_short_a_span_is_not_split() -> None:
 def test_a_retried_task_skips_what_the_server_has(uri: str, topic: str) -> None:
     schema = StructType([StructField("data", StringType())])
     opts = WriteOptions.parse_options({"uri": uri, "topic": topic})
-    publisher = _RowPublisher(opts, schema)
+    publisher = RowPublisher(opts, schema)
     name = f"retry-{uuid.uuid4().hex[:8]}"
     rows = [Row(data=json.dumps({"id": i})) for i in range(100)]
 
@@ -202,12 +202,12 @@ def test_a_retried_task_skips_what_the_server_has(uri: str, topic: str) -> None:
         raise RuntimeError("task killed")
 
     with pytest.raises(RuntimeError, match="task killed"):
-        publisher.publish(first_attempt(), name, 0, 0, 0)
+        publisher.publish(publisher.row_columns(first_attempt(), chunk_rows=10), name, 0, 0, 0)
     # the retry must find the first 30 on the server (a durable replay shows them)
     wait_for(lambda: len(journal(uri, topic)) == 30, what="the first attempt's 30 rows")
-    done = publisher.publish(iter(rows), name, 0, 0, 1)
+    done = publisher.publish(publisher.row_columns(rows), name, 0, 0, 1)
     assert (done.rows, done.skipped, done.published) == (100, 30, 70)
-    again = publisher.publish(iter(rows), name, 0, 0, 2)
+    again = publisher.publish(publisher.row_columns(rows), name, 0, 0, 2)
     assert (again.skipped, again.published) == (100, 0)
     log = journal(uri, topic)
     assert [json.loads(e["data"])["id"] for e in log] == list(range(100))
@@ -217,10 +217,76 @@ def test_a_retried_task_skips_what_the_server_has(uri: str, topic: str) -> None:
 @pytest.mark.integration
 def test_stream_sequences_rise_across_batches(uri: str, topic: str) -> None:
     schema = StructType([StructField("data", StringType())])
-    publisher = _RowPublisher(WriteOptions.parse_options({"uri": uri, "topic": topic}), schema)
+    publisher = RowPublisher(WriteOptions.parse_options({"uri": uri, "topic": topic}), schema)
     name = f"stream-{uuid.uuid4().hex[:8]}"
     for batch in (0, 1, 1, 2):  # batch 1 replayed
         rows = [Row(data=f'{{"b":{batch},"i":{i}}}') for i in range(5)]
-        publisher.publish(iter(rows), name, batch << 32, 0, 0)
+        publisher.publish(publisher.row_columns(rows), name, batch << 32, 0, 0)
     log = journal(uri, topic)
     assert [e["sequence"] for e in log] == [(b << 32) + i + 1 for b in range(3) for i in range(5)]
+
+
+@pytest.mark.integration
+def test_arrow_batches_retry_skips_inside_a_batch(uri: str, topic: str) -> None:
+    import pyarrow as pa
+
+    schema = StructType([StructField("data", StringType())])
+    publisher = RowPublisher(WriteOptions.parse_options({"uri": uri, "topic": topic}), schema)
+    name = f"arrow-{uuid.uuid4().hex[:8]}"
+    docs = [json.dumps({"id": i}) for i in range(100)]
+
+    def batches(size: int, fail_after: int | None = None) -> Iterator[pa.RecordBatch]:
+        for n, i in enumerate(range(0, 100, size)):
+            if n == fail_after:
+                raise RuntimeError("task killed")
+            yield pa.record_batch([pa.array(docs[i : i + size], pa.string())], names=["data"])
+
+    with pytest.raises(RuntimeError, match="task killed"):
+        publisher.publish(publisher.batch_columns(batches(15, fail_after=2)), name, 0, 0, 0)
+    wait_for(lambda: len(journal(uri, topic)) == 30, what="the first attempt's 30 rows")
+    # batches of 20: the 30 persisted rows end in the middle of the second batch
+    done = publisher.publish(publisher.batch_columns(batches(20)), name, 0, 0, 1)
+    assert (done.rows, done.skipped, done.published) == (100, 30, 70)
+    log = journal(uri, topic)
+    assert [json.loads(e["data"])["id"] for e in log] == list(range(100))
+    assert [e["sequence"] for e in log] == list(range(1, 101))
+
+
+@pytest.mark.integration
+def test_arrow_rows_without_data_are_json_documents(uri: str, topic: str) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    schema = StructType(
+        [StructField("topic", StringType()), StructField("correlation_id", StringType())]
+    )
+    publisher = RowPublisher(WriteOptions.parse_options({"uri": uri}), schema)
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, 600_000, tzinfo=dt.UTC)
+    batch = pa.record_batch(
+        {
+            "topic": pa.array([topic, topic]),
+            "correlation_id": pa.array(["c-1", None]),
+            "n": pa.array([1, None], pa.int64()),
+            "px": pa.array([Decimal("1.50"), Decimal("2")], pa.decimal128(10, 2)),
+            "at": pa.array([when, when], pa.timestamp("us", tz="UTC")),
+            "tags": pa.array([{"a": 1}, {}], pa.map_(pa.string(), pa.int64())),
+            "inner": pa.array([{"x": "y"}, None], pa.struct([("x", pa.string())])),
+        }
+    )
+    publisher.publish(publisher.batch_columns([batch]), f"doc-{uuid.uuid4().hex[:8]}", 0, 0, 0)
+    log = journal(uri, topic)
+    assert [e["correlation_id"] for e in log] == ["c-1", None]
+    first, second = (json.loads(e["data"]) for e in log)
+    assert first == {
+        "topic": topic,
+        "correlation_id": "c-1",
+        "n": 1,
+        "px": 1.5,
+        "at": "2026-01-02T03:04:05.600000+00:00",
+        "tags": {"a": 1},
+        "inner": {"x": "y"},
+    }
+    assert second["n"] is None and second["px"] == 2 and second["tags"] == {}
+    assert second["inner"] is None and second["correlation_id"] is None
