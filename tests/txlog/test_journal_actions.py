@@ -24,6 +24,7 @@ from _txlog_support import Inbox, unique, wait_durable, wait_until
 
 from ampsclient import Client, Command
 from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.cluster import Cluster
 from ampsclient_server_stub.config import ConfigError, parse_config
 from ampsclient_server_stub.journal_actions import Schedule, journal_actions, parse_every
 
@@ -327,3 +328,39 @@ def test_the_configuration_guide_example_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "replayed 500 messages" in done.stdout
+
+
+@pytest.mark.integration
+def test_scheduled_remove_keeps_what_a_replication_destination_has_not_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """Processes: A removes every sealed file each 100 ms; while B is down (kill -9) the
+    files B has not acknowledged stay (A logs why), and go once B is back and caught up."""
+    cluster = Cluster(tmp_path, journal_size="16KB")
+    a = cluster.add("A", extra_xml=action_xml("100ms", ("remove", "0s")))
+    b = cluster.add("B")
+    cluster.replicate(a, b, sync=False)
+    cluster.replicate(b, a, sync=False)
+    with cluster:
+        cluster.start()
+        cluster.wait_streaming()
+        topic = unique("replicated")
+        publish_all(a.uri(), topic, 50)
+        cluster.wait_caught_up()
+        b.kill()
+        with Client(unique("pub")) as pub:
+            pub.connect(a.uri())
+            pub.logon(5000)
+            for n in range(50, 650):
+                pub.publish(topic, json.dumps({"n": n, "pad": "x" * 40}))
+            pub.flush(10_000)
+        a.wait_log("still needed from index", 20)  # the schedule ran and was held back
+        kept = [json.loads(r.payload)["n"] for r in a.journal_records()]
+        assert set(range(50, 650)) <= set(kept)
+        b.start()
+        wait_until(lambda: len(b.journal_records()) >= 650, 30, "B to receive every message")
+        wait_until(
+            lambda: min(json.loads(r.payload)["n"] for r in a.journal_records()) > 50,
+            30,
+            "the files B acknowledged removed by the schedule",
+        )
