@@ -17,7 +17,9 @@ Vocabulary:
 from __future__ import annotations
 
 import calendar
+import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Generator, Mapping, Sequence
@@ -25,8 +27,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from ..client import ConnectionEvent, ConnectionState
 from ..command import Command
-from ..exceptions import AMPSError, CommandError, InvalidBookmarkError, error_for_reason
+from ..exceptions import (
+    AMPSError,
+    CommandError,
+    DisconnectedError,
+    InvalidBookmarkError,
+    error_for_reason,
+)
 from ..protocol.acks import AckType
 from ..protocol.bookmarks import (
     EPOCH,
@@ -569,28 +578,77 @@ def last_micros(
     return hi
 
 
+class _Counter:
+    """Counts a replay's deliveries on the client's thread, keeping the last one's payload."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.count = 0
+        self.last: bytes | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def on_message(self, message: Message) -> None:
+        raw = message.raw_payload
+        if raw.startswith(b'{"c":"p"') or message.command == "publish":
+            if self.limit is None or self.count < self.limit:
+                self.count += 1
+                self.last = raw
+                if self.count == self.limit:
+                    self.done.set()
+        elif message.command == "ack":
+            if message.status == "failure":
+                self.error = error_for_reason(message.reason, ack=message)
+                self.done.set()
+            elif message.ack_type & AckType.COMPLETED:
+                self.done.set()
+
+    def on_state(self, event: ConnectionEvent) -> None:
+        if event.state is ConnectionState.DISCONNECTED and not self.done.is_set():
+            self.error = DisconnectedError(f"the connection dropped: {event.cause or 'closed'}")
+            self.done.set()
+
+
 def scan(
     client: Client, topic: str, filter: str | None, bookmark: str, limit: int | None
 ) -> tuple[int, Position | None]:
     """Count a replay range's messages, stopping after ``limit``; returns the count and the
-    position of the last message counted (``None`` when there was none)."""
-    count = 0
-    last: Message | None = None
-    messages = replay(client, topic, filter, bookmark)
+    position of the last message counted (``None`` when there was none).
+
+    The messages are counted by a handler on the client's thread without decoding them, and
+    replayed without server times (cheaper for the server); one more probe asks for the time
+    of the last one.
+    """
+    counter = _Counter(limit)
+    cmd = (
+        Command("subscribe")
+        .set_topic(topic)
+        .set_filter(filter)
+        .set_bookmark(bookmark)
+        .set_options(UNTIMED_REPLAY_OPTIONS)
+        .add_ack_type("completed")
+    )
+    client.add_connection_state_listener(counter.on_state)
     try:
-        for message in messages:
-            count += 1
-            last = message
-            if limit is not None and count >= limit:
-                break
+        sub_id = client.execute_async(cmd, counter.on_message)
+        try:
+            counter.done.wait()
+        finally:
+            with contextlib.suppress(AMPSError):
+                client.unsubscribe(sub_id)
     finally:
-        messages.close()
-    if last is None:
+        client.remove_connection_state_listener(counter.on_state)
+    if counter.error is not None:
+        raise counter.error
+    if counter.last is None:
         return 0, None
-    bm = last.bookmark
+    bm = Message(counter.last).bookmark
     if not bm:
         raise AMPSSparkError("the server sent a replayed message without a bookmark")
-    return count, Position(bm, message_micros(last))
+    micros = first_micros(client, topic, None, f"[{bm}:{bm}]")
+    if micros is None:
+        raise AMPSSparkError(f"message {bm} of {topic!r} left the log while it was planned")
+    return counter.count, Position(bm, micros)
 
 
 def fence(client: Client, topic: str, timeout_ms: int = 30_000) -> Position:
