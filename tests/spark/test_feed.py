@@ -199,3 +199,27 @@ def test_closing_early_closes_the_connection(uri: str, topic: str) -> None:
     assert len(first) >= 5
     # the server is still fine and the whole topic is still there
     assert len([p for c in payloads_of(uri, topic) for p in c]) == 30
+
+
+@pytest.mark.integration
+def test_scan_counts_and_finds_the_last_position(uri: str, topic: str) -> None:
+    from ampsclient.spark._core import connect, parse_micros, scan
+
+    publish_mixed(uri, topic, 25)
+    log = journal(uri, topic)
+    client = connect([uri], "scan-test", 10_000)
+    try:
+        count, pos = scan(client, topic, None, EVERYTHING, None)
+        assert count == 25 and pos is not None
+        assert (pos.bookmark, pos.micros) == (
+            log[-1]["bookmark"],
+            parse_micros(log[-1]["timestamp"]),
+        )
+        count, pos = scan(client, topic, None, EVERYTHING, 10)  # a row cap: the 10th message
+        assert count == 10 and pos is not None and pos.bookmark == log[9]["bookmark"]
+        after = f"({log[-1]['bookmark']}:0|1|]"
+        assert scan(client, topic, None, after, None) == (0, None)
+        count, pos = scan(client, topic, "/id < 5", EVERYTHING, None)  # with a filter
+        assert count == 5 and pos is not None and pos.bookmark == log[4]["bookmark"]
+    finally:
+        client.close()
