@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
 
+from .config_elements import check_elements
 from .config_model import (
     DEFAULT_JOURNAL_SIZE,
     DEFAULT_PREALLOCATED_JOURNAL_FILES,
@@ -445,6 +446,7 @@ def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -
     root = doc.root
     if root.tag != "AMPSConfig":
         doc.fail(root, f"root element must be <AMPSConfig>, found <{root.tag}>")
+    check_elements(doc)  # nothing is accepted and ignored
     base = (base_dir if base_dir is not None else Path.cwd()).expanduser().absolute()
     reader = ConfigReader(doc, base)
     data_dir_text = reader.text(root, "DataDirectory")

@@ -87,7 +87,13 @@ def test_unsupported_admin_options_are_refused(tmp_path: Path, extra: str, messa
     xml = f"""<AMPSConfig><Name>x</Name><Transports><Transport><Name>tcp</Name><Type>tcp</Type>
       <InetAddr>127.0.0.1:0</InetAddr></Transport></Transports>
       <Admin><InetAddr>127.0.0.1:0</InetAddr>{extra}</Admin></AMPSConfig>"""
-    thread = ServerThread(parse_config(xml, base_dir=tmp_path))
+
+    def start() -> None:  # refused by the config reader (unknown element) or at start-up
+        thread = ServerThread(parse_config(xml, base_dir=tmp_path))
+        try:
+            thread.start()
+        finally:
+            thread.stop()
+
     with pytest.raises(ConfigError, match=message):
-        thread.start()
-    thread.stop()
+        start()

@@ -19,8 +19,10 @@ CONFIG = """<AMPSConfig><Name>cli-test</Name><Transports>
 <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
 <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
 </Transports><SOW><Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
-</Topic></SOW></AMPSConfig>"""
-"""A SOW topic ``orders`` keyed by ``/id``; no <TransactionLog>: every topic is recorded."""
+</Topic></SOW><TransactionLog><JournalSize>16MB</JournalSize><Topic><Name>.*</Name></Topic>
+</TransactionLog></AMPSConfig>"""
+"""A SOW topic ``orders`` keyed by ``/id``; the transaction log records every topic (a config
+file without <TransactionLog> records nothing, as AMPS)."""
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -94,7 +93,6 @@ SAMPLE = """\
             <Key>/1</Key>
             <Key>/55</Key>
             <KeyDomain>positions-domain</KeyDomain>
-            <Durability>transient</Durability>
         </TopicDefinition>
     </SOW>
 
@@ -288,7 +286,7 @@ def test_sample_sow_topics(sample: ServerConfig, tmp_path: Path) -> None:
     assert positions.file_name is None  # in memory
     assert positions.key_domain == "positions-domain"
     assert positions.expiration is None
-    assert dict(positions.extra) == {"Durability": "transient"}
+    assert dict(positions.extra) == {}
     assert sample.sow_topic("orders", "fix") is None
 
 
@@ -803,26 +801,36 @@ def test_too_many_sync_destinations() -> None:
 
 
 def test_elements_are_case_sensitive() -> None:
-    # <name> is not <Name>: ignored, so the default name applies.
-    config = parse_config("<AMPSConfig><name>lower</name></AMPSConfig>")
-    assert config.name == DEFAULT_SERVER_NAME
-    assert dict(config.extra) == {"name": "lower"}
-    # <inetaddr> is not <InetAddr>, so the transport has no address.
-    _raises(_wrap_transport("<Name>t</Name><Type>tcp</Type><inetaddr>1</inetaddr>"), "<InetAddr>")
+    # <name> is not <Name>: refused (nothing is accepted and ignored), naming the element.
+    _raises("<AMPSConfig><name>lower</name></AMPSConfig>", r"<name> in <AMPSConfig>")
+    # <inetaddr> is not <InetAddr>: refused as well.
+    _raises(_wrap_transport("<Name>t</Name><Type>tcp</Type><inetaddr>1</inetaddr>"), "<inetaddr>")
 
 
-def test_unknown_elements_logged_at_debug(caplog: pytest.LogCaptureFixture) -> None:
-    xml = (
-        "<AMPSConfig><Modules><Module><Name>m</Name></Module></Modules>"
-        "<SOW><View><Name>v</Name></View></SOW></AMPSConfig>"
-    )
-    with caplog.at_level(logging.DEBUG, logger="ampsclient_server_stub.config"):
-        config = parse_config(xml)
-    assert config.sow_topics == ()
-    assert dict(config.extra) == {"Modules/Module/Name": "m"}
-    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
-    assert any("<View>" in m and "<SOW>" in m for m in messages)
-    assert any("<Modules>" in m for m in messages)
+@pytest.mark.parametrize(
+    ("xml", "pattern"),
+    [
+        (
+            "<AMPSConfig><Modules><Module><Name>m</Name></Module></Modules></AMPSConfig>",
+            r"line 1: <Modules> in <AMPSConfig> is not supported .*accepted there: Actions",
+        ),
+        (
+            "<AMPSConfig><SOW><View><Name>v</Name></View></SOW></AMPSConfig>",
+            r"<View> in <SOW> is not supported .*accepted there: .*Topic",
+        ),
+        (
+            "<AMPSConfig><SOW><Topic><Name>t</Name><MessageType>json</MessageType>"
+            "<Durability>transient</Durability></Topic></SOW></AMPSConfig>",
+            r"<Durability> in <Topic> is not supported",
+        ),
+        (
+            "<AMPSConfig><Name><First>x</First></Name></AMPSConfig>",
+            r"<First> in <Name> is not supported .*no child elements",
+        ),
+    ],
+)
+def test_unknown_elements_are_refused(xml: str, pattern: str) -> None:
+    _raises(xml, pattern)
 
 
 def test_percentage_memory_limit_kept_raw() -> None:
