@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 import logging
 import ssl
-import struct
-import threading
 import types
 from collections.abc import Callable
-from typing import Any, Final, Self
+from typing import Any, Self
 
 from . import _accel, compat
 from .acks import QueueAckMethods, QueueAcks, bound_message_type
@@ -42,15 +39,15 @@ from .core.connection import CLIENT_VERSION, SUBSCRIBE_COMMANDS, ClientCore, Pen
 from .core.events import ConnectionEvent, ConnectionState
 from .core.routes import deliver
 from .core.state import State
-from .exceptions import AMPSError, DisconnectedError, TimeoutError, UsageError, error_for_reason
+from .core.values import version_number
+from .exceptions import DisconnectedError, TimeoutError, UsageError, error_for_reason
 from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from .protocol.header import encode_header, escape
 from .protocol.message import Message
 from .stream import MessageStream
-from .transport.base import Transport
 from .transport.factory import open_transport
 from .uri import URI, parse_uri
+from .writer import FrameWriter
 
 __all__ = [
     "CLIENT_VERSION",
@@ -64,13 +61,8 @@ __all__ = [
 
 log = logging.getLogger("ampsclient.client")
 
-WRITE_LINGER: Final = 0.0005
-"""After a write, the writer looks for more queued frames this many seconds later."""
 
-_pack_len = struct.Struct(">I").pack
-
-
-class AsyncClient(AsyncCommands, QueueAckMethods):
+class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
     """One connection to an AMPS server.
 
     Args:
@@ -97,28 +89,14 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         self._max_frame_size = max_frame_size
         self._default_max_depth = default_max_depth
         self._logon_options = logon_options
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_tid: int | None = None
-        self._transport: Transport | None = None
         self._uri: URI | None = None
-        self._core = ClientCore(max_frame_size=max_frame_size, on_send=self._after_enqueue)
-        self._pub_prefix: dict[str, tuple[bytes, int]] = {}
-        self._outq = self._core.outq
-        self._enqueue = self._outq.append
-        self._blocked = False
-        """True while the socket's write buffer is over its high-water mark."""
-        self._wake_pending = False
-        self._writable = threading.Event()
-        self._writable.set()
+        self._core = ClientCore(max_frame_size=max_frame_size)
+        FrameWriter.__init__(self, self._core)
         self._disconnect_handler: Callable[[AsyncClient, BaseException | None], Any] | None = None
         self._state_listeners: list[Callable[[ConnectionEvent], Any]] = []
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._closed_by_user = False
-        self._can_send = True
-        """The publish gate (see :meth:`set_publish_gate`); the C ``PublishLane`` reads it."""
-        self._pub_lock = threading.Lock()
-        self._seq_suffix: dict[str, bytes] = {}
-        self.queue_acks = QueueAcks(self._core.send_payload, self._later)
+        self.queue_acks = QueueAcks(self._core.send_payload, self.call_later)
         """Queue acknowledgements: settings and pending batch (:mod:`ampsclient.acks`)."""
         self._core.message_type = bound_message_type(self.queue_acks.ack)
         self.logon_correlation_data: str | None = None
@@ -132,6 +110,9 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
 
     Bookmarks = Bookmarks
     """``EPOCH``, ``NOW`` and ``MOST_RECENT``."""
+
+    def _message_type_name(self) -> str:
+        return self.message_type
 
     @property
     def core(self) -> ClientCore:
@@ -179,12 +160,12 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
     @property
     def connected(self) -> bool:
         """``True`` while a transport is open."""
-        return self._transport is not None
+        return self.transport is not None
 
     @property
     def logged_on(self) -> bool:
         """``True`` between a successful logon and a disconnect."""
-        return self._core.state is State.LOGGED_ON and self._transport is not None
+        return self._core.state is State.LOGGED_ON and self.transport is not None
 
     @property
     def message_type(self) -> str:
@@ -198,16 +179,7 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
 
     def get_server_version(self) -> int:
         """The server version as the official client reports it (a·10⁶+b·10⁴+c·10²+d)."""
-        v = self._core.server_version
-        if not v:
-            return 99999999
-        nums = []
-        for part in v.split(".")[:4]:
-            digits = "".join(ch for ch in part if ch.isdigit())
-            nums.append(int(digits) if digits else 0)
-        while len(nums) < 4:
-            nums.append(0)
-        return nums[0] * 1_000_000 + nums[1] * 10_000 + nums[2] * 100 + nums[3]
+        return version_number(self._core.server_version)
 
     def get_server_version_info(self) -> str | None:
         """The server's version string."""
@@ -304,8 +276,8 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         ``timeout`` seconds (default ``2 * interval``). Takes effect at once when logged on.
         """
         self._core.set_heartbeat(interval, timeout)
-        if self.logged_on and self._loop is not None:
-            self._call_on_loop(self._start_heartbeat)
+        if self.logged_on and self.loop is not None:
+            self.call_soon(self._start_heartbeat)
 
     def _emit(self, state: ConnectionState, cause: BaseException | None = None) -> None:
         event = ConnectionEvent(state, self.uri, cause)
@@ -337,27 +309,23 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
             timeout: seconds to wait for the connection (``None`` = the OS default).
             ssl_context: TLS settings for this connection (default: the constructor's).
         """
-        if self._transport is not None:
+        if self.transport is not None:
             raise UsageError("already connected")
         parsed = parse_uri(uri)
-        self._loop = asyncio.get_running_loop()
-        self._loop_tid = threading.get_ident()
+        self.bind_loop(asyncio.get_running_loop())
         self._closed_by_user = False
         transport = await open_transport(
             parsed,
             on_payload=self._core.receive_payloads,
             on_close=self._on_close,
-            on_writable=self._on_writable,
+            on_writable=self.transport_writable,
             max_frame_size=self._max_frame_size,
             connect_timeout=timeout,
             ssl_context=ssl_context or self._ssl_context or compat.default_ssl_context(),
         )
         self._core.connection_made()
-        self._transport = transport
+        self.attach(transport)
         self._uri = parsed
-        self._wake_pending = False
-        self._blocked = False
-        self._writable.set()
         self._emit(ConnectionState.CONNECTED)
 
     async def logon(
@@ -421,149 +389,9 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         return await self.logon(timeout, authenticator)
 
     def _require_uri(self) -> URI:
-        if self._uri is None or self._transport is None:
+        if self._uri is None or self.transport is None:
             raise DisconnectedError("not connected")
         return self._uri
-
-    # ------------------------------------------------------------- store-and-forward support
-
-    @property
-    def publish_gate_open(self) -> bool:
-        """``False`` while a store-and-forward wrapper (the HA client) keeps its publishes in
-        its store instead of sending them (while reconnecting and replaying)."""
-        return self._can_send
-
-    def set_publish_gate(self, open_: bool) -> None:
-        """Open or close the publish gate (hold :attr:`publish_lock` to make it atomic with
-        the wrapper's store-then-send step)."""
-        self._can_send = bool(open_)
-
-    @property
-    def publish_lock(self) -> threading.Lock:
-        """The lock a store-and-forward wrapper holds while it stores and queues a publish,
-        and while it replays (the C ``PublishLane`` takes its fast path only when it is free)."""
-        return self._pub_lock
-
-    @property
-    def stored_publish_suffixes(self) -> dict[str, bytes]:
-        """topic -> the header tail of a stored publish of that topic (after its ``s``), as
-        the wrapper builds it: a cache shared with the C ``PublishLane``."""
-        return self._seq_suffix
-
-    def queue_frame(self, frame: bytes) -> bool:
-        """Queue one frame (length prefix included) when the publish gate is open and a
-        transport is, and schedule the writer, without waiting for the socket (a wrapper
-        holding :attr:`publish_lock` must not block: it calls :meth:`wait_writable` once the
-        lock is released). Returns whether the frame was queued."""
-        if not self._can_send or self._transport is None:
-            return False
-        self._outq.append(frame)
-        if not self._wake_pending:
-            self.schedule_drain()
-        return True
-
-    @property
-    def writable(self) -> threading.Event:
-        """Set while the socket takes writes (cleared while its buffer is over the high-water
-        mark); the same object for the client's lifetime."""
-        return self._writable
-
-    # ---------------------------------------------------------------------------- writing
-
-    def _call_on_loop(self, fn: Callable[[], Any]) -> None:
-        loop = self._loop
-        if loop is None:
-            return
-        if threading.get_ident() == self._loop_tid:
-            loop.call_soon(fn)
-        else:
-            loop.call_soon_threadsafe(fn)
-
-    def _later(self, delay: float, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the loop after ``delay`` seconds; any thread."""
-        self._call_on_loop(lambda: self._loop.call_later(delay, fn))  # type: ignore[union-attr]
-
-    def _after_enqueue(self) -> None:
-        """A frame was queued: wake the writer if it sleeps, else wait while the socket is
-        full (the core's ``on_send``)."""
-        if not self._wake_pending:
-            self._wake()
-        elif self._blocked:
-            self._wait_writable()
-
-    def _wake(self) -> None:
-        """Schedule the writer (the queue went from idle to busy), then apply back-pressure."""
-        self.schedule_drain()
-        if not self._writable.is_set():
-            self._wait_writable()
-
-    def schedule_drain(self) -> None:
-        """Have the loop write what is queued (any thread; never blocks)."""
-        self._wake_pending = True
-        loop = self._loop
-        assert loop is not None
-        if threading.get_ident() == self._loop_tid:
-            loop.call_soon(self._drain)
-            return
-        try:
-            loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:
-            raise DisconnectedError("the client's event loop is closed") from None
-
-    def wait_writable(self) -> None:
-        """Block the calling thread while the socket's write buffer is full (returns at once
-        on the loop thread, which must never block)."""
-        if not self._writable.is_set():
-            self._wait_writable()
-
-    def _wait_writable(self) -> None:
-        # backpressure for publishers on other threads: block while the socket buffer is full
-        if threading.get_ident() == self._loop_tid:
-            return  # the loop itself must never block
-        while not self._writable.wait(0.5):
-            if self._transport is None:
-                return
-
-    @property
-    def wake_pending(self) -> bool:
-        """``True`` while the writer is scheduled (frames queued now go out without a wake)."""
-        return self._wake_pending
-
-    def _drain(self) -> None:
-        """Write everything queued. While frames keep coming, stay awake: drain again after
-        :data:`WRITE_LINGER` seconds instead of being woken per burst, so a publisher thread
-        does not pay a wake-up (a syscall and a GIL hand-off) for every few messages."""
-        q = self._outq
-        n = len(q)
-        if not n:
-            self._wake_pending = False
-            if q:  # appended after the check by a publisher that saw the flag still set
-                self._wake_pending = True
-                self._loop.call_soon(self._drain)  # type: ignore[union-attr]
-            return
-        transport = self._transport
-        if transport is None:
-            q.clear()
-            self._wake_pending = False
-            return
-        pop = q.popleft
-        data = pop() if n == 1 else b"".join([pop() for _ in range(n)])
-        self._core.stats["frames_sent"] += n
-        try:
-            tf = self._core.transport_filter
-            if tf is not None:
-                tf(data, False)
-            transport.write(data)
-        except AMPSError as exc:
-            log.debug("write after close dropped: %s", exc)
-        self._loop.call_later(WRITE_LINGER, self._drain)  # type: ignore[union-attr]
-
-    def _on_writable(self, writable: bool) -> None:
-        self._blocked = not writable
-        if writable:
-            self._writable.set()
-        else:
-            self._writable.clear()
 
     async def _request(
         self, name: str, fields: dict[str, Any], timeout_ms: int, data: bytes = b""
@@ -583,78 +411,6 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
             return await asyncio.wait_for(fut, timeout_ms / 1000.0)
         except builtins.TimeoutError:
             raise TimeoutError(f"timed out waiting for the {what} ack") from None
-
-    # ---------------------------------------------------------------------------- publishing
-
-    def encode_data(self, data: Any) -> bytes:
-        """``data`` as bytes: bytes as is, ``str`` in UTF-8, other objects in the connection's
-        message type (msgpack for ``msgpack``, else JSON)."""
-        return self._encode_data(data)
-
-    def _encode_data(self, data: Any) -> bytes:
-        if isinstance(data, bytes):
-            return data
-        if isinstance(data, str):
-            return data.encode()
-        if isinstance(data, (bytearray, memoryview)):
-            return bytes(data)
-        mt = self.message_type
-        if mt == "msgpack":
-            import msgpack
-
-            return msgpack.packb(data, use_bin_type=True)  # type: ignore[no-any-return]
-        return json.dumps(data, separators=(",", ":")).encode()
-
-    def publish(
-        self,
-        topic: str,
-        data: str | bytes | Any,
-        expiration: int | None = None,
-        correlation_id: str | None = None,
-        sow_key: str | None = None,
-    ) -> None:
-        """Publish ``data`` to ``topic`` (fire and forget). Thread-safe, not a coroutine.
-
-        ``data`` may be ``bytes``, ``str``, or an object encoded for the connection's message
-        type (JSON for ``json``, msgpack for ``msgpack``).
-        """
-        if type(data) is str:
-            data = data.encode()
-        elif type(data) is not bytes:
-            data = self._encode_data(data)
-        if expiration is None is correlation_id is sow_key:
-            cached = self._pub_prefix.get(topic)
-            if cached is None:
-                prefix = ('{"c":"p","t":"' + escape(topic) + '"}').encode()
-                cached = self._pub_prefix[topic] = (prefix, len(prefix))
-            # _send_frame, inlined: this is the hottest path of the library
-            if self._transport is None:
-                raise DisconnectedError("not connected")
-            self._enqueue(_pack_len(cached[1] + len(data)) + cached[0] + data)
-            if not self._wake_pending:
-                self._wake()
-            elif self._blocked:
-                self._wait_writable()
-            return
-        header = encode_header(
-            {"c": "p", **publish_fields(topic, expiration, correlation_id, sow_key)}
-        )
-        self._core.send_payload(header + data)
-
-    def delta_publish(
-        self,
-        topic: str,
-        data: str | bytes | Any,
-        expiration: int | None = None,
-        *,
-        correlation_id: str | None = None,
-        sow_key: str | None = None,
-    ) -> None:
-        """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics)."""
-        header = encode_header(
-            {"c": "delta_publish", **publish_fields(topic, expiration, correlation_id, sow_key)}
-        )
-        self._core.send_payload(header + self._encode_data(data))
 
     # ------------------------------------------------------------------------------ execute
 
@@ -691,12 +447,12 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         return stream
 
     def _pause_reading(self) -> None:
-        if self._transport is not None:
-            self._transport.pause_reading()
+        if self.transport is not None:
+            self.transport.pause_reading()
 
     def _resume_reading(self) -> None:
-        if self._transport is not None:
-            self._transport.resume_reading()
+        if self.transport is not None:
+            self.transport.resume_reading()
 
     async def send_command(
         self, command: Command, handler: Handler | None, stream: MessageStream | None = None
@@ -755,9 +511,10 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
     # ------------------------------------------------------------------------------ heartbeats
 
     def _start_heartbeat(self) -> None:
-        if self._transport is None or self._loop is None:
+        loop = self.loop
+        if self.transport is None or loop is None:
             return
-        tick = self._core.start_heartbeat(self._loop.time())
+        tick = self._core.start_heartbeat(loop.time())
         if tick is None:
             return
         if self._heartbeat_task is not None:
@@ -766,9 +523,9 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
 
     async def _heartbeat_loop(self, tick: float) -> None:
         loop = asyncio.get_running_loop()
-        while self._transport is not None:
+        while self.transport is not None:
             await asyncio.sleep(tick)
-            if self._transport is not None and self._core.heartbeat_tick(loop.time()):
+            if self.transport is not None and self._core.heartbeat_tick(loop.time()):
                 self.abort(DisconnectedError("heartbeat timeout: the server went silent"))
                 return
 
@@ -776,7 +533,7 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
 
     def abort(self, error: BaseException) -> None:
         """Drop the connection at once (no flush); pending calls fail with ``error``."""
-        transport = self._transport
+        transport = self.transport
         if transport is None:
             return
         abort = getattr(transport, "abort", None)
@@ -787,11 +544,8 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         self._on_close(error)
 
     def _on_close(self, error: BaseException | None) -> None:
-        if self._transport is None:
+        if self.detach() is None:
             return
-        self._transport = None
-        self._blocked = False
-        self._writable.set()
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             self._heartbeat_task = None
@@ -810,12 +564,12 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
 
     async def close(self) -> None:
         """Flush queued writes and close the connection. Streams end; pending calls fail."""
-        transport = self._transport
+        transport = self.transport
         if transport is None:
             return
         self._closed_by_user = True
         self.queue_acks.flush()  # pending queue acks go out before the connection closes
-        self._drain()
+        self.drain_now()  # so do publishes held by batching
         self._core.end_streams()  # streams and subscriptions end quietly
         transport.close()
         self._on_close(None)

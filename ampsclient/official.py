@@ -117,7 +117,6 @@ class OfficialClientMethods:
 
     _async: AsyncClient | AsyncHAClient
     _thread_created: Callable[[], Any] | None = None
-    _publish_batching: tuple[int, int] | None = None
 
     if TYPE_CHECKING:
 
@@ -228,11 +227,10 @@ class OfficialClientMethods:
         return False
 
     def set_publish_batching(self, batchSize: int, batchTimeoutMillis: int) -> None:
-        """Accepted: publishes are already coalesced into as few writes as the socket allows
-        and never wait for a timer, which meets any byte and time bound given here."""
-        if batchSize < 0 or batchTimeoutMillis < 0:
-            raise UsageError("set_publish_batching: the limits cannot be negative")
-        self._publish_batching = (batchSize, batchTimeoutMillis)
+        """Hold publishes until ``batchSize`` bytes are queued or the oldest has waited
+        ``batchTimeoutMillis`` ms, then write them at once; commands (``flush``...) end a
+        batch. ``(0, 0)`` (the default): write as soon as the client's loop runs."""
+        self._async.set_publish_batching(batchSize, batchTimeoutMillis)
 
     def get_exception_listener(self) -> Any:
         """The exception listener."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import collections
 import logging
 import ssl
 import struct
@@ -39,10 +38,8 @@ from ..core.connection import SUBSCRIBE_COMMANDS, Pending, publish_fields
 from ..exceptions import (
     AMPSError,
     DisconnectedError,
-    PublishError,
     TimeoutError,
     UsageError,
-    error_for_reason,
 )
 from ..protocol.acks import AckType
 from ..protocol.bookmarks import MOST_RECENT
@@ -57,6 +54,7 @@ from ..uri import redact
 from .bookmarks import fast_discard, logging_handler, resume_point, seed_start_point
 from .chooser import DefaultServerChooser, ServerChooser
 from .face import ConnectionFace
+from .persist_waiters import PersistWaiters
 from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
 from .subscriptions import SubscriptionManager
 
@@ -165,8 +163,7 @@ class AsyncHAClient(ConnectionFace):
         self._failed_resubscribe: Callable[[Command, int, BaseException], bool] | None = None
         self._resubscription_timeout = 0
         self._give_up_error: BaseException | None = None
-        self._futures: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
-        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters = PersistWaiters()
         self._seq_suffix = client.stored_publish_suffixes
         self._queue_frame = client.queue_frame
         self._writable = client.writable
@@ -393,7 +390,7 @@ class AsyncHAClient(ConnectionFace):
         persisted = ack.sequence if ack is not None else None
         if persisted:
             store.discard_up_to(persisted)
-            self._resolve_up_to(persisted)
+            self._waiters.persisted_up_to(persisted)
         # 2. replay everything unpersisted, in order
         with self._pub_lock:
             last = self._replay(0)
@@ -499,10 +496,7 @@ class AsyncHAClient(ConnectionFace):
                 listener(error)
             except Exception:
                 log.exception("exception listener failed")
-        for _, fut in self._flush_waiters:
-            if not fut.done():
-                fut.set_exception(error)
-        self._flush_waiters.clear()
+        self._waiters.fail_flushes(error)
         self._can_send_event.set()  # release blocked publishers; they will see the error
 
     # ---------------------------------------------------------------------------- publishing
@@ -631,7 +625,7 @@ class AsyncHAClient(ConnectionFace):
         with self._pub_lock:
             # the future is queued before the message can be acked
             seq = self._store.next_sequence()
-            self._futures.append((seq, future))
+            self._waiters.add_publish(seq, future)
         got = self.publish(topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key)
         if got != seq:  # pragma: no cover - another thread published in between
             raise UsageError("publish_future needs a single publishing thread")
@@ -645,7 +639,7 @@ class AsyncHAClient(ConnectionFace):
             reason = ack.reason or ""
             stored = self._store.get(seq)
             self._store.discard(seq)
-            self._fail_future(seq, reason)
+            self._waiters.refused(seq, reason)
             if stored is not None and self._failed_write is not None:
                 try:
                     self._failed_write(Message(stored.payload), reason)
@@ -656,40 +650,8 @@ class AsyncHAClient(ConnectionFace):
                 self._core.unrouted(ack)
         else:
             self._store.discard_up_to(seq)
-            self._resolve_up_to(seq)
-        self._check_flush_waiters()
-
-    def _resolve_up_to(self, seq: int) -> None:
-        futures = self._futures
-        while futures and futures[0][0] <= seq:
-            _, fut = futures.popleft()
-            if not fut.done():
-                fut.set_result(_)
-
-    def _fail_future(self, seq: int, reason: str) -> None:
-        for i, (s, fut) in enumerate(self._futures):
-            if s == seq:
-                del self._futures[i]
-                if not fut.done():
-                    fut.set_exception(
-                        error_for_reason(reason)
-                        if reason not in ("duplicate", "")
-                        else PublishError(reason, reason=reason)
-                    )
-                return
-
-    def _check_flush_waiters(self) -> None:
-        if not self._flush_waiters:
-            return
-        lowest = self._store.lowest_unpersisted
-        keep = []
-        for target, fut in self._flush_waiters:
-            if lowest is None or lowest > target:
-                if not fut.done():
-                    fut.set_result(None)
-            else:
-                keep.append((target, fut))
-        self._flush_waiters = keep
+            self._waiters.persisted_up_to(seq)
+        self._waiters.check_flushes(self._store.lowest_unpersisted)
 
     async def publish_flush(self, timeout: int = 0) -> None:
         """Wait until every message stored before this call is persisted (across reconnects).
@@ -704,13 +666,13 @@ class AsyncHAClient(ConnectionFace):
             return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        self._flush_waiters.append((target, fut))
+        self._waiters.add_flush(target, fut)
         if self.logged_on:
             try:
                 await self._client.flush(timeout)
             except (DisconnectedError, TimeoutError):
                 pass
-        self._check_flush_waiters()
+        self._waiters.check_flushes(store.lowest_unpersisted)
         try:
             if timeout:
                 await asyncio.wait_for(asyncio.shield(fut), timeout / 1000.0)
@@ -719,7 +681,7 @@ class AsyncHAClient(ConnectionFace):
         except builtins.TimeoutError:
             raise TimeoutError("Timed out waiting to flush publish store.") from None
         finally:
-            self._flush_waiters = [(t, f) for t, f in self._flush_waiters if f is not fut]
+            self._waiters.remove_flush(fut)
 
     # ------------------------------------------------------------------------ subscriptions
 

@@ -196,6 +196,10 @@ class ConnectionFace(AsyncCommands, QueueAckMethods):
         """Heartbeats every ``interval`` s; the connection is dead after ``timeout`` s."""
         self._client.set_heartbeat(interval, timeout)
 
+    def set_publish_batching(self, batch_size: int, batch_timeout: int) -> None:
+        """Hold publishes up to ``batch_size`` bytes or ``batch_timeout`` ms (official API)."""
+        self._client.set_publish_batching(batch_size, batch_timeout)
+
     def encode_data(self, data: Any) -> bytes:
         """``data`` as bytes for the connection's message type."""
         return self._client.encode_data(data)

@@ -15,6 +15,15 @@ BANNED = {"asyncio", "socket", "selectors", "ssl", "threading", "websockets", "t
 WING_ONLY = {
     # the plumbing a wrapper drives on the client it holds; not part of the HA client's face
     "abort",
+    "attach",
+    "bind_loop",
+    "call_later",
+    "call_soon",
+    "detach",
+    "drain_now",
+    "loop",
+    "transport",
+    "transport_writable",
     "close_stream",
     "emit_state",
     "new_stream",

@@ -1,0 +1,74 @@
+"""Who waits for persisted acks on an HA client: one future per ``publish_future`` message and
+one per ``publish_flush`` call (no I/O: the HA client feeds it the acks)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from ..exceptions import PublishError, error_for_reason
+
+__all__ = ["PersistWaiters"]
+
+
+class PersistWaiters:
+    """Futures resolved by persisted acks, in sequence order."""
+
+    def __init__(self) -> None:
+        self.publishes: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
+        """(sequence, future) of each ``publish_future`` message not yet acked."""
+        self.flushes: list[tuple[int, asyncio.Future[None]]] = []
+        """(last sequence it waits for, future) of each ``publish_flush`` in progress."""
+
+    def add_publish(self, seq: int, future: asyncio.Future[int]) -> None:
+        """``future`` resolves (to ``seq``) when ``seq`` is persisted."""
+        self.publishes.append((seq, future))
+
+    def persisted_up_to(self, seq: int) -> None:
+        """Everything up to ``seq`` is persisted."""
+        futures = self.publishes
+        while futures and futures[0][0] <= seq:
+            done, fut = futures.popleft()
+            if not fut.done():
+                fut.set_result(done)
+
+    def refused(self, seq: int, reason: str) -> None:
+        """The server refused ``seq`` (a failed write): its future fails with ``reason``."""
+        for i, (s, fut) in enumerate(self.publishes):
+            if s == seq:
+                del self.publishes[i]
+                if not fut.done():
+                    fut.set_exception(
+                        error_for_reason(reason)
+                        if reason not in ("duplicate", "")
+                        else PublishError(reason, reason=reason)
+                    )
+                return
+
+    def add_flush(self, target: int, future: asyncio.Future[None]) -> None:
+        """``future`` resolves when nothing up to ``target`` is unpersisted."""
+        self.flushes.append((target, future))
+
+    def remove_flush(self, future: asyncio.Future[None]) -> None:
+        """Stop tracking ``future`` (its flush returned or gave up)."""
+        self.flushes = [(t, f) for t, f in self.flushes if f is not future]
+
+    def check_flushes(self, lowest_unpersisted: int | None) -> None:
+        """Resolve the flushes whose target is below ``lowest_unpersisted`` (``None``: all)."""
+        if not self.flushes:
+            return
+        keep = []
+        for target, fut in self.flushes:
+            if lowest_unpersisted is None or lowest_unpersisted > target:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((target, fut))
+        self.flushes = keep
+
+    def fail_flushes(self, error: BaseException) -> None:
+        """Every flush in progress fails with ``error`` (reconnecting gave up)."""
+        for _, fut in self.flushes:
+            if not fut.done():
+                fut.set_exception(error)
+        self.flushes.clear()

@@ -1,0 +1,343 @@
+"""FrameWriter: how an :class:`~ampsclient.client.AsyncClient` queues and writes frames.
+
+A mixin of :class:`AsyncClient` (the C speedups' publish lanes read its fields on the client
+object: ``ampsclient._accel.LAYOUT``). It holds the write queue (the core's ``outq``), wakes
+the writer on the loop, applies back-pressure to publisher threads, batches publishes
+(``set_publish_batching``), and offers the publish gate a store-and-forward wrapper (the HA
+client) drives. ``publish`` and ``delta_publish`` live here: they only build and queue frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from .core.connection import ClientCore, publish_fields
+from .core.values import encode_data
+from .exceptions import AMPSError, DisconnectedError, UsageError
+from .protocol.header import encode_header, escape
+from .transport.base import Transport
+
+__all__ = ["WRITE_LINGER", "FrameWriter"]
+
+WRITE_LINGER: Final = 0.0005
+"""After a write, the writer looks for more queued frames this many seconds later."""
+
+log = logging.getLogger("ampsclient.client")
+_pack_len = struct.Struct(">I").pack
+
+
+class FrameWriter:
+    """Queueing and writing frames for one connection (see the module docstring).
+
+    Args:
+        core: the connection's core: its ``outq`` is the write queue; what it queues (commands)
+            wakes the writer and ends a publish batch.
+    """
+
+    def __init__(self, core: ClientCore) -> None:
+        self._writer_core = core
+        core.on_send = self._after_enqueue
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_tid: int | None = None
+        self._transport: Transport | None = None
+        self._pub_prefix: dict[str, tuple[bytes, int]] = {}
+        self._outq = core.outq
+        self._enqueue = self._outq.append
+        self._blocked = False
+        """True while the socket's write buffer is over its high-water mark."""
+        self._wake_pending = False
+        self._writable = threading.Event()
+        self._writable.set()
+        self._batch_bytes = 0
+        self._batch_timeout = 0.0
+        self._batch_since: float | None = None
+        self._urgent = False
+        self._can_send = True
+        """The publish gate (see :meth:`set_publish_gate`); the C ``PublishLane`` reads it."""
+        self._pub_lock = threading.Lock()
+        self._seq_suffix: dict[str, bytes] = {}
+
+    def _message_type_name(self) -> str:
+        raise NotImplementedError  # the client says which message type it speaks
+
+    # ---------------------------------------------------------------------- the transport
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop of the current or last connection."""
+        return self._loop
+
+    @property
+    def transport(self) -> Transport | None:
+        """The open transport (``None`` while disconnected)."""
+        return self._transport
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Use ``loop`` (called on it, before connecting)."""
+        self._loop = loop
+        self._loop_tid = threading.get_ident()
+
+    def attach(self, transport: Transport) -> None:
+        """Write to ``transport`` from now on (an empty queue, not blocked)."""
+        self._transport = transport
+        self._wake_pending = False
+        self._blocked = False
+        self._writable.set()
+
+    def detach(self) -> Transport | None:
+        """The transport closed: stop writing (publisher threads waiting for room return)."""
+        transport, self._transport = self._transport, None
+        self._blocked = False
+        self._writable.set()
+        return transport
+
+    def drain_now(self) -> None:
+        """Write everything queued at once, publishes held by batching included (loop only)."""
+        self._urgent = True
+        self._drain()
+
+    # ------------------------------------------------------------- store-and-forward support
+
+    @property
+    def publish_gate_open(self) -> bool:
+        """``False`` while a store-and-forward wrapper (the HA client) keeps its publishes in
+        its store instead of sending them (while reconnecting and replaying)."""
+        return self._can_send
+
+    def set_publish_gate(self, open_: bool) -> None:
+        """Open or close the publish gate (hold :attr:`publish_lock` to make it atomic with
+        the wrapper's store-then-send step)."""
+        self._can_send = bool(open_)
+
+    @property
+    def publish_lock(self) -> threading.Lock:
+        """The lock a store-and-forward wrapper holds while it stores and queues a publish,
+        and while it replays (the C ``PublishLane`` takes its fast path only when it is free)."""
+        return self._pub_lock
+
+    @property
+    def stored_publish_suffixes(self) -> dict[str, bytes]:
+        """topic -> the header tail of a stored publish of that topic (after its ``s``), as
+        the wrapper builds it: a cache shared with the C ``PublishLane``."""
+        return self._seq_suffix
+
+    def queue_frame(self, frame: bytes) -> bool:
+        """Queue one frame (length prefix included) when the publish gate is open and a
+        transport is, and schedule the writer, without waiting for the socket (a wrapper
+        holding :attr:`publish_lock` must not block: it calls :meth:`wait_writable` once the
+        lock is released). Returns whether the frame was queued."""
+        if not self._can_send or self._transport is None:
+            return False
+        self._outq.append(frame)
+        if not self._wake_pending:
+            self.schedule_drain()
+        return True
+
+    @property
+    def writable(self) -> threading.Event:
+        """Set while the socket takes writes (cleared while its buffer is over the high-water
+        mark); the same object for the client's lifetime."""
+        return self._writable
+
+    # ---------------------------------------------------------------------------- writing
+
+    def call_soon(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the client's loop; any thread (nothing before the first connect)."""
+        loop = self._loop
+        if loop is None:
+            return
+        if threading.get_ident() == self._loop_tid:
+            loop.call_soon(fn)
+        else:
+            loop.call_soon_threadsafe(fn)
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop after ``delay`` seconds; any thread."""
+        self.call_soon(lambda: self._loop.call_later(delay, fn))  # type: ignore[union-attr]
+
+    def _after_enqueue(self) -> None:
+        """The core queued a command: it goes out at the next write, with any publishes held
+        by batching; wake the writer if it sleeps, else wait while the socket is full."""
+        self._urgent = True
+        if not self._wake_pending:
+            self._wake()
+        elif self._blocked:
+            self._wait_writable()
+
+    def _wake(self) -> None:
+        """Schedule the writer (the queue went from idle to busy), then apply back-pressure."""
+        self.schedule_drain()
+        if not self._writable.is_set():
+            self._wait_writable()
+
+    def schedule_drain(self) -> None:
+        """Have the loop write what is queued (any thread; never blocks)."""
+        self._wake_pending = True
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() == self._loop_tid:
+            loop.call_soon(self._drain)
+            return
+        try:
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            raise DisconnectedError("the client's event loop is closed") from None
+
+    def wait_writable(self) -> None:
+        """Block the calling thread while the socket's write buffer is full (returns at once
+        on the loop thread, which must never block)."""
+        if not self._writable.is_set():
+            self._wait_writable()
+
+    def _wait_writable(self) -> None:
+        # backpressure for publishers on other threads: block while the socket buffer is full
+        if threading.get_ident() == self._loop_tid:
+            return  # the loop itself must never block
+        while not self._writable.wait(0.5):
+            if self._transport is None:
+                return
+
+    @property
+    def wake_pending(self) -> bool:
+        """``True`` while the writer is scheduled (frames queued now go out without a wake)."""
+        return self._wake_pending
+
+    def _drain(self) -> None:
+        """Write everything queued. While frames keep coming, stay awake: drain again after
+        :data:`WRITE_LINGER` seconds instead of being woken per burst, so a publisher thread
+        does not pay a wake-up (a syscall and a GIL hand-off) for every few messages."""
+        q = self._outq
+        n = len(q)
+        if not n:
+            self._wake_pending = False
+            if q:  # appended after the check by a publisher that saw the flag still set
+                self._wake_pending = True
+                self._loop.call_soon(self._drain)  # type: ignore[union-attr]
+            return
+        transport = self._transport
+        if transport is None:
+            q.clear()
+            self._wake_pending = False
+            return
+        if self._batch_bytes and not self._urgent and self._hold_batch():
+            self._loop.call_later(WRITE_LINGER, self._drain)  # type: ignore[union-attr]
+            return
+        self._batch_since = None
+        self._urgent = False
+        pop = q.popleft
+        data = pop() if n == 1 else b"".join([pop() for _ in range(n)])
+        self._writer_core.stats["frames_sent"] += n
+        try:
+            tf = self._writer_core.transport_filter
+            if tf is not None:
+                tf(data, False)
+            transport.write(data)
+        except AMPSError as exc:
+            log.debug("write after close dropped: %s", exc)
+        self._loop.call_later(WRITE_LINGER, self._drain)  # type: ignore[union-attr]
+
+    def set_publish_batching(self, batch_size: int, batch_timeout: int) -> None:
+        """Hold publishes until ``batch_size`` bytes are queued or the oldest has waited
+        ``batch_timeout`` ms (0: no time bound), then write them in one call (official API).
+
+        ``(0, 0)``, the default, writes as soon as the loop runs (publishes made meanwhile
+        still share one write). Commands (``flush``, subscriptions, acks...) are never held:
+        one takes the held publishes with it, so ``flush`` and ``publish_flush`` end a batch.
+        """
+        if batch_size < 0 or batch_timeout < 0:
+            raise UsageError("set_publish_batching: the limits cannot be negative")
+        self._batch_bytes = int(batch_size)
+        self._batch_timeout = batch_timeout / 1000.0
+
+    def _hold_batch(self) -> bool:
+        """``True`` while the queued publishes are under the batch's size and time bounds."""
+        now = self._loop.time()  # type: ignore[union-attr]
+        if self._batch_since is None:
+            self._batch_since = now
+        if sum(map(len, self._outq)) >= self._batch_bytes:
+            return False
+        return not self._batch_timeout or now - self._batch_since < self._batch_timeout
+
+    def transport_writable(self, writable: bool) -> None:
+        """The transport's write buffer went over (``False``) or back under its mark."""
+        self._blocked = not writable
+        if writable:
+            self._writable.set()
+        else:
+            self._writable.clear()
+
+    # ---------------------------------------------------------------------------- publishing
+
+    def encode_data(self, data: Any) -> bytes:
+        """``data`` as bytes: bytes as is, ``str`` in UTF-8, other objects in the connection's
+        message type (msgpack for ``msgpack``, else JSON)."""
+        return encode_data(data, self._message_type_name())
+
+    def _encode_data(self, data: Any) -> bytes:
+        return encode_data(data, self._message_type_name())
+
+    def publish(
+        self,
+        topic: str,
+        data: str | bytes | Any,
+        expiration: int | None = None,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> None:
+        """Publish ``data`` to ``topic`` (fire and forget). Thread-safe, not a coroutine.
+
+        ``data`` may be ``bytes``, ``str``, or an object encoded for the connection's message
+        type (JSON for ``json``, msgpack for ``msgpack``).
+        """
+        if type(data) is str:
+            data = data.encode()
+        elif type(data) is not bytes:
+            data = self._encode_data(data)
+        if expiration is None is correlation_id is sow_key:
+            cached = self._pub_prefix.get(topic)
+            if cached is None:
+                prefix = ('{"c":"p","t":"' + escape(topic) + '"}').encode()
+                cached = self._pub_prefix[topic] = (prefix, len(prefix))
+            # _send_publish, inlined: this is the hottest path of the library
+            if self._transport is None:
+                raise DisconnectedError("not connected")
+            self._enqueue(_pack_len(cached[1] + len(data)) + cached[0] + data)
+            if not self._wake_pending:
+                self._wake()
+            elif self._blocked:
+                self._wait_writable()
+            return
+        header = encode_header(
+            {"c": "p", **publish_fields(topic, expiration, correlation_id, sow_key)}
+        )
+        self._send_publish(header + data)
+
+    def _send_publish(self, payload: bytes) -> None:
+        """Queue a publish (held by publish batching, unlike the core's commands)."""
+        if self._transport is None:
+            raise DisconnectedError("not connected")
+        self._enqueue(_pack_len(len(payload)) + payload)
+        if not self._wake_pending:
+            self._wake()
+        elif self._blocked:
+            self._wait_writable()
+
+    def delta_publish(
+        self,
+        topic: str,
+        data: str | bytes | Any,
+        expiration: int | None = None,
+        *,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> None:
+        """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics)."""
+        header = encode_header(
+            {"c": "delta_publish", **publish_fields(topic, expiration, correlation_id, sow_key)}
+        )
+        self._send_publish(header + self._encode_data(data))
