@@ -229,6 +229,32 @@ def test_never_does_not_fsync_and_interval_does(tmp_path: Path) -> None:
         assert fstore.statistics()["fsyncs"] == 1
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="deferred on Linux only")
+def test_interval_leaves_a_full_segments_fsync_to_the_background(tmp_path: Path) -> None:
+    """With ``fsync="interval"`` rolling to a new segment does not fsync in the storing
+    thread: the full segments wait for the next sync (flush, the background thread, close),
+    which syncs them before the active one; nothing is lost across a reopen."""
+    path = tmp_path / "i"
+    with FilePublishStore(path, fsync="interval", fsync_interval=3600, segment_size=4096) as st:
+        stored = [st.store(payload_for) for _ in range(300)]
+        stats = st.statistics()
+        rolls = stats["segments"] - 1 + stats["segments_deleted"]
+        assert rolls >= 5
+        assert stats["fsyncs"] == 0  # no roll synced (the interval thread sleeps an hour)
+        assert len(st.segment_log.retired) == rolls
+        st.flush()  # one sync: every retired segment, then the active one
+        assert st.statistics()["fsyncs"] == rolls + 1
+        assert st.segment_log.retired == []
+        more = [st.store(payload_for) for _ in range(100)]
+        assert st.segment_log.retired  # rolled again, not synced yet: close syncs them
+    with FilePublishStore(path, fsync="interval", fsync_interval=3600) as again:
+        assert [m.sequence for m in replayed(again)] == stored + more
+    with FilePublishStore(tmp_path / "a", fsync="always", segment_size=4096) as always:
+        for _ in range(300):
+            always.store(payload_for)
+        assert always.segment_log.retired == []  # "always" syncs at every store anyway
+
+
 def test_invalid_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="fsync"):
         FilePublishStore(tmp_path, fsync="sometimes")  # type: ignore[arg-type]

@@ -88,7 +88,9 @@ class FilePublishStore(IndexedPublishStore):
         data. A crash of the process (``kill -9``) loses nothing, because the mapped pages
         written to are the file's pages in the OS page cache; a crash of the machine
         (power, kernel) can lose the stores of the last ``fsync_interval`` (plus the
-        fsync's duration).
+        fsync's duration). When a segment fills up, the background thread also syncs it
+        (on Linux): the publisher that rolls to a new segment does not wait for an fsync of
+        the full one (up to ``segment_size`` of dirty pages, tens to hundreds of ms).
     ``"never"``
         No fsync at all (also not of the state file). A process crash loses nothing; a
         machine crash can lose whatever the OS had not yet written back.
@@ -150,6 +152,8 @@ class FilePublishStore(IndexedPublishStore):
         self._policy: FsyncPolicy = fsync
         self._always = fsync == "always"
         self._log = SegmentLog(self._dir, segment_size=segment_size, sync_files=fsync != "never")
+        # "interval": a full segment is synced by the background thread, not by the publisher
+        self._log.defer_roll_sync = fsync == "interval"
         self._torn_tails_repaired = 0
         self._truncate_on_close = False
         self._resize_handler: ResizeHandler | None = None

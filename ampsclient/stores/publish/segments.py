@@ -108,12 +108,14 @@ class SegmentLog:
     __slots__ = (
         "active_size",
         "broken",
+        "defer_roll_sync",
         "directory",
         "fd",
         "fsyncs",
         "map_size",
         "mm",
         "resize_check",
+        "retired",
         "segment_size",
         "segments",
         "segments_deleted",
@@ -149,6 +151,13 @@ class SegmentLog:
         self.resize_check: Callable[[int], bool] | None = None
         """Asked ``resize_check(new_total_bytes)`` before the files grow (a new segment or a
         longer one); ``False`` refuses the growth."""
+        self.defer_roll_sync = False
+        """Leave the fsync of a full segment to the next :meth:`sync_to` (``fsync="interval"``
+        on Linux, where an fsync of the file covers the pages written through the unmapped
+        mapping): a roll then costs the storing thread no fsync of up to a whole segment."""
+        self.retired: list[int] = []
+        """Descriptors of full segments written since the last sync: :meth:`sync_to` and
+        :meth:`close` fsync and close them."""
 
     # ------------------------------------------------------------------ opening
 
@@ -214,6 +223,36 @@ class SegmentLog:
                 )
         os.close(self.fd)
         self.fd = -1
+
+    def _retire_active(self) -> None:
+        """Unmap the active segment and cut its zero tail, keeping its descriptor in
+        :attr:`retired` for the next sync."""
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+        if self.fd < 0:
+            return
+        try:
+            os.ftruncate(self.fd, self.active_size)
+        except OSError as exc:
+            logger.warning("publish store %s: could not trim a segment: %s", self.directory, exc)
+        self.retired.append(self.fd)
+        self.fd = -1
+
+    def _sync_retired(self, fds: list[int]) -> None:
+        """fsync and close the descriptors of full segments (see :attr:`retired`); the first
+        ``OSError`` is raised once every one is closed."""
+        error: OSError | None = None
+        for fd in fds:
+            try:
+                _fdatasync(fd)
+                self.fsyncs += 1
+            except OSError as exc:
+                error = error or exc
+            finally:
+                os.close(fd)
+        if error is not None:
+            raise error
 
     # ------------------------------------------------------------------ writing
 
@@ -323,8 +362,9 @@ class SegmentLog:
             return
         with self.sync_cond:
             self._wait_no_sync()
+            retire = self.defer_roll_sync and _LINUX and self.write_gen > self.synced_gen
             try:
-                if self.sync_files:
+                if self.sync_files and not retire:
                     self.sync_active()
                     self.fsyncs += 1
             except OSError as exc:
@@ -333,14 +373,18 @@ class SegmentLog:
                 segment.path.unlink()
                 self.broken = f"fsync of {active.path.name} failed ({exc})"
                 raise StoreError(f"publish store {self.directory}: {self.broken}") from exc
-            self.release_active(trim=True)
+            if retire:  # the next sync_to covers it (synced_gen stays behind until then)
+                self._retire_active()
+            else:
+                self.release_active(trim=True)
             active.size = self.active_size
             active.high = next_sequence - 1
             self.fd = fd
             self.mm, self.map_size = mm, len(mm)
             self.active_size = segment.size
             self.segments.append(segment)
-            self.synced_gen = self.write_gen
+            if not retire:
+                self.synced_gen = self.write_gen
         try:
             self.compact(low, last_persisted, next_sequence - 1)
         except OSError as exc:
@@ -384,8 +428,10 @@ class SegmentLog:
                 cond.wait()
             self.syncing = True
             target = self.write_gen
+            retired, self.retired = self.retired, []
         error: OSError | None = None
         try:
+            self._sync_retired(retired)  # full segments first: they hold the older writes
             self.sync_active()  # roll/grow/close wait for syncing before unmapping
         except OSError as exc:
             error = exc
@@ -416,6 +462,8 @@ class SegmentLog:
         try:
             with self.sync_cond:
                 self._wait_no_sync()
+                retired, self.retired = self.retired, []
+                self._sync_retired(retired)
                 if self.sync_files and self.write_gen > self.synced_gen:
                     self.sync_active()
                     self.fsyncs += 1
