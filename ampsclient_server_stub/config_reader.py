@@ -111,6 +111,13 @@ class ConfigReader(ElementReader):
         addr_text = self.elem_text(addr_elems[0], elem)
         addr = self.convert(addr_elems[0], parse_inet_addr, addr_text)
         protocol = (self.text(elem, "Protocol") or "amps").lower()
+        if protocol not in _PROTOCOLS or (protocol == "websocket" and ttype not in ("tcp", "tcps")):
+            self.fail(
+                self.child(elem, "Protocol"),
+                f"{label}: <Protocol> {protocol!r} is not supported by the reference server "
+                "(amps, or websocket on a tcp/tcps transport)",
+            )
+        self.check_transport_extras(elem, ttype, label)
         message_type = self.text(elem, "MessageType")
         known = ("Name", "Type", "InetAddr", "Protocol", "MessageType")
         return TransportConfig(
@@ -122,6 +129,15 @@ class ConfigReader(ElementReader):
             message_type=message_type.lower() if message_type else None,
             extra=MappingProxyType(self.extras(elem, known)),
         )
+
+    def check_transport_extras(self, elem: ET.Element, ttype: str, label: str) -> None:
+        """TLS elements only on tcps/wss, ``Secret`` only on amps-replication (they would do
+        nothing elsewhere)."""
+        for child in elem:
+            if child.tag in _TLS_ONLY and ttype not in ("tcps", "wss"):
+                self.fail(child, f"{label}: <{child.tag}> applies to tcps and wss transports only")
+            if child.tag == "Secret" and ttype != "amps-replication":
+                self.fail(child, f"{label}: <Secret> applies to amps-replication transports only")
 
     def sow_topics(self, root: ET.Element) -> tuple[SowTopicConfig, ...]:
         elems: list[ET.Element] = []
@@ -378,6 +394,7 @@ class ConfigReader(ElementReader):
         for action in section.findall("Action"):
             on = tuple(self.action_step(s) for s in action.findall("On"))
             do = tuple(self.action_step(s) for s in action.findall("Do"))
+            self.check_modules(action, on, do)
             self.ignore_unknown(action, ["On", "Do"])
             raw.append(ActionConfig(on=on, do=do))
             every: float | None = None
@@ -404,6 +421,23 @@ class ConfigReader(ElementReader):
                 )
         return tuple(raw), tuple(replication)
 
+    def check_modules(
+        self, action: ET.Element, on: tuple[ActionStep, ...], do: tuple[ActionStep, ...]
+    ) -> None:
+        """Refuse an action the server would not run: a module it does not implement, or an
+        action without a step (replication actions without ``<On>`` run on the default
+        period; journal actions need one, see ``journal_actions``)."""
+        for tag, steps, known in (("On", on, _ON_MODULES), ("Do", do, _DO_MODULES)):
+            if not steps and tag == "Do":
+                self.fail(action, "<Action> has no <Do>: it would do nothing")
+            for elem, step in zip(action.findall(tag), steps, strict=True):
+                if step.module not in known:
+                    self.fail(
+                        elem,
+                        f"<Action> <{tag}> module {step.module!r} is not supported by the "
+                        f"reference server (supported: {', '.join(known)})",
+                    )
+
     def action_step(self, elem: ET.Element) -> ActionStep:
         module = self.required(elem, "Module", f"<Action> <{elem.tag}>")
         options: dict[str, str] = {}
@@ -415,6 +449,22 @@ class ConfigReader(ElementReader):
         return ActionStep(module=module, options=MappingProxyType(options))
 
 
+_ON_MODULES: Final = (SCHEDULE_MODULE,)
+_DO_MODULES: Final = (
+    DOWNGRADE_REPLICATION_MODULE,
+    UPGRADE_REPLICATION_MODULE,
+    "amps-action-do-archive-journal",
+    "amps-action-do-compress-journal",
+    "amps-action-do-remove-journal",
+)
+_PROTOCOLS: Final = ("amps", "websocket")
+_TLS_ONLY: Final = (
+    "Certificate",
+    "PrivateKey",
+    "PrivateKeyPassword",
+    "CAFile",
+    "RequireClientCertificate",
+)
 _COMPRESSIONS: Final = ("zlib",)
 _COMPRESSION_OFF: Final = ("none", "off", "false", "disabled")
 
@@ -467,8 +517,8 @@ def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -
         actions, repl_actions = reader.actions(actions_elem)
     repl_elem = reader.single(root, "Replication")
     replication = reader.replication(repl_elem, repl_actions) if repl_elem is not None else None
-    if replication is None and repl_actions:
-        logger.debug("config: replication actions configured without <Replication>; ignored")
+    if replication is None and repl_actions and actions_elem is not None:
+        doc.fail(actions_elem, "replication downgrade/upgrade actions need a <Replication>")
 
     admin_elem = reader.single(root, "Admin")
     admin = reader.admin(admin_elem) if admin_elem is not None else None
