@@ -405,6 +405,7 @@ class HAClient(Client):
             )
         self._ha = AsyncHAClient(name, publish_store, bookmark_store, **options)
         self._async = self._ha
+        self._bind_discard()
         self._close_timeout = close_timeout
         if HAClient._default_resubscription_timeout:
             self._ha.set_resubscription_timeout(HAClient._default_resubscription_timeout)
@@ -520,6 +521,13 @@ class HAClient(Client):
     def set_bookmark_store(self, store: BookmarkStore) -> None:
         """Use ``store`` for bookmark subscriptions placed from now on."""
         self._ha.set_bookmark_store(store)
+        self._bind_discard()
+
+    def _bind_discard(self) -> None:
+        """:meth:`discard` is the async client's (the store's C lane): no Python frame per
+        message, as ``publish``; not for subclasses that override it."""
+        if type(self).discard is HAClient.discard:
+            self.discard = self._ha.discard  # type: ignore[method-assign]
 
     def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""

@@ -693,6 +693,45 @@ def test_bookmark_lane_does_the_common_case_itself_and_reuses_no_entry_held_else
     store.close()
 
 
+def test_ha_discard_is_the_stores_lane_and_follows_a_new_store() -> None:
+    """``HAClient.discard`` (sync and async) is the bookmark store's discard lane itself, no
+    Python frame in between; after ``set_bookmark_store`` it is the new store's; a subclass
+    that overrides ``discard`` keeps its override."""
+    first, second = MemoryBookmarkStore(), MemoryBookmarkStore()
+    client = HAClient("discard-lane", bookmark_store=first)
+    try:
+        for store in (first, second):
+            if store is second:
+                client.set_bookmark_store(second)
+            assert client.discard == store._discard_fast
+            assert client.async_client.discard == store._discard_fast
+            for i in (1, 2):
+                m = delivery("s", f"9|{i}|")
+                store._log_fast(m)
+                client.discard(m)
+            assert store.get_most_recent("s") == "9|2|"
+        assert first.get_most_recent("s") == "9|2|"
+    finally:
+        client.close()
+
+    calls: list[Message] = []
+
+    class Counting(HAClient):
+        def discard(self, message: Message) -> None:
+            calls.append(message)
+            super().discard(message)
+
+    counting = Counting("discard-override")
+    try:
+        m = delivery("s", "9|1|")
+        counting.bookmark_store.log(m)
+        counting.discard(m)
+        assert calls == [m]
+        assert counting.bookmark_store.get_most_recent("s") == "9|1|"
+    finally:
+        counting.close()
+
+
 def test_bookmark_store_log_and_discard_on_two_threads(implementation: str) -> None:
     """One thread logs (the receive loop), another discards (a worker): nothing is lost."""
     store = MemoryBookmarkStore()

@@ -143,6 +143,8 @@ class AsyncHAClient(ConnectionFace):
             bookmark_store if bookmark_store is not None else MemoryBookmarkStore()
         )
         self._discard: Callable[[Message], None] = fast_discard(self._bookmark_store)
+        if type(self).discard is AsyncHAClient.discard:  # the store's lane itself, no frame
+            self.discard = self._discard  # type: ignore[method-assign,assignment]
         self._duplicate_handler: Handler | None = None
         self._core.on_sub_persisted = self._sub_persisted
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
@@ -273,6 +275,8 @@ class AsyncHAClient(ConnectionFace):
         """Use ``store`` for bookmark subscriptions placed from now on."""
         self._bookmark_store = store
         self._discard = fast_discard(store)
+        if type(self).discard is AsyncHAClient.discard:
+            self.discard = self._discard  # type: ignore[method-assign,assignment]
 
     def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""
@@ -705,7 +709,7 @@ class AsyncHAClient(ConnectionFace):
             handler is not None
             and command.name in SUBSCRIBE_COMMANDS
             and command.fields.get("bm") is not None
-            and not getattr(handler, "_bookmark_logged", False)
+            and not getattr(handler, "bookmark_logged", False)
         ):
             if command.fields["bm"] == MOST_RECENT:
                 command.fields["bm"] = self._resolve_bookmark(MOST_RECENT, command.get_sub_id())
@@ -715,7 +719,6 @@ class AsyncHAClient(ConnectionFace):
                 )
             command.add_ack_type(AckType.PERSISTED)
             handler = self._bookmark_handler(handler)
-            handler._bookmark_logged = True  # type: ignore[attr-defined]
         pending = await self._client.send_command(command, handler, stream)
         if (
             pending is not None
