@@ -101,7 +101,7 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "split_frames": "ampsclient.protocol.framing.split_frames",
-        "deliver": "ampsclient.client.deliver",
+        "deliver": "ampsclient.core.routes.deliver",
         "join_seq": "ampsclient.stores.publish.base.join_seq",
         "crc32": "zlib.crc32",
         "write_record": "ampsclient.stores.publish.record.write_record",
