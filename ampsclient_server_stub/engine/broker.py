@@ -258,6 +258,7 @@ class Broker:
             instance=config.name,
         )
         self.hooks.queues = engine
+        self.hooks.durable_listeners.append(engine.on_durable)
         self._subscriptions.on_remove = engine.removed
         return engine
 

@@ -49,9 +49,11 @@ from ..engine.topics import compile_topic
 from ..engine.txlog import TxLog
 from ..engine.wire import (
     COMPLETED,
+    PERSISTED,
     PROCESSED,
     RECEIVED,
     CommandFailure,
+    ack_flags,
     command_options,
     format_timestamp,
     int_field,
@@ -72,6 +74,9 @@ ACK_FILE: Final = "queues.ack"
 
 NEVER: Final = "99991231T235959.000000Z"
 """``lp`` of a lease that never expires (no ``LeasePeriod``)."""
+
+_COMMIT_DELAY: Final = 0.02
+"""Seconds a journaled acknowledgement waits for a group commit nobody waits for."""
 
 _ACK_POINT_INTERVAL: Final = 1.0
 """Seconds between writes of ``queues.ack`` while acknowledgements come in."""
@@ -149,6 +154,7 @@ class QueueEngine:
         self._pid = publisher_id_for(f"{instance}/queues")
         self._seq = self._journal.last_sequence(self._pid)
         self._timer: TimerHandle | None = None
+        self._commit_timer: TimerHandle | None = None
         self._timer_at: float | None = None
         self._ack_timer: TimerHandle | None = None
         self._ack_dirty = False
@@ -156,6 +162,8 @@ class QueueEngine:
         self._points: dict[str, int] = {}
         self._ack_path = Path(self._journal.directory) / f"{self._journal.name}.{ACK_FILE}"
         self.counters: dict[str, int] = {"acks": 0, "bad_acks": 0, "ack_records": 0}
+        self._timed = any(c.lease_period or c.expiration for c in configs)
+        self._stale = False
         for i, cfg in enumerate(configs):
             for topic in cfg.topics():
                 if not txlog.records(cfg.message_type, topic):
@@ -200,14 +208,27 @@ class QueueEngine:
 
     def intake(self, queue: Queue, frame: bytes) -> None:
         """A message published to one of ``queue``'s underlying topics (a delivery frame)."""
-        hdr, end = decode_header(frame)
-        bookmark = text(hdr.get("bm"))
+        # Fast path: the plain delivery frame ...,"bm":"<bm>"}BODY (no correlation id).
+        i = frame.find(b',"bm":"')
+        j = frame.find(b'"', i + 7) if i > 0 else -1
+        x: str | None
+        if j > 0 and frame[j + 1 : j + 2] == b"}":
+            bookmark: str | None = frame[i + 7 : j].decode()
+            data = frame[j + 2 :]
+            x = None
+        else:
+            hdr, end = decode_header(frame)
+            bookmark = text(hdr.get("bm"))
+            data = frame[end:]
+            x = text(hdr.get("x"))
         if bookmark is None:  # pragma: no cover - underlying topics are recorded
             logger.warning("queue %r: a message without a bookmark was not enqueued", queue.name)
             return
-        if queue.enqueue(bookmark, frame[end:], text(hdr.get("x")), self._clock()):
-            self._pump(queue)
-            self._arm()
+        if queue.enqueue(bookmark, data, x, self._clock()):
+            if queue.subs:
+                self._pump(queue)
+            if self._timed:
+                self._arm()
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -309,7 +330,7 @@ class QueueEngine:
                 raise CommandFailure("invalid bookmark", "queue acknowledgement without bookmarks")
         self.counters["acks"] += 1
         result = queue.ack(bookmarks, option=option, owner=conn, now=now, known=self._in_journal)
-        index = self._record(queue, result.removed)
+        index = self._record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
         self._expired(queue, [msg for msg, _reason in result.expired], reasons=result)
         self._pump(queue)
         self._arm()
@@ -358,8 +379,16 @@ class QueueEngine:
 
     # ------------------------------------------------------------------ journal
 
-    def _record(self, queue: Queue, bookmarks: Sequence[str]) -> int | None:
-        """Journal the removal of ``bookmarks`` from ``queue``; its journal index."""
+    def _record(
+        self, queue: Queue, bookmarks: Sequence[str], *, urgent: bool = False
+    ) -> int | None:
+        """Journal the removal of ``bookmarks`` from ``queue``; its journal index.
+
+        ``urgent``: someone waits for it to be durable (an ack asking for ``persisted``),
+        so the group commit is requested now; otherwise within :data:`_COMMIT_DELAY` (or
+        with the next publish's commit): a commit per acknowledgement would make every
+        consumer's round trip wait for the journal thread.
+        """
         if not bookmarks:
             return None
         self._seq += 1
@@ -372,12 +401,16 @@ class QueueEngine:
             fields={"mt": queue.config.message_type, "bm": ",".join(bookmarks), "queue": 1},
         )
         self.counters["ack_records"] += 1
-        self._request_sync()
-        self._refresh_points()
-        self._ack_dirty = True
-        if self._ack_timer is None and self._call_later is not None:
-            self._ack_timer = self._call_later(_ACK_POINT_INTERVAL, self._ack_point_due)
+        if urgent or self._call_later is None:
+            self._request_sync()
+        elif self._commit_timer is None:
+            self._commit_timer = self._call_later(_COMMIT_DELAY, self._commit_due)
+        self._stale = True  # the ack point moves once this is durable (on_durable)
         return record.index
+
+    def _commit_due(self) -> None:
+        self._commit_timer = None
+        self._request_sync()
 
     def _recover(self, queue: Queue) -> None:
         """Rebuild ``queue`` from the journal (from its saved point or its RecoveryPoint)."""
@@ -496,18 +529,25 @@ class QueueEngine:
         except OSError:
             logger.exception("writing %s", self._ack_path)
 
+    def on_durable(self, durable: int) -> None:
+        """A group commit completed (``BrokerHooks.durable_listeners``): move the ack
+        points past what was acknowledged; the file is written at most once a second."""
+        if not self._stale:
+            return
+        try:
+            self._stale = self._refresh_points()  # still held back: again next commit
+        except JournalError:  # closed: the points of the last refresh stand
+            self._stale = False
+            return
+        self._ack_dirty = True
+        if self._ack_timer is None and self._call_later is not None:
+            self._ack_timer = self._call_later(_ACK_POINT_INTERVAL, self._ack_point_due)
+
     def _ack_point_due(self) -> None:
         self._ack_timer = None
         if self._ack_dirty:
             self._ack_dirty = False
-            try:
-                held = self._refresh_points()
-            except JournalError:  # pragma: no cover - closing
-                return
             self._write_points()
-            if held and self._call_later is not None:  # again once that is durable
-                self._ack_timer = self._call_later(_ACK_POINT_INTERVAL, self._ack_point_due)
-                self._ack_dirty = True
 
     # ------------------------------------------------------------------ time
 
@@ -570,10 +610,10 @@ class QueueEngine:
 
     def close(self) -> None:
         """Write the ack points and stop the timers (the journal is still open)."""
-        for timer in (self._timer, self._ack_timer):
+        for timer in (self._timer, self._ack_timer, self._commit_timer):
             if timer is not None:
                 timer.cancel()
-        self._timer = self._ack_timer = None
+        self._timer = self._ack_timer = self._commit_timer = None
         try:
             self._refresh_points()
         except JournalError:  # closed first: the points of the last refresh stand

@@ -113,6 +113,10 @@ class QueueSub:
         return self.backlog - len(self.leased)
 
 
+_FULL: Final = QueueSub(None, None, 0, None)
+"""``_choose``'s answer when no subscription has room (the offer stops there)."""
+
+
 class AckResult:
     """What one acknowledgement did (the engine journals ``removed`` and reports counts)."""
 
@@ -237,55 +241,66 @@ class Queue:
     def offer(self, now: float) -> list[tuple[QueueSub, QueueMessage]]:
         """Lease what can be leased now; returns ``(subscription, message)`` in order."""
         out: list[tuple[QueueSub, QueueMessage]] = []
-        if not self.owner or not self.subs or not self._heap:
+        heap = self._heap
+        if not heap or not self.owner:
             return out
+        for candidate in self.subs:
+            if len(candidate.leased) < candidate.backlog:
+                break
+        else:
+            return out  # no subscription has room (or there is none)
         limit = self.config.max_backlog
         lease_period = self.config.lease_period
-        heap = self._heap
         skipped: list[tuple[int, int, QueueMessage]] = []
-        rooms = sum(max(0, s.room) for s in self.subs)
-        while heap and rooms > 0 and (limit is None or self.leased < limit):
+        choose = self._choose
+        while heap and (limit is None or self.leased < limit):
             item = heapq.heappop(heap)
             msg = item[2]
-            if msg.state != AVAILABLE or item[1] != msg.order:
-                continue  # stale entry
-            qsub = self._choose(msg)
+            if msg.state != AVAILABLE:
+                continue  # acknowledged or expired while waiting
+            qsub = choose(msg)
             if qsub is None:
-                skipped.append(item)
+                skipped.append(item)  # no subscription with room takes this one
                 if len(skipped) >= _SCAN_LIMIT:
                     break
                 continue
-            rooms -= 1
+            if qsub is _FULL:
+                skipped.append(item)
+                break
             msg.deliveries += 1
             self.leased += 1
             qsub.leased[msg.bookmark] = msg
-            self.counters["delivered"] += 1
+            msg.lessee = qsub
             if self.at_most_once:
-                self._drop(msg)  # gone from the queue; the slot stays until acknowledged
-                msg.lessee = qsub
+                msg.state = GONE  # gone from the queue; the slot stays until acknowledged
+                del self.messages[msg.bookmark]
             else:
                 msg.state = LEASED
-                msg.lessee = qsub
             if lease_period is not None:
                 msg.lease_deadline = now + lease_period
                 heapq.heappush(self._lease_heap, (msg.lease_deadline, msg.order, msg))
             out.append((qsub, msg))
+        self.counters["delivered"] += len(out)
         for item in skipped:
             heapq.heappush(heap, item)
         return out
 
     def _choose(self, msg: QueueMessage) -> QueueSub | None:
+        """The subscription that gets ``msg`` by the fairness model; ``None`` when no
+        subscription with room matches it, :data:`_FULL` when none has room at all."""
         subs = self.subs
         n = len(subs)
         fairness = self.config.fairness
         best: QueueSub | None = None
         best_ratio = 2.0
+        room = False
         start = self._rr if fairness == "round-robin" else 0
         for i in range(n):
-            k = (start + i) % n
+            k = (start + i) % n if start else i
             qsub = subs[k]
             if len(qsub.leased) >= qsub.backlog:
                 continue
+            room = True
             if qsub.matches is not None:
                 if msg.doc is _UNPARSED:
                     msg.doc = self._decode(msg.data)
@@ -299,6 +314,8 @@ class Queue:
             ratio = len(qsub.leased) / qsub.backlog
             if ratio < best_ratio:
                 best, best_ratio = qsub, ratio
+        if best is None and not room:
+            return _FULL
         return best
 
     # ------------------------------------------------------------------ acknowledgements

@@ -1,0 +1,196 @@
+"""Queue throughput of the reference server: publish -> queue -> K consumers, against the same
+server's plain pub/sub rate in the same run.
+
+The server runs as a separate process (``ServerProcess``, ``--fsync never``) with a
+transaction log recording ``orders`` and ``plain`` and a queue ``work`` over ``orders``
+(``MaxPerSubscriptionBacklog`` 1000). Clients are this project's sync ``Client``.
+
+1. **Plain pub/sub**: one subscriber to ``plain``; one publisher sends ``-n`` messages; the
+   clock runs from the first publish to the last message received. Messages/s.
+2. **Queue, K = 1, 2, 4 consumers**: each consumer subscribes to ``work`` with
+   ``max_backlog=--backlog`` and auto-ack batching (``--batch`` acks per ``sow_delete``,
+   100 ms timeout); one publisher sends ``-n`` messages to ``orders``; the clock runs from
+   the first publish to the last message processed (its handler returned: auto-ack acks
+   it). Messages processed/s and the ratio to the plain rate. The server's own statistics
+   then confirm that every message was acknowledged and none was delivered twice.
+
+Usage::
+
+    python benchmarks/queue_bench.py [-n 20000] [--runs 3] [--json FILE]
+
+Each run's figures are printed; the medians are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ampsclient import Client, Command
+from ampsclient_server_stub.harness import ServerProcess
+
+DATA = '{"id":%d,"sym":"IBM","px":101.5,"qty":100}'
+
+CONFIG = """<AMPSConfig>
+<Transports><Transport><Name>tcp</Name><Type>tcp</Type><Protocol>amps</Protocol>
+  <InetAddr>127.0.0.1:0</InetAddr></Transport></Transports>
+<TransactionLog><JournalDirectory>journal</JournalDirectory>
+  <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
+  <Topic><Name>plain</Name><MessageType>json</MessageType></Topic></TransactionLog>
+<SOW><Queue><Name>work</Name><MessageType>json</MessageType>
+  <UnderlyingTopic>orders</UnderlyingTopic>
+  <MaxPerSubscriptionBacklog>1000</MaxPerSubscriptionBacklog></Queue></SOW>
+</AMPSConfig>"""
+
+
+class Counter:
+    """A thread-safe message counter that can be waited on."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.cond = threading.Condition()
+
+    def __call__(self, _message: object) -> None:
+        with self.cond:
+            self.count += 1
+            self.cond.notify_all()
+
+    def wait(self, target: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not target():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError(f"timed out waiting for {what}")
+                self.cond.wait(left)
+
+
+def connect(uri: str, name: str) -> Client:
+    client = Client(name)
+    client.connect(uri)
+    client.logon()
+    return client
+
+
+def publish(uri: str, name: str, topic: str, n: int) -> None:
+    pub = connect(uri, name)
+    try:
+        for i in range(n):
+            pub.publish(topic, DATA % i)
+        pub.flush()
+    finally:
+        pub.close()
+
+
+def plain_rate(uri: str, n: int, run: int) -> float:
+    counter = Counter()
+    sub = connect(uri, f"plain-sub-{run}")
+    try:
+        sub.execute_async(Command("subscribe").set_topic("plain"), counter)
+        sub.flush()
+        start = time.perf_counter()
+        publish(uri, f"plain-pub-{run}", "plain", n)
+        counter.wait(lambda: counter.count >= n, 120, f"{n} plain messages")
+        return n / (time.perf_counter() - start)
+    finally:
+        sub.close()
+
+
+def queue_rate(uri: str, n: int, k: int, backlog: int, batch: int, run: int) -> float:
+    counter = Counter()
+    consumers = []
+    try:
+        for i in range(k):
+            c = connect(uri, f"worker-{run}-{k}-{i}")
+            c.set_auto_ack(True)
+            c.set_ack_batch_size(batch)
+            c.set_ack_timeout(100)
+            command = Command("subscribe").set_topic("work").set_options(f"max_backlog={backlog}")
+            c.execute_async(command, counter)
+            c.flush()
+            consumers.append(c)
+        start = time.perf_counter()
+        publish(uri, f"queue-pub-{run}-{k}", "orders", n)
+        counter.wait(lambda: counter.count >= n, 120, f"{n} queue messages")
+        elapsed = time.perf_counter() - start
+        if counter.count != n:
+            raise RuntimeError(f"{counter.count} deliveries for {n} messages")
+        return n / elapsed
+    finally:
+        for c in consumers:
+            c.close()  # pending acks go out first
+
+
+def queue_stats(server: ServerProcess) -> dict[str, Any]:
+    """The queue's figures from the server's shutdown statistics line (no admin needed):
+    not available from a process; instead the queue must be empty, which a fresh
+    consumer proves by receiving nothing before a flush ack."""
+    probe = connect(server.uri(), "probe")
+    try:
+        seen = Counter()
+        probe.execute_async(Command("subscribe").set_topic("work"), seen)
+        probe.flush()
+        return {"left_in_queue": seen.count}
+    finally:
+        probe.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", type=int, default=20_000, help="messages per measurement")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--backlog", type=int, default=30, help="max_backlog per consumer")
+    parser.add_argument("--batch", type=int, default=10, help="acks per sow_delete")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="queue-bench-") as tmp:
+        config = Path(tmp) / "queue.xml"
+        config.write_text(CONFIG)
+        server = ServerProcess(
+            data_dir=Path(tmp) / "data", config=config, extra_args=["--fsync", "never"]
+        )
+        server.start()
+        try:
+            uri = server.uri()
+            publish(uri, "warm", "plain", 2000)
+            results: dict[str, list[float]] = {
+                "plain": [],
+                "queue_k1": [],
+                "queue_k2": [],
+                "queue_k4": [],
+            }
+            for run in range(args.runs):
+                rate = plain_rate(uri, args.n, run)
+                results["plain"].append(rate)
+                line = [f"run {run + 1}: plain {rate:,.0f}/s"]
+                for k in (1, 2, 4):
+                    q = queue_rate(uri, args.n, k, args.backlog, args.batch, run)
+                    results[f"queue_k{k}"].append(q)
+                    line.append(f"K={k} {q:,.0f}/s ({q / rate:.2f})")
+                print("  ".join(line), flush=True)
+            left = queue_stats(server)["left_in_queue"]
+        finally:
+            server.stop()
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    plain = medians["plain"]
+    print(f"medians of {args.runs} runs, {args.n} messages each:")
+    print(f"  plain pub/sub          {plain:>10,.0f} msgs/s")
+    for k in (1, 2, 4):
+        q = medians[f"queue_k{k}"]
+        print(f"  queue, K={k} consumers  {q:>10,.0f} msgs/s  ratio {q / plain:.2f}")
+    print(f"  messages left in the queue afterwards: {left}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"runs": results, "medians": medians, "left": left}))
+    return 0 if left == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
