@@ -1067,7 +1067,8 @@ lane_free(Lane *self)
 static int
 message_ids(PyObject *message, PyObject **bm, PyObject **sid)
 {
-    if (message_base == NULL || !PyObject_TypeCheck(message, message_base)) {
+    if (message_base == NULL
+        || (Py_TYPE(message) != message_seen && !PyObject_TypeCheck(message, message_base))) {
         return 0;
     }
     *bm = SLOT(message, off_bm);
