@@ -609,7 +609,16 @@ def test_probe(probe: Callable[[Path], None], tmp_path: Path) -> None:
         (
             config_xml(
                 "<Actions><Action><On><Module>amps-action-on-startup</Module></On><Do>"
-                "<Module>amps-action-do-remove-journal</Module></Do></Action></Actions>"
+                "<Module>amps-action-do-remove-journal</Module><Options><Age>1d</Age></Options></Do>"
+                "</Action></Actions><TransactionLog/>"
+            ),
+            r"amps-action-on-schedule \(found: amps-action-on-startup\)",
+        ),
+        (
+            config_xml(
+                "<Replication/><Actions><Action><On><Module>amps-action-on-startup</Module></On>"
+                "<Do><Module>amps-action-do-downgrade-replication</Module><Options><Age>5s</Age>"
+                "</Options></Do></Action></Actions>"
             ),
             r"<On> module 'amps-action-on-startup' is not supported",
         ),
