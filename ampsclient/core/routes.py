@@ -50,11 +50,12 @@ class Routes(dict[str, "Handler"]):
         if len(self.cache) >= 1024 or len(self.lengths) >= 8:
             self.cache.clear()
             self.lengths.clear()
-        # handlers of bookmark subscriptions want the bookmark: read it right after ``sids``;
-        # the HA client's ones also offer the bookmark store's ``log`` and the user's handler
-        wants_bm = bool(getattr(handler, "_bookmark_logged", False))
-        log = getattr(handler, "_log", None)
-        inner = getattr(handler, "_inner", None)
+        # handlers of bookmark subscriptions (``bookmark_logged``) want the bookmark: read it
+        # right after ``sids``; they offer the bookmark store's ``log`` (``bookmark_log``) and
+        # the application's handler (``inner_handler``)
+        wants_bm = bool(getattr(handler, "bookmark_logged", False))
+        log = getattr(handler, "bookmark_log", None)
+        inner = getattr(handler, "inner_handler", None)
         self.cache[prefix] = (sid, handler, wants_bm, log, inner)
         if len(prefix) not in self.lengths:
             self.lengths.append(len(prefix))

@@ -42,10 +42,12 @@ def logging_handler(
             return None
         return handler(message)
 
-    # the receive fast path logs a delivery itself and calls ``handler`` when ``log``
-    # numbers it; anything else (a duplicate, no bookmark) goes through ``on_message``
-    on_message._log = getattr(store, "_log_fast", store.log)  # type: ignore[attr-defined]
-    on_message._inner = handler  # type: ignore[attr-defined]
+    # the receive fast path (ampsclient.core.routes) reads the bookmark of such a route's
+    # deliveries, logs each itself and calls ``handler`` when ``log`` numbers it; anything
+    # else (a duplicate, no bookmark) goes through ``on_message``
+    on_message.bookmark_logged = True  # type: ignore[attr-defined]
+    on_message.bookmark_log = getattr(store, "_log_fast", store.log)  # type: ignore[attr-defined]
+    on_message.inner_handler = handler  # type: ignore[attr-defined]
     return on_message
 
 
