@@ -1,8 +1,9 @@
-"""Build the optional C speedups (``ampsclient/_speedups.c``).
+"""Build the optional C speedups (``ampsclient/_speedups.c`` for the client,
+``ampsclient_server_stub/_speedups.c`` for the reference server).
 
-Everything else is in ``pyproject.toml``. The extension is optional, as websockets' is:
+Everything else is in ``pyproject.toml``. The extensions are optional, as websockets' is:
 without a C compiler the install succeeds and the pure-Python code runs
-(``ampsclient._accel.SPEEDUPS`` is then ``False``).
+(``ampsclient._accel.SPEEDUPS`` / ``ampsclient_server_stub.accel.SPEEDUPS`` are then ``False``).
 """
 
 import os
@@ -13,6 +14,13 @@ ext_modules = []
 if os.environ.get("AMPSCLIENT_NO_EXTENSIONS") != "1":
     ext_modules.append(
         Extension("ampsclient._speedups", sources=["ampsclient/_speedups.c"], optional=True)
+    )
+    ext_modules.append(
+        Extension(
+            "ampsclient_server_stub._speedups",
+            sources=["ampsclient_server_stub/_speedups.c"],
+            optional=True,
+        )
     )
 
 setup(ext_modules=ext_modules)

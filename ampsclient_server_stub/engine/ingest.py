@@ -383,15 +383,8 @@ class Ingest:
             conn.persist_pending = True
             self._durability.wait_durable(state, first + count - 1, last)
         self._appended()
-        routes = self._index.routes
-        deliver = self._delivery.deliver_plain
         self._delivery.topics.published_run(batch)
-        for seq, topic, data in batch:
-            route = routes.get((mt, topic))
-            if route is None:
-                route = self._index.route(mt, topic)
-            if route:
-                deliver(route, topic, data, None, mt, f"{pid}|{seq}|")
+        self._delivery.deliver_run(self._index.route, mt, pid, batch)
         return _NOTHING
 
     def _client_delete(self, item: ClientDelete) -> Ingested:

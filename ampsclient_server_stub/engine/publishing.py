@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from ampsclient.protocol.header import Header
 
+from .. import accel
 from .durability import Durability
 from .hooks import BrokerHooks
 from .ingest import ClientDelete, ClientPublish, ClientRun, Ingest
@@ -33,6 +34,7 @@ from .wire import (
     parse_plain_publish,
     parse_seq_publish,
     publish_header,
+    scan_publishes,
     send_acks,
     sequence_of,
     split_list,
@@ -45,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 _new: Final = tuple.__new__
 """``_new(ClientPublish, (...))``: the named tuple without its Python ``__new__`` (hot path)."""
+
+_scan: Final = accel.scan_publishes or scan_publishes
+"""Takes the batchable publishes of a run (C, or its Python twin)."""
 
 Failed = Callable[[Connection, Header, Exception], None]
 """Answers a failed command (failure acks, counters)."""
@@ -151,11 +156,25 @@ class Publishing:
         parse = parse_plain_publish if plain else parse_seq_publish
         records = txlog.records
         sow_names = self._sows.by_name
+        # topics seen in this run that batch (no SOW, recorded); the scanner takes publishes
+        # to them without Python code per message (without a guard: it checks each one)
+        batching: dict[str, bool] = {}
+        scan = _scan if guard is None else None
+        if type(payloads) is not list:
+            payloads = list(payloads)
         batch: list[tuple[int, str, bytes]] = []
         last_seq = state.last_seq
         n = len(payloads)
         i = start
         while i < n:
+            if scan is not None and batching:
+                j, taken = scan(payloads, i, plain, last_seq, batching)
+                if j > i:
+                    batch += taken
+                    last_seq = taken[-1][0]
+                    i = j
+                    if i >= n:
+                        break
             payload = payloads[i]
             parsed = parse(payload)
             if parsed is None:
@@ -173,6 +192,7 @@ class Publishing:
                         if conn.closed:
                             return i
                         continue
+                batching[topic] = True
                 last_seq = last_seq + 1 if seq is None else seq
                 batch.append((last_seq, topic, payload[end:]))
             else:  # duplicate, SOW topic, unrecorded topic: exactly the one-by-one path

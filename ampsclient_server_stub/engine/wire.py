@@ -37,12 +37,14 @@ __all__ = [
     "command_filter",
     "command_matcher",
     "command_options",
+    "delivery_frames",
     "format_timestamp",
     "int_field",
     "parse_plain_publish",
     "parse_seq_publish",
     "persisted_ack",
     "publish_header",
+    "scan_publishes",
     "send_ack",
     "send_acks",
     "sequence_of",
@@ -83,6 +85,7 @@ _FAST_SEQ_T_MID_LEN: Final = len(_FAST_SEQ_T_MID)
 FAST_PUBLISH_SHAPES: Final = (_FAST_SEQ, _FAST_SEQ_T)
 """Every publish the recognizers take starts with one of these (``bytes.startswith`` test)."""
 
+_MAX_RUN_SEQ: Final = 2**63 - 1
 _EMPTY_OPTIONS: Final[Mapping[str, str]] = {}
 
 
@@ -323,6 +326,8 @@ def parse_seq_publish(payload: bytes) -> tuple[str, int, int] | None:
             return payload[_FAST_SEQ_T_LEN:j].decode(), int(payload[k:e]), e + 1
         except UnicodeDecodeError:
             return None
+    if not payload.startswith(_FAST_SEQ):
+        return None
     i = payload.find(_FAST_SEQ_MID, _FAST_SEQ_LEN, _FAST_SEQ_LEN + 21 + _FAST_SEQ_MID_LEN)
     if i <= _FAST_SEQ_LEN:
         return None
@@ -340,3 +345,48 @@ def parse_seq_publish(payload: bytes) -> tuple[str, int, int] | None:
         except UnicodeDecodeError:
             return None
     return None
+
+
+# --------------------------------------------------------------------------- runs (C twins)
+
+
+def scan_publishes(
+    payloads: list[bytes], start: int, plain: bool, last_seq: int, topics: Mapping[str, Any]
+) -> tuple[int, list[tuple[int, str, bytes]]]:
+    """The publishes at ``payloads[start:]`` that can be batched: parsed by
+    :func:`parse_plain_publish` (``plain``) or :func:`parse_seq_publish`, each sequence above
+    the one before (plain publishes are numbered from ``last_seq + 1``), each topic a key of
+    ``topics``. Returns ``(end, batch)``: the index of the first payload not taken and
+    ``(sequence, topic, body)`` per publish taken.
+
+    Twin of the C ``scan_publishes``. A sequence above 2**63 - 1 ends the run (the caller's
+    one-by-one path takes it).
+    """
+    parse = parse_plain_publish if plain else parse_seq_publish
+    batch: list[tuple[int, str, bytes]] = []
+    append = batch.append
+    n = len(payloads)
+    i = start
+    while i < n:
+        payload = payloads[i]
+        parsed = parse(payload)
+        if parsed is None:
+            break
+        topic, seq, end = parsed
+        if topic not in topics:
+            break
+        if seq is None:
+            seq = last_seq + 1
+        elif seq <= last_seq or seq > _MAX_RUN_SEQ:
+            break
+        append((seq, topic, payload[end:]))
+        last_seq = seq
+        i += 1
+    return i, batch
+
+
+def delivery_frames(head: bytes, batch: list[tuple[int, str, bytes]]) -> list[bytes]:
+    """``head + b'%d|"}' % sequence + body`` for each ``(sequence, topic, body)`` of
+    ``batch``: the delivery frames of a run to one connection, ``head`` ending with the
+    publisher id's ``"bm":"PID|``. Twin of the C ``delivery_frames``."""
+    return [b'%s%d|"}%s' % (head, seq, data) for seq, _topic, data in batch]

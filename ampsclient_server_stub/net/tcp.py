@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ampsclient.exceptions import FrameTooLargeError
 from ampsclient.protocol.framing import TcpFramer
+from ampsclient_server_stub import accel
 from ampsclient_server_stub.engine.broker import Broker
 
 from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
@@ -26,11 +27,25 @@ if TYPE_CHECKING:
 
     from .flow import FlowControl
 
-__all__ = ["TcpSession", "start_tcp_listener"]
+__all__ = ["TcpSession", "frame_join", "start_tcp_listener"]
 
 logger = logging.getLogger(__name__)
 
 _pack_len: Final = struct.Struct(">I").pack
+
+
+def frame_join(payloads: list[bytes]) -> bytes:
+    """Each payload after its 4-byte big-endian length, in one bytes object (what one
+    ``transport.write`` sends). Twin of the C ``frame_join``."""
+    parts: list[bytes] = []
+    append = parts.append
+    for payload in payloads:
+        append(_pack_len(len(payload)))
+        append(payload)
+    return b"".join(parts)
+
+
+_frame_join: Final = accel.frame_join or frame_join
 
 
 class TcpSession(NetSession, asyncio.Protocol):
@@ -97,12 +112,7 @@ class TcpSession(NetSession, asyncio.Protocol):
             payload = payloads[0]
             transport.write(_pack_len(len(payload)) + payload)
             return
-        parts: list[bytes] = []
-        append = parts.append
-        for payload in payloads:
-            append(_pack_len(len(payload)))
-            append(payload)
-        transport.write(b"".join(parts))
+        transport.write(_frame_join(payloads))
 
     def _buffered(self) -> int:
         transport = self.transport

@@ -1,0 +1,250 @@
+/* Optional C versions of the reference server's per-message loops.
+ *
+ * Each function here has one pure-Python twin that is the reference (see
+ * ampsclient_server_stub/accel.py, which picks one or the other; AMPSCLIENT_PUREPYTHON=1
+ * forces the Python ones). tests/server/test_server_speedups.py runs both on the same cases.
+ *
+ *   scan_publishes  the run of fast-shaped publishes in one read (wire.scan_publishes)
+ *   delivery_frames the delivery frames of a run for one connection (wire.delivery_frames)
+ *   frame_join      length-prefixed TCP framing of a list of payloads (net.tcp.frame_join)
+ *
+ * Nothing here touches server state: inputs and outputs are lists, tuples, bytes and str.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <limits.h>
+#include <string.h>
+
+static const char PLAIN[] = "{\"c\":\"p\",\"t\":\"";              /* 14 */
+static const char SEQ[] = "{\"c\":\"p\",\"s\":";                    /* 13 */
+static const char SEQ_MID[] = ",\"a\":\"persisted\",\"t\":\"";     /* 22 */
+static const char SEQ_T_MID[] = "\",\"a\":\"persisted\",\"s\":";   /* 22 */
+#define PLAIN_LEN 14
+#define SEQ_LEN 13
+#define MID_LEN 22
+
+static const char *find_byte(const char *p, const char *end, char c) {
+    return p < end ? memchr(p, c, (size_t)(end - p)) : NULL;
+}
+
+static int all_digits(const char *p, const char *end) {
+    if (p >= end) return 0;
+    for (; p < end; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+/* the digits [p, end) as a value, -1 above LLONG_MAX */
+static long long to_ll(const char *p, const char *end) {
+    long long v = 0;
+    for (; p < end; p++) {
+        int d = *p - '0';
+        if (v > (LLONG_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    return v;
+}
+
+/* One publish of the shapes parse_plain_publish / parse_seq_publish take (wire.py).
+ * Sets topic [*t0, *t1), *seq (-1 for plain) and *body; 0 when it is not such a publish, or
+ * one this function leaves to Python (a sequence above LLONG_MAX). */
+static int parse_one(const char *p, Py_ssize_t n, int plain, const char **t0, const char **t1,
+                     long long *seq, Py_ssize_t *body) {
+    const char *end = p + n;
+    if (n < PLAIN_LEN) return 0;
+    if (plain) {
+        if (memcmp(p, PLAIN, PLAIN_LEN) != 0) return 0;
+        const char *j = find_byte(p + PLAIN_LEN, end, '"');
+        if (!j || j == p + PLAIN_LEN || j + 1 >= end || j[1] != '}') return 0;
+        if (memchr(p + PLAIN_LEN, '\\', (size_t)(j - p - PLAIN_LEN))) return 0;
+        *t0 = p + PLAIN_LEN; *t1 = j; *seq = -1; *body = (j - p) + 2;
+        return 1;
+    }
+    if (memcmp(p, PLAIN, PLAIN_LEN) == 0) { /* {"c":"p","t":"T","a":"persisted","s":N} */
+        const char *j = find_byte(p + PLAIN_LEN, end, '"');
+        if (!j || j == p + PLAIN_LEN) return 0;
+        if (end - j < MID_LEN || memcmp(j, SEQ_T_MID, MID_LEN) != 0) return 0;
+        const char *k = j + MID_LEN;
+        const char *lim = k + 21 < end ? k + 21 : end;
+        const char *e = find_byte(k, lim, '}');
+        if (!e || e == k || !all_digits(k, e)) return 0;
+        if (memchr(p, '\\', (size_t)(j - p))) return 0;
+        if ((*seq = to_ll(k, e)) < 0) return 0;
+        *t0 = p + PLAIN_LEN; *t1 = j; *body = (e - p) + 1;
+        return 1;
+    }
+    if (memcmp(p, SEQ, SEQ_LEN) != 0) return 0; /* {"c":"p","s":N,"a":"persisted","t":"T"} */
+    const char *lim = p + SEQ_LEN + 21 + MID_LEN < end ? p + SEQ_LEN + 21 + MID_LEN : end;
+    const char *i = p + SEQ_LEN;
+    const char *found = NULL;
+    for (; i + MID_LEN <= lim; i++)
+        if (*i == ',' && memcmp(i, SEQ_MID, MID_LEN) == 0) { found = i; break; }
+    if (!found) return 0;
+    const char *ts = found + MID_LEN;
+    const char *j = find_byte(ts, end, '"');
+    if (!j || j == ts || j + 1 >= end || j[1] != '}') return 0;
+    if (!all_digits(p + SEQ_LEN, found)) return 0;
+    if (memchr(ts, '\\', (size_t)(j - ts))) return 0;
+    if ((*seq = to_ll(p + SEQ_LEN, found)) < 0) return 0;
+    *t0 = ts; *t1 = j; *body = (j - p) + 2;
+    return 1;
+}
+
+PyDoc_STRVAR(scan_publishes_doc,
+"scan_publishes(payloads, start, plain, last_seq, topics) -> (end, batch)\n\n"
+"The publishes at payloads[start:] that can be batched: fast-shaped (plain, or sequenced\n"
+"when not plain), sequence above the previous one, topic a key of `topics`. batch holds\n"
+"(sequence, topic, body) per publish (plain ones numbered from last_seq + 1); end is the\n"
+"index of the first payload not taken.");
+
+static PyObject *scan_publishes(PyObject *self, PyObject *args) {
+    PyObject *payloads, *topics;
+    Py_ssize_t start;
+    int plain;
+    long long last_seq;
+    if (!PyArg_ParseTuple(args, "O!npLO!", &PyList_Type, &payloads, &start, &plain, &last_seq,
+                          &PyDict_Type, &topics))
+        return NULL;
+    PyObject *batch = PyList_New(0);
+    if (!batch) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(payloads), i = start < 0 ? 0 : start;
+    PyObject *topic = NULL; /* the last topic (owned); ltp/ltn: its bytes in a payload */
+    const char *ltp = NULL;
+    Py_ssize_t ltn = 0;
+    for (; i < n; i++) {
+        PyObject *payload = PyList_GET_ITEM(payloads, i);
+        if (!PyBytes_CheckExact(payload)) break;
+        const char *p = PyBytes_AS_STRING(payload);
+        const char *t0, *t1;
+        long long seq;
+        Py_ssize_t body;
+        if (!parse_one(p, PyBytes_GET_SIZE(payload), plain, &t0, &t1, &seq, &body)) break;
+        Py_ssize_t tn = t1 - t0;
+        if (!(topic && tn == ltn && memcmp(t0, ltp, (size_t)tn) == 0)) {
+            PyObject *s = PyUnicode_DecodeUTF8(t0, tn, NULL);
+            if (!s) { PyErr_Clear(); break; }
+            PyObject *known = PyDict_GetItemWithError(topics, s); /* borrowed */
+            if (!known) {
+                Py_DECREF(s);
+                if (PyErr_Occurred()) goto error;
+                break;
+            }
+            Py_XSETREF(topic, s);
+            ltp = t0;
+            ltn = tn;
+        }
+        if (seq < 0) seq = last_seq + 1;
+        else if (seq <= last_seq) break;
+        PyObject *item = Py_BuildValue("(LOy#)", seq, topic, p + body,
+                                       PyBytes_GET_SIZE(payload) - body);
+        if (!item) goto error;
+        int rc = PyList_Append(batch, item);
+        Py_DECREF(item);
+        if (rc < 0) goto error;
+        last_seq = seq;
+    }
+    Py_XDECREF(topic);
+    return Py_BuildValue("(nN)", i, batch);
+error:
+    Py_XDECREF(topic);
+    Py_DECREF(batch);
+    return NULL;
+}
+
+PyDoc_STRVAR(delivery_frames_doc,
+"delivery_frames(head, batch) -> list[bytes]\n\n"
+"head + b'%d|\"}' % sequence + body for each (sequence, topic, body) of batch.");
+
+static char *put_ll(char *w, long long v) {
+    char tmp[24];
+    int k = 0;
+    unsigned long long u = v < 0 ? (unsigned long long)(-v) : (unsigned long long)v;
+    do { tmp[k++] = (char)('0' + u % 10); u /= 10; } while (u);
+    if (v < 0) *w++ = '-';
+    while (k) *w++ = tmp[--k];
+    return w;
+}
+
+static PyObject *delivery_frames(PyObject *self, PyObject *args) {
+    const char *head;
+    Py_ssize_t hl;
+    PyObject *batch;
+    if (!PyArg_ParseTuple(args, "y#O!", &head, &hl, &PyList_Type, &batch)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(batch);
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) goto bad;
+        PyObject *seqo = PyTuple_GET_ITEM(item, 0), *data = PyTuple_GET_ITEM(item, 2);
+        if (!PyBytes_Check(data)) goto bad;
+        long long seq = PyLong_AsLongLong(seqo);
+        if (seq == -1 && PyErr_Occurred()) { Py_DECREF(out); return NULL; }
+        char digits[24];
+        Py_ssize_t dl = put_ll(digits, seq) - digits, bl = PyBytes_GET_SIZE(data);
+        PyObject *frame = PyBytes_FromStringAndSize(NULL, hl + dl + 3 + bl);
+        if (!frame) { Py_DECREF(out); return NULL; }
+        char *w = PyBytes_AS_STRING(frame);
+        memcpy(w, head, (size_t)hl); w += hl;
+        memcpy(w, digits, (size_t)dl); w += dl;
+        memcpy(w, "|\"}", 3); w += 3;
+        memcpy(w, PyBytes_AS_STRING(data), (size_t)bl);
+        PyList_SET_ITEM(out, i, frame);
+    }
+    return out;
+bad:
+    Py_DECREF(out);
+    PyErr_SetString(PyExc_TypeError, "batch items must be (int, str, bytes)");
+    return NULL;
+}
+
+PyDoc_STRVAR(frame_join_doc,
+"frame_join(payloads) -> bytes\n\n"
+"Each payload after its 4-byte big-endian length, all in one bytes object.");
+
+static PyObject *frame_join(PyObject *self, PyObject *arg) {
+    if (!PyList_Check(arg)) { PyErr_SetString(PyExc_TypeError, "a list of payloads"); return NULL; }
+    Py_ssize_t n = PyList_GET_SIZE(arg), total = 0;
+    Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
+    if (!views) return PyErr_NoMemory();
+    PyObject *out = NULL;
+    Py_ssize_t got = 0;
+    for (; got < n; got++) { /* bytes, bytearray, memoryview: any contiguous buffer */
+        if (PyObject_GetBuffer(PyList_GET_ITEM(arg, got), &views[got], PyBUF_SIMPLE) < 0) goto done;
+        if ((uint64_t)views[got].len > 0xffffffffu) {
+            PyBuffer_Release(&views[got]);
+            PyErr_SetString(PyExc_ValueError, "payload too large");
+            goto done;
+        }
+        total += 4 + views[got].len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t len = (size_t)views[i].len;
+        w[0] = (unsigned char)(len >> 24); w[1] = (unsigned char)(len >> 16);
+        w[2] = (unsigned char)(len >> 8); w[3] = (unsigned char)len;
+        memcpy(w + 4, views[i].buf, len);
+        w += 4 + len;
+    }
+done:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"scan_publishes", scan_publishes, METH_VARARGS, scan_publishes_doc},
+    {"delivery_frames", delivery_frames, METH_VARARGS, delivery_frames_doc},
+    {"frame_join", frame_join, METH_O, frame_join_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "ampsclient_server_stub._speedups",
+    "Optional C versions of the reference server's per-message loops.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }

@@ -1,0 +1,298 @@
+"""The server's optional C speedups (``ampsclient_server_stub/_speedups.c``) against their
+pure-Python twins (``ampsclient_server_stub.accel.TWINS``), input by input, and the run path
+they accelerate through a real server with each implementation.
+
+The C tests are skipped when the extension is absent or ``AMPSCLIENT_PUREPYTHON=1``; the
+twins are then checked against the hand-written expectations alone, and the server tests run
+the Python path (the suite's pure-Python pass).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ampsclient.protocol.framing import TcpFramer
+from ampsclient_server_stub import ServerThread, accel
+from ampsclient_server_stub.config import default_config
+from ampsclient_server_stub.engine import delivery, publishing, wire
+from ampsclient_server_stub.net import tcp
+from ampsclient_server_stub.testing import RawClient
+
+needs_c = pytest.mark.skipif(not accel.SPEEDUPS, reason="server C speedups not in use")
+IMPLS = ["python", pytest.param("c", marks=needs_c)]
+
+
+def test_every_c_function_names_an_existing_twin() -> None:
+    for name, qualname in accel.TWINS.items():
+        module, attr = qualname.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(module), attr)), name
+        if accel.SPEEDUPS:
+            assert callable(getattr(accel, name)), name
+
+
+# --------------------------------------------------------------------------- scan_publishes
+
+PLAIN = b'{"c":"p","t":"%s"}%s'
+OURS = b'{"c":"p","s":%d,"a":"persisted","t":"%s"}%s'
+OFFICIAL = b'{"c":"p","t":"%s","a":"persisted","s":%d}%s'
+
+
+def test_scan_publishes_takes_plain_publishes_to_known_topics() -> None:
+    payloads = [
+        PLAIN % (b"a", b"1"),
+        PLAIN % (b"a", b"22"),
+        PLAIN % (b"b", b"3"),
+        PLAIN % (b"a", b"4"),
+    ]
+    assert wire.scan_publishes(payloads, 0, True, 10, {"a": True}) == (
+        2,
+        [(11, "a", b"1"), (12, "a", b"22")],
+    )
+    assert wire.scan_publishes(payloads, 2, True, 0, {"a": True}) == (2, [])
+    assert wire.scan_publishes(payloads, 3, True, 7, {"a": True}) == (4, [(8, "a", b"4")])
+
+
+def test_scan_publishes_takes_both_sequenced_shapes_and_stops_at_a_duplicate() -> None:
+    payloads = [OURS % (5, b"t", b"x"), OFFICIAL % (b"t", 6, b"y"), OURS % (6, b"t", b"z")]
+    assert wire.scan_publishes(payloads, 0, False, 4, {"t": 1}) == (
+        2,
+        [(5, "t", b"x"), (6, "t", b"y")],
+    )
+    assert wire.scan_publishes(payloads, 0, False, 5, {"t": 1}) == (0, [])
+    # a plain publish is not a sequenced one, and the other way round
+    assert wire.scan_publishes([PLAIN % (b"t", b"")], 0, False, 0, {"t": 1}) == (0, [])
+    assert wire.scan_publishes(payloads, 0, True, 0, {"t": 1}) == (0, [])
+
+
+def test_scan_publishes_leaves_odd_shapes_to_the_one_by_one_path() -> None:
+    odd = [
+        b'{"c":"p","t":"a\\"b"}x',  # an escape in the topic
+        b'{"c":"p","t":""}x',  # empty topic
+        b'{"c":"p","t":"a"',  # no closing brace
+        b'{"c":"p","t":"\xff"}x',  # not UTF-8
+        b'{"c":"x","s":1,"a":"persisted","t":"a"}x',  # not a publish
+        OURS % (2**63, b"a", b""),  # beyond a signed 64-bit sequence
+        b'{"c":"p","s":1x,"a":"persisted","t":"a"}',
+    ]
+    for payload in odd:
+        for plain in (True, False):
+            assert wire.scan_publishes([payload], 0, plain, 0, {"a": 1, "a\\": 1, "\xff": 1}) == (
+                0,
+                [],
+            ), payload
+
+
+def _random_payload(rng: random.Random) -> bytes:
+    topic = rng.choice(
+        [b"a", b"b", b"long/topic.name", b"a\\b", b"", b"\xc3\xa9t\xc3\xa9", b"\xff"]
+    )
+    body = rng.choice([b"", b"{}", b'{"id":1}', b"}" * rng.randint(0, 3)])
+    seq = rng.choice([0, 1, 2, 3, 5, 8, 10**17, 10**18, 2**63 - 1, 2**63, 10**20])
+    shape = rng.randrange(6)
+    if shape == 0:
+        return PLAIN % (topic, body)
+    if shape == 1:
+        return OURS % (seq, topic, body)
+    if shape == 2:
+        return OFFICIAL % (topic, seq, body)
+    if shape == 3:
+        return b'{"c":"p","s":0%d,"a":"persisted","t":"%s"}%s' % (seq, topic, body)
+    whole = rng.choice([PLAIN % (topic, body), OURS % (seq, topic, body)])
+    return whole[: rng.randrange(len(whole) + 1)]  # cut anywhere
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_scan_publishes_c_matches_its_twin(seed: int) -> None:
+    assert accel.scan_publishes is not None
+    rng = random.Random(seed)
+    topics = {"a": True, "b": True, "long/topic.name": True, "été": True}
+    for _ in range(50):
+        payloads = [_random_payload(rng) for _ in range(rng.randint(0, 12))]
+        if rng.random() < 0.5:  # runs that go on for a while
+            payloads = [PLAIN % (b"a", b"%d" % i) for i in range(rng.randint(1, 20))] + payloads
+        start = rng.randint(0, len(payloads))
+        last_seq = rng.choice([0, 1, 4, 2**62])
+        for plain in (True, False):
+            args = (payloads, start, plain, last_seq, topics)
+            assert accel.scan_publishes(*args) == wire.scan_publishes(*args), args
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def test_delivery_frames_are_head_sequence_body() -> None:
+    batch = [(7, "t", b'{"n":1}'), (123456789012, "t", b"")]
+    assert wire.delivery_frames(b'{"c":"p","t":"t","sids":"s1","bm":"42|', batch) == [
+        b'{"c":"p","t":"t","sids":"s1","bm":"42|7|"}{"n":1}',
+        b'{"c":"p","t":"t","sids":"s1","bm":"42|123456789012|"}',
+    ]
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(10))
+def test_delivery_frames_c_matches_its_twin(seed: int) -> None:
+    assert accel.delivery_frames is not None
+    rng = random.Random(seed)
+    for _ in range(20):
+        head = bytes(rng.randrange(256) for _ in range(rng.randint(0, 40)))
+        batch = [
+            (
+                rng.choice([0, 1, 99, 2**63 - 1]),
+                "t",
+                bytes(rng.randrange(256) for _ in range(rng.randint(0, 300))),
+            )
+            for _ in range(rng.randint(0, 30))
+        ]
+        assert accel.delivery_frames(head, batch) == wire.delivery_frames(head, batch)
+
+
+def test_frame_join_frames_each_payload() -> None:
+    payloads: list[Any] = [b"abc", b"", bytearray(b"xy"), memoryview(b"0123456789")[2:5]]
+    joined = tcp.frame_join(payloads)
+    assert joined == b"\0\0\0\3abc" + b"\0\0\0\0" + b"\0\0\0\2xy" + b"\0\0\0\x03234"
+    framer = TcpFramer()
+    framer.receive_data(joined)
+    assert framer.frames() == [b"abc", b"", b"xy", b"234"]
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(10))
+def test_frame_join_c_matches_its_twin(seed: int) -> None:
+    assert accel.frame_join is not None
+    rng = random.Random(seed)
+    for _ in range(20):
+        payloads: list[Any] = [
+            bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 255, 256, 70000])))
+            for _ in range(rng.randint(0, 8))
+        ]
+        if payloads and rng.random() < 0.5:
+            payloads[0] = bytearray(payloads[0])
+        assert accel.frame_join(payloads) == tcp.frame_join(payloads)
+    with pytest.raises(TypeError):
+        accel.frame_join(["text"])  # type: ignore[list-item]
+
+
+# --------------------------------------------------------------------------- through a server
+
+
+@pytest.fixture(params=IMPLS)
+def impl_server(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ServerThread]:
+    """A server (journal on, every topic recorded) using the C functions or their twins."""
+    if request.param == "python":
+        monkeypatch.setattr(publishing, "_scan", wire.scan_publishes)
+        monkeypatch.setattr(delivery, "_frames", wire.delivery_frames)
+        monkeypatch.setattr(tcp, "_frame_join", tcp.frame_join)
+    else:
+        monkeypatch.setattr(publishing, "_scan", accel.scan_publishes)
+        monkeypatch.setattr(delivery, "_frames", accel.delivery_frames)
+        monkeypatch.setattr(tcp, "_frame_join", accel.frame_join)
+    thread = ServerThread(default_config(tcp_port=0, ws_port=0))
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+def _frame(hdr: dict[str, Any], body: bytes) -> bytes:
+    payload = json.dumps(hdr, separators=(",", ":")).encode() + body
+    return struct.pack(">I", len(payload)) + payload
+
+
+def _subscribe(client: RawClient, topic: str, sub_id: str, **fields: Any) -> None:
+    client.send(
+        {"c": "subscribe", "cid": sub_id, "t": topic, "sub_id": sub_id, "a": "processed", **fields}
+    )
+    ack, _ = client.recv_until(lambda h: h.get("c") == "ack" and h.get("cid") == sub_id)
+    assert ack["status"] == "success"
+
+
+def _deliveries(client: RawClient, count: int) -> list[tuple[str, str, int]]:
+    """``(sids, bookmark, n)`` of the next ``count`` deliveries."""
+    out = []
+    while len(out) < count:
+        hdr, body = client.recv(10)
+        if hdr.get("c") == "p":
+            out.append((hdr["sids"], hdr["bm"], json.loads(body)["n"]))
+    return out
+
+
+def test_a_run_of_plain_publishes_reaches_each_subscription_in_order(
+    impl_server: ServerThread,
+) -> None:
+    port = impl_server.tcp_port
+    with RawClient(port) as one, RawClient(port) as two, RawClient(port) as pub:
+        one.logon("one")
+        _subscribe(one, "t1", "a")
+        _subscribe(one, "t1", "b", filter="/n > 2")  # not a plain route: one by one
+        two.logon("two")
+        _subscribe(two, "t1", "c")
+        _subscribe(two, "t2", "d")
+        pub.logon("pub")
+        topics = ["t1", "t1", "t1", "t1", "t1", "t2", "t1", "t3", "t1"]
+        # one write: the server reads the whole run at once
+        pub.send_raw(
+            b"".join(_frame({"c": "p", "t": t}, b'{"n":%d}' % n) for n, t in enumerate(topics, 1))
+        )
+        got_one = _deliveries(one, 7)
+        got_two = _deliveries(two, 8)
+        for client in (one, two):  # a marker: nothing else came before it
+            pub.send({"c": "p", "t": "t1"}, b'{"n":100}')
+            assert _deliveries(client, 1)[0][2] == 100
+    pid = got_one[0][1].split("|")[0]
+    seqs = {n: int(bm.split("|")[1]) for _sids, bm, n in got_one + got_two}
+    assert all(bm.startswith(pid + "|") and bm.endswith("|") for _s, bm, _n in got_one + got_two)
+    assert [seqs[n] - seqs[1] for n in sorted(seqs)] == [n - 1 for n in sorted(seqs)]
+    assert [(sids, n) for sids, _bm, n in got_one] == [
+        ("a", 1),
+        ("a", 2),
+        ("a,b", 3),
+        ("a,b", 4),
+        ("a,b", 5),
+        ("a,b", 7),
+        ("a,b", 9),
+    ]
+    assert [(sids, n) for sids, _bm, n in got_two] == [
+        ("c", 1),
+        ("c", 2),
+        ("c", 3),
+        ("c", 4),
+        ("c", 5),
+        ("d", 6),
+        ("c", 7),
+        ("c", 9),
+    ]
+
+
+def test_a_run_of_sequenced_publishes_skips_duplicates_and_is_acked(
+    impl_server: ServerThread,
+) -> None:
+    port = impl_server.tcp_port
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.logon("sub")
+        _subscribe(sub, "t", "s")
+        pub.logon("pub")
+        seqs = [1, 2, 3, 2, 4, 4, 5]
+        pub.send_raw(
+            b"".join(
+                _frame({"c": "p", "s": s, "a": "persisted", "t": "t"}, b'{"n":%d}' % i)
+                for i, s in enumerate(seqs)
+            )
+        )
+        got = _deliveries(sub, 5)
+        ack = pub.recv_until(lambda h: h.get("a") == "persisted" and h.get("s") == 5, 10)[0]
+        assert ack["status"] == "success"
+        pub.send({"c": "p", "t": "t"}, b'{"n":99}')  # marker: nothing else came before it
+        assert _deliveries(sub, 1)[0][2] == 99
+    assert [n for _sids, _bm, n in got] == [0, 1, 2, 4, 6]
+    assert [bm.split("|")[1] for _sids, bm, _n in got] == ["1", "2", "3", "4", "5"]
