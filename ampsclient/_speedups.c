@@ -521,6 +521,24 @@ read_lengths(PyObject *obj, Py_ssize_t *lengths)
     return n;
 }
 
+/* The key object of small dict ``cache`` equal to bytes ``key`` (borrowed), else NULL. */
+static PyObject *
+cache_key_like(PyObject *cache, PyObject *key)
+{
+    if (PyDict_GET_SIZE(cache) > 16) {
+        return NULL;
+    }
+    Py_ssize_t pos = 0, size = PyBytes_GET_SIZE(key);
+    PyObject *k, *v;
+    while (PyDict_Next(cache, &pos, &k, &v)) {
+        if (PyBytes_CheckExact(k) && PyBytes_GET_SIZE(k) == size
+            && memcmp(PyBytes_AS_STRING(k), PyBytes_AS_STRING(key), (size_t)size) == 0) {
+            return k;
+        }
+    }
+    return NULL;
+}
+
 PyDoc_STRVAR(deliver_doc,
 "deliver(payloads, cache, lengths, message_type, unrouted, report, bm_next) -> None\n\n"
 "``ampsclient.client.deliver`` in C (see there): route each payload by\n"
@@ -592,8 +610,12 @@ deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
                 route = PyDict_GetItemWithError(cache, key); /* borrowed */
                 if (route != NULL && key != last_key) {
-                    Py_INCREF(key);
-                    Py_XSETREF(last_key, key);
+                    /* keep the cache's own key object when it is quick to find: the next
+                     * lookups then match it by identity, without comparing bytes */
+                    PyObject *keep = cache_key_like(cache, key);
+                    keep = keep != NULL ? keep : key;
+                    Py_INCREF(keep);
+                    Py_XSETREF(last_key, keep);
                 }
                 Py_DECREF(key);
                 if (route == NULL && PyErr_Occurred()) {
