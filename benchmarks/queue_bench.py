@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=20_000, help="messages per measurement")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--backlog", type=int, default=30, help="max_backlog per consumer")
-    parser.add_argument("--batch", type=int, default=10, help="acks per sow_delete")
+    parser.add_argument("--backlog", type=int, default=300, help="max_backlog per consumer")
+    parser.add_argument("--batch", type=int, default=100, help="acks per sow_delete")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="queue-bench-") as tmp:
