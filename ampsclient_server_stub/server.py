@@ -192,13 +192,10 @@ class ReferenceServer:
             return
         loop = asyncio.get_running_loop()
         security = ServerSecurity.from_config(self.config)  # before anything is opened
-        actions = journal_actions(self.config)  # refused before anything is opened
         txlog = self._open_txlog()
         hooks = BrokerHooks(authenticate=self.authenticate, guard=security.guard)
         if txlog is not None:
-            self._committer = Committer(loop, txlog.journal, self._on_durable, self.fsync)
-            if self.config.transaction_log and self.config.transaction_log.flush_interval:
-                self._committer.interval = self.config.transaction_log.flush_interval
+            self._committer = self._make_committer(loop, txlog.journal)
             hooks.request_sync = self._committer.request
         self.broker = Broker(
             self.config,
@@ -267,9 +264,6 @@ class ReferenceServer:
         except BaseException:
             await self.stop()
             raise
-        if actions and self.journal is not None:
-            self.journal_actions = JournalActionRunner(self.journal, actions)
-            self.journal_actions.start()
         self._expiry = asyncio.create_task(self._expire_loop())
         logger.info("%s", self.listening_line())
 
@@ -278,8 +272,17 @@ class ReferenceServer:
         if self.broker is not None:
             self.broker.on_durable(durable)
 
+    def _make_committer(self, loop: asyncio.AbstractEventLoop, journal: Journal) -> Committer:
+        committer = Committer(loop, journal, self._on_durable, self.fsync)
+        txlog = self.config.transaction_log
+        if txlog is not None and txlog.flush_interval:
+            committer.interval = txlog.flush_interval  # <FlushInterval>: the commit period
+        return committer
+
     def _open_txlog(self) -> TxLog | None:
-        """The journal named by the config's ``<TransactionLog>`` (or the zero-config one)."""
+        """The journal named by the config's ``<TransactionLog>`` (or the zero-config one),
+        with its scheduled ``<Actions>`` running (refused before anything is opened)."""
+        actions = journal_actions(self.config)
         cfg = self.config.transaction_log
         if cfg is None and not self.record_all_topics:
             return None
@@ -302,6 +305,9 @@ class ReferenceServer:
             topics = None
             filters = []
         self.journal = open_journal(self.config, directory, journal_size=size, fsync=self.fsync)
+        if actions:
+            self.journal_actions = JournalActionRunner(self.journal, actions)
+            self.journal_actions.start()
         logger.info(
             "transaction log at %s (%s; fsync=%s)",
             directory,

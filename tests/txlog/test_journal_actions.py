@@ -139,7 +139,6 @@ _ON_ADMIN = (
         (action_xml("soon", ("compress", "1d")), "Every"),
         (_NO_EVERY, "requires an <Every>"),
         (_NO_AGE, "requires an <Age>"),
-        (_ON_ADMIN, "amps-action-on-admin"),
     ],
 )
 def test_a_journal_action_that_cannot_run_fails_the_start(
@@ -152,6 +151,14 @@ def test_a_journal_action_that_cannot_run_fails_the_start(
     with pytest.raises(ConfigError, match=message):
         thread.start()
     assert not (tmp_path / "journal").exists()  # refused before anything was opened
+
+
+def test_a_journal_action_on_another_trigger_is_refused(tmp_path: Path) -> None:
+    # the configuration reader refuses the trigger module (or journal_actions would)
+    with pytest.raises(ConfigError, match="amps-action-on-admin"):
+        journal_actions(
+            parse_config(config_xml("admin-trigger", actions=_ON_ADMIN), base_dir=tmp_path)
+        )
 
 
 def test_journal_actions_without_a_transaction_log_are_refused(tmp_path: Path) -> None:
