@@ -13,7 +13,9 @@ Peers: ``c`` (``benchmarks/cpeer.c``, well under 0.1 µs per message) and ``pyth
 (``benchmarks/sink.py``, about 1 µs per message, which throttles the official client).
 
 Usage: ``python benchmarks/client_ratios.py [-n 300000] [--runs 5] [--peers c,python]``.
-Prints each run, then per path and peer the medians, ranges and the median of the ratios.
+Prints each run, then per path and peer the medians, ranges and the median of the ratios,
+and the client process's CPU time per message (``time.process_time``, connect and logon
+included), which a busy machine stretches less than the wall time.
 """
 
 from __future__ import annotations
@@ -105,7 +107,11 @@ def main() -> None:
         raise SystemExit("the official client (amps-python-client) is needed for ratios")
     chosen = args.paths.split(",")
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    print(f"{args.n:,} messages per run, {args.runs} runs; python {sys.version.split()[0]}")
+    cpus: dict[tuple[str, str], list[tuple[float, float]]] = {}  # process CPU ns per message
+    print(
+        f"{args.n:,} messages per run, {args.runs} runs; python {sys.version.split()[0]}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     with tempdir() as work:
         table = paths(args.n, work)
         for run in range(1, args.runs + 1):
@@ -115,17 +121,26 @@ def main() -> None:
                     ours, official = table[name]
                     make = (lambda: pump(args.n)) if name in ("receive", "bookmark") else sink
                     with make() as server:
+                        cpu = time.process_time()
                         a = ours(server.uri())
+                        cpu_a = (time.process_time() - cpu) / args.n * 1e9
                     with make() as server:
+                        cpu = time.process_time()
                         b = official(server.uri())
+                        cpu_b = (time.process_time() - cpu) / args.n * 1e9
                     results.setdefault((name, peer), []).append((a, b))
+                    cpus.setdefault((name, peer), []).append((cpu_a, cpu_b))
                     print(
                         f"run {run} {peer:<6} {name:<10} ours {a:>11,.0f}  "
-                        f"official {b:>11,.0f}  ratio {a / b:5.2f}",
+                        f"official {b:>11,.0f}  ratio {a / b:5.2f}   CPU ns/msg ours "
+                        f"{cpu_a:5.0f} official {cpu_b:5.0f} ratio {cpu_b / cpu_a:5.2f}",
                         flush=True,
                     )
-    print("\npath       peer    ours median (range)              official median (range)"
-          "          ratio median (range)")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    print(
+        "\npath       peer    ours median (range)              official median (range)"
+        "          ratio median (range)"
+    )
     for (name, peer), pairs in results.items():
         ours_v = [a for a, _ in pairs]
         off_v = [b for _, b in pairs]
@@ -135,6 +150,14 @@ def main() -> None:
             f"({min(ours_v) / 1e6:.2f}-{max(ours_v) / 1e6:.2f}M)   "
             f"{statistics.median(off_v):>10,.0f} ({min(off_v) / 1e6:.2f}-{max(off_v) / 1e6:.2f}M)"
             f"   {statistics.median(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    print("\nCPU of the client process per message (ns; busy machines stretch wall time more)")
+    for (name, peer), pairs in cpus.items():
+        ratios = [b / a for a, b in pairs]
+        print(
+            f"{name:<10} {peer:<6}  ours {statistics.median([a for a, _ in pairs]):6.0f}  "
+            f"official {statistics.median([b for _, b in pairs]):6.0f}  "
+            f"ratio {statistics.median(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
         )
 
 
