@@ -103,7 +103,8 @@ class NetSession(abc.ABC):
                 self.broker.kick(self.conn, "connection limit reached")
             elif policy.pool is not None and self.flow is not None:
                 slow = self.slow = self.flow.attach(self, policy.pool, policy.limits)
-                self.max_write_buffer = slow.memory_cap
+                # offlined beyond its share of the pool, or beyond max_write_buffer if lower
+                self.max_write_buffer = min(self.max_write_buffer, slow.memory_cap)
         logger.debug("connection %r opened", self.conn)
         return self.conn
 

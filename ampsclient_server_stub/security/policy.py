@@ -25,11 +25,9 @@ data directory)::
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import ssl
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +71,25 @@ def _host_memory() -> int:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         return 8 * 1024**3
+
+
+def default_memory_limit() -> int:
+    """The guide's default ``MessageMemoryLimit``: 10% of the host's memory or 10% of what the
+    process may use (``ulimit -m``), whichever is lower."""
+    limit = _host_memory()
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_RSS)
+        if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
+            limit = min(limit, int(soft))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX
+        pass
+    return limit // 10
+
+
+DEFAULT_DISK_PATH = Path("/var/tmp")
+"""The guide's default ``MessageDiskPath``."""
 
 
 def _size(text: str | None, what: str) -> int | None:
@@ -218,7 +235,6 @@ class ServerSecurity:
         """Every resource pool configured (the network layer's ``net.flow`` runs them)."""
         self.users_files: dict[Path, UsersFile] = {}
         self.guard: SecurityGuard | None = None
-        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def connection_count(self) -> int:
@@ -266,16 +282,9 @@ class ServerSecurity:
 
     def _instance_pool(
         self, config: ServerConfig, root: Mapping[str, str], base: Path
-    ) -> PoolLimits | None:
-        keys = (
-            "MessageMemoryLimit",
-            "MessageDiskLimit",
-            "MessageDiskPath",
-            "ClientMessageAgeLimit",
-            "ClientMaxCapacity",
-        )
-        if not any(root.get(k) for k in keys):
-            return None
+    ) -> PoolLimits:
+        # As in AMPS, an instance-wide pool exists by default (seed 001, "Slow Client
+        # Management"): slow-client offlining is on without any configuration.
         return self._new_pool("instance", root, root, base, config)
 
     def _new_pool(
@@ -290,21 +299,14 @@ class ServerSecurity:
             own.get("MessageMemoryLimit") or root.get("MessageMemoryLimit"), "MessageMemoryLimit"
         )
         if memory is None:
-            memory = _host_memory() // 10
+            memory = default_memory_limit()
         disk = _size(
             own.get("MessageDiskLimit") or root.get("MessageDiskLimit"), "MessageDiskLimit"
         )
         if disk is None:
-            disk = max(1024**3, memory)
+            disk = max(1024**3, memory)  # the guide: 1GB or MessageMemoryLimit, the higher
         path_text = root.get("MessageDiskPath")
-        if path_text:
-            disk_path = self._path(base, path_text)
-        elif config is not None and config.data_dir is not None:
-            disk_path = config.data_dir / "offline"
-        else:
-            if self._tempdir is None:
-                self._tempdir = tempfile.TemporaryDirectory(prefix="ampsclient-offline-")
-            disk_path = Path(self._tempdir.name)
+        disk_path = self._path(base, path_text) if path_text else DEFAULT_DISK_PATH
         pool = PoolLimits(name, memory_limit=memory, disk_limit=disk, disk_path=disk_path)
         self.pools.append(pool)
         return pool
@@ -385,9 +387,5 @@ class ServerSecurity:
         return {"connections_refused": self.refused}
 
     def close(self) -> None:
-        """Remove the temporary offline directory, if one was made (after ``FlowControl.close``
-        dropped the offline files)."""
-        if self._tempdir is not None:
-            with contextlib.suppress(OSError):
-                self._tempdir.cleanup()
-            self._tempdir = None
+        """Nothing to release (``FlowControl.close`` drops the offline files); kept for the
+        server's shutdown sequence."""

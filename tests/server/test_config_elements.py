@@ -35,6 +35,7 @@ from ampsclient_server_stub.config import ConfigError, parse_config
 from ampsclient_server_stub.config_elements import DELEGATED, ELEMENTS
 from ampsclient_server_stub.harness import free_port
 from ampsclient_server_stub.testing import RawClient
+from ampsclient_server_stub.testing.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -652,3 +653,45 @@ def test_probe(probe: Callable[[Path], None], tmp_path: Path) -> None:
 )
 def test_refused_instead_of_ignored(tmp_path: Path, xml: str, pattern: str) -> None:
     refused(tmp_path, xml, pattern)
+
+
+# --------------------------------------------------------------------------- slow-client defaults
+
+
+def test_slow_client_management_is_on_without_configuration() -> None:
+    """The resource pool's defaults are the guide's (MessageMemoryLimit 10% of the host's memory
+    or of ulimit -m, MessageDiskLimit 1GB or the memory limit if higher, MessageDiskPath
+    /var/tmp), and a slow subscriber of a server started with no configuration is offlined
+    to disk instead of being dropped (max_write_buffer caps its share of memory)."""
+    from ampsclient_server_stub.config import default_config
+    from ampsclient_server_stub.security.policy import DEFAULT_DISK_PATH, default_memory_limit
+
+    config = default_config(tcp_port=0, ws_port=0)
+    with ServerThread(config, max_write_buffer=256 * 1024, record_all_topics=False) as server:
+        security = server.server.security
+        assert security is not None
+        (pool,) = security.pools
+        memory = default_memory_limit()
+        assert (pool.memory_limit, pool.disk_limit) == (memory, max(1024**3, memory))
+        assert pool.disk_path == DEFAULT_DISK_PATH == Path("/var/tmp")
+        sub = RawClient(server.tcp_port, rcvbuf=4096)
+        try:
+            sub.logon("slow-default")
+            sub.send({"c": "subscribe", "cid": "S", "t": "t", "a": "processed"})
+            sub.wait_ack("processed")
+            with client(server, "pub") as pub:
+                body = json.dumps({"pad": "x" * 8000}).encode()
+                for seq in range(1, 201):  # 1.6 MB towards a reader that reads nothing
+                    pub.send({"c": "p", "t": "t", "s": seq}, body)
+                pub.send({"c": "flush", "cid": "F", "a": "processed"})
+                pub.recv_until(lambda h: h.get("cid") == "F", 10)
+            wait_for(lambda: server.statistics()["slow_offlined"] == 1, 10, "offlined")
+            assert server.statistics()["slow_disconnected"] == 0
+            got = 0
+            while got < 200:  # everything arrives, in order, once the reader reads
+                for hdr, body_ in sub.read_some(1 << 20, timeout=10):
+                    if hdr.get("c") == "p":
+                        got += 1
+                        assert json.loads(body_)["pad"] == "x" * 8000
+        finally:
+            sub.close()

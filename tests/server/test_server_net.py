@@ -23,7 +23,7 @@ from websockets.sync.client import ClientConnection, connect
 from ampsclient.protocol.framing import tcp_frame
 from ampsclient.protocol.header import encode_header
 from ampsclient_server_stub import ServerThread
-from ampsclient_server_stub.config import default_config
+from ampsclient_server_stub.config import parse_config
 from ampsclient_server_stub.testing import RawClient, wait_for
 
 pytestmark = pytest.mark.integration
@@ -114,8 +114,14 @@ def test_bad_frames_disconnect_only_the_offender(
     wait_for(lambda: server.statistics()["open_connections"] == 2, timeout=5.0)
 
 
-def test_slow_consumer_is_disconnected() -> None:
-    with ServerThread(default_config(tcp_port=0, ws_port=0), max_write_buffer=256 * 1024) as srv:
+def test_slow_consumer_is_disconnected(tmp_path: Path) -> None:
+    """Offlined beyond 256 KB queued (max_write_buffer), disconnected beyond the pool's disk
+    limit (slow-client management is on by default, issue #17)."""
+    xml = f"""<AMPSConfig><MessageDiskLimit>2MB</MessageDiskLimit>
+      <MessageDiskPath>{tmp_path}</MessageDiskPath><Transports><Transport><Name>tcp</Name>
+      <Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr></Transport></Transports></AMPSConfig>"""
+    config = parse_config(xml, base_dir=tmp_path)
+    with ServerThread(config, max_write_buffer=256 * 1024) as srv:
         slow = RawClient(srv.tcp_port, rcvbuf=4096)
         slow.logon("slow")
         slow.send({"c": "subscribe", "t": "t", "cid": "s", "a": "processed"})
@@ -129,6 +135,8 @@ def test_slow_consumer_is_disconnected() -> None:
             publisher.send({"c": "flush", "cid": "f", "a": "processed"})
             assert publisher.recv(10)[0]["cid"] == "f"
             wait_for(lambda: srv.statistics()["open_connections"] == 1, 10)
+            stats = srv.statistics()
+            assert stats["slow_offlined"] >= 1 and stats["slow_disconnected"] >= 1
         finally:
             slow.close()
             publisher.close()
