@@ -9,10 +9,12 @@ used when the server is started without ``--config``.
 
 Rules followed by the parser:
 
-* Element names are matched case-sensitively, as AMPS does.  An element the reader does
-  not know is ignored (logged at ``DEBUG``); unrecognised children of a ``<Transport>``,
-  a replication ``<Destination>`` or the root are kept verbatim in an ``extra`` mapping
-  (nested elements are flattened to ``"Parent/Child"`` keys).
+* Element names are matched case-sensitively, as AMPS does.  Every element must be one
+  the server implements (:data:`~.config_elements.ELEMENTS`): any other is refused with an
+  error naming it, nothing is accepted and ignored.  Elements interpreted by the security,
+  slow-client and replication layers (``Authentication``, ``MessageDiskPath``, ``Secret``,
+  ...) are passed to them in an ``extra`` mapping (nested elements flattened to
+  ``"Parent/Child"`` keys).
 * Message type names are lower-cased.
 * Sizes (``10MB``, ``1GB``, ``512KB``, ``4096``) are parsed by :func:`parse_size`, time
   intervals (``10s``, ``500ms``, ``2m``, ``1h``, ``1d``) by :func:`parse_duration`.

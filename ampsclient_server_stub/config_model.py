@@ -82,8 +82,9 @@ class TransportConfig:
     """A listening ``<Transports>/<Transport>``.
 
     ``type`` is normalised (``websocket`` becomes ``ws``).  ``message_type`` is ``None``
-    when the transport accepts any message type.  ``extra`` holds every other child
-    element verbatim (for instance ``ClientMessageAgeLimit`` or ``Entitlement/Module``).
+    when the transport accepts any message type.  ``extra`` holds the other accepted child
+    elements (TLS, limits, pools, ``Authentication``/``Entitlement``, ``Secret``) verbatim,
+    for the security and network layers.
     """
 
     name: str
@@ -259,8 +260,9 @@ class ServerConfig:
     """A complete reference-server configuration.
 
     ``data_dir`` is ``None`` only for a memory-only :func:`default_config`.  ``extra``
-    holds top-level elements the server does not interpret (``MessageDiskPath``,
-    ``ClientMessageAgeLimit``, ...) verbatim.
+    holds the accepted top-level elements that the security, slow-client and replication
+    layers interpret (``MessageDiskPath``, ``ClientMessageAgeLimit``, ``Authenticator``, ...)
+    verbatim.
     """
 
     name: str = DEFAULT_SERVER_NAME

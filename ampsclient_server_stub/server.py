@@ -21,7 +21,12 @@ from typing import Any, Self, TypeVar
 
 from websockets.asyncio.server import Server as WsServer
 
-from ampsclient_server_stub.config import ServerConfig, TransportConfig, default_config
+from ampsclient_server_stub.config import (
+    ConfigError,
+    ServerConfig,
+    TransportConfig,
+    default_config,
+)
 from ampsclient_server_stub.engine.broker import Authenticator, Broker
 from ampsclient_server_stub.engine.hooks import BrokerHooks
 from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
@@ -213,12 +218,11 @@ class ReferenceServer:
                 tls = policy.ssl_context
                 frame = policy.max_frame_size or self.max_frame_size
                 if transport.protocol not in ("amps", "websocket"):
-                    logger.warning(
-                        "transport %r: protocol %r not supported; skipped",
-                        transport.name,
-                        transport.protocol,
+                    raise ConfigError(
+                        f"transport {transport.name!r}: <Protocol> {transport.protocol!r} is "
+                        "not supported by the reference server (amps, websocket)"
                     )
-                elif transport.type in ("ws", "wss") or (
+                if transport.type in ("ws", "wss") or (
                     transport.type in ("tcp", "tcps") and transport.is_websocket
                 ):
                     ws = await start_ws_listener(
@@ -247,10 +251,9 @@ class ReferenceServer:
                     )
                     self._tcp.append((transport, tcp))
                 elif transport.type != "amps-replication":  # that one: self.replication
-                    logger.warning(
-                        "transport %r: type %r not supported yet; skipped",
-                        transport.name,
-                        transport.type,
+                    raise ConfigError(
+                        f"transport {transport.name!r}: <Type> {transport.type!r} is not "
+                        "supported by the reference server"
                     )
             self.replication = await start_replication(
                 self.config,

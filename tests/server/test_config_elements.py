@@ -695,3 +695,20 @@ def test_slow_client_management_is_on_without_configuration() -> None:
                         assert json.loads(body_)["pad"] == "x" * 8000
         finally:
             sub.close()
+
+
+def test_a_built_config_with_an_unsupported_protocol_fails_the_start() -> None:
+    """A ServerConfig built in code (not read from XML) is held to the same rule: a transport
+    the server cannot serve fails the start, naming it (it used to be skipped with a warning)."""
+    import dataclasses
+
+    from ampsclient_server_stub.config import default_config
+
+    config = default_config(tcp_port=0, ws_port=0)
+    tcp = dataclasses.replace(config.transports[0], protocol="fix")
+    thread = ServerThread(dataclasses.replace(config, transports=(tcp, config.transports[1])))
+    try:
+        with pytest.raises(ConfigError, match=r"transport 'tcp': <Protocol> 'fix'"):
+            thread.start()
+    finally:
+        thread.stop()
