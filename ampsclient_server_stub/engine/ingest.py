@@ -6,7 +6,8 @@
   together from one connection and journaled as one batch);
 * :class:`ClientDelete`: a client's ``sow_delete``;
 * :class:`Journaled`: a record read back from the journal at start (SOW recovery);
-* :class:`Replicated`: a record received by replication, under its original bookmark.
+* :class:`Replicated`: a record received by replication, under its original bookmark (or
+  :class:`ReplicatedRun`, a run of them journaled as one batch when it may be).
 
 The steps are the same for all, each taken when the origin needs it: de-duplication,
 journal append, SOW write (publish, delta merge, delete), the group-commit request and the
@@ -50,6 +51,7 @@ __all__ = [
     "Ingested",
     "Journaled",
     "Replicated",
+    "ReplicatedRun",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,7 +113,17 @@ class Replicated(NamedTuple):
     fields: Mapping[str, str | int]
 
 
-Incoming = ClientPublish | ClientRun | ClientDelete | Journaled | Replicated
+class ReplicatedRun(NamedTuple):
+    """Consecutive ``p`` records received over replication from one publisher with the same
+    ``fields`` (path included): ``(sequence, topic, payload)`` each, sequences increasing.
+    Taken whole (one journal append) or not at all: see :attr:`Ingested.journaled`."""
+
+    publisher_id: int
+    fields: Mapping[str, str | int]
+    batch: Sequence[tuple[int, str, bytes]]
+
+
+Incoming = ClientPublish | ClientRun | ClientDelete | Journaled | Replicated | ReplicatedRun
 """Everything :meth:`Ingest.ingest` takes."""
 
 
@@ -120,7 +132,9 @@ class Ingested(NamedTuple):
 
     ``record``: the journal record written (``None``: none); ``applied``: SOW topics were
     changed; ``deleted``/``topic_matches``: a delete's figures; ``duplicate``: already
-    here; ``unrecorded``: not for this server's journal (a replicated record).
+    here; ``unrecorded``: not for this server's journal (a replicated record);
+    ``journaled``: the records of a :class:`ReplicatedRun` written (0: none, the run was
+    not taken, send its records one by one as :class:`Replicated`).
     """
 
     record: JournalRecord | None = None
@@ -129,6 +143,7 @@ class Ingested(NamedTuple):
     topic_matches: int = 0
     duplicate: bool = False
     unrecorded: bool = False
+    journaled: int = 0
 
 
 _new: Final = tuple.__new__
@@ -187,6 +202,8 @@ class Ingest:
             return self._client_delete(item)
         if type(item) is Journaled:
             return _APPLIED if self._apply(item.record, recovering=True) else _NOTHING
+        if type(item) is ReplicatedRun:
+            return self._replicated_run(item)
         assert type(item) is Replicated
         return self._replicated(item)
 
@@ -284,7 +301,7 @@ class Ingest:
             )
         if record is None:
             return _NOTHING
-        return _new(Ingested, (record, False, 0, 0, False, False))
+        return _new(Ingested, (record, False, 0, 0, False, False, 0))
 
     def _client_sow_publish(
         self,
@@ -478,6 +495,51 @@ class Ingest:
             self._sows.hold_checkpoints(item.topic, record.index)
         self._appended()
         return Ingested(record)
+
+    def _replicated_run(self, item: ReplicatedRun) -> Ingested:
+        """Journal a run of replicated publishes with one append, then route it, when every
+        record may go that way (recorded topics without a SOW, none of them here yet);
+        else take nothing (``journaled`` 0)."""
+        pid, fields, batch = item
+        txlog = self._txlog
+        if txlog is None or not batch:
+            return _NOTHING
+        journal = txlog.journal
+        mt = str(fields.get("mt", "json"))
+        if batch[0][0] <= journal.last_sequence(pid):
+            return _NOTHING
+        sows, records = self._sows, txlog.records
+        for topic in {topic for _seq, topic, _payload in batch}:
+            if sows.topic(topic, mt) is not None or not records(mt, topic):
+                return _NOTHING
+        try:
+            journal.append_many(pid, "p", batch, fields)
+        except Exception:  # nothing of the batch is stored: the records go one by one
+            logger.debug("replication: run of %d record(s) not appended whole", len(batch))
+            return _NOTHING
+        last = batch[-1][0]
+        state = self._clients.state_for_publisher(pid)
+        if state is not None and last > state.last_seq:
+            state.last_seq = last
+            state.bookmark_seq = max(state.bookmark_seq, last)
+            self._durability.sequence_moved(state)
+        self._counters["publishes"] += len(batch)
+        self._delivery.topics.published_run(batch)
+        self._appended()
+        x = fields.get("x")
+        cid = None if x is None else str(x)
+        routes, route_for, deliver = (
+            self._index.routes,
+            self._index.route,
+            self._delivery.deliver_plain,
+        )
+        for seq, topic, payload in batch:
+            route = routes.get((mt, topic))
+            if route is None:
+                route = route_for(mt, topic)
+            if route:
+                deliver(route, topic, payload, cid, mt, f"{pid}|{seq}|")
+        return Ingested(journaled=len(batch))
 
     def _apply(self, record: JournalRecord, *, recovering: bool) -> bool:
         """Apply a journaled record to its SOW topics (``recovering``: only those behind it,

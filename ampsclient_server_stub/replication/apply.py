@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ampsclient_server_stub.engine.ingest import Ingested, Replicated
+from ampsclient_server_stub.engine.ingest import Ingested, Replicated, ReplicatedRun
 
 if TYPE_CHECKING:  # pragma: no cover
     from ampsclient_server_stub.engine.broker import Broker
 
-__all__ = ["ApplyOutcome", "ReplicatedRecord", "apply_replicated"]
+__all__ = ["ApplyOutcome", "ReplicatedRecord", "ReplicatedRun", "apply_replicated"]
 
 ReplicatedRecord = Replicated
 """One record received over replication (fields already carry the updated path)."""

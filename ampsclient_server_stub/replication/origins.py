@@ -39,16 +39,22 @@ class IndexRuns:
 
     def add(self, index: int) -> None:
         """Record ``index`` (indexes arrive ascending; one that does not is ignored)."""
+        self.add_range(index, index)
+
+    def add_range(self, first: int, last: int) -> None:
+        """Record every index from ``first`` to ``last``."""
+        if last < first:
+            return
         lasts = self._lasts
-        if lasts:
-            last = lasts[-1]
-            if index == last + 1:
-                lasts[-1] = index
+        if lasts and first <= lasts[-1]:
+            first = lasts[-1] + 1
+            if last < first:
                 return
-            if index <= last:
-                return
-        self._firsts.append(index)
-        lasts.append(index)
+        if lasts and first == lasts[-1] + 1:
+            lasts[-1] = last
+            return
+        self._firsts.append(first)
+        lasts.append(last)
         if len(lasts) > MAX_RUNS:
             half = MAX_RUNS // 2
             del self._firsts[:half]

@@ -64,6 +64,10 @@ MAX_IN_FLIGHT: Final = 200_000
 
 _PIN_STEP: Final = 10_000
 
+_Accepted = tuple[int, int, str, str, bytes, dict[str, str | int]]
+"""A received record that passed the entitlement and loop checks: ``(publisher id,
+sequence, command, topic, payload, fields with the extended path)``."""
+
 MAX_INFLATED: Final = 256 * 1024 * 1024
 """The largest ``rrec`` body a compressed frame may inflate to (the link's frame limit)."""
 
@@ -561,21 +565,13 @@ class Inbound:
         return decompressor.records(body)
 
     def on_records(self, records: list[WireRecord]) -> None:
-        from .apply import ReplicatedRecord
-
         manager = self.manager
-        broker = manager.broker
-        journal = manager.journal
-        needed = 0
-        last_u = 0
         counters = self.counters
         paths = self._paths
-        apply = broker.ingest
         ents = manager.entitlements
         link = self.link
-        runs = manager.origins.get(link.peer_name)
-        if runs is None:
-            runs = manager.origins[link.peer_name] = IndexRuns()
+        last_u = 0
+        accepted: list[_Accepted] = []
         for index, pid, seq, command, topic, payload, fields in records:
             counters["received"] += 1
             last_u = index
@@ -593,15 +589,10 @@ class Inbound:
                 counters["loops_refused"] += 1
                 continue
             fields[PATH_FIELD] = extended
-            outcome = apply(ReplicatedRecord(pid, seq, command, topic, payload, fields))
-            if outcome.record is not None:
-                counters["applied"] += 1
-                needed = outcome.record.index
-                runs.add(needed)
-            else:
-                if outcome.duplicate:
-                    counters["duplicates"] += 1
-                needed = max(needed, journal.last_index)
+            accepted.append((pid, seq, command, topic, payload, fields))
+        needed = self._apply(accepted)
+        journal = manager.journal
+        broker = manager.broker
         if not last_u:
             return
         self.waiting.append((needed, last_u))
@@ -609,6 +600,52 @@ class Inbound:
             self.on_durable(journal.durable_index)
         else:
             broker.request_sync()
+
+    def _apply(self, accepted: list[_Accepted]) -> int:
+        """Ingest ``accepted`` in order: a run of one publisher's publishes with the same
+        fields as one batch (:class:`ReplicatedRun`: one journal append) when the broker
+        takes it whole, else record by record. Returns the local journal index the ack
+        waits for (0: nothing)."""
+        from .apply import ReplicatedRecord, ReplicatedRun
+
+        manager = self.manager
+        journal = manager.journal
+        apply = manager.broker.ingest
+        counters = self.counters
+        runs = manager.origins.get(self.link.peer_name)
+        if runs is None:
+            runs = manager.origins[self.link.peer_name] = IndexRuns()
+        needed = 0
+        i, n = 0, len(accepted)
+        while i < n:
+            pid, _seq, command, _topic, _payload, fields = accepted[i]
+            j = i + 1
+            if command == "p":
+                while j < n and (
+                    (nxt := accepted[j])[0] == pid and nxt[2] == "p" and nxt[5] == fields
+                ):
+                    j += 1
+            if j - i > 1:
+                batch = [(r[1], r[3], r[4]) for r in accepted[i:j]]
+                taken = apply(ReplicatedRun(pid, fields, batch)).journaled
+                if taken:
+                    needed = journal.last_index
+                    runs.add_range(needed - taken + 1, needed)
+                    counters["applied"] += taken
+                    i = j
+                    continue
+            for record in accepted[i:j]:
+                outcome = apply(ReplicatedRecord(*record))
+                if outcome.record is not None:
+                    counters["applied"] += 1
+                    needed = outcome.record.index
+                    runs.add(needed)
+                else:
+                    if outcome.duplicate:
+                        counters["duplicates"] += 1
+                    needed = max(needed, journal.last_index)
+            i = j
+        return needed
 
     def _extend(self, raw: str) -> str:
         """The path ``raw`` plus this instance ('' when this instance is already on it)."""

@@ -42,6 +42,18 @@ def test_runs_merge_consecutive_indexes_and_skip_them() -> None:
     assert [runs.next_start(i) for i in (0, 3, 6, 10, 20)] == [3, 9, 9, 20, None]
 
 
+def test_ranges_merge_with_the_last_run_and_ignore_what_is_behind() -> None:
+    runs = IndexRuns()
+    runs.add_range(10, 19)
+    runs.add_range(20, 29)  # consecutive: the same run
+    runs.add_range(25, 34)  # overlaps: only 30..34 are new
+    runs.add_range(5, 8)  # behind: ignored
+    runs.add_range(40, 39)  # empty
+    runs.add_range(40, 40)
+    assert len(runs) == 2
+    assert [runs.skip(i) for i in (9, 10, 34, 35, 40)] == [9, 35, 35, 35, 41]
+
+
 def test_runs_forget_the_oldest_half_beyond_the_cap() -> None:
     runs = IndexRuns()
     for k in range(MAX_RUNS + 1):
