@@ -161,6 +161,10 @@ class Holds(Generic[_V]):
     def __bool__(self) -> bool:
         return bool(self._entries)
 
+    def values(self) -> list[_V]:
+        """Every held value (in no particular order)."""
+        return [value for _deadline, value in self._entries.values()]
+
     def get(self, key: Hashable) -> _V | None:
         """The value held for ``key``, if any."""
         entry = self._entries.get(key)
@@ -243,6 +247,10 @@ class LiveConflation:
         self.timer: Any = None
         """The pending release timer (one per subscription, for the oldest hold)."""
 
+    def held_bytes(self) -> int:
+        """Bytes of the frames held (they count toward the client's memory)."""
+        return sum(len(held.frame) for held in self.holds.values())
+
     def close(self) -> None:
         """Cancel the timer and drop every held message."""
         if self.timer is not None:
@@ -273,6 +281,10 @@ class ReplayConflation:
         self.holds: Holds[ReplayHeld] = Holds()
         self.timer: Any = None
         """Wakes the caught-up replay when the oldest hold's time has come."""
+
+    def held_bytes(self) -> int:
+        """Bytes of the records held (they count toward the client's memory)."""
+        return sum(len(held.latest[6]) for held in self.holds.values())
 
     def offer(self, row: RecordRow, before_bm: str | None) -> None:
         """Hold a matching record (``before_bm``: the bookmark of the record before it)."""

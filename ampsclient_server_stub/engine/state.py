@@ -116,6 +116,18 @@ class Connection:
         """The connection's message type (``json`` when nobody said)."""
         return self.message_type or "json"
 
+    def conflation_bytes(self) -> int:
+        """Bytes held for conflation by this connection's subscriptions (live and replay): they
+        count toward the client's memory in its resource pool."""
+        total = 0
+        for sub in self.subs.values():
+            if sub.conflation is not None:
+                total += sub.conflation.held_bytes()
+            replay = sub.replay
+            if replay is not None and replay.conflation is not None:
+                total += replay.conflation.held_bytes()
+        return total
+
     def __repr__(self) -> str:
         return f"Connection(#{self.id} {self.client_name!r} {self.transport} {self.peer})"
 

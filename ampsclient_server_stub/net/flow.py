@@ -90,6 +90,9 @@ class OutputQueue(Protocol):
     def buffered_bytes(self) -> int:
         """Bytes handed to the transport and not yet taken by the OS."""
 
+    def held_bytes(self) -> int:
+        """Bytes held for the client's conflated subscriptions (part of its memory)."""
+
     def take_pending(self) -> list[bytes]:
         """Remove and return the queued payloads not yet handed to the transport."""
 
@@ -233,11 +236,18 @@ class SlowClient:
         return max(1, int(self.pool.disk_limit * self.limits.max_capacity))
 
     def memory(self) -> int:
-        """Bytes queued towards the client in memory (pending output and socket buffer)."""
+        """Bytes queued towards the client in memory (pending output, socket buffer, and
+        conflation holds)."""
         session = self.session
         try:
-            return session.pending_bytes() + session.buffered_bytes()
+            return session.pending_bytes() + session.buffered_bytes() + session.held_bytes()
         except Exception:  # pragma: no cover - a transport already gone
+            return 0
+
+    def _held(self) -> int:
+        try:
+            return self.session.held_bytes()
+        except Exception:  # pragma: no cover - a connection already gone
             return 0
 
     def oldest(self, now: float) -> float:
@@ -251,7 +261,7 @@ class SlowClient:
             if len(head) == _REC.size:
                 stamp: float = _REC.unpack(head)[1]
                 return max(0.0, now - stamp)
-        if self.memory() <= LOW_WATER:
+        if self.memory() - self._held() <= LOW_WATER:  # the age is the output queue's
             self.last_clear = now
             return 0.0
         return max(0.0, now - self.last_clear)

@@ -214,6 +214,11 @@ class NetSession(abc.ABC):
         """Bytes handed to the transport and not yet taken by the OS."""
         return self._buffered()
 
+    def held_bytes(self) -> int:
+        """Bytes the broker holds for this client's conflated subscriptions."""
+        conn = self.conn
+        return 0 if conn is None else conn.conflation_bytes()
+
     def take_pending(self) -> list[bytes]:
         """Remove and return the queued payloads not yet handed to the transport."""
         pending, self._out = self._out, []

@@ -712,3 +712,30 @@ def test_a_built_config_with_an_unsupported_protocol_fails_the_start() -> None:
             thread.start()
     finally:
         thread.stop()
+
+
+def test_conflation_state_counts_toward_a_clients_memory(tmp_path: Path) -> None:
+    """Messages held for a conflated subscription count toward the client's memory in its
+    resource pool: 2.4 MB held for a reader with an empty socket backlog offlines it in a
+    1 MB pool, while the same volume delivered to the same kind of reader does not."""
+    body = (
+        f"<MessageMemoryLimit>1MB</MessageMemoryLimit><MessageDiskPath>{tmp_path}</MessageDiskPath>"
+    )
+    docs = [{"k": n, "pad": "x" * 8000} for n in range(300)]
+    for conflated in (False, True):
+        with (
+            serving(tmp_path, config_xml(body), record_all_topics=False) as server,
+            client(server, "reader") as sub,
+            client(server, "pub") as pub,
+        ):
+            options = {"o": "conflation=60s,conflation_key=/k"} if conflated else {}
+            sub.send({"c": "subscribe", "cid": "S", "t": "c", "a": "processed", **options})
+            assert sub.wait_ack("processed")["status"] == "success"
+            publish(pub, "c", docs)
+            if conflated:
+                wait_for(lambda: server.statistics()["slow_offlined"] == 1, 10, "offlined")
+                continue
+            got = [sub.recv_until(lambda h: h.get("c") == "p", 10) for _ in docs]
+            assert [json.loads(b)["k"] for _, b in got] == list(range(300))
+            stats = server.statistics()
+            assert stats["slow_offlined"] == 0, stats

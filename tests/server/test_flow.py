@@ -25,6 +25,7 @@ class Queue:
         self.transport_name = "tcp"
         self.pending: list[bytes] = []
         self.buffered = 0
+        self.held = 0
         self.written: list[bytes] = []
         self.aborted: str | None = None
         self._identity = (name, ident)
@@ -41,6 +42,9 @@ class Queue:
 
     def buffered_bytes(self) -> int:
         return self.buffered
+
+    def held_bytes(self) -> int:
+        return self.held
 
     def take_pending(self) -> list[bytes]:
         out, self.pending = self.pending, []
