@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml setup.py ampsclient/_speedups.c
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/worker_grid/runner.py
+	$(PY) examples/worker_grid/runner.py --mode both
 
 test: $(STAMP)
 	@# coverage of the library (branches too, server processes included; pyproject [tool.coverage])
