@@ -9,6 +9,7 @@ move the table does not list (as h11's ``_state.py`` keeps every transition in o
     DISCONNECTED --connection_made--> CONNECTED --send_logon--> LOGGING_ON
     LOGGING_ON --ack success--> LOGGED_ON      LOGGING_ON --ack retry--> LOGGING_ON
     LOGGING_ON --ack failure--> CONNECTED
+    LOGGED_ON --send_logon--> LOGGING_ON      (logging on again over the same connection)
     CONNECTED | LOGGING_ON | LOGGED_ON --connection_lost--> DISCONNECTED
     CONNECTED | LOGGING_ON | LOGGED_ON --closed by the application--> CLOSED
     CLOSED --connection_made--> CONNECTED      (a client may connect again)
@@ -45,7 +46,7 @@ TRANSITIONS: Final[dict[State, frozenset[State]]] = {
     State.LOGGING_ON: frozenset(
         {State.LOGGING_ON, State.LOGGED_ON, State.CONNECTED, State.DISCONNECTED, State.CLOSED}
     ),
-    State.LOGGED_ON: frozenset({State.DISCONNECTED, State.CLOSED}),
+    State.LOGGED_ON: frozenset({State.LOGGING_ON, State.DISCONNECTED, State.CLOSED}),
     State.CLOSED: frozenset({State.CONNECTED}),
 }
 """state -> the states it may move to. Anything else is a bug (or a misuse) and raises."""

@@ -100,13 +100,19 @@ def test_every_state_has_a_row_and_illegal_moves_raise() -> None:
 def test_closed_by_the_application_then_connect_again() -> None:
     core = logged_on()
     assert state_of(core) is State.LOGGED_ON
-    with pytest.raises(InvalidStateError):
-        core.send_logon(None, client_name="c", user=None, password=None, message_type="json")
+    again: Waiter[Message] = Waiter()  # logging on again over the same connection
+    core.send_logon(again, cid="L2", client_name="c1", user="u", password=None, message_type="json")
+    assert state_of(core) is State.LOGGING_ON
+    feed(core, b'{"c":"ack","cid":"L2","a":"processed","status":"success"}')
+    assert core.logon_acked(again.result(0)) == "success"
+    assert state_of(core) is State.LOGGED_ON
     assert core.connection_lost(None, by_user=True) is not None
     assert state_of(core) is State.CLOSED
     assert core.connection_lost(None) is None  # nothing open any more: nothing to do
     core.connection_made()
     assert state_of(core) is State.CONNECTED
+    with pytest.raises(InvalidStateError):
+        core.logon_acked(Message(b'{"c":"ack","a":"processed","status":"success"}'))
 
 
 # -------------------------------------------------------------------------------- logon
