@@ -258,3 +258,36 @@ def test_sow_with_a_bookmark_fails_instead_of_returning_the_current_sow(
         client.send({"c": "sow", "cid": "Q2", "t": "quotes", "a": "processed,completed"})
         _, body = client.recv_until(lambda h: h.get("c") == "sow", 10)
         assert b'{"id": 1, "px": 10}' in body
+
+
+# --------------------------------------------------------------------------- official client
+
+
+def test_the_official_client_raises_the_matching_exceptions(tmp_path: Path) -> None:
+    """The reasons map to the official client's exceptions: ``invalid options`` (live with
+    rate; a historical sow) -> InvalidOptionsException, ``invalid topic`` (an unrecorded topic)
+    -> InvalidTopicException."""
+    amps = pytest.importorskip("AMPS")
+    xml = TXLOG_FILTERED.replace(
+        "<TransactionLog>",
+        "<SOW><Topic><Name>quotes</Name><MessageType>json</MessageType><Key>/id</Key>"
+        "</Topic></SOW><TransactionLog>",
+    )
+    with ServerThread(parse_config(xml, base_dir=tmp_path)) as server:
+        client = amps.Client("official-recording")
+        try:
+            client.connect(server.uri("tcp", "json"))
+            client.logon()
+            cases = [
+                ("subscribe", "all", "live,rate=10", amps.InvalidOptionsException),
+                ("subscribe", "elsewhere", None, amps.InvalidTopicException),
+                ("sow", "quotes", None, amps.InvalidOptionsException),
+            ]
+            for command, topic, options, error in cases:
+                cmd = amps.Command(command).set_topic(topic).set_bookmark("0")
+                if options:
+                    cmd.set_options(options)
+                with pytest.raises(error):
+                    client.execute(cmd)
+        finally:
+            client.close()
