@@ -9,9 +9,9 @@ element (never accepted and ignored), and so are invalid combinations (for examp
 
 Defaults follow the AMPS configuration reference: ``Semantics`` ``at-least-once``,
 ``UnderlyingTopic`` the queue's own name, ``LeasePeriod`` unset (leases never time out),
-``MaxPerSubscriptionBacklog`` 1, ``MaxBacklog`` unlimited, ``FairnessModel``
-``proportional`` (``round-robin`` for at-most-once, the only model it supports), ``Leasing``
-``sublet``, ``MaxDeliveries``/``MaxCancels`` 0 (no limit), ``RecoveryPoint`` ``epoch``,
+``MaxPerSubscriptionBacklog`` 1, ``MaxBacklog`` unlimited, ``Priority`` unset (publication
+order), ``FairnessModel`` ``proportional`` (``round-robin`` for at-most-once, the only
+model it supports), ``Leasing`` ``sublet``, ``MaxDeliveries``/``MaxCancels`` 0 (no limit), ``RecoveryPoint`` ``epoch``,
 ``DeferredAckExpiration`` one day.
 """
 
@@ -72,7 +72,6 @@ _KNOWN: Final = frozenset(
 NOT_IMPLEMENTED: Final = {
     "DefaultPublishTarget": "publishes to the queue name are not re-routed yet",
     "ExpirationModel": "only the queue's own Expiration is applied",
-    "Priority": "priority queues are not implemented yet",
     "BarrierExpression": "barrier messages are not implemented yet",
     "FileBackedMetadata": "queue metadata lives in memory only",
     "TargetQueueDepth": "every queued message is active",
@@ -126,6 +125,9 @@ class QueueConfig:
     """Seconds an acknowledgement of a message not (yet) in the queue is remembered."""
     initial_owner: str | None = None
     """``GroupLocalQueue``: the instance that owns every new message."""
+    priority: str | None = None
+    """A field or expression; messages are offered highest value first (unsigned; a NULL,
+    negative or non-numeric value is the lowest priority, 0); ties in publication order."""
 
     def topics(self) -> tuple[str, ...]:
         """The underlying topics, with the default (the queue's name) applied."""
@@ -232,6 +234,9 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
     filter_text = _text(elem, "Filter", fail)
     if filter_text is not None:
         _check_filter(elem, filter_text, label, fail)
+    priority = _text(elem, "Priority", fail)
+    if priority is not None:
+        _check_expression(elem, priority, label, fail)
     return QueueConfig(
         name=name,
         message_type=mt.lower(),
@@ -251,6 +256,7 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
         max_cancels=_integer(elem, "MaxCancels", 0, label, fail) or 0,
         deferred_ack_expiration=_duration(elem, "DeferredAckExpiration", label, fail) or 86400.0,
         initial_owner=_text(elem, "InitialOwner", fail),
+        priority=priority,
     )
 
 
@@ -334,3 +340,14 @@ def _check_filter(elem: ET.Element, text: str, label: str, fail: Fail) -> None:
         compile_filter(text)
     except (ValueError, RecursionError) as exc:
         fail(_first(elem, "Filter"), f"{label}: <Filter> {text!r}: {exc}")
+
+
+def _check_expression(elem: ET.Element, text: str, label: str, fail: Fail) -> None:
+    from ..engine.filters import compile_expression  # the expression language of filters
+
+    if _NON_DETERMINISTIC.search(text):
+        fail(_first(elem, "Priority"), f"{label}: <Priority> uses a non-deterministic function")
+    try:
+        compile_expression(text)
+    except (ValueError, RecursionError) as exc:
+        fail(_first(elem, "Priority"), f"{label}: <Priority> {text!r}: {exc}")

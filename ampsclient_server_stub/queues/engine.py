@@ -39,7 +39,7 @@ from typing import Any, Final
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient.protocol.header import Header, decode_header, escape
 
-from ..engine.filters import compile_filter
+from ..engine.filters import compile_expression, compile_filter
 from ..engine.journal import JournalError, JournalRecord
 from ..engine.payload import decode
 from ..engine.session import CallLater, TimerHandle
@@ -173,7 +173,8 @@ class QueueEngine:
                     )
             owner = cfg.initial_owner is None or cfg.initial_owner == instance
             mt = cfg.message_type
-            queue = Queue(cfg, decode=functools.partial(decode, mt), owner=owner)
+            rank = compile_expression(cfg.priority) if cfg.priority else None
+            queue = Queue(cfg, decode=functools.partial(decode, mt), owner=owner, priority=rank)
             self.queues[(mt, cfg.name)] = queue
             self._names.add(cfg.name)
             self._recover(queue)

@@ -7,7 +7,8 @@ it decides into frames and journal records.
 
 Rules (``shared/queues.md`` §1, §4-§6):
 
-* messages are offered oldest first (publication order; a returned message keeps its place);
+* messages are offered oldest first (publication order; a returned message keeps its place),
+  or highest ``Priority`` first (ties in publication order);
 * a subscription never holds more than its backlog, ``min(max_backlog option (default 1),
   MaxPerSubscriptionBacklog)``; the queue never more than ``MaxBacklog`` leases in all;
 * fairness: ``fast`` (first subscription with room), ``round-robin`` (the next one with room,
@@ -60,6 +61,7 @@ class QueueMessage:
         "lease_deadline",
         "lessee",
         "order",
+        "rank",
         "state",
         "x",
     )
@@ -71,6 +73,8 @@ class QueueMessage:
         self.data = data
         self.x = x
         self.order = order
+        self.rank = 0
+        """Heap key before ``order``: minus the priority (0 without ``Priority``)."""
         self.enqueued = enqueued
         self.expires: float | None = None
         self.state = AVAILABLE
@@ -146,9 +150,15 @@ class Queue:
     """
 
     def __init__(
-        self, config: QueueConfig, *, decode: Callable[[bytes], Any], owner: bool = True
+        self,
+        config: QueueConfig,
+        *,
+        decode: Callable[[bytes], Any],
+        owner: bool = True,
+        priority: Callable[[Any], Any] | None = None,
     ) -> None:
         self.config = config
+        self._priority = priority
         self.name = config.name
         self.at_most_once = config.semantics == "at-most-once"
         self.owner = owner
@@ -198,8 +208,11 @@ class Queue:
         if expiration is not None:
             msg.expires = now + expiration
             heapq.heappush(self._expiry_heap, (msg.expires, msg.order, msg))
+        if self._priority is not None:
+            msg.doc = self._decode(data)
+            msg.rank = -_unsigned(self._priority(msg.doc) if msg.doc is not None else None)
         self.messages[bookmark] = msg
-        heapq.heappush(self._heap, (msg.order, msg.order, msg))
+        heapq.heappush(self._heap, (msg.rank, msg.order, msg))
         self.counters["enqueued"] += 1
         return True
 
@@ -480,7 +493,7 @@ class Queue:
             self._drop(msg)
             self.counters["expired"] += 1
             return [msg]
-        heapq.heappush(self._heap, (msg.order, msg.order, msg))
+        heapq.heappush(self._heap, (msg.rank, msg.order, msg))
         return []
 
     def _drop(self, msg: QueueMessage) -> None:
@@ -488,6 +501,16 @@ class Queue:
             self._release(msg, msg.lessee)
         msg.state = GONE
         self.messages.pop(msg.bookmark, None)
+
+
+def _unsigned(value: Any) -> int:
+    """A priority value as AMPS treats it: an unsigned long; NULL, negative and non-numeric
+    values are the lowest priority (0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if value != value or value <= 0:  # NaN, negative
+        return 0
+    return int(min(value, 2**64 - 1))
 
 
 def _reason(msg: QueueMessage, config: QueueConfig) -> str:

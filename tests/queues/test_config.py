@@ -53,7 +53,7 @@ def test_every_implemented_element() -> None:
         <Expiration>1h</Expiration><Filter>/kind = 'job'</Filter>
         <RecoveryPoint>now</RecoveryPoint><FairnessModel>fast</FairnessModel>
         <Leasing>strict</Leasing><MaxDeliveries>5</MaxDeliveries><MaxCancels>3</MaxCancels>
-        <DeferredAckExpiration>10m</DeferredAckExpiration></Queue>
+        <DeferredAckExpiration>10m</DeferredAckExpiration><Priority>/p</Priority></Queue>
       <LocalQueue><Name>l</Name><MessageType>json</MessageType>
         <Semantics>at-most-once</Semantics></LocalQueue>
       <GroupLocalQueue><Name>g</Name><MessageType>json</MessageType>
@@ -67,6 +67,7 @@ def test_every_implemented_element() -> None:
         "strict",
     )
     assert (q.max_deliveries, q.max_cancels, q.deferred_ack_expiration) == (5, 3, 600.0)
+    assert q.priority == "/p"
     assert (local.kind, local.semantics, local.fairness) == (
         "LocalQueue",
         "at-most-once",

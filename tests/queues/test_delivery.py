@@ -249,3 +249,29 @@ def test_plain_subscriber_of_underlying_topic_unaffected(make: Make, tmp_path: P
     assert bodies(plain.sync()) == [{"n": 0}, {"n": 1}]
     got = queue.sync()
     assert bodies(got) == [{"n": 0}] and got[0][0]["t"] == "work"
+
+
+def test_priority_highest_first_ties_in_order(make: Make) -> None:
+    server = make(priority="/p * 10", max_per_subscription_backlog=10)
+    publish(
+        server,
+        "work",
+        [
+            {"n": 0, "p": 1},
+            {"n": 1, "p": 5},
+            {"n": 2},
+            {"n": 3, "p": 5},
+            {"n": 4, "p": "x"},
+            {"n": 5, "p": 3},
+            {"n": 6, "p": -2},
+        ],
+    )
+    c = Consumer(server)
+    c.subscribe("work")  # backlog 1: one at a time, each acked before the next is chosen
+    order = []
+    for _ in range(7):
+        ((hdr, body),) = c.sync()  # exactly one: the ack before it freed the only slot
+        order.append(json.loads(body)["n"])
+        c.ack("work", hdr["bm"])
+    # 50, 50 (publication order), 30, 10, then NULL/non-numeric/negative (lowest) in order
+    assert order == [1, 3, 5, 0, 2, 4, 6]
