@@ -11,8 +11,8 @@ Defaults follow the AMPS configuration reference: ``Semantics`` ``at-least-once`
 ``UnderlyingTopic`` the queue's own name, ``LeasePeriod`` unset (leases never time out),
 ``MaxPerSubscriptionBacklog`` 1, ``MaxBacklog`` unlimited, ``Priority`` unset (publication
 order), ``FairnessModel`` ``proportional`` (``round-robin`` for at-most-once, the only
-model it supports), ``Leasing`` ``sublet``, ``MaxDeliveries``/``MaxCancels`` 0 (no limit), ``RecoveryPoint`` ``epoch``,
-``DeferredAckExpiration`` one day.
+model it supports), ``Leasing`` ``sublet``, ``MaxDeliveries``/``MaxCancels`` 0 (no limit),
+``RecoveryPoint`` ``epoch``, ``DeferredAckExpiration`` one day.
 """
 
 from __future__ import annotations
