@@ -47,14 +47,14 @@ from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from ..protocol.header import encode_header, escape
 from ..protocol.message import Message
 from ..stores.bookmark import BookmarkStore, MemoryBookmarkStore
-from ..stores.publish import FilePublishStore, MemoryPublishStore, PublishStore, StoredMessage
+from ..stores.publish import MemoryPublishStore, PublishStore, StoredMessage
 from ..stores.publish.official import PublishStore as NamedFilePublishStore
 from ..stream import MessageStream
 from ..uri import redact
 from .bookmarks import fast_discard, logging_handler, resume_point, seed_start_point
 from .chooser import DefaultServerChooser, ServerChooser
 from .face import ConnectionFace
-from .persist_waiters import PersistWaiters
+from .persist_waiters import PersistWaiters, publish_lane_store_kind
 from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
 from .subscriptions import SubscriptionManager
 
@@ -65,19 +65,6 @@ _pack_len = struct.Struct(">I").pack
 
 FailedWriteHandler = Callable[[Message, str], Any]
 """``handler(message, reason)`` for a publish the server refused (``duplicate``, ...)."""
-
-
-def _lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
-    """Which store the C publish lane writes to, or ``None`` when it must not: a
-    :class:`MemoryPublishStore`, or a :class:`FilePublishStore` that does not fsync each
-    message (with ``"always"`` the record must be on disk before the frame is queued). Not
-    for other stores, subclasses included: the lane does exactly what these two classes do."""
-    if type(store) is MemoryPublishStore:
-        return "memory"
-    lane_file = type(store) in (FilePublishStore, NamedFilePublishStore)
-    if lane_file and isinstance(store, FilePublishStore) and store.fsync_policy != "always":
-        return "file"
-    return None
 
 
 class AsyncHAClient(ConnectionFace):
@@ -188,7 +175,7 @@ class AsyncHAClient(ConnectionFace):
         subclasses that override ``publish``, nor for stores the lane does not know.
         """
         lane = _accel.PublishLane
-        kind = _lane_store_kind(self._store)
+        kind = publish_lane_store_kind(self._store)
         if lane is None or kind is None or type(self).publish is not AsyncHAClient.publish:
             return
         slow = types.MethodType(AsyncHAClient.publish, self)

@@ -1,14 +1,18 @@
-"""Who waits for persisted acks on an HA client: one future per ``publish_future`` message and
-one per ``publish_flush`` call (no I/O: the HA client feeds it the acks)."""
+"""The publish side of an HA client apart from the connection: who waits for persisted acks
+(one future per ``publish_future`` message and one per ``publish_flush`` call; no I/O: the HA
+client feeds it the acks), and which stores the C publish lane may write to."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+from typing import Literal
 
 from ..exceptions import PublishError, error_for_reason
+from ..stores.publish import FilePublishStore, MemoryPublishStore, PublishStore
+from ..stores.publish.official import PublishStore as NamedFilePublishStore
 
-__all__ = ["PersistWaiters"]
+__all__ = ["PersistWaiters", "publish_lane_store_kind"]
 
 
 class PersistWaiters:
@@ -72,3 +76,16 @@ class PersistWaiters:
             if not fut.done():
                 fut.set_exception(error)
         self.flushes.clear()
+
+
+def publish_lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
+    """Which store the C publish lane writes to, or ``None`` when it must not: a
+    :class:`MemoryPublishStore`, or a :class:`FilePublishStore` that does not fsync each
+    message (with ``"always"`` the record must be on disk before the frame is queued). Not
+    for other stores, subclasses included: the lane does exactly what these two classes do."""
+    if type(store) is MemoryPublishStore:
+        return "memory"
+    lane_file = type(store) in (FilePublishStore, NamedFilePublishStore)
+    if lane_file and isinstance(store, FilePublishStore) and store.fsync_policy != "always":
+        return "file"
+    return None
