@@ -72,7 +72,6 @@ _KNOWN: Final = frozenset(
 NOT_IMPLEMENTED: Final = {
     "DefaultPublishTarget": "publishes to the queue name are not re-routed yet",
     "ExpirationModel": "only the queue's own Expiration is applied",
-    "BarrierExpression": "barrier messages are not implemented yet",
     "FileBackedMetadata": "queue metadata lives in memory only",
     "TargetQueueDepth": "every queued message is active",
     "GroupLocalQueueDomain": "queues are not replicated yet",
@@ -125,6 +124,9 @@ class QueueConfig:
     """Seconds an acknowledgement of a message not (yet) in the queue is remembered."""
     initial_owner: str | None = None
     """``GroupLocalQueue``: the instance that owns every new message."""
+    barrier: str | None = None
+    """``BarrierExpression``: a matching message waits until every earlier one is
+    acknowledged, then goes to every subscription (backlogs ignored) and leaves the queue."""
     priority: str | None = None
     """A field or expression; messages are offered highest value first (unsigned; a NULL,
     negative or non-numeric value is the lowest priority, 0); ties in publication order."""
@@ -234,6 +236,9 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
     filter_text = _text(elem, "Filter", fail)
     if filter_text is not None:
         _check_filter(elem, filter_text, label, fail)
+    barrier = _text(elem, "BarrierExpression", fail)
+    if barrier is not None:
+        _check_filter(elem, barrier, label, fail, tag="BarrierExpression")
     priority = _text(elem, "Priority", fail)
     if priority is not None:
         _check_expression(elem, priority, label, fail)
@@ -256,6 +261,7 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
         max_cancels=_integer(elem, "MaxCancels", 0, label, fail) or 0,
         deferred_ack_expiration=_duration(elem, "DeferredAckExpiration", label, fail) or 86400.0,
         initial_owner=_text(elem, "InitialOwner", fail),
+        barrier=barrier,
         priority=priority,
     )
 
@@ -331,15 +337,17 @@ def _integer(elem: ET.Element, tag: str, minimum: int, label: str, fail: Fail) -
 _NON_DETERMINISTIC: Final = re.compile(r"\b(LAST_READ|UNIX_TIMESTAMP|VALUE_LOOKUP)\s*\(", re.I)
 
 
-def _check_filter(elem: ET.Element, text: str, label: str, fail: Fail) -> None:
+def _check_filter(
+    elem: ET.Element, text: str, label: str, fail: Fail, *, tag: str = "Filter"
+) -> None:
     from ..engine.filters import compile_filter  # the filter language lives in the engine
 
     if _NON_DETERMINISTIC.search(text):
-        fail(_first(elem, "Filter"), f"{label}: <Filter> uses a non-deterministic function")
+        fail(_first(elem, tag), f"{label}: <{tag}> uses a non-deterministic function")
     try:
         compile_filter(text)
     except (ValueError, RecursionError) as exc:
-        fail(_first(elem, "Filter"), f"{label}: <Filter> {text!r}: {exc}")
+        fail(_first(elem, tag), f"{label}: <{tag}> {text!r}: {exc}")
 
 
 def _check_expression(elem: ET.Element, text: str, label: str, fail: Fail) -> None:

@@ -173,8 +173,13 @@ class QueueEngine:
                     )
             owner = cfg.initial_owner is None or cfg.initial_owner == instance
             mt = cfg.message_type
-            rank = compile_expression(cfg.priority) if cfg.priority else None
-            queue = Queue(cfg, decode=functools.partial(decode, mt), owner=owner, priority=rank)
+            queue = Queue(
+                cfg,
+                decode=functools.partial(decode, mt),
+                owner=owner,
+                priority=compile_expression(cfg.priority) if cfg.priority else None,
+                barrier=compile_filter(cfg.barrier) if cfg.barrier else None,
+            )
             self.queues[(mt, cfg.name)] = queue
             self._names.add(cfg.name)
             self._recover(queue)
@@ -356,13 +361,18 @@ class QueueEngine:
         for qsub, msg in leases:
             sub = qsub.key
             assert isinstance(sub, Subscription)
-            lp = NEVER if msg.lease_deadline is None else format_timestamp(msg.lease_deadline)
-            tail = '","bm":"' + msg.bookmark + '","lp":"' + lp + '"'
+            if msg.barrier:  # not leased: no lp (nothing to acknowledge)
+                tail = '","bm":"' + msg.bookmark + '"'
+                if not gone or gone[-1] != msg.bookmark:
+                    gone.append(msg.bookmark)
+            else:
+                lp = NEVER if msg.lease_deadline is None else format_timestamp(msg.lease_deadline)
+                tail = '","bm":"' + msg.bookmark + '","lp":"' + lp + '"'
+                if queue.at_most_once:
+                    gone.append(msg.bookmark)
             if msg.x:
                 tail += ',"x":"' + escape(msg.x) + '"'
             sub.conn.session.send((head + sub.sid + tail + "}").encode() + msg.data)
-            if queue.at_most_once:
-                gone.append(msg.bookmark)
         if gone:
             self._record(queue, gone)
 

@@ -9,6 +9,9 @@ Rules (``shared/queues.md`` §1, §4-§6):
 
 * messages are offered oldest first (publication order; a returned message keeps its place),
   or highest ``Priority`` first (ties in publication order);
+* a ``BarrierExpression`` message waits until every earlier message is acknowledged (and
+  holds back every later one), then goes to every subscription it matches, backlogs ignored,
+  and leaves the queue;
 * a subscription never holds more than its backlog, ``min(max_backlog option (default 1),
   MaxPerSubscriptionBacklog)``; the queue never more than ``MaxBacklog`` leases in all;
 * fairness: ``fast`` (first subscription with room), ``round-robin`` (the next one with room,
@@ -51,6 +54,7 @@ class QueueMessage:
     """A message in the queue."""
 
     __slots__ = (
+        "barrier",
         "bookmark",
         "cancels",
         "data",
@@ -75,6 +79,8 @@ class QueueMessage:
         self.order = order
         self.rank = 0
         """Heap key before ``order``: minus the priority (0 without ``Priority``)."""
+        self.barrier = False
+        """It matches the ``BarrierExpression``."""
         self.enqueued = enqueued
         self.expires: float | None = None
         self.state = AVAILABLE
@@ -156,9 +162,11 @@ class Queue:
         decode: Callable[[bytes], Any],
         owner: bool = True,
         priority: Callable[[Any], Any] | None = None,
+        barrier: Callable[[Any], bool] | None = None,
     ) -> None:
         self.config = config
         self._priority = priority
+        self._barrier = barrier
         self.name = config.name
         self.at_most_once = config.semantics == "at-most-once"
         self.owner = owner
@@ -184,6 +192,7 @@ class Queue:
             "expired_leases": 0,
             "returned": 0,
             "deferred_acks_applied": 0,
+            "barriers": 0,
         }
         """Running totals since the start (statistics)."""
 
@@ -208,6 +217,9 @@ class Queue:
         if expiration is not None:
             msg.expires = now + expiration
             heapq.heappush(self._expiry_heap, (msg.expires, msg.order, msg))
+        if self._barrier is not None:
+            msg.doc = self._decode(data)
+            msg.barrier = msg.doc is not None and bool(self._barrier(msg.doc))
         if self._priority is not None:
             msg.doc = self._decode(data)
             msg.rank = -_unsigned(self._priority(msg.doc) if msg.doc is not None else None)
@@ -257,11 +269,14 @@ class Queue:
         heap = self._heap
         if not heap or not self.owner:
             return out
-        for candidate in self.subs:
-            if len(candidate.leased) < candidate.backlog:
-                break
-        else:
-            return out  # no subscription has room (or there is none)
+        if not self.subs:
+            return out
+        if not heap[0][2].barrier:
+            for candidate in self.subs:
+                if len(candidate.leased) < candidate.backlog:
+                    break
+            else:
+                return out  # no subscription has room
         limit = self.config.max_backlog
         lease_period = self.config.lease_period
         skipped: list[tuple[int, int, QueueMessage]] = []
@@ -271,6 +286,12 @@ class Queue:
             msg = item[2]
             if msg.state != AVAILABLE:
                 continue  # acknowledged or expired while waiting
+            if msg.barrier:
+                if next(iter(self.messages)) != msg.bookmark:
+                    skipped.append(item)  # earlier messages are not all acknowledged yet:
+                    break  # it waits, and so does everything after it
+                out.extend(self._release_barrier(msg))
+                continue
             qsub = choose(msg)
             if qsub is None:
                 skipped.append(item)  # no subscription with room takes this one
@@ -296,6 +317,19 @@ class Queue:
         self.counters["delivered"] += len(out)
         for item in skipped:
             heapq.heappush(heap, item)
+        return out
+
+    def _release_barrier(self, msg: QueueMessage) -> list[tuple[QueueSub, QueueMessage]]:
+        """A barrier message whose turn came: to every subscription it matches (backlogs
+        ignored), and out of the queue at once."""
+        msg.state = GONE
+        del self.messages[msg.bookmark]
+        self.counters["barriers"] += 1
+        out = []
+        for qsub in self.subs:
+            if qsub.matches is not None and (msg.doc is None or not qsub.matches(msg.doc)):
+                continue
+            out.append((qsub, msg))
         return out
 
     def _choose(self, msg: QueueMessage) -> QueueSub | None:

@@ -275,3 +275,24 @@ def test_priority_highest_first_ties_in_order(make: Make) -> None:
         c.ack("work", hdr["bm"])
     # 50, 50 (publication order), 30, 10, then NULL/non-numeric/negative (lowest) in order
     assert order == [1, 3, 5, 0, 2, 4, 6]
+
+
+def test_barrier_waits_for_earlier_acks_then_goes_to_everyone(make: Make) -> None:
+    server = make(barrier="/kind = 'barrier'", max_per_subscription_backlog=5)
+    a, b = Consumer(server), Consumer(server)
+    a.subscribe("work", o="max_backlog=1")
+    b.subscribe("work", o="max_backlog=1")
+    publish(server, "work", [{"n": 0}, {"n": 1}, {"n": 2, "kind": "barrier"}, {"n": 3}])
+    (ha, _), (hb, _) = a.sync()[0], b.sync()[0]
+    assert sorted(d["n"] for d in bodies(a.deliveries + b.deliveries)) == [0, 1]
+    a.ack("work", ha["bm"])
+    assert a.sync() == []  # n=1 is not acknowledged: the barrier, and n=3 behind it, wait
+    b.ack("work", hb["bm"])
+    got_b = b.sync()
+    got_a = a.sync()
+    barrier_a = [h for h, body in a.deliveries if json.loads(body).get("kind") == "barrier"]
+    barrier_b = [h for h, body in b.deliveries if json.loads(body).get("kind") == "barrier"]
+    assert len(barrier_a) == len(barrier_b) == 1  # to every subscription, backlogs ignored
+    assert "lp" not in barrier_a[0] and barrier_a[0]["bm"] == barrier_b[0]["bm"]
+    assert sorted(d["n"] for d in bodies(got_a + got_b)) == [2, 2, 3]  # then n=3 goes on
+    assert stats(server)["barriers"] == 1 and stats(server)["queue_depth"] == 0
