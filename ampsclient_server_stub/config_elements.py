@@ -31,6 +31,7 @@ _SOW_TOPIC: Final = {
     "FileName": "the SOW's file (SQLite): the SOW survives a restart; without it, in memory",
     "KeyDomain": "the seed of the generated SOW keys (equal domains give equal keys)",
     "Expiration": "records expire this long after their last update (oof 'expired')",
+    "Durability": "transient (in memory, no FileName) or persistent (needs a FileName)",
 }
 
 _TRANSPORT_POLICY: Final = {

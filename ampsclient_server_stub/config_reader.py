@@ -179,11 +179,21 @@ class ConfigReader(ElementReader):
         file_name = None
         if file_text is not None:
             file_name = self.path(elem, "FileName", file_text.replace("%n", _sanitize(topic)))
+        self.durability(elem, label, file_name is not None)
         expiration = None
         exp_text = self.text(elem, "Expiration")
         if exp_text is not None and exp_text.lower() not in ("disabled", "none"):
             expiration = self.convert(self.child(elem, "Expiration"), parse_duration, exp_text)
-        known = ("Name", "Topic", "MessageType", "Key", "FileName", "KeyDomain", "Expiration")
+        known = (
+            "Name",
+            "Topic",
+            "MessageType",
+            "Key",
+            "FileName",
+            "KeyDomain",
+            "Expiration",
+            "Durability",
+        )
         return SowTopicConfig(
             topic=topic,
             message_type=message_type,
@@ -193,6 +203,23 @@ class ConfigReader(ElementReader):
             expiration=expiration,
             extra=MappingProxyType(self.extras(elem, known)),
         )
+
+    def durability(self, elem: ET.Element, label: str, has_file: bool) -> None:
+        """``<Durability>``: ``transient`` (in memory: no ``FileName``) or ``persistent`` (the
+        SOW file, so a ``FileName`` is required), as in AMPS."""
+        text = self.text(elem, "Durability")
+        if text is None:
+            return
+        value = text.lower()
+        if value not in ("transient", "persistent"):
+            self.fail(
+                self.child(elem, "Durability"),
+                f"{label}: <Durability> must be transient or persistent, got {text!r}",
+            )
+        if value == "transient" and has_file:
+            self.fail(self.child(elem, "Durability"), f"{label}: transient with a <FileName>")
+        if value == "persistent" and not has_file:
+            self.fail(self.child(elem, "Durability"), f"{label}: persistent needs a <FileName>")
 
     def transaction_log(self, elem: ET.Element) -> TransactionLogConfig:
         directory = self.text(elem, "JournalDirectory")

@@ -820,8 +820,8 @@ def test_elements_are_case_sensitive() -> None:
         ),
         (
             "<AMPSConfig><SOW><Topic><Name>t</Name><MessageType>json</MessageType>"
-            "<Durability>transient</Durability></Topic></SOW></AMPSConfig>",
-            r"<Durability> in <Topic> is not supported",
+            "<Pattern>/t/.*</Pattern></Topic></SOW></AMPSConfig>",
+            r"<Pattern> in <Topic> is not supported",
         ),
         (
             "<AMPSConfig><Name><First>x</First></Name></AMPSConfig>",

@@ -367,6 +367,26 @@ def probe_sow_expiration(tmp_path: Path) -> None:
             assert sow_query(raw, "s") == []
 
 
+def probe_sow_durability(tmp_path: Path) -> None:
+    """transient: the SOW is in memory (empty after a restart); persistent needs a FileName
+    and keeps the records; transient with a FileName is a contradiction."""
+    for n, (tag, section) in enumerate(SOW_SPELLINGS):
+        base = tmp_path / f"d{n}"
+        xml = config_xml(_sow_topic(tag, section, "<Durability>transient</Durability>"))
+        for restart in (False, True):
+            with (
+                serving(base, xml, record_all_topics=False) as server,
+                client(server, "dur") as raw,
+            ):
+                if not restart:
+                    publish(raw, "s", [{"id": 1}])
+                assert len(sow_query(raw, "s")) == (0 if restart else 1)
+        bad = _sow_topic(tag, section, "<Durability>persistent</Durability>")
+        refused(base, config_xml(bad), "persistent needs a <FileName>")
+        bad = _sow_topic(tag, section, "<Durability>transient</Durability><FileName>f</FileName>")
+        refused(base, config_xml(bad), "transient with a <FileName>")
+
+
 # --------------------------------------------------------------------------- transaction log
 
 
@@ -402,6 +422,7 @@ _ENT = Covered(SECURITY + "test_entitlements_on_commands")
 _SOW = Probe(probe_sow)
 _KEY_DOMAIN = Probe(probe_sow_key_domain)
 _EXPIRATION = Probe(probe_sow_expiration)
+_DURABILITY = Probe(probe_sow_durability)
 
 PROOFS: dict[str, Probe | Covered] = {
     "Name": Probe(probe_name_group),
@@ -472,6 +493,7 @@ PROOFS: dict[str, Probe | Covered] = {
             ("FileName", _SOW),
             ("KeyDomain", _KEY_DOMAIN),
             ("Expiration", _EXPIRATION),
+            ("Durability", _DURABILITY),
         )
     },
     "SOW/TopicDefinition/Topic": _SOW,
