@@ -86,6 +86,9 @@ class QueueHooks(Protocol):
     ) -> tuple[int, int, int | None]:
         """A ``sow_delete`` on a queue topic: ``(deleted, topic matches, journal index)``."""
 
+    def query(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> bool:
+        """Answer a ``sow`` query of a queue topic (``False``: not a queue)."""
+
 
 @dataclass(slots=True)
 class BrokerHooks:

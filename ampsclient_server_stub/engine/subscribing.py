@@ -28,6 +28,7 @@ from .payload import (
 )
 from .replay_scheduler import ReplayScheduler
 from .sow import SowRecord, SowTopic
+from .sow_history import HistoryError, historical_sows
 from .sow_service import SowService
 from .state import Connection, Subscription
 from .subscriptions import SubscriptionTable
@@ -182,8 +183,10 @@ class Subscribing:
         sub, replaced = self.prepare(conn, hdr, options, delta=delta)
         bookmark = text(hdr.get("bm"))
         queues = self._hooks.queues
-        if queues is not None and bookmark is None and queues.subscribe(
-            conn, hdr, sub, replaced, flags
+        if (
+            queues is not None
+            and bookmark is None
+            and queues.subscribe(conn, hdr, sub, replaced, flags)
         ):
             return  # a queue subscription (its acks are sent)
         if bookmark is not None:
@@ -213,14 +216,43 @@ class Subscribing:
         matcher = command_matcher(topic)
         if self._hooks.guard is not None:
             matcher = self._hooks.guard.matcher(conn, hdr, matcher)
+        queues = self._hooks.queues
+        if queues is not None and not subscribe and queues.query(conn, hdr, matcher):
+            return  # a query of a queue's available messages (nothing leased)
         sows = self._sows.for_query(conn.mt, matcher)
-        if text(hdr.get("bm")) is not None:
-            # historical queries need <History> on the SOW topic, which is not supported
-            raise CommandFailure(
-                "invalid options",
-                f"historical SOW query (a bookmark on a sow command): topic {topic!r} keeps no "
-                "history (<History> is not supported by the reference server)",
-            )
+        bookmark = text(hdr.get("bm"))
+        if bookmark is not None:  # a historical query: the SOW as it was at that time
+            if subscribe:
+                raise CommandFailure(
+                    "invalid options",
+                    "a historical query cannot subscribe (use sow, then a "
+                    "bookmark subscription from the same time)",
+                )
+            journal = self._txlog.journal if self._txlog is not None else None
+            try:
+                history = historical_sows(sows, self._sows.history_of, journal, bookmark)
+            except HistoryError as exc:
+                raise CommandFailure(exc.reason, str(exc)) from None
+            try:
+                self._answer(conn, hdr, options, history, subscribe=False, delta=delta)
+            finally:
+                for copy in history:
+                    copy.close()
+            return
+        self._answer(conn, hdr, options, sows, subscribe=subscribe, delta=delta)
+
+    def _answer(
+        self,
+        conn: Connection,
+        hdr: Header,
+        options: Mapping[str, str],
+        sows: list[SowTopic],
+        *,
+        subscribe: bool,
+        delta: bool,
+    ) -> None:
+        """Run the query over ``sows``, send its results and acks, install the subscription."""
+        flags = ack_flags(hdr)
         _filter_text, predicate = command_filter(hdr)
         order_by, top_n, skip_n, select = _query_options(hdr, options)
         batch_size = int_field(hdr.get("bs")) or 1

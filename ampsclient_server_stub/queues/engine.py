@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ampsclient.protocol.bookmarks import publisher_id_for
-from ampsclient.protocol.header import Header, decode_header, escape
+from ampsclient.protocol.header import Header, decode_header, encode_header, escape
 
 from ..engine.filters import compile_expression, compile_filter
 from ..engine.journal import JournalError, JournalRecord
@@ -45,15 +45,17 @@ from ..engine.payload import decode
 from ..engine.session import CallLater, TimerHandle
 from ..engine.state import Connection, Subscription
 from ..engine.subscriptions import SubscriptionTable
-from ..engine.topics import compile_topic
+from ..engine.topics import TopicMatcher, compile_topic
 from ..engine.txlog import TxLog
 from ..engine.wire import (
     COMPLETED,
     PERSISTED,
     PROCESSED,
     RECEIVED,
+    STATS,
     CommandFailure,
     ack_flags,
+    command_filter,
     command_options,
     format_timestamp,
     int_field,
@@ -341,6 +343,53 @@ class QueueEngine:
         self._pump(queue)
         self._arm()
         return len(result.removed), matches, index
+
+    # ------------------------------------------------------------------ queries
+
+    def query(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> bool:
+        """A ``sow`` query of a queue topic: the messages available now (leased ones are not
+        shown), oldest (or highest priority) first, in the usual ``group_begin`` / ``sow`` /
+        ``group_end`` frames; nothing is leased. ``False`` when the topic is not a queue.
+
+        Raises:
+            CommandFailure: ``bad filter``, ``invalid options`` (a bookmark: no history).
+        """
+        if matcher.is_regex or not self.is_queue(conn.mt, matcher.topic):
+            return False
+        if text(hdr.get("bm")) is not None:
+            raise CommandFailure("invalid options", "a queue keeps no history (bookmark on sow)")
+        queue = self.queues[(conn.mt, matcher.topic)]
+        _text, predicate = command_filter(hdr)
+        options = command_options(hdr)
+        top_n = int_field(hdr.get("top_n"))
+        if top_n is None:
+            top_n = int_field(options.get("top_n"))
+        batch = max(1, int_field(hdr.get("bs")) or 1)
+        waiting = sorted(
+            (m for m in queue.messages.values() if m.lessee is None),
+            key=lambda m: (m.rank, m.order),
+        )
+        selected = [m for m in waiting if predicate is None or _matches(queue, m, predicate)]
+        matches = len(selected)
+        if top_n is not None and top_n >= 0:
+            selected = selected[:top_n]
+        flags = ack_flags(hdr)
+        query_id = text(hdr.get("query_id")) or text(hdr.get("cid")) or ""
+        send = conn.session.send
+        send_acks(send, hdr, flags & (RECEIVED | PROCESSED), query_id=query_id)
+        send(encode_header({"c": "group_begin", "query_id": query_id}))
+        for start in range(0, len(selected), batch):
+            part = selected[start : start + batch]
+            body = b"".join(
+                encode_header({"k": m.bookmark, "bm": m.bookmark, "l": len(m.data)}) + m.data
+                for m in part
+            )
+            outer = {"c": "sow", "t": queue.name, "query_id": query_id, "bs": len(part)}
+            send(encode_header(outer) + body)
+        send(encode_header({"c": "group_end", "query_id": query_id}))
+        stats = {"records_returned": len(selected), "topic_matches": len(queue), "matches": matches}
+        send_acks(send, hdr, flags & (COMPLETED | STATS), query_id=query_id, extra=stats)
+        return True
 
     def _in_journal(self, bookmark: str) -> bool:
         pid, _, rest = bookmark.partition("|")

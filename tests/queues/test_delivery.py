@@ -296,3 +296,53 @@ def test_barrier_waits_for_earlier_acks_then_goes_to_everyone(make: Make) -> Non
     assert "lp" not in barrier_a[0] and barrier_a[0]["bm"] == barrier_b[0]["bm"]
     assert sorted(d["n"] for d in bodies(got_a + got_b)) == [2, 2, 3]  # then n=3 goes on
     assert stats(server)["barriers"] == 1 and stats(server)["queue_depth"] == 0
+
+
+def _sow_records(body: bytes) -> list[tuple[dict[str, Any], bytes]]:
+    from ampsclient.protocol.header import decode_header
+
+    out = []
+    pos = 0
+    while pos < len(body):
+        hdr, end = decode_header(body[pos:])
+        data = body[pos + end : pos + end + int(hdr["l"])]
+        out.append((hdr, data))
+        pos += end + int(hdr["l"])
+    return out
+
+
+def test_sow_query_shows_available_messages_and_leases_nothing(make: Make) -> None:
+    server = make(max_per_subscription_backlog=5)
+    c = Consumer(server)
+    c.subscribe("work")  # takes n=0 (backlog 1)
+    publish(server, "work", [{"n": i, "even": i % 2 == 0} for i in range(5)])
+    c.sync()
+    q = Consumer(server)
+    q.raw.send(
+        {
+            "c": "sow",
+            "t": "work",
+            "cid": "q",
+            "query_id": "q",
+            "bs": 2,
+            "filter": "/even = true",
+            "a": "processed,stats",
+        }
+    )
+    records: list[tuple[dict[str, Any], bytes]] = []
+    while True:
+        hdr, body = q.raw.recv(10.0)
+        if hdr.get("c") == "sow":
+            records += _sow_records(body)
+        if hdr.get("c") == "ack" and hdr.get("a") == "stats":
+            stats_ack = hdr
+            break
+    # n=0 is leased (not shown); of 1..4 the even ones, oldest first, in batches of 2 at most
+    assert [json.loads(d)["n"] for _, d in records] == [2, 4]
+    assert all(h["bm"] == h["k"] for h, _ in records)
+    assert (stats_ack["records_returned"], stats_ack["matches"], stats_ack["topic_matches"]) == (
+        2,
+        2,
+        5,
+    )
+    assert stats(server)["backlog"] == 1 and stats(server)["queue_depth"] == 4  # nothing leased
