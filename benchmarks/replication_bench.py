@@ -2,7 +2,9 @@
 
 1. **Persisted publish throughput**: an ``HAClient`` (memory publish store) publishes ``-n``
    messages and waits for every persisted ack (``publish_flush``); a single instance vs a
-   hot-hot pair replicating sync both ways (the ack then waits for the partner). Ratio.
+   hot-hot pair replicating sync both ways (the ack then waits for the partner). Ratio, and
+   the CPU time each server process spent per message (from ``/proc``: the figure that
+   holds on a loaded machine, where the rates follow the share of CPU the processes get).
 2. **Replication lag under load**: publishes to A at ``--rate`` msgs/s; a plain subscriber
    on B measures (receive time - publish time) per message: p50 / p99 / max.
 3. **Resync rate after an outage**: B is down while ``--outage`` messages are published to
@@ -52,18 +54,33 @@ def wait(cond: Callable[[], bool], timeout: float, what: str, poll: float = 0.00
         time.sleep(poll)
 
 
-def persisted_throughput(node: ClusterNode, n: int, name: str) -> float:
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of process ``pid`` so far (0 where /proc is not there)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def persisted_throughput(
+    node: ClusterNode, n: int, name: str, servers: tuple[ClusterNode, ...] = ()
+) -> tuple[float, list[float]]:
+    """Messages/s, and the CPU µs per message of each of ``servers``."""
     with HAClient(name) as pub:
         pub.get_server_chooser().add(node.uri())
         pub.connect_and_logon()
         for i in range(2000):  # warm-up
             pub.publish("warm", DATA % i)
         pub.publish_flush(60_000)
+        before = [cpu_seconds(s.pid) for s in servers]
         started = time.perf_counter()
         for i in range(n):
             pub.publish("orders", DATA % i)
         pub.publish_flush(600_000)
-        return n / (time.perf_counter() - started)
+        rate = n / (time.perf_counter() - started)
+        after = [cpu_seconds(s.pid) for s in servers]
+    return rate, [(b - a) / n * 1e6 for a, b in zip(before, after, strict=True)]
 
 
 def bench_throughput(base: Path, n: int, fsync: str) -> dict[str, float]:
@@ -71,8 +88,8 @@ def bench_throughput(base: Path, n: int, fsync: str) -> dict[str, float]:
     node = single.add("S")
     with single:
         single.start()
-        one = persisted_throughput(node, n, "tp-single")
-    print(f"persisted publishes, single instance : {one:10.0f} msgs/s")
+        one, (cpu_s,) = persisted_throughput(node, n, "tp-single", (node,))
+    print(f"persisted publishes, single instance : {one:10.0f} msgs/s, server {cpu_s:.1f} us/msg")
     pair = Cluster(base / "pair", fsync=fsync)
     a = pair.add("A", group="HA")
     b = pair.add("B", group="HA")
@@ -80,10 +97,24 @@ def bench_throughput(base: Path, n: int, fsync: str) -> dict[str, float]:
     with pair:
         pair.start()
         pair.wait_streaming()
-        two = persisted_throughput(a, n, "tp-pair")
-    print(f"persisted publishes, sync pair       : {two:10.0f} msgs/s")
+        two, (cpu_a, cpu_b) = persisted_throughput(a, n, "tp-pair", (a, b))
+    print(
+        f"persisted publishes, sync pair       : {two:10.0f} msgs/s, A {cpu_a:.1f} us/msg, "
+        f"B {cpu_b:.1f} us/msg"
+    )
     print(f"ratio pair / single                  : {two / one:10.2f}")
-    return {"single_msgs_per_s": one, "pair_msgs_per_s": two, "ratio": two / one}
+    # on 2 cores with the client on one of them, the busier of A and B bounds the pair
+    cpu_ratio = cpu_s / max(cpu_a, cpu_b)
+    print(f"ratio by server CPU per message      : {cpu_ratio:10.2f}")
+    return {
+        "single_msgs_per_s": one,
+        "pair_msgs_per_s": two,
+        "ratio": two / one,
+        "single_cpu_us_per_msg": cpu_s,
+        "pair_a_cpu_us_per_msg": cpu_a,
+        "pair_b_cpu_us_per_msg": cpu_b,
+        "cpu_ratio": cpu_ratio,
+    }
 
 
 def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:

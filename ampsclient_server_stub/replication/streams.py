@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ampsclient_server_stub.config import DestinationConfig
 from ampsclient_server_stub.engine.journal import Journal, JournalPin, RecordRow
@@ -63,6 +63,11 @@ MAX_IN_FLIGHT: Final = 200_000
 """Records sent and not yet acknowledged, per destination, before sending pauses."""
 
 _PIN_STEP: Final = 10_000
+
+_Fields = dict[str, str | int]
+_UNKNOWN: Final = object()
+_BY_CONTENT: Final = object()
+"""A record shape whose fate a ``<Filter>`` decides, record by record."""
 
 _Accepted = tuple[int, int, str, str, bytes, dict[str, str | int]]
 """A received record that passed the entitlement and loop checks: ``(publisher id,
@@ -338,27 +343,50 @@ class Outbound:
             return None
         if decision is None and not self.rules.topic_matches(str(mt), topic, command, payload):
             return None
-        raw_path = fields.get(PATH_FIELD)
-        if raw_path is None:
-            if not self._direct_ok:
-                return None
-            path_text = self._own_path
-        else:
-            path_text = str(raw_path)
-            ok = self._path_ok.get(path_text)
-            if ok is None:
-                path = decode_path(path_text)
-                ok = bool(path) and self.rules.passes(path) and self._loop_free(path)
-                if len(self._path_ok) > 4096:
-                    self._path_ok.clear()
-                self._path_ok[path_text] = ok
-            if not ok:
-                return None
+        path_text = self._path_text(fields.get(PATH_FIELD))
+        if path_text is None:
+            return None
         if seq <= self.sent_seq.get(pid, 0):
             return None
         out_fields = dict(fields)
         out_fields[PATH_FIELD] = path_text
         return (index, pid, seq, command, topic, payload, out_fields)
+
+    def _path_text(self, raw_path: str | int | None) -> str | None:
+        """The path a record with journal path ``raw_path`` is sent with (``None``: rules 2
+        and 3 keep it from this destination)."""
+        if raw_path is None:
+            return self._own_path if self._direct_ok else None
+        path_text = str(raw_path)
+        ok = self._path_ok.get(path_text)
+        if ok is None:
+            path = decode_path(path_text)
+            ok = bool(path) and self.rules.passes(path) and self._loop_free(path)
+            if len(self._path_ok) > 4096:
+                self._path_ok.clear()
+            self._path_ok[path_text] = ok
+        return path_text if ok else None
+
+    def _shape(self, key: tuple[Any, str, Any]) -> dict[str, str | int] | object | None:
+        """What :meth:`wire` decides for every record whose fields are ``mt`` and ``rp``
+        only, ``key`` being ``(mt, topic, rp)`` (``None`` for an absent field): ``None``
+        (not for this destination), ``_BY_CONTENT`` (a ``<Filter>`` decides: ask
+        :meth:`wire`), or the fields to send (shared by those records: only packed)."""
+        mt, topic, raw_path = key
+        shape: dict[str, str | int] | object | None = None
+        decision = self.rules.topic_decision(str(mt if mt is not None else "json"), topic)
+        if decision is None:
+            shape = _BY_CONTENT
+        elif decision:
+            path_text = self._path_text(raw_path)
+            if path_text is not None:
+                fields: dict[str, str | int] = {} if mt is None else {"mt": mt}
+                fields[PATH_FIELD] = path_text
+                shape = fields
+        if len(self._shapes) > 10_000:
+            self._shapes.clear()
+        self._shapes[key] = shape
+        return shape
 
     def _rows(self, durable: int, limit: int) -> list[RecordRow]:
         """The next journal records to examine from ``scan_pos`` (at most ``limit``, none
@@ -383,6 +411,7 @@ class Outbound:
         self.peer = peer
         self._path_ok: dict[str, bool] = {}
         self._topic_ok: dict[tuple[Any, str], bool | None] = {}
+        self._shapes: dict[tuple[Any, str, Any], dict[str, str | int] | object | None] = {}
         own: list[Hop] = [(self.manager.name, self.manager.group)]
         self._own_path = encode_path(own)
         self._direct_ok = self._loop_free(own)
@@ -408,7 +437,9 @@ class Outbound:
         batch_bytes = 0
         pending = self.pending
         sent_seq = self.sent_seq
+        sent_get = sent_seq.get
         wire = self.wire
+        shapes = self._shapes
         while (
             self.scan_pos <= durable
             and budget > 0
@@ -421,20 +452,39 @@ class Outbound:
                 break
             skipped = 0
             for row in rows:
-                index = row[0]
-                self.scan_pos = index + 1
-                item = wire(row)
-                if item is None:
-                    skipped += 1
-                    continue
+                index, pid, seq, ts, command, topic, payload, fields, _size = row
+                # the usual record carries only "mt" (and "rp"): its fate and the fields it
+                # is sent with depend on (mt, topic, rp) alone, decided once (see _shape)
+                item: WireRecord | None
+                if len(fields) == ("mt" in fields) + (PATH_FIELD in fields):
+                    key = (fields.get("mt"), topic, fields.get(PATH_FIELD))
+                    shape = shapes.get(key, _UNKNOWN)
+                    if shape is _UNKNOWN:
+                        shape = self._shape(key)
+                    if shape is None or (shape is not _BY_CONTENT and seq <= sent_get(pid, 0)):
+                        skipped += 1
+                        continue
+                    if shape is _BY_CONTENT:
+                        item = wire(row)
+                        if item is None:
+                            skipped += 1
+                            continue
+                    else:
+                        item = (index, pid, seq, command, topic, payload, cast(_Fields, shape))
+                else:
+                    item = wire(row)
+                    if item is None:
+                        skipped += 1
+                        continue
                 batch.append(item)
-                batch_bytes += len(row[6])
-                pending.append((index, row[3]))
-                sent_seq[row[1]] = row[2]
+                batch_bytes += len(payload)
+                pending.append((index, ts))
+                sent_seq[pid] = seq
                 if len(batch) >= SEND_BATCH or batch_bytes >= SEND_BYTES:
                     self._send_records(link, batch)
                     batch = []
                     batch_bytes = 0
+            self.scan_pos = rows[-1][0] + 1
             budget -= len(rows)
             self.counters["skipped"] += skipped
         if batch:

@@ -138,3 +138,82 @@ def test_a_detached_stream_stops_at_the_same_record_with_or_without_runs(
             out.close()
     finally:
         loop.close()
+
+
+class RecordingLink:
+    """The link side of a stream: keeps the records of every ``rrec`` it is asked to send."""
+
+    peer_name = "B"
+    peer_group = "HB"
+    peer_user: str | None = None
+    paused = False
+    closed = False
+    close_reason = ""
+
+    def __init__(self) -> None:
+        self.outbound: dict[str, Outbound] = {}
+        self.records: list[Any] = []
+
+    def send(self, fields: dict[str, Any], body: Any = None) -> None:
+        if fields["c"] == "rrec":
+            self.records.extend(body)
+
+    def describe(self) -> str:
+        return "recording link"
+
+
+def test_a_streaming_stream_sends_exactly_what_wire_decides(tmp_path: Path) -> None:
+    """The per-(mt, topic, path) shortcut of the send loop against the record-by-record
+    rules (``Outbound.wire``): topics in and out, a filtered topic, paths through the peer
+    and through another group, extra fields, a resent sequence."""
+    loop = asyncio.new_event_loop()
+    try:
+        with Journal(tmp_path / "journal", fsync="never") as journal:
+            paths = [
+                None,
+                encode_path([("C", "HC"), ("A", "HA")]),  # through another group: passthrough
+                encode_path([("B", "HB"), ("A", "HA")]),  # came from the peer: never back
+                encode_path([("D", "HD"), ("A", "HA")]),
+            ]
+            seq: dict[int, int] = {}
+            for n in range(240):
+                pid = 1 + n % 3
+                seq[pid] = seq.get(pid, 0) + 1
+                fields: dict[str, str | int] = {"mt": "json" if n % 7 else "xml"}
+                if paths[n % 4] is not None:
+                    fields[PATH_FIELD] = str(paths[n % 4])
+                if n % 11 == 0:
+                    fields["x"] = f"cid-{n}"
+                topic = ("orders", "quotes", "filtered", "other")[n % 4 if n % 5 else 2]
+                journal.append(
+                    publisher_id=pid, sequence=seq[pid], topic=topic, command="p",
+                    payload=b'{"keep":%d}' % (n % 2), fields=fields,
+                )  # fmt: skip
+            journal.sync()
+            dest = DestinationConfig(
+                name="B",
+                group="HB",
+                topics=(
+                    ReplicationTopicConfig("orders|quotes", "json"),
+                    ReplicationTopicConfig("filtered", "json", "/keep = 1"),
+                ),
+                passthrough=("^HC$",),
+            )
+            host = Host(journal, loop)
+            host.name, host.group = "A", "HA"
+            judge = Outbound(host, dest, hold=1)  # peer B/HB from the destination, as attached
+            rows = journal.read_rows(1, max_records=1000)
+            decided = [judge.wire(row) for row in rows]
+            expected = [list(item) for item in decided if item is not None]
+            judge.close()
+            out = Outbound(host, dest, hold=1)
+            link = RecordingLink()
+            out.attach(link)
+            out.on_have({})  # on_have pumps: everything durable is sent
+            sent = [list(item) for item in link.records]
+            assert sent == expected
+            assert 0 < len(sent) < len(rows)
+            assert out.counters["skipped"] == len(rows) - len(sent)
+            out.close()
+    finally:
+        loop.close()
