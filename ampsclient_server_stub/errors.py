@@ -4,7 +4,8 @@ Every error the server's library code raises on purpose is a :class:`ServerError
 
     ServerError
     ├── ConfigError (ValueError)               config.py          a bad configuration
-    │   └── SecurityConfigError                security/auth.py   bad module name, missing file...
+    │   ├── SecurityConfigError                security/auth.py   bad module name, missing file...
+    │   └── QueueStartError                    queues/engine.py   a queue that cannot run
     ├── RequestError                           carries .reason    a client's command is refused
     │   ├── CommandFailure                     engine/wire.py     the general refusal
     │   ├── ReplayError                        engine/txlog.py    a bookmark replay cannot start

@@ -39,6 +39,7 @@ from typing import Any, Final
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient.protocol.header import Header, decode_header, encode_header, escape
 
+from ..config_values import ConfigError
 from ..engine.filters import compile_expression, compile_filter
 from ..engine.journal import JournalError, JournalRecord
 from ..engine.payload import decode
@@ -84,11 +85,9 @@ _ACK_POINT_INTERVAL: Final = 1.0
 """Seconds between writes of ``queues.ack`` while acknowledgements come in."""
 
 
-class QueueStartError(CommandFailure):
-    """A queue cannot run with this configuration (start-up fails)."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__("queue configuration", detail)
+class QueueStartError(ConfigError):
+    """A queue cannot run with this configuration (start-up fails): an underlying topic that
+    is not recorded in the transaction log, or no transaction log at all."""
 
 
 class _Intake:
