@@ -32,6 +32,8 @@ _SOW_TOPIC: Final = {
     "KeyDomain": "the seed of the generated SOW keys (equal domains give equal keys)",
     "Expiration": "records expire this long after their last update (oof 'expired')",
     "Durability": "transient (in memory, no FileName) or persistent (needs a FileName)",
+    "History/Window": "historical SOW queries reach this far back (needs the topic recorded)",
+    "History/Granularity": "historical states are kept at this spacing",
 }
 
 _TRANSPORT_POLICY: Final = {

@@ -127,6 +127,12 @@ class SowTopicConfig:
     key_domain: str | None = None
     expiration: float | None = None
     extra: Mapping[str, str] = field(default_factory=_empty_mapping)
+    history_window: float | None = None
+    """``<History><Window>`` in seconds: how far back historical SOW queries reach
+    (``None``: no history, a ``sow`` with a bookmark fails)."""
+    history_granularity: float = 0.0
+    """``<History><Granularity>`` in seconds: historical states are kept at this spacing (a
+    query's time is rounded down to a multiple of it; 0: every change)."""
 
 
 class TxlogTopic(NamedTuple):

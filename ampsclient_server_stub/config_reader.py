@@ -180,6 +180,7 @@ class ConfigReader(ElementReader):
         if file_text is not None:
             file_name = self.path(elem, "FileName", file_text.replace("%n", _sanitize(topic)))
         self.durability(elem, label, file_name is not None)
+        window, granularity = self.history(elem, label)
         expiration = None
         exp_text = self.text(elem, "Expiration")
         if exp_text is not None and exp_text.lower() not in ("disabled", "none"):
@@ -193,8 +194,11 @@ class ConfigReader(ElementReader):
             "KeyDomain",
             "Expiration",
             "Durability",
+            "History",
         )
         return SowTopicConfig(
+            history_window=window,
+            history_granularity=granularity,
             topic=topic,
             message_type=message_type,
             keys=keys,
@@ -203,6 +207,19 @@ class ConfigReader(ElementReader):
             expiration=expiration,
             extra=MappingProxyType(self.extras(elem, known)),
         )
+
+    def history(self, elem: ET.Element, label: str) -> tuple[float | None, float]:
+        """``<History>``: ``Window`` (required) and ``Granularity`` (default 0: every change)."""
+        history = self.single(elem, "History")
+        if history is None:
+            return None, 0.0
+        window = self.duration(history, "Window")
+        if window is None or window <= 0:
+            self.fail(history, f"{label}: <History> needs a positive <Window>")
+        granularity = self.duration(history, "Granularity") or 0.0
+        if granularity > window:
+            self.fail(history, f"{label}: <History> <Granularity> is longer than its <Window>")
+        return window, granularity
 
     def durability(self, elem: ET.Element, label: str, has_file: bool) -> None:
         """``<Durability>``: ``transient`` (in memory: no ``FileName``) or ``persistent`` (the

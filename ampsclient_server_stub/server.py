@@ -134,6 +134,18 @@ def _client_host(host: str) -> str:
     return host
 
 
+def _check_history(config: ServerConfig, txlog: TxLog | None) -> None:
+    """A SOW topic with ``<History>`` must be recorded: its history is rebuilt from the log."""
+    for sow in config.sow_topics:
+        if sow.history_window is None:
+            continue
+        if txlog is None or not txlog.records(sow.message_type, sow.topic):
+            raise ConfigError(
+                f"SOW topic {sow.topic!r} has <History>, so the <TransactionLog> must record it "
+                "(historical queries are answered from the transaction log)"
+            )
+
+
 class ReferenceServer:
     """An AMPS-compatible server on the running event loop.
 
@@ -198,6 +210,13 @@ class ReferenceServer:
         loop = asyncio.get_running_loop()
         security = ServerSecurity.from_config(self.config)  # before anything is opened
         txlog = self._open_txlog()
+        try:
+            _check_history(self.config, txlog)
+        except ConfigError:
+            if self.journal is not None:
+                self.journal.close()
+                self.journal = None
+            raise
         hooks = BrokerHooks(authenticate=self.authenticate, guard=security.guard)
         if txlog is not None:
             self._committer = self._make_committer(loop, txlog.journal)

@@ -71,12 +71,16 @@ class SowService:
         self.by_name: dict[str, list[SowTopic]] = {}
         """SOW topics by name (one per message type); read-only for callers."""
         self._expiration: dict[int, float] = {}
+        self._history: dict[int, tuple[float, float]] = {}
         self._owned: list[SowTopic] = []
         if config is not None:
             for topic_config in config.sow_topics:
                 opened = _open_sow(topic_config)
                 self._owned.append(opened)
                 self.add(opened, expiration=topic_config.expiration)
+                if topic_config.history_window is not None:
+                    window = topic_config.history_window
+                    self._history[id(opened)] = (window, topic_config.history_granularity)
         for sow in sow_topics:
             self.add(sow)
 
@@ -87,6 +91,10 @@ class SowService:
         self.by_name.setdefault(sow.topic, []).append(sow)
         if expiration is not None:
             self._expiration[id(sow)] = expiration
+
+    def history_of(self, sow: SowTopic) -> tuple[float, float] | None:
+        """``(window, granularity)`` in seconds of a topic's ``<History>``, or ``None``."""
+        return self._history.get(id(sow))
 
     @property
     def topics(self) -> list[SowTopic]:

@@ -207,9 +207,9 @@ class Subscribing:
         send_acks(conn.session.send, hdr, flags & COMPLETED, sub_id=sub.sub_id)
 
     def sow(self, conn: Connection, hdr: Header, *, subscribe: bool, delta: bool) -> None:
-        """``sow``, ``sow_and_subscribe``, ``sow_and_delta_subscribe``."""
+        """``sow``, ``sow_and_subscribe``, ``sow_and_delta_subscribe`` (a ``sow`` with a
+        timestamp bookmark is a historical query, :mod:`.sow_history`)."""
         options = command_options(hdr)
-        flags = ack_flags(hdr)
         topic = text(hdr.get("t"))
         if topic is None:
             raise CommandFailure("invalid topic", "sow without a topic")

@@ -423,6 +423,8 @@ _SOW = Probe(probe_sow)
 _KEY_DOMAIN = Probe(probe_sow_key_domain)
 _EXPIRATION = Probe(probe_sow_expiration)
 _DURABILITY = Probe(probe_sow_durability)
+HISTORY = "server/test_config_history.py::"
+_HISTORY = Covered(HISTORY + "test_a_historical_query_returns_the_sow_as_it_was")
 
 PROOFS: dict[str, Probe | Covered] = {
     "Name": Probe(probe_name_group),
@@ -494,6 +496,8 @@ PROOFS: dict[str, Probe | Covered] = {
             ("KeyDomain", _KEY_DOMAIN),
             ("Expiration", _EXPIRATION),
             ("Durability", _DURABILITY),
+            ("History/Window", _HISTORY),
+            ("History/Granularity", Covered(HISTORY + "test_granularity_rounds_the_time_down")),
         )
     },
     "SOW/TopicDefinition/Topic": _SOW,
@@ -667,9 +671,9 @@ def test_probe(probe: Callable[[Path], None], tmp_path: Path) -> None:
         (
             config_xml(
                 "<SOW><Topic><Name>h</Name><MessageType>json</MessageType><History>"
-                "<Window>1d</Window></History></Topic></SOW>"
+                "<Window>1d</Window><Snapshots>3</Snapshots></History></Topic></SOW>"
             ),
-            r"<History> in <Topic> is not supported",
+            r"<Snapshots> in <History> is not supported",
         ),
     ],
 )
