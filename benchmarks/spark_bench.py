@@ -60,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repo", default=str(ROOT), help="the git repository of --baseline")
     parser.add_argument("--json", default=None, help="write the raw results here")
     parser.add_argument(
+        "--stream",
+        type=int,
+        default=0,
+        help="also time a streaming read in micro-batches of at most this many rows",
+    )
+    parser.add_argument(
         "--executor",
         action="store_true",
         help="time the executor's read function outside Spark (rows/s and CPU per row)",
@@ -105,6 +111,31 @@ def client_replay_rate(uri: str, topic: str, expected: int) -> float:
     if got != expected:
         raise SystemExit(f"client replay got {got} messages, expected {expected}")
     return expected / took
+
+
+def stream_seconds(spark: Any, uri: str, topic: str, partitions: int, n: int, rows: int) -> float:
+    """Seconds for a streaming query (``trigger(availableNow=True)``, micro-batches of at most
+    ``rows`` rows, a ``noop`` sink) to take in the whole topic."""
+    with tempfile.TemporaryDirectory(prefix="spark-bench-chk-") as checkpoint:
+        t0 = time.perf_counter()
+        query = (
+            spark.readStream.format("amps")
+            .option("uri", uri)
+            .option("topic", topic)
+            .option("numPartitions", partitions)
+            .option("maxRowsPerBatch", rows)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        took = time.perf_counter() - t0
+        got = sum(p["numInputRows"] for p in query.recentProgress)
+    if got != n:
+        raise SystemExit(f"the stream read {got} rows, expected {n}")
+    return took
 
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -185,6 +216,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "client_replay": replay,
                     "load": os.getloadavg()[0],
                 }
+                if args.stream:
+                    record["stream"] = n / stream_seconds(spark, uri, topic, p, n, args.stream)
                 print(json.dumps(record), flush=True)
                 results.append(record)
     return results
@@ -255,16 +288,18 @@ def report(label: str, records: list[dict[str, Any]]) -> None:
             f"client replay {replay[0]:,.0f}/s"
         )
         return
-    print(f"{'P':>3} {'write rows/s':>24} {'read rows/s':>24} {'client replay/s':>24} {'ratio':>6}")
+    stream = "stream" in records[0]
+    head = f"{'P':>3} {'write rows/s':>24} {'read rows/s':>24} {'client replay/s':>24}"
+    print(head + (f" {'stream rows/s':>24}" if stream else "") + f" {'ratio':>6}")
     for p in sorted({r["partitions"] for r in records}):
         cells = []
-        for key in ("write", "read", "client_replay"):
-            med, lo, hi = _median(records, p, key)
-            cells.append(f"{med:>9,.0f} [{lo:,.0f}-{hi:,.0f}]")
+        for key in ("write", "read", "client_replay", "stream"):
+            if key in records[0]:
+                med, lo, hi = _median(records, p, key)
+                cells.append(f"{med:>9,.0f} [{lo:,.0f}-{hi:,.0f}]")
         ratios = [r["read"] / r["client_replay"] for r in records if r["partitions"] == p]
-        print(
-            f"{p:>3} {cells[0]:>24} {cells[1]:>24} {cells[2]:>24} {statistics.median(ratios):>6.2f}"
-        )
+        row = " ".join(f"{c:>24}" for c in cells)
+        print(f"{p:>3} {row} {statistics.median(ratios):>6.2f}")
     loads = [r["load"] for r in records]
     print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
 
@@ -289,7 +324,7 @@ def compare(args: argparse.Namespace) -> None:
     child_args = [
         "--count", str(args.count), "--partitions", args.partitions, "--runs", str(args.runs),
         "--fsync", args.fsync, "--master", args.master,
-    ] + (["--executor"] if args.executor else [])  # fmt: skip
+    ] + (["--executor"] if args.executor else []) + ["--stream", str(args.stream)]  # fmt: skip
     if args.uri:
         child_args += ["--uri", args.uri]
     results: dict[str, list[dict[str, Any]]] = {"baseline": [], "current": []}

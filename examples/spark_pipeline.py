@@ -46,6 +46,12 @@ CONFIG = """<AMPSConfig>
     <Transport><Name>ws</Name><Type>websocket</Type><InetAddr>127.0.0.1:9008</InetAddr>
       <Protocol>amps</Protocol></Transport>
   </Transports>
+  <TransactionLog>
+    <!-- Spark reads replay the log: orders, the planner's fences, the positions' updates -->
+    <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
+    <Topic><Name>ampsclient.spark.fence</Name><MessageType>json</MessageType></Topic>
+    <Topic><Name>/spark/positions</Name><MessageType>json</MessageType></Topic>
+  </TransactionLog>
   <SOW>
     <Topic><Name>/ADMIN/bookmark_store</Name><MessageType>json</MessageType>
       <Key>/clientName</Key><Key>/subId</Key></Topic>
