@@ -19,6 +19,7 @@ if os.environ.get("AMPSCLIENT_NO_EXTENSIONS") != "1":
         Extension(
             "ampsclient_server_stub._speedups",
             sources=["ampsclient_server_stub/_speedups.c"],
+            libraries=["z"],
             optional=True,
         )
     )

@@ -7,6 +7,8 @@
  *   scan_publishes  the run of fast-shaped publishes in one read (wire.scan_publishes)
  *   delivery_frames the delivery frames of a run for one connection (wire.delivery_frames)
  *   frame_join      length-prefixed TCP framing of a list of payloads (net.tcp.frame_join)
+ *   replay_frames   delivery frames straight from a block of journal records
+ *                   (wire.replay_frames)
  *
  * Nothing here touches server state: inputs and outputs are lists, tuples, bytes and str.
  */
@@ -15,6 +17,7 @@
 #include <stdint.h>
 #include <limits.h>
 #include <string.h>
+#include <zlib.h>
 
 static const char PLAIN[] = "{\"c\":\"p\",\"t\":\"";              /* 14 */
 static const char SEQ[] = "{\"c\":\"p\",\"s\":";                    /* 13 */
@@ -235,10 +238,83 @@ done:
     return out;
 }
 
+PyDoc_STRVAR(replay_frames_doc,
+"replay_frames(data, pos, expected, stop, prefix, suffix, head, pid, out)\n"
+"    -> (pos, expected, sequence)\n\n"
+"Frames head + b'%d|\"}' % sequence + payload for the journal records of `data` from `pos`\n"
+"(indexes `expected` up to `stop`), appended to `out`, while each record is whole, its CRC\n"
+"and index right, its publisher `pid` and its msgpack part prefix + len + payload + suffix.\n"
+"Returns where it stopped and the last sequence framed (-1: none).");
+
+#define J_FRAME_OVERHEAD 40 /* length, crc, then index, ts, publisher, sequence */
+#define J_MIN_BODY 32
+
+static uint64_t le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static PyObject *replay_frames(PyObject *self, PyObject *args) {
+    Py_buffer data, prefix, suffix, head;
+    Py_ssize_t pos;
+    unsigned long long expected, stop, pid;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "y*nKKy*y*y*KO!", &data, &pos, &expected, &stop, &prefix, &suffix,
+                          &head, &pid, &PyList_Type, &out))
+        return NULL;
+    const unsigned char *d = data.buf;
+    Py_ssize_t n = data.len, pl = prefix.len, sl = suffix.len, hl = head.len;
+    long long last = -1;
+    PyObject *result = NULL;
+    while (expected < stop && pos >= 0) {
+        if (pos + J_FRAME_OVERHEAD > n) break;
+        const unsigned char *r = d + pos;
+        uint32_t length = le32(r), crc = le32(r + 4);
+        Py_ssize_t end = pos + 8 + (Py_ssize_t)length;
+        if (length < J_MIN_BODY || end > n) break;
+        if (le64(r + 8) != expected || le64(r + 24) != pid) break;
+        Py_ssize_t p = pos + J_FRAME_OVERHEAD + pl; /* the payload's length byte */
+        if (p >= end || memcmp(r + J_FRAME_OVERHEAD, prefix.buf, (size_t)pl) != 0) break;
+        Py_ssize_t bl = d[p];
+        if (p + 1 + bl + sl != end || memcmp(d + end - sl, suffix.buf, (size_t)sl) != 0) break;
+        if ((uint32_t)crc32(0L, r + 8, length) != crc) break;
+        unsigned long long seq = le64(r + 32);
+        if (seq > (unsigned long long)LLONG_MAX) break;
+        char digits[24];
+        Py_ssize_t dl = put_ll(digits, (long long)seq) - digits;
+        PyObject *frame = PyBytes_FromStringAndSize(NULL, hl + dl + 3 + bl);
+        if (!frame) goto done;
+        char *w = PyBytes_AS_STRING(frame);
+        memcpy(w, head.buf, (size_t)hl); w += hl;
+        memcpy(w, digits, (size_t)dl); w += dl;
+        memcpy(w, "|\"}", 3); w += 3;
+        memcpy(w, d + p + 1, (size_t)bl);
+        int rc = PyList_Append(out, frame);
+        Py_DECREF(frame);
+        if (rc < 0) goto done;
+        last = (long long)seq;
+        pos = end;
+        expected++;
+    }
+    result = Py_BuildValue("(nKL)", pos, expected, last);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&prefix);
+    PyBuffer_Release(&suffix);
+    PyBuffer_Release(&head);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_publishes", scan_publishes, METH_VARARGS, scan_publishes_doc},
     {"delivery_frames", delivery_frames, METH_VARARGS, delivery_frames_doc},
     {"frame_join", frame_join, METH_O, frame_join_doc},
+    {"replay_frames", replay_frames, METH_VARARGS, replay_frames_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,13 +19,21 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-__all__ = ["SPEEDUPS", "TWINS", "delivery_frames", "frame_join", "scan_publishes"]
+__all__ = [
+    "SPEEDUPS",
+    "TWINS",
+    "delivery_frames",
+    "frame_join",
+    "replay_frames",
+    "scan_publishes",
+]
 
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "scan_publishes": "ampsclient_server_stub.engine.wire.scan_publishes",
         "delivery_frames": "ampsclient_server_stub.engine.wire.delivery_frames",
         "frame_join": "ampsclient_server_stub.net.tcp.frame_join",
+        "replay_frames": "ampsclient_server_stub.engine.wire.replay_frames",
     }
 )
 """Each C function -> its pure-Python twin (the reference)."""
@@ -33,6 +41,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
 scan_publishes: Callable[..., tuple[int, list[tuple[int, str, bytes]]]] | None = None
 delivery_frames: Callable[[bytes, list[tuple[int, str, bytes]]], list[bytes]] | None = None
 frame_join: Callable[[list[bytes]], bytes] | None = None
+replay_frames: Callable[..., tuple[int, int, int]] | None = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
@@ -44,6 +53,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         scan_publishes = _module.scan_publishes
         delivery_frames = _module.delivery_frames
         frame_join = _module.frame_join
+        replay_frames = _module.replay_frames
 
 SPEEDUPS: Final = _module is not None
 """True when the C speedups are in use."""

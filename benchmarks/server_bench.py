@@ -100,14 +100,16 @@ def server(tree: Path, pure: bool, data_dir: Path | None) -> Iterator[Server]:
         env=env,
     )
     assert proc.stderr is not None
+    seen: list[str] = []
     try:
         for line in proc.stderr:
+            seen.append(line)
             m = re.search(r"listening tcp://127\.0\.0\.1:(\d+) ws://127\.0\.0\.1:(\d+)", line)
             if m:  # keep reading its log (a full pipe would block the server)
                 threading.Thread(target=proc.stderr.read, daemon=True).start()
                 yield Server(proc, int(m.group(1)), int(m.group(2)))
                 return
-        raise SystemExit("the server did not start")
+        raise SystemExit("the server did not start:\n" + "".join(seen[-20:]))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -125,7 +127,9 @@ def finish(proc: subprocess.Popen[str], timeout: float = 600) -> tuple[int, int]
     return int(a), int(b)
 
 
-def subscriber(kind: str, port: int, n: int, topic: str, bookmark: str = "") -> subprocess.Popen[str]:
+def subscriber(
+    kind: str, port: int, n: int, topic: str, bookmark: str = ""
+) -> subprocess.Popen[str]:
     args = ["sub", kind, str(port), str(n), topic] + ([bookmark] if bookmark else [])
     proc = load(*args)
     assert proc.stdout is not None
@@ -212,7 +216,11 @@ def main() -> None:
                     r = measure(path, n, tree, pure, workdir)
                     results.setdefault((path, variant), []).append(r)
                     loads.append(os.getloadavg()[0])
-                    extra = f" rss {r.rss_start // 1024}->{r.rss_peak // 1024} MiB" if r.rss_start else ""
+                    extra = (
+                        f" rss {r.rss_start // 1024}->{r.rss_peak // 1024} MiB"
+                        if r.rss_start
+                        else ""
+                    )
                     print(
                         f"run {run + 1} {path:<10} {variant:<4} {fmt(r.rate):>8} msgs/s "
                         f"server {r.cpu_us:.2f} us/msg{extra} (load {loads[-1]:.2f})",

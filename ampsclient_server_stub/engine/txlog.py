@@ -47,12 +47,14 @@ from ampsclient.protocol.bookmarks import (
 from ampsclient.protocol.header import escape
 from ampsclient.protocol.options import parse_duration, parse_rate
 
+from .. import accel
 from ..errors import RequestError
 from .filters import Predicate, compile_filter
 from .journal import Journal, JournalPin, JournalRecord, RawBlock
 from .journal_format import FRAME_OVERHEAD, MIN_BODY, CorruptJournalError, decode_records
 from .payload import decode
 from .topics import TopicMatcher, compile_topic
+from .wire import replay_frames
 
 if TYPE_CHECKING:  # pragma: no cover
     from .conflation import ReplayConflation
@@ -70,6 +72,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _packb = msgpack.Packer(use_bin_type=True).pack
+_replay_frames: Final = accel.replay_frames or replay_frames
+"""Frames of the usual records of a replay block (C, or its Python twin)."""
 _HEAD: Final = struct.Struct("<IIQQQQ")  # a record's frame header and fixed fields
 
 REPLAY_BATCH: Final = 2000
@@ -525,7 +529,22 @@ class Replay(Generic[S]):
         head_pid = -1
         head = b""
         delivered = False
-        for expected in range(first_index, first_index + count):
+        expected = first_index
+        stop = first_index + count
+        while expected < stop:
+            if pos + FRAME_OVERHEAD <= n:  # the usual records, many at a time (C or twin)
+                rpid = head_unpack(data, pos)[4]
+                if rpid != head_pid:
+                    head_pid = rpid
+                    head = self.heads.get((want_topic, rpid, None)) or self._head(
+                        want_topic, rpid, None
+                    )
+                pos, at, last = _replay_frames(
+                    data, pos, expected, stop, prefix, suffix, head, rpid, out
+                )
+                if at > expected:
+                    expected, pid, seq, delivered = at, rpid, last, True
+                    continue
             if pos + FRAME_OVERHEAD > n:
                 raise CorruptJournalError(path, base + pos, "record cut short")
             length, crc, index, ts, pid, seq = head_unpack(data, pos)
@@ -562,6 +581,7 @@ class Replay(Generic[S]):
                     append(row_frame(pid, seq, ts, topic, payload, fields))
                     delivered = True
             pos = end
+            expected += 1
         return pid, seq, delivered
 
     def past_end(self, record: JournalRecord) -> bool:

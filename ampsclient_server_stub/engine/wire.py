@@ -9,16 +9,19 @@ without decoding a header.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Final
+from zlib import crc32
 
 from ampsclient.protocol.acks import AckType, parse_ack_types
 from ampsclient.protocol.header import Header, encode_header
 
 from ..errors import RequestError
 from .filters import FilterError, compile_filter
+from .journal_format import FRAME_OVERHEAD, MIN_BODY
 from .payload import parse_options
 from .topics import TopicError, TopicMatcher, compile_topic
 
@@ -44,6 +47,7 @@ __all__ = [
     "parse_seq_publish",
     "persisted_ack",
     "publish_header",
+    "replay_frames",
     "scan_publishes",
     "send_ack",
     "send_acks",
@@ -86,6 +90,7 @@ FAST_PUBLISH_SHAPES: Final = (_FAST_SEQ, _FAST_SEQ_T)
 """Every publish the recognizers take starts with one of these (``bytes.startswith`` test)."""
 
 _MAX_RUN_SEQ: Final = 2**63 - 1
+_RECORD_HEAD: Final = struct.Struct("<IIQQQQ")  # a journal record's frame and fixed fields
 _EMPTY_OPTIONS: Final[Mapping[str, str]] = {}
 
 
@@ -390,3 +395,52 @@ def delivery_frames(head: bytes, batch: list[tuple[int, str, bytes]]) -> list[by
     ``batch``: the delivery frames of a run to one connection, ``head`` ending with the
     publisher id's ``"bm":"PID|``. Twin of the C ``delivery_frames``."""
     return [b'%s%d|"}%s' % (head, seq, data) for seq, _topic, data in batch]
+
+
+def replay_frames(
+    data: bytes,
+    pos: int,
+    expected: int,
+    stop: int,
+    prefix: bytes,
+    suffix: bytes,
+    head: bytes,
+    pid: int,
+    out: list[bytes],
+) -> tuple[int, int, int]:
+    """Delivery frames ``head + b'%d|"}' % sequence + payload`` straight from the journal
+    records of ``data`` (a :meth:`Journal.read_blocks` block) from ``pos``, indexes
+    ``expected`` up to ``stop``, appended to ``out``. It takes records while each is whole
+    (length, CRC-32, index as :func:`.journal_format.decode_records` checks them), of
+    publisher ``pid``, and its msgpack part is ``prefix`` + one length byte + payload +
+    ``suffix`` (a ``p`` to the wanted topic with only the wanted message type); the caller
+    handles the record it stopped at. Returns ``(pos, expected, sequence)`` where it
+    stopped, with the last sequence framed (-1: none). Twin of the C ``replay_frames``.
+    """
+    unpack = _RECORD_HEAD.unpack_from
+    n = len(data)
+    skip = FRAME_OVERHEAD + len(prefix)
+    slen = len(suffix)
+    last = -1
+    while expected < stop:
+        if pos + FRAME_OVERHEAD > n:
+            break
+        length, crc, index, _ts, rpid, seq = unpack(data, pos)
+        end = pos + 8 + length
+        if length < MIN_BODY or end > n or index != expected or rpid != pid:
+            break
+        p = pos + skip
+        if (
+            p >= end
+            or not data.startswith(prefix, pos + FRAME_OVERHEAD)
+            or p + 1 + data[p] + slen != end
+            or not data.startswith(suffix, end - slen)
+            or crc32(data[pos + 8 : end]) != crc
+            or seq > _MAX_RUN_SEQ
+        ):
+            break
+        out.append(b'%s%d|"}%s' % (head, seq, data[p + 1 : end - slen]))
+        last = seq
+        pos = end
+        expected += 1
+    return pos, expected, last

@@ -13,9 +13,11 @@ import importlib
 import json
 import random
 import struct
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pytest
 
 from ampsclient.protocol.framing import TcpFramer
@@ -296,3 +298,70 @@ def test_a_run_of_sequenced_publishes_skips_duplicates_and_is_acked(
         assert _deliveries(sub, 1)[0][2] == 99
     assert [n for _sids, _bm, n in got] == [0, 1, 2, 4, 6]
     assert [bm.split("|")[1] for _sids, bm, _n in got] == ["1", "2", "3", "4", "5"]
+
+
+# --------------------------------------------------------------------------- replay_frames
+
+PREFIX = b"\x94\xa1p" + msgpack.packb("orders") + b"\xc4"
+SUFFIX = msgpack.packb({"mt": "json"})
+
+
+def _record(index: int, pid: int, seq: int, tail: bytes) -> bytes:
+    fixed = struct.pack("<QQQQ", index, 1_700_000_000_000_000, pid, seq)
+    return struct.pack("<II", len(fixed) + len(tail), zlib.crc32(fixed + tail)) + fixed + tail
+
+
+def _usual(payload: bytes) -> bytes:
+    return PREFIX + bytes([len(payload)]) + payload + SUFFIX
+
+
+def test_replay_frames_frames_the_usual_records_and_stops_at_the_first_other() -> None:
+    records = [
+        _record(5, 42, 1, _usual(b'{"n":1}')),
+        _record(6, 42, 2, _usual(b"")),
+        _record(7, 43, 3, _usual(b'{"n":3}')),  # another publisher
+    ]
+    data = b"".join(records)
+    out: list[bytes] = []
+    got = wire.replay_frames(data, 0, 5, 8, PREFIX, SUFFIX, b"H42|", 42, out)
+    assert got == (len(records[0]) + len(records[1]), 7, 2)
+    assert out == [b'H42|1|"}{"n":1}', b'H42|2|"}']
+    assert wire.replay_frames(data, got[0], 7, 8, PREFIX, SUFFIX, b"H43|", 43, out)[1:] == (8, 3)
+    # a bad CRC, a wrong index, another topic: nothing taken
+    bad = bytearray(records[0])
+    bad[-1] ^= 1
+    for block, index in ((bytes(bad), 5), (records[0], 6), (_record(5, 42, 1, b"\x94\xa1px"), 5)):
+        assert wire.replay_frames(block, 0, index, index + 1, PREFIX, SUFFIX, b"H", 42, out) == (
+            0,
+            index,
+            -1,
+        )
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(20))
+def test_replay_frames_c_matches_its_twin(seed: int) -> None:
+    assert accel.replay_frames is not None
+    rng = random.Random(seed)
+    for _ in range(30):
+        index = rng.randint(1, 1000)
+        parts = []
+        for k in range(rng.randint(0, 15)):
+            payload = bytes(rng.randrange(256) for _ in range(rng.choice([0, 5, 255, 256, 300])))
+            tail = _usual(payload) if len(payload) < 256 else PREFIX + b"\x01" + payload
+            if rng.random() < 0.1:
+                tail = tail[: rng.randrange(len(tail) + 1)]
+            pid = rng.choice([42, 42, 42, 7])
+            seq = rng.choice([k + 1, 2**63 - 1, 2**63, 2**64 - 1])
+            parts.append(_record(index + k, pid, seq, tail))
+        data = bytearray(b"".join(parts))
+        if data and rng.random() < 0.3:
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        if rng.random() < 0.2:
+            data = data[: rng.randrange(len(data) + 1)]
+        block = bytes(data)
+        args = (block, 0, index, index + len(parts), PREFIX, SUFFIX, b'{"c":"p","bm":"42|', 42)
+        out_c: list[bytes] = []
+        out_py: list[bytes] = []
+        assert accel.replay_frames(*args, out_c) == wire.replay_frames(*args, out_py)
+        assert out_c == out_py
