@@ -172,41 +172,8 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
     Raises:
         ConfigError: through ``fail`` (see :func:`parse_queues`).
     """
-    tag = elem.tag
-    for child in elem:
-        if child.tag not in _KNOWN:
-            fail(child, f"<{child.tag}> is not a queue element (in <{tag}>)")
-        if len(child):
-            fail(child, f"<{child.tag}> in <{tag}> must contain text, not elements")
-    name = _child_text(elem, "Name", fail)
-    if name is None:
-        fail(elem, f"<{tag}> has no <Name>")
+    name, mt, kind = _check_structure(elem, fail)
     label = f"queue {name!r}"
-    mt = _child_text(elem, "MessageType", fail)
-    if mt is None:
-        fail(elem, f"{label} has no <MessageType>")
-    present = {child.tag for child in elem}
-    for first, second in _EXCLUSIVE:
-        if first in present and second in present:
-            fail(elem, f"{label}: <{first}> cannot be combined with <{second}>")
-    kind: Kind = "Queue" if tag == "QueueDefinition" else tag  # type: ignore[assignment]
-    if "InitialOwner" in present and kind != "GroupLocalQueue":
-        fail(_first(elem, "InitialOwner"), f"{label}: <InitialOwner> is for <GroupLocalQueue> only")
-    if "GroupLocalQueueDomain" in present and kind != "GroupLocalQueue":
-        fail(
-            _first(elem, "GroupLocalQueueDomain"),
-            f"{label}: <GroupLocalQueueDomain> is for <GroupLocalQueue> only",
-        )
-    if kind == "GroupLocalQueue" and "InitialOwner" not in present:
-        fail(elem, f"{label}: <GroupLocalQueue> requires <InitialOwner>")
-    depth = _integer(elem, "TargetQueueDepth", 1000, label, fail)
-    del depth  # validated, then refused below as not implemented
-    for element, why in NOT_IMPLEMENTED.items():
-        if element in present:
-            fail(
-                _first(elem, element),
-                f"{label}: <{element}> is not implemented by the reference server ({why})",
-            )
     underlying = tuple(_texts(elem, "UnderlyingTopic", fail))
     for topic in underlying:
         if _REGEX_CHARS.search(topic):
@@ -264,6 +231,42 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
         barrier=barrier,
         priority=priority,
     )
+
+
+def _check_structure(elem: ET.Element, fail: Fail) -> tuple[str, str, Kind]:
+    """``(name, message type, kind)`` of a queue element whose children are all queue
+    elements, in a valid combination, none of them refused as not implemented."""
+    tag = elem.tag
+    for child in elem:
+        if child.tag not in _KNOWN:
+            fail(child, f"<{child.tag}> is not a queue element (in <{tag}>)")
+        if len(child):
+            fail(child, f"<{child.tag}> in <{tag}> must contain text, not elements")
+    name = _child_text(elem, "Name", fail)
+    if name is None:
+        fail(elem, f"<{tag}> has no <Name>")
+    label = f"queue {name!r}"
+    mt = _child_text(elem, "MessageType", fail)
+    if mt is None:
+        fail(elem, f"{label} has no <MessageType>")
+    present = {child.tag for child in elem}
+    for first, second in _EXCLUSIVE:
+        if first in present and second in present:
+            fail(elem, f"{label}: <{first}> cannot be combined with <{second}>")
+    kind: Kind = "Queue" if tag == "QueueDefinition" else tag  # type: ignore[assignment]
+    for element in ("InitialOwner", "GroupLocalQueueDomain"):
+        if element in present and kind != "GroupLocalQueue":
+            fail(_first(elem, element), f"{label}: <{element}> is for <GroupLocalQueue> only")
+    if kind == "GroupLocalQueue" and "InitialOwner" not in present:
+        fail(elem, f"{label}: <GroupLocalQueue> requires <InitialOwner>")
+    _integer(elem, "TargetQueueDepth", 1000, label, fail)  # validated, then refused below
+    for element, why in NOT_IMPLEMENTED.items():
+        if element in present:
+            fail(
+                _first(elem, element),
+                f"{label}: <{element}> is not implemented by the reference server ({why})",
+            )
+    return name, mt, kind
 
 
 # --------------------------------------------------------------------------- helpers
