@@ -11,6 +11,7 @@ from typing import Any
 
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ServerConfig, default_config
+from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.testing import RawClient
 
@@ -117,3 +118,29 @@ def publish(
 
 def bodies(deliveries: list[tuple[dict[str, Any], bytes]]) -> list[Any]:
     return [json.loads(body) for _hdr, body in deliveries]
+
+
+QUEUE_XML = """<AMPSConfig>
+<Transports><Transport><Name>tcp</Name><Type>tcp</Type><Protocol>amps</Protocol>
+  <InetAddr>127.0.0.1:0</InetAddr></Transport></Transports>
+<TransactionLog><JournalDirectory>journal</JournalDirectory>
+  <Topic><Name>orders</Name><MessageType>json</MessageType></Topic></TransactionLog>
+<SOW>
+  <Queue><Name>work</Name><MessageType>json</MessageType>
+    <UnderlyingTopic>orders</UnderlyingTopic>
+    <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog></Queue>
+</SOW></AMPSConfig>"""
+"""A server process config: a journaled topic ``orders`` under the queue ``work``."""
+
+
+def publish_durably(server: ServerProcess, first: int, count: int) -> None:
+    """Publish ``{"n": first..first+count-1}`` to ``orders`` and wait for the persisted ack."""
+    with RawClient(server.tcp_port) as raw:
+        raw.logon(f"publisher-{first}")
+        for n in range(first, first + count):
+            raw.send(
+                {"c": "p", "t": "orders", "a": "persisted", "s": n + 1},
+                json.dumps({"n": n}).encode(),
+            )
+        end = first + count
+        raw.recv_until(lambda h: h.get("a") == "persisted" and int(h.get("s", 0)) >= end)

@@ -10,22 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _queue_support import QUEUE_XML, publish_durably
 
 from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.testing import RawClient
 
 pytestmark = pytest.mark.integration
-
-QUEUE_XML = """<AMPSConfig>
-<Transports><Transport><Name>tcp</Name><Type>tcp</Type><Protocol>amps</Protocol>
-  <InetAddr>127.0.0.1:0</InetAddr></Transport></Transports>
-<TransactionLog><JournalDirectory>journal</JournalDirectory>
-  <Topic><Name>orders</Name><MessageType>json</MessageType></Topic></TransactionLog>
-<SOW>
-  <Queue><Name>work</Name><MessageType>json</MessageType>
-    <UnderlyingTopic>orders</UnderlyingTopic>
-    <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog></Queue>
-</SOW></AMPSConfig>"""
 
 
 class RawConsumer:
@@ -83,18 +73,6 @@ class RawConsumer:
 
     def close(self) -> None:
         self.raw.close()
-
-
-def publish_durably(server: ServerProcess, first: int, count: int) -> None:
-    with RawClient(server.tcp_port) as raw:
-        raw.logon(f"publisher-{first}")
-        for n in range(first, first + count):
-            raw.send(
-                {"c": "p", "t": "orders", "a": "persisted", "s": n + 1},
-                json.dumps({"n": n}).encode(),
-            )
-        end = first + count
-        raw.recv_until(lambda h: h.get("a") == "persisted" and int(h.get("s", 0)) >= end)
 
 
 def test_kill_9_twice_acknowledged_stays_acknowledged(tmp_path: Path) -> None:
