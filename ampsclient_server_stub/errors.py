@@ -10,6 +10,7 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     │   ├── CommandFailure                     engine/wire.py     the general refusal
     │   ├── ReplayError                        engine/txlog.py    a bookmark replay cannot start
     │   ├── ConflationError                    engine/conflation.py
+    │   ├── HistoryError                       engine/sow_history.py a historical sow refused
     │   └── HttpError                          admin/http.py      an admin HTTP request refused
     ├── OptionError (ValueError)               an option or expression that does not parse
     │   ├── FilterError                        engine/filter_syntax.py reason "bad filter"

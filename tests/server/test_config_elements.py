@@ -711,7 +711,7 @@ def test_slow_client_management_is_on_without_configuration() -> None:
                     pub.send({"c": "p", "t": "t", "s": seq}, body)
                 pub.send({"c": "flush", "cid": "F", "a": "processed"})
                 pub.recv_until(lambda h: h.get("cid") == "F", 10)
-            wait_for(lambda: server.statistics()["slow_offlined"] == 1, 10, "offlined")
+            wait_for(lambda: server.statistics()["slow_offlined"] >= 1, 10, "offlined")
             assert server.statistics()["slow_disconnected"] == 0
             got = 0
             while got < 200:  # everything arrives, in order, once the reader reads
@@ -759,7 +759,7 @@ def test_conflation_state_counts_toward_a_clients_memory(tmp_path: Path) -> None
             assert sub.wait_ack("processed")["status"] == "success"
             publish(pub, "c", docs)
             if conflated:
-                wait_for(lambda: server.statistics()["slow_offlined"] == 1, 10, "offlined")
+                wait_for(lambda: server.statistics()["slow_offlined"] >= 1, 10, "offlined")
                 continue
             got = [sub.recv_until(lambda h: h.get("c") == "p", 10) for _ in docs]
             assert [json.loads(b)["k"] for _, b in got] == list(range(300))
