@@ -98,11 +98,10 @@ class _Intake:
         self._queue = queue
 
     def send(self, payload: bytes) -> None:
-        self._engine.intake(self._queue, payload)
+        self._engine.intake(self._queue, (payload,))
 
     def send_many(self, payloads: list[bytes]) -> None:
-        for payload in payloads:
-            self._engine.intake(self._queue, payload)
+        self._engine.intake(self._queue, payloads)
 
     def backlog(self) -> int:
         return 0
@@ -213,25 +212,31 @@ class QueueEngine:
 
     # ------------------------------------------------------------------ intake
 
-    def intake(self, queue: Queue, frame: bytes) -> None:
-        """A message published to one of ``queue``'s underlying topics (a delivery frame)."""
-        # Fast path: the plain delivery frame ...,"bm":"<bm>"}BODY (no correlation id).
-        i = frame.find(b',"bm":"')
-        j = frame.find(b'"', i + 7) if i > 0 else -1
-        x: str | None
-        if j > 0 and frame[j + 1 : j + 2] == b"}":
-            bookmark: str | None = frame[i + 7 : j].decode()
-            data = frame[j + 2 :]
-            x = None
-        else:
-            hdr, end = decode_header(frame)
-            bookmark = text(hdr.get("bm"))
-            data = frame[end:]
-            x = text(hdr.get("x"))
-        if bookmark is None:  # pragma: no cover - underlying topics are recorded
-            logger.warning("queue %r: a message without a bookmark was not enqueued", queue.name)
-            return
-        if queue.enqueue(bookmark, data, x, self._clock()):
+    def intake(self, queue: Queue, frames: Sequence[bytes]) -> None:
+        """Messages published to one of ``queue``'s underlying topics (delivery frames); the
+        queue then offers what it can, once for the whole batch."""
+        now = self._clock()
+        enqueue = queue.enqueue
+        added = False
+        for frame in frames:
+            # Fast path: the plain delivery frame ...,"bm":"<bm>"}BODY (no correlation id).
+            i = frame.find(b',"bm":"')
+            j = frame.find(b'"', i + 7) if i > 0 else -1
+            x: str | None
+            if j > 0 and frame[j + 1 : j + 2] == b"}":
+                bookmark: str | None = frame[i + 7 : j].decode()
+                data = frame[j + 2 :]
+                x = None
+            else:
+                hdr, end = decode_header(frame)
+                bookmark = text(hdr.get("bm"))
+                data = frame[end:]
+                x = text(hdr.get("x"))
+            if bookmark is None:  # pragma: no cover - underlying topics are recorded
+                logger.warning("queue %r: a message without a bookmark not enqueued", queue.name)
+                continue
+            added = enqueue(bookmark, data, x, now) or added
+        if added:
             if queue.subs:
                 self._pump(queue)
             if self._timed:
