@@ -337,6 +337,16 @@ class Queue:
         subscription with room matches it, :data:`_FULL` when none has room at all."""
         subs = self.subs
         n = len(subs)
+        if n == 1:  # one subscription: no choice to make
+            only = subs[0]
+            if len(only.leased) >= only.backlog:
+                return _FULL
+            if only.matches is not None:
+                if msg.doc is _UNPARSED:
+                    msg.doc = self._decode(msg.data)
+                if msg.doc is None or not only.matches(msg.doc):
+                    return None
+            return only
         fairness = self.config.fairness
         best: QueueSub | None = None
         best_ratio = 2.0
