@@ -37,7 +37,7 @@ def bookmark_subscribe(port: int) -> dict[str, Any]:
     with RawClient(port) as client:
         client.logon("cli-test")
         client.send({"c": "p", "t": "orders", "s": 1}, b'{"n": 1}')
-        client.send({"c": "flush", "cid": "F", "a": "processed"})
+        client.send({"c": "flush", "cid": "F", "a": "persisted"})
         client.recv_until(lambda h: h.get("cid") == "F", 10)
         hdr = {"c": "subscribe", "cid": "S", "t": "orders", "sub_id": "s", "bm": "0"}
         client.send({**hdr, "a": "processed"})

@@ -85,7 +85,7 @@ def client(server: ServerThread, name: str) -> RawClient:
 def publish(raw: RawClient, topic: str, docs: list[dict[str, Any]], first: int = 1) -> None:
     for seq, doc in enumerate(docs, start=first):
         raw.send({"c": "p", "t": topic, "s": seq}, json.dumps(doc).encode())
-    raw.send({"c": "flush", "cid": "F", "a": "processed"})
+    raw.send({"c": "flush", "cid": "F", "a": "persisted"})
     raw.recv_until(lambda h: h.get("cid") == "F", 10)
 
 
@@ -204,7 +204,7 @@ def probe_transport_message_type(tmp_path: Path) -> None:
         sub.send({"c": "subscribe", "cid": "S", "t": "m", "a": "processed"})
         sub.wait_ack("processed")
         fix.send({"c": "p", "t": "m", "s": 1}, b"1=a\x01")
-        fix.send({"c": "flush", "cid": "F", "a": "processed"})
+        fix.send({"c": "flush", "cid": "F", "a": "persisted"})
         fix.recv_until(lambda h: h.get("cid") == "F", 10)
         with client(server, "json-pub") as pub:
             publish(pub, "m", [{"marker": 1}])
@@ -273,7 +273,7 @@ def _slow_subscriber(tmp_path: Path, root: str, transport: str, counter: str) ->
                     for _ in range(100):
                         sent += 1
                         pub.send({"c": "p", "t": "t", "s": sent}, body)
-                    pub.send({"c": "flush", "cid": "F", "a": "processed"})
+                    pub.send({"c": "flush", "cid": "F", "a": "persisted"})
                     pub.recv_until(lambda h: h.get("cid") == "F", 10)
         finally:
             sub.close()
@@ -709,7 +709,7 @@ def test_slow_client_management_is_on_without_configuration() -> None:
                 body = json.dumps({"pad": "x" * 8000}).encode()
                 for seq in range(1, 201):  # 1.6 MB towards a reader that reads nothing
                     pub.send({"c": "p", "t": "t", "s": seq}, body)
-                pub.send({"c": "flush", "cid": "F", "a": "processed"})
+                pub.send({"c": "flush", "cid": "F", "a": "persisted"})
                 pub.recv_until(lambda h: h.get("cid") == "F", 10)
             wait_for(lambda: server.statistics()["slow_offlined"] >= 1, 10, "offlined")
             assert server.statistics()["slow_disconnected"] == 0

@@ -56,7 +56,7 @@ def stamp(when: float) -> str:
 def send_and_flush(raw: RawClient, commands: list[tuple[dict[str, Any], bytes]]) -> None:
     for hdr, body in commands:
         raw.send(hdr, body)
-    raw.send({"c": "flush", "cid": "F", "a": "processed"})
+    raw.send({"c": "flush", "cid": "F", "a": "persisted"})
     raw.recv_until(lambda h: h.get("cid") == "F", 10)
 
 

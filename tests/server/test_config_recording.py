@@ -77,7 +77,7 @@ def publish(client: RawClient, topic: str, docs: list[dict[str, Any]]) -> None:
     for seq, doc in enumerate(docs, start=1):
         hdr: dict[str, Any] = {"c": "p", "t": topic, "s": seq}
         client.send(hdr, json.dumps(doc).encode())
-    client.send({"c": "flush", "cid": "F", "a": "processed"})
+    client.send({"c": "flush", "cid": "F", "a": "persisted"})
     ack, _ = client.recv_until(lambda h: h.get("c") == "ack" and h.get("cid") == "F", 10)
     assert ack.get("status") == "success", ack
 
@@ -222,7 +222,7 @@ def test_subscribe_repeating_its_topic_with_pause_pauses(recorded: ServerThread)
         while ("s2", 3) not in seen:
             h, body = sub.recv_until(lambda h: h.get("c") == "p", 10)
             seen.append((h["sids"], json.loads(body)["n"]))
-        sub.send({"c": "flush", "cid": "F", "a": "processed"})
+        sub.send({"c": "flush", "cid": "F", "a": "persisted"})
         while True:
             h, body = sub.recv(10)
             if h.get("cid") == "F":
