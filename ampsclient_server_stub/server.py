@@ -152,7 +152,8 @@ class ReferenceServer:
     Args:
         config: transports and SOW topics; default :func:`default_config` with ports 0.
         max_frame_size: largest inbound payload; a larger one closes that connection.
-        max_write_buffer: bytes queued towards one client before it is dropped as too slow.
+        max_write_buffer: bytes queued towards one client before it is offlined to disk (or
+            its share of the resource pool, if lower; slow-client management is always on).
         authenticate: ``(user_id, password) -> bool`` logon hook (default: allow all).
         fsync: journal durability (``always``, ``interval``, ``never``).
         record_all_topics: without a ``<TransactionLog>`` in the config, record every topic.
