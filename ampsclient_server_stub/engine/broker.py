@@ -256,6 +256,7 @@ class Broker:
             call_later=call_later,
             clock=clock,
             instance=config.name,
+            replicated=config.replication is not None,
         )
         self.hooks.queues = engine
         self.hooks.durable_listeners.append(engine.on_durable)

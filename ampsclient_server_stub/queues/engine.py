@@ -125,9 +125,11 @@ class QueueEngine:
             explicit :meth:`tick` calls.
         clock: epoch seconds.
         instance: this instance's name (``GroupLocalQueue`` ownership).
+        replicated: the instance replicates (only ``LocalQueue`` can run then).
 
     Raises:
-        QueueStartError: an underlying topic is not recorded in the transaction log.
+        QueueStartError: an underlying topic is not recorded in the transaction log, or a
+            ``Queue``/``GroupLocalQueue`` on a replicating instance.
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class QueueEngine:
         call_later: CallLater | None,
         clock: Callable[[], float],
         instance: str,
+        replicated: bool = False,
     ) -> None:
         self._txlog = txlog
         self._table_remove = table.remove
@@ -165,6 +168,13 @@ class QueueEngine:
         self._timed = any(c.lease_period or c.expiration for c in configs)
         self._stale = False
         for i, cfg in enumerate(configs):
+            if replicated and cfg.kind != "LocalQueue":
+                raise QueueStartError(
+                    f"queue {cfg.name!r}: a <{cfg.kind}> on an instance with <Replication> is "
+                    "a replicated queue (message ownership across instances), which the "
+                    "reference server does not implement; use <LocalQueue> (each instance "
+                    "delivers its own copy)"
+                )
             for topic in cfg.topics():
                 if not txlog.records(cfg.message_type, topic):
                     raise QueueStartError(

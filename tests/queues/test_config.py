@@ -3,12 +3,14 @@ and every documented element either works or is refused at start-up with an erro
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from _queue_support import queue_config
 
 from ampsclient_server_stub import ServerThread
-from ampsclient_server_stub.config import ConfigError, parse_config
+from ampsclient_server_stub.config import ConfigError, ReplicationConfig, parse_config
 from ampsclient_server_stub.queues.config import NOT_IMPLEMENTED, QueueConfig
 from ampsclient_server_stub.queues.engine import QueueStartError
 
@@ -192,4 +194,20 @@ def test_underlying_topic_must_be_journaled(tmp_path: Path) -> None:
         QueueStartError, match=r"'elsewhere' .* is not recorded in the transaction log"
     ):
         server.start()
+    server.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["Queue", "GroupLocalQueue", "LocalQueue"])
+def test_only_local_queues_on_a_replicating_instance(tmp_path: Path, kind: str) -> None:
+    owner = "q1" if kind == "GroupLocalQueue" else None
+    queue = QueueConfig(name="w", message_type="json", kind=kind, initial_owner=owner)  # type: ignore[arg-type]
+    config = dataclasses.replace(queue_config(tmp_path, queue), replication=ReplicationConfig())
+    server = ServerThread(config)
+    if kind == "LocalQueue":  # each instance delivers its own copy: runs
+        server.start()
+        assert server.call(lambda: server.broker.queues is not None)
+    else:  # message ownership across instances is not implemented: refused by name
+        with pytest.raises(QueueStartError, match=f"a <{kind}> on an instance with <Replication>"):
+            server.start()
     server.stop()
