@@ -59,7 +59,7 @@ _ELEMENTS: dict[str, str] = {
     **_TRANSPORT_POLICY,
     "Admin/InetAddr": "the admin interface's address",
     "Admin/Interval": "the statistics sampling period (at least 1s)",
-    "Admin/FileName": "the statistics database file",
+    "Admin/FileName": ":memory: only (statistics are kept in memory); a file is refused",
     "Admin/WWWAuthenticate": "the admin interface's HTTP authentication realm (Basic only)",
     "Admin/AnonymousPaths": "admin paths served without authentication (a regex)",
     "Transports/Transport/Name": "the transport's name (unique)",
