@@ -9,6 +9,7 @@
  *   frame_join      length-prefixed TCP framing of a list of payloads (net.tcp.frame_join)
  *   replay_frames   delivery frames straight from a block of journal records
  *                   (wire.replay_frames)
+ *   ws_client_frames the data messages of a client's WebSocket frames (net.ws.client_frames)
  *
  * Nothing here touches server state: inputs and outputs are lists, tuples, bytes and str.
  */
@@ -310,11 +311,69 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(ws_client_frames_doc,
+"ws_client_frames(data, max_size) -> (end, messages, whole)\n\n"
+"The data messages (payload, is_text) of the WebSocket frames a client sent, from the start\n"
+"of `data`, while each frame is a whole unfragmented masked text or binary message of at\n"
+"most max_size bytes without RSV bits (text is not validated: websockets' parser does not\n"
+"either). end: where it stopped;\n"
+"whole: it stopped only for want of bytes (else the frame at end is another kind).");
+
+static PyObject *ws_client_frames(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t max_size;
+    if (!PyArg_ParseTuple(args, "y*n", &buf, &max_size)) return NULL;
+    const unsigned char *d = buf.buf;
+    Py_ssize_t n = buf.len, pos = 0;
+    int whole = 1;
+    PyObject *messages = PyList_New(0);
+    if (!messages) { PyBuffer_Release(&buf); return NULL; }
+    while (pos < n) {
+        if (n - pos < 2) break;
+        unsigned char b0 = d[pos], b1 = d[pos + 1];
+        int opcode = b0 & 0x0f;
+        if ((b0 & 0xf0) != 0x80 || (opcode != 1 && opcode != 2) || !(b1 & 0x80)) { whole = 0; break; }
+        uint64_t len = b1 & 0x7f;
+        Py_ssize_t h = 2;
+        if (len == 126) {
+            if (n - pos < 4) break;
+            len = ((uint64_t)d[pos + 2] << 8) | d[pos + 3];
+            h = 4;
+        } else if (len == 127) {
+            if (n - pos < 10) break;
+            len = 0;
+            for (int i = 0; i < 8; i++) len = (len << 8) | d[pos + 2 + i];
+            h = 10;
+        }
+        if (max_size >= 0 && len > (uint64_t)max_size) { whole = 0; break; }
+        if (len > (uint64_t)PY_SSIZE_T_MAX / 2) { whole = 0; break; }
+        if ((uint64_t)(n - pos) < (uint64_t)h + 4 + len) break;
+        const unsigned char *mask = d + pos + h, *src = mask + 4;
+        PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+        if (!data) goto error;
+        unsigned char *w = (unsigned char *)PyBytes_AS_STRING(data);
+        for (uint64_t i = 0; i < len; i++) w[i] = src[i] ^ mask[i & 3];
+        PyObject *item = Py_BuildValue("(NO)", data, opcode == 1 ? Py_True : Py_False);
+        if (!item) goto error;
+        int rc = PyList_Append(messages, item);
+        Py_DECREF(item);
+        if (rc < 0) goto error;
+        pos += h + 4 + (Py_ssize_t)len;
+    }
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(nNO)", pos, messages, whole ? Py_True : Py_False);
+error:
+    PyBuffer_Release(&buf);
+    Py_DECREF(messages);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_publishes", scan_publishes, METH_VARARGS, scan_publishes_doc},
     {"delivery_frames", delivery_frames, METH_VARARGS, delivery_frames_doc},
     {"frame_join", frame_join, METH_O, frame_join_doc},
     {"replay_frames", replay_frames, METH_VARARGS, replay_frames_doc},
+    {"ws_client_frames", ws_client_frames, METH_VARARGS, ws_client_frames_doc},
     {NULL, NULL, 0, NULL},
 };
 

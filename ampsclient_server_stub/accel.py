@@ -26,6 +26,7 @@ __all__ = [
     "frame_join",
     "replay_frames",
     "scan_publishes",
+    "ws_client_frames",
 ]
 
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
@@ -34,6 +35,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "delivery_frames": "ampsclient_server_stub.engine.wire.delivery_frames",
         "frame_join": "ampsclient_server_stub.net.tcp.frame_join",
         "replay_frames": "ampsclient_server_stub.engine.wire.replay_frames",
+        "ws_client_frames": "ampsclient_server_stub.net.ws.client_frames",
     }
 )
 """Each C function -> its pure-Python twin (the reference)."""
@@ -42,6 +44,7 @@ scan_publishes: Callable[..., tuple[int, list[tuple[int, str, bytes]]]] | None =
 delivery_frames: Callable[[bytes, list[tuple[int, str, bytes]]], list[bytes]] | None = None
 frame_join: Callable[[list[bytes]], bytes] | None = None
 replay_frames: Callable[..., tuple[int, int, int]] | None = None
+ws_client_frames: Callable[[bytes, int], tuple[int, list[tuple[bytes, bool]], bool]] | None = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
@@ -54,6 +57,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         delivery_frames = _module.delivery_frames
         frame_join = _module.frame_join
         replay_frames = _module.replay_frames
+        ws_client_frames = _module.ws_client_frames
 
 SPEEDUPS: Final = _module is not None
 """True when the C speedups are in use."""

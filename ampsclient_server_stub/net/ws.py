@@ -16,15 +16,19 @@ import asyncio
 import logging
 import re
 import ssl
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.protocol import State
+from websockets.utils import apply_mask
 
 from ampsclient.exceptions import FrameTooLargeError, MalformedFrameError
 from ampsclient.protocol.framing import WsServerFramer, encode_ws_from_server
 from ampsclient.transport.wsconn import BatchingMixin
+from ampsclient_server_stub import accel
 from ampsclient_server_stub.engine.broker import Broker
 
 from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
@@ -34,15 +38,107 @@ if TYPE_CHECKING:
 
     from .flow import FlowControl
 
-__all__ = ["WsSession", "parse_ws_path", "start_ws_listener"]
+__all__ = ["WsSession", "client_frames", "parse_ws_path", "start_ws_listener"]
 
 logger = logging.getLogger(__name__)
 
 _PATH_RE: Final = re.compile(r"^/amps/([A-Za-z0-9_.-]+)/?$")
 
 
+def client_frames(data: bytes, max_size: int) -> tuple[int, list[tuple[bytes, bool]], bool]:
+    """The data messages ``(payload, is_text)`` of the WebSocket frames a client sent, from
+    the start of ``data``, while each frame is a whole, unfragmented, masked text or binary
+    message of at most ``max_size`` bytes (``-1``: any) without RSV bits: what websockets'
+    frame parser would deliver for them (text is not validated as UTF-8 there either).
+    Returns ``(end, messages, whole)``: where it stopped, and whether only for want of bytes (else the frame at ``end`` is of
+    another kind: a control frame, a fragment, a protocol error, for websockets to handle).
+    Twin of the C ``ws_client_frames``."""
+    n = len(data)
+    pos = 0
+    out: list[tuple[bytes, bool]] = []
+    while n - pos >= 2:
+        b0 = data[pos]
+        b1 = data[pos + 1]
+        opcode = b0 & 0x0F
+        if b0 & 0xF0 != 0x80 or opcode not in (1, 2) or not b1 & 0x80:
+            return pos, out, False
+        length = b1 & 0x7F
+        h = 2
+        if length == 126:
+            if n - pos < 4:
+                break
+            length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+            h = 4
+        elif length == 127:
+            if n - pos < 10:
+                break
+            length = int.from_bytes(data[pos + 2 : pos + 10], "big")
+            h = 10
+        if (max_size >= 0 and length > max_size) or length > sys.maxsize // 2:
+            return pos, out, False
+        start = pos + h + 4
+        if n - start < length:
+            break
+        payload = apply_mask(data[start : start + length], data[pos + h : start])
+        out.append((payload, opcode == 1))
+        pos = start + length
+    return pos, out, True
+
+
+_client_frames: Final = accel.ws_client_frames or client_frames
+
+
 class _Connection(BatchingMixin, ServerConnection):
-    """websockets' server connection with direct delivery and batched writes."""
+    """websockets' server connection with direct delivery and batched writes.
+
+    Once the session runs (:meth:`parse_frames_here`), the data frames of the client are
+    parsed by :func:`client_frames` (C or its twin) instead of websockets' parser, many per
+    read; the first frame of another kind (ping, close, fragment, protocol error) and
+    everything after it go to websockets, as before.
+    """
+
+    _fast = False
+    _fast_buf = b""
+    _open_bytes = 0
+    """Bytes received while the connection was open and websockets parsed them."""
+
+    def parse_frames_here(self) -> bool:
+        """Take over the parsing of data frames, when websockets' parser holds nothing (no
+        byte received since the handshake); returns whether it did."""
+        protocol = self.protocol
+        if (
+            protocol.state is State.OPEN
+            and self._open_bytes == 0
+            and not protocol.reader.buffer
+            and self._held is None
+        ):
+            self._fast = True
+        return self._fast
+
+    def data_received(self, data: bytes) -> None:
+        if not self._fast:
+            if self.protocol.state is State.OPEN:
+                self._open_bytes += len(data)
+            super().data_received(data)
+            return
+        buf = self._fast_buf + data if self._fast_buf else data
+        self._fast_buf = b""
+        limit = self.protocol.max_message_size
+        end, messages, whole = _client_frames(buf, -1 if limit is None else limit)
+        if messages:
+            handler = self._on_messages
+            if handler is not None:
+                handler(messages)
+            elif self._held is None:  # pragma: no cover - the handler is set before
+                self._held = messages
+            else:  # pragma: no cover
+                self._held.extend(messages)
+        if end < len(buf):
+            if whole:
+                self._fast_buf = buf[end:]
+            else:
+                self._fast = False
+                super().data_received(buf[end:])
 
 
 def _as_utf8(part: bytes) -> bytes:
@@ -110,7 +206,7 @@ class WsSession(NetSession):
                 # text matters only where a count is expected ("text"/"binary" announce;
                 # a text count is an error): short text messages go as str
                 payload = framer.receive_message(
-                    data.decode() if is_text and len(data) <= 6 else data
+                    data.decode("utf-8", "replace") if is_text and len(data) <= 6 else data
                 )
                 if payload is not None:
                     payloads.append(payload)
@@ -132,6 +228,7 @@ class WsSession(NetSession):
         self._writer = asyncio.create_task(self._write_loop())
         try:
             self.ws.set_message_handler(self.receive_many)
+            self.ws.parse_frames_here()
             await self.ws.wait_closed()
         finally:
             self.connection_closed()

@@ -24,7 +24,7 @@ from ampsclient.protocol.framing import TcpFramer
 from ampsclient_server_stub import ServerThread, accel
 from ampsclient_server_stub.config import default_config
 from ampsclient_server_stub.engine import delivery, publishing, wire
-from ampsclient_server_stub.net import tcp
+from ampsclient_server_stub.net import tcp, ws
 from ampsclient_server_stub.testing import RawClient
 
 needs_c = pytest.mark.skipif(not accel.SPEEDUPS, reason="server C speedups not in use")
@@ -365,3 +365,159 @@ def test_replay_frames_c_matches_its_twin(seed: int) -> None:
         out_py: list[bytes] = []
         assert accel.replay_frames(*args, out_c) == wire.replay_frames(*args, out_py)
         assert out_c == out_py
+
+
+# --------------------------------------------------------------------------- ws_client_frames
+
+
+def _ws_frame(
+    opcode: int, payload: bytes, *, fin: bool = True, mask: bytes = b"\x11\x22\x33\x44"
+) -> bytes:
+    """One client frame (masked unless ``mask`` is empty)."""
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    bit = 0x80 if mask else 0
+    if n < 126:
+        head += bytes([bit | n])
+    elif n < 65536:
+        head += bytes([bit | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([bit | 127]) + n.to_bytes(8, "big")
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload)) if mask else payload
+    return head + mask + body
+
+
+def test_client_frames_unmasks_whole_data_frames_and_stops_at_anything_else() -> None:
+    one = _ws_frame(2, b"\x01\x00\x00\x00")
+    two = _ws_frame(1, '{"c":"p"}é'.encode())
+    big = _ws_frame(2, b"x" * 70000)
+    data = one + two + big
+    assert ws.client_frames(data, -1) == (
+        len(data),
+        [(b"\x01\x00\x00\x00", False), ('{"c":"p"}é'.encode(), True), (b"x" * 70000, False)],
+        True,
+    )
+    assert ws.client_frames(data[:-1], -1) == (
+        len(one + two),
+        [(b"\x01\x00\x00\x00", False), ('{"c":"p"}é'.encode(), True)],
+        True,
+    )
+    assert ws.client_frames(data, 69999)[1:] == (
+        [(b"\x01\x00\x00\x00", False), ('{"c":"p"}é'.encode(), True)],
+        False,
+    )
+    for other in (
+        _ws_frame(9, b"ping"),  # control frame
+        _ws_frame(8, b""),  # close
+        _ws_frame(1, b"half", fin=False),  # fragment
+        _ws_frame(1, b"unmasked", mask=b""),  # protocol error: websockets answers it
+        bytes([0xC1]) + _ws_frame(1, b"x")[1:],  # RSV1
+    ):
+        assert ws.client_frames(one + other + one, -1) == (
+            len(one),
+            [(b"\x01\x00\x00\x00", False)],
+            False,
+        ), other
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(20))
+def test_client_frames_c_matches_its_twin(seed: int) -> None:
+    assert accel.ws_client_frames is not None
+    rng = random.Random(seed)
+    texts = [
+        b"",
+        b"abc",
+        "été".encode(),
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xc0\xaf",
+        b"\xe2\x82",
+        b"\xf0\x9f\x98\x80",
+    ]
+    for _ in range(30):
+        frames = []
+        for _k in range(rng.randint(0, 6)):
+            opcode = rng.choice([1, 1, 2, 2, 0, 8, 9, 3])
+            payload = (
+                rng.choice(texts)
+                if opcode == 1
+                else bytes(
+                    rng.randrange(256) for _ in range(rng.choice([0, 4, 125, 126, 300, 70000]))
+                )
+            )
+            frames.append(
+                _ws_frame(
+                    opcode,
+                    payload,
+                    fin=rng.random() > 0.1,
+                    mask=rng.choice([b"\x00\x00\x00\x00", b"\x9a\x01\xff\x10", b""])
+                    if rng.random() < 0.2
+                    else b"\x12\x34\x56\x78",
+                )
+            )
+        data = b"".join(frames)
+        data = data[: rng.randint(0, len(data))] if rng.random() < 0.3 else data
+        for limit in (-1, 0, 126, 100000):
+            assert accel.ws_client_frames(data, limit) == ws.client_frames(data, limit)
+
+
+@pytest.mark.parametrize("c", [False, pytest.param(True, marks=needs_c)])
+def test_ws_frames_parsed_by_the_server_deliver_in_order_around_a_ping(
+    c: bool, monkeypatch: pytest.MonkeyPatch, server: ServerThread
+) -> None:
+    """A raw ws:// client: publishes in frames split across writes, a ping in the middle
+    (websockets answers it and parses the rest), then a text message that is not UTF-8
+    where a count is expected: the server closes the connection (malformed framing)."""
+    parse = accel.ws_client_frames if c else ws.client_frames
+    assert parse is not None
+    parsed: list[int] = []
+
+    def counting(data: bytes, limit: int) -> tuple[int, list[tuple[bytes, bool]], bool]:
+        end, messages, whole = parse(data, limit)
+        parsed.append(len(messages))
+        return end, messages, whole
+
+    monkeypatch.setattr(ws, "_client_frames", counting)
+    import socket
+
+    with RawClient(server.tcp_port) as sub:
+        sub.logon("sub")
+        _subscribe(sub, "w", "s")
+        sock = socket.create_connection(("127.0.0.1", server.ws_port), timeout=10)
+        sock.sendall(
+            b"GET /amps/json HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += sock.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 101")
+
+        def command(hdr: dict[str, Any], body: bytes | None = None) -> bytes:
+            out = _ws_frame(2, struct.pack("<I", 1 if body is None else 2))
+            out += _ws_frame(1, json.dumps(hdr, separators=(",", ":")).encode())
+            return out + (b"" if body is None else _ws_frame(1, body))
+
+        stream = _ws_frame(1, b"text") + command(
+            {"c": "logon", "cid": "L", "client_name": "wsp", "a": "processed"}
+        )
+        stream += b"".join(command({"c": "p", "t": "w"}, b'{"n":%d}' % n) for n in range(1, 6))
+        stream += _ws_frame(9, b"hi")
+        stream += b"".join(command({"c": "p", "t": "w"}, b'{"n":%d}' % n) for n in range(6, 11))
+        for k in range(0, len(stream), 7):  # seven bytes per write: frames cut anywhere
+            sock.sendall(stream[k : k + 7])
+        assert [n for _s, _b, n in _deliveries(sub, 10)] == list(range(1, 11))
+        assert sum(parsed) >= 3 * 5  # the publishes before the ping at least: parsed here
+        got = b""
+        while b"\x8a\x02hi" not in got:  # the pong
+            got += sock.recv(65536)
+        sock.sendall(_ws_frame(1, b"\xff\xfe"))
+        got = b""
+        while True:
+            chunk = sock.recv(65536)
+            got += chunk
+            if not chunk or b"\x88\x02\x03\xe8" in got:
+                break
+        assert b"\x88\x02\x03\xe8" in got  # a close frame, code 1000
+        sock.close()
