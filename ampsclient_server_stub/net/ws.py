@@ -50,8 +50,9 @@ def client_frames(data: bytes, max_size: int) -> tuple[int, list[tuple[bytes, bo
     the start of ``data``, while each frame is a whole, unfragmented, masked text or binary
     message of at most ``max_size`` bytes (``-1``: any) without RSV bits: what websockets'
     frame parser would deliver for them (text is not validated as UTF-8 there either).
-    Returns ``(end, messages, whole)``: where it stopped, and whether only for want of bytes (else the frame at ``end`` is of
-    another kind: a control frame, a fragment, a protocol error, for websockets to handle).
+    Returns ``(end, messages, whole)``: where it stopped, and whether only for want of
+    bytes (else the frame at ``end`` is of another kind: a control frame, a fragment, a
+    protocol error, for websockets to handle).
     Twin of the C ``ws_client_frames``."""
     n = len(data)
     pos = 0
