@@ -168,51 +168,60 @@ class QueueEngine:
         self._timed = any(c.lease_period or c.expiration for c in configs)
         self._stale = False
         for i, cfg in enumerate(configs):
-            if replicated and cfg.kind != "LocalQueue":
-                raise QueueStartError(
-                    f"queue {cfg.name!r}: a <{cfg.kind}> on an instance with <Replication> is "
-                    "a replicated queue (message ownership across instances), which the "
-                    "reference server does not implement; use <LocalQueue> (each instance "
-                    "delivers its own copy)"
-                )
-            for topic in cfg.topics():
-                if not txlog.records(cfg.message_type, topic):
-                    raise QueueStartError(
-                        f"queue {cfg.name!r}: underlying topic {topic!r} "
-                        f"({cfg.message_type}) is not recorded in the transaction log"
-                    )
+            self._check(cfg, replicated)
             owner = cfg.initial_owner is None or cfg.initial_owner == instance
-            mt = cfg.message_type
-            queue = Queue(
-                cfg,
-                decode=functools.partial(decode, mt),
-                owner=owner,
-                priority=compile_expression(cfg.priority) if cfg.priority else None,
-                barrier=compile_filter(cfg.barrier) if cfg.barrier else None,
-            )
-            self.queues[(mt, cfg.name)] = queue
-            self._names.add(cfg.name)
-            self._recover(queue)
-            predicate = compile_filter(cfg.filter) if cfg.filter else None
-            conn = Connection(
-                -(i + 1), _Intake(self, queue), message_type=mt, transport="queue", peer=cfg.name
-            )
-            conn.logged_on = True
-            for n, topic in enumerate(cfg.topics()):
-                table.add(
-                    Subscription(
-                        conn,
-                        f"queue-intake-{n}",
-                        compile_topic(topic),
-                        filter_text=cfg.filter,
-                        predicate=predicate,
-                        options={},
-                        delta=False,
-                    )
-                )
+            self._add(-(i + 1), cfg, owner, table)
         self._refresh_points()
         self._write_points()
         self._arm()
+
+    def _check(self, cfg: QueueConfig, replicated: bool) -> None:
+        """Refuse a queue this instance cannot run (:class:`QueueStartError`)."""
+        if replicated and cfg.kind != "LocalQueue":
+            raise QueueStartError(
+                f"queue {cfg.name!r}: a <{cfg.kind}> on an instance with <Replication> is "
+                "a replicated queue (message ownership across instances), which the "
+                "reference server does not implement; use <LocalQueue> (each instance "
+                "delivers its own copy)"
+            )
+        for topic in cfg.topics():
+            if not self._txlog.records(cfg.message_type, topic):
+                raise QueueStartError(
+                    f"queue {cfg.name!r}: underlying topic {topic!r} "
+                    f"({cfg.message_type}) is not recorded in the transaction log"
+                )
+
+    def _add(self, conn_id: int, cfg: QueueConfig, owner: bool, table: SubscriptionTable) -> None:
+        """Create a queue, rebuild it from the journal and subscribe its intake (an internal
+        connection ``conn_id``) to its underlying topics."""
+        mt = cfg.message_type
+        queue = Queue(
+            cfg,
+            decode=functools.partial(decode, mt),
+            owner=owner,
+            priority=compile_expression(cfg.priority) if cfg.priority else None,
+            barrier=compile_filter(cfg.barrier) if cfg.barrier else None,
+        )
+        self.queues[(mt, cfg.name)] = queue
+        self._names.add(cfg.name)
+        self._recover(queue)
+        predicate = compile_filter(cfg.filter) if cfg.filter else None
+        conn = Connection(
+            conn_id, _Intake(self, queue), message_type=mt, transport="queue", peer=cfg.name
+        )
+        conn.logged_on = True
+        for n, topic in enumerate(cfg.topics()):
+            table.add(
+                Subscription(
+                    conn,
+                    f"queue-intake-{n}",
+                    compile_topic(topic),
+                    filter_text=cfg.filter,
+                    predicate=predicate,
+                    options={},
+                    delta=False,
+                )
+            )
 
     # ------------------------------------------------------------------ lookups
 
