@@ -89,6 +89,10 @@ class QueueHooks(Protocol):
     def query(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> bool:
         """Answer a ``sow`` query of a queue topic (``False``: not a queue)."""
 
+    def replay_matcher(self, mt: str, matcher: TopicMatcher) -> TopicMatcher:
+        """What a bookmark subscription to ``matcher`` replays: a queue's underlying
+        topics, anything else itself."""
+
 
 @dataclass(slots=True)
 class BrokerHooks:

@@ -189,6 +189,8 @@ class Subscribing:
             and queues.subscribe(conn, hdr, sub, replaced, flags)
         ):
             return  # a queue subscription (its acks are sent)
+        if queues is not None and bookmark is not None:  # of a queue: its underlying topics
+            sub.matcher = queues.replay_matcher(conn.mt, sub.matcher)
         if bookmark is not None:
             if self._txlog is None:
                 raise CommandFailure(

@@ -32,6 +32,7 @@ import functools
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -368,6 +369,16 @@ class QueueEngine:
         return len(result.removed), matches, index
 
     # ------------------------------------------------------------------ queries
+
+    def replay_matcher(self, mt: str, matcher: TopicMatcher) -> TopicMatcher:
+        """A bookmark subscription to a queue topic is a plain bookmark replay of the queue's
+        underlying topics (no leases, no acks); anything else replays itself."""
+        if matcher.is_regex or not self.is_queue(mt, matcher.topic):
+            return matcher
+        topics = self.queues[(mt, matcher.topic)].config.topics()
+        if len(topics) == 1:
+            return compile_topic(topics[0])
+        return compile_topic("^(?:" + "|".join(re.escape(t) for t in topics) + ")$")
 
     def query(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> bool:
         """A ``sow`` query of a queue topic: the messages available now (leased ones are not

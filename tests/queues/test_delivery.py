@@ -346,3 +346,18 @@ def test_sow_query_shows_available_messages_and_leases_nothing(make: Make) -> No
         5,
     )
     assert stats(server)["backlog"] == 1 and stats(server)["queue_depth"] == 4  # nothing leased
+
+
+def test_bookmark_subscription_to_a_queue_replays_the_underlying_topic(make: Make) -> None:
+    server = make(underlying=("orders",))
+    publish(server, "orders", [{"n": i} for i in range(3)])
+    c = Consumer(server)
+    c.raw.send(
+        {"c": "subscribe", "t": "work", "sub_id": "r", "cid": "r", "bm": "0", "a": "processed"}
+    )
+    c.wait_ack("r")
+    replayed = c.wait_deliveries(3)
+    assert bodies(replayed) == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert all(h["t"] == "orders" and "lp" not in h for h, _ in replayed)  # no queue semantics
+    s = stats(server)
+    assert (s["queue_depth"], s["backlog"], s["subscriptions"]) == (3, 0, 0)  # nothing leased
