@@ -10,6 +10,7 @@
  *   replay_frames   delivery frames straight from a block of journal records
  *                   (wire.replay_frames)
  *   ws_client_frames the data messages of a client's WebSocket frames (net.ws.client_frames)
+ *   ws_server_frames the WebSocket frames of a list of deliveries (net.ws.server_frames)
  *
  * Nothing here touches server state: inputs and outputs are lists, tuples, bytes and str.
  */
@@ -368,12 +369,77 @@ error:
     return NULL;
 }
 
+PyDoc_STRVAR(ws_server_frames_doc,
+"ws_server_frames(payloads, text) -> bytes | None\n\n"
+"The WebSocket frames (unmasked, text or binary) of deliveries {\"c\":\"p\",...}BODY: the\n"
+"header and the body, each its own message. None when a payload is of another kind, its\n"
+"header has a backslash before its end, or (text) it is not ASCII.");
+
+static Py_ssize_t ws_head_len(Py_ssize_t n) { return n < 126 ? 2 : n < 65536 ? 4 : 10; }
+
+static unsigned char *ws_head(unsigned char *w, int first, Py_ssize_t n) {
+    *w++ = (unsigned char)first;
+    if (n < 126) { *w++ = (unsigned char)n; return w; }
+    if (n < 65536) { *w++ = 126; *w++ = (unsigned char)(n >> 8); *w++ = (unsigned char)n; return w; }
+    *w++ = 127;
+    for (int i = 7; i >= 0; i--) *w++ = (unsigned char)((uint64_t)n >> (8 * i));
+    return w;
+}
+
+/* body_offset's fast path (ampsclient.protocol.message): the first '}' with no backslash
+ * before it and an even number of quotes before it; -1 when it does not apply */
+static Py_ssize_t header_end(const char *p, Py_ssize_t n) {
+    int quotes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c == '\\') return -1;
+        if (c == '"') quotes++;
+        else if (c == '}' && !(quotes & 1)) return i + 1;
+    }
+    return -1;
+}
+
+static PyObject *ws_server_frames(PyObject *self, PyObject *args) {
+    PyObject *payloads;
+    int text;
+    if (!PyArg_ParseTuple(args, "O!p", &PyList_Type, &payloads, &text)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(payloads), total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(payloads, i);
+        if (!PyBytes_CheckExact(o)) Py_RETURN_NONE;
+        const char *p = PyBytes_AS_STRING(o);
+        Py_ssize_t len = PyBytes_GET_SIZE(o);
+        if (len < 9 || memcmp(p, "{\"c\":\"p\",", 9) != 0) Py_RETURN_NONE;
+        if (text)
+            for (Py_ssize_t j = 0; j < len; j++)
+                if ((unsigned char)p[j] >= 0x80) Py_RETURN_NONE;
+        Py_ssize_t e = header_end(p, len);
+        if (e < 0) Py_RETURN_NONE;
+        total += ws_head_len(e) + ws_head_len(len - e) + len;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    int first = text ? 0x81 : 0x82;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(payloads, i);
+        const char *p = PyBytes_AS_STRING(o);
+        Py_ssize_t len = PyBytes_GET_SIZE(o), e = header_end(p, len);
+        w = ws_head(w, first, e);
+        memcpy(w, p, (size_t)e); w += e;
+        w = ws_head(w, first, len - e);
+        memcpy(w, p + e, (size_t)(len - e)); w += len - e;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_publishes", scan_publishes, METH_VARARGS, scan_publishes_doc},
     {"delivery_frames", delivery_frames, METH_VARARGS, delivery_frames_doc},
     {"frame_join", frame_join, METH_O, frame_join_doc},
     {"replay_frames", replay_frames, METH_VARARGS, replay_frames_doc},
     {"ws_client_frames", ws_client_frames, METH_VARARGS, ws_client_frames_doc},
+    {"ws_server_frames", ws_server_frames, METH_VARARGS, ws_server_frames_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,6 +27,7 @@ __all__ = [
     "replay_frames",
     "scan_publishes",
     "ws_client_frames",
+    "ws_server_frames",
 ]
 
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
@@ -36,6 +37,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "frame_join": "ampsclient_server_stub.net.tcp.frame_join",
         "replay_frames": "ampsclient_server_stub.engine.wire.replay_frames",
         "ws_client_frames": "ampsclient_server_stub.net.ws.client_frames",
+        "ws_server_frames": "ampsclient_server_stub.net.ws.server_frames",
     }
 )
 """Each C function -> its pure-Python twin (the reference)."""
@@ -45,6 +47,7 @@ delivery_frames: Callable[[bytes, list[tuple[int, str, bytes]]], list[bytes]] | 
 frame_join: Callable[[list[bytes]], bytes] | None = None
 replay_frames: Callable[..., tuple[int, int, int]] | None = None
 ws_client_frames: Callable[[bytes, int], tuple[int, list[tuple[bytes, bool]], bool]] | None = None
+ws_server_frames: Callable[[list[bytes], bool], bytes | None] | None = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
@@ -58,6 +61,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         frame_join = _module.frame_join
         replay_frames = _module.replay_frames
         ws_client_frames = _module.ws_client_frames
+        ws_server_frames = _module.ws_server_frames
 
 SPEEDUPS: Final = _module is not None
 """True when the C speedups are in use."""

@@ -27,7 +27,7 @@ from websockets.utils import apply_mask
 
 from ampsclient.exceptions import FrameTooLargeError, MalformedFrameError
 from ampsclient.protocol.framing import WsServerFramer, encode_ws_from_server
-from ampsclient.transport.wsconn import BatchingMixin
+from ampsclient.transport.wsconn import BatchingMixin, frame_header
 from ampsclient_server_stub import accel
 from ampsclient_server_stub.engine.broker import Broker
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from .flow import FlowControl
 
-__all__ = ["WsSession", "client_frames", "parse_ws_path", "start_ws_listener"]
+__all__ = ["WsSession", "client_frames", "parse_ws_path", "server_frames", "start_ws_listener"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,38 @@ def client_frames(data: bytes, max_size: int) -> tuple[int, list[tuple[bytes, bo
 
 
 _client_frames: Final = accel.ws_client_frames or client_frames
+
+_DELIVERY: Final = b'{"c":"p",'
+
+
+def server_frames(payloads: list[bytes], text: bool) -> bytes | None:
+    """The WebSocket frames (unmasked; text or binary messages) of deliveries
+    ``{"c":"p",...}BODY``: the header and the body each its own message, as
+    :func:`ampsclient.protocol.encode_ws_from_server` splits them. ``None`` when a payload
+    is of another kind, its header has a backslash before its end, or (``text``) it is not
+    ASCII: the caller then takes the general path. Twin of the C ``ws_server_frames``."""
+    out: list[bytes] = []
+    append = out.append
+    first = 0x81 if text else 0x82
+    for payload in payloads:
+        if type(payload) is not bytes or not payload.startswith(_DELIVERY):
+            return None
+        if text and not payload.isascii():
+            return None
+        end = payload.find(b"}")
+        while end >= 0 and payload.count(b'"', 0, end) % 2:
+            end = payload.find(b"}", end + 1)
+        if end < 0 or payload.find(b"\\", 0, end) >= 0:
+            return None
+        end += 1
+        append(frame_header(first, end, 0))
+        append(payload[:end])
+        append(frame_header(first, len(payload) - end, 0))
+        append(payload[end:])
+    return b"".join(out)
+
+
+_server_frames: Final = accel.ws_server_frames or server_frames
 
 
 class _Connection(BatchingMixin, ServerConnection):
@@ -179,7 +211,8 @@ class WsSession(NetSession):
         self.text: bool = message_type == "json"
         """Send text messages (else binary)."""
         self._first = True
-        self._queue: list[tuple[bytes, bool]] = []
+        self._queue: list[bytes] = []
+        """WebSocket frames waiting for the writer task."""
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
 
@@ -243,29 +276,33 @@ class WsSession(NetSession):
     # ------------------------------------------------------------------ NetSession
 
     def _write(self, payloads: list[bytes]) -> None:
-        queue = self._queue
-        append = queue.append
         text = self.text
-        for payload in payloads:
-            for part in encode_ws_from_server(payload):
-                append((part if not text or part.isascii() else _as_utf8(part), text))
+        frames = _server_frames(payloads, text)  # deliveries only (C or its twin)
+        if frames is None:
+            messages: list[tuple[bytes, bool]] = []
+            append = messages.append
+            for payload in payloads:
+                for part in encode_ws_from_server(payload):
+                    append((part if not text or part.isascii() else _as_utf8(part), text))
+            frames = self.ws.frame_many(messages)
+        self._queue.append(frames)
         self._wake.set()
 
     def _buffered(self) -> int:
         transport = self.ws.transport
         size = 0 if transport is None else transport.get_write_buffer_size()
-        return size + sum(len(m) for m, _ in self._queue)
+        return size + sum(map(len, self._queue))
 
     async def _write_loop(self) -> None:
         ws = self.ws
         while True:
             await self._wake.wait()
             self._wake.clear()
-            messages = self._queue
+            queue = self._queue
             self._queue = []
             try:
-                if messages:
-                    await ws.send_many(messages)
+                if queue:
+                    await ws.send_frames(queue[0] if len(queue) == 1 else b"".join(queue))
             except ConnectionClosed:
                 return
             if self._closing and not self._queue:

@@ -20,7 +20,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from ampsclient.protocol.framing import TcpFramer
+from ampsclient.protocol.framing import TcpFramer, encode_ws_from_server
+from ampsclient.transport.wsconn import frame_header
 from ampsclient_server_stub import ServerThread, accel
 from ampsclient_server_stub.config import default_config
 from ampsclient_server_stub.engine import delivery, publishing, wire
@@ -521,3 +522,52 @@ def test_ws_frames_parsed_by_the_server_deliver_in_order_around_a_ping(
                 break
         assert b"\x88\x02\x03\xe8" in got  # a close frame, code 1000
         sock.close()
+
+
+# --------------------------------------------------------------------------- ws_server_frames
+
+
+def test_server_frames_split_deliveries_as_encode_ws_from_server_does() -> None:
+    payloads = [b'{"c":"p","t":"a}b","sids":"s"}{"n":1}', b'{"c":"p","t":"t"}' + b"x" * 200]
+    framed = ws.server_frames(payloads, True)
+    assert framed is not None
+    expected = b""
+    for payload in payloads:
+        for part in encode_ws_from_server(payload):
+            expected += frame_header(0x81, len(part), 0) + part
+    assert framed == expected
+    assert ws.server_frames(payloads, False) == expected.replace(b"\x81", b"\x82")
+    for other in (
+        b'{"c":"ack","cid":"1"}',
+        b'{"c":"p","t":"a\\"b"}x',
+        '{"c":"p","t":"é"}x'.encode(),
+    ):
+        assert ws.server_frames([payloads[0], other], True) is None, other
+    assert ws.server_frames(['{"c":"p","t":"é"}x'.encode()], False) is not None
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(10))
+def test_server_frames_c_matches_its_twin(seed: int) -> None:
+    assert accel.ws_server_frames is not None
+    rng = random.Random(seed)
+    pieces = [
+        b'{"c":"p",',
+        b'"t":"',
+        b"}",
+        b'"',
+        b"\\",
+        b"x",
+        "é".encode(),
+        b"y" * 130,
+        b"z" * 70000,
+    ]
+    for _ in range(40):
+        payloads = [
+            b'{"c":"p",' + b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+            if rng.random() < 0.9
+            else b'{"c":"ack"}'
+            for _ in range(rng.randint(0, 5))
+        ]
+        for text in (True, False):
+            assert accel.ws_server_frames(payloads, text) == ws.server_frames(payloads, text)
