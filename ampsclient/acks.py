@@ -10,8 +10,9 @@ command id ``AMPS-queue-ack`` and no ack request (``shared/queues.md`` §10)::
 * :class:`QueueAcks` keeps one client's settings and pending batch: with
   ``ack_batch_size`` > 1, plain acks are grouped per topic and sent when a batch is full or
   ``ack_timeout`` ms after its first ack; an ack with options (``cancel``, ``expire``) goes
-  out at once on its own. ``flush()`` sends what is pending (the client does it before it
-  disconnects).
+  out at once on its own. A batch is capped at the backlog the subscribe ack reported
+  (``"o":"max_backlog=N"``), else it could never fill. ``flush()`` sends what is pending
+  (the client does it before it disconnects).
 * With ``auto_ack`` on, a handler's queue message (one with a lease period) is acked when
   the handler returns and returned to the queue (``cancel``) when it raises; a
   ``MessageStream`` acks a message when the application asks for the next one.
@@ -32,7 +33,13 @@ from .exceptions import AMPSError, UsageError
 from .protocol.header import encode_header
 from .protocol.message import Message
 
-__all__ = ["ACK_COMMAND_ID", "QueueAckMethods", "QueueAcks", "bound_message_type"]
+__all__ = [
+    "ACK_COMMAND_ID",
+    "QueueAckMethods",
+    "QueueAcks",
+    "bound_message_type",
+    "parse_max_backlog",
+]
 
 log = logging.getLogger("ampsclient.acks")
 
@@ -71,6 +78,8 @@ class QueueAcks:
         self._pending: dict[str, list[str]] = {}
         self._timer_armed = False
         self._last_explicit: tuple[str, str] | None = None
+        self._backlogs: dict[str, tuple[str, int]] = {}  # sub_id -> (topic, max_backlog)
+        self._caps: dict[str, int] = {}  # topic -> smallest backlog of its subscriptions
         self.auto_ack = False
         """Ack queue messages when their handler returns (official default: off)."""
         self.batch_size = 0
@@ -98,6 +107,49 @@ class QueueAcks:
             raise AMPSError("Ack timeout must be > 0 when ack batch size > 1")
         self.timeout_ms = int(timeout_ms)
 
+    # -- backlog caps ---------------------------------------------------------------------------
+
+    def subscribed(self, sub_id: str, topic: str | None, options: str | None) -> None:
+        """A subscription's processed ack arrived: remember the ``max_backlog=N`` it reports.
+
+        A plain ack batch for ``topic`` is then capped at the smallest backlog reported for
+        it: a subscription may hold only that many leased messages, so a bigger batch could
+        never fill and would wait for the ack timer with the consumer stalled (the official
+        client caps the same way).
+        """
+        backlog = parse_max_backlog(options)
+        with self._lock:
+            if backlog is None or not topic:
+                self._backlogs.pop(sub_id, None)
+            else:
+                self._backlogs[sub_id] = (topic, backlog)
+            self._recompute_caps()
+
+    def unsubscribed(self, sub_id: str) -> None:
+        """Forget the backlog of ``sub_id`` (``"all"``: of every subscription)."""
+        with self._lock:
+            if sub_id == "all":
+                self._backlogs.clear()
+            else:
+                for one in sub_id.split(","):
+                    self._backlogs.pop(one.strip(), None)
+            self._recompute_caps()
+
+    def _recompute_caps(self) -> None:
+        caps: dict[str, int] = {}
+        for topic, backlog in self._backlogs.values():
+            old = caps.get(topic)
+            caps[topic] = backlog if old is None else min(old, backlog)
+        self._caps = caps
+
+    def batch_limit(self, topic: str) -> int:
+        """The effective batch size for ``topic``: ``batch_size`` capped at its backlog."""
+        limit = self.batch_size
+        cap = self._caps.get(topic)
+        if cap is not None and cap < limit:
+            limit = max(cap, 1)
+        return limit
+
     # -- acking -------------------------------------------------------------------------------
 
     def ack(self, topic: str, bookmark: str, options: str | None = None) -> None:
@@ -108,7 +160,8 @@ class QueueAcks:
         if options:
             self._write(topic, bookmark, options)
             return
-        if self.batch_size <= 1:
+        limit = self.batch_limit(topic)
+        if limit <= 1 and topic not in self._pending:
             self._write(topic, bookmark, None)
             return
         full: list[str] | None = None
@@ -116,7 +169,7 @@ class QueueAcks:
         with self._lock:
             batch = self._pending.setdefault(topic, [])
             batch.append(bookmark)
-            if len(batch) >= self.batch_size:
+            if len(batch) >= limit:
                 full = self._pending.pop(topic)
             elif not self._timer_armed and self.timeout_ms:
                 self._timer_armed = arm = True
@@ -188,6 +241,21 @@ class QueueAcks:
 
         auto_ack.__wrapped__ = handler  # type: ignore[attr-defined]
         return auto_ack
+
+
+def parse_max_backlog(options: str | None) -> int | None:
+    """The ``N`` of ``max_backlog=N`` in a subscribe ack's options (``None`` if absent)."""
+    if not options:
+        return None
+    for part in options.split(","):
+        key, sep, value = part.strip().partition("=")
+        if sep and key.strip() == "max_backlog":
+            try:
+                return int(value.strip())
+            except ValueError:
+                log.warning("subscribe ack with a max_backlog that is not a number: %r", value)
+                return None
+    return None
 
 
 class QueueAckMethods:

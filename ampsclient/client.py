@@ -490,17 +490,22 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             core.command_abandoned(pending, timed_out=False)
             raise
         core.command_acked(pending, ack)
+        if pending.sub_id is not None and command.name in SUBSCRIBE_COMMANDS:
+            qa.subscribed(pending.sub_id, command.fields.get("t"), ack.options)  # backlog cap
         return pending
 
     def close_stream(self, stream: MessageStream) -> None:
         """Forget ``stream`` (closed by the application) and unsubscribe its subscription."""
         self._core.close_stream(stream, stream.put)
+        if stream.sub_id is not None:
+            self.queue_acks.unsubscribed(stream.sub_id)
 
     # ------------------------------------------------------------------- convenience commands
 
     async def unsubscribe(self, sub_id: str = "all") -> None:
         """Cancel one subscription (or ``"all"``)."""
         self._core.unsubscribe(sub_id)
+        self.queue_acks.unsubscribed(sub_id)
 
     async def flush(self, timeout: int = 0) -> None:
         """Wait until the server has processed every command sent before this one."""
