@@ -281,6 +281,10 @@ class ReferenceServer:
                 record_all_topics=self.record_all_topics,
                 security=self.security,
             )
+            if self.journal_actions is not None:
+                # after replication restored its holds: a removal never runs before the
+                # files an unacknowledged destination needs are pinned again
+                self.journal_actions.start()
             if self.config.admin is not None:
                 self.admin = AdminServer.from_config(self, self.config.admin)
                 await self.admin.start()
@@ -304,7 +308,8 @@ class ReferenceServer:
 
     def _open_txlog(self) -> TxLog | None:
         """The journal named by the config's ``<TransactionLog>`` (or the zero-config one),
-        with its scheduled ``<Actions>`` running (refused before anything is opened)."""
+        with its scheduled ``<Actions>`` (refused before anything is opened; started by
+        :meth:`start` once replication has restored its holds)."""
         actions = journal_actions(self.config)
         cfg = self.config.transaction_log
         if cfg is None and not self.record_all_topics:
@@ -329,8 +334,7 @@ class ReferenceServer:
             filters = []
         self.journal = open_journal(self.config, directory, journal_size=size, fsync=self.fsync)
         if actions:
-            self.journal_actions = JournalActionRunner(self.journal, actions)
-            self.journal_actions.start()
+            self.journal_actions = JournalActionRunner(self.journal, actions)  # started last
         logger.info(
             "transaction log at %s (%s; fsync=%s)",
             directory,
