@@ -49,13 +49,24 @@ ACK_COMMAND_ID = "AMPS-queue-ack"
 Handler = Callable[[Message], Any]
 
 
-def bound_message_type(ack: Callable[[str, str, str | None], None]) -> type[Message]:
+def bound_message_type(
+    ack: Callable[[str, str, str | None], None], sink: QueueAcks | None = None
+) -> type[Message]:
     """A :class:`Message` subclass whose :meth:`~Message.ack` calls ``ack(topic, bm, opts)``.
 
     A client hands its deliveries out as instances of its own subclass, so that
-    ``message.ack()`` reaches the client that received the message.
+    ``message.ack()`` reaches the client that received the message; ``sink`` (the client's
+    :class:`QueueAcks`) lets :meth:`Message.processing` see what was already settled.
     """
-    return type("Message", (Message,), {"__slots__": (), "_ack_to": staticmethod(ack)})
+    return type(
+        "Message",
+        (Message,),
+        {"__slots__": (), "_ack_to": staticmethod(ack), "_ack_sink": sink},
+    )
+
+
+_SETTLED_KEPT = 4096
+"""Acks remembered to tell an application's own ack from auto-ack (oldest forgotten)."""
 
 
 class QueueAcks:
@@ -77,7 +88,7 @@ class QueueAcks:
         self._lock = threading.Lock()
         self._pending: dict[str, list[str]] = {}
         self._timer_armed = False
-        self._last_explicit: tuple[str, str] | None = None
+        self._settled: dict[tuple[str, str], None] = {}  # acked since handed out (bounded)
         self._backlogs: dict[str, tuple[str, int]] = {}  # sub_id -> (topic, max_backlog)
         self._caps: dict[str, int] = {}  # topic -> smallest backlog of its subscriptions
         self.auto_ack = False
@@ -156,7 +167,10 @@ class QueueAcks:
         """Acknowledge ``bookmark`` on ``topic`` (batched unless ``options`` are given)."""
         if not topic or not bookmark:
             raise UsageError("a queue ack needs a topic and a bookmark")
-        self._last_explicit = (topic, bookmark)
+        settled = self._settled
+        settled[(topic, bookmark)] = None
+        if len(settled) > _SETTLED_KEPT:
+            del settled[next(iter(settled))]
         if options:
             self._write(topic, bookmark, options)
             return
@@ -214,23 +228,54 @@ class QueueAcks:
 
     # -- auto-ack ------------------------------------------------------------------------------
 
+    def handed_out(self, topic: str, bookmark: str) -> None:
+        """A delivery of ``bookmark`` reaches the application: not settled (yet)."""
+        self._settled.pop((topic, bookmark), None)
+
+    def is_settled(self, topic: str, bookmark: str) -> bool:
+        """Whether ``bookmark`` was acked (or cancelled) since it was last handed out."""
+        return (topic, bookmark) in self._settled
+
+    def hand_out(self, message: Message) -> None:
+        """:meth:`handed_out` for ``message`` (a stream gives it to the application)."""
+        topic, bookmark = message.topic, message.bookmark
+        if topic and bookmark:
+            self._settled.pop((topic, bookmark), None)
+
     def settle(self, message: Message, failed: bool = False) -> None:
-        """Auto-ack ``message`` if it is a queue message (``cancel`` when ``failed``)."""
+        """Auto-ack ``message`` if it is a queue message (``cancel`` when ``failed``), unless
+        the application acked or cancelled it itself since it was handed out."""
         if not message.lease_period:
             return  # not leased: not a queue message (official behaviour)
         topic, bookmark = message.topic, message.bookmark
         if not topic or not bookmark:
             return
-        if not failed and self._last_explicit == (topic, bookmark):
-            return  # the handler acked it itself
+        key = (topic, bookmark)
+        if key in self._settled:
+            del self._settled[key]  # the application acked it itself
+            return
         self.ack(topic, bookmark, "cancel" if failed else None)
+        self._settled.pop(key, None)
+
+    def settle_idle(self, message: Message) -> None:
+        """A stream's held message was not followed by a request for the next one within
+        the ack timeout: ack it now and send what is pending (the stream is quiet)."""
+        self.settle(message)
+        self.flush()
+
+    def idle_seconds(self) -> float:
+        """How long a stream holds an auto-acked message before acking it anyway (the ack
+        timeout; 0: until the next one is asked for)."""
+        return self.timeout_ms / 1000.0
 
     def wrap(self, handler: Handler) -> Handler:
         """``handler`` with auto-ack: ack when it returns, ``cancel`` when it raises."""
         settle = self.settle
 
+        hand_out = self.hand_out
+
         def auto_ack(message: Message) -> Any:
-            self._last_explicit = None
+            hand_out(message)
             try:
                 result = handler(message)
             except BaseException:

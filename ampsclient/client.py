@@ -98,7 +98,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self._closed_by_user = False
         self.queue_acks = QueueAcks(self._core.send_payload, self.call_later)
         """Queue acknowledgements: settings and pending batch (:mod:`ampsclient.acks`)."""
-        self._core.message_type = bound_message_type(self.queue_acks.ack)
+        self._core.message_type = bound_message_type(self.queue_acks.ack, self.queue_acks)
         self.logon_correlation_data: str | None = None
         """Sent as the logon's correlation id (``x``): how the server's logs name this logon."""
         self._plain_lane: Any = None
@@ -443,7 +443,10 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             resume=self._resume_reading,
         )
         if self.queue_acks.auto_ack:
-            stream.set_auto_ack(self.queue_acks.settle)
+            qa = self.queue_acks
+            stream.set_auto_ack(
+                qa.settle, hand_out=qa.hand_out, idle=qa.settle_idle, idle_seconds=qa.idle_seconds
+            )
         return stream
 
     def _pause_reading(self) -> None:

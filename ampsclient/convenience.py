@@ -37,7 +37,7 @@ def build_command(name: str, p: dict[str, Any], bookmark: str | None) -> Command
     cmd.set_timeout(int(p.get("timeout") or 0))
     if name in ("subscribe", "delta_subscribe"):
         cmd.set_filter(p.get("filter"))
-        cmd.set_options(join_options(p.get("options")))
+        cmd.set_options(_with_max_backlog(join_options(p.get("options")), p.get("max_backlog")))
         cmd.set_sub_id(p.get("sub_id"))
         cmd.set_bookmark(bookmark)
         return cmd
@@ -59,6 +59,15 @@ def build_command(name: str, p: dict[str, Any], bookmark: str | None) -> Command
     if p.get("sub_id") is not None:
         cmd.set_sub_id(p["sub_id"])
     return cmd
+
+
+def _with_max_backlog(options: str | None, max_backlog: object) -> str | None:
+    """``options`` with ``max_backlog=N`` added (the ``max_backlog`` keyword of ``subscribe``)."""
+    if max_backlog is None:
+        return options
+    if isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 1:
+        raise ValueError(f"max_backlog must be an int >= 1, not {max_backlog!r}")
+    return f"{options},max_backlog={max_backlog}" if options else f"max_backlog={max_backlog}"
 
 
 class AsyncCommands:
@@ -140,6 +149,7 @@ class AsyncCommands:
         sub_id: str | None = None,
         *,
         bookmark: str | None = None,
+        max_backlog: int | None = None,
     ) -> str: ...
     @overload
     async def subscribe(
@@ -151,6 +161,7 @@ class AsyncCommands:
         sub_id: str | None = None,
         *,
         bookmark: str | None = None,
+        max_backlog: int | None = None,
     ) -> MessageStream: ...
     async def subscribe(  # type: ignore[misc]  # (1)
         self,
@@ -162,17 +173,19 @@ class AsyncCommands:
         sub_id: Any = UNSET,
         *,
         bookmark: Any = UNSET,
+        max_backlog: Any = UNSET,
     ) -> str | MessageStream:
         """Subscribe to ``topic``: ``subscribe(on_message, topic, filter=None, options=None,
         timeout=0, sub_id=None)`` returns the command id; without ``on_message``, a
-        :class:`MessageStream`. Keyword-only extra: ``bookmark`` (a bookmark subscription).
+        :class:`MessageStream`. Keyword-only extras: ``bookmark`` (a bookmark subscription),
+        ``max_backlog`` (a queue subscription's backlog: sent as the ``max_backlog=N`` option).
         """
         handler, p = calls.bind(
             "subscribe",
             calls.SUBSCRIBE,
             on_message,
             (topic, filter, options, timeout, sub_id),
-            {"bookmark": bookmark},
+            {"bookmark": bookmark, "max_backlog": max_backlog},
         )
         return await self.run_subscription("subscribe", handler, p)
 

@@ -89,7 +89,12 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
         self.query_id: str | None = None
         """The query id, for queries."""
         self._settle: Callable[[Message], None] | None = None
+        self._hand_out: Callable[[Message], None] | None = None
+        self._idle: Callable[[Message], None] | None = None
+        self._idle_seconds: Callable[[], float] | None = None
         self._held: Message | None = None
+        self._held_at = 0.0
+        self._idle_timer = False
         self._conflate = False
 
     # -- producer side (loop thread) ------------------------------------------------------
@@ -183,6 +188,8 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
             held, self._held = self._held, (None if item is _END else item)
             if held is not None:
                 self._settle(held)  # auto-ack: the application asked for the next one
+            if item is not _END:
+                self._hold(item)
         if item is _END:
             self._items.appendleft(_END)
             self._raise_end()
@@ -201,9 +208,65 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
                 return True
         return False
 
-    def set_auto_ack(self, settle: Callable[[Message], None] | None) -> None:
-        """Ack each queue message with ``settle(message)`` when the next one is asked for."""
+    def set_auto_ack(
+        self,
+        settle: Callable[[Message], None] | None,
+        *,
+        hand_out: Callable[[Message], None] | None = None,
+        idle: Callable[[Message], None] | None = None,
+        idle_seconds: Callable[[], float] | None = None,
+    ) -> None:
+        """Ack each queue message with ``settle(message)`` when the next one is asked for,
+        or with ``idle(message)`` when the application has held it for ``idle_seconds()``
+        without asking for the next one (so that a quiet stream leaves nothing leased).
+        ``hand_out(message)`` is called as each message goes to the application."""
         self._settle = settle
+        self._hand_out = hand_out
+        self._idle = idle
+        self._idle_seconds = idle_seconds
+
+    def _hold(self, message: Message) -> None:
+        """``message`` goes to the application (under the lock): start its idle clock."""
+        if self._hand_out is not None:
+            self._hand_out(message)
+        self._held_at = time.monotonic()
+        if self._idle is None or self._idle_seconds is None or self._idle_timer:
+            return
+        delay = self._idle_seconds()
+        if delay > 0:
+            self._idle_timer = True
+            self._schedule_idle(delay)
+
+    def _schedule_idle(self, delay: float) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        try:
+            if running is self._loop:
+                self._loop.call_later(delay, self._on_idle)
+            else:
+                self._loop.call_soon_threadsafe(self._loop.call_later, delay, self._on_idle)
+        except RuntimeError:  # loop closed
+            self._idle_timer = False
+
+    def _on_idle(self) -> None:
+        """The idle clock ran out: ack the held message if it is still held that long."""
+        with self._cond:
+            self._idle_timer = False
+            held = self._held
+            if held is None or self._ended or self._idle is None or self._idle_seconds is None:
+                return
+            delay = self._idle_seconds()
+            if delay <= 0:
+                return
+            left = self._held_at + delay - time.monotonic()
+            if left > 0:
+                self._idle_timer = True
+                self._loop.call_later(left, self._on_idle)
+                return
+            self._held = None
+        self._idle(held)
 
     def conflate(self) -> MessageStream:
         """Keep only the newest waiting message per SOW key (official API)."""

@@ -49,6 +49,7 @@ class SyncCommands:
         sub_id: str | None = None,
         *,
         bookmark: str | None = None,
+        max_backlog: int | None = None,
     ) -> str: ...
     @overload
     def subscribe(
@@ -60,6 +61,7 @@ class SyncCommands:
         sub_id: str | None = None,
         *,
         bookmark: str | None = None,
+        max_backlog: int | None = None,
     ) -> MessageStream: ...
     def subscribe(  # type: ignore[misc]  # (1)
         self,
@@ -71,17 +73,19 @@ class SyncCommands:
         sub_id: Any = UNSET,
         *,
         bookmark: Any = UNSET,
+        max_backlog: Any = UNSET,
     ) -> str | MessageStream:
         """Subscribe to ``topic``: ``subscribe(on_message, topic, filter=None, options=None,
         timeout=0, sub_id=None)`` returns the command id; without ``on_message``, a
-        :class:`MessageStream`. Keyword-only extra: ``bookmark`` (a bookmark subscription).
+        :class:`MessageStream`. Keyword-only extras: ``bookmark`` (a bookmark subscription),
+        ``max_backlog`` (a queue subscription's backlog: sent as the ``max_backlog=N`` option).
         """
         handler, p = calls.bind(
             "subscribe",
             calls.SUBSCRIBE,
             on_message,
             (topic, filter, options, timeout, sub_id),
-            {"bookmark": bookmark},
+            {"bookmark": bookmark, "max_backlog": max_backlog},
         )
         return self._run(self._async.run_subscription("subscribe", handler, p))
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from .acks import AckType, parse_ack_types
 from .header import Header, decode_header
 from .options import Options
+from .queue_ack import HANDED_OVER, AckHandedOver, AckSink, Processing
 
 __all__ = ["Message", "body_offset", "find_sids", "split_sow_batch"]
 
@@ -65,6 +66,9 @@ class Message:
     _ack_to: ClassVar[Callable[[str, str, str | None], None] | None] = None
     """Where :meth:`ack` sends a queue acknowledgement: set on the per-client subclass of
     the messages a client delivers (:func:`ampsclient.acks.bound_message_type`)."""
+
+    _ack_sink: ClassVar[AckSink | None] = None
+    """The client's ack state, for :meth:`processing` (set beside :attr:`_ack_to`)."""
 
     def __init__(
         self,
@@ -359,11 +363,15 @@ class Message:
         self._sub_id = None
         return self
 
-    def ack(self, options: str | None = None) -> None:
+    def ack(self, options: str | None = None) -> AckHandedOver:
         """Acknowledge this queue message to the server that delivered it.
 
         Args:
             options: e.g. ``"cancel"`` (return the message to the queue) or ``"expire"``.
+
+        Returns:
+            An object that may be awaited (``await message.ack()`` in async code) and
+            returns at once: the ack is already handed to the client's batch.
 
         Raises:
             UsageError: the message was not delivered by a client (build the ack with
@@ -381,6 +389,19 @@ class Message:
         if not topic or not bookmark:
             raise UsageError("Message.ack(): the message has no topic or no bookmark")
         ack_to(topic, bookmark, options)
+        return HANDED_OVER
+
+    def processing(self) -> Processing:
+        """A context manager (``with`` or ``async with``) that acks this queue message when
+        the block ends normally and cancels it (returns it to the queue) when it raises.
+
+        Example::
+
+            async for message in await client.subscribe("orders", max_backlog=10):
+                async with message.processing():
+                    await handle(message)
+        """
+        return Processing(self)
 
     @property
     def topic(self) -> str | None:
