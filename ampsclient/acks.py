@@ -25,8 +25,10 @@ command id ``AMPS-queue-ack`` and no ack request (``shared/queues.md`` §10)::
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from .exceptions import AMPSError, UsageError
@@ -39,9 +41,12 @@ __all__ = [
     "QueueAcks",
     "bound_message_type",
     "parse_max_backlog",
+    "persisted_ack_writer",
 ]
 
 log = logging.getLogger("ampsclient.acks")
+
+_pack_len = struct.Struct(">I").pack
 
 ACK_COMMAND_ID = "AMPS-queue-ack"
 """The command id of every queue ack (as the official client sends it)."""
@@ -91,6 +96,7 @@ class QueueAcks:
         self._settled: dict[tuple[str, str], None] = {}  # acked since handed out (bounded)
         self._backlogs: dict[str, tuple[str, int]] = {}  # sub_id -> (topic, max_backlog)
         self._caps: dict[str, int] = {}  # topic -> smallest backlog of its subscriptions
+        self._writer: Callable[[str, str, str | None], None] | None = None
         self.auto_ack = False
         """Ack queue messages when their handler returns (official default: off)."""
         self.batch_size = 0
@@ -213,7 +219,16 @@ class QueueAcks:
         with self._lock:
             return sum(len(b) for b in self._pending.values())
 
+    def set_writer(self, writer: Callable[[str, str, str | None], None] | None) -> None:
+        """Send each ack frame with ``writer(topic, bookmarks, options)`` instead of as a plain
+        ``sow_delete`` (the HA client stores acks in its publish store and asks for
+        ``persisted`` acks, so that they are replayed after a reconnect)."""
+        self._writer = writer
+
     def _write(self, topic: str, bookmark: str, options: str | None) -> None:
+        if self._writer is not None:
+            self._writer(topic, bookmark, options)
+            return
         self._send(
             encode_header(
                 {
@@ -286,6 +301,34 @@ class QueueAcks:
 
         auto_ack.__wrapped__ = handler  # type: ignore[attr-defined]
         return auto_ack
+
+
+def persisted_ack_writer(
+    store_parts: Callable[[bytes, bytes], tuple[int, bytes]],
+    lock: AbstractContextManager[Any],
+    queue_frame: Callable[[bytes], object],
+) -> Callable[[str, str, str | None], None]:
+    """The HA client's ack writer (:meth:`QueueAcks.set_writer`): each ack is stored in the
+    publish store (``store_parts(head, tail)`` numbers it) with a ``persisted`` ack request
+    and queued (``queue_frame``, under the publish ``lock``; dropped while disconnected).
+    Like the official HAClient, it is replayed after a reconnect until persisted, but with
+    its options: the official client drops them on replay (a ``cancel`` became an ack).
+    Never blocks: acks are made on the loop thread (auto-ack)."""
+
+    def write(topic: str, bookmarks: str, options: str | None) -> None:
+        fields = {
+            "t": topic,
+            "cid": ACK_COMMAND_ID,
+            "a": "persisted",
+            "bookmark": bookmarks,
+            "o": options,
+        }
+        tail = b"," + encode_header(fields)[1:]
+        with lock:
+            _seq, payload = store_parts(b'{"c":"sow_delete","s":', tail)
+            queue_frame(_pack_len(len(payload)) + payload)
+
+    return write
 
 
 def parse_max_backlog(options: str | None) -> int | None:

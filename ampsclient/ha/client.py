@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from .. import _accel
+from ..acks import persisted_ack_writer
 from ..authenticator import Authenticator
 from ..client import AsyncClient, ConnectionState, Handler
 from ..command import Command
@@ -164,6 +165,9 @@ class AsyncHAClient(ConnectionFace):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_tid: int | None = None
         client.set_disconnect_handler(self._disconnected)
+        client.queue_acks.set_writer(  # queue acks: stored, persisted, replayed with options
+            persisted_ack_writer(self._store.store_parts, self._pub_lock, self._queue_frame)
+        )
         self._lane: Any = None
         self._bind_publish_lane()
 
