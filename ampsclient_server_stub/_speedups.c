@@ -11,6 +11,7 @@
  *                   (wire.replay_frames)
  *   ws_client_frames the data messages of a client's WebSocket frames (net.ws.client_frames)
  *   ws_server_frames the WebSocket frames of a list of deliveries (net.ws.server_frames)
+ *   ws_commands     AMPS commands from a client's WebSocket messages (net.ws.ws_commands)
  *
  * Nothing here touches server state: inputs and outputs are lists, tuples, bytes and str.
  */
@@ -433,6 +434,66 @@ static PyObject *ws_server_frames(PyObject *self, PyObject *args) {
     return out;
 }
 
+PyDoc_STRVAR(ws_commands_doc,
+"ws_commands(messages, start, max_size) -> (end, payloads)\n\n"
+"The AMPS commands in messages[start:] ((data, is_text) each): a binary 4-byte\n"
+"little-endian count of 1 or 2, then that many parts, joined into one payload of at most\n"
+"max_size bytes. Stops at anything else, at a command not whole in `messages`, and at a\n"
+"short (<= 6 bytes) non-ASCII text part (the caller's framer takes it from there).");
+
+static PyObject *ws_commands(PyObject *self, PyObject *args) {
+    PyObject *messages;
+    Py_ssize_t start, max_size;
+    if (!PyArg_ParseTuple(args, "O!nn", &PyList_Type, &messages, &start, &max_size)) return NULL;
+    PyObject *payloads = PyList_New(0);
+    if (!payloads) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(messages), i = start < 0 ? 0 : start;
+    PyObject *parts[2];
+    while (i < n) {
+        PyObject *m = PyList_GET_ITEM(messages, i);
+        if (!PyTuple_CheckExact(m) || PyTuple_GET_SIZE(m) != 2) break;
+        PyObject *d = PyTuple_GET_ITEM(m, 0);
+        if (!PyBytes_CheckExact(d) || PyTuple_GET_ITEM(m, 1) != Py_False || PyBytes_GET_SIZE(d) != 4)
+            break;
+        const unsigned char *c = (const unsigned char *)PyBytes_AS_STRING(d);
+        uint32_t count = le32(c);
+        if (count < 1 || count > 2 || i + (Py_ssize_t)count >= n) break;
+        Py_ssize_t total = 0;
+        int ok = 1;
+        for (uint32_t k = 0; k < count && ok; k++) {
+            PyObject *pm = PyList_GET_ITEM(messages, i + 1 + (Py_ssize_t)k);
+            if (!PyTuple_CheckExact(pm) || PyTuple_GET_SIZE(pm) != 2) { ok = 0; break; }
+            PyObject *pd = PyTuple_GET_ITEM(pm, 0);
+            if (!PyBytes_CheckExact(pd)) { ok = 0; break; }
+            Py_ssize_t len = PyBytes_GET_SIZE(pd);
+            if (PyTuple_GET_ITEM(pm, 1) == Py_True && len <= 6) {
+                const unsigned char *q = (const unsigned char *)PyBytes_AS_STRING(pd);
+                for (Py_ssize_t j = 0; j < len; j++)
+                    if (q[j] >= 0x80) { ok = 0; break; }
+            }
+            parts[k] = pd;
+            total += len;
+        }
+        if (!ok || total > max_size) break;
+        PyObject *payload;
+        if (count == 1) {
+            payload = parts[0];
+            Py_INCREF(payload);
+        } else {
+            Py_ssize_t l0 = PyBytes_GET_SIZE(parts[0]);
+            payload = PyBytes_FromStringAndSize(NULL, total);
+            if (!payload) { Py_DECREF(payloads); return NULL; }
+            memcpy(PyBytes_AS_STRING(payload), PyBytes_AS_STRING(parts[0]), (size_t)l0);
+            memcpy(PyBytes_AS_STRING(payload) + l0, PyBytes_AS_STRING(parts[1]), (size_t)(total - l0));
+        }
+        int rc = PyList_Append(payloads, payload);
+        Py_DECREF(payload);
+        if (rc < 0) { Py_DECREF(payloads); return NULL; }
+        i += 1 + (Py_ssize_t)count;
+    }
+    return Py_BuildValue("(nN)", i, payloads);
+}
+
 static PyMethodDef methods[] = {
     {"scan_publishes", scan_publishes, METH_VARARGS, scan_publishes_doc},
     {"delivery_frames", delivery_frames, METH_VARARGS, delivery_frames_doc},
@@ -440,6 +501,7 @@ static PyMethodDef methods[] = {
     {"replay_frames", replay_frames, METH_VARARGS, replay_frames_doc},
     {"ws_client_frames", ws_client_frames, METH_VARARGS, ws_client_frames_doc},
     {"ws_server_frames", ws_server_frames, METH_VARARGS, ws_server_frames_doc},
+    {"ws_commands", ws_commands, METH_VARARGS, ws_commands_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,6 +27,7 @@ __all__ = [
     "replay_frames",
     "scan_publishes",
     "ws_client_frames",
+    "ws_commands",
     "ws_server_frames",
 ]
 
@@ -38,6 +39,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "replay_frames": "ampsclient_server_stub.engine.wire.replay_frames",
         "ws_client_frames": "ampsclient_server_stub.net.ws.client_frames",
         "ws_server_frames": "ampsclient_server_stub.net.ws.server_frames",
+        "ws_commands": "ampsclient_server_stub.net.ws.ws_commands",
     }
 )
 """Each C function -> its pure-Python twin (the reference)."""
@@ -48,6 +50,7 @@ frame_join: Callable[[list[bytes]], bytes] | None = None
 replay_frames: Callable[..., tuple[int, int, int]] | None = None
 ws_client_frames: Callable[[bytes, int], tuple[int, list[tuple[bytes, bool]], bool]] | None = None
 ws_server_frames: Callable[[list[bytes], bool], bytes | None] | None = None
+ws_commands: Callable[[list[tuple[bytes, bool]], int, int], tuple[int, list[bytes]]] | None = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
@@ -62,6 +65,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         replay_frames = _module.replay_frames
         ws_client_frames = _module.ws_client_frames
         ws_server_frames = _module.ws_server_frames
+        ws_commands = _module.ws_commands
 
 SPEEDUPS: Final = _module is not None
 """True when the C speedups are in use."""

@@ -38,7 +38,14 @@ if TYPE_CHECKING:
 
     from .flow import FlowControl
 
-__all__ = ["WsSession", "client_frames", "parse_ws_path", "server_frames", "start_ws_listener"]
+__all__ = [
+    "WsSession",
+    "client_frames",
+    "parse_ws_path",
+    "server_frames",
+    "start_ws_listener",
+    "ws_commands",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +126,42 @@ def server_frames(payloads: list[bytes], text: bool) -> bytes | None:
 
 
 _server_frames: Final = accel.ws_server_frames or server_frames
+
+
+def ws_commands(
+    messages: list[tuple[bytes, bool]], start: int, max_size: int
+) -> tuple[int, list[bytes]]:
+    """The AMPS commands in ``messages[start:]``: a binary 4-byte little-endian count of 1 or
+    2, then that many parts joined into one payload of at most ``max_size`` bytes (what
+    :class:`~ampsclient.protocol.framing.WsServerFramer` assembles). Stops at anything else,
+    at a command not whole in ``messages``, and at a short (up to 6 bytes) non-ASCII text
+    part; the framer takes it from there. Returns ``(end, payloads)``. Twin of the C
+    ``ws_commands``."""
+    payloads: list[bytes] = []
+    n = len(messages)
+    i = start
+    while i < n:
+        data, is_text = messages[i]
+        if is_text or len(data) != 4:
+            break
+        count = int.from_bytes(data, "little")
+        if count < 1 or count > 2 or i + count >= n:
+            break
+        parts = [part for part, _text in messages[i + 1 : i + 1 + count]]
+        if any(
+            text and len(part) <= 6 and not part.isascii()
+            for part, text in messages[i + 1 : i + 1 + count]
+        ):
+            break
+        payload = parts[0] if count == 1 else parts[0] + parts[1]
+        if len(payload) > max_size:
+            break
+        payloads.append(payload)
+        i += 1 + count
+    return i, payloads
+
+
+_ws_commands: Final = accel.ws_commands or ws_commands
 
 
 class _Connection(BatchingMixin, ServerConnection):
@@ -211,6 +254,8 @@ class WsSession(NetSession):
         self.text: bool = message_type == "json"
         """Send text messages (else binary)."""
         self._first = True
+        self._idle = False
+        """The framer has assembled a command and holds nothing (``ws_commands`` may run)."""
         self._queue: list[bytes] = []
         """WebSocket frames waiting for the writer task."""
         self._wake = asyncio.Event()
@@ -235,8 +280,17 @@ class WsSession(NetSession):
                 self.text = data == b"text"
         framer = self.framer
         payloads: list[bytes] = []
+        n = len(messages)
+        i = 0
         try:
-            for data, is_text in messages:
+            while i < n:
+                if self._idle:  # whole commands, many at a time (C or its twin)
+                    i, taken = _ws_commands(messages, i, self.max_frame_size)
+                    payloads += taken
+                    if i >= n:
+                        break
+                data, is_text = messages[i]
+                i += 1
                 # text matters only where a count is expected ("text"/"binary" announce;
                 # a text count is an error): short text messages go as str
                 payload = framer.receive_message(
@@ -244,6 +298,8 @@ class WsSession(NetSession):
                 )
                 if payload is not None:
                     payloads.append(payload)
+                # the framer has taken a count (it is announced) and holds no part
+                self._idle = payload is not None
         except (MalformedFrameError, FrameTooLargeError) as exc:
             logger.warning("ws client %s: %s; disconnecting", self.peer, exc)
             if payloads:

@@ -20,7 +20,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from ampsclient.protocol.framing import TcpFramer, encode_ws_from_server
+from ampsclient.exceptions import FrameTooLargeError, MalformedFrameError
+from ampsclient.protocol.framing import TcpFramer, WsServerFramer, encode_ws_from_server
 from ampsclient.transport.wsconn import frame_header
 from ampsclient_server_stub import ServerThread, accel
 from ampsclient_server_stub.config import default_config
@@ -571,3 +572,71 @@ def test_server_frames_c_matches_its_twin(seed: int) -> None:
         ]
         for text in (True, False):
             assert accel.ws_server_frames(payloads, text) == ws.server_frames(payloads, text)
+
+
+# --------------------------------------------------------------------------- ws_commands
+
+
+def _framer_payloads(messages: list[tuple[bytes, bool]], max_size: int) -> list[bytes] | str:
+    """What an announced, idle WsServerFramer makes of ``messages`` (the reference)."""
+    framer = WsServerFramer(max_frame_size=max_size)
+    framer.receive_message(b"\x01\x00\x00\x00")
+    framer.receive_message(b"{}")  # announced, idle
+    out: list[bytes] = []
+    try:
+        for data, text in messages:
+            payload = framer.receive_message(
+                data.decode("utf-8", "replace") if text and len(data) <= 6 else data
+            )
+            if payload is not None:
+                out.append(payload)
+    except (MalformedFrameError, FrameTooLargeError) as exc:
+        return type(exc).__name__
+    return out
+
+
+def test_ws_commands_assemble_what_the_framer_would() -> None:
+    one = b"\x01\x00\x00\x00"
+    two = b"\x02\x00\x00\x00"
+    messages = [
+        (two, False),
+        (b'{"c":"p","t":"t"}', True),
+        (b'{"n":1}', True),
+        (one, False),
+        (b'{"c":"flush"}', True),
+    ]
+    assert ws.ws_commands(messages, 0, 1000) == (5, [b'{"c":"p","t":"t"}{"n":1}', b'{"c":"flush"}'])
+    assert ws.ws_commands(messages, 0, 20) == (0, [])  # too large: the framer refuses it
+    assert ws.ws_commands(messages[:2], 0, 1000) == (0, [])  # not whole: the framer holds it
+    for stop in ((b"text", True), (b"\x03\x00\x00\x00", False), (b"\x01\x00\x00", False)):
+        assert ws.ws_commands([(one, False), (b"{}", False), stop], 0, 1000) == (2, [b"{}"])
+    assert ws.ws_commands([(one, False), ("é".encode(), True)], 0, 1000) == (0, [])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ws_commands_then_the_framer_equal_the_framer_alone(seed: int) -> None:
+    rng = random.Random(seed)
+    impls = [ws.ws_commands] + ([accel.ws_commands] if accel.ws_commands is not None else [])
+    for _ in range(40):
+        messages: list[tuple[bytes, bool]] = []
+        for _k in range(rng.randint(0, 8)):
+            count = rng.choice([1, 2, 2, 0, 3])
+            messages.append(
+                (
+                    struct.pack("<I", count) if rng.random() > 0.05 else b"\x01\x00",
+                    rng.random() < 0.05,
+                )
+            )
+            for _p in range(count if rng.random() > 0.1 else 1):
+                part = rng.choice(
+                    [b"{}", b'{"c":"p","t":"t"}', b"x" * 50, "é".encode(), b"\xff", b""]
+                )
+                messages.append((part, rng.random() < 0.7))
+        limit = rng.choice([10, 60, 10_000])
+        for impl in impls:
+            end, taken = impl(messages, 0, limit)
+            rest = _framer_payloads(messages[end:], limit)
+            whole = _framer_payloads(messages, limit)
+            assert (taken + rest if isinstance(rest, list) else rest) == whole
+        if len(impls) == 2:
+            assert impls[0](messages, 0, limit) == impls[1](messages, 0, limit)
