@@ -15,7 +15,10 @@ command id ``AMPS-queue-ack`` and no ack request (``shared/queues.md`` §10)::
   (the client does it before it disconnects).
 * With ``auto_ack`` on, a handler's queue message (one with a lease period) is acked when
   the handler returns and returned to the queue (``cancel``) when it raises; a
-  ``MessageStream`` acks a message when the application asks for the next one.
+  ``MessageStream`` acks a message when the application asks for the next one or once it
+  has held it for the ack timeout (a quiet stream leaves nothing leased). An ack the
+  application made itself since the message was handed out is not repeated.
+* :func:`persisted_ack_writer`: the HA client's form, through its publish store.
 * :class:`QueueAckMethods`: the official methods (``ack``, ``set_auto_ack``...) for a client
   class that has a ``queue_acks`` attribute.
 * :func:`bound_message_type`: the per-client :class:`Message` subclass whose
@@ -69,6 +72,8 @@ def bound_message_type(
         {"__slots__": (), "_ack_to": staticmethod(ack), "_ack_sink": sink},
     )
 
+
+_MISSING = object()
 
 _SETTLED_KEPT = 4096
 """Acks remembered to tell an application's own ack from auto-ack (oldest forgotten)."""
@@ -176,7 +181,10 @@ class QueueAcks:
         settled = self._settled
         settled[(topic, bookmark)] = None
         if len(settled) > _SETTLED_KEPT:
-            del settled[next(iter(settled))]
+            try:  # the oldest goes; another thread may be changing the dict meanwhile
+                del settled[next(iter(settled))]
+            except (KeyError, RuntimeError, StopIteration):
+                pass
         if options:
             self._write(topic, bookmark, options)
             return
@@ -266,9 +274,8 @@ class QueueAcks:
         if not topic or not bookmark:
             return
         key = (topic, bookmark)
-        if key in self._settled:
-            del self._settled[key]  # the application acked it itself
-            return
+        if self._settled.pop(key, _MISSING) is not _MISSING:
+            return  # the application acked it itself
         self.ack(topic, bookmark, "cancel" if failed else None)
         self._settled.pop(key, None)
 
