@@ -240,3 +240,24 @@ def test_max_backlog_keyword_checked(server: ServerThread) -> None:
             client.subscribe("work", max_backlog="10")  # type: ignore[call-overload]
     finally:
         client.close()
+
+
+async def test_quiet_async_stream_auto_ack_on_timeout(server: ServerThread) -> None:
+    """The same on an ``async for`` stream (its idle clock runs on the client's own loop)."""
+    client = await aconnect(server, "ours-quiet-async")
+    client.set_auto_ack(True)
+    client.set_ack_timeout(150)
+    try:
+        stream = await client.subscribe("work", max_backlog=10)
+        await asyncio.to_thread(publish, server, "work", [{"n": 0}, {"n": 1}])
+        seen = []
+        async for message in stream:
+            seen.append(message.json()["n"])
+            if len(seen) == 2:
+                break
+        assert seen == [0, 1]
+        await asyncio.to_thread(wait_for, lambda: stats(server)["acked"] == 2, 10, "both acked")
+        assert stats(server)["backlog"] == 0
+        stream.close()
+    finally:
+        await client.close()
