@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from .acks import AckType, parse_ack_types
 from .header import Header, decode_header
@@ -391,7 +391,7 @@ class Message:
         ack_to(topic, bookmark, options)
         return HANDED_OVER
 
-    def processing(self) -> Processing:
+    def processing(self) -> Processing[Self]:
         """A context manager (``with`` or ``async with``) that acks this queue message when
         the block ends normally and cancels it (returns it to the queue) when it raises.
 
@@ -401,7 +401,7 @@ class Message:
                 async with message.processing():
                     await handle(message)
         """
-        return Processing(self)
+        return Processing(self, type(self)._ack_sink)
 
     @property
     def topic(self) -> str | None:

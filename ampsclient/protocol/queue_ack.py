@@ -13,12 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from .message import Message
-
-__all__ = ["AckHandedOver", "AckSink", "Processing"]
+__all__ = ["AckHandedOver", "AckSink", "Ackable", "Processing"]
 
 
 class AckSink(Protocol):
@@ -30,6 +27,21 @@ class AckSink(Protocol):
     def is_settled(self, topic: str, bookmark: str) -> bool:
         """Whether this delivery was already acked or cancelled by the application."""
         ...
+
+
+class Ackable(Protocol):
+    """What :class:`Processing` needs of a message (:class:`~ampsclient.Message` is one)."""
+
+    @property
+    def topic(self) -> str | None: ...
+
+    @property
+    def bookmark(self) -> str | None: ...
+
+    def ack(self, options: str | None = None) -> AckHandedOver: ...
+
+
+_M = TypeVar("_M", bound=Ackable)
 
 
 class AckHandedOver:
@@ -51,7 +63,7 @@ class AckHandedOver:
 HANDED_OVER = AckHandedOver()
 
 
-class Processing:
+class Processing(Generic[_M]):
     """``with message.processing():`` / ``async with message.processing():``.
 
     On a normal exit the message is acked; when the block raises it is cancelled
@@ -60,14 +72,15 @@ class Processing:
     auto-ack on a stream, the stream does not ack it again.
     """
 
-    __slots__ = ("_message",)
+    __slots__ = ("_message", "_sink")
 
-    def __init__(self, message: Message) -> None:
+    def __init__(self, message: _M, sink: AckSink | None) -> None:
         self._message = message
+        self._sink = sink  # the delivering client's, or None for a message built here
 
-    def __enter__(self) -> Message:
+    def __enter__(self) -> _M:
         m = self._message
-        sink = type(m)._ack_sink
+        sink = self._sink
         topic, bookmark = m.topic, m.bookmark
         if sink is not None and topic and bookmark:
             sink.handed_out(topic, bookmark)
@@ -80,13 +93,13 @@ class Processing:
         tb: TracebackType | None,
     ) -> None:
         m = self._message
-        sink = type(m)._ack_sink
+        sink = self._sink
         topic, bookmark = m.topic, m.bookmark
         if sink is not None and topic and bookmark and sink.is_settled(topic, bookmark):
             return  # the block acked or cancelled it itself
         m.ack("cancel" if exc_type is not None else None)
 
-    async def __aenter__(self) -> Message:
+    async def __aenter__(self) -> _M:
         return self.__enter__()
 
     async def __aexit__(
