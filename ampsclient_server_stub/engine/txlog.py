@@ -495,9 +495,10 @@ class Replay(Generic[S]):
         from a :meth:`Journal.read_blocks` block, appended to ``out``.
 
         Every record is verified as :func:`.journal_format.decode_records` does (frame, CRC,
-        index). A record of the usual shape (a ``p`` to the wanted topic whose only field is
-        the wanted message type) becomes its frame straight from the bytes, without decoding
-        the msgpack body; any other record is decoded and judged as :meth:`row_matches`.
+        index). Records of the usual shape (a ``p`` to the wanted topic whose only field is
+        the wanted message type) become their frames straight from the bytes, many at a time,
+        without decoding the msgpack body (:func:`.wire.replay_frames`, or the C speedups');
+        any other record is decoded and judged as :meth:`row_matches`.
 
         Returns:
             ``(publisher_id, sequence)`` of the last record and whether a frame was added.
@@ -516,13 +517,7 @@ class Replay(Generic[S]):
             )
         prefix = shape[2]
         suffix = shape[3]
-        skip = FRAME_OVERHEAD + len(prefix)  # record start to the payload length byte
-        slen = len(suffix)
         head_unpack = _HEAD.unpack_from
-        crc32 = _crc32
-        startswith = data.startswith
-        append = out.append
-        row_frame = self.row_frame
         n = len(data)
         pos = 0
         pid = seq = 0
@@ -551,35 +546,21 @@ class Replay(Generic[S]):
             end = pos + 8 + length
             if length < MIN_BODY or end > n:
                 raise CorruptJournalError(path, base + pos, f"bad record length {length}")
-            if crc32(data[pos + 8 : end]) != crc:
+            if _crc32(data[pos + 8 : end]) != crc:
                 raise CorruptJournalError(path, base + pos, "CRC mismatch")
             if index != expected:
                 raise CorruptJournalError(
                     path, base + pos, f"record index {index}, expected {expected}"
                 )
-            p = pos + skip
+            row = decode_records(data[pos:end], base + pos, index, 1, path)[0]
+            _i, _p, _s, _t, command, topic, payload, fields, _n = row
             if (
-                startswith(prefix, pos + FRAME_OVERHEAD)
-                and p + 1 + data[p] + slen == end
-                and startswith(suffix, end - slen)
+                topic == want_topic
+                and command != "sow_delete"
+                and fields.get("mt", "json") == want_mt
             ):
-                if pid != head_pid:
-                    head_pid = pid
-                    head = self.heads.get((want_topic, pid, None)) or self._head(
-                        want_topic, pid, None
-                    )
-                append(b'%s%d|"}%s' % (head, seq, data[p + 1 : end - slen]))
+                out.append(self.row_frame(pid, seq, ts, topic, payload, fields))
                 delivered = True
-            else:
-                row = decode_records(data[pos:end], base + pos, index, 1, path)[0]
-                _i, _p, _s, _t, command, topic, payload, fields, _n = row
-                if (
-                    topic == want_topic
-                    and command != "sow_delete"
-                    and fields.get("mt", "json") == want_mt
-                ):
-                    append(row_frame(pid, seq, ts, topic, payload, fields))
-                    delivered = True
             pos = end
             expected += 1
         return pid, seq, delivered
