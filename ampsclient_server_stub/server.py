@@ -233,48 +233,7 @@ class ReferenceServer:
         self._started = True
         try:
             self.flow = FlowControl()
-            for transport in self.config.transports:
-                policy = self.security.policy_for(transport.name)
-                tls = policy.ssl_context
-                frame = policy.max_frame_size or self.max_frame_size
-                if transport.protocol not in ("amps", "websocket"):
-                    raise ConfigError(
-                        f"transport {transport.name!r}: <Protocol> {transport.protocol!r} is "
-                        "not supported by the reference server (amps, websocket)"
-                    )
-                if transport.type in ("ws", "wss") or (
-                    transport.type in ("tcp", "tcps") and transport.is_websocket
-                ):
-                    ws = await start_ws_listener(
-                        self.broker,
-                        transport.host,
-                        transport.port,
-                        message_type=transport.message_type,
-                        max_frame_size=frame,
-                        max_write_buffer=self.max_write_buffer,
-                        ssl_context=tls,
-                        policy=policy,
-                        flow=self.flow,
-                    )
-                    self._ws.append((transport, ws))
-                elif transport.type in ("tcp", "tcps"):
-                    tcp = await start_tcp_listener(
-                        self.broker,
-                        transport.host,
-                        transport.port,
-                        message_type=transport.message_type,
-                        max_frame_size=frame,
-                        max_write_buffer=self.max_write_buffer,
-                        ssl_context=tls,
-                        policy=policy,
-                        flow=self.flow,
-                    )
-                    self._tcp.append((transport, tcp))
-                elif transport.type != "amps-replication":  # that one: self.replication
-                    raise ConfigError(
-                        f"transport {transport.name!r}: <Type> {transport.type!r} is not "
-                        "supported by the reference server"
-                    )
+            await self._start_listeners(self.broker, self.security, self.flow)
             self.replication = await start_replication(
                 self.config,
                 self.broker,
@@ -293,6 +252,53 @@ class ReferenceServer:
             raise
         self._expiry = asyncio.create_task(self._expire_loop())
         logger.info("%s", self.listening_line())
+
+    async def _start_listeners(
+        self, broker: Broker, security: ServerSecurity, flow: FlowControl
+    ) -> None:
+        """Bind a listener for every client transport of the config (tcp, tcps, ws, wss)."""
+        for transport in self.config.transports:
+            policy = security.policy_for(transport.name)
+            tls = policy.ssl_context
+            frame = policy.max_frame_size or self.max_frame_size
+            if transport.protocol not in ("amps", "websocket"):
+                raise ConfigError(
+                    f"transport {transport.name!r}: <Protocol> {transport.protocol!r} is "
+                    "not supported by the reference server (amps, websocket)"
+                )
+            if transport.type in ("ws", "wss") or (
+                transport.type in ("tcp", "tcps") and transport.is_websocket
+            ):
+                ws = await start_ws_listener(
+                    broker,
+                    transport.host,
+                    transport.port,
+                    message_type=transport.message_type,
+                    max_frame_size=frame,
+                    max_write_buffer=self.max_write_buffer,
+                    ssl_context=tls,
+                    policy=policy,
+                    flow=flow,
+                )
+                self._ws.append((transport, ws))
+            elif transport.type in ("tcp", "tcps"):
+                tcp = await start_tcp_listener(
+                    broker,
+                    transport.host,
+                    transport.port,
+                    message_type=transport.message_type,
+                    max_frame_size=frame,
+                    max_write_buffer=self.max_write_buffer,
+                    ssl_context=tls,
+                    policy=policy,
+                    flow=flow,
+                )
+                self._tcp.append((transport, tcp))
+            elif transport.type != "amps-replication":  # that one: self.replication
+                raise ConfigError(
+                    f"transport {transport.name!r}: <Type> {transport.type!r} is not "
+                    "supported by the reference server"
+                )
 
     def _on_durable(self, durable: int) -> None:
         """The committer's callback: a group commit made ``durable`` durable."""

@@ -692,6 +692,7 @@ def test_slow_client_management_is_on_without_configuration() -> None:
     from ampsclient_server_stub.config import default_config
     from ampsclient_server_stub.security.policy import DEFAULT_DISK_PATH, default_memory_limit
 
+    COUNT = 800
     config = default_config(tcp_port=0, ws_port=0)
     with ServerThread(config, max_write_buffer=256 * 1024, record_all_topics=False) as server:
         security = server.server.security
@@ -707,14 +708,16 @@ def test_slow_client_management_is_on_without_configuration() -> None:
             sub.wait_ack("processed")
             with client(server, "pub") as pub:
                 body = json.dumps({"pad": "x" * 8000}).encode()
-                for seq in range(1, 201):  # 1.6 MB towards a reader that reads nothing
+                # 6.4 MB towards a reader that reads nothing: more than the kernel's socket
+                # buffers can absorb (loopback send buffers autotune up to tcp_wmem's 4 MB)
+                for seq in range(1, COUNT + 1):
                     pub.send({"c": "p", "t": "t", "s": seq}, body)
                 pub.send({"c": "flush", "cid": "F", "a": "persisted"})
                 pub.recv_until(lambda h: h.get("cid") == "F", 10)
             wait_for(lambda: server.statistics()["slow_offlined"] >= 1, 10, "offlined")
             assert server.statistics()["slow_disconnected"] == 0
             got = 0
-            while got < 200:  # everything arrives, in order, once the reader reads
+            while got < COUNT:  # everything arrives, in order, once the reader reads
                 for hdr, body_ in sub.read_some(1 << 20, timeout=10):
                     if hdr.get("c") == "p":
                         got += 1
