@@ -6,9 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean setup docs
 
-$(STAMP): pyproject.toml setup.py ampsclient/_speedups.c
+$(STAMP): pyproject.toml setup.py ampsclient/_speedups.c ampsclient_server_stub/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	@# zlib's header for the server's C speedups (journal CRCs); Debian's python images have it
+	-test -f /usr/include/zlib.h || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zlib1g-dev; }
 	$(PY) -m pip install -q -e '.[dev,spark,docs]'
 	@# the official client is a black-box test peer only (interop tests skip without it)
 	-$(PY) -m pip install -q amps-python-client

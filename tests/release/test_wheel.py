@@ -128,13 +128,22 @@ def test_wheel_installs_and_runs_in_a_clean_virtualenv(tmp_path: Path) -> None:
         names = wheel.namelist()
         entry_points = wheel.read(f"ampsclient-{__version__}.dist-info/entry_points.txt").decode()
     assert any(re.fullmatch(r"ampsclient/_speedups\..*\.so", n) for n in names), names
+    assert any(re.fullmatch(r"ampsclient_server_stub/_speedups\..*\.so", n) for n in names), names
     assert "ampsclient/py.typed" in names
     assert "ampsclient_server_stub/admin/static/dashboard.html" in names
     assert not any(n.startswith("tests/") for n in names)
     assert "ampsclient = ampsclient.cli:main" in entry_points
     with tarfile.open(sdists[0]) as sdist:
         members = sdist.getnames()
-    assert f"ampsclient-{__version__}/ampsclient/_speedups.c" in members
+    root = f"ampsclient-{__version__}"
+    for name in (
+        "ampsclient/_speedups.c",
+        "ampsclient_server_stub/_speedups.c",
+        "CHANGELOG.md",
+        "LICENSE",
+        "README.md",
+    ):
+        assert f"{root}/{name}" in members, name
 
     env_dir = tmp_path / "venv"
     run(sys.executable, "-m", "venv", env_dir, cwd=tmp_path)
