@@ -51,6 +51,14 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.chaos.queue_workers import (  # noqa: E402  (needs ROOT on the path)
+    QUEUE_XML,
+    QueueAudit,
+    check_queue,
+    queue_complete,
+    run_consumer,
+)
+
 TOPIC = "chaos"
 
 SERVER_XML = """<AMPSConfig>
@@ -64,7 +72,7 @@ SERVER_XML = """<AMPSConfig>
     <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
     <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
   </Transports>
-</AMPSConfig>
+{queue}</AMPSConfig>
 """
 
 
@@ -291,11 +299,16 @@ class Report:
     journals_equal: bool | None = None
     catch_up_max_s: float = 0.0
     ws_clients: int = 0
+    # queue consumers (single-server mode)
+    queue: QueueAudit = field(default_factory=QueueAudit)
 
     @property
     def ok(self) -> bool:
         return (
             not self.problems
+            and not self.queue.problems
+            and self.queue.lost == 0
+            and self.queue.after_persisted_ack == 0
             and self.lost == 0
             and self.duplicated == 0
             and self.out_of_order == 0
@@ -319,6 +332,7 @@ class Report:
             f"server max RSS: {self.max_rss_mb:.1f} MB (limit {self.rss_limit_mb:.0f} MB)",
             f"slow client offline events logged by the server: {self.slow_offlined}",
         ]
+        lines += self.queue.lines()
         if self.replicated:
             a, b = self.journal_records
             lines += [
@@ -327,7 +341,8 @@ class Report:
                 f"journals (EPOCH replays): A {a} records, B {b} records, "
                 + ("equal" if self.journals_equal else "DIFFERENT"),
             ]
-        lines.append("result: " + ("PASS" if self.ok else "FAIL " + "; ".join(self.problems)))
+        problems = self.problems + self.queue.problems
+        lines.append("result: " + ("PASS" if self.ok else "FAIL " + "; ".join(problems)))
         return lines
 
 
@@ -429,7 +444,10 @@ def orchestrate(args: argparse.Namespace) -> Report:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     config = work / "server.xml"
-    config.write_text(SERVER_XML.format(disk=work / "offline", journal=work / "journal"))
+    queue_xml = QUEUE_XML.format(lease=args.lease) if args.consumers else ""
+    config.write_text(
+        SERVER_XML.format(disk=work / "offline", journal=work / "journal", queue=queue_xml)
+    )
     server = ServerProcess(data_dir=work / "server", config=config, name="chaos")
     server.start()
     proxy = LoopbackProxy("127.0.0.1", server.tcp_port).start()
@@ -437,6 +455,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
     direct = server.uri()
     pubs = [f"pub-{i}" for i in range(args.publishers)]
     subs = [f"sub-{i}" for i in range(args.subscribers)]
+    consumers = [f"consumer-{i}" for i in range(args.consumers)]
     workers: list[Worker] = []
     for i, name in enumerate(pubs):
         target = uri if i % 2 == 0 else direct
@@ -467,6 +486,21 @@ def orchestrate(args: argparse.Namespace) -> Report:
                 ["--name", name, "--uri", uri, "--work", str(work), "--delay", str(delay)],
             )
         )
+    for i, name in enumerate(consumers):  # the first one slow; all through the proxy
+        delay = args.slow_delay * 10 if i == 0 else 0.0
+        workers.append(
+            Worker(
+                "consumer",
+                name,
+                [
+                    *("--name", name, "--uri", uri, "--work", str(work), "--delay", str(delay)),
+                    *("--backlog", str(args.backlog), "--ack-batch", str(args.ack_batch)),
+                ],
+            )
+        )
+    kinds = ["kill_publisher", "kill_subscriber", "kill_server", "cut", "stall"]
+    if consumers:
+        kinds.append("kill_consumer")
     stop_rss = threading.Event()
 
     def sample() -> None:
@@ -485,7 +519,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
         while time.monotonic() < deadline:
             time.sleep(rng.uniform(args.min_gap, args.max_gap))
             if not bag:  # every kind of fault once per round, in random order
-                bag = ["kill_publisher", "kill_subscriber", "kill_server", "cut", "stall"]
+                bag = list(kinds)
                 rng.shuffle(bag)
             fault = bag.pop()
             if fault == "kill_publisher":
@@ -493,8 +527,9 @@ def orchestrate(args: argparse.Namespace) -> Report:
                 w.kill()
                 time.sleep(rng.uniform(0.05, 0.5))
                 w.start()
-            elif fault == "kill_subscriber":
-                w = rng.choice([w for w in workers if w.role == "subscriber"])
+            elif fault in ("kill_subscriber", "kill_consumer"):
+                role = fault.removeprefix("kill_")
+                w = rng.choice([w for w in workers if w.role == role])
                 w.kill()
                 time.sleep(rng.uniform(0.05, 0.5))
                 w.start()
@@ -508,7 +543,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
             else:
                 proxy.stall(rng.uniform(0.2, 1.5))
             report.faults[fault] += 1
-        _drain(work, workers, pubs, subs, args.drain, report)
+        _drain(work, workers, pubs, subs, args.drain, report, consumers)
     finally:
         stop_rss.set()
         sampler.join(5)
@@ -518,6 +553,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
         server.stop()
     report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
     check(work, pubs, subs, report)
+    report.queue = check_queue(work, consumers, _expected(work, pubs))
     return report
 
 
@@ -528,22 +564,26 @@ def _drain(
     subs: list[str],
     seconds: float,
     report: Report,
+    consumers: list[str] | None = None,
 ) -> None:
-    """Publishers flush and stop, subscribers catch up (wait on their progress files, with a
-    deadline), then every subscriber stops."""
+    """Publishers flush and stop, subscribers and queue consumers catch up (wait on their
+    progress files, with a deadline), then every subscriber and consumer stops."""
+    consumers = consumers or []
     (work / "stop-publishers").touch()
     for w in workers:
         if w.role == "publisher" and w.wait(seconds) != 0:
             report.problems.append(f"{w.name} did not stop cleanly")
     expected = _expected(work, pubs)
     end = time.monotonic() + seconds
-    while time.monotonic() < end and not _complete(work, subs, expected):
+    while time.monotonic() < end and not (
+        _complete(work, subs, expected) and queue_complete(work, consumers, expected)
+    ):
         time.sleep(0.2)
     for w in workers:
-        if w.role == "subscriber":
+        if w.role in ("subscriber", "consumer"):
             (work / f"stop-{w.name}").touch()
     for w in workers:
-        if w.role == "subscriber" and w.wait(30) != 0:
+        if w.role in ("subscriber", "consumer") and w.wait(30) != 0:
             report.problems.append(f"{w.name} did not stop cleanly")
 
 
@@ -755,7 +795,9 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument(
-        "--role", choices=("orchestrator", "publisher", "subscriber"), default="orchestrator"
+        "--role",
+        choices=("orchestrator", "publisher", "subscriber", "consumer"),
+        default="orchestrator",
     )
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to inject faults")
     parser.add_argument("--seed", type=int, default=None)
@@ -783,6 +825,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a hot-hot sync pair of instances instead of one server (see orchestrate_replicated)",
     )
+    parser.add_argument(
+        "--consumers",
+        type=int,
+        default=3,
+        help="queue consumers of chaos_q (single-server mode; the first one slow)",
+    )
+    parser.add_argument("--backlog", type=int, default=10, help="consumer: max_backlog")
+    parser.add_argument("--ack-batch", type=int, default=5, help="consumer: ack batch size")
+    parser.add_argument("--lease", default="3s", help="the queue's LeasePeriod")
     parser.add_argument("--stall-every", type=int, default=5000)
     parser.add_argument("--stall-for", type=float, default=1.5)
     args = parser.parse_args(argv)
@@ -790,6 +841,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_publisher(args)
     if args.role == "subscriber":
         return run_subscriber(args)
+    if args.role == "consumer":
+        return run_consumer(args)
     if args.seed is None:
         args.seed = random.randrange(1 << 30)
     import tempfile

@@ -1,5 +1,5 @@
 """The chaos run (``tests/chaos/run.py``) as a bounded test: about 20 s of faults, then the
-exact ledger check. The script prints its figures; they are shown when the test fails."""
+exact ledger check (subscribers) and the queue audit (queue consumers). The script prints its figures; they are shown when the test fails."""
 
 from __future__ import annotations
 
@@ -43,5 +43,11 @@ def test_chaos_run_loses_and_repeats_nothing(tmp_path: Path, chaos_seed: int) ->
     print(out)
     assert done.returncode == 0, f"chaos run failed (seed {seed}):\n{out}"
     assert "losses: 0" in out and "delivered twice to the application: 0" in out
-    for fault in ("kill_publisher", "kill_subscriber", "kill_server", "cut", "stall"):
+    # the queue consumers: nothing lost, nothing redelivered once its ack was persisted
+    assert "queue chaos_q: 3 consumers" in out
+    assert "queue losses: 0" in out
+    assert "queue redelivered after its ack was persisted: 0" in out
+    assert "queue redeliveries (processed again before an ack was persisted): " in out
+    for fault in ("kill_publisher", "kill_subscriber", "kill_consumer", "kill_server", "cut"):
         assert fault in out
+    assert "stall" in out

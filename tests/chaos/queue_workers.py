@@ -1,0 +1,230 @@
+"""Queue consumers of the chaos run (:mod:`tests.chaos.run`) and their audit.
+
+The chaos server declares a queue ``chaos_q`` over the journaled topic ``chaos`` that the
+publishers write to. Each consumer is an :class:`HAClient` subscribed to the queue with
+``max_backlog`` and auto-ack batching (``set_ack_batch_size``); one of them is slow. Their
+acks go through the HA client's publish store with ``persisted`` acks.
+
+A consumer's ledger (``<name>.ledger``, one ``write`` per line) holds:
+
+* ``{"life": pid, "i": n, "pub": ..., "s": seq, "t": time}``: the ``n``-th message this
+  process processed (written in the handler, before it returns and auto-ack queues the ack);
+* ``{"life": pid, "upto": n, "t": time}``: written after ``flush_acks()`` and a successful
+  ``publish_flush()``: the acks of messages ``i < n`` of this process are persisted on the
+  server (handlers run one after the other, so when ``count`` messages were seen, the acks of
+  the first ``count - 1`` are queued; the last handler may still be running).
+
+The audit (:func:`check_queue`), message by message: every message acknowledged to a
+publisher was processed by some consumer (nothing lost); no message was processed after a
+persisted ``upto`` line covered an earlier processing of it (an acknowledged message is never
+redelivered once its ack is persisted); redeliveries (processings beyond the first) are
+counted and reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+QUEUE = "chaos_q"
+
+QUEUE_XML = """  <SOW>
+    <Queue><Name>chaos_q</Name><MessageType>json</MessageType>
+      <UnderlyingTopic>chaos</UnderlyingTopic>
+      <LeasePeriod>{lease}</LeasePeriod>
+      <MaxPerSubscriptionBacklog>20</MaxPerSubscriptionBacklog></Queue>
+  </SOW>
+"""
+"""The queue the consumers read, inserted in the chaos server's configuration."""
+
+
+def _append(fd: int, line: dict[str, Any]) -> None:
+    os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+
+
+def run_consumer(args: argparse.Namespace) -> int:
+    """A queue consumer process (``--role consumer``) until ``stop-<name>`` exists."""
+    import logging
+
+    from ampsclient import Message
+    from ampsclient.exceptions import AMPSError
+    from ampsclient.sync import HAClient
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+    )
+    work = Path(args.work)
+    fd = os.open(work / f"{args.name}.ledger", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    stop_file = work / f"stop-{args.name}"
+    life = os.getpid()
+    lock = threading.Lock()
+    seen = [0]
+    client = HAClient(args.name)
+    client.set_reconnect_delay(100)
+    delay = args.delay
+
+    def on_message(message: Message) -> None:
+        body = json.loads(message.get_data())
+        seq = int((message.bookmark or "").split("|")[1])
+        with lock:
+            i = seen[0]
+            seen[0] += 1
+        _append(fd, {"life": life, "i": i, "pub": body["pub"], "s": seq, "t": time.time()})
+        if delay:
+            time.sleep(delay)
+
+    for uri in args.uri.split(","):
+        client.get_server_chooser().add(uri)
+    client.connect_and_logon()
+    client.set_auto_ack(True)
+    client.set_ack_batch_size(args.ack_batch)
+    client.set_ack_timeout(200)
+    client.subscribe(on_message, QUEUE, max_backlog=args.backlog)
+    try:
+        while not stop_file.exists():
+            time.sleep(0.2)
+            with lock:
+                upto = seen[0] - 1
+            if upto <= 0:
+                continue
+            try:
+                client.flush_acks()
+                client.publish_flush(2000)
+            except AMPSError:
+                continue  # the server is away: the acks stay in the store, replayed later
+            _append(fd, {"life": life, "upto": upto, "t": time.time()})
+    finally:
+        client.close()  # pending acks are sent first
+        os.close(fd)
+    return 0
+
+
+@dataclass
+class QueueAudit:
+    """What :func:`check_queue` found."""
+
+    consumers: int = 0
+    processed: int = 0
+    distinct: int = 0
+    lost: int = 0
+    redeliveries: int = 0
+    after_persisted_ack: int = 0
+    acks_persisted: int = 0
+    per_consumer: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """The figures, for the run's report."""
+        if not self.consumers:
+            return []
+        each = ", ".join(f"{k} {v}" for k, v in sorted(self.per_consumer.items()))
+        return [
+            f"queue {QUEUE}: {self.consumers} consumers, processed {self.processed} ({each}),"
+            f" distinct messages {self.distinct}, acks known persisted {self.acks_persisted}",
+            f"queue losses: {self.lost}",
+            f"queue redeliveries (processed again before an ack was persisted): "
+            f"{self.redeliveries}",
+            f"queue redelivered after its ack was persisted: {self.after_persisted_ack}",
+        ]
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if path.exists():
+        for raw in path.read_bytes().splitlines():
+            try:
+                out.append(json.loads(raw))
+            except ValueError:
+                continue
+    return out
+
+
+def processed_keys(work: Path, consumers: list[str]) -> set[tuple[str, int]]:
+    """Every ``(publisher, sequence)`` some consumer processed (for the drain's wait)."""
+    return {
+        (line["pub"], line["s"])
+        for name in consumers
+        for line in _read(work / f"{name}.ledger")
+        if "i" in line
+    }
+
+
+def queue_complete(work: Path, consumers: list[str], expected: dict[str, tuple[int, int]]) -> bool:
+    """Every acknowledged publication processed by some consumer."""
+    if not consumers:
+        return True
+    got = processed_keys(work, consumers)
+    return all(
+        (pub, s) in got for pub, (first, last) in expected.items() for s in range(first, last + 1)
+    )
+
+
+def check_queue(
+    work: Path, consumers: list[str], expected: dict[str, tuple[int, int]]
+) -> QueueAudit:
+    """The audit, message by message (see the module docstring)."""
+    audit = QueueAudit(consumers=len(consumers))
+    if not consumers:
+        return audit
+    # every processing: (time, consumer, life, index, key); the time its ack was persisted
+    processings: list[tuple[float, str, int, int, tuple[str, int]]] = []
+    ack_persisted_at: dict[tuple[str, int, int], float] = {}
+    for name in consumers:
+        lines = _read(work / f"{name}.ledger")
+        marks: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        count = 0
+        for line in lines:
+            if "i" in line:
+                key = (line["pub"], int(line["s"]))
+                processings.append((line["t"], name, line["life"], line["i"], key))
+                count += 1
+            elif "upto" in line:
+                marks[line["life"]].append((line["upto"], line["t"]))
+        audit.per_consumer[name] = count
+        for life, points in marks.items():  # written in time order, upto never decreasing
+            uptos = [upto for upto, _ in points]
+            for _t, n, lf, i, _ in processings:
+                if n == name and lf == life:
+                    at = bisect.bisect_right(uptos, i)  # the first mark with i < upto
+                    if at < len(points):
+                        ack_persisted_at[(name, life, i)] = points[at][1]
+    audit.processed = len(processings)
+    audit.acks_persisted = len(ack_persisted_at)
+    by_key: dict[tuple[str, int], list[tuple[float, str, int, int]]] = defaultdict(list)
+    for t, name, life, i, key in processings:
+        by_key[key].append((t, name, life, i))
+    audit.distinct = len(by_key)
+    counts = Counter({k: len(v) for k, v in by_key.items()})
+    audit.redeliveries = sum(n - 1 for n in counts.values())
+    for key, runs in by_key.items():
+        persisted = [
+            ack_persisted_at[(n, life, i)]
+            for _, n, life, i in runs
+            if (n, life, i) in ack_persisted_at
+        ]
+        if not persisted:
+            continue
+        first_ack = min(persisted)
+        late = [(t, n) for t, n, _, _ in runs if t > first_ack]
+        if late:
+            audit.after_persisted_ack += len(late)
+            audit.problems.append(
+                f"queue: {key} processed by {late[0][1]} {late[0][0] - first_ack:.3f} s after "
+                "its ack was persisted"
+            )
+    for pub, (first, last) in expected.items():
+        missing = [s for s in range(first, last + 1) if (pub, s) not in by_key]
+        audit.lost += len(missing)
+        if missing:
+            audit.problems.append(f"queue: lost {pub} {missing[:5]}...")
+    if audit.processed == 0:
+        audit.problems.append("queue: nothing processed")
+    return audit
