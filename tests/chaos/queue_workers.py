@@ -191,9 +191,11 @@ def check_queue(
         audit.per_consumer[name] = count
         for life, points in marks.items():  # written in time order, upto never decreasing
             uptos = [upto for upto, _ in points]
-            for _t, n, lf, i, _ in processings:
+            for t, n, lf, i, _ in processings:
                 if n == name and lf == life:
-                    at = bisect.bisect_right(uptos, i)  # the first mark with i < upto
+                    at = bisect.bisect_right(uptos, i)  # the first mark with i < upto...
+                    while at < len(points) and points[at][1] < t:
+                        at += 1  # ...written after the processing
                     if at < len(points):
                         ack_persisted_at[(name, life, i)] = points[at][1]
     audit.processed = len(processings)

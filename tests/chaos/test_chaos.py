@@ -1,5 +1,6 @@
 """The chaos run (``tests/chaos/run.py``) as a bounded test: about 20 s of faults, then the
-exact ledger check (subscribers) and the queue audit (queue consumers). The script prints its figures; they are shown when the test fails."""
+exact ledger check (subscribers) and the queue audit (queue consumers). The script prints
+its figures; they are shown when the test fails."""
 
 from __future__ import annotations
 
