@@ -286,7 +286,9 @@ class Ingest:
         x = text(hdr.get("x")) if hdr is not None else None
         record = None
         txlog = self._txlog
-        if txlog is not None and txlog.records_message(mt, topic, lambda: decode(mt, data)):
+        if txlog is not None and (  # records() first: no closure when the topic is recorded
+            txlog.records(mt, topic) or txlog.records_message(mt, topic, lambda: decode(mt, data))
+        ):
             jseq = self._journal_sequence(conn, seq)
             command = "delta_publish" if delta else "p"
             fields = {"x": x} if x else None
