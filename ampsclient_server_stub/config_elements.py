@@ -104,11 +104,18 @@ _ELEMENTS: dict[str, str] = {
     "Replication/Destination/Transport/Secret": "as the destination's Secret",
     "Replication/Destination/Transport/Authenticator/Module": "the link's credentials module",
     "Replication/Destination/Transport/Authenticator/Options/*": "an authenticator option",
-    "Actions/Action/On/Module": "amps-action-on-schedule (the only trigger)",
+    "Actions/Action/On/Module": "amps-action-on-schedule, amps-action-on-sow-expire-message",
     "Actions/Action/On/Options/Every": "the schedule: a period, a time of day or a weekday",
     "Actions/Action/On/Options/Name": "the schedule's name (in logs)",
-    "Actions/Action/Do/Module": "downgrade/upgrade replication, archive/compress/remove journal",
+    "Actions/Action/On/Options/Topic": "the queue whose expirations run the action",
+    "Actions/Action/On/Options/MessageType": "that queue's message type",
+    "Actions/Action/On/Options/Reason": "the expiration reasons that run the action (a list)",
+    "Actions/Action/Do/Module": "downgrade/upgrade replication, archive/compress/remove journal, "
+    "publish a message",
     "Actions/Action/Do/Options/Age": "the age the action applies to",
+    "Actions/Action/Do/Options/Topic": "the topic the action publishes to (a template)",
+    "Actions/Action/Do/Options/MessageType": "the message type of the action's publish",
+    "Actions/Action/Do/Options/Data": "the published data (a template: {{AMPS_DATA}}...)",
 }
 
 ELEMENTS: Final[Mapping[str, str]] = MappingProxyType(_ELEMENTS)

@@ -471,7 +471,7 @@ class ConfigReader(ElementReader):
         """Refuse an action the server would not run: a module it does not implement, or an
         action without a step (replication actions without ``<On>`` run on the default
         period; journal actions need one, see ``journal_actions``)."""
-        journal = any(s.module in _DO_MODULES[2:] for s in do)
+        journal = any(s.module in _JOURNAL_DO_MODULES for s in do)
         for tag, steps, known in (("On", on, _ON_MODULES), ("Do", do, _DO_MODULES)):
             if tag == "On" and journal:
                 continue  # journal_actions refuses a journal action's trigger at start-up
@@ -496,13 +496,17 @@ class ConfigReader(ElementReader):
         return ActionStep(module=module, options=MappingProxyType(options))
 
 
-_ON_MODULES: Final = (SCHEDULE_MODULE,)
-_DO_MODULES: Final = (
-    DOWNGRADE_REPLICATION_MODULE,
-    UPGRADE_REPLICATION_MODULE,
+_ON_MODULES: Final = (SCHEDULE_MODULE, "amps-action-on-sow-expire-message")
+_JOURNAL_DO_MODULES: Final = (
     "amps-action-do-archive-journal",
     "amps-action-do-compress-journal",
     "amps-action-do-remove-journal",
+)
+_DO_MODULES: Final = (
+    DOWNGRADE_REPLICATION_MODULE,
+    UPGRADE_REPLICATION_MODULE,
+    *_JOURNAL_DO_MODULES,
+    "amps-action-do-publish-message",  # on a queue expiration: queues.dead_letter checks it
 )
 _PROTOCOLS: Final = ("amps", "websocket")
 _TLS_ONLY: Final = (

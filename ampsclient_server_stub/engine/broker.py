@@ -56,6 +56,7 @@ from typing import Final
 from ampsclient.exceptions import MalformedFrameError
 from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub.config import ServerConfig
+from ampsclient_server_stub.queues.dead_letter import ActionPublisher, DeadLetters, expire_actions
 from ampsclient_server_stub.queues.engine import QueueEngine, QueueStartError
 
 from .commands import CommandHandlers, Handler
@@ -243,7 +244,9 @@ class Broker:
         call_later: CallLater | None,
         clock: Callable[[], float],
     ) -> QueueEngine | None:
-        """The queue engine, plugged into the hooks and the subscription table."""
+        """The queue engine, plugged into the hooks and the subscription table, with its
+        dead-letter actions (``queues.dead_letter``)."""
+        actions = expire_actions(config) if config is not None else ()
         if config is None or not config.queues:
             return None
         if txlog is None:
@@ -258,6 +261,13 @@ class Broker:
             instance=config.name,
             replicated=config.replication is not None,
         )
+        if actions:
+            publisher = ActionPublisher(
+                self.ingest,
+                name=f"{config.name}/actions",
+                last_sequence=txlog.journal.last_sequence,
+            )
+            engine.dead_letters = DeadLetters(actions, publish=publisher)
         self.hooks.queues = engine
         self.hooks.durable_listeners.append(engine.on_durable)
         self._subscriptions.on_remove = engine.removed

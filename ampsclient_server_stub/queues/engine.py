@@ -33,7 +33,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -67,7 +67,8 @@ from ..engine.wire import (
     text,
 )
 from .config import QueueConfig
-from .model import AckResult, Queue, QueueMessage, QueueSub
+from .dead_letter import DeadLetters
+from .model import Queue, QueueMessage, QueueSub
 
 __all__ = ["ACK_FILE", "NEVER", "QueueEngine", "QueueStartError"]
 
@@ -166,6 +167,8 @@ class QueueEngine:
         self._points: dict[str, int] = {}
         self._ack_path = Path(self._journal.directory) / f"{self._journal.name}.{ACK_FILE}"
         self.counters: dict[str, int] = {"acks": 0, "bad_acks": 0, "ack_records": 0}
+        self.dead_letters: DeadLetters | None = None
+        """The dead-letter actions run on expirations (set by the broker)."""
         self._timed = any(c.lease_period or c.expiration for c in configs)
         self._stale = False
         for i, cfg in enumerate(configs):
@@ -293,7 +296,7 @@ class QueueEngine:
             if queue_before is queue:
                 queue.take_over(old, qsub)
             else:
-                self._expired(queue_before, queue_before.discard(old, self._clock()))
+                self._expired(queue_before, _lease_ends(queue_before.discard(old, self._clock())))
                 queue.add(qsub)
         else:
             if replaced is not None:
@@ -319,7 +322,7 @@ class QueueEngine:
         if entry is None:
             return
         queue, qsub = entry
-        self._expired(queue, queue.discard(qsub, self._clock()))
+        self._expired(queue, _lease_ends(queue.discard(qsub, self._clock())))
         self._pump(queue)
 
     # ------------------------------------------------------------------ acknowledgements
@@ -363,7 +366,7 @@ class QueueEngine:
         self.counters["acks"] += 1
         result = queue.ack(bookmarks, option=option, owner=conn, now=now, known=self._in_journal)
         index = self._record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
-        self._expired(queue, [msg for msg, _reason in result.expired], reasons=result)
+        self._expired(queue, result.expired, journaled=True)
         self._pump(queue)
         self._arm()
         return len(result.removed), matches, index
@@ -460,16 +463,25 @@ class QueueEngine:
             self._record(queue, gone)
 
     def _expired(
-        self, queue: Queue, messages: Iterable[QueueMessage], *, reasons: AckResult | None = None
+        self,
+        queue: Queue,
+        expired: Sequence[tuple[QueueMessage, str]],
+        *,
+        journaled: bool = False,
     ) -> None:
-        """Messages that left the queue by expiring (journaled as removed)."""
-        bookmarks = [msg.bookmark for msg in messages]
-        if not bookmarks:
+        """Messages that left the queue by expiring, with their reason (journaled as removed
+        unless ``journaled``: acknowledgements journal their own removals); the dead-letter
+        actions (``queues.dead_letter``) run for each."""
+        if not expired:
             return
-        if reasons is None:  # acknowledgements journal their own removals
-            self._record(queue, bookmarks)
-        for msg in messages:
-            logger.info("queue %r: message %s expired", queue.name, msg.bookmark)
+        if not journaled:
+            self._record(queue, [msg.bookmark for msg, _reason in expired])
+        dead_letters = self.dead_letters
+        mt = queue.config.message_type
+        for msg, reason in expired:
+            logger.info("queue %r: message %s expired (%s)", queue.name, msg.bookmark, reason)
+            if dead_letters is not None:
+                dead_letters.expired(mt, queue.name, msg.data, reason, msg.x)
 
     # ------------------------------------------------------------------ journal
 
@@ -651,7 +663,7 @@ class QueueEngine:
         for queue in self.queues.values():
             expired, _returned = queue.tick(now)
             if expired:
-                self._expired(queue, [msg for msg, _reason in expired])
+                self._expired(queue, expired)
             self._pump(queue)
 
     def _arm(self) -> None:
@@ -713,6 +725,11 @@ class QueueEngine:
         except JournalError:  # closed first: the points of the last refresh stand
             logger.debug("journal closed: queue ack points as of the last acknowledgement")
         self._write_points()
+
+
+def _lease_ends(messages: list[QueueMessage]) -> list[tuple[QueueMessage, str]]:
+    """Messages a returned lease expired: the lease was a delivery that did not succeed."""
+    return [(msg, "max_deliveries") for msg in messages]
 
 
 def _key(cfg: QueueConfig) -> str:

@@ -416,6 +416,7 @@ LIMITS = "security/test_limits.py::"
 REPL = "replication/test_links.py::"
 REPL_SEC = "replication/test_security.py::"
 JOURNAL = "txlog/test_journal_actions.py::"
+DEAD = "queues/test_dead_letter.py::"
 
 _AUTH = Covered(SECURITY + "test_users_file_authentication_and_no_credentials_in_logs")
 _ENT = Covered(SECURITY + "test_entitlements_on_commands")
@@ -580,6 +581,12 @@ PROOFS: dict[str, Probe | Covered] = {
     "Actions/Action/Do/Options/Age": Covered(
         JOURNAL + "test_scheduled_remove_keeps_what_a_replay_needs_then_removes_it"
     ),
+    "Actions/Action/On/Options/Topic": Covered(DEAD + "test_the_xml_configuration_runs"),
+    "Actions/Action/On/Options/MessageType": Covered(DEAD + "test_the_xml_configuration_runs"),
+    "Actions/Action/On/Options/Reason": Covered(DEAD + "test_the_xml_configuration_runs"),
+    "Actions/Action/Do/Options/Topic": Covered(DEAD + "test_the_xml_configuration_runs"),
+    "Actions/Action/Do/Options/MessageType": Covered(DEAD + "test_the_xml_configuration_runs"),
+    "Actions/Action/Do/Options/Data": Covered(DEAD + "test_the_xml_configuration_runs"),
 }
 """The proof of each accepted element."""
 
