@@ -188,6 +188,60 @@ def test_reason_option_selects_the_reasons(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_a_dead_letter_queue_hands_each_letter_to_one_consumer(tmp_path: Path) -> None:
+    work = QueueConfig(name="work", message_type="json", max_per_subscription_backlog=10)
+    retry = QueueConfig(
+        name="retry",
+        message_type="json",
+        underlying=("dead-letters",),
+        max_per_subscription_backlog=10,
+    )
+    cfg = dataclasses.replace(queue_config(tmp_path, work, retry), actions=(action(),))
+    server = ServerThread(cfg, fsync="never").start()
+    try:
+        a, b = Consumer(server), Consumer(server)
+        a.subscribe("retry", o="max_backlog=10")
+        b.subscribe("retry", o="max_backlog=10")
+        c = Consumer(server)
+        c.subscribe("work", o="max_backlog=10")
+        publish(server, "work", [{"n": i} for i in range(6)])
+        for hdr, _body in c.sync():
+            c.ack("work", hdr["bm"], o="expire")
+        c.sync()  # the letters were published while the acks were handled, before this
+        a.sync()
+        b.sync()
+        seen = sorted(d["message"]["n"] for d in bodies(a.deliveries + b.deliveries))
+        assert seen == list(range(6))  # each letter to exactly one consumer
+        for consumer in (a, b):
+            for hdr, _body in consumer.deliveries:
+                consumer.ack("retry", hdr["bm"], a="processed")
+        stats = server.call(lambda: server.broker.queues.statistics()["retry"])  # type: ignore[union-attr]
+        assert (stats["queue_depth"], stats["backlog"]) == (0, 0)
+    finally:
+        server.stop()
+
+
+def test_letters_after_a_restart_get_new_bookmarks(tmp_path: Path) -> None:
+    seen: list[str] = []
+    for round_ in range(2):
+        server = run(tmp_path)
+        try:
+            c = Consumer(server)
+            c.subscribe("work", o="max_backlog=1")
+            publish(server, "work", [{"round": round_}])
+            ((hdr, _),) = c.wait_deliveries(1)
+            c.ack("work", hdr["bm"], o="expire", a="processed")
+            replay = Consumer(server)
+            replay.subscribe("dead-letters", bm="0", sub_id="r")
+            got = replay.wait_deliveries(round_ + 1)
+            assert replay.sync() == []
+            assert [d["message"]["round"] for d in bodies(got)] == list(range(round_ + 1))
+            seen = [h["bm"] for h, _b in got]
+        finally:
+            server.stop()
+    assert len(set(seen)) == 2  # the second run's letter did not reuse the first's sequence
+
+
 XML = """<AMPSConfig><Name>dl</Name>
   <Transports><Transport><Name>t</Name><Type>tcp</Type><Protocol>amps</Protocol>
     <InetAddr>127.0.0.1:0</InetAddr></Transport></Transports>
