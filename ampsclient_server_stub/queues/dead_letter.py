@@ -18,8 +18,9 @@ reference server has no other SOW expirations to report to this module), a regex
 missing required option, an unknown reason, an unknown context variable, and any other
 option (``Delta`` and ``UpdateOnly``: delta publishes from actions are not implemented);
 an expire trigger with a ``<Do>`` other than the publish module, or a publish without this
-trigger. The action's publish has no user, as in AMPS; it is published as the internal
-client ``<instance>/actions`` (its bookmarks' publisher), and a publish that fails is logged.
+trigger. The action's publish has no user and no entitlement check, as in AMPS; it is
+published as the internal client ``<instance>/actions`` (its bookmarks' publisher), and a
+publish that fails is logged.
 """
 
 from __future__ import annotations
@@ -266,8 +267,19 @@ class DeadLetters:
         return count
 
 
+class _Unrestricted:
+    """The security policy of the actions' publisher: no authentication, no entitlements
+    (the guide: the action's publish has no user credentials, entitlements are not applied)."""
+
+    auth: None = None
+    entitlements: None = None
+
+
 class _Silent:
     """The session of the actions' internal publisher: nothing is ever sent to it."""
+
+    policy: Final = _Unrestricted()
+    """Read by the security guard instead of the instance's default policy."""
 
     def send(self, payload: bytes) -> None:  # pragma: no cover - a publisher only
         return None

@@ -23,6 +23,7 @@ from ampsclient_server_stub.queues.dead_letter import (
     ON_SOW_EXPIRE_MODULE,
     expire_actions,
 )
+from ampsclient_server_stub.security.users import add_user
 from ampsclient_server_stub.testing import RawClient
 
 pytestmark = pytest.mark.integration
@@ -319,3 +320,39 @@ def test_refused_trigger_on_a_non_queue_and_publish_without_the_trigger(tmp_path
     bad = dataclasses.replace(cfg, actions=(ActionConfig(on=(on,), do=(do, other)),))
     with pytest.raises(ConfigError, match="runs only amps-action-do-publish-message steps"):
         expire_actions(bad)
+
+
+def test_the_action_publishes_without_entitlements(tmp_path: Path) -> None:
+    users = tmp_path / "users.json"
+    add_user(users, "worker", "pw", read=[".*"], write=["^orders$", "^work$"], n=1024)
+    ent = (
+        "<Entitlement><Module>amps-default-entitlement-module</Module>"
+        f"<Options><UsersFile>{users}</UsersFile></Options></Entitlement>"
+    )
+    text = xml().replace("</AMPSConfig>", ent + "</AMPSConfig>")
+    server = ServerThread(parse_config(text, base_dir=tmp_path), fsync="never").start()
+    try:
+        dlq = Consumer(server, name="dlq")
+        dlq.raw.close()
+        dlq.raw = RawClient(server.tcp_port)
+        dlq.raw.logon("dlq-w", user_id="worker", pw="pw")
+        dlq.subscribe("dead-letters")
+        c = Consumer(server)
+        c.raw.close()
+        c.raw = RawClient(server.tcp_port)
+        c.raw.logon("worker-1", user_id="worker", pw="pw")
+        c.subscribe("work", o="max_backlog=1")
+        with RawClient(server.tcp_port) as raw:  # the worker may not write dead-letters itself
+            raw.logon("pub", user_id="worker", pw="pw")
+            raw.send({"c": "p", "t": "dead-letters", "cid": "p1", "a": "processed"}, b"{}")
+            ack, _ = raw.recv_until(lambda h: h.get("c") == "ack" and h.get("cid") == "p1")
+            assert ack["status"] == "failure", ack
+            raw.send({"c": "p", "t": "orders", "cid": "p2", "a": "processed"}, b'{"id": 5}')
+            ack, _ = raw.recv_until(lambda h: h.get("c") == "ack" and h.get("cid") == "p2")
+            assert ack["status"] == "success", ack
+        ((hdr, _),) = c.wait_deliveries(1)
+        c.ack("work", hdr["bm"], o="cancel", a="processed")  # MaxCancels 1
+        (letter,) = letters(dlq, 1)
+        assert (letter["message"], letter["reason"]) == ({"id": 5}, "max_cancels")
+    finally:
+        server.stop()
