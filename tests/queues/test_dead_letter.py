@@ -24,7 +24,7 @@ from ampsclient_server_stub.queues.dead_letter import (
     expire_actions,
 )
 from ampsclient_server_stub.security.users import add_user
-from ampsclient_server_stub.testing import RawClient
+from ampsclient_server_stub.testing import RawClient, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -355,4 +355,53 @@ def test_the_action_publishes_without_entitlements(tmp_path: Path) -> None:
         (letter,) = letters(dlq, 1)
         assert (letter["message"], letter["reason"]) == ({"id": 5}, "max_cancels")
     finally:
+        server.stop()
+
+
+@pytest.mark.interop
+def test_official_client_consumer_and_dead_letter_subscriber(tmp_path: Path) -> None:
+    """The official client's auto-ack cancels a message whose handler raises; on the last
+    cancel (MaxCancels 2) the letter reaches an official subscriber of the dead-letter topic."""
+    amps: Any = pytest.importorskip("AMPS")
+    server = run(tmp_path, max_cancels=2)
+    uri = server.uri("tcp", "json")
+    seen: list[int] = []
+    dead: list[dict[str, Any]] = []
+    worker = amps.Client("official-worker")
+    watcher = amps.Client("official-watcher")
+
+    def work(message: Any) -> None:
+        if message.get_command() in ("p", "publish"):
+            n = json.loads(message.get_data())["n"]
+            seen.append(n)
+            if n == 1:
+                raise RuntimeError("cannot process 1")  # auto-ack turns this into a cancel
+
+    def letter(message: Any) -> None:
+        if message.get_command() in ("p", "publish"):
+            dead.append(json.loads(message.get_data()))
+
+    try:
+        watcher.connect(uri)
+        watcher.logon()
+        watcher.execute_async(amps.Command("subscribe").set_topic("dead-letters"), letter)
+        worker.connect(uri)
+        worker.logon()
+        worker.set_auto_ack(True)
+        worker.execute_async(
+            amps.Command("subscribe").set_topic("work").set_options("max_backlog=1"), work
+        )
+        publish(server, "work", [{"n": n} for n in range(3)])
+        wait_for(
+            lambda: len(dead) == 1 and sorted(seen) == [0, 1, 1, 2], 10, "the letter and the rest"
+        )
+        assert (dead[0]["message"], dead[0]["reason"]) == ({"n": 1}, "max_cancels")
+        stats = server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
+        assert (stats["queue_depth"], stats["acked"], stats["expired"]) == (0, 2, 1)
+        publish(server, "dead-letters", [{"marker": True}])  # nothing else came before it
+        wait_for(lambda: len(dead) == 2, 10, "the marker")
+        assert dead[1] == {"marker": True}
+    finally:
+        worker.disconnect()
+        watcher.disconnect()
         server.stop()
