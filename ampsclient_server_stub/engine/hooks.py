@@ -13,7 +13,7 @@ they depend on the engine, not the other way round.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -65,8 +65,28 @@ class Guard(Protocol):
         """The topic matcher a read command of ``conn`` really gets (entitlement filter)."""
 
 
+class QueueLimits(Protocol):
+    """What the subscribing side reads of a queue's configuration."""
+
+    @property
+    def max_per_subscription_backlog(self) -> int:
+        """The largest backlog a subscription to the queue gets."""
+
+
+class QueueView(Protocol):
+    """What the subscribing side reads of one queue."""
+
+    @property
+    def config(self) -> QueueLimits:
+        """The queue's configuration."""
+
+
 class QueueHooks(Protocol):
     """The message queues (``ampsclient_server_stub.queues.engine.QueueEngine`` fits)."""
+
+    @property
+    def queues(self) -> Mapping[tuple[str, str], QueueView]:
+        """The queues by ``(message type, queue topic)``."""
 
     def is_queue(self, mt: str, topic: str) -> bool:
         """``topic`` is a queue of message type ``mt``."""

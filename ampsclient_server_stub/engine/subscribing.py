@@ -14,6 +14,7 @@ from typing import Any
 
 from ampsclient.protocol.header import Header, encode_header
 
+from ..queues.sow_subscribe import queue_sow_and_subscribe
 from .conflation import ConflationError, ConflationSpec, LiveConflation, parse_conflation
 from .hooks import BrokerHooks
 from .payload import (
@@ -221,6 +222,10 @@ class Subscribing:
         queues = self._hooks.queues
         if queues is not None and not subscribe and queues.query(conn, hdr, matcher):
             return  # a query of a queue's available messages (nothing leased)
+        if queues is not None and subscribe and queues.is_queue(conn.mt, matcher.topic):
+            sub, replaced = self.prepare(conn, hdr, options, delta=delta)
+            queue_sow_and_subscribe(queues, conn, hdr, matcher, sub, replaced)
+            return  # the available messages, then a queue subscription (it leases)
         sows = self._sows.for_query(conn.mt, matcher)
         bookmark = text(hdr.get("bm"))
         if bookmark is not None:  # a historical query: the SOW as it was at that time

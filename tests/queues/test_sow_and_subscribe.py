@@ -1,0 +1,122 @@
+"""``sow_and_subscribe`` on a queue topic (``queues.sow_subscribe``): the available messages
+as a read-only view first (``sow`` frames, no ``lp``, nothing leased), then a queue
+subscription that leases as a ``subscribe`` with the same backlog and filter would. Frame
+order, leases and the refusals are checked frame by frame; absence is proved with a marker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _queue_support import Consumer, bodies, publish, start
+
+from ampsclient.protocol.header import decode_header
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.queues.config import QueueConfig
+from ampsclient_server_stub.queues.engine import NEVER
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerThread]:
+    s = start(
+        tmp_path, QueueConfig(name="work", message_type="json", max_per_subscription_backlog=5)
+    )
+    yield s
+    s.stop()
+
+
+def stats(server: ServerThread) -> dict[str, Any]:
+    return server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
+
+
+def records(body: bytes) -> list[tuple[dict[str, Any], bytes]]:
+    out = []
+    pos = 0
+    while pos < len(body):
+        hdr, end = decode_header(body[pos:])
+        out.append((hdr, body[pos + end : pos + end + int(hdr["l"])]))
+        pos += end + int(hdr["l"])
+    return out
+
+
+def test_available_messages_first_then_leases(server: ServerThread) -> None:
+    other = Consumer(server)
+    other.subscribe("work")  # takes n=0 (backlog 1)
+    publish(server, "work", [{"n": i, "even": i % 2 == 0} for i in range(6)])
+    assert bodies(other.sync()) == [{"n": 0, "even": True}]
+    q = Consumer(server)
+    q.raw.send(
+        {
+            "c": "sow_and_subscribe",
+            "t": "work",
+            "cid": "sas",
+            "sub_id": "s",
+            "bs": 2,
+            "filter": "/even = true",
+            "o": "max_backlog=2",
+            "a": "processed,completed,stats",
+        }
+    )
+    frames: list[tuple[dict[str, Any], bytes]] = []
+    while len([f for f in frames if f[0].get("c") == "p"]) < 2:
+        frames.append(q.raw.recv(10.0))
+    kinds = [h["c"] if h["c"] != "ack" else "ack:" + h["a"] for h, _ in frames]
+    assert kinds == [
+        "ack:processed",
+        "group_begin",
+        "sow",
+        "group_end",
+        "ack:completed",
+        "ack:stats",
+        "p",
+        "p",
+    ]
+    processed = frames[0][0]
+    assert (processed["o"], processed["sub_id"], processed["query_id"]) == (
+        "max_backlog=2",
+        "s",
+        "sas",
+    )
+    # the view: the available even messages (n=0 is leased to the other consumer), no lp
+    shown = records(frames[2][1])
+    assert [json.loads(d)["n"] for _, d in shown] == [2, 4]
+    assert all("lp" not in h and h["bm"] == h["k"] for h, _ in shown)
+    stats_ack = frames[5][0]
+    assert (stats_ack["records_returned"], stats_ack["sub_id"]) == (2, "s")
+    # then the subscription leases them, as a subscribe with max_backlog=2 would
+    leased = frames[6:]
+    assert bodies(leased) == [{"n": 2, "even": True}, {"n": 4, "even": True}]
+    assert all(h["lp"] == NEVER and h["sids"] == "s" for h, _ in leased)
+    assert [h["bm"] for h, _ in leased] == [h["bm"] for h, _ in shown]
+    assert q.sync() == []  # its backlog is full: nothing more
+    s = stats(server)
+    assert (s["backlog"], s["queue_depth"]) == (3, 3)  # 3 leased, 3 waiting
+    # an ack frees a slot: the next even message comes, leased
+    q.ack("work", leased[0][0]["bm"])
+    publish(server, "work", [{"n": 6, "even": True}])
+    more = q.sync()
+    assert bodies(more) == [{"n": 6, "even": True}] and more[0][0]["lp"] == NEVER
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [({"bm": "0"}, "invalid options"), ({"o": "max_backlog=0"}, "invalid options")],
+)
+def test_refusals_place_nothing(server: ServerThread, fields: dict[str, Any], reason: str) -> None:
+    publish(server, "work", [{"n": 0}])
+    q = Consumer(server)
+    q.raw.send(
+        {"c": "sow_and_subscribe", "t": "work", "cid": "x", "sub_id": "x", "a": "processed"}
+        | fields
+    )
+    hdr, _ = q.raw.recv(10.0)
+    assert (hdr["c"], hdr["status"], hdr["reason"]) == ("ack", "failure", reason)
+    assert q.sync() == []  # no view, no lease
+    assert stats(server)["backlog"] == 0
+    q.subscribe("work")  # the connection is kept
+    assert bodies(q.sync()) == [{"n": 0}]
