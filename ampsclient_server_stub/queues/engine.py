@@ -365,8 +365,8 @@ class QueueEngine:
                 raise CommandFailure("invalid bookmark", "queue acknowledgement without bookmarks")
         self.counters["acks"] += 1
         result = queue.ack(bookmarks, option=option, owner=conn, now=now, known=self._in_journal)
+        self._expired(queue, result.expired, journaled=True)  # letters before the removals
         index = self._record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
-        self._expired(queue, result.expired, journaled=True)
         self._pump(queue)
         self._arm()
         return len(result.removed), matches, index
@@ -469,19 +469,21 @@ class QueueEngine:
         *,
         journaled: bool = False,
     ) -> None:
-        """Messages that left the queue by expiring, with their reason (journaled as removed
-        unless ``journaled``: acknowledgements journal their own removals); the dead-letter
-        actions (``queues.dead_letter``) run for each."""
+        """Messages that left the queue by expiring, with their reason: the dead-letter
+        actions (``queues.dead_letter``) run for each, then the removals are journaled (unless
+        ``journaled``: an acknowledgement journals its own, after this). Letters first: the
+        journal is durable in order, so a crash loses no letter of a removed message (it may
+        publish a letter twice, when the message expires again after the restart)."""
         if not expired:
             return
-        if not journaled:
-            self._record(queue, [msg.bookmark for msg, _reason in expired])
         dead_letters = self.dead_letters
         mt = queue.config.message_type
         for msg, reason in expired:
             logger.info("queue %r: message %s expired (%s)", queue.name, msg.bookmark, reason)
             if dead_letters is not None:
                 dead_letters.expired(mt, queue.name, msg.data, reason, msg.x)
+        if not journaled:
+            self._record(queue, [msg.bookmark for msg, _reason in expired])
 
     # ------------------------------------------------------------------ journal
 

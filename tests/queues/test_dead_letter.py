@@ -128,6 +128,23 @@ def test_max_deliveries_publishes_after_the_last_failed_delivery(tmp_path: Path)
         server.stop()
 
 
+def test_lease_expiry_counts_toward_max_deliveries(tmp_path: Path) -> None:
+    server = run(tmp_path, lease_period=0.2, max_deliveries=2)
+    try:
+        dlq = Consumer(server)
+        dlq.subscribe("dead-letters")
+        c = Consumer(server)
+        c.subscribe("work", o="max_backlog=1")
+        publish(server, "work", [{"n": 4}])
+        first, second = c.wait_deliveries(2)  # never acknowledged: the lease runs out twice
+        assert first[0]["bm"] == second[0]["bm"]
+        (letter,) = letters(dlq, 1)
+        assert (letter["message"], letter["reason"]) == ({"n": 4}, "max_deliveries")
+        assert c.sync() == []
+    finally:
+        server.stop()
+
+
 def test_expiration_publishes_time_limit_with_the_correlation_id(tmp_path: Path) -> None:
     server = run(tmp_path, expiration=0.2)
     try:
