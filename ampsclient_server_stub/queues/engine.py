@@ -472,8 +472,9 @@ class QueueEngine:
         """Messages that left the queue by expiring, with their reason: the dead-letter
         actions (``queues.dead_letter``) run for each, then the removals are journaled (unless
         ``journaled``: an acknowledgement journals its own, after this). Letters first: the
-        journal is durable in order, so a crash loses no letter of a removed message (it may
-        publish a letter twice, when the message expires again after the restart)."""
+        journal is durable in order, so a crash loses no letter of a removed message; a
+        message whose removal was not durable yet comes back after the restart (processed
+        then, or lettered a second time)."""
         if not expired:
             return
         dead_letters = self.dead_letters
