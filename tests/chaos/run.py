@@ -360,7 +360,7 @@ def _rss_mb(pid: int | None) -> float:
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.exists():
         return out
     for raw in path.read_bytes().splitlines():

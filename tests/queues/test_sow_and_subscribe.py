@@ -17,6 +17,7 @@ from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.queues.engine import NEVER
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +121,53 @@ def test_refusals_place_nothing(server: ServerThread, fields: dict[str, Any], re
     assert stats(server)["backlog"] == 0
     q.subscribe("work")  # the connection is kept
     assert bodies(q.sync()) == [{"n": 0}]
+
+
+def _client(kind: str) -> Any:
+    if kind == "official":
+        amps = pytest.importorskip("AMPS")
+        return amps.Client("official-sas")
+    import ampsclient
+
+    return ampsclient.Client("ours-sas")
+
+
+@pytest.mark.parametrize("kind", ["ours", pytest.param("official", marks=pytest.mark.interop)])
+def test_auto_ack_client_acks_the_leased_deliveries_only(server: ServerThread, kind: str) -> None:
+    """With auto-ack, a client's ``sow_and_subscribe`` on a queue: the view's records (no
+    ``lp``) are not acknowledged, the leased deliveries are; the queue is emptied."""
+    import threading
+
+    publish(server, "work", [{"n": i} for i in range(3)])
+    seen: list[tuple[str, int, bool]] = []
+    lock = threading.Lock()
+
+    def on_message(message: Any) -> None:
+        command = message.get_command()
+        if command in ("sow", "p", "publish"):
+            with lock:
+                n = json.loads(message.get_data())["n"]
+                seen.append((command, n, bool(message.get_lease_period())))
+
+    client = _client(kind)
+    client.connect(server.uri("tcp", "json"))
+    client.logon()
+    try:
+        client.set_auto_ack(True)
+        client.set_ack_batch_size(2)
+        client.sow_and_subscribe(on_message, "work", options="max_backlog=5")
+        wait_for(lambda: stats(server)["acked"] == 3, 20, "the three leased messages acked")
+    finally:
+        if kind == "official":
+            client.disconnect()
+        else:
+            client.close()
+    with lock:
+        view = [(n, lp) for c, n, lp in seen if c == "sow"]
+        leased = [(n, lp) for c, n, lp in seen if c != "sow"]
+        order = [c == "sow" for c, _, _ in seen]
+    assert view == [(0, False), (1, False), (2, False)]
+    assert leased == [(0, True), (1, True), (2, True)]
+    assert order == [True] * 3 + [False] * 3  # the view first
+    s = stats(server)
+    assert (s["acked"], s["backlog"], s["queue_depth"]) == (3, 0, 0)
