@@ -413,8 +413,12 @@ def test_official_client_consumer_and_dead_letter_subscriber(tmp_path: Path) -> 
             lambda: len(dead) == 1 and sorted(seen) == [0, 1, 1, 2], 10, "the letter and the rest"
         )
         assert (dead[0]["message"], dead[0]["reason"]) == ({"n": 1}, "max_cancels")
-        stats = server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
-        assert (stats["queue_depth"], stats["acked"], stats["expired"]) == (0, 2, 1)
+
+        def stats() -> tuple[int, int, int]:
+            s = server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
+            return s["queue_depth"], s["acked"], s["expired"]
+
+        wait_for(lambda: stats() == (0, 2, 1), 10, "0 and 2 acknowledged (after their handlers)")
         publish(server, "dead-letters", [{"marker": True}])  # nothing else came before it
         wait_for(lambda: len(dead) == 2, 10, "the marker")
         assert dead[1] == {"marker": True}
