@@ -15,7 +15,7 @@ from ..protocol.bookmarks import EPOCH, NOW
 from ..protocol.message import Message
 from ..stores.bookmark import BookmarkStore
 
-__all__ = ["fast_discard", "logging_handler", "resume_point", "seed_start_point"]
+__all__ = ["fast_discard", "logging_handler", "mark_live", "resume_point", "seed_start_point"]
 
 
 def fast_discard(store: BookmarkStore) -> Callable[[Message], None]:
@@ -61,6 +61,7 @@ def resume_point(store: BookmarkStore, sub_id: str, start: str) -> str:
     later one the store has logged goes to the duplicate handler), or at NOW if it received
     nothing.
     """
+    store.rewind_live(sub_id)  # a live one: what came after its recovery point is unseen
     recent = store.get_most_recent(sub_id)
     if recent == EPOCH and start != EPOCH:
         if start == NOW:
@@ -78,3 +79,11 @@ def seed_start_point(store: BookmarkStore, sub_id: str, bookmark: str) -> None:
         return
     if store.get_most_recent(sub_id) == EPOCH and not store.get_oldest_bookmark_seq(sub_id):
         store.persisted(sub_id, bookmark)
+
+
+def mark_live(store: BookmarkStore, sub_id: str | None, options: object) -> None:
+    """Tell ``store`` that subscription ``sub_id`` uses the ``live`` option (when ``options``,
+    the command's ``o`` field, holds it), so that its recovery point stays at or before the
+    server's last persisted ack instead of following the discarded messages (seed 004)."""
+    if sub_id and isinstance(options, str) and "live" in (o.strip() for o in options.split(",")):
+        store.set_live(sub_id)

@@ -52,7 +52,7 @@ from ..stores.publish import MemoryPublishStore, PublishStore, StoredMessage
 from ..stores.publish.official import PublishStore as NamedFilePublishStore
 from ..stream import MessageStream
 from ..uri import redact
-from .bookmarks import fast_discard, logging_handler, resume_point, seed_start_point
+from .bookmarks import fast_discard, logging_handler, mark_live, resume_point, seed_start_point
 from .chooser import DefaultServerChooser, ServerChooser
 from .face import ConnectionFace
 from .persist_waiters import PersistWaiters, publish_lane_store_kind
@@ -710,6 +710,8 @@ class AsyncHAClient(ConnectionFace):
                 )
             command.add_ack_type(AckType.PERSISTED)
             handler = self._bookmark_handler(handler)
+            if command.get_sub_id():  # before any delivery
+                mark_live(self._bookmark_store, command.get_sub_id(), command.fields.get("o"))
         pending = await self._client.send_command(command, handler, stream)
         if (
             pending is not None
@@ -720,6 +722,8 @@ class AsyncHAClient(ConnectionFace):
             options = str(command.fields.get("o", ""))
             if "pause" not in options.split(",") and "resume" not in options.split(","):
                 self._subscriptions.add(pending.sub_id, command, handler, stream)
+            if command.fields.get("bm") is not None:  # an assigned sub id is known only now
+                mark_live(self._bookmark_store, pending.sub_id, options)
         return pending
 
     async def unsubscribe(self, sub_id: str = "all") -> None:

@@ -579,12 +579,16 @@ class ReplayScheduler:
         delivered something since its last one (the server's timer calls this periodically).
 
         The ack's ``bm`` is a journal bookmark at or after everything delivered to the
-        subscription (the last record its replay looked at), durable (a ``live`` replay waits
-        until what it read is), and never past a conflated record still held. Returns whether
-        any subscription still wants persisted acks (the timer stops when none does).
+        subscription (the last record its replay looked at), durable here and acknowledged by
+        every sync replication destination (as a publisher's persisted ack: a ``live``
+        subscriber resumes from it after a failover), and never past a conflated record
+        still held. Returns whether any subscription still wants persisted acks (the timer
+        stops when none does).
         """
         wanted = False
         durable = self._txlog.journal.durable_index if self._txlog is not None else 0
+        if self._hooks.ack_limit is not None:  # and held by every sync destination
+            durable = self._hooks.ack_limit(durable)
         for replay in list(self._replays.values()):
             if not replay.send_persisted or replay.done:
                 continue

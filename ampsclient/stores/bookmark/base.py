@@ -22,6 +22,7 @@ Store methods are sync-coloured (local and bounded) and thread-safe.
 from __future__ import annotations
 
 import abc
+import logging
 from types import TracebackType
 from typing import Any, Protocol, overload, runtime_checkable
 
@@ -121,6 +122,28 @@ class BookmarkStore(abc.ABC):
             bookmark: the ack's ``bm``: the journal position up to which the server has
                 delivered everything for that subscription.
         """
+
+    def set_live(self, sub_id: str) -> None:
+        """``sub_id`` uses the ``live`` option: its recovery point must not pass the last
+        :meth:`persisted` point (the server may lose what it delivered and had not persisted).
+
+        The client calls this when it places such a subscription. This default keeps
+        nothing and logs a warning: a store that does not override it resumes a ``live``
+        subscription from the last discarded message, which can skip persisted messages
+        after a server failure (``docs/bookmark-stores.md``).
+        """
+        logging.getLogger("ampsclient.stores.bookmark").warning(
+            "%s does not track persisted points: live subscription %r resumes from the last "
+            "discarded message",
+            type(self).__name__,
+            sub_id,
+        )
+
+    def rewind_live(self, sub_id: str) -> None:
+        """A ``live`` subscription is about to resume after a failover: messages received
+        after its recovery point may be gone from the server, so they count as unseen (a
+        redelivery is not a duplicate). No-op by default and for other subscriptions."""
+        return None
 
     @abc.abstractmethod
     def purge(self, sub_id: str | None = None) -> None:

@@ -32,32 +32,7 @@ Two refinements keep that promise in corner cases:
   Adopting a point resets the per-publisher points (new messages build them again) but keeps
   duplicate detection.
 
-Timestamps
-----------
-Seed 003 lists, among the parts of a recovery point, "A timestamp indicating the last time
-the store produced a recovery point", because "some applications may be offline longer than
-the retention period for the transaction log. In those cases, none of the bookmarks seen by
-the application (discarded or not) will be present in the AMPS instance, and it would be most
-helpful to restart at the timestamp, which will be before the beginning of the transaction
-log. If no timestamp were provided, no bookmark in the recovery point would be present, and
-AMPS would restart the subscription from the end of the transaction log rather than the
-beginning of the transaction log." A bookmark list may hold timestamps (seed 000: "a
-comma-delimited list of bookmark values ... AMPS begins replay at the oldest bookmark in the
-list"; "a timestamp prior to the beginning of the journal will start a replay at EPOCH").
-
-With ``use_timestamp=True`` this store appends, as the last list item, the UTC time (whole
-seconds, ``YYYYmmddTHHMMSSZ``) at which it produced the recovery point:
-``10620414156524534001|3|,20261122T183421Z``. While the bookmarks are in the journal they are
-older than that time, so replay starts at them; once the journal no longer has them, the
-timestamp restarts the subscription at the start of what is left. The default is ``False``
-because the official ``MemoryBookmarkStore`` returns bare bookmarks (``shared/protocol.md``
-§8); the official SOW adapter instead adds the time of its last update when it reads points
-back (``use_timestamp`` of :class:`~ampsclient.stores.recovery.SOWRecoveryPointAdapter`).
-Timestamps loaded from an adapter are kept until the recovery point next changes.
-
-Caveat: the time is the client's clock when the point was produced, not the journal time of
-the next unprocessed message; if the journal was removed only partly (the recovery bookmarks
-gone but later messages kept) replay can start after messages produced before that time.
+Timestamps in recovery points (``use_timestamp``): see :mod:`.stamps`.
 
 Cost: ``log`` + ``discard_message`` take about 1.1-1.25 µs per message together in CPython
 3.11 without an adapter and 1.65-1.8 µs with one (one or three publishers; ``benchmarks/
@@ -73,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
@@ -91,6 +65,8 @@ from ...protocol.bookmarks import (
 from ...protocol.message import Message
 from ..recovery.base import RecoveryPointAdapter, iter_recovery_points, make_point
 from .base import BookmarkStore, MessageLike
+from .live import capped
+from .stamps import now_stamp
 
 __all__ = ["MemoryBookmarkStore"]
 
@@ -134,6 +110,7 @@ class _Subscription:
         "floating",
         "inflight",
         "last_pub",
+        "live",
         "loaded_ts",
         "next_no",
         "pending",
@@ -169,6 +146,8 @@ class _Subscription:
         logged, undiscarded entry of a subscription whose publisher had nothing else pending
         and already had a point. Discarding it only moves that point; anything else first
         moves it into the queue (:meth:`settle`)."""
+        self.live: str | None = None
+        """A ``live`` subscription's last persisted point (see :mod:`.live`); ``None``: not live."""
 
     def settle(self) -> None:
         """Move :attr:`inflight` into :attr:`pending` and its publisher's queue."""
@@ -206,19 +185,6 @@ def _ids(message: MessageLike) -> tuple[Any, Any]:
     return message.get_bookmark(), message.get_sub_id()
 
 
-_stamp_cache: list[Any] = [0, ""]  # [second, its YYYYmmddTHHMMSSZ text]
-
-
-def _now_stamp() -> str:
-    """The current UTC time as a timestamp bookmark, whole seconds (formatted once a second)."""
-    cache = _stamp_cache
-    sec = int(time.time())
-    if sec != cache[0]:
-        cache[1] = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(sec))
-        cache[0] = sec
-    return str(cache[1])
-
-
 class MemoryBookmarkStore(BookmarkStore):
     """A thread-safe in-memory bookmark store, optionally backed by a recovery point adapter.
 
@@ -232,7 +198,7 @@ class MemoryBookmarkStore(BookmarkStore):
             subscription's recovery point, ``purge()`` on :meth:`purge` and ``close()`` on
             :meth:`close`. It is called while the store's lock is held.
         use_timestamp: append the time the recovery point was produced to it (see the module
-            docstring, "Timestamps").
+            docstring of :mod:`.stamps`).
 
     Example::
 
@@ -478,7 +444,7 @@ class MemoryBookmarkStore(BookmarkStore):
                 sub.loaded_ts = None
                 sub.recent = None
                 return
-            if sub.loaded_ts is None and not self._use_ts and not (sub.floating or sub.pointless):
+            if not (sub.loaded_ts or self._use_ts or sub.floating or sub.pointless or sub.live):
                 points = sub.points
                 # the common case: every publisher has a point, no timestamps
                 text = bm if len(points) == 1 else ",".join(points)
@@ -602,12 +568,14 @@ class MemoryBookmarkStore(BookmarkStore):
 
     def _compute(self, sub: _Subscription) -> str:
         text = self._items(sub)
+        if sub.live is not None:
+            text = capped(text, sub.live)
         if text == EPOCH:
             return text
         if sub.loaded_ts is not None:
             return text + "," + sub.loaded_ts
         if self._use_ts:
-            return text + "," + _now_stamp()
+            return text + "," + now_stamp()
         return text
 
     def get_most_recent(self, sub_id: str) -> str:
@@ -645,6 +613,10 @@ class MemoryBookmarkStore(BookmarkStore):
         with self._lock:
             self._check_open()
             sub = self._subs.get(sub_id)
+            if sub is not None and sub.live is not None:
+                sub.live = text  # the recovery point never passes it (see set_live)
+                self._changed(sub_id, sub)
+                return
             if sub is not None and (sub.pending or sub.inflight is not None):
                 return  # a message is still being processed: the discard points rule
             if len(parts) == 3 and not parts[2]:
@@ -675,6 +647,33 @@ class MemoryBookmarkStore(BookmarkStore):
                 pub.floor = None
             sub.loaded_ts = None
             self._changed(sub_id, sub)
+
+    def set_live(self, sub_id: str) -> None:
+        """``sub_id`` is a ``live`` bookmark subscription: its recovery point never lies after
+        the last persisted ack (:mod:`.live`); a recovered one is rewound (:meth:`rewind_live`)."""
+        with self._lock:
+            self._check_open()
+            sub = self._subs.get(sub_id) or self._subs.setdefault(sub_id, _Subscription())
+            if sub.live is None:
+                sub.live = self._compute(sub)
+                sub.recent = None
+                if sub.next_no == 1 and sub.pubs:  # recovered, nothing received since
+                    self._rewind(sub_id, sub)
+
+    def rewind_live(self, sub_id: str) -> None:
+        """A ``live`` subscription is placed again (failover): what it received after its
+        recovery point counts as unseen, since the server may have lost it (:mod:`.live`)."""
+        with self._lock:
+            sub = self._subs.get(sub_id)
+            if sub is not None and sub.live is not None:
+                self._rewind(sub_id, sub)
+
+    def _rewind(self, sub_id: str, sub: _Subscription) -> None:
+        self._recover(sub_id, self._compute(sub))
+        new = self._subs[sub_id]
+        new.live = new.recent
+        for pub in new.pubs.values():
+            pub.high = pub.done = int(pub.point.split("|")[1]) if pub.point else 0
 
     # ------------------------------------------------------------------ queries
 
