@@ -55,6 +55,7 @@ from tests.chaos.queue_workers import (  # noqa: E402  (needs ROOT on the path)
     QUEUE_XML,
     QueueAudit,
     check_queue,
+    parse_duration,
     queue_complete,
     run_consumer,
 )
@@ -291,6 +292,7 @@ class Report:
     duplicates_discarded: int = 0
     max_rss_mb: float = 0.0
     rss_limit_mb: float = 0.0
+    drain_s: float = 0.0
     slow_offlined: int = 0
     problems: list[str] = field(default_factory=list)
     # replicated mode only
@@ -331,6 +333,7 @@ class Report:
             f"redeliveries discarded by the bookmark store: {self.duplicates_discarded}",
             f"server max RSS: {self.max_rss_mb:.1f} MB (limit {self.rss_limit_mb:.0f} MB)",
             f"slow client offline events logged by the server: {self.slow_offlined}",
+            f"drain (publishers stopped to everything delivered): {self.drain_s:.1f} s",
         ]
         lines += self.queue.lines()
         if self.replicated:
@@ -553,7 +556,8 @@ def orchestrate(args: argparse.Namespace) -> Report:
         server.stop()
     report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
     check(work, pubs, subs, report)
-    report.queue = check_queue(work, consumers, _expected(work, pubs))
+    lease = parse_duration(args.lease)
+    report.queue = check_queue(work, consumers, _expected(work, pubs), lease_period=lease)
     return report
 
 
@@ -569,6 +573,7 @@ def _drain(
     """Publishers flush and stop, subscribers and queue consumers catch up (wait on their
     progress files, with a deadline), then every subscriber and consumer stops."""
     consumers = consumers or []
+    t0 = time.monotonic()
     (work / "stop-publishers").touch()
     for w in workers:
         if w.role == "publisher" and w.wait(seconds) != 0:
@@ -579,6 +584,7 @@ def _drain(
         _complete(work, subs, expected) and queue_complete(work, consumers, expected)
     ):
         time.sleep(0.2)
+    report.drain_s = time.monotonic() - t0
     for w in workers:
         if w.role in ("subscriber", "consumer"):
             (work / f"stop-{w.name}").touch()
