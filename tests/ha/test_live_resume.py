@@ -19,19 +19,21 @@ restarted on a file bookmark store.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from ampsclient import Client, Message
 from ampsclient.ha import FixedDelayStrategy
+from ampsclient.ha.client import AsyncHAClient
 from ampsclient.stores.bookmark import MMapBookmarkStore
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.cluster import Cluster, ClusterNode
@@ -152,6 +154,60 @@ def test_live_subscription_resumes_from_the_persisted_point_after_a_failover(
         assert app.dups == []
         assert app.seen[20:] == held[10:], "after the failover: exactly what B holds"
         assert str(b.tcp_port) in str(sub.get_uri())
+
+
+async def await_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """``wait_for`` for a test running on the client's event loop (never blocks it)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+async def test_async_live_stream_resumes_from_the_persisted_point_after_a_failover(
+    pair: tuple[Cluster, ClusterNode, ClusterNode],
+) -> None:
+    """The same with :class:`AsyncHAClient` and the stream form of ``bookmark_subscribe``."""
+    cluster, a, b = pair
+    seen: list[tuple[int, str]] = []
+    dups: list[Message] = []
+    async with AsyncHAClient("live-async", reconnect_delay_strategy=FixedDelayStrategy(50)) as sub:
+        sub.set_duplicate_message_handler(dups.append)
+        sub.get_server_chooser().add(a.uri()).add(b.uri())
+        await sub.connect_and_logon()
+        stream = await sub.bookmark_subscribe(TOPIC, "0", sub_id="s1", options="live")
+
+        async def consume() -> None:
+            async for message in stream:
+                if message.get_command() != "publish":
+                    continue
+                n = json.loads(message.get_data())["n"]
+                if n >= 0:  # not a marker of journal_contents
+                    seen.append((n, str(message.get_bookmark())))
+                sub.discard(message)
+
+        consumer = asyncio.create_task(consume())
+        try:
+            with plain_publisher(a.uri()) as pub:
+                publish(pub, 0, 10)
+                await await_for(lambda: len(seen) == 10, "messages 0-9")
+                persisted = seen[9][1]
+                await await_for(lambda: sub.get_most_recent("s1") == persisted, "the ack")
+                cluster.partition(a, b)
+                publish(pub, 10, 20)
+                await await_for(lambda: len(seen) == 20, "messages 10-19")
+                assert sub.get_most_recent("s1") == persisted
+                a.kill()
+            with plain_publisher(b.uri()) as pub:
+                publish(pub, 20, 40)
+            held = journal_contents(b.uri())
+            assert [n for n, _ in held] == list(range(10)) + list(range(20, 40))
+            await await_for(lambda: [n for n, _ in seen[-1:]] == [39], "message 39")
+            assert [n for n, _ in seen] == list(range(40))
+            assert seen[20:] == held[10:], "after the failover: exactly what B holds"
+            assert dups == []
+        finally:
+            consumer.cancel()
 
 
 SUBSCRIBER = textwrap.dedent(
