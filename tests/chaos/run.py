@@ -293,6 +293,7 @@ class Report:
     max_rss_mb: float = 0.0
     rss_limit_mb: float = 0.0
     drain_s: float = 0.0
+    drain_parts: tuple[float, float] = (0.0, 0.0)
     slow_offlined: int = 0
     problems: list[str] = field(default_factory=list)
     # replicated mode only
@@ -333,7 +334,9 @@ class Report:
             f"redeliveries discarded by the bookmark store: {self.duplicates_discarded}",
             f"server max RSS: {self.max_rss_mb:.1f} MB (limit {self.rss_limit_mb:.0f} MB)",
             f"slow client offline events logged by the server: {self.slow_offlined}",
-            f"drain (publishers stopped to everything delivered): {self.drain_s:.1f} s",
+            f"drain (publishers stopped to everything delivered): {self.drain_s:.1f} s "
+            f"(subscribers {self.drain_parts[0]:.1f} s, "
+            f"queue consumers {self.drain_parts[1]:.1f} s)",
         ]
         lines += self.queue.lines()
         if self.replicated:
@@ -580,11 +583,17 @@ def _drain(
             report.problems.append(f"{w.name} did not stop cleanly")
     expected = _expected(work, pubs)
     end = time.monotonic() + seconds
-    while time.monotonic() < end and not (
-        _complete(work, subs, expected) and queue_complete(work, consumers, expected)
-    ):
-        time.sleep(0.2)
+    subs_done: float | None = None
+    queue_done: float | None = None
+    while time.monotonic() < end and (subs_done is None or queue_done is None):
+        if subs_done is None and _complete(work, subs, expected):
+            subs_done = time.monotonic() - t0
+        if queue_done is None and queue_complete(work, consumers, expected):
+            queue_done = time.monotonic() - t0
+        if subs_done is None or queue_done is None:
+            time.sleep(0.2)
     report.drain_s = time.monotonic() - t0
+    report.drain_parts = (subs_done or -1.0, queue_done or -1.0)
     for w in workers:
         if w.role in ("subscriber", "consumer"):
             (work / f"stop-{w.name}").touch()
