@@ -61,7 +61,9 @@ def resume_point(store: BookmarkStore, sub_id: str, start: str) -> str:
     later one the store has logged goes to the duplicate handler), or at NOW if it received
     nothing.
     """
-    store.rewind_live(sub_id)  # a live one: what came after its recovery point is unseen
+    rewind = getattr(store, "rewind_live", None)  # (a duck-typed store may lack it)
+    if rewind is not None:
+        rewind(sub_id)  # a live one: what came after its recovery point is unseen
     recent = store.get_most_recent(sub_id)
     if recent == EPOCH and start != EPOCH:
         if start == NOW:
@@ -86,4 +88,8 @@ def mark_live(store: BookmarkStore, sub_id: str | None, options: object) -> None
     the command's ``o`` field, holds it), so that its recovery point stays at or before the
     server's last persisted ack instead of following the discarded messages (seed 004)."""
     if sub_id and isinstance(options, str) and "live" in (o.strip() for o in options.split(",")):
-        store.set_live(sub_id)
+        set_live = getattr(store, "set_live", None)
+        if set_live is not None:
+            set_live(sub_id)
+        else:  # a duck-typed store: say so, as BookmarkStore.set_live does
+            BookmarkStore.set_live(store, sub_id)

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ampsclient.ha.bookmarks import mark_live, resume_point
 from ampsclient.stores.bookmark import MemoryBookmarkStore, MMapBookmarkStore
 from ampsclient.stores.bookmark.live import capped
 from ampsclient.stores.recovery import FileRecoveryPointAdapter
@@ -132,3 +135,30 @@ def test_the_file_store_writes_the_capped_point_and_rewinds_on_restart(tmp_path:
         assert again.get_most_recent("s") == "1|2|", "capped until the next persisted ack"
     finally:
         again.close()
+
+
+class DuckStore:
+    """A duck-typed store (no BookmarkStore base): neither set_live nor rewind_live."""
+
+    def get_most_recent(self, sub_id: str) -> str:
+        return "5|5|"
+
+
+def test_a_duck_typed_store_is_warned_about_and_still_resumes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    duck: Any = DuckStore()
+    with caplog.at_level(logging.WARNING, logger="ampsclient.stores.bookmark"):
+        mark_live(duck, "s", "live,timestamp")
+    assert "DuckStore does not track persisted points" in caplog.text
+    assert resume_point(duck, "s", "0") == "5|5|"
+
+
+def test_mark_live_reads_the_option() -> None:
+    store = MemoryBookmarkStore()
+    mark_live(store, "plain", "timestamp")
+    mark_live(store, "live", "timestamp,live")
+    process(store, "plain", "1|1|")
+    process(store, "live", "1|1|")
+    assert store.get_most_recent("plain") == "1|1|"
+    assert store.get_most_recent("live") == "0", "capped at its start until a persisted ack"
