@@ -17,6 +17,11 @@ whose recovery points are kept by :class:`LedgerAdapter`: the line that records 
 message and the line that moves its recovery point are ONE ``write``, so a subscriber killed at
 any instant neither loses nor repeats a message.
 
+Queue consumers (:mod:`tests.chaos.queue_workers`, single-server mode, ``--consumers``):
+:class:`HAClient` s consuming the queue ``chaos_q`` over the topic ``chaos`` with
+``max_backlog`` and auto-ack batches, one slow, killed by the ``kill_consumer`` fault; the
+queue audit (:func:`~tests.chaos.queue_workers.check_queue`) checks them message by message.
+
 The ledger check, after the faults stop and every publisher flushed: for every subscriber and
 every publisher, each acknowledged sequence was delivered exactly once, and the sequences came
 in increasing order. The server's RSS is sampled throughout. The figures are printed and the
