@@ -25,7 +25,9 @@ def library_files() -> list[pathlib.Path]:
 
 
 def file_lengths(files: list[pathlib.Path]) -> dict[str, int]:
-    return {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in files}
+    return {
+        str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in files
+    }
 
 
 def long_functions(source: str, limit: int) -> list[tuple[str, int]]:
@@ -57,8 +59,8 @@ def test_the_scan_sees_both_packages() -> None:
 
 
 def test_the_function_scan_measures_def_to_last_line() -> None:
-    body = "\n".join(f"    x{i} = {i}" for i in range(80))
-    source = f"class K:\n    def m(self):\n{body.replace('    ', '        ')}\n\ndef short():\n    return 1\n"
+    body = "".join(f"        x{i} = {i}\n" for i in range(80))  # def line + 80 = 81 lines
+    source = "class K:\n    def m(self):\n" + body + "\ndef short():\n    return 1\n"
     assert long_functions(source, 80) == [("K.m", 81)]
     assert long_functions(source, 81) == []
 

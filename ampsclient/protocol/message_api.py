@@ -192,7 +192,7 @@ def _getter(name: str, key: str, kind: str) -> Callable[[Any], Any]:
         return self._int(key) if kind == "int" else self._str(key)
 
     get.__name__ = f"get_{name}"
-    get.__doc__ = f"The ``{key}`` header field (``\"\"`` when unset on a built message)."
+    get.__doc__ = f'The ``{key}`` header field (``""`` when unset on a built message).'
     return get
 
 
@@ -203,7 +203,7 @@ def _setter(name: str, key: str) -> Callable[[Any, Any], Any]:
         return self._set(key, value)
 
     set_.__name__ = f"set_{name}"
-    set_.__doc__ = f"Set the ``{key}`` header field (``None`` or ``\"\"`` removes it)."
+    set_.__doc__ = f'Set the ``{key}`` header field (``None`` or ``""`` removes it).'
     return set_
 
 

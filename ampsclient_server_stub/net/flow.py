@@ -469,9 +469,7 @@ class FlowControl:
             pool = self._pools[limits] = ResourcePool(limits)
         return pool
 
-    def attach(
-        self, session: OutputQueue, limits: PoolLimits, client: ClientLimits
-    ) -> SlowClient:
+    def attach(self, session: OutputQueue, limits: PoolLimits, client: ClientLimits) -> SlowClient:
         """Slow-client state for a new connection of a transport whose pool is ``limits``."""
         return SlowClient(session, self.pool_for(limits), client)
 

@@ -69,9 +69,7 @@ class Inbox:
     def acks(self, ack_type: str) -> list[Any]:
         """The acks of type ``ack_type`` so far."""
         return [
-            m
-            for m in self.snapshot()
-            if m.get_command() == "ack" and m.get_ack_type() == ack_type
+            m for m in self.snapshot() if m.get_command() == "ack" and m.get_ack_type() == ack_type
         ]
 
     def payloads(self) -> list[Any]:

@@ -65,7 +65,6 @@ class Collector:
         return [json.loads(d)["n"] for d, _ in self.messages()]
 
 
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerThread]:
     config = default_config(tcp_port=0, ws_port=0, data_dir=tmp_path)

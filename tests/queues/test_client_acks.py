@@ -127,9 +127,7 @@ async def test_async_stream_await_ack_and_processing(server: ServerThread) -> No
             if sorted(got) == sorted([*range(6), 3]):
                 break
         assert got[:6] == list(range(6)) and got[6:] == [3]  # 3 cancelled, redelivered
-        await asyncio.to_thread(
-            wait_for, lambda: stats(server)["acked"] == 6, 10, "6 acked"
-        )
+        await asyncio.to_thread(wait_for, lambda: stats(server)["acked"] == 6, 10, "6 acked")
         s = stats(server)
         assert s["cancelled"] == 1 and s["backlog"] == 0 and s["queue_depth"] == 0
         stream.close()

@@ -190,7 +190,6 @@ def test_a_bookmark_list_starts_at_the_oldest(txserver: ServerThread, connect: C
 # --------------------------------------------------------------------------- timestamps
 
 
-
 T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
@@ -797,7 +796,6 @@ def _rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
 
 
 @pytest.mark.integration

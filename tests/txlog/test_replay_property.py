@@ -65,7 +65,6 @@ class Session:
         return 0
 
 
-
 def ts_text(us: int) -> str:
     return format_timestamp(EPOCH_DT + timedelta(microseconds=us))
 
