@@ -590,7 +590,7 @@ PROOFS: dict[str, Probe | Covered] = {
 }
 """The proof of each accepted element."""
 
-DELEGATED_PROOFS = {path: Covered("queues/test_config.py::test_refused") for path in DELEGATED}
+DELEGATED_PROOFS = {path: Covered("queues/test_queue_config.py::test_refused") for path in DELEGATED}
 
 
 def test_every_accepted_element_has_a_proof() -> None:
