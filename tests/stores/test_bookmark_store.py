@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from ampsclient import Message
 from ampsclient.exceptions import StoreError
@@ -584,6 +584,25 @@ def _publisher(bookmark: str) -> str:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journal=journals(), ops=OPS, use_persisted=st.booleans())
+# found by hypothesis in CI (2026-11-24): a recovered stand-in point (A|2|,A|1|) was never
+# lifted once the publisher it stood in for had a point, so A2 came again at every restart
+@example(
+    journal=Journal(
+        ["10620414156524534001|1|", "17942185739103000009|1|", "10620414156524534001|2|"]
+    ),
+    ops=[
+        ("deliver", 0),
+        ("discard", 0),
+        ("deliver", 0),
+        ("deliver", 0),
+        ("discard", 1),
+        ("restart", 0),
+        ("deliver", 0),
+        ("deliver", 0),
+        ("discard", 0),
+    ],
+    use_persisted=False,
+)
 def test_model_recovery_point_never_skips_and_never_regresses(
     journal: Journal, ops: list[tuple[str, int]], use_persisted: bool
 ) -> None:

@@ -173,6 +173,27 @@ class _Subscription:
         self.points[pub.slot] = point or ""
 
 
+def _lift_stand_ins(sub: _Subscription) -> None:
+    """Once every publisher of ``sub`` has a point again, move each recovered stand-in point
+    up to what its publisher has processed.
+
+    A point recovered from a list that names a publisher twice (``A|2|,A|1|``: A processed up
+    to 2, but ``A|1|`` stood in for a publisher whose first message was not processed) keeps
+    the earlier item so that message comes again. When no publisher is left without a point
+    (the one it stood in for has been processed, or has a point of its own), the list's
+    earliest item no longer depends on the stand-in, so it can be A's own point: otherwise A's
+    later messages, already processed, would be replayed at every restart.
+    """
+    if sub.floating or sub.pointless:
+        return
+    for key, pub in sub.pubs.items():
+        point = pub.point
+        if pub.queue or point is None or (sub.inflight is not None and sub.inflight[0] is pub):
+            continue
+        if int(point.split("|")[1]) < pub.done:
+            sub.set_point(pub, f"{key}|{pub.done}|")
+
+
 def _ids(message: MessageLike) -> tuple[Any, Any]:
     """``(bookmark, sub id)`` of a message the receive fast path did not annotate."""
     if type(message) is Message:
@@ -439,6 +460,7 @@ class MemoryBookmarkStore(BookmarkStore):
                 if pub.floor is not None:
                     pub.floor = None
                     sub.floating -= 1
+                    _lift_stand_ins(sub)
             adapter = self._adapter
             if adapter is None:
                 sub.loaded_ts = None
@@ -517,6 +539,7 @@ class MemoryBookmarkStore(BookmarkStore):
         if pub.floor is not None:
             pub.floor = None
             sub.floating -= 1
+            _lift_stand_ins(sub)
         sub.loaded_ts = None
         self._changed(sub_id, sub)
 
