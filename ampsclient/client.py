@@ -91,7 +91,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self._logon_options = logon_options
         self._uri: URI | None = None
         self._core = ClientCore(max_frame_size=max_frame_size)
-        FrameWriter.__init__(self, self._core)
+        FrameWriter.__init__(self, self._core, lambda: self.message_type)
         self._disconnect_handler: Callable[[AsyncClient, BaseException | None], Any] | None = None
         self._state_listeners: list[Callable[[ConnectionEvent], Any]] = []
         self._heartbeat_task: asyncio.Task[None] | None = None
@@ -110,9 +110,6 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
 
     Bookmarks = Bookmarks
     """``EPOCH``, ``NOW`` and ``MOST_RECENT``."""
-
-    def _message_type_name(self) -> str:
-        return self.message_type
 
     @property
     def core(self) -> ClientCore:

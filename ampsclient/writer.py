@@ -37,10 +37,13 @@ class FrameWriter:
     Args:
         core: the connection's core: its ``outq`` is the write queue; what it queues (commands)
             wakes the writer and ends a publish batch.
+        message_type: returns the message type the connection speaks (``json``...), which
+            decides how publish data that is not ``bytes``/``str`` is encoded.
     """
 
-    def __init__(self, core: ClientCore) -> None:
+    def __init__(self, core: ClientCore, message_type: Callable[[], str]) -> None:
         self._writer_core = core
+        self._message_type_of = message_type
         core.on_send = self._after_enqueue
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_tid: int | None = None
@@ -61,9 +64,6 @@ class FrameWriter:
         """The publish gate (see :meth:`set_publish_gate`); the C ``PublishLane`` reads it."""
         self._pub_lock = threading.Lock()
         self._seq_suffix: dict[str, bytes] = {}
-
-    def _message_type_name(self) -> str:
-        raise NotImplementedError  # the client says which message type it speaks
 
     # ---------------------------------------------------------------------- the transport
 
@@ -276,10 +276,10 @@ class FrameWriter:
     def encode_data(self, data: Any) -> bytes:
         """``data`` as bytes: bytes as is, ``str`` in UTF-8, other objects in the connection's
         message type (msgpack for ``msgpack``, else JSON)."""
-        return encode_data(data, self._message_type_name())
+        return encode_data(data, self._message_type_of())
 
     def _encode_data(self, data: Any) -> bytes:
-        return encode_data(data, self._message_type_name())
+        return encode_data(data, self._message_type_of())
 
     def publish(
         self,
