@@ -14,17 +14,23 @@ transaction log recording ``orders`` and ``plain`` and a queue ``work`` over ``o
    it). Messages processed/s and the ratio to the plain rate. The server's own statistics
    then confirm that every message was acknowledged and none was delivered twice.
 
+Each measurement also reports the CPU time per message of the server process (from
+``/proc/<pid>/stat``) and of this process (``time.process_time()``: the publisher and the
+subscribers or consumers), which holds when the shared machine is loaded.
+
 Usage::
 
-    python benchmarks/queue_bench.py [-n 20000] [--runs 3] [--json FILE]
+    python benchmarks/queue_bench.py [-n 20000] [--runs 5] [--json FILE]
 
-Each run's figures are printed; the medians are the result.
+Each run's figures are printed (msgs/s [server/client CPU µs per message]); the medians are
+the result.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -73,6 +79,41 @@ class Counter:
                 self.cond.wait(left)
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of process ``pid`` so far (0 where /proc is not there)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Measure:
+    """Wall time and the CPU time of the server and of this process over one measurement."""
+
+    def __init__(self, server_pid: int | None) -> None:
+        self.pid = server_pid
+        self.wall = self.server = self.client = 0.0
+
+    def __enter__(self) -> Measure:
+        self._t = (time.perf_counter(), cpu_seconds(self.pid), time.process_time())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall, server, client = self._t
+        self.wall = time.perf_counter() - wall
+        self.server = cpu_seconds(self.pid) - server
+        self.client = time.process_time() - client
+
+    def figures(self, n: int) -> dict[str, float]:
+        """msgs/s and the CPU µs per message of the server and of this process."""
+        return {
+            "rate": n / self.wall,
+            "server_us": self.server / n * 1e6,
+            "client_us": self.client / n * 1e6,
+        }
+
+
 def connect(uri: str, name: str) -> Client:
     client = Client(name)
     client.connect(uri)
@@ -90,21 +131,23 @@ def publish(uri: str, name: str, topic: str, n: int) -> None:
         pub.close()
 
 
-def plain_rate(uri: str, n: int, run: int) -> float:
+def plain_rate(uri: str, n: int, run: int, pid: int | None) -> dict[str, float]:
     counter = Counter()
     sub = connect(uri, f"plain-sub-{run}")
     try:
         sub.execute_async(Command("subscribe").set_topic("plain"), counter)
         sub.flush()
-        start = time.perf_counter()
-        publish(uri, f"plain-pub-{run}", "plain", n)
-        counter.wait(lambda: counter.count >= n, 120, f"{n} plain messages")
-        return n / (time.perf_counter() - start)
+        with Measure(pid) as m:
+            publish(uri, f"plain-pub-{run}", "plain", n)
+            counter.wait(lambda: counter.count >= n, 120, f"{n} plain messages")
+        return m.figures(n)
     finally:
         sub.close()
 
 
-def queue_rate(uri: str, n: int, k: int, backlog: int, batch: int, run: int) -> float:
+def queue_rate(
+    uri: str, n: int, k: int, backlog: int, batch: int, run: int, pid: int | None
+) -> dict[str, float]:
     counter = Counter()
     consumers = []
     try:
@@ -117,13 +160,12 @@ def queue_rate(uri: str, n: int, k: int, backlog: int, batch: int, run: int) -> 
             c.execute_async(command, counter)
             c.flush()
             consumers.append(c)
-        start = time.perf_counter()
-        publish(uri, f"queue-pub-{run}-{k}", "orders", n)
-        counter.wait(lambda: counter.count >= n, 120, f"{n} queue messages")
-        elapsed = time.perf_counter() - start
+        with Measure(pid) as m:
+            publish(uri, f"queue-pub-{run}-{k}", "orders", n)
+            counter.wait(lambda: counter.count >= n, 120, f"{n} queue messages")
         if counter.count != n:
             raise RuntimeError(f"{counter.count} deliveries for {n} messages")
-        return n / elapsed
+        return m.figures(n)
     finally:
         for c in consumers:
             c.close()  # pending acks go out first
@@ -146,7 +188,7 @@ def queue_stats(server: ServerProcess) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=20_000, help="messages per measurement")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--backlog", type=int, default=300, help="max_backlog per consumer")
     parser.add_argument("--batch", type=int, default=100, help="acks per sow_delete")
     parser.add_argument("--json", type=Path, default=None)
@@ -161,35 +203,42 @@ def main(argv: list[str] | None = None) -> int:
         try:
             uri = server.uri()
             publish(uri, "warm", "plain", 2000)
-            results: dict[str, list[float]] = {
-                "plain": [],
-                "queue_k1": [],
-                "queue_k2": [],
-                "queue_k4": [],
-            }
+            names = ["plain", "queue_k1", "queue_k2", "queue_k4"]
+            results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
             for run in range(args.runs):
-                rate = plain_rate(uri, args.n, run)
-                results["plain"].append(rate)
-                line = [f"run {run + 1}: plain {rate:,.0f}/s"]
+                plain = plain_rate(uri, args.n, run, server.pid)
+                results["plain"].append(plain)
+                line = [f"run {run + 1}: plain {_fmt(plain)}"]
                 for k in (1, 2, 4):
-                    q = queue_rate(uri, args.n, k, args.backlog, args.batch, run)
+                    q = queue_rate(uri, args.n, k, args.backlog, args.batch, run, server.pid)
                     results[f"queue_k{k}"].append(q)
-                    line.append(f"K={k} {q:,.0f}/s ({q / rate:.2f})")
+                    line.append(f"K={k} {_fmt(q)} ({q['rate'] / plain['rate']:.2f})")
                 print("  ".join(line), flush=True)
             left = queue_stats(server)["left_in_queue"]
         finally:
             server.stop()
-    medians = {name: statistics.median(values) for name, values in results.items()}
-    plain = medians["plain"]
-    print(f"medians of {args.runs} runs, {args.n} messages each:")
-    print(f"  plain pub/sub          {plain:>10,.0f} msgs/s")
-    for k in (1, 2, 4):
-        q = medians[f"queue_k{k}"]
-        print(f"  queue, K={k} consumers  {q:>10,.0f} msgs/s  ratio {q / plain:.2f}")
+    medians = {
+        name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for name, runs in results.items()
+    }
+    plain_median = medians["plain"]["rate"]
+    print(f"medians of {args.runs} runs, {args.n} messages each (CPU µs per message):")
+    for name in names:
+        m = medians[name]
+        rates = [r["rate"] for r in results[name]]
+        print(
+            f"  {name:<8} {m['rate']:>10,.0f} msgs/s ({min(rates):,.0f} - {max(rates):,.0f})"
+            f"  ratio {m['rate'] / plain_median:.2f}  server {m['server_us']:.1f}"
+            f"  client {m['client_us']:.1f}"
+        )
     print(f"  messages left in the queue afterwards: {left}")
     if args.json is not None:
         args.json.write_text(json.dumps({"runs": results, "medians": medians, "left": left}))
     return 0 if left == 0 else 1
+
+
+def _fmt(figures: dict[str, float]) -> str:
+    return f"{figures['rate']:,.0f}/s [{figures['server_us']:.1f}/{figures['client_us']:.1f} µs]"
 
 
 if __name__ == "__main__":
