@@ -32,7 +32,7 @@ import struct
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Final
 
 from .exceptions import AMPSError, UsageError
 from .protocol.header import encode_header
@@ -43,6 +43,7 @@ __all__ = [
     "QueueAckMethods",
     "QueueAcks",
     "bound_message_type",
+    "delivery_fields",
     "parse_max_backlog",
     "persisted_ack_writer",
 ]
@@ -188,17 +189,29 @@ class QueueAcks:
         if options:
             self._write(topic, bookmark, options)
             return
-        limit = self.batch_limit(topic)
-        if limit <= 1 and topic not in self._pending:
+        self._batch(topic, bookmark)
+
+    def _batch(self, topic: str, bookmark: str) -> None:
+        """A plain ack: into ``topic``'s batch (the bookmarks are joined once, when the batch
+        is sent), or sent at once without batching."""
+        limit = self.batch_size
+        cap = self._caps.get(topic)
+        if cap is not None and cap < limit:
+            limit = max(cap, 1)
+        pending = self._pending
+        if limit <= 1 and topic not in pending:
             self._write(topic, bookmark, None)
             return
         full: list[str] | None = None
         arm = False
         with self._lock:
-            batch = self._pending.setdefault(topic, [])
+            pending = self._pending  # flush() may have swapped it meanwhile
+            batch = pending.get(topic)
+            if batch is None:
+                batch = pending[topic] = []
             batch.append(bookmark)
             if len(batch) >= limit:
-                full = self._pending.pop(topic)
+                full = pending.pop(topic)
             elif not self._timer_armed and self.timeout_ms:
                 self._timer_armed = arm = True
         if full is not None:
@@ -291,19 +304,35 @@ class QueueAcks:
         return self.timeout_ms / 1000.0
 
     def wrap(self, handler: Handler) -> Handler:
-        """``handler`` with auto-ack: ack when it returns, ``cancel`` when it raises."""
-        settle = self.settle
+        """``handler`` with auto-ack: ack when it returns, ``cancel`` when it raises.
 
+        The hot path (the memory of settled acks is empty: the application acked nothing
+        itself, which is the usual case with auto-ack) reads the topic, the bookmark and the
+        lease from the payload's bytes (:func:`delivery_fields`) instead of parsing the
+        header, and adds the bookmark to the topic's batch without any per-message object
+        besides its string. Anything else takes the general path (:meth:`settle`).
+        """
+        settle = self.settle
         hand_out = self.hand_out
+        settled = self._settled
+        batch = self._batch
 
         def auto_ack(message: Message) -> Any:
-            hand_out(message)
+            if settled:
+                hand_out(message)
             try:
                 result = handler(message)
             except BaseException:
                 settle(message, True)
                 raise
-            settle(message)
+            if settled:  # the application acked something itself: the general path
+                settle(message)
+                return result
+            fields = delivery_fields(message.raw_payload)
+            if fields is None:
+                settle(message)
+            else:
+                batch(fields[0], fields[1])
             return result
 
         auto_ack.__wrapped__ = handler  # type: ignore[attr-defined]
@@ -336,6 +365,39 @@ def persisted_ack_writer(
             queue_frame(_pack_len(len(payload)) + payload)
 
     return write
+
+
+_DELIVERY: Final = b'{"c":"p","t":"'
+_BM_KEY: Final = b',"bm":"'
+_LP_NEXT: Final = b'","lp":"'
+
+
+def delivery_fields(payload: bytes) -> tuple[str, str] | None:
+    """``(topic, bookmark)`` of a leased queue delivery read from its bytes, or ``None``
+    when the payload is not in the form this reads (then parse the header).
+
+    The form is the reference server's delivery header, ``{"c":"p","t":"<topic>",...,
+    "bm":"<bookmark>","lp":"<lease>"...}`` with a non-empty ``lp`` right after ``bm``, and no
+    backslash up to the bookmark's end: with no escapes, every quote there delimits a
+    string, so the ``bm`` found is the header's key (not text inside a value or the body).
+    """
+    if not payload.startswith(_DELIVERY):
+        return None
+    t_end = payload.find(b'"', 14)
+    i = payload.find(_BM_KEY, t_end)
+    if i < 0:
+        return None
+    i += 7
+    j = payload.find(b'"', i)
+    if (
+        j < 0
+        or payload.startswith(b'"', j + 8)
+        or not payload.startswith(_LP_NEXT, j)
+        or payload.find(b"}", 0, i) >= 0
+        or payload.find(b"\\", 0, j) >= 0
+    ):
+        return None
+    return payload[14:t_end].decode(), payload[i:j].decode()
 
 
 def parse_max_backlog(options: str | None) -> int | None:
