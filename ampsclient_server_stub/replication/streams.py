@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ampsclient_server_stub.config import DestinationConfig
 from ampsclient_server_stub.engine.journal import Journal, JournalPin, RecordRow
+from ampsclient_server_stub.engine.journal_format import decode_records
 
+from .blocks import PATH_MARK, decode_block, eligible_prefix, mt_suffixes
 from .origins import IndexRuns
 from .protocol import RecordCompressor, RecordDecompressor, WireRecord, pack_records, unpack_records
 from .rules import PATH_FIELD, DestinationRules, Hop, decode_path, encode_path
@@ -68,6 +70,10 @@ _Fields = dict[str, str | int]
 _UNKNOWN: Final = object()
 _BY_CONTENT: Final = object()
 """A record shape whose fate a ``<Filter>`` decides, record by record."""
+_NO_BLOCKS: Final = object()
+"""No record of this instance goes to the destination as a journal block."""
+_EVERY_TOPIC: Final = frozenset((".*", "^.*", ".*$", "^.*$"))
+"""``<Topic>`` names that take every topic."""
 
 _Accepted = tuple[int, int, str, str, bytes, dict[str, str | int]]
 """A received record that passed the entitlement and loop checks: ``(publisher id,
@@ -180,12 +186,15 @@ class Outbound:
         self.compression = dest.compression
         """``<Compression>`` of the destination (``None``: records go uncompressed)."""
         self._compressor: RecordCompressor | None = None
+        self._batch: list[WireRecord] = []
+        self._batch_bytes = 0
         self.counters: dict[str, int] = {
             "sent": 0,
             "acked": 0,
             "skipped": 0,  # examined and not for this destination (streaming or not)
             "resyncs": 0,
             "connects": 0,
+            "blocks": 0,  # rrec frames that carried journal blocks as written
             "bytes_before_compression": 0,
             "bytes_after_compression": 0,
         }
@@ -388,10 +397,10 @@ class Outbound:
         self._shapes[key] = shape
         return shape
 
-    def _rows(self, durable: int, limit: int) -> list[RecordRow]:
-        """The next journal records to examine from ``scan_pos`` (at most ``limit``, none
-        past ``durable``), after jumping over the runs that the peer itself sent here (loop
-        prevention would skip each of them: see ``origins.py``)."""
+    def _span(self, durable: int, limit: int) -> int:
+        """How many journal records to examine next from ``scan_pos`` (at most ``limit``,
+        none past ``durable``; 0: none), after jumping over the runs that the peer itself
+        sent here (loop prevention would skip each of them: see ``origins.py``)."""
         pos = self.scan_pos
         runs = self.manager.origins.get(self.peer[0])
         if runs is not None:
@@ -404,8 +413,15 @@ class Outbound:
             if start is not None:
                 limit = min(limit, start - pos)
         if pos > durable:
+            return 0
+        return min(limit, durable - pos + 1)
+
+    def _rows(self, durable: int, limit: int) -> list[RecordRow]:
+        """The next journal records to examine (see :meth:`_span`)."""
+        count = self._span(durable, limit)
+        if count <= 0:
             return []
-        return self.journal.read_rows(pos, max_records=min(limit, durable - pos + 1))
+        return self.journal.read_rows(self.scan_pos, max_records=count)
 
     def _set_peer(self, peer: Hop) -> None:
         self.peer = peer
@@ -415,6 +431,21 @@ class Outbound:
         own: list[Hop] = [(self.manager.name, self.manager.group)]
         self._own_path = encode_path(own)
         self._direct_ok = self._loop_free(own)
+        self._block_types = self._whole_types() if self._direct_ok else _NO_BLOCKS
+
+    def _whole_types(self) -> tuple[bytes, ...] | object | None:
+        """Which of this instance's own records may travel as journal blocks: those whose
+        message type a ``<Topic>`` without ``<Filter>`` takes on every topic. The byte
+        endings of such records (see :func:`.blocks.mt_suffixes`), ``None`` when every type
+        is taken, ``_NO_BLOCKS`` when none is."""
+        types: list[str] = []
+        for topic in self.dest.topics:
+            if topic.filter or topic.name not in _EVERY_TOPIC:
+                continue
+            if topic.message_type is None:
+                return None
+            types.append(topic.message_type)
+        return mt_suffixes(types) if types else _NO_BLOCKS
 
     def _loop_free(self, path: list[Hop]) -> bool:
         return DestinationRules.loop_free(path, self.peer[0], self.peer[1], self.manager.group)
@@ -433,13 +464,13 @@ class Outbound:
         durable = journal.durable_index
         start_pos = self.scan_pos
         budget = PUMP_BUDGET
-        batch: list[WireRecord] = []
-        batch_bytes = 0
         pending = self.pending
+        self._batch = []
+        self._batch_bytes = 0
+        types = self._block_types
+        blocks = types is not _NO_BLOCKS and self._compressor is None
+        suffixes = cast("tuple[bytes, ...] | None", types)
         sent_seq = self.sent_seq
-        sent_get = sent_seq.get
-        wire = self.wire
-        shapes = self._shapes
         while (
             self.scan_pos <= durable
             and budget > 0
@@ -447,48 +478,50 @@ class Outbound:
             and not link.closed
             and len(pending) < MAX_IN_FLIGHT
         ):
-            rows = self._rows(durable, READ_BATCH)
-            if not rows:
+            count = self._span(durable, READ_BATCH)
+            if count <= 0:
                 break
-            skipped = 0
-            for row in rows:
-                index, pid, seq, ts, command, topic, payload, fields, _size = row
-                # the usual record carries only "mt" (and "rp"): its fate and the fields it
-                # is sent with depend on (mt, topic, rp) alone, decided once (see _shape)
-                item: WireRecord | None
-                if len(fields) == ("mt" in fields) + (PATH_FIELD in fields):
-                    key = (fields.get("mt"), topic, fields.get(PATH_FIELD))
-                    shape = shapes.get(key, _UNKNOWN)
-                    if shape is _UNKNOWN:
-                        shape = self._shape(key)
-                    if shape is None or (shape is not _BY_CONTENT and seq <= sent_get(pid, 0)):
-                        skipped += 1
-                        continue
-                    if shape is _BY_CONTENT:
-                        item = wire(row)
-                        if item is None:
-                            skipped += 1
-                            continue
-                    else:
-                        item = (index, pid, seq, command, topic, payload, cast(_Fields, shape))
-                else:
-                    item = wire(row)
-                    if item is None:
-                        skipped += 1
-                        continue
-                batch.append(item)
-                batch_bytes += len(payload)
-                pending.append((index, ts))
-                sent_seq[pid] = seq
-                if len(batch) >= SEND_BATCH or batch_bytes >= SEND_BYTES:
-                    self._send_records(link, batch)
-                    batch = []
-                    batch_bytes = 0
-            self.scan_pos = rows[-1][0] + 1
-            budget -= len(rows)
-            self.counters["skipped"] += skipped
-        if batch:
-            self._send_records(link, batch)
+            if not blocks:
+                rows = journal.read_rows(self.scan_pos, max_records=count)
+                if not rows:
+                    break
+                self._examine(rows)
+                self.scan_pos = rows[-1][0] + 1
+                budget -= len(rows)
+                continue
+            raw = journal.read_blocks(self.scan_pos, max_records=count)
+            if not raw:
+                break
+            for data, begin, first, n, path in raw:
+                # records published here go as the journal wrote them, in frames of up to
+                # SEND_BATCH records; the first that may not ends the walk: the rest of the
+                # block is decoded and decided record by record
+                pos = 0
+                done = 0
+                if PATH_MARK not in data:
+                    while done < n:
+                        k, end = eligible_prefix(
+                            data,
+                            pos,
+                            first + done,
+                            min(n - done, SEND_BATCH),
+                            sent_seq,
+                            suffixes,
+                            pending,
+                        )
+                        if k == 0:
+                            break
+                        self._flush(link)
+                        self._send_block(link, data[pos:end], first + done, k)
+                        pos = end
+                        done += k
+                if done < n:
+                    self._examine(
+                        decode_records(data[pos:], begin + pos, first + done, n - done, path)
+                    )
+                self.scan_pos = first + n
+                budget -= n
+        self._flush(link)
         if self.scan_pos != start_pos:
             if self.effective_sync:
                 self.manager.limits_changed()
@@ -502,7 +535,70 @@ class Outbound:
         ):
             self.schedule_pump()
 
-    def _send_records(self, link: Any, batch: list[WireRecord]) -> None:
+    def _examine(self, rows: list[RecordRow]) -> None:
+        """Decide ``rows`` record by record; queue those for this destination in
+        ``rrec`` frames (sent when full; :meth:`_flush` sends the last)."""
+        link = self.link
+        assert link is not None
+        pending = self.pending
+        sent_seq = self.sent_seq
+        sent_get = sent_seq.get
+        wire = self.wire
+        shapes = self._shapes
+        batch = self._batch
+        batch_bytes = self._batch_bytes
+        skipped = 0
+        for row in rows:
+            index, pid, seq, ts, command, topic, payload, fields, _size = row
+            # the usual record carries only "mt" (and "rp"): its fate and the fields it
+            # is sent with depend on (mt, topic, rp) alone, decided once (see _shape)
+            item: WireRecord | None
+            if len(fields) == ("mt" in fields) + (PATH_FIELD in fields):
+                key = (fields.get("mt"), topic, fields.get(PATH_FIELD))
+                shape = shapes.get(key, _UNKNOWN)
+                if shape is _UNKNOWN:
+                    shape = self._shape(key)
+                if shape is None or (shape is not _BY_CONTENT and seq <= sent_get(pid, 0)):
+                    skipped += 1
+                    continue
+                if shape is _BY_CONTENT:
+                    item = wire(row)
+                    if item is None:
+                        skipped += 1
+                        continue
+                else:
+                    item = (index, pid, seq, command, topic, payload, cast(_Fields, shape))
+            else:
+                item = wire(row)
+                if item is None:
+                    skipped += 1
+                    continue
+            batch.append(item)
+            batch_bytes += len(payload)
+            pending.append((index, ts))
+            sent_seq[pid] = seq
+            if len(batch) >= SEND_BATCH or batch_bytes >= SEND_BYTES:
+                self._send_records(link, batch)
+                batch = self._batch = []
+                batch_bytes = 0
+        self._batch_bytes = batch_bytes
+        self.counters["skipped"] += skipped
+
+    def _flush(self, link: StreamLink) -> None:
+        """Send the records :meth:`_examine` queued."""
+        if self._batch:
+            self._send_records(link, self._batch)
+            self._batch = []
+            self._batch_bytes = 0
+
+    def _send_block(self, link: StreamLink, data: bytes, first: int, count: int) -> None:
+        """One ``rrec`` frame carrying ``count`` journal records as written (see
+        :mod:`.blocks`): the downstream gives each this instance's path."""
+        link.send({"c": "rrec", "d": self.name, "b": first, "n": count, "rp": self._own_path}, data)
+        self.counters["sent"] += count
+        self.counters["blocks"] += 1
+
+    def _send_records(self, link: StreamLink, batch: list[WireRecord]) -> None:
         """One ``rrec`` frame (compressed when the destination says so)."""
         counters = self.counters
         compressor = self._compressor
@@ -607,6 +703,9 @@ class Inbound:
         """
         algorithm = header.get("z")
         if algorithm is None:
+            first = header.get("b")
+            if first is not None:  # journal records as written (see blocks.py)
+                return decode_block(body, first, header.get("n"), str(header.get("rp", "")))
             return unpack_records(body)
         decompressor = self._decompressor
         if decompressor is None or decompressor.algorithm != algorithm:
