@@ -12,6 +12,8 @@
  *   ws_client_frames the data messages of a client's WebSocket frames (net.ws.client_frames)
  *   ws_server_frames the WebSocket frames of a list of deliveries (net.ws.server_frames)
  *   ws_commands     AMPS commands from a client's WebSocket messages (net.ws.ws_commands)
+ *   journal_frames  journal records of a run of publishes, CRC'd, appended to the journal's
+ *                   buffer (engine.journal_append.journal_frames)
  *
  * Nothing here touches server state: inputs and outputs are lists, tuples, bytes and str.
  */
@@ -494,6 +496,156 @@ static PyObject *ws_commands(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nN)", i, payloads);
 }
 
+PyDoc_STRVAR(journal_frames_doc,
+"journal_frames(buf, records, start, publisher_id, index, ts, prefix, fields, size, limit,\n"
+"               prev) -> (next, size, offsets, sequences)\n\n"
+"Appends to bytearray `buf` the journal records of records[start:] ((sequence, topic,\n"
+"payload) each): index from `index`, timestamp `ts`, msgpack prefix + topic + payload +\n"
+"fields, length and CRC-32 in front; stops after the record that brings `size` to `limit`.\n"
+"The sequences are checked first (each above the previous, `prev` before the first, below\n"
+"2**64): on a bad one nothing is appended and next is -1 - its position. offsets and\n"
+"sequences are native uint64 bytes (array('Q')).");
+
+static char *put_u64le(char *w, uint64_t v) {
+    for (int i = 0; i < 8; i++) { w[i] = (char)(v & 0xff); v >>= 8; }
+    return w + 8;
+}
+
+/* msgpack header of a str (0xa0/0xd9/0xda/0xdb) or bin (0xc4/0xc5/0xc6) of n bytes */
+static Py_ssize_t mp_head(unsigned char *w, Py_ssize_t n, int is_str) {
+    if (is_str && n < 32) { w[0] = (unsigned char)(0xa0 | n); return 1; }
+    if (n < 256) { w[0] = is_str ? 0xd9 : 0xc4; w[1] = (unsigned char)n; return 2; }
+    if (n < 65536) {
+        w[0] = is_str ? 0xda : 0xc5;
+        w[1] = (unsigned char)(n >> 8); w[2] = (unsigned char)n;
+        return 3;
+    }
+    w[0] = is_str ? 0xdb : 0xc6;
+    w[1] = (unsigned char)(n >> 24); w[2] = (unsigned char)(n >> 16);
+    w[3] = (unsigned char)(n >> 8); w[4] = (unsigned char)n;
+    return 5;
+}
+
+static PyObject *journal_frames(PyObject *self, PyObject *args) {
+    PyObject *buf, *records;
+    Py_ssize_t start;
+    unsigned long long pid, index, ts, size, limit, prev;
+    Py_buffer prefix, fields;
+    if (!PyArg_ParseTuple(args, "O!OnKKKy*y*KKK", &PyByteArray_Type, &buf, &records, &start,
+                          &pid, &index, &ts, &prefix, &fields, &size, &limit, &prev))
+        return NULL;
+    PyObject *result = NULL, *seq_list = NULL, *offs = NULL, *seqs = NULL;
+    Py_buffer *views = NULL;
+    const char **topics = NULL;
+    Py_ssize_t *tlens = NULL;
+    uint64_t *seqv = NULL;
+    seq_list = PySequence_Fast(records, "records must be a sequence");
+    if (!seq_list) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq_list);
+    PyObject **items = PySequence_Fast_ITEMS(seq_list);
+    if (start < 0 || start > n) { PyErr_SetString(PyExc_IndexError, "start out of range"); goto done; }
+    Py_ssize_t count = n - start;
+    seqv = PyMem_Malloc(sizeof(uint64_t) * (size_t)(count ? count : 1));
+    if (!seqv) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < count; i++) { /* check every sequence before appending anything */
+        PyObject *rec = items[start + i];
+        if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 3) {
+            PyErr_SetString(PyExc_TypeError, "records must be (sequence, topic, payload) tuples");
+            goto done;
+        }
+        PyObject *s = PyTuple_GET_ITEM(rec, 0);
+        if (!PyLong_Check(s)) { PyErr_SetString(PyExc_TypeError, "a sequence must be an int"); goto done; }
+        int overflow = 0;
+        long long sv = PyLong_AsLongLongAndOverflow(s, &overflow);
+        if (sv == -1 && PyErr_Occurred()) goto done;
+        unsigned long long u;
+        if (overflow > 0) {
+            u = PyLong_AsUnsignedLongLong(s);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) { /* 2**64 or more */
+                PyErr_Clear();
+                result = Py_BuildValue("(nKyy)", -1 - (start + i), size, "", "");
+                goto done;
+            }
+        } else if (overflow < 0 || sv < 0 || (unsigned long long)sv <= prev) {
+            result = Py_BuildValue("(nKyy)", -1 - (start + i), size, "", "");
+            goto done;
+        } else {
+            u = (unsigned long long)sv;
+        }
+        if (u <= prev) {
+            result = Py_BuildValue("(nKyy)", -1 - (start + i), size, "", "");
+            goto done;
+        }
+        seqv[i] = prev = u;
+    }
+    views = PyMem_Calloc((size_t)(count ? count : 1), sizeof(Py_buffer));
+    topics = PyMem_Malloc(sizeof(char *) * (size_t)(count ? count : 1));
+    tlens = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(count ? count : 1));
+    if (!views || !topics || !tlens) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t taken = 0, total = 0;
+    unsigned long long sz = size;
+    while (taken < count) { /* measure up to the record that reaches the limit */
+        PyObject *rec = items[start + taken];
+        PyObject *topic = PyTuple_GET_ITEM(rec, 1);
+        if (!PyUnicode_Check(topic)) { PyErr_SetString(PyExc_TypeError, "a topic must be a str"); goto done; }
+        topics[taken] = PyUnicode_AsUTF8AndSize(topic, &tlens[taken]);
+        if (!topics[taken]) goto done;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(rec, 2), &views[taken], PyBUF_SIMPLE) < 0) goto done;
+        Py_ssize_t pl = views[taken].len;
+        taken++;
+        Py_ssize_t body = J_MIN_BODY + prefix.len + (tlens[taken - 1] < 32 ? 1 : tlens[taken - 1] < 256 ? 2 : tlens[taken - 1] < 65536 ? 3 : 5)
+                          + tlens[taken - 1] + (pl < 256 ? 2 : pl < 65536 ? 3 : 5) + pl + fields.len;
+        if (body > 0xffffffffLL) { PyErr_SetString(PyExc_ValueError, "journal record too large"); goto done; }
+        total += body + 8;
+        sz += (unsigned long long)body + 8;
+        if (sz >= limit) break;
+    }
+    Py_ssize_t old = PyByteArray_GET_SIZE(buf);
+    if (PyByteArray_Resize(buf, old + total) < 0) goto done;
+    offs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * taken));
+    seqs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * taken));
+    if (!offs || !seqs) goto done;
+    uint64_t *ov = (uint64_t *)PyBytes_AS_STRING(offs), *sqv = (uint64_t *)PyBytes_AS_STRING(seqs);
+    char *w = PyByteArray_AS_STRING(buf) + old;
+    sz = size;
+    for (Py_ssize_t i = 0; i < taken; i++) {
+        char *rec = w;
+        w += 8; /* length and crc, below */
+        w = put_u64le(w, index + (unsigned long long)i);
+        w = put_u64le(w, ts);
+        w = put_u64le(w, pid);
+        w = put_u64le(w, seqv[i]);
+        memcpy(w, prefix.buf, (size_t)prefix.len); w += prefix.len;
+        w += mp_head((unsigned char *)w, tlens[i], 1);
+        memcpy(w, topics[i], (size_t)tlens[i]); w += tlens[i];
+        w += mp_head((unsigned char *)w, views[i].len, 0);
+        memcpy(w, views[i].buf, (size_t)views[i].len); w += views[i].len;
+        memcpy(w, fields.buf, (size_t)fields.len); w += fields.len;
+        uint32_t body = (uint32_t)(w - rec - 8);
+        uint32_t crc = (uint32_t)crc32(0L, (const unsigned char *)rec + 8, body);
+        for (int b = 0; b < 4; b++) { rec[b] = (char)(body >> (8 * b)); rec[4 + b] = (char)(crc >> (8 * b)); }
+        ov[i] = sz;
+        sqv[i] = seqv[i];
+        sz += (unsigned long long)body + 8;
+    }
+    result = Py_BuildValue("(nKOO)", start + taken, sz, offs, seqs);
+done:
+    if (views) {
+        for (Py_ssize_t i = 0; i < count; i++)
+            if (views[i].obj) PyBuffer_Release(&views[i]);
+        PyMem_Free(views);
+    }
+    PyMem_Free(topics);
+    PyMem_Free(tlens);
+    PyMem_Free(seqv);
+    Py_XDECREF(offs);
+    Py_XDECREF(seqs);
+    Py_XDECREF(seq_list);
+    PyBuffer_Release(&prefix);
+    PyBuffer_Release(&fields);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_publishes", scan_publishes, METH_VARARGS, scan_publishes_doc},
     {"delivery_frames", delivery_frames, METH_VARARGS, delivery_frames_doc},
@@ -502,6 +654,7 @@ static PyMethodDef methods[] = {
     {"ws_client_frames", ws_client_frames, METH_VARARGS, ws_client_frames_doc},
     {"ws_server_frames", ws_server_frames, METH_VARARGS, ws_server_frames_doc},
     {"ws_commands", ws_commands, METH_VARARGS, ws_commands_doc},
+    {"journal_frames", journal_frames, METH_VARARGS, journal_frames_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,6 +24,7 @@ __all__ = [
     "TWINS",
     "delivery_frames",
     "frame_join",
+    "journal_frames",
     "replay_frames",
     "scan_publishes",
     "ws_client_frames",
@@ -40,6 +41,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "ws_client_frames": "ampsclient_server_stub.net.ws.client_frames",
         "ws_server_frames": "ampsclient_server_stub.net.ws.server_frames",
         "ws_commands": "ampsclient_server_stub.net.ws.ws_commands",
+        "journal_frames": "ampsclient_server_stub.engine.journal_append.journal_frames",
     }
 )
 """Each C function -> its pure-Python twin (the reference)."""
@@ -51,6 +53,7 @@ replay_frames: Callable[..., tuple[int, int, int]] | None = None
 ws_client_frames: Callable[[bytes, int], tuple[int, list[tuple[bytes, bool]], bool]] | None = None
 ws_server_frames: Callable[[list[bytes], bool], bytes | None] | None = None
 ws_commands: Callable[[list[tuple[bytes, bool]], int, int], tuple[int, list[bytes]]] | None = None
+journal_frames: Callable[..., tuple[int, int, bytes, bytes]] | None = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
@@ -66,6 +69,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         ws_client_frames = _module.ws_client_frames
         ws_server_frames = _module.ws_server_frames
         ws_commands = _module.ws_commands
+        journal_frames = _module.journal_frames
 
 SPEEDUPS: Final = _module is not None
 """True when the C speedups are in use."""

@@ -52,6 +52,8 @@ from zlib import crc32 as _crc32
 
 import msgpack
 
+from .. import accel
+from .journal_append import journal_frames as _py_journal_frames, record_prefix
 from .journal_format import (
     FIXED,
     FRAME,
@@ -123,8 +125,9 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 _time_ns = time.time_ns
 _frame_pack = FRAME.pack
 _fixed_pack = FIXED.pack
-_BIN8: Final = tuple(b"\xc4" + bytes((n,)) for n in range(256))
-"""msgpack ``bin 8`` headers by length (payloads under 256 bytes, the usual case)."""
+_journal_frames: Final = accel.journal_frames or _py_journal_frames
+_EMPTY_MAP: Final = _packb({})
+_PREFIXES: Final = {command: record_prefix(command) for command in COMMANDS}
 
 
 def _check_command(command: str, publisher_id: int) -> None:
@@ -132,31 +135,6 @@ def _check_command(command: str, publisher_id: int) -> None:
         raise ValueError(f"cannot journal command {command!r}; expected one of {sorted(COMMANDS)}")
     if not 0 <= publisher_id < _UINT64:
         raise ValueError(f"publisher_id must be unsigned 64-bit: {publisher_id!r}")
-
-
-def _batch_tails(
-    command: str, records: Sequence[tuple[int, str, bytes]], fields: Mapping[str, str | int] | None
-) -> list[bytes]:
-    """The msgpack array ``[command, topic, payload, fields]`` of every record, built from
-    precomputed pieces: ``b"\\x94"`` + str(command) + str(topic) + bin header + payload +
-    map(fields)."""
-    fields_b = _packb(dict(fields) if fields else {})
-    cmd_b = b"\x94" + _packb(command)
-    prefixes: dict[str, bytes] = {}
-    tails: list[bytes] = []
-    add_tail = tails.append
-    join = b"".join
-    bin8 = _BIN8
-    for _seq, topic, payload in records:
-        prefix = prefixes.get(topic)
-        if prefix is None:
-            prefix = prefixes[topic] = cmd_b + _packb(topic)
-        n = len(payload)
-        if n < 256:
-            add_tail(join((prefix, bin8[n], payload, fields_b)))
-        else:
-            add_tail(join((prefix, _packb(bytes(payload)), fields_b)))
-    return tails
 
 
 class Journal(JournalBase):
@@ -359,24 +337,16 @@ class Journal(JournalBase):
         _check_command(command, publisher_id)
         if not records:
             return self._last_index + 1, self._last_ts
-        tails = _batch_tails(command, records, fields)
+        prefix = _PREFIXES[command]
+        fields_b = _packb(dict(fields)) if fields else _EMPTY_MAP
         with self._lock:
             self._check_appendable()
             prev = self._last_seq.get(publisher_id, 0)
-            for seq, _topic, _payload in records:
-                if seq <= prev:
-                    raise SequenceOrderError(
-                        f"publisher {publisher_id}: sequence {seq} is not above the last stored "
-                        f"{prev}"
-                    )
-                prev = seq
-            if prev >= _UINT64:
-                raise ValueError(f"sequence must be unsigned 64-bit: {prev!r}")
             ts = _time_ns() // 1000
             if ts < self._last_ts:
                 ts = self._last_ts
             first = self._last_index + 1
-            rotated = self._append_batch(publisher_id, records, tails, ts)
+            rotated = self._append_batch(publisher_id, records, prefix, fields_b, ts, prev)
         if rotated:  # the sync thread is not keeping up with sealing: do it here (bounds memory)
             self._complete_seals()
         return first, ts
@@ -385,48 +355,52 @@ class Journal(JournalBase):
         self,
         publisher_id: int,
         records: Sequence[tuple[int, str, bytes]],
-        tails: list[bytes],
+        prefix: bytes,
+        fields: bytes,
         ts: int,
+        prev: int,
     ) -> bool:
-        """Frame and buffer a checked batch (lock held); True if sealing fell behind."""
-        index = self._last_index + 1
+        """Check, frame and buffer a batch (lock held): ``journal_frames`` builds the records
+        up to each rotation point; True if sealing fell behind."""
         buf = self._buf
-        seg = self._active
-        size = seg.size
-        limit = self._journal_size
-        offsets: list[int] = []
-        seqs: list[int] = []
-        seg_first = index
-        fixed_pack = _fixed_pack
-        frame_pack = _frame_pack
-        crc32 = _crc32
+        index = self._last_index + 1
+        pos = 0
+        n = len(records)
         rotated = False
-        for (seq, _topic, _payload), tail in zip(records, tails, strict=True):
-            head = fixed_pack(index, ts, publisher_id, seq)
-            body_len = len(head) + len(tail)
-            buf += frame_pack(body_len, crc32(tail, crc32(head)))
-            buf += head
-            buf += tail
-            offsets.append(size)
-            seqs.append(seq)
-            size += body_len + 8
-            index += 1
-            if size >= limit:  # rotate inside the batch, exactly where append() would
-                seg.add_run(publisher_id, offsets, seqs, seg_first, ts, size)
-                self._last_seq[publisher_id] = seq
-                self._last_index = index - 1
-                self._last_ts = ts
+        while pos < n:
+            seg = self._active
+            nxt, size, offsets, seqs = _journal_frames(
+                buf,
+                records,
+                pos,
+                publisher_id,
+                index,
+                ts,
+                prefix,
+                fields,
+                seg.size,
+                self._journal_size,
+                prev,
+            )
+            if nxt < 0:  # nothing of the batch was appended (the first call checks them all)
+                bad = -1 - nxt
+                seq = records[bad][0]
+                before = records[bad - 1][0] if bad > pos else prev
+                if isinstance(seq, int) and seq > before:
+                    raise ValueError(f"sequence must be unsigned 64-bit: {seq!r}")
+                raise SequenceOrderError(
+                    f"publisher {publisher_id}: sequence {seq} is not above the last stored "
+                    f"{before}"
+                )
+            seg.add_run(publisher_id, offsets, seqs, index, ts, size)
+            index += nxt - pos
+            pos = nxt
+            prev = records[nxt - 1][0]
+            self._last_seq[publisher_id] = prev
+            self._last_index = index - 1
+            self._last_ts = ts
+            if size >= self._journal_size:  # rotate inside the batch, exactly where append() would
                 rotated = self._rotate() or rotated
-                seg = self._active
-                size = seg.size
-                offsets = []
-                seqs = []
-                seg_first = index
-        if offsets:
-            seg.add_run(publisher_id, offsets, seqs, seg_first, ts, size)
-        self._last_seq[publisher_id] = records[-1][0]
-        self._last_index = index - 1
-        self._last_ts = ts
         if len(buf) >= _WRITE_AT:
             self._write_out()
         return rotated

@@ -175,21 +175,22 @@ class MemSegment:
     def add_run(
         self,
         publisher_id: int,
-        offsets: list[int],
-        seqs: list[int],
+        offsets: bytes,
+        seqs: bytes,
         first_index: int,
         ts: int,
         size: int,
     ) -> None:
         """Add a run of one publisher's records, all at ``ts``, to the columns (lock held);
-        ``size`` is the segment's size after them."""
-        n = len(offsets)
-        self.offsets.extend(offsets)
+        ``offsets`` and ``seqs`` are ``array('Q')`` bytes, ``size`` is the segment's size
+        after them."""
+        n = len(offsets) // 8
+        self.offsets.frombytes(offsets)
         self.timestamps.extend(array("Q", (ts,)) * n)
         pub = self.pubs.get(publisher_id)
         if pub is None:
             pub = self.pubs[publisher_id] = (array("Q"), array("Q"))
-        pub[0].extend(seqs)
+        pub[0].frombytes(seqs)
         pub[1].extend(range(first_index, first_index + n))
         self.size = size
 

@@ -14,7 +14,9 @@ import json
 import random
 import struct
 import zlib
+from array import array
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -25,7 +27,13 @@ from ampsclient.protocol.framing import TcpFramer, WsServerFramer, encode_ws_fro
 from ampsclient.transport.wsconn import frame_header
 from ampsclient_server_stub import ServerThread, accel
 from ampsclient_server_stub.config import default_config
-from ampsclient_server_stub.engine import delivery, publishing, wire
+from ampsclient_server_stub.engine import (
+    delivery,
+    journal as journal_module,
+    journal_append,
+    publishing,
+    wire,
+)
 from ampsclient_server_stub.net import tcp, ws
 from ampsclient_server_stub.testing import RawClient
 
@@ -640,3 +648,123 @@ def test_ws_commands_then_the_framer_equal_the_framer_alone(seed: int) -> None:
             assert (taken + rest if isinstance(rest, list) else rest) == whole
         if len(impls) == 2:
             assert impls[0](messages, 0, limit) == impls[1](messages, 0, limit)
+
+
+# --------------------------------------------------------------------------- journal_frames
+
+UINT64 = 2**64
+
+
+def _expected_records(
+    records: list[tuple[int, str, bytes]],
+    index: int,
+    pid: int,
+    command: str,
+    fields: dict[str, Any],
+) -> list[bytes]:
+    """What one Journal.append per record writes, built independently with msgpack."""
+    out = []
+    for k, (seq, topic, payload) in enumerate(records):
+        tail = msgpack.packb([command, topic, payload, fields], use_bin_type=True)
+        fixed = struct.pack("<QQQQ", index + k, 1_700_000_000_000_000, pid, seq)
+        body = fixed + tail
+        out.append(struct.pack("<II", len(body), zlib.crc32(body)) + body)
+    return out
+
+
+def test_journal_frames_writes_the_records_of_one_append_each_and_stops_at_the_limit() -> None:
+    records = [(3, "orders", b'{"n":1}'), (9, "t" * 40, b"x" * 300), (10, "é", b"")]
+    expected = _expected_records(records, 100, 42, "p", {"mt": "json"})
+    fields = msgpack.packb({"mt": "json"})
+    buf = bytearray(b"old")
+    got = journal_append.journal_frames(
+        buf, records, 0, 42, 100, 1_700_000_000_000_000, journal_append.record_prefix("p"),
+        fields, 1000, 10**9, 2,
+    )  # fmt: skip
+    sizes = [len(r) for r in expected]
+    assert got[0] == 3 and got[1] == 1000 + sum(sizes)
+    assert buf == b"old" + b"".join(expected)
+    assert array("Q", got[2]).tolist() == [1000, 1000 + sizes[0], 1000 + sizes[0] + sizes[1]]
+    assert array("Q", got[3]).tolist() == [3, 9, 10]
+    # a limit reached by the first record: one record taken, the rest for the next segment
+    buf = bytearray()
+    prefix = journal_append.record_prefix("p")
+    args = (42, 100, 1_700_000_000_000_000, prefix, fields)
+    assert journal_append.journal_frames(buf, records, 0, *args, 0, 1, 2)[:2] == (1, sizes[0])
+    assert buf == expected[0]
+    nxt = journal_append.journal_frames(buf, records, 1, 42, 101, *args[2:], 0, 10**9, 3)
+    assert nxt[0] == 3 and buf == b"".join(expected)
+    # a sequence not above the previous one (or not below 2**64): nothing appended
+    for bad, prev, pos in (
+        ([(5, "t", b"a"), (5, "t", b"b")], 0, 1),
+        ([(5, "t", b"a")], 5, 0),
+        ([(1, "t", b"a"), (UINT64, "t", b"b")], 0, 1),
+        ([(0, "t", b"a")], 0, 0),
+    ):
+        buf = bytearray()
+        got = journal_append.journal_frames(buf, bad, 0, *args, 0, 10**9, prev)
+        assert got == (-1 - pos, 0, b"", b"") and buf == b""
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(20))
+def test_journal_frames_c_matches_its_twin(seed: int) -> None:
+    assert accel.journal_frames is not None
+    rng = random.Random(seed)
+    topics = ["", "a", "x" * 31, "y" * 32, "z" * 255, "w" * 256, "ü€", "v" * 70_000]
+    sizes = [0, 1, 7, 255, 256, 65_535, 65_536]
+    for _ in range(20):
+        seq = rng.choice([0, 1, 2**63 - 5, 2**64 - 8])
+        prev = seq
+        records: list[tuple[int, str, bytes]] = []
+        for _k in range(rng.randint(0, 12)):
+            seq += rng.choice([1, 1, 1, 2, 1000])
+            if rng.random() < 0.05:
+                seq -= rng.choice([1, 2])  # a duplicate or a step back
+            payload = bytes(rng.randrange(256) for _ in range(rng.choice(sizes) % 400)) * (
+                rng.choice([1, 1, 200])
+            )
+            records.append((seq, rng.choice(topics), payload))
+        start = rng.randint(0, len(records))
+        if start and rng.random() < 0.7:
+            prev = records[start - 1][0]
+        command = rng.choice(["p", "delta_publish", "sow_delete"])
+        fields = msgpack.packb(rng.choice([{}, {"mt": "json"}, {"filter": "/a > 1", "k": 3}]))
+        size = rng.randrange(10_000)
+        limit = size + rng.choice([1, 100, 5_000, 10**9])
+        args = (
+            records, start, rng.choice([0, 42, UINT64 - 1]), rng.randint(1, 10**9),
+            rng.randint(0, 2**60), journal_append.record_prefix(command), fields, size, limit,
+            prev,
+        )  # fmt: skip
+        buf_c, buf_py = bytearray(b"pre"), bytearray(b"pre")
+        assert accel.journal_frames(buf_c, *args) == journal_append.journal_frames(buf_py, *args)
+        assert buf_c == buf_py
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_append_many_through_each_implementation_rotates_and_reads_back(
+    impl: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frames = accel.journal_frames if impl == "c" else journal_append.journal_frames
+    monkeypatch.setattr(journal_module, "_journal_frames", frames)
+    j = journal_module.Journal(tmp_path / "j", fsync="never", journal_size=1_000)
+    batch = [(s, f"t{s % 3}", b'{"n":%d}' % s) for s in range(1, 201)]
+    first, _ts = j.append_many(9, "p", batch[:150], {"mt": "json"})
+    assert first == 1
+    with pytest.raises(journal_module.SequenceOrderError):
+        j.append_many(9, "p", [(151, "t", b"a"), (150, "t", b"b")])
+    with pytest.raises(ValueError, match="unsigned 64-bit"):
+        j.append_many(9, "p", [(UINT64, "t", b"a")])
+    assert j.last_index == 150 and j.last_sequence(9) == 150
+    j.append_many(9, "p", batch[150:], {"mt": "json"})
+    assert len(j.segments()) > 5  # rotated inside the batches
+    j.close()
+    reopened = journal_module.Journal(tmp_path / "j", fsync="never")
+    rows = reopened.read(1, max_records=1000)
+    assert [(r.index, r.sequence, r.topic, r.payload) for r in rows] == [
+        (s, s, t, p) for s, t, p in batch
+    ]
+    assert all(r.fields == {"mt": "json"} for r in rows)
+    assert reopened.find_bookmark(9, 123) == 123
+    reopened.close()
