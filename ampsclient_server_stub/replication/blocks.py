@@ -30,7 +30,7 @@ from ampsclient_server_stub.engine.journal_format import FRAME_OVERHEAD, MIN_BOD
 from .protocol import WireRecord
 from .rules import PATH_FIELD
 
-__all__ = ["PATH_MARK", "decode_block", "eligible_prefix", "mt_suffixes"]
+__all__ = ["PATH_MARK", "BlockRuns", "Run", "block_runs", "eligible_prefix", "mt_suffixes"]
 
 _HEAD: Final = struct.Struct("<IIQQQQ")
 """The frame then the fixed fields: ``body_len, crc32, index, timestamp, publisher id,
@@ -103,23 +103,64 @@ def eligible_prefix(
     return index - first, pos
 
 
-def decode_block(data: Any, first: Any, count: Any, path_text: str) -> list[WireRecord]:
-    """The records of a received block (``count`` records from index ``first``), as
-    ``rrec`` carries them, each with the path ``path_text``.
+class BlockRuns:
+    """A received block, decoded: its records grouped in runs of one publisher's records with
+    the same command and fields (in log order).
+
+    Attributes:
+        first: the upstream index of the first record.
+        count: how many records.
+        path: the path the upstream gave every record (its own).
+        runs: ``(publisher id, command, fields, [(sequence, topic, payload), ...])`` per run;
+            ``fields`` is shared by the run and is not to be changed.
+    """
+
+    __slots__ = ("count", "first", "path", "runs")
+
+    def __init__(self, first: int, count: int, path: str, runs: list[Run]) -> None:
+        self.first = first
+        self.count = count
+        self.path = path
+        self.runs = runs
+
+    def records(self) -> list[WireRecord]:
+        """The records one by one, as an ``rrec`` list carries them (own fields each)."""
+        out: list[WireRecord] = []
+        index = self.first
+        for pid, command, fields, items in self.runs:
+            for seq, topic, payload in items:
+                own = dict(fields)
+                own[PATH_FIELD] = self.path
+                out.append((index, pid, seq, command, topic, payload, own))
+                index += 1
+        return out
+
+
+Run = tuple[int, str, dict[str, str | int], list[tuple[int, str, bytes]]]
+"""``(publisher id, command, fields, [(sequence, topic, payload), ...])``."""
+
+
+def block_runs(data: Any, first: Any, count: Any, path_text: str) -> BlockRuns:
+    """Decode a received block (``count`` records from upstream index ``first``), verifying
+    each record's length, index and CRC.
 
     Raises:
         ValueError: a CRC mismatch, a bad length, an index out of order, a malformed body.
     """
     if type(data) is not bytes or type(first) is not int or type(count) is not int:
         raise ValueError("rrec block must be bytes with an integer first index and count")
-    out: list[WireRecord] = []
-    append = out.append
+    runs: list[Run] = []
     view = memoryview(data)
     head = _HEAD.unpack_from
     crc32 = zlib.crc32
     unpackb = msgpack.unpackb
     size = len(data)
     pos = 0
+    run_pid = -1
+    run_command: Any = None
+    run_fields: Any = None
+    items: list[tuple[int, str, bytes]] = []
+    add = items.append
     for expected in range(first, first + count):
         if pos + FRAME_OVERHEAD > size:
             raise ValueError(f"rrec block cut short at record {expected}")
@@ -135,16 +176,17 @@ def decode_block(data: Any, first: Any, count: Any, path_text: str) -> list[Wire
             command, topic, payload, fields = unpackb(view[pos + FRAME_OVERHEAD : end])
         except Exception as exc:
             raise ValueError(f"rrec block: bad record {index}: {exc}") from None
-        if not (
-            type(command) is str
-            and type(topic) is str
-            and type(payload) is bytes
-            and type(fields) is dict
-        ):
+        if type(topic) is not str or type(payload) is not bytes:
             raise ValueError(f"rrec block: record {index} has a field of the wrong type")
-        fields[PATH_FIELD] = path_text
-        append((index, pid, seq, command, topic, payload, fields))
+        if pid != run_pid or command != run_command or fields != run_fields:
+            if type(command) is not str or type(fields) is not dict:
+                raise ValueError(f"rrec block: record {index} has a field of the wrong type")
+            items = []
+            add = items.append
+            runs.append((pid, command, fields, items))
+            run_pid, run_command, run_fields = pid, command, fields
+        add((seq, topic, payload))
         pos = end
     if pos != size:
         raise ValueError("rrec block: bytes after the last record")
-    return out
+    return BlockRuns(first, count, path_text, runs)

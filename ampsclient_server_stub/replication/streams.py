@@ -34,7 +34,7 @@ from ampsclient_server_stub.config import DestinationConfig
 from ampsclient_server_stub.engine.journal import Journal, JournalPin, RecordRow
 from ampsclient_server_stub.engine.journal_format import decode_records
 
-from .blocks import PATH_MARK, decode_block, eligible_prefix, mt_suffixes
+from .blocks import PATH_MARK, BlockRuns, block_runs, eligible_prefix, mt_suffixes
 from .origins import IndexRuns
 from .protocol import RecordCompressor, RecordDecompressor, WireRecord, pack_records, unpack_records
 from .rules import PATH_FIELD, DestinationRules, Hop, decode_path, encode_path
@@ -694,7 +694,7 @@ class Inbound:
             have, self.have = self.have, None
             self.link.send({"c": "rhave", "d": self.stream}, have)
 
-    def decode(self, header: dict[str, Any], body: Any) -> list[WireRecord]:
+    def decode(self, header: dict[str, Any], body: Any) -> list[WireRecord] | BlockRuns:
         """The records of an ``rrec`` frame: compressed when its header has ``z`` (the
         receiving side needs no configuration).
 
@@ -705,7 +705,7 @@ class Inbound:
         if algorithm is None:
             first = header.get("b")
             if first is not None:  # journal records as written (see blocks.py)
-                return decode_block(body, first, header.get("n"), str(header.get("rp", "")))
+                return block_runs(body, first, header.get("n"), str(header.get("rp", "")))
             return unpack_records(body)
         decompressor = self._decompressor
         if decompressor is None or decompressor.algorithm != algorithm:
@@ -713,7 +713,14 @@ class Inbound:
             self._decompressor = decompressor
         return decompressor.records(body)
 
-    def on_records(self, records: list[WireRecord]) -> None:
+    def on_records(self, records: list[WireRecord] | BlockRuns) -> None:
+        """Apply what :meth:`decode` returned."""
+        if type(records) is BlockRuns:
+            if self.manager.entitlements is None:
+                self._on_block(records)
+                return
+            records = records.records()  # entitlements are checked record by record
+        assert type(records) is list
         manager = self.manager
         counters = self.counters
         paths = self._paths
@@ -739,31 +746,13 @@ class Inbound:
                 continue
             fields[PATH_FIELD] = extended
             accepted.append((pid, seq, command, topic, payload, fields))
-        needed = self._apply(accepted)
-        journal = manager.journal
-        broker = manager.broker
-        if not last_u:
-            return
-        self.waiting.append((needed, last_u))
-        if journal.durable_index >= needed:
-            self.on_durable(journal.durable_index)
-        else:
-            broker.request_sync()
+        self._applied(self._apply(accepted), last_u)
 
     def _apply(self, accepted: list[_Accepted]) -> int:
         """Ingest ``accepted`` in order: a run of one publisher's publishes with the same
         fields as one batch (:class:`ReplicatedRun`: one journal append) when the broker
         takes it whole, else record by record. Returns the local journal index the ack
         waits for (0: nothing)."""
-        from .apply import ReplicatedRecord, ReplicatedRun
-
-        manager = self.manager
-        journal = manager.journal
-        apply = manager.broker.ingest
-        counters = self.counters
-        runs = manager.origins.get(self.link.peer_name)
-        if runs is None:
-            runs = manager.origins[self.link.peer_name] = IndexRuns()
         needed = 0
         i, n = 0, len(accepted)
         while i < n:
@@ -774,27 +763,83 @@ class Inbound:
                     (nxt := accepted[j])[0] == pid and nxt[2] == "p" and nxt[5] == fields
                 ):
                     j += 1
-            if j - i > 1:
-                batch = [(r[1], r[3], r[4]) for r in accepted[i:j]]
-                taken = apply(ReplicatedRun(pid, fields, batch)).journaled
-                if taken:
-                    needed = journal.last_index
-                    runs.add_range(needed - taken + 1, needed)
-                    counters["applied"] += taken
-                    i = j
-                    continue
-            for record in accepted[i:j]:
-                outcome = apply(ReplicatedRecord(*record))
-                if outcome.record is not None:
-                    counters["applied"] += 1
-                    needed = outcome.record.index
-                    runs.add(needed)
-                else:
-                    if outcome.duplicate:
-                        counters["duplicates"] += 1
-                    needed = max(needed, journal.last_index)
+            got = self._apply_group(
+                pid, command, fields, [(r[1], r[3], r[4]) for r in accepted[i:j]]
+            )
+            needed = max(needed, got)
             i = j
         return needed
+
+    def _apply_group(
+        self, pid: int, command: str, fields: _Fields, items: list[tuple[int, str, bytes]]
+    ) -> int:
+        """Ingest ``items`` (``(sequence, topic, payload)`` of publisher ``pid``, in order,
+        each with ``command`` and ``fields``): as one :class:`ReplicatedRun` when there are
+        several publishes and the broker takes them whole, else one by one. Returns the
+        local journal index the ack waits for (0: nothing)."""
+        from .apply import ReplicatedRecord, ReplicatedRun
+
+        manager = self.manager
+        journal = manager.journal
+        apply = manager.broker.ingest
+        counters = self.counters
+        runs = manager.origins.get(self.link.peer_name)
+        if runs is None:
+            runs = manager.origins[self.link.peer_name] = IndexRuns()
+        if command == "p" and len(items) > 1:
+            taken = apply(ReplicatedRun(pid, fields, items)).journaled
+            if taken:
+                needed = journal.last_index
+                runs.add_range(needed - taken + 1, needed)
+                counters["applied"] += taken
+                return needed
+        needed = 0
+        for k, (seq, topic, payload) in enumerate(items):
+            outcome = apply(
+                ReplicatedRecord(
+                    pid, seq, command, topic, payload, fields if k == 0 else dict(fields)
+                )
+            )
+            if outcome.record is not None:
+                counters["applied"] += 1
+                needed = outcome.record.index
+                runs.add(needed)
+            else:
+                if outcome.duplicate:
+                    counters["duplicates"] += 1
+                needed = max(needed, journal.last_index)
+        return needed
+
+    def _on_block(self, block: BlockRuns) -> None:
+        """The records of a journal block (see :mod:`.blocks`): every one has the block's
+        path; runs of one publisher's records with the same fields go in as one."""
+        counters = self.counters
+        raw = block.path
+        extended = self._paths.get(raw)
+        if extended is None:
+            extended = self._extend(raw)
+        counters["received"] += block.count
+        needed = 0
+        if not extended:
+            counters["loops_refused"] += block.count
+        else:
+            for pid, command, fields, items in block.runs:
+                own = dict(fields)
+                own[PATH_FIELD] = extended
+                needed = max(needed, self._apply_group(pid, command, own, items))
+        self._applied(needed, block.first + block.count - 1)
+
+    def _applied(self, needed: int, last_u: int) -> None:
+        """Records up to upstream index ``last_u`` are in: acknowledge them once the local
+        journal is durable through ``needed``."""
+        if not last_u:
+            return
+        journal = self.manager.journal
+        self.waiting.append((needed, last_u))
+        if journal.durable_index >= needed:
+            self.on_durable(journal.durable_index)
+        else:
+            self.manager.broker.request_sync()
 
     def _extend(self, raw: str) -> str:
         """The path ``raw`` plus this instance ('' when this instance is already on it)."""
