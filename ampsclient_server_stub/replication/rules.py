@@ -37,6 +37,7 @@ __all__ = [
     "InstanceSummary",
     "decode_path",
     "encode_path",
+    "local_queue_problems",
     "summarize",
     "validate_destination",
 ]
@@ -44,8 +45,19 @@ __all__ = [
 PATH_FIELD: Final = "rp"
 """Journal field holding the replication path of a record received over replication."""
 
-CHECKS: Final = ("txlog", "replicate", "sow", "keys", "cascade", "replicate_filter")
-"""Validation checks performed at connection time (each excludable per topic)."""
+CHECKS: Final = (
+    "txlog",
+    "replicate",
+    "sow",
+    "keys",
+    "cascade",
+    "replicate_filter",
+    "queue",
+    "queue_underlying",
+    "queue_passthrough",
+)
+"""Validation checks performed at connection time (each excludable per topic, except
+``queue`` and ``queue_underlying``, which the configuration refuses to exclude)."""
 
 Hop = tuple[str, str]
 """``(instance name, group)``."""
@@ -174,6 +186,9 @@ class InstanceSummary:
     """Recorded ``(topic, message type)`` rules; ``None`` records every topic."""
     sow: list[tuple[str, str, list[str]]] = field(default_factory=list)
     destinations: list[dict[str, Any]] = field(default_factory=list)
+    queues: list[list[Any]] = field(default_factory=list)
+    """Replicated queues: ``[name, message type, kind, underlying topics, filter, initial
+    owner]``."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -182,6 +197,7 @@ class InstanceSummary:
             "txlog": None if self.txlog is None else [list(t) for t in self.txlog],
             "sow": [[t, mt, list(keys)] for t, mt, keys in self.sow],
             "destinations": self.destinations,
+            "queues": self.queues,
         }
 
     @classmethod
@@ -194,7 +210,8 @@ class InstanceSummary:
             txlog = None if txlog_raw is None else [(str(n), m) for n, m in txlog_raw]
             sow = [(str(t), str(mt), [str(k) for k in keys]) for t, mt, keys in body["sow"]]
             dests = [dict(d) for d in body["destinations"]]
-            return cls(str(body["name"]), str(body["group"]), txlog, sow, dests)
+            queues = [list(q) for q in body.get("queues") or []]
+            return cls(str(body["name"]), str(body["group"]), txlog, sow, dests, queues)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed rconfig body: {exc}") from exc
 
@@ -224,7 +241,29 @@ def summarize(config: ServerConfig, *, record_all_topics: bool) -> InstanceSumma
                     "passthrough": list(d.passthrough),
                 }
             )
-    return InstanceSummary(config.name, config.effective_group, txlog, sow, dests)
+    queues = [
+        [q.name, q.message_type, q.kind, sorted(q.topics()), q.filter, q.initial_owner]
+        for q in config.queues
+        if q.kind != "LocalQueue"
+    ]
+    return InstanceSummary(config.name, config.effective_group, txlog, sow, dests, queues)
+
+
+def local_queue_problems(config: ServerConfig) -> list[str]:
+    """A ``<LocalQueue>`` cannot be replicated: one problem per destination ``<Topic>`` that
+    covers one (the instance refuses to start)."""
+    problems = []
+    for queue in config.queues:
+        if queue.kind != "LocalQueue" or config.replication is None:
+            continue
+        for dest in config.replication.destinations:
+            if _covers([(t.name, t.message_type) for t in dest.topics], queue.name, None):
+                problems.append(
+                    f"<LocalQueue> {queue.name!r} cannot be replicated, but destination "
+                    f"{dest.name!r} replicates its topic: make it a <Queue> or a "
+                    "<GroupLocalQueue>, or leave its topic out of the destination's <Topic>"
+                )
+    return problems
 
 
 # --------------------------------------------------------------------------- validation
@@ -282,8 +321,8 @@ def validate_destination(
     """Problems that forbid replicating ``dest`` to ``remote`` (empty: valid).
 
     Each problem is one sentence naming the topic, the check and what to change. The
-    checks are those of seed ch. 25, table 25.2 (queue checks do not apply: the reference
-    server has no queues); each can be excluded per topic with ``<ExcludeValidation>``.
+    checks are those of seed ch. 25, table 25.2; each can be excluded per topic with
+    ``<ExcludeValidation>`` except ``queue`` and ``queue_underlying`` (mandatory).
     """
     problems: list[str] = []
     if dest.group is not None and dest.group != remote.group:
@@ -300,6 +339,17 @@ def validate_destination(
                 f"[{check}] {label}: {text} "
                 f"(or add '{check}' to <ExcludeValidation> of this <Topic>)"
             )
+    rules = [(t.name, t.message_type) for t in dest.topics]
+    for name, mt, _kind, underlying, _flt, _owner in local.queues:
+        if not _covers(rules, name, mt):
+            continue
+        for topic_name in underlying:
+            if not is_regex_topic(topic_name) and not _covers(rules, topic_name, mt):
+                problems.append(
+                    f"[queue_underlying] queue {name!r}: destination {dest.name!r} replicates "
+                    f"the queue topic but not its underlying topic {topic_name!r}; add it to "
+                    "the destination's <Topic> (a mandatory check)"
+                )
     return problems
 
 
@@ -341,6 +391,7 @@ def _topic_problems(
     found += _sow_problems(local, topic, remote, excluded)
     if "cascade" not in excluded:
         found += _cascade_problems(topic, remote, excluded)
+    found += _queue_problems(local, topic, remote, excluded)
     if "replicate_filter" not in excluded and topic.filter:
         found += [
             (
@@ -402,4 +453,59 @@ def _cascade_problems(
                         f"{d.get('name')!r}, checks this instance enforces",
                     )
                 )
+    return found
+
+
+def _queue_problems(
+    local: InstanceSummary,
+    topic: ReplicationTopicConfig,
+    remote: InstanceSummary,
+    excluded: set[str],
+) -> list[tuple[str, str]]:
+    """The ``queue``, ``queue_underlying`` and ``queue_passthrough`` checks for every local
+    replicated queue whose topic the rule covers."""
+    found: list[tuple[str, str]] = []
+    for name, mt, kind, underlying, flt, initial in local.queues:
+        if not _covers([(topic.name, topic.message_type)], name, mt):
+            continue
+        theirs = next((q for q in remote.queues if q[0] == name and q[1] == mt), None)
+        if theirs is None:
+            found.append(
+                ("queue", f"queue {name!r} here is not a replicated queue on {remote.name!r}")
+            )
+            continue
+        if list(theirs[3]) != list(underlying) or theirs[4] != flt or theirs[2] != kind:
+            found.append(
+                (
+                    "queue_underlying",
+                    f"queue {name!r} is a <{kind}> of {list(underlying)} filter {flt!r} here "
+                    f"but a <{theirs[2]}> of {list(theirs[3])} filter {theirs[4]!r} on "
+                    f"{remote.name!r}",
+                )
+            )
+        elif theirs[5] != initial:
+            found.append(
+                (
+                    "queue_underlying",
+                    f"queue {name!r} has <InitialOwner> {initial!r} here but {theirs[5]!r} on "
+                    f"{remote.name!r}",
+                )
+            )
+        if "queue_passthrough" not in excluded:
+            onward = [
+                d
+                for d in remote.destinations
+                if not _targets(d, local.name, local.group)
+                and any(_covers([(r[0], r[1])], name, mt) for r in _dest_topics(d))
+            ]
+            for d in onward:
+                if not any(re.search(p, local.group) for p in d.get("passthrough") or []):
+                    found.append(
+                        (
+                            "queue_passthrough",
+                            f"queue {name!r}: {remote.name!r} replicates it on to "
+                            f"{d.get('name')!r} without <PassThrough> for group "
+                            f"{local.group!r}, so transfers of this instance do not reach it",
+                        )
+                    )
     return found
