@@ -116,6 +116,13 @@ _ELEMENTS: dict[str, str] = {
     "Actions/Action/Do/Options/Topic": "the topic the action publishes to (a template)",
     "Actions/Action/Do/Options/MessageType": "the message type of the action's publish",
     "Actions/Action/Do/Options/Data": "the published data (a template: {{AMPS_DATA}}...)",
+    # Queue elements are read by queues.config (DELEGATED below); listed here, each with its
+    # proof, as they are built:
+    "SOW/Queue/UnderlyingTopic": "the queue's topic, or a regex over several journaled topics",
+    "SOW/Queue/DefaultPublishTarget": "where a publish to the queue's name goes (regex queue)",
+    "SOW/Queue/ExpirationModel": "how Expiration and a message's own expiration combine",
+    "SOW/Queue/TargetQueueDepth": "only this many messages active; the rest wait in order",
+    "SOW/GroupLocalQueue/GroupLocalQueueDomain": "the queue's identity domain (not the group)",
 }
 
 ELEMENTS: Final[Mapping[str, str]] = MappingProxyType(_ELEMENTS)

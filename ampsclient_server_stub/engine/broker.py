@@ -58,6 +58,7 @@ from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub.config import ServerConfig
 from ampsclient_server_stub.queues.dead_letter import ActionPublisher, DeadLetters, expire_actions
 from ampsclient_server_stub.queues.engine import QueueEngine, QueueStartError
+from ampsclient_server_stub.queues.expiration import sow_expiry
 
 from .commands import CommandHandlers, Handler
 from .delivery import Delivery
@@ -260,7 +261,9 @@ class Broker:
             clock=clock,
             instance=config.name,
             replicated=config.replication is not None,
+            expiry=sow_expiry(self.sows),
         )
+        self._ingest.publish_targets = engine.publish_targets  # DefaultPublishTarget
         if actions:
             publisher = ActionPublisher(
                 self.ingest,

@@ -184,6 +184,9 @@ class Ingest:
         self._live = scheduler.live
         self._counters = counters
         self._clock = clock
+        self.publish_targets: dict[tuple[str, str], str] = {}
+        """Queues' ``DefaultPublishTarget``: a client's publish to ``(message type, queue
+        name)`` goes to that topic instead."""
 
     def ingest(self, item: Incoming) -> Ingested:
         """Take one message in (see the module docstring).
@@ -273,6 +276,8 @@ class Ingest:
 
     def _client_publish(self, item: ClientPublish) -> Ingested:
         conn, topic, hdr, payload, end, delta, seq = item
+        if self.publish_targets:
+            topic = self.publish_targets.get((conn.mt, topic), topic)
         guard = self._hooks.guard
         if guard is not None:
             guard.check_write(conn, topic)
@@ -390,6 +395,9 @@ class Ingest:
         mt = conn.mt
         pid = state.publisher_id
         journal = txlog.journal
+        if self.publish_targets:
+            targets = self.publish_targets
+            batch = [(seq, targets.get((mt, topic), topic), data) for seq, topic, data in batch]
         try:
             first, _ts = journal.append_many(pid, "p", batch, MT_FIELDS.get(mt) or {"mt": mt})
         except Exception as exc:

@@ -12,7 +12,13 @@ Defaults follow the AMPS configuration reference: ``Semantics`` ``at-least-once`
 ``MaxPerSubscriptionBacklog`` 1, ``MaxBacklog`` unlimited, ``Priority`` unset (publication
 order), ``FairnessModel`` ``proportional`` (``round-robin`` for at-most-once, the only
 model it supports), ``Leasing`` ``sublet``, ``MaxDeliveries``/``MaxCancels`` 0 (no limit),
-``RecoveryPoint`` ``epoch``, ``DeferredAckExpiration`` one day.
+``RecoveryPoint`` ``epoch``, ``DeferredAckExpiration`` one day, ``ExpirationModel``
+``default``, ``TargetQueueDepth`` unset (every message active), ``GroupLocalQueueDomain``
+unset (the instance's group).
+
+``UnderlyingTopic`` may be a regular expression (several journaled topics feed the queue);
+it then needs ``DefaultPublishTarget``, a literal topic the expression matches, where a
+publish to the queue's own name goes.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ from typing import Final, Literal, NoReturn
 from ..config_values import ConfigError, parse_duration
 
 __all__ = [
+    "EXPIRATION_MODELS",
     "NOT_IMPLEMENTED",
     "QUEUE_TAGS",
+    "TARGET_QUEUE_DEPTH_MIN",
     "QueueConfig",
     "parse_queue",
     "parse_queues",
@@ -40,6 +48,15 @@ Kind = Literal["Queue", "LocalQueue", "GroupLocalQueue"]
 Semantics = Literal["at-least-once", "at-most-once"]
 Fairness = Literal["fast", "round-robin", "proportional"]
 Leasing = Literal["sublet", "strict"]
+ExpirationModel = Literal["default", "queue", "latest", "earliest"]
+
+EXPIRATION_MODELS: Final = ("default", "queue", "latest", "earliest")
+"""``ExpirationModel`` values: ``default`` (the message's own expiration when it has one,
+else the queue's ``Expiration``), ``queue`` (always the queue's), ``latest`` (the later of
+the two), ``earliest`` (the earlier of the two)."""
+
+TARGET_QUEUE_DEPTH_MIN: Final = 1000
+"""The smallest ``TargetQueueDepth`` AMPS accepts."""
 
 _KNOWN: Final = frozenset(
     {
@@ -70,11 +87,7 @@ _KNOWN: Final = frozenset(
 )
 
 NOT_IMPLEMENTED: Final = {
-    "DefaultPublishTarget": "publishes to the queue name are not re-routed yet",
-    "ExpirationModel": "only the queue's own Expiration is applied",
     "FileBackedMetadata": "queue metadata lives in memory only",
-    "TargetQueueDepth": "every queued message is active",
-    "GroupLocalQueueDomain": "queues are not replicated yet",
 }
 """Documented elements the reference server refuses, with the reason given in the error."""
 
@@ -130,6 +143,17 @@ class QueueConfig:
     priority: str | None = None
     """A field or expression; messages are offered highest value first (unsigned; a NULL,
     negative or non-numeric value is the lowest priority, 0); ties in publication order."""
+    default_publish_target: str | None = None
+    """``DefaultPublishTarget``: where a publish to the queue's name goes (a literal topic
+    that an underlying topic matches); ``None``: publishes to the name stay there."""
+    expiration_model: ExpirationModel = "default"
+    """How ``Expiration`` and a message's own expiration combine (:data:`EXPIRATION_MODELS`)."""
+    target_queue_depth: int | None = None
+    """``TargetQueueDepth``: at most this many messages are active (deliverable, queryable,
+    acknowledgeable by filter); later ones wait, in order; ``None``: all are active."""
+    domain: str | None = None
+    """``GroupLocalQueueDomain``: the queue's identity is ``(name, domain)`` instead of
+    ``(name, group)`` (``GroupLocalQueue`` only)."""
 
     def topics(self) -> tuple[str, ...]:
         """The underlying topics, with the default (the queue's name) applied."""
@@ -175,13 +199,7 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
     name, mt, kind = _check_structure(elem, fail)
     label = f"queue {name!r}"
     underlying = tuple(_texts(elem, "UnderlyingTopic", fail))
-    for topic in underlying:
-        if _REGEX_CHARS.search(topic):
-            fail(
-                _first(elem, "UnderlyingTopic"),
-                f"{label}: a regular expression <UnderlyingTopic> {topic!r} needs "
-                "<DefaultPublishTarget>, which is not implemented by the reference server",
-            )
+    target = _publish_target(elem, underlying, label, fail)
     semantics = _choice(elem, "Semantics", ("at-least-once", "at-most-once"), label, fail)
     sem: Semantics = "at-least-once" if semantics is None else semantics  # type: ignore[assignment]
     fairness = _choice(elem, "FairnessModel", ("fast", "round-robin", "proportional"), label, fail)
@@ -230,7 +248,49 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
         initial_owner=_text(elem, "InitialOwner", fail),
         barrier=barrier,
         priority=priority,
+        default_publish_target=target,
+        expiration_model=_choice(elem, "ExpirationModel", EXPIRATION_MODELS, label, fail)
+        or "default",  # type: ignore[arg-type]
+        target_queue_depth=_integer(elem, "TargetQueueDepth", TARGET_QUEUE_DEPTH_MIN, label, fail),
+        domain=_text(elem, "GroupLocalQueueDomain", fail),
     )
+
+
+def _publish_target(
+    elem: ET.Element, underlying: tuple[str, ...], label: str, fail: Fail
+) -> str | None:
+    """``DefaultPublishTarget``, checked: required when an ``UnderlyingTopic`` is a regular
+    expression, a literal topic name, and one of the queue's underlying topics."""
+    from ..engine.topics import TopicError, compile_topic
+
+    target = _text(elem, "DefaultPublishTarget", fail)
+    regexes = [topic for topic in underlying if _REGEX_CHARS.search(topic)]
+    for topic in regexes:
+        try:
+            compile_topic(topic)
+        except TopicError as exc:
+            fail(_first(elem, "UnderlyingTopic"), f"{label}: <UnderlyingTopic>: {exc}")
+    if target is None:
+        if regexes:
+            fail(
+                _first(elem, "UnderlyingTopic"),
+                f"{label}: a regular expression <UnderlyingTopic> {regexes[0]!r} needs "
+                "<DefaultPublishTarget> (where a publish to the queue's name goes)",
+            )
+        return None
+    where = _first(elem, "DefaultPublishTarget")
+    if _REGEX_CHARS.search(target):
+        fail(where, f"{label}: <DefaultPublishTarget> {target!r} must be a topic name, not a regex")
+    name = _child_text(elem, "Name", fail)
+    if target == name:
+        fail(where, f"{label}: <DefaultPublishTarget> cannot be the queue's own name")
+    if not any(compile_topic(topic).matches(target) for topic in underlying):
+        fail(
+            where,
+            f"{label}: <DefaultPublishTarget> {target!r} is not one of the queue's underlying "
+            "topics (no <UnderlyingTopic> matches it)",
+        )
+    return target
 
 
 def _check_structure(elem: ET.Element, fail: Fail) -> tuple[str, str, Kind]:
@@ -259,7 +319,6 @@ def _check_structure(elem: ET.Element, fail: Fail) -> tuple[str, str, Kind]:
             fail(_first(elem, element), f"{label}: <{element}> is for <GroupLocalQueue> only")
     if kind == "GroupLocalQueue" and "InitialOwner" not in present:
         fail(elem, f"{label}: <GroupLocalQueue> requires <InitialOwner>")
-    _integer(elem, "TargetQueueDepth", 1000, label, fail)  # validated, then refused below
     for element, why in NOT_IMPLEMENTED.items():
         if element in present:
             fail(

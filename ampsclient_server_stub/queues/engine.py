@@ -42,7 +42,7 @@ from ampsclient.protocol.header import Header, decode_header, encode_header, esc
 
 from ..config_values import ConfigError
 from ..engine.filters import compile_expression, compile_filter
-from ..engine.journal import JournalError, JournalRecord
+from ..engine.journal import JournalError
 from ..engine.payload import decode
 from ..engine.session import CallLater, TimerHandle
 from ..engine.state import Connection, Subscription
@@ -68,7 +68,10 @@ from ..engine.wire import (
 )
 from .config import QueueConfig
 from .dead_letter import DeadLetters
+from .depth import Inactive, Waiting
+from .expiration import MessageExpiry
 from .model import Queue, QueueMessage, QueueSub
+from .recovery import Replay
 
 __all__ = ["ACK_FILE", "NEVER", "QueueEngine", "QueueStartError"]
 
@@ -128,6 +131,8 @@ class QueueEngine:
         clock: epoch seconds.
         instance: this instance's name (``GroupLocalQueue`` ownership).
         replicated: the instance replicates (only ``LocalQueue`` can run then).
+        expiry: a message's own expiration (SOW underlying topics, ``ExpirationModel``);
+            ``None``: messages carry none.
 
     Raises:
         QueueStartError: an underlying topic is not recorded in the transaction log, or a
@@ -145,6 +150,7 @@ class QueueEngine:
         clock: Callable[[], float],
         instance: str,
         replicated: bool = False,
+        expiry: MessageExpiry | None = None,
     ) -> None:
         self._txlog = txlog
         self._table_remove = table.remove
@@ -168,8 +174,18 @@ class QueueEngine:
         self._ack_path = Path(self._journal.directory) / f"{self._journal.name}.{ACK_FILE}"
         self.counters: dict[str, int] = {"acks": 0, "bad_acks": 0, "ack_records": 0}
         self.dead_letters: DeadLetters | None = None
+        self._expiry = expiry
+        self.inactive: dict[str, Inactive] = {}
+        """``TargetQueueDepth`` queues: their messages not active yet, by queue name."""
+        self.publish_targets: dict[tuple[str, str], str] = {
+            (c.message_type, c.name): c.default_publish_target
+            for c in configs
+            if c.default_publish_target is not None
+        }
+        """``DefaultPublishTarget``: ``(message type, queue name)`` -> the topic a publish to
+        the queue's name goes to (the broker's ingest re-routes it)."""
         """The dead-letter actions run on expirations (set by the broker)."""
-        self._timed = any(c.lease_period or c.expiration for c in configs)
+        self._timed = expiry is not None or any(c.lease_period or c.expiration for c in configs)
         self._stale = False
         for i, cfg in enumerate(configs):
             self._check(cfg, replicated)
@@ -189,6 +205,8 @@ class QueueEngine:
                 "delivers its own copy)"
             )
         for topic in cfg.topics():
+            if compile_topic(topic).is_regex:
+                topic = cfg.default_publish_target or topic  # the one topic known for sure
             if not self._txlog.records(cfg.message_type, topic):
                 raise QueueStartError(
                     f"queue {cfg.name!r}: underlying topic {topic!r} "
@@ -208,6 +226,8 @@ class QueueEngine:
         )
         self.queues[(mt, cfg.name)] = queue
         self._names.add(cfg.name)
+        if cfg.target_queue_depth is not None:
+            self.inactive[cfg.name] = Inactive(queue, cfg.target_queue_depth)
         self._recover(queue)
         predicate = compile_filter(cfg.filter) if cfg.filter else None
         conn = Connection(
@@ -240,14 +260,29 @@ class QueueEngine:
         queue then offers what it can, once for the whole batch."""
         now = self._clock()
         enqueue = queue.enqueue
+        inactive = self.inactive.get(queue.name) if self.inactive else None
+        expiry = self._expiry if queue.config.expiration_model != "queue" else None
         added = False
         for frame in frames:
             # Fast path: the plain delivery frame ...,"bm":"<bm>"}BODY (no correlation id).
             i = frame.find(b',"bm":"')
             j = frame.find(b'"', i + 7) if i > 0 else -1
             x: str | None
-            if j > 0 and frame[j + 1 : j + 2] == b"}":
-                bookmark: str | None = frame[i + 7 : j].decode()
+            bookmark: str | None
+            expires: float | None = None
+            if expiry is not None or inactive is not None:
+                hdr, end = decode_header(frame)
+                bookmark = text(hdr.get("bm"))
+                data = frame[end:]
+                x = text(hdr.get("x"))
+                if expiry is not None:
+                    mt = queue.config.message_type
+                    expires = expiry.live(mt, str(hdr.get("t")), text(hdr.get("k")))
+                if inactive is not None and bookmark is not None:
+                    added = inactive.admit(Waiting(bookmark, data, x, now, expires)) or added
+                    continue
+            elif j > 0 and frame[j + 1 : j + 2] == b"}":
+                bookmark = frame[i + 7 : j].decode()
                 data = frame[j + 2 :]
                 x = None
             else:
@@ -255,10 +290,10 @@ class QueueEngine:
                 bookmark = text(hdr.get("bm"))
                 data = frame[end:]
                 x = text(hdr.get("x"))
-            if bookmark is None:  # pragma: no cover - underlying topics are recorded
+            if bookmark is None:  # a topic a regex UnderlyingTopic matches but not journaled
                 logger.warning("queue %r: a message without a bookmark not enqueued", queue.name)
                 continue
-            added = enqueue(bookmark, data, x, now) or added
+            added = enqueue(bookmark, data, x, now, expires=expires) or added
         if added:
             if queue.subs:
                 self._pump(queue)
@@ -364,7 +399,13 @@ class QueueEngine:
                 self.counters["bad_acks"] += 1
                 raise CommandFailure("invalid bookmark", "queue acknowledgement without bookmarks")
         self.counters["acks"] += 1
+        inactive = self.inactive.get(queue.name) if self.inactive else None
+        early: list[str] = []
+        if inactive is not None and option is None:  # not active yet: it never will be
+            early = [b for b in bookmarks if inactive.remove(b)]
+            bookmarks = [b for b in bookmarks if b not in early] if early else bookmarks
         result = queue.ack(bookmarks, option=option, owner=conn, now=now, known=self._in_journal)
+        result.removed.extend(early)
         self._expired(queue, result.expired, journaled=True)  # letters before the removals
         index = self._record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
         self._pump(queue)
@@ -381,7 +422,8 @@ class QueueEngine:
         topics = self.queues[(mt, matcher.topic)].config.topics()
         if len(topics) == 1:
             return compile_topic(topics[0])
-        return compile_topic("^(?:" + "|".join(re.escape(t) for t in topics) + ")$")
+        parts = [t if compile_topic(t).is_regex else "^" + re.escape(t) + "$" for t in topics]
+        return compile_topic("|".join(f"(?:{p})" for p in parts))
 
     def query(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> bool:
         """A ``sow`` query of a queue topic: the messages available now (leased ones are not
@@ -439,6 +481,9 @@ class QueueEngine:
     # ------------------------------------------------------------------ delivery
 
     def _pump(self, queue: Queue) -> None:
+        inactive = self.inactive.get(queue.name) if self.inactive else None
+        if inactive is not None and inactive.waiting:
+            inactive.refill()
         leases = queue.offer(self._clock())
         if not leases:
             return
@@ -461,6 +506,8 @@ class QueueEngine:
             sub.conn.session.send((head + sub.sid + tail + "}").encode() + msg.data)
         if gone:
             self._record(queue, gone)
+        if inactive is not None and inactive.waiting and len(queue) < inactive.target:
+            self._pump(queue)  # at-most-once deliveries left: the next ones become active
 
     def _expired(
         self,
@@ -532,60 +579,25 @@ class QueueEngine:
             start = journal.first_index
         else:
             start = journal.last_index + 1
-        topics = set(cfg.topics())
-        predicate = compile_filter(cfg.filter) if cfg.filter else None
-        mt = cfg.message_type
+        replay = Replay(queue, expiry=self._expiry, inactive=self.inactive.get(cfg.name))
         position = max(start, journal.first_index)
-        enqueued = removed = 0
         while position <= journal.last_index:
             batch = journal.read(position, max_records=4096)
             if not batch:
                 break
             for record in batch:
-                enqueued, removed = self._replay(
-                    queue, record, topics, predicate, mt, enqueued, removed
-                )
+                replay.apply(record)
             position = batch[-1].index + 1
+        replay.done()
         self._points[_key(cfg)] = start
-        if enqueued or removed:
+        if replay.enqueued or replay.removed:
             logger.info(
                 "queue %r recovered from journal index %d: %d messages, %d removed",
                 cfg.name,
                 start,
                 len(queue),
-                removed,
+                replay.removed,
             )
-
-    @staticmethod
-    def _replay(
-        queue: Queue,
-        record: JournalRecord,
-        topics: set[str],
-        predicate: Callable[[Any], bool] | None,
-        mt: str,
-        enqueued: int,
-        removed: int,
-    ) -> tuple[int, int]:
-        if str(record.fields.get("mt", "json")) != mt:
-            return enqueued, removed
-        if record.command == "sow_delete":
-            if record.topic == queue.name and "queue" in record.fields:
-                for bookmark in split_list(record.fields.get("bm")):
-                    if queue.remove(bookmark) is not None:
-                        removed += 1
-            return enqueued, removed
-        if record.topic not in topics:
-            return enqueued, removed
-        if predicate is not None:
-            doc = decode(mt, record.payload)
-            if doc is None or not predicate(doc):
-                return enqueued, removed
-        x = record.fields.get("x")
-        if queue.enqueue(
-            record.bookmark, record.payload, None if x is None else str(x), record.timestamp / 1e6
-        ):
-            enqueued += 1
-        return enqueued, removed
 
     def _load_points(self) -> dict[str, int]:
         try:
@@ -713,6 +725,8 @@ class QueueEngine:
                 "age_of_oldest_lease": round(queue.oldest_lease_age(now), 3),
                 "deferred_ack_count": len(queue.deferred),
                 "subscriptions": len(queue.subs),
+                "target_queue_depth": cfg.target_queue_depth,
+                "inactive_message_count": len(self.inactive.get(cfg.name) or ()),
                 **queue.counters,
             }
         return out

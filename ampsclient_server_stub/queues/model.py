@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from .config import QueueConfig
+from .expiration import deadline
 
 __all__ = [
     "AVAILABLE",
@@ -204,8 +205,11 @@ class Queue:
     def __len__(self) -> int:
         return len(self.messages)
 
-    def enqueue(self, bookmark: str, data: bytes, x: str | None, now: float) -> bool:
-        """A new message (``False``: already here, or acknowledged before it arrived)."""
+    def enqueue(
+        self, bookmark: str, data: bytes, x: str | None, now: float, *, expires: float | None = None
+    ) -> bool:
+        """A new message (``False``: already here, or acknowledged before it arrived);
+        ``now``: its publication, ``expires``: its own expiration (``queues.expiration``)."""
         if bookmark in self.messages:
             return False
         if self.deferred.pop(bookmark, None) is not None:
@@ -213,9 +217,8 @@ class Queue:
             return False
         self._order += 1
         msg = QueueMessage(bookmark, data, x, self._order, now)
-        expiration = self.config.expiration
-        if expiration is not None:
-            msg.expires = now + expiration
+        msg.expires = deadline(self.config, now, expires)
+        if msg.expires is not None:
             heapq.heappush(self._expiry_heap, (msg.expires, msg.order, msg))
         if self._barrier is not None:
             msg.doc = self._decode(data)

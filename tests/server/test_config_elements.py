@@ -417,6 +417,7 @@ REPL = "replication/test_links.py::"
 REPL_SEC = "replication/test_security.py::"
 JOURNAL = "txlog/test_journal_actions.py::"
 DEAD = "queues/test_dead_letter.py::"
+QUEUES = "queues/"
 
 _AUTH = Covered(SECURITY + "test_users_file_authentication_and_no_credentials_in_logs")
 _ENT = Covered(SECURITY + "test_entitlements_on_commands")
@@ -587,10 +588,29 @@ PROOFS: dict[str, Probe | Covered] = {
     "Actions/Action/Do/Options/Topic": Covered(DEAD + "test_the_xml_configuration_runs"),
     "Actions/Action/Do/Options/MessageType": Covered(DEAD + "test_the_xml_configuration_runs"),
     "Actions/Action/Do/Options/Data": Covered(DEAD + "test_the_xml_configuration_runs"),
+    "SOW/Queue/UnderlyingTopic": Covered(
+        QUEUES + "test_queue_targets.py::"
+        "test_a_regex_queue_takes_every_matching_topic_and_its_name_publishes_to_the_target"
+    ),
+    "SOW/Queue/DefaultPublishTarget": Covered(
+        QUEUES + "test_queue_targets.py::test_a_publish_run_to_the_queue_name_is_rerouted"
+    ),
+    "SOW/Queue/ExpirationModel": Covered(
+        QUEUES + "test_queue_expiration_model.py::test_each_model_combines_the_two_expirations"
+    ),
+    "SOW/Queue/TargetQueueDepth": Covered(
+        QUEUES + "test_queue_target_depth.py::"
+        "test_only_the_target_depth_is_active_and_the_rest_follows_in_order"
+    ),
+    "SOW/GroupLocalQueue/GroupLocalQueueDomain": Covered(
+        QUEUES + "test_queue_domain.py::test_a_group_local_queue_with_a_domain_runs_on_one_instance"
+    ),
 }
 """The proof of each accepted element."""
 
-DELEGATED_PROOFS = {path: Covered("queues/test_queue_config.py::test_refused") for path in DELEGATED}
+DELEGATED_PROOFS = {
+    path: Covered("queues/test_queue_config.py::test_refused") for path in DELEGATED
+}
 
 
 def test_every_accepted_element_has_a_proof() -> None:

@@ -1,0 +1,88 @@
+"""Rebuilding one queue from its journal records at start-up (``queues.engine`` reads the
+journal from the queue's ack point and hands each record to :class:`Replay`).
+
+A record of an underlying topic (a name or a regular expression) that passes the queue's
+``Filter`` enters the queue again (or waits, beyond ``TargetQueueDepth``), with its own
+expiration (``queues.expiration``); a journaled removal (a ``sow_delete`` on the queue topic
+marked ``queue``) takes its bookmarks out again.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..engine.filters import compile_filter
+from ..engine.journal import JournalRecord
+from ..engine.payload import decode
+from ..engine.topics import compile_topic
+from ..engine.wire import split_list
+from .depth import Inactive, Waiting
+from .expiration import MessageExpiry
+from .model import Queue
+
+__all__ = ["Replay"]
+
+_JSON: Final = "json"
+
+
+class Replay:
+    """Applies journal records to ``queue`` in order; counts what it did."""
+
+    def __init__(
+        self, queue: Queue, *, expiry: MessageExpiry | None, inactive: Inactive | None
+    ) -> None:
+        cfg = queue.config
+        self._queue = queue
+        self._mt = cfg.message_type
+        self._matchers = [compile_topic(topic) for topic in cfg.topics()]
+        self._names = {m.topic for m in self._matchers if not m.is_regex}
+        self._regexes = [m for m in self._matchers if m.is_regex]
+        self._predicate = compile_filter(cfg.filter) if cfg.filter else None
+        self._expiry = expiry if cfg.expiration_model != "queue" else None
+        self._inactive = inactive
+        self.enqueued = 0
+        """Messages that entered the queue (or wait to)."""
+        self.removed = 0
+        """Messages a journaled removal took out."""
+
+    def apply(self, record: JournalRecord) -> None:
+        """One journal record."""
+        mt = self._mt
+        if str(record.fields.get("mt", _JSON)) != mt:
+            return
+        queue = self._queue
+        if record.command == "sow_delete":
+            if record.topic == queue.name and "queue" in record.fields:
+                inactive = self._inactive
+                for bookmark in split_list(record.fields.get("bm")):
+                    if queue.remove(bookmark) is not None or (
+                        inactive is not None and inactive.remove(bookmark)
+                    ):
+                        self.removed += 1
+            return
+        topic = record.topic
+        if topic not in self._names and not any(m.matches(topic) for m in self._regexes):
+            return
+        if self._predicate is not None:
+            doc = decode(mt, record.payload)
+            if doc is None or not self._predicate(doc):
+                return
+        x = record.fields.get("x")
+        expires = None if self._expiry is None else self._expiry.recorded(mt, record)
+        published = record.timestamp / 1e6
+        text_x = None if x is None else str(x)
+        if self._inactive is not None:
+            entered = self._inactive.admit(
+                Waiting(record.bookmark, record.payload, text_x, published, expires)
+            )
+        else:
+            entered = queue.enqueue(
+                record.bookmark, record.payload, text_x, published, expires=expires
+            )
+        if entered:
+            self.enqueued += 1
+
+    def done(self) -> None:
+        """The journal is read: activate what the target depth allows."""
+        if self._inactive is not None:
+            self._inactive.refill()
