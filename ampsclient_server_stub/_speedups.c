@@ -251,6 +251,41 @@ PyDoc_STRVAR(replay_frames_doc,
 "and index right, its publisher `pid` and its msgpack part prefix + len + payload + suffix.\n"
 "Returns where it stopped and the last sequence framed (-1: none).");
 
+/* CRC-32 (zlib's: reflected 0xEDB88320), slicing by 8. zlib 1.2.13's crc32 takes about
+ * 250 ns for a 60-byte journal record here; this takes a fraction of it. Same values as
+ * zlib.crc32 (the twins use that; the differential tests compare the bytes). */
+static uint32_t crc_tab[8][256];
+
+static void crc_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_tab[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc_tab[t][n] = (crc_tab[t - 1][n] >> 8) ^ crc_tab[0][crc_tab[t - 1][n] & 0xff];
+}
+
+static uint32_t crc32_fast(const unsigned char *p, size_t n) {
+    uint32_t c = 0xffffffffu;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+        lo ^= c;
+        c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^ crc_tab[5][(lo >> 16) & 0xff]
+            ^ crc_tab[4][lo >> 24] ^ crc_tab[3][hi & 0xff] ^ crc_tab[2][(hi >> 8) & 0xff]
+            ^ crc_tab[1][(hi >> 16) & 0xff] ^ crc_tab[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+#endif
+    while (n--) c = crc_tab[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
 #define J_FRAME_OVERHEAD 40 /* length, crc, then index, ts, publisher, sequence */
 #define J_MIN_BODY 32
 
@@ -287,7 +322,7 @@ static PyObject *replay_frames(PyObject *self, PyObject *args) {
         if (p >= end || memcmp(r + J_FRAME_OVERHEAD, prefix.buf, (size_t)pl) != 0) break;
         Py_ssize_t bl = d[p];
         if (p + 1 + bl + sl != end || memcmp(d + end - sl, suffix.buf, (size_t)sl) != 0) break;
-        if ((uint32_t)crc32(0L, r + 8, length) != crc) break;
+        if (crc32_fast(r + 8, length) != crc) break;
         unsigned long long seq = le64(r + 32);
         if (seq > (unsigned long long)LLONG_MAX) break;
         char digits[24];
@@ -622,7 +657,7 @@ static PyObject *journal_frames(PyObject *self, PyObject *args) {
         memcpy(w, views[i].buf, (size_t)views[i].len); w += views[i].len;
         memcpy(w, fields.buf, (size_t)fields.len); w += fields.len;
         uint32_t body = (uint32_t)(w - rec - 8);
-        uint32_t crc = (uint32_t)crc32(0L, (const unsigned char *)rec + 8, body);
+        uint32_t crc = crc32_fast((const unsigned char *)rec + 8, body);
         for (int b = 0; b < 4; b++) { rec[b] = (char)(body >> (8 * b)); rec[4 + b] = (char)(crc >> (8 * b)); }
         ov[i] = sz;
         sqv[i] = seqv[i];
@@ -663,4 +698,7 @@ static struct PyModuleDef module = {
     "Optional C versions of the reference server's per-message loops.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__speedups(void) {
+    crc_init();
+    return PyModule_Create(&module);
+}
