@@ -489,21 +489,42 @@ class QueueEngine:
             return
         head = '{"c":"p","t":"' + escape(queue.name) + '","sids":"'
         gone: list[str] = []
+        at_most_once = queue.at_most_once
+        # the frames of one pump, per subscription: its header start (made once), each
+        # frame joined from bytes, one send_many per session (order kept per session)
+        starts: dict[int, tuple[bytes, list[bytes]]] = {}
+        sends: dict[int, tuple[Callable[[list[bytes]], None], list[bytes]]] = {}
+        lp_tails: dict[float | None, bytes] = {}
         for qsub, msg in leases:
-            sub = qsub.key
-            assert isinstance(sub, Subscription)
+            entry = starts.get(id(qsub))
+            if entry is None:
+                sub = qsub.key
+                assert isinstance(sub, Subscription)
+                session = sub.conn.session
+                sent = sends.get(id(session))
+                if sent is None:
+                    sent = sends[id(session)] = (session.send_many, [])
+                entry = starts[id(qsub)] = ((head + sub.sid + '","bm":"').encode(), sent[1])
+            start, frames = entry
+            bookmark = msg.bookmark
             if msg.barrier:  # not leased: no lp (nothing to acknowledge)
-                tail = '","bm":"' + msg.bookmark + '"'
-                if not gone or gone[-1] != msg.bookmark:
-                    gone.append(msg.bookmark)
+                tail = b'"'
+                if not gone or gone[-1] != bookmark:
+                    gone.append(bookmark)
             else:
-                lp = NEVER if msg.lease_deadline is None else format_timestamp(msg.lease_deadline)
-                tail = '","bm":"' + msg.bookmark + '","lp":"' + lp + '"'
-                if queue.at_most_once:
-                    gone.append(msg.bookmark)
+                deadline = msg.lease_deadline
+                lp_tail = lp_tails.get(deadline)
+                if lp_tail is None:
+                    lp = NEVER if deadline is None else format_timestamp(deadline)
+                    lp_tail = lp_tails[deadline] = ('","lp":"' + lp + '"').encode()
+                tail = lp_tail
+                if at_most_once:
+                    gone.append(bookmark)
             if msg.x:
-                tail += ',"x":"' + escape(msg.x) + '"'
-            sub.conn.session.send((head + sub.sid + tail + "}").encode() + msg.data)
+                tail += (',"x":"' + escape(msg.x) + '"').encode()
+            frames.append(b"".join((start, bookmark.encode(), tail, b"}", msg.data)))
+        for send_many, frames in sends.values():
+            send_many(frames)
         if gone:
             self._record(queue, gone)
         if inactive is not None and inactive.waiting and len(queue) < inactive.target:

@@ -27,6 +27,7 @@ Rules (``shared/queues.md`` §1, §4-§6):
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -175,6 +176,10 @@ class Queue:
         self.messages: dict[str, QueueMessage] = {}
         """Every tracked message by bookmark (available and leased), publication order."""
         self._heap: list[tuple[int, int, QueueMessage]] = []
+        self._fresh: deque[QueueMessage] = deque()
+        """Without ``Priority``: new messages in publication order (a FIFO costs O(1) where
+        the heap costs O(log depth)); :meth:`offer` merges it with :attr:`_heap`, which then
+        holds only the messages that went back (returned, skipped)."""
         self._order = 0
         self.subs: list[QueueSub] = []
         self._rr = 0
@@ -227,7 +232,10 @@ class Queue:
             msg.doc = self._decode(data)
             msg.rank = -_unsigned(self._priority(msg.doc) if msg.doc is not None else None)
         self.messages[bookmark] = msg
-        heapq.heappush(self._heap, (msg.rank, msg.order, msg))
+        if self._priority is None:
+            self._fresh.append(msg)
+        else:
+            heapq.heappush(self._heap, (msg.rank, msg.order, msg))
         self.counters["enqueued"] += 1
         return True
 
@@ -270,11 +278,13 @@ class Queue:
         """Lease what can be leased now; returns ``(subscription, message)`` in order."""
         out: list[tuple[QueueSub, QueueMessage]] = []
         heap = self._heap
-        if not heap or not self.owner:
+        fresh = self._fresh
+        if not (heap or fresh) or not self.owner:
             return out
         if not self.subs:
             return out
-        if not heap[0][2].barrier:
+        first = fresh[0] if fresh and (not heap or fresh[0].order < heap[0][1]) else heap[0][2]
+        if not first.barrier:
             for candidate in self.subs:
                 if len(candidate.leased) < candidate.backlog:
                     break
@@ -284,25 +294,35 @@ class Queue:
         lease_period = self.config.lease_period
         skipped: list[tuple[int, int, QueueMessage]] = []
         choose = self._choose
-        while heap and (limit is None or self.leased < limit):
-            item = heapq.heappop(heap)
-            msg = item[2]
+        heappop = heapq.heappop
+        popleft = fresh.popleft
+        item: tuple[int, int, QueueMessage] | None
+        while (heap or fresh) and (limit is None or self.leased < limit):
+            if fresh and (not heap or fresh[0].order < heap[0][1]):
+                msg = popleft()
+                item = None  # made only if it goes back
+            else:
+                item = heappop(heap)
+                msg = item[2]
             if msg.state != AVAILABLE:
                 continue  # acknowledged or expired while waiting
             if msg.barrier:
                 if next(iter(self.messages)) != msg.bookmark:
-                    skipped.append(item)  # earlier messages are not all acknowledged yet:
-                    break  # it waits, and so does everything after it
+                    # earlier messages are not all acknowledged yet: it waits, and so
+                    # does everything after it
+                    skipped.append(item or _item(msg))
+                    break
                 out.extend(self._release_barrier(msg))
                 continue
             qsub = choose(msg)
             if qsub is None:
-                skipped.append(item)  # no subscription with room takes this one
+                # no subscription with room takes this one
+                skipped.append(item or _item(msg))
                 if len(skipped) >= _SCAN_LIMIT:
                     break
                 continue
             if qsub is _FULL:
-                skipped.append(item)
+                skipped.append(item or _item(msg))
                 break
             msg.deliveries += 1
             self.leased += 1
@@ -548,6 +568,11 @@ class Queue:
             self._release(msg, msg.lessee)
         msg.state = GONE
         self.messages.pop(msg.bookmark, None)
+
+
+def _item(msg: QueueMessage) -> tuple[int, int, QueueMessage]:
+    """``msg``'s entry in the offer heap (a message from the FIFO going back)."""
+    return (msg.rank, msg.order, msg)
 
 
 def _unsigned(value: Any) -> int:
