@@ -6,6 +6,10 @@ As in AMPS, retrieving an action's URI performs it (``GET``; ``POST`` works too)
   or ``connection-<id>`` before it logged on);
 * ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade``: switch a
   sync destination's acknowledgment to async and back;
+* ``/amps/administrator/queues/<queue>/enable_proxied_transfer`` and
+  ``.../disable_proxied_transfer``: let this instance take over the messages of a replicated
+  queue owned by instances it cannot reach (disaster recovery: duplicates are possible, see
+  ``ampsclient_server_stub.queues.replicated``);
 * ``/amps/administrator/journal/compress?age=1h``, ``.../archive?age=1d`` and
   ``.../remove?age=7d``: compress, archive (to ``<JournalArchiveDirectory>``; 409 without one)
   or remove the journal files whose newest record is older than ``age`` (files a replay or a
@@ -33,6 +37,8 @@ ACTIONS: Final[Mapping[str, str]] = {
     "clients/<client>/disconnect": "disconnect a client",
     "replication/<destination>/downgrade": "make a sync destination's acknowledgment async",
     "replication/<destination>/upgrade": "restore sync acknowledgment of a downgraded destination",
+    "queues/<queue>/enable_proxied_transfer": "take over messages owned by unreachable instances",
+    "queues/<queue>/disable_proxied_transfer": "stop taking over messages (the default)",
     "journal/compress?age=<duration>": "compress journal files older than age",
     "journal/remove?age=<duration>": "remove journal files older than age",
     "journal/archive?age=<duration>": "move journal files older than age to the archive directory",
@@ -80,6 +86,8 @@ async def run_action(server: AdminHost, request: Request) -> dict[str, Any]:
         else:
             changed = manager.upgrade(destination)
         return {"action": parts[2], "destination": destination, "result": changed}
+    if len(parts) == 3 and parts[0] == "queues" and parts[2].endswith("_proxied_transfer"):
+        return _proxied_transfer(server, parts[1], parts[2])
     if len(parts) == 2 and parts[0] == "journal" and parts[1] in ("compress", "remove", "archive"):
         if server.journal is None:
             raise HttpError(404, "this instance has no transaction log")
@@ -94,3 +102,19 @@ async def run_action(server: AdminHost, request: Request) -> dict[str, Any]:
             files = await server.prune_journal(age)
         return {"action": parts[1], "age": age, "result": [p.name for p in files]}
     raise HttpError(404, "no such admin action: /" + "/".join(request.path))
+
+
+def _proxied_transfer(server: AdminHost, queue: str, action: str) -> dict[str, Any]:
+    if action not in ("enable_proxied_transfer", "disable_proxied_transfer"):
+        raise HttpError(404, f"no such queue action {action!r}")
+    broker = server.broker
+    engine = broker.queues if broker is not None else None
+    if engine is None or not any(q.name == queue for q in engine.queues.values()):
+        raise HttpError(404, f"no queue {queue!r}")
+    replica = engine.replica
+    if replica is None or all(
+        q.config.kind == "LocalQueue" for q in engine.queues.values() if q.name == queue
+    ):
+        raise HttpError(409, f"queue {queue!r} is not a replicated queue")
+    changed = replica.set_proxied(queue, action.startswith("enable"))
+    return {"action": action, "queue": queue, "result": changed}

@@ -24,6 +24,9 @@ underlying topics received and applies the journaled removals, so that what was
 acknowledged stays acknowledged and everything else is delivered again. The journal is
 pinned at the oldest such point (journal management never removes a file still holding an
 unacknowledged queue message).
+
+On an instance with ``<Replication>``, ``Queue`` and ``GroupLocalQueue`` are replicated
+queues: message ownership, transfer and proxied transfer live in :mod:`.replicated`.
 """
 
 from __future__ import annotations
@@ -70,10 +73,13 @@ from .config import QueueConfig
 from .dead_letter import DeadLetters
 from .depth import Inactive, Waiting
 from .expiration import MessageExpiry
-from .model import Queue, QueueMessage, QueueSub
+from .model import AVAILABLE, Queue, QueueMessage, QueueSub
 from .recovery import Replay
+from .replicated import ReplicatedQueues
 
 __all__ = ["ACK_FILE", "NEVER", "QueueEngine", "QueueStartError"]
+
+_ACK: Final = {"queue": 1}
 
 logger = logging.getLogger(__name__)
 
@@ -130,13 +136,13 @@ class QueueEngine:
             explicit :meth:`tick` calls.
         clock: epoch seconds.
         instance: this instance's name (``GroupLocalQueue`` ownership).
-        replicated: the instance replicates (only ``LocalQueue`` can run then).
+        replicated: the instance replicates (``Queue``/``GroupLocalQueue`` are then
+            replicated queues, see :mod:`.replicated`).
         expiry: a message's own expiration (SOW underlying topics, ``ExpirationModel``);
             ``None``: messages carry none.
 
     Raises:
-        QueueStartError: an underlying topic is not recorded in the transaction log, or a
-            ``Queue``/``GroupLocalQueue`` on a replicating instance.
+        QueueStartError: an underlying topic is not recorded in the transaction log.
     """
 
     def __init__(
@@ -187,23 +193,22 @@ class QueueEngine:
         """The dead-letter actions run on expirations (set by the broker)."""
         self._timed = expiry is not None or any(c.lease_period or c.expiration for c in configs)
         self._stale = False
+        self.replica: ReplicatedQueues | None = None
+        """Ownership of the replicated queues (``None``: the instance does not replicate)."""
+        if replicated and any(c.kind != "LocalQueue" for c in configs):
+            self.replica = ReplicatedQueues(
+                self, self._journal, configs, instance=instance, own_pid=self._pid, clock=clock
+            )
         for i, cfg in enumerate(configs):
-            self._check(cfg, replicated)
-            owner = cfg.initial_owner is None or cfg.initial_owner == instance
+            self._check(cfg)
+            owner = replicated or cfg.initial_owner is None or cfg.initial_owner == instance
             self._add(-(i + 1), cfg, owner, table)
         self._refresh_points()
         self._write_points()
         self._arm()
 
-    def _check(self, cfg: QueueConfig, replicated: bool) -> None:
+    def _check(self, cfg: QueueConfig) -> None:
         """Refuse a queue this instance cannot run (:class:`QueueStartError`)."""
-        if replicated and cfg.kind != "LocalQueue":
-            raise QueueStartError(
-                f"queue {cfg.name!r}: a <{cfg.kind}> on an instance with <Replication> is "
-                "a replicated queue (message ownership across instances), which the "
-                "reference server does not implement; use <LocalQueue> (each instance "
-                "delivers its own copy)"
-            )
         for topic in cfg.topics():
             if compile_topic(topic).is_regex:
                 topic = cfg.default_publish_target or topic  # the one topic known for sure
@@ -253,13 +258,18 @@ class QueueEngine:
         """``topic`` is a queue of message type ``mt``."""
         return topic in self._names and (mt, topic) in self.queues
 
+    def replica_of(self, queue: Queue) -> ReplicatedQueues | None:
+        """The ownership layer when ``queue`` is a replicated queue."""
+        return self.replica if queue.config.kind != "LocalQueue" else None
+
     # ------------------------------------------------------------------ intake
 
     def intake(self, queue: Queue, frames: Sequence[bytes]) -> None:
         """Messages published to one of ``queue``'s underlying topics (delivery frames); the
         queue then offers what it can, once for the whole batch."""
         now = self._clock()
-        enqueue = queue.enqueue
+        replica = self.replica_of(queue) if self.replica is not None else None
+        enqueue = queue.enqueue if replica is None else functools.partial(replica.enqueue, queue)
         inactive = self.inactive.get(queue.name) if self.inactive else None
         expiry = self._expiry if queue.config.expiration_model != "queue" else None
         added = False
@@ -296,7 +306,7 @@ class QueueEngine:
             added = enqueue(bookmark, data, x, now, expires=expires) or added
         if added:
             if queue.subs:
-                self._pump(queue)
+                self.pump(queue)
             if self._timed:
                 self._arm()
 
@@ -347,7 +357,7 @@ class QueueEngine:
                 send, hdr, "processed", sub_id=sub.sub_id, extra={"o": f"max_backlog={backlog}"}
             )
         send_acks(send, hdr, flags & COMPLETED, sub_id=sub.sub_id)
-        self._pump(queue)
+        self.pump(queue)
         self._arm()
         return True
 
@@ -358,7 +368,7 @@ class QueueEngine:
             return
         queue, qsub = entry
         self._expired(queue, _lease_ends(queue.discard(qsub, self._clock())))
-        self._pump(queue)
+        self.pump(queue)
 
     # ------------------------------------------------------------------ acknowledgements
 
@@ -404,11 +414,11 @@ class QueueEngine:
         if inactive is not None and option is None:  # not active yet: it never will be
             early = [b for b in bookmarks if inactive.remove(b)]
             bookmarks = [b for b in bookmarks if b not in early] if early else bookmarks
-        result = queue.ack(bookmarks, option=option, owner=conn, now=now, known=self._in_journal)
+        result = queue.ack(bookmarks, option=option, owner=conn, now=now, known=self.in_journal)
         result.removed.extend(early)
         self._expired(queue, result.expired, journaled=True)  # letters before the removals
-        index = self._record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
-        self._pump(queue)
+        index = self.record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
+        self.pump(queue)
         self._arm()
         return len(result.removed), matches, index
 
@@ -445,7 +455,7 @@ class QueueEngine:
             top_n = int_field(options.get("top_n"))
         batch = max(1, int_field(hdr.get("bs")) or 1)
         waiting = sorted(
-            (m for m in queue.messages.values() if m.lessee is None),
+            (m for m in queue.messages.values() if m.state == AVAILABLE),
             key=lambda m: (m.rank, m.order),
         )
         selected = [m for m in waiting if predicate is None or _matches(queue, m, predicate)]
@@ -470,7 +480,8 @@ class QueueEngine:
         send_acks(send, hdr, flags & (COMPLETED | STATS), query_id=query_id, extra=stats)
         return True
 
-    def _in_journal(self, bookmark: str) -> bool:
+    def in_journal(self, bookmark: str) -> bool:
+        """The transaction log holds the message ``bookmark`` (or it is not ours)."""
         pid, _, rest = bookmark.partition("|")
         seq = rest.partition("|")[0]
         try:
@@ -480,7 +491,8 @@ class QueueEngine:
 
     # ------------------------------------------------------------------ delivery
 
-    def _pump(self, queue: Queue) -> None:
+    def pump(self, queue: Queue) -> None:
+        """Deliver what ``queue`` can lease now."""
         inactive = self.inactive.get(queue.name) if self.inactive else None
         if inactive is not None and inactive.waiting:
             inactive.refill()
@@ -526,9 +538,9 @@ class QueueEngine:
         for send_many, frames in sends.values():
             send_many(frames)
         if gone:
-            self._record(queue, gone)
+            self.record(queue, gone)
         if inactive is not None and inactive.waiting and len(queue) < inactive.target:
-            self._pump(queue)  # at-most-once deliveries left: the next ones become active
+            self.pump(queue)  # at-most-once deliveries left: the next ones become active
 
     def _expired(
         self,
@@ -552,14 +564,15 @@ class QueueEngine:
             if dead_letters is not None:
                 dead_letters.expired(mt, queue.name, msg.data, reason, msg.x)
         if not journaled:
-            self._record(queue, [msg.bookmark for msg, _reason in expired])
+            self.record(queue, [msg.bookmark for msg, _reason in expired])
 
     # ------------------------------------------------------------------ journal
 
-    def _record(
-        self, queue: Queue, bookmarks: Sequence[str], *, urgent: bool = False
+    def record(
+        self, queue: Queue, bookmarks: Sequence[str], *, urgent: bool = False, extra: Any = None
     ) -> int | None:
-        """Journal the removal of ``bookmarks`` from ``queue``; its journal index.
+        """Journal the removal of ``bookmarks`` from ``queue`` (with ``extra``: a transfer
+        record of :mod:`.replicated` instead); its journal index.
 
         ``urgent``: someone waits for it to be durable (an ack asking for ``persisted``),
         so the group commit is requested now; otherwise within :data:`_COMMIT_DELAY` (or
@@ -575,7 +588,7 @@ class QueueEngine:
             topic=queue.name,
             command="sow_delete",
             payload=b"",
-            fields={"mt": queue.config.message_type, "bm": ",".join(bookmarks), "queue": 1},
+            fields={"mt": queue.config.message_type, "bm": ",".join(bookmarks), **(extra or _ACK)},
         )
         self.counters["ack_records"] += 1
         if urgent or self._call_later is None:
@@ -601,6 +614,7 @@ class QueueEngine:
         else:
             start = journal.last_index + 1
         replay = Replay(queue, expiry=self._expiry, inactive=self.inactive.get(cfg.name))
+        replica = self.replica_of(queue)
         position = max(start, journal.first_index)
         while position <= journal.last_index:
             batch = journal.read(position, max_records=4096)
@@ -608,6 +622,8 @@ class QueueEngine:
                 break
             for record in batch:
                 replay.apply(record)
+                if replica is not None:
+                    replica.recovered(queue, record)
             position = batch[-1].index + 1
         replay.done()
         self._points[_key(cfg)] = start
@@ -674,6 +690,8 @@ class QueueEngine:
     def on_durable(self, durable: int) -> None:
         """A group commit completed (``BrokerHooks.durable_listeners``): move the ack
         points past what was acknowledged; the file is written at most once a second."""
+        if self.replica is not None:
+            self.replica.scan(durable)
         if not self._stale:
             return
         try:
@@ -700,7 +718,7 @@ class QueueEngine:
             expired, _returned = queue.tick(now)
             if expired:
                 self._expired(queue, expired)
-            self._pump(queue)
+            self.pump(queue)
 
     def _arm(self) -> None:
         if self._call_later is None:
@@ -740,9 +758,9 @@ class QueueEngine:
                 "queue_depth": available,
                 "backlog": queue.leased,
                 "max_backlog": cfg.max_backlog,
-                "owned": len(queue) if queue.owner else 0,
-                "transferred_in": 0,
-                "transferred_out": 0,
+                "messages": len(queue),
+                "owned": len(queue) - queue.remote if queue.owner else 0,
+                "proxied_transfer": self.replica is not None and cfg.name in self.replica.proxied,
                 "age_of_oldest_lease": round(queue.oldest_lease_age(now), 3),
                 "deferred_ack_count": len(queue.deferred),
                 "subscriptions": len(queue.subs),

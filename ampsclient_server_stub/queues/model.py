@@ -38,6 +38,7 @@ __all__ = [
     "AVAILABLE",
     "GONE",
     "LEASED",
+    "REMOTE",
     "AckResult",
     "Queue",
     "QueueMessage",
@@ -47,6 +48,8 @@ __all__ = [
 AVAILABLE: Final = 0
 LEASED: Final = 1
 GONE: Final = 2
+REMOTE: Final = 3
+"""Replicated queues: another instance owns the message (it is tracked, never offered)."""
 
 _SCAN_LIMIT: Final = 10_000
 """Messages skipped (no subscription with room matches them) before one offer gives up."""
@@ -67,6 +70,7 @@ class QueueMessage:
         "lease_deadline",
         "lessee",
         "order",
+        "owner",
         "rank",
         "state",
         "x",
@@ -91,6 +95,8 @@ class QueueMessage:
         self.deliveries = 0
         self.cancels = 0
         self.doc: Any = _UNPARSED
+        self.owner: str | None = None
+        """Replicated queues: the instance that owns the message (``None``: not tracked)."""
 
 
 _UNPARSED: Final[Any] = object()
@@ -189,6 +195,8 @@ class Queue:
         """Acks of messages not in the queue yet: bookmark -> when to forget it."""
         self._lease_heap: list[tuple[float, int, QueueMessage]] = []
         self._expiry_heap: list[tuple[float, int, QueueMessage]] = []
+        self.remote = 0
+        """Messages another instance owns (state :data:`REMOTE`)."""
         self.counters: dict[str, int] = {
             "enqueued": 0,
             "delivered": 0,
@@ -199,6 +207,10 @@ class Queue:
             "returned": 0,
             "deferred_acks_applied": 0,
             "barriers": 0,
+            "transferred_in": 0,
+            "transferred_out": 0,
+            "transfer_requested": 0,
+            "transfer_refused": 0,
         }
         """Running totals since the start (statistics)."""
 
@@ -211,10 +223,20 @@ class Queue:
         return len(self.messages)
 
     def enqueue(
-        self, bookmark: str, data: bytes, x: str | None, now: float, *, expires: float | None = None
+        self,
+        bookmark: str,
+        data: bytes,
+        x: str | None,
+        now: float,
+        owner: str | None = None,
+        *,
+        expires: float | None = None,
     ) -> bool:
-        """A new message (``False``: already here, or acknowledged before it arrived);
-        ``now``: its publication, ``expires``: its own expiration (``queues.expiration``)."""
+        """A new message (``False``: already here, or acknowledged before it arrived).
+
+        ``now``: its publication, ``expires``: its own expiration (``queues.expiration``);
+        ``owner``: replicated queues only, the instance that owns it; :meth:`own` then says
+        whether this instance may deliver it (until then it is :data:`REMOTE`)."""
         if bookmark in self.messages:
             return False
         if self.deferred.pop(bookmark, None) is not None:
@@ -232,11 +254,51 @@ class Queue:
             msg.doc = self._decode(data)
             msg.rank = -_unsigned(self._priority(msg.doc) if msg.doc is not None else None)
         self.messages[bookmark] = msg
+        self.counters["enqueued"] += 1
+        if owner is not None:
+            msg.owner = owner
+            if not msg.barrier:  # a barrier is released by every instance (per instance)
+                msg.state = REMOTE
+                self.remote += 1
+                return True
         if self._priority is None:
             self._fresh.append(msg)
         else:
             heapq.heappush(self._heap, (msg.rank, msg.order, msg))
-        self.counters["enqueued"] += 1
+        return True
+
+    def decode_doc(self, msg: QueueMessage) -> Any:
+        """``msg``'s parsed payload (``None`` when it cannot be parsed), parsed once."""
+        if msg.doc is _UNPARSED:
+            msg.doc = self._decode(msg.data)
+        return msg.doc
+
+    def own(self, msg: QueueMessage, owner: str) -> bool:
+        """``owner`` (this instance) owns ``msg`` from now on: it becomes available here.
+        ``False`` when it was not :data:`REMOTE`."""
+        msg.owner = owner
+        if msg.state != REMOTE:
+            return False
+        msg.state = AVAILABLE
+        self.remote -= 1
+        heapq.heappush(self._heap, (msg.rank, msg.order, msg))
+        return True
+
+    def disown(self, msg: QueueMessage, owner: str) -> bool:
+        """Another instance, ``owner``, owns ``msg`` from now on (an available or leased
+        message stops being offered here; a lease in progress ends without a return).
+        ``False`` when it was already :data:`REMOTE` or gone."""
+        msg.owner = owner
+        if msg.state in (REMOTE, GONE):
+            return False
+        if msg.lessee is not None:
+            qsub = msg.lessee
+            if qsub.leased.pop(msg.bookmark, None) is not None:
+                self.leased -= 1
+            msg.lessee = None
+            msg.lease_deadline = None
+        msg.state = REMOTE
+        self.remote += 1
         return True
 
     def remove(self, bookmark: str) -> QueueMessage | None:
@@ -566,6 +628,8 @@ class Queue:
     def _drop(self, msg: QueueMessage) -> None:
         if msg.lessee is not None:
             self._release(msg, msg.lessee)
+        if msg.state == REMOTE:
+            self.remote -= 1
         msg.state = GONE
         self.messages.pop(msg.bookmark, None)
 

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from ampsclient.authenticator import Authenticator
 from ampsclient_server_stub.config import (
+    ConfigError,
     DestinationConfig,
     ReplicationActionConfig,
     ServerConfig,
@@ -28,6 +29,7 @@ from ampsclient_server_stub.config import (
 )
 from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
+from ampsclient_server_stub.queues.replicated import REQUEST_FRAME, ManagerPort
 from ampsclient_server_stub.security.auth import AuthVerdict, EntitlementModule
 from ampsclient_server_stub.security.policy import ServerSecurity
 from ampsclient_server_stub.security.replication import (
@@ -40,7 +42,7 @@ from ampsclient_server_stub.security.replication import (
 from .holds import SAVE_DELAY, HoldFile
 from .link import Link
 from .origins import IndexRuns
-from .rules import InstanceSummary, summarize, validate_destination
+from .rules import InstanceSummary, local_queue_problems, summarize, validate_destination
 from .streams import Inbound, Outbound
 
 __all__ = [
@@ -236,6 +238,8 @@ class ReplicationManager:
         broker.hooks.ack_limit = self.ack_limit
         broker.hooks.fully_durable_limit = self.fully_durable_limit
         broker.hooks.durable_listeners.append(self.on_durable)
+        if broker.queues is not None and broker.queues.replica is not None:
+            broker.queues.replica.attach(ManagerPort(self), self.loop.call_later)
         for out in self.outbounds.values():
             if out.dest.inet_addrs:
                 self._tasks.append(
@@ -257,6 +261,8 @@ class ReplicationManager:
     async def stop(self) -> None:
         """Close the listener and every link; release journal pins."""
         self._stopping = True
+        if self.broker.queues is not None and self.broker.queues.replica is not None:
+            self.broker.queues.replica.detach()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -578,6 +584,9 @@ class ReplicationManager:
             if out is not None:
                 have = {int(k): int(v) for k, v in (body or {}).items()}
                 out.on_have(have)
+        elif c == REQUEST_FRAME and link.peer_user is not None and self.broker.queues:
+            if self.broker.queues.replica is not None:
+                self.broker.queues.replica.on_request(link.peer_name, header, body)
         else:
             logger.warning("replication: unknown frame %r from %s", c, link.describe())
 
@@ -774,6 +783,8 @@ async def start_replication(
     )
     if not wanted:
         return None
+    for problem in local_queue_problems(config):
+        raise ConfigError(problem)
     if broker.txlog is None:
         logger.error(
             "replication: configured but this instance has no transaction log; replication "
