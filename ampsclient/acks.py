@@ -28,6 +28,7 @@ command id ``AMPS-queue-ack`` and no ack request (``shared/queues.md`` §10)::
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import threading
 from collections.abc import Callable
@@ -367,37 +368,26 @@ def persisted_ack_writer(
     return write
 
 
-_DELIVERY: Final = b'{"c":"p","t":"'
-_BM_KEY: Final = b',"bm":"'
-_LP_NEXT: Final = b'","lp":"'
+_DELIVERY: Final = re.compile(
+    rb'\{"c":"p","t":"([^"\\]+)","sids":"[^"\\]*","bm":"([^"\\]+)","lp":"[^"\\]'
+)
+"""The start of a leased delivery's header as the reference server writes it."""
 
 
 def delivery_fields(payload: bytes) -> tuple[str, str] | None:
     """``(topic, bookmark)`` of a leased queue delivery read from its bytes, or ``None``
     when the payload is not in the form this reads (then parse the header).
 
-    The form is the reference server's delivery header, ``{"c":"p","t":"<topic>",...,
-    "bm":"<bookmark>","lp":"<lease>"...}`` with a non-empty ``lp`` right after ``bm``, and no
-    backslash up to the bookmark's end: with no escapes, every quote there delimits a
-    string, so the ``bm`` found is the header's key (not text inside a value or the body).
+    The form is the reference server's delivery header, starting ``{"c":"p","t":"<topic>",
+    "sids":"<ids>","bm":"<bookmark>","lp":"<lease>`` with a non-empty lease and no quote or
+    backslash inside those values: with no escapes, every quote there delimits a string, so
+    the fields matched are the header's own (one regular expression match, one C call).
     """
-    if not payload.startswith(_DELIVERY):
+    found = _DELIVERY.match(payload)
+    if found is None:
         return None
-    t_end = payload.find(b'"', 14)
-    i = payload.find(_BM_KEY, t_end)
-    if i < 0:
-        return None
-    i += 7
-    j = payload.find(b'"', i)
-    if (
-        j < 0
-        or payload.startswith(b'"', j + 8)
-        or not payload.startswith(_LP_NEXT, j)
-        or payload.find(b"}", 0, i) >= 0
-        or payload.find(b"\\", 0, j) >= 0
-    ):
-        return None
-    return payload[14:t_end].decode(), payload[i:j].decode()
+    topic, bookmark = found.groups()
+    return topic.decode(), bookmark.decode()
 
 
 def parse_max_backlog(options: str | None) -> int | None:
