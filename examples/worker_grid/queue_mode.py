@@ -17,16 +17,15 @@ import argparse
 import collections
 import http.client
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from grid import Grid, TimedOut, run_loop, spawn
 
 from ampsclient import Client, Message
 from ampsclient_server_stub.harness import ServerProcess, free_port
@@ -45,12 +44,8 @@ CONFIG = """<AMPSConfig>
   </SOW>
 </AMPSConfig>"""
 
-Spawn = Callable[..., "subprocess.Popen[str]"]
 
-
-def run_queue(
-    args: argparse.Namespace, spawn: Spawn, bar: Callable[[int, int], str]
-) -> dict[str, Any]:
+def run_queue(args: argparse.Namespace) -> dict[str, Any]:
     """Run the queue-mode grid; print its audit and return it as a summary."""
     workdir = Path(tempfile.mkdtemp(prefix="worker-grid-queue-"))
     config = workdir / "grid.xml"
@@ -74,21 +69,20 @@ def run_queue(
         with lock:
             seen[message.json()["order_id"]] += 1
 
-    def worker(name: str) -> subprocess.Popen[str]:
+    def worker(index: int) -> subprocess.Popen[str]:
         return spawn(
             "queue_worker.py",
             "--uri",
             uri,
             "--name",
-            name,
+            f"queue-worker-{index}",
             "--backlog",
             str(args.backlog),
             "--batch",
             str(args.batch),
         )
 
-    workers: dict[int, subprocess.Popen[str]] = {}
-    publisher = None
+    grid = Grid(worker, args.workers)
     killed: int | None = None
     results: dict[int, Any] = {}
     audit: collections.Counter[int] = collections.Counter()
@@ -98,46 +92,28 @@ def run_queue(
             auditor.connect(uri)
             auditor.logon(10_000)
             auditor.subscribe(on_processed, "processed")
-            for i in range(args.workers):
-                workers[i] = worker(f"queue-worker-{i}")
-            publisher = spawn(
-                "publisher.py",
-                "--uri",
-                uri,
-                "--orders",
-                str(args.orders),
-                "--store",
-                str(workdir / "publisher.store"),
-            )
-            deadline = time.monotonic() + args.timeout
-            restarted = False
-            while True:
+            grid.launch(uri, args.orders, workdir / "publisher.store")
+
+            def processed() -> int:
                 with lock:
-                    done = len(seen)
-                print("\r" + bar(done, args.orders), end="", flush=True)
-                if done >= args.orders and _outstanding(admin_port) == 0:
-                    break  # every order processed and every lease acknowledged
-                if time.monotonic() > deadline:
-                    print()
-                    print("timed out", file=sys.stderr)
-                    return {"mode": "queue", "ok": False}
-                if killed is None and done >= args.kill_at * args.orders:
-                    killed = 1 % args.workers
-                    os.kill(workers[killed].pid, signal.SIGKILL)
-                    workers[killed].wait()
-                    print(f"\n  kill -9 queue-worker-{killed} at {done} processed orders")
-                elif killed is not None and not restarted:
-                    workers[killed] = worker(f"queue-worker-{killed}")
-                    restarted = True
-                    print(f"  queue-worker-{killed} restarted; its leased orders came back")
-                time.sleep(0.05)  # progress display refresh
-            print()
-            for proc in workers.values():
-                proc.send_signal(signal.SIGTERM)
-            for proc in workers.values():
-                proc.wait(30)  # each closes its client: pending acks go out first
-            if publisher is not None:
-                publisher.wait(30)
+                    return len(seen)
+
+            try:
+                killed = run_loop(
+                    grid.workers,
+                    start=worker,
+                    done=processed,
+                    # every order processed and every lease acknowledged
+                    finished=lambda done: done >= args.orders and _outstanding(admin_port) == 0,
+                    total=args.orders,
+                    kill_at=args.kill_at,
+                    timeout=args.timeout,
+                    name="queue-worker",
+                    resumes="its leased orders came back",
+                )
+            except TimedOut:
+                return {"mode": "queue", "ok": False}
+            grid.stop()  # each closes its client: pending acks go out first
             # the audit: the results (SOW), the processing count (journal), the queue
             for record in auditor.sow("results", timeout=10_000):
                 if record.command in ("sow", "p", "publish") and record.data:
@@ -151,11 +127,7 @@ def run_queue(
             replay.close()
             left = _outstanding(admin_port)
     finally:
-        for proc in workers.values():
-            if proc.poll() is None:
-                proc.kill()
-        if publisher is not None and publisher.poll() is None:
-            publisher.kill()
+        grid.kill()
         server.stop()
 
     wrong = [n for n in range(args.orders) if results.get(n) != (1 + n % 50) * 10]

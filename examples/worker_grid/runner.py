@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,26 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grid import Grid, TimedOut, run_loop, spawn
 from queue_mode import run_queue
 
 from ampsclient import Client, Message
 from ampsclient_server_stub.harness import ServerProcess
-
-HERE = Path(__file__).resolve().parent
-
-
-def spawn(script: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(HERE / script), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def bar(done: int, total: int, width: int = 40) -> str:
-    filled = int(width * done / total) if total else width
-    return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         summaries.append(run_bookmark(args))
     if args.mode in ("queue", "both"):
         print()
-        summaries.append(run_queue(args, spawn, bar))
+        summaries.append(run_queue(args))
     if len(summaries) > 1:
         print_side_by_side(summaries)
     return 0 if all(s["ok"] for s in summaries) else 1
@@ -92,74 +75,46 @@ def run_bookmark(args: argparse.Namespace) -> dict[str, Any]:
         with lock:
             processed[message.json()["order_id"]] += 1
 
-    workers: dict[int, subprocess.Popen[str]] = {}
-    publisher = None
+    def count(seen: collections.Counter[int]) -> int:
+        with lock:
+            return len(seen)
+
+    def worker(index: int) -> subprocess.Popen[str]:
+        return spawn(
+            "worker.py",
+            "--uri",
+            uri,
+            "--index",
+            str(index),
+            "--workers",
+            str(args.workers),
+            "--threshold",
+            str(args.threshold),
+        )
+
+    grid = Grid(worker, args.workers)
     killed = None
     try:
         with Client("grid-auditor") as auditor:
             auditor.connect(uri)
             auditor.logon(10_000)
             auditor.subscribe(on_result, "processed")
-            for i in range(args.workers):
-                workers[i] = spawn(
-                    "worker.py",
-                    "--uri",
-                    uri,
-                    "--index",
-                    str(i),
-                    "--workers",
-                    str(args.workers),
-                    "--threshold",
-                    str(args.threshold),
+            grid.launch(uri, args.orders, workdir / "publisher.store")
+            try:
+                killed = run_loop(
+                    grid.workers,
+                    start=worker,
+                    done=lambda: count(processed),
+                    finished=lambda done: done >= args.orders,
+                    total=args.orders,
+                    kill_at=args.kill_at,
+                    timeout=args.timeout,
+                    name="worker",
+                    resumes="it resumes from its point in the SOW",
                 )
-            publisher = spawn(
-                "publisher.py",
-                "--uri",
-                uri,
-                "--orders",
-                str(args.orders),
-                "--store",
-                str(workdir / "publisher.store"),
-            )
-            deadline = time.monotonic() + args.timeout
-            restarted = False
-            while True:
-                with lock:
-                    done = len(processed)
-                print("\r" + bar(done, args.orders), end="", flush=True)
-                if done >= args.orders:
-                    break
-                if time.monotonic() > deadline:
-                    print()
-                    print("timed out", file=sys.stderr)
-                    return {"mode": "bookmark", "ok": False}
-                if killed is None and done >= args.kill_at * args.orders:
-                    killed = 1 % args.workers
-                    os.kill(workers[killed].pid, signal.SIGKILL)
-                    workers[killed].wait()
-                    print(f"\n  kill -9 worker-{killed} at {done} processed orders")
-                elif killed is not None and not restarted:
-                    workers[killed] = spawn(
-                        "worker.py",
-                        "--uri",
-                        uri,
-                        "--index",
-                        str(killed),
-                        "--workers",
-                        str(args.workers),
-                        "--threshold",
-                        str(args.threshold),
-                    )
-                    restarted = True
-                    print(f"  worker-{killed} restarted; it resumes from its point in the SOW")
-                time.sleep(0.05)  # progress display refresh
-            print()
-            for proc in workers.values():
-                proc.send_signal(signal.SIGTERM)
-            for proc in workers.values():
-                proc.wait(30)
-            if publisher is not None:
-                publisher.wait(30)
+            except TimedOut:
+                return {"mode": "bookmark", "ok": False}
+            grid.stop()
             # the audit: replay every result from the transaction log
             audit: collections.Counter[int] = collections.Counter()
             replay = auditor.bookmark_subscribe("processed", "0", timeout=10_000)
@@ -169,11 +124,7 @@ def run_bookmark(args: argparse.Namespace) -> dict[str, Any]:
                 audit[message.json()["order_id"]] += 1
             replay.close()
     finally:
-        for proc in workers.values():
-            if proc.poll() is None:
-                proc.kill()
-        if publisher is not None and publisher.poll() is None:
-            publisher.kill()
+        grid.kill()
         server.stop()
 
     missing = [n for n in range(args.orders) if audit[n] == 0]

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import ampsclient
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ServerConfig, default_config
 from ampsclient_server_stub.harness import ServerProcess
@@ -16,6 +17,19 @@ from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.testing import RawClient
 
 _ids = itertools.count(1)
+
+
+def stats(server: ServerThread, name: str = "work") -> dict[str, Any]:
+    """The statistics of the queue ``name`` (read on the server's loop)."""
+    return server.call(lambda: server.broker.queues.statistics()[name])  # type: ignore[union-attr]
+
+
+def connect(server: ServerThread, name: str) -> ampsclient.Client:
+    """A logged-on :class:`ampsclient.Client` called ``name`` (close it yourself)."""
+    client = ampsclient.Client(name)
+    client.connect(server.uri("tcp", "json"))
+    client.logon()
+    return client
 
 
 def queue_config(tmp_path: Path, *queues: QueueConfig) -> ServerConfig:

@@ -8,16 +8,13 @@ import asyncio
 import json
 import struct
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from _queue_support import publish, start
+from _queue_support import connect, publish, stats
 
 import ampsclient
 from ampsclient_server_stub import ServerThread
-from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.testing import wait_for
 from ampsclient_server_stub.testing.proxy import LoopbackProxy
 
@@ -25,24 +22,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerThread]:
-    cfg = QueueConfig(name="work", message_type="json", max_per_subscription_backlog=100)
-    thread = start(tmp_path, cfg)
-    try:
-        yield thread
-    finally:
-        thread.stop()
-
-
-def stats(server: ServerThread) -> dict[str, Any]:
-    return server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
-
-
-def connect(server: ServerThread, name: str) -> ampsclient.Client:
-    client = ampsclient.Client(name)
-    client.connect(server.uri("tcp", "json"))
-    client.logon()
-    return client
+def work_backlog() -> int:
+    """The conftest ``server``'s queue ``work`` with a backlog of 100."""
+    return 100
 
 
 def test_batch_capped_at_reported_backlog(server: ServerThread) -> None:

@@ -7,34 +7,17 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from _queue_support import start
+from _queue_support import stats
 
 from ampsclient_server_stub import ServerThread
-from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.testing import LoopbackProxy, wait_for
 
 AMPS: Any = pytest.importorskip("AMPS")
 
 pytestmark = [pytest.mark.interop, pytest.mark.integration]
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerThread]:
-    cfg = QueueConfig(name="work", message_type="json", max_per_subscription_backlog=4)
-    thread = start(tmp_path, cfg)
-    try:
-        yield thread
-    finally:
-        thread.stop()
-
-
-def stats(server: ServerThread) -> dict[str, Any]:
-    return server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
 
 
 def publish(uri: str, count: int, first: int = 0) -> None:
