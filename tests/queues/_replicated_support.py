@@ -54,7 +54,7 @@ def stats(node: ClusterNode) -> dict[str, Any]:
     return result
 
 
-def wait_stat(node: ClusterNode, key: str, value: int, timeout: float = 20.0) -> None:
+def wait_stat(node: ClusterNode, key: str, value: int, timeout: float = 45.0) -> None:
     wait_for(
         lambda: stats(node).get(key) == value,
         timeout=timeout,
