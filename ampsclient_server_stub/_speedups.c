@@ -681,6 +681,230 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------- replication (blocks.py) */
+
+/* Header size of the canonical (shortest) msgpack str (bin: 0) or bin (bin: 1) at d[p], its
+ * length in *len; 0 when it is another type, not the shortest form, or runs past end. */
+static Py_ssize_t mp_canonical(const unsigned char *d, Py_ssize_t p, Py_ssize_t end, int bin,
+                               Py_ssize_t *len) {
+    if (p >= end) return 0;
+    unsigned char b = d[p];
+    Py_ssize_t hs, l;
+    if (!bin && b >= 0xa0 && b <= 0xbf) { hs = 1; l = b & 0x1f; }
+    else if (b == (bin ? 0xc4 : 0xd9)) {
+        if (p + 2 > end) return 0;
+        hs = 2; l = d[p + 1];
+        if (!bin && l < 32) return 0;
+    } else if (b == (bin ? 0xc5 : 0xda)) {
+        if (p + 3 > end) return 0;
+        hs = 3; l = ((Py_ssize_t)d[p + 1] << 8) | d[p + 2];
+        if (l < 256) return 0;
+    } else if (b == (bin ? 0xc6 : 0xdb)) {
+        if (p + 5 > end) return 0;
+        hs = 5;
+        l = (Py_ssize_t)(((uint32_t)d[p + 1] << 24) | ((uint32_t)d[p + 2] << 16) | ((uint32_t)d[p + 3] << 8) | d[p + 4]);
+        if (l < 65536) return 0;
+    } else return 0;
+    if (l > end - p - hs) return 0;
+    *len = l;
+    return hs;
+}
+
+PyDoc_STRVAR(journal_runs_doc,
+"journal_runs(data, pos, expected, stop, runs) -> (pos, expected)\n\n"
+"The journal records of `data` from `pos` (indexes `expected` up to `stop`), appended to\n"
+"`runs` as (publisher id, command, fields bytes, [(sequence, topic, payload), ...]) runs of\n"
+"records with the same publisher, command and fields bytes (a call never extends a run it\n"
+"did not start), while each record is whole, its index and CRC right and its msgpack part\n"
+"an array of 4: command and topic as shortest-form UTF-8 str, payload as shortest-form bin,\n"
+"then at least one byte (the fields, not decoded). Returns where it stopped.");
+
+static PyObject *journal_runs(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    Py_ssize_t pos;
+    unsigned long long expected, stop;
+    PyObject *runs;
+    if (!PyArg_ParseTuple(args, "y*nKKO!", &data, &pos, &expected, &stop, &PyList_Type, &runs))
+        return NULL;
+    const unsigned char *d = data.buf;
+    Py_ssize_t n = data.len;
+    PyObject *result = NULL, *items = NULL, *command = NULL, *topic = NULL;
+    Py_ssize_t run_fields = -1, run_flen = 0, run_cmd = -1, run_clen = 0, tp = -1, tl = 0;
+    unsigned long long run_pid = 0;
+    while (expected < stop && pos >= 0) {
+        if (pos + J_FRAME_OVERHEAD > n) break;
+        const unsigned char *r = d + pos;
+        uint32_t length = le32(r), crc = le32(r + 4);
+        Py_ssize_t end = pos + 8 + (Py_ssize_t)length;
+        if (length < J_MIN_BODY || end > n) break;
+        if (le64(r + 8) != expected) break;
+        Py_ssize_t p = pos + J_FRAME_OVERHEAD, cl, ol, pl;
+        if (p >= end || d[p] != 0x94) break;
+        p++;
+        Py_ssize_t hs = mp_canonical(d, p, end, 0, &cl);
+        if (!hs) break;
+        Py_ssize_t cp = p + hs;
+        p = cp + cl;
+        hs = mp_canonical(d, p, end, 0, &ol);
+        if (!hs) break;
+        Py_ssize_t op = p + hs;
+        p = op + ol;
+        hs = mp_canonical(d, p, end, 1, &pl);
+        if (!hs) break;
+        Py_ssize_t pp = p + hs;
+        p = pp + pl;
+        if (p >= end) break;
+        if ((uint32_t)crc32(0L, r + 8, length) != crc) break;
+        unsigned long long pid = le64(r + 24), seq = le64(r + 32);
+        int same = items && pid == run_pid && cl == run_clen && end - p == run_flen
+                   && memcmp(d + cp, d + run_cmd, (size_t)cl) == 0
+                   && memcmp(d + p, d + run_fields, (size_t)run_flen) == 0;
+        PyObject *new_topic = NULL, *new_command = NULL;
+        if (!(topic && ol == tl && memcmp(d + op, d + tp, (size_t)ol) == 0)) {
+            new_topic = PyUnicode_DecodeUTF8((const char *)d + op, ol, NULL);
+            if (!new_topic) { PyErr_Clear(); break; }
+        }
+        if (!same) {
+            new_command = PyUnicode_DecodeUTF8((const char *)d + cp, cl, NULL);
+            if (!new_command) { PyErr_Clear(); Py_XDECREF(new_topic); break; }
+        }
+        PyObject *item = PyTuple_New(3);
+        PyObject *seqo = PyLong_FromUnsignedLongLong(seq);
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)d + pp, pl);
+        if (!item || !seqo || !payload) {
+            Py_XDECREF(item); Py_XDECREF(seqo); Py_XDECREF(payload);
+            Py_XDECREF(new_topic); Py_XDECREF(new_command);
+            goto done;
+        }
+        if (new_topic) { Py_XSETREF(topic, new_topic); tp = op; tl = ol; }
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(item, 0, seqo);
+        PyTuple_SET_ITEM(item, 1, topic);
+        PyTuple_SET_ITEM(item, 2, payload);
+        if (!same) {
+            Py_XSETREF(command, new_command);
+            PyObject *fields = PyBytes_FromStringAndSize((const char *)d + p, end - p);
+            PyObject *list = PyList_New(0);
+            PyObject *pido = PyLong_FromUnsignedLongLong(pid);
+            PyObject *run = (fields && list && pido) ? PyTuple_Pack(4, pido, command, fields, list) : NULL;
+            Py_XDECREF(fields); Py_XDECREF(pido);
+            if (!run || PyList_Append(runs, run) < 0) {
+                Py_XDECREF(run); Py_XDECREF(list); Py_DECREF(item);
+                goto done;
+            }
+            Py_DECREF(run);
+            Py_XSETREF(items, list);
+            run_pid = pid; run_cmd = cp; run_clen = cl; run_fields = p; run_flen = end - p;
+        }
+        int rc = PyList_Append(items, item);
+        Py_DECREF(item);
+        if (rc < 0) goto done;
+        pos = end;
+        expected++;
+    }
+    result = Py_BuildValue("(nK)", pos, expected);
+done:
+    Py_XDECREF(items);
+    Py_XDECREF(command);
+    Py_XDECREF(topic);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+PyDoc_STRVAR(journal_walk_doc,
+"journal_walk(data, pos, expected, count, sent_seq, suffixes) -> (taken, pos, pending)\n\n"
+"How many journal records of `data` from `pos` (indexes from `expected`, at most `count`)\n"
+"go on as written: each whole, its index right, its sequence above sent_seq[publisher]\n"
+"(0 when absent; set to it for each that goes) and, unless `suffixes` is None, its record\n"
+"ending with one of `suffixes` (a tuple of bytes); a sent_seq value that is not an int in\n"
+"0..2**64-1 stops the walk. CRCs are not checked. pending: the\n"
+"(index, timestamp) of each record that goes.");
+
+static PyObject *journal_walk(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    Py_ssize_t pos, count;
+    unsigned long long expected;
+    PyObject *sent, *suffixes;
+    if (!PyArg_ParseTuple(args, "y*nKnO!O", &data, &pos, &expected, &count, &PyDict_Type, &sent,
+                          &suffixes))
+        return NULL;
+    const unsigned char *d = data.buf;
+    Py_ssize_t n = data.len, taken = 0, nsuf = 0;
+    PyObject *pending = NULL, *result = NULL;
+    if (suffixes != Py_None) {
+        if (!PyTuple_Check(suffixes)) { PyErr_SetString(PyExc_TypeError, "suffixes must be a tuple or None"); goto done; }
+        nsuf = PyTuple_GET_SIZE(suffixes);
+        for (Py_ssize_t i = 0; i < nsuf; i++)
+            if (!PyBytes_Check(PyTuple_GET_ITEM(suffixes, i))) { PyErr_SetString(PyExc_TypeError, "suffixes must be bytes"); goto done; }
+    }
+    pending = PyList_New(0);
+    if (!pending) goto done;
+    int have_pid = 0;
+    unsigned long long cur_pid = 0, cur_seq = 0; /* sent_seq[cur_pid], not yet written back */
+    int dirty = 0;
+    while (taken < count) {
+        if (pos < 0 || pos + J_FRAME_OVERHEAD > n) break;
+        const unsigned char *r = d + pos;
+        uint32_t length = le32(r);
+        Py_ssize_t end = pos + 8 + (Py_ssize_t)length;
+        if (length < J_MIN_BODY || end > n) break;
+        if (le64(r + 8) != expected) break;
+        unsigned long long ts = le64(r + 16), pid = le64(r + 24), seq = le64(r + 32);
+        if (!have_pid || pid != cur_pid) {
+            if (dirty) {
+                PyObject *k = PyLong_FromUnsignedLongLong(cur_pid), *v = PyLong_FromUnsignedLongLong(cur_seq);
+                int rc = (k && v) ? PyDict_SetItem(sent, k, v) : -1;
+                Py_XDECREF(k); Py_XDECREF(v);
+                if (rc < 0) goto done;
+                dirty = 0;
+            }
+            PyObject *k = PyLong_FromUnsignedLongLong(pid);
+            if (!k) goto done;
+            PyObject *v = PyDict_GetItemWithError(sent, k);
+            Py_DECREF(k);
+            if (!v && PyErr_Occurred()) goto done;
+            unsigned long long held = 0;
+            if (v) { /* anything but an int in 0..2**64-1 stops the walk, as in the twin */
+                if (!PyLong_CheckExact(v)) break;
+                held = PyLong_AsUnsignedLongLong(v);
+                if (held == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); break; }
+            }
+            cur_pid = pid; cur_seq = held; have_pid = 1;
+        }
+        if (seq <= cur_seq) break;
+        if (suffixes != Py_None) {
+            int ok = 0;
+            for (Py_ssize_t i = 0; i < nsuf && !ok; i++) {
+                PyObject *s = PyTuple_GET_ITEM(suffixes, i);
+                Py_ssize_t sl = PyBytes_GET_SIZE(s);
+                ok = sl <= end - pos && memcmp(d + end - sl, PyBytes_AS_STRING(s), (size_t)sl) == 0;
+            }
+            if (!ok) break;
+        }
+        PyObject *entry = Py_BuildValue("(KK)", expected, ts);
+        if (!entry) goto done;
+        int rc = PyList_Append(pending, entry);
+        Py_DECREF(entry);
+        if (rc < 0) goto done;
+        cur_seq = seq;
+        dirty = 1;
+        pos = end;
+        expected++;
+        taken++;
+    }
+    if (dirty) {
+        PyObject *k = PyLong_FromUnsignedLongLong(cur_pid), *v = PyLong_FromUnsignedLongLong(cur_seq);
+        int rc = (k && v) ? PyDict_SetItem(sent, k, v) : -1;
+        Py_XDECREF(k); Py_XDECREF(v);
+        if (rc < 0) goto done;
+    }
+    result = Py_BuildValue("(nnO)", taken, pos, pending);
+done:
+    Py_XDECREF(pending);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_publishes", scan_publishes, METH_VARARGS, scan_publishes_doc},
     {"delivery_frames", delivery_frames, METH_VARARGS, delivery_frames_doc},
@@ -690,6 +914,8 @@ static PyMethodDef methods[] = {
     {"ws_server_frames", ws_server_frames, METH_VARARGS, ws_server_frames_doc},
     {"ws_commands", ws_commands, METH_VARARGS, ws_commands_doc},
     {"journal_frames", journal_frames, METH_VARARGS, journal_frames_doc},
+    {"journal_runs", journal_runs, METH_VARARGS, journal_runs_doc},
+    {"journal_walk", journal_walk, METH_VARARGS, journal_walk_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,6 +25,8 @@ __all__ = [
     "delivery_frames",
     "frame_join",
     "journal_frames",
+    "journal_runs",
+    "journal_walk",
     "replay_frames",
     "scan_publishes",
     "ws_client_frames",
@@ -42,6 +44,8 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "ws_server_frames": "ampsclient_server_stub.net.ws.server_frames",
         "ws_commands": "ampsclient_server_stub.net.ws.ws_commands",
         "journal_frames": "ampsclient_server_stub.engine.journal_append.journal_frames",
+        "journal_runs": "ampsclient_server_stub.replication.blocks.journal_runs",
+        "journal_walk": "ampsclient_server_stub.replication.blocks.journal_walk",
     }
 )
 """Each C function -> its pure-Python twin (the reference)."""
@@ -54,6 +58,8 @@ ws_client_frames: Callable[[bytes, int], tuple[int, list[tuple[bytes, bool]], bo
 ws_server_frames: Callable[[list[bytes], bool], bytes | None] | None = None
 ws_commands: Callable[[list[tuple[bytes, bool]], int, int], tuple[int, list[bytes]]] | None = None
 journal_frames: Callable[..., tuple[int, int, bytes, bytes]] | None = None
+journal_runs: Callable[..., tuple[int, int]] | None = None
+journal_walk: Callable[..., tuple[int, int, list[tuple[int, int]]]] | None = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
@@ -70,6 +76,8 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         ws_server_frames = _module.ws_server_frames
         ws_commands = _module.ws_commands
         journal_frames = _module.journal_frames
+        journal_runs = _module.journal_runs
+        journal_walk = _module.journal_walk
 
 SPEEDUPS: Final = _module is not None
 """True when the C speedups are in use."""

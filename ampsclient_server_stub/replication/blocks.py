@@ -20,18 +20,32 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import MutableSequence, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgpack
 
+from ampsclient_server_stub import accel
 from ampsclient_server_stub.engine.journal_format import FRAME_OVERHEAD, MIN_BODY
 
 from .protocol import WireRecord
 from .rules import PATH_FIELD
 
-__all__ = ["PATH_MARK", "BlockRuns", "Run", "block_runs", "eligible_prefix", "mt_suffixes"]
+__all__ = [
+    "PATH_MARK",
+    "BlockRuns",
+    "RawRun",
+    "Run",
+    "block_runs",
+    "eligible_prefix",
+    "journal_runs",
+    "journal_walk",
+    "mt_suffixes",
+]
 
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_U64: Final = 1 << 64
 _HEAD: Final = struct.Struct("<IIQQQQ")
 """The frame then the fixed fields: ``body_len, crc32, index, timestamp, publisher id,
 sequence`` (``journal_format`` documents the layout)."""
@@ -55,52 +69,154 @@ def mt_suffixes(message_types: Sequence[str]) -> tuple[bytes, ...]:
     return tuple(out)
 
 
-def eligible_prefix(
+def journal_walk(
     data: bytes,
-    start: int,
-    first: int,
+    pos: int,
+    expected: int,
     count: int,
     sent_seq: dict[int, int],
     suffixes: tuple[bytes, ...] | None,
-    pending: MutableSequence[tuple[int, int]],
-) -> tuple[int, int]:
-    """How many records from offset ``start`` of the raw block ``data`` (``count`` records
-    from there, the first with index ``first``) go as they are: each of a publisher sequence above
-    ``sent_seq`` (updated for those that go) and, unless ``suffixes`` is ``None`` (every
-    type goes), ending with one of ``suffixes``. The caller has checked the block holds no
-    replicated record (:data:`PATH_MARK`). Appends ``(index, timestamp)`` of each record
-    that goes to ``pending``.
+) -> tuple[int, int, list[tuple[int, int]]]:
+    """How many records of the raw block ``data`` from offset ``pos`` (indexes from
+    ``expected``, at most ``count``) go as they are: each whole, its index right, its
+    publisher sequence above ``sent_seq`` (0 when absent; updated for each that goes) and,
+    unless ``suffixes`` is ``None`` (every type goes), ending with one of ``suffixes``. A
+    ``sent_seq`` value that is not an int in 0..2**64-1 stops the walk. CRCs are not checked
+    here (the downstream checks them). The caller has checked the block holds no replicated
+    record (:data:`PATH_MARK`). The twin of the C ``journal_walk``.
 
     Returns:
-        ``(records that go, the offset after them)``: the walk stops at the first record
-        that does not go, or at anything malformed (the record-by-record path then reports
-        it).
+        ``(records that go, the offset after them, their (index, timestamp))``: the walk
+        stops at the first record that does not go, or at anything malformed (the
+        record-by-record path then reports it).
     """
     head = _HEAD.unpack_from
     size = len(data)
     get = sent_seq.get
+    pending: list[tuple[int, int]] = []
     append = pending.append
-    pos = start
-    index = first
-    stop = first + count
-    while index < stop:
-        if pos + FRAME_OVERHEAD > size:
+    taken = 0
+    while taken < count:
+        if pos < 0 or pos + FRAME_OVERHEAD > size:
             break
-        length, _crc, rec_index, ts, pid, seq = head(data, pos)
+        length, _crc, index, ts, pid, seq = head(data, pos)
         end = pos + 8 + length
-        if (
-            length < MIN_BODY
-            or end > size
-            or rec_index != index
-            or seq <= get(pid, 0)
-            or (suffixes is not None and not data.endswith(suffixes, pos, end))
-        ):
+        if length < MIN_BODY or end > size or index != expected:
+            break
+        held = get(pid, 0)
+        if type(held) is not int or not 0 <= held < _U64:
+            break
+        if seq <= held or (suffixes is not None and not data.endswith(suffixes, pos, end)):
             break
         sent_seq[pid] = seq
         append((index, ts))
         pos = end
-        index += 1
-    return index - first, pos
+        expected += 1
+        taken += 1
+    return taken, pos, pending
+
+
+def _canonical(data: bytes, p: int, end: int, bin_: bool) -> tuple[int, int]:
+    """``(header size, length)`` of the shortest-form msgpack str (bin) at ``p``; (0, 0)
+    when it is anything else or runs past ``end``."""
+    if p >= end:
+        return 0, 0
+    b = data[p]
+    if not bin_ and 0xA0 <= b <= 0xBF:
+        hs, n = 1, b & 0x1F
+    elif b == (0xC4 if bin_ else 0xD9):
+        if p + 2 > end:
+            return 0, 0
+        hs, n = 2, data[p + 1]
+        if not bin_ and n < 32:
+            return 0, 0
+    elif b == (0xC5 if bin_ else 0xDA):
+        if p + 3 > end:
+            return 0, 0
+        hs, n = 3, _U16.unpack_from(data, p + 1)[0]
+        if n < 256:
+            return 0, 0
+    elif b == (0xC6 if bin_ else 0xDB):
+        if p + 5 > end:
+            return 0, 0
+        hs, n = 5, _U32.unpack_from(data, p + 1)[0]
+        if n < 65536:
+            return 0, 0
+    else:
+        return 0, 0
+    if n > end - p - hs:
+        return 0, 0
+    return hs, n
+
+
+def journal_runs(
+    data: bytes, pos: int, expected: int, stop: int, runs: list[RawRun]
+) -> tuple[int, int]:
+    """The journal records of ``data`` from offset ``pos`` (indexes ``expected`` up to
+    ``stop``), appended to ``runs`` as runs of records with the same publisher, command and
+    fields bytes (a call never extends a run it did not start), while each record is whole,
+    its index and CRC right and its msgpack part an array of 4: command and topic as
+    shortest-form UTF-8 str, payload as shortest-form bin, then at least one byte (the
+    fields, left packed). The twin of the C ``journal_runs``.
+
+    Returns:
+        ``(offset, index)`` of the first record not taken.
+    """
+    head = _HEAD.unpack_from
+    crc32 = zlib.crc32
+    size = len(data)
+    view = memoryview(data)
+    items: list[tuple[int, str, bytes]] | None = None
+    run_pid = -1
+    run_command = run_fields = b""
+    command = ""
+    while expected < stop and pos >= 0:
+        if pos + FRAME_OVERHEAD > size:
+            break
+        length, crc, index, _ts, pid, seq = head(data, pos)
+        end = pos + 8 + length
+        if length < MIN_BODY or end > size or index != expected:
+            break
+        p = pos + FRAME_OVERHEAD
+        if p >= end or data[p] != 0x94:
+            break
+        hs, cl = _canonical(data, p + 1, end, False)
+        if not hs:
+            break
+        cp = p + 1 + hs
+        hs, tl = _canonical(data, cp + cl, end, False)
+        if not hs:
+            break
+        tp = cp + cl + hs
+        hs, pl = _canonical(data, tp + tl, end, True)
+        if not hs:
+            break
+        pp = tp + tl + hs
+        fp = pp + pl
+        if fp >= end or crc32(view[pos + 8 : end]) != crc:
+            break
+        raw_command = data[cp : cp + cl]
+        raw_fields = data[fp:end]
+        same = items is not None and (pid, raw_command, raw_fields) == (
+            run_pid,
+            run_command,
+            run_fields,
+        )
+        try:
+            topic = data[tp : tp + tl].decode()
+            if not same:
+                command = raw_command.decode()
+        except UnicodeDecodeError:
+            break
+        if not same:
+            items = []
+            runs.append((pid, command, raw_fields, items))
+            run_pid, run_command, run_fields = pid, raw_command, raw_fields
+        assert items is not None
+        items.append((seq, topic, data[pp:fp]))
+        pos = end
+        expected += 1
+    return pos, expected
 
 
 class BlockRuns:
@@ -140,6 +256,25 @@ Run = tuple[int, str, dict[str, str | int], list[tuple[int, str, bytes]]]
 """``(publisher id, command, fields, [(sequence, topic, payload), ...])``."""
 
 
+RawRun = tuple[int, str, bytes, list[tuple[int, str, bytes]]]
+"""``(publisher id, command, packed fields, [(sequence, topic, payload), ...])``."""
+
+_walk: Final = accel.journal_walk or journal_walk
+_runs: Final = accel.journal_runs or journal_runs
+
+
+def eligible_prefix(
+    data: bytes,
+    pos: int,
+    expected: int,
+    count: int,
+    sent_seq: dict[int, int],
+    suffixes: tuple[bytes, ...] | None,
+) -> tuple[int, int, list[tuple[int, int]]]:
+    """:func:`journal_walk` (C or twin): what of a block goes as written."""
+    return _walk(data, pos, expected, count, sent_seq, suffixes)
+
+
 def block_runs(data: Any, first: Any, count: Any, path_text: str) -> BlockRuns:
     """Decode a received block (``count`` records from upstream index ``first``), verifying
     each record's length, index and CRC.
@@ -149,19 +284,39 @@ def block_runs(data: Any, first: Any, count: Any, path_text: str) -> BlockRuns:
     """
     if type(data) is not bytes or type(first) is not int or type(count) is not int:
         raise ValueError("rrec block must be bytes with an integer first index and count")
+    raw: list[RawRun] = []
+    stop = first + count
+    pos, expected = _runs(data, 0, first, stop, raw)
     runs: list[Run] = []
+    for pid, command, packed, items in raw:
+        try:
+            fields = msgpack.unpackb(packed)
+        except Exception as exc:
+            raise ValueError(f"rrec block: bad record fields: {exc}") from None
+        if type(fields) is not dict:
+            raise ValueError("rrec block: record fields are not a map")
+        runs.append((pid, command, fields, items))
+    if expected < stop:
+        _decode_rest(data, pos, expected, stop, runs)
+    elif pos != len(data):
+        raise ValueError("rrec block: bytes after the last record")
+    return BlockRuns(first, count, path_text, runs)
+
+
+def _decode_rest(data: bytes, pos: int, first: int, stop: int, runs: list[Run]) -> None:
+    """Decode records ``first`` up to ``stop`` from offset ``pos`` one by one into ``runs``
+    (any msgpack encoding), or say what is wrong with them."""
     view = memoryview(data)
     head = _HEAD.unpack_from
     crc32 = zlib.crc32
     unpackb = msgpack.unpackb
     size = len(data)
-    pos = 0
     run_pid = -1
     run_command: Any = None
     run_fields: Any = None
     items: list[tuple[int, str, bytes]] = []
     add = items.append
-    for expected in range(first, first + count):
+    for expected in range(first, stop):
         if pos + FRAME_OVERHEAD > size:
             raise ValueError(f"rrec block cut short at record {expected}")
         length, crc, index, _ts, pid, seq = head(data, pos)
@@ -189,4 +344,3 @@ def block_runs(data: Any, first: Any, count: Any, path_text: str) -> BlockRuns:
         pos = end
     if pos != size:
         raise ValueError("rrec block: bytes after the last record")
-    return BlockRuns(first, count, path_text, runs)

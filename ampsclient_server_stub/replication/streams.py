@@ -500,15 +500,10 @@ class Outbound:
                 done = 0
                 if PATH_MARK not in data:
                     while done < n:
-                        k, end = eligible_prefix(
-                            data,
-                            pos,
-                            first + done,
-                            min(n - done, SEND_BATCH),
-                            sent_seq,
-                            suffixes,
-                            pending,
+                        k, end, went = eligible_prefix(
+                            data, pos, first + done, min(n - done, SEND_BATCH), sent_seq, suffixes
                         )
+                        pending.extend(went)
                         if k == 0:
                             break
                         self._flush(link)

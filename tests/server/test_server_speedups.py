@@ -768,3 +768,161 @@ def test_append_many_through_each_implementation_rotates_and_reads_back(
     assert all(r.fields == {"mt": "json"} for r in rows)
     assert reopened.find_bookmark(9, 123) == 123
     reopened.close()
+
+
+# ------------------------------------------------------------- journal_runs, journal_walk
+
+
+def _journal_block(
+    tmp_path: Path, records: list[tuple[int, str, str, bytes, dict[str, Any]]]
+) -> bytes:
+    """The raw bytes of ``records`` ``(pid, command, topic, payload, fields)`` as a real journal
+    writes them (indexes from 1)."""
+    j = journal_module.Journal(tmp_path / "blk", fsync="never")
+    seqs: dict[int, int] = {}
+    for pid, command, topic, payload, fields in records:
+        seqs[pid] = seqs.get(pid, 0) + 1
+        j.append(
+            publisher_id=pid,
+            sequence=seqs[pid],
+            command=command,
+            topic=topic,
+            payload=payload,
+            fields=fields,
+        )
+    ((data, _begin, first, n, _path),) = j.read_blocks(
+        1, max_records=len(records), max_bytes=1 << 30
+    )
+    j.close()
+    assert first == 1 and n == len(records)
+    return data
+
+
+def _raw_record(index: int, pid: int, seq: int, body: bytes) -> bytes:
+    fixed = struct.pack("<QQQQ", index, 1_700_000_000_000_000, pid, seq) + body
+    return struct.pack("<II", len(fixed), zlib.crc32(fixed)) + fixed
+
+
+def _runs_cases(tmp_path: Path) -> list[bytes]:
+    rng = random.Random(18)
+    topics = ["orders", "x" * 31, "y" * 32, "z" * 255, "w" * 256, "t\u00e9", ""]
+    payloads = [b"", b"a" * 255, b"b" * 256, b"c" * 65535, b"d" * 65536, b'{"n":1}']
+    fields: list[dict[str, Any]] = [{"mt": "json"}, {}, {"mt": "xml", "k": 5}]
+    records = []
+    for i in range(300):
+        command = "sow_delete" if i % 37 == 0 else "p"
+        records.append(
+            (
+                rng.choice((1, 1, 1, 2**64 - 1)),
+                command,
+                rng.choice(topics),
+                rng.choice(payloads),
+                rng.choice(fields),
+            )
+        )
+    data = _journal_block(tmp_path, records)
+    cases = [data, data[:-1], data[: len(data) // 2]]
+    for _ in range(40):  # damaged anywhere: a length, a CRC, an index, the msgpack part
+        damaged = bytearray(data)
+        damaged[rng.randrange(len(damaged))] ^= 1 << rng.randrange(8)
+        cases.append(bytes(damaged))
+    good = _raw_record(1, 5, 1, msgpack.packb(["p", "t", b"x", {"mt": "json"}]))
+    for body in (  # shortest forms only: anything else stops both
+        b"\x94\xd9\x01p\xa1t\xc4\x01x\x81\xa2mt\xa4json",
+        b"\x94\xa1p\xda\x00\x01t\xc4\x01x\x80",
+        b"\x94\xa1p\xa1t\xc5\x00\x01x\x80",
+        b"\x94\xa1p\xa1t\xc4\x01x",  # no fields
+        b"\x93\xa1p\xa1t\xc4\x01x",
+        b"\x94\xa2\xff\xfe\xa1t\xc4\x01x\x80",  # not UTF-8
+        b"\x94\xa1p\xa2\xc3\x28\xc4\x01x\x80",
+        b"\x94\x01\xa1t\xc4\x01x\x80",
+    ):
+        cases.append(good + _raw_record(2, 5, 2, body) + good.replace(b"\x01\x00", b"\x03\x00", 1))
+    return cases
+
+
+@needs_c
+def test_journal_runs_matches_its_twin(tmp_path: Path) -> None:
+    from ampsclient_server_stub.replication import blocks
+
+    assert accel.journal_runs is not None
+    for data in _runs_cases(tmp_path):
+        for pos, expected, stop in ((0, 1, 10**6), (0, 1, 3), (0, 2, 10**6), (5, 1, 10**6)):
+            c_runs: list[Any] = []
+            py_runs: list[Any] = []
+            got = accel.journal_runs(data, pos, expected, stop, c_runs)
+            assert got == blocks.journal_runs(data, pos, expected, stop, py_runs)
+            assert c_runs == py_runs
+
+
+def test_journal_runs_groups_and_stops(tmp_path: Path) -> None:
+    from ampsclient_server_stub.replication import blocks
+
+    records = [
+        (7, "p", "a", b"1", {"mt": "json"}),
+        (7, "p", "b", b"2", {"mt": "json"}),
+        (8, "p", "a", b"3", {"mt": "json"}),
+        (8, "sow_delete", "a", b"4", {"mt": "json"}),
+    ]
+    data = _journal_block(tmp_path, records)
+    runs: list[Any] = []
+    assert blocks.journal_runs(data, 0, 1, 10, runs) == (len(data), 5)
+    packed = msgpack.packb({"mt": "json"})
+    assert runs == [
+        (7, "p", packed, [(1, "a", b"1"), (2, "b", b"2")]),
+        (8, "p", packed, [(1, "a", b"3")]),
+        (8, "sow_delete", packed, [(2, "a", b"4")]),
+    ]
+    bad = bytearray(data)
+    bad[-1] ^= 1  # the last record's CRC no longer matches
+    runs = []
+    _pos, index = blocks.journal_runs(bytes(bad), 0, 1, 10, runs)
+    assert index == 4 and sum(len(r[3]) for r in runs) == 3
+
+
+def test_journal_walk_matches_its_twin(tmp_path: Path) -> None:
+    from ampsclient_server_stub.replication import blocks
+
+    rng = random.Random(19)
+    records = [
+        (
+            rng.choice((1, 2, 3)),
+            "p",
+            "t",
+            b"x" * rng.randrange(40),
+            rng.choice(({"mt": "json"}, {}, {"mt": "xml"})),
+        )
+        for _ in range(200)
+    ]
+    data = _journal_block(tmp_path, records)
+    suffix_sets = (None, blocks.mt_suffixes(["json"]), blocks.mt_suffixes(["xml"]), ())
+    sent_sets: list[dict[Any, Any]] = [
+        {},
+        {1: 10, 2: 0},
+        {1: -1},
+        {2: 2**64},
+        {3: "x"},
+        {1: True},
+        {1: 2**64 - 1},
+        {3: 50},
+    ]
+    impls = [blocks.journal_walk] + ([accel.journal_walk] if accel.journal_walk else [])
+    for suffixes in suffix_sets:
+        for sent in sent_sets:
+            for pos, expected, count in ((0, 1, 500), (0, 1, 7), (0, 2, 500), (3, 1, 500)):
+                outs = []
+                for walk in impls:
+                    mine = dict(sent)
+                    outs.append((walk(data, pos, expected, count, mine, suffixes), mine))
+                assert all(o == outs[0] for o in outs), (suffixes, sent, pos, outs)
+                (taken, end, went), _after = outs[0]
+                assert len(went) == taken and [w[0] for w in went] == list(
+                    range(expected, expected + taken)
+                )
+    # by hand: the sequence check, the type check and the update of sent_seq
+    sent = {1: 0, 2: 0, 3: 0}
+    taken, end, went = blocks.journal_walk(data, 0, 1, 500, sent, None)
+    assert taken == 200 and end == len(data)
+    assert sent == {pid: sum(1 for r in records if r[0] == pid) for pid in (1, 2, 3)}
+    taken, _end, _went = blocks.journal_walk(data, 0, 1, 500, {records[0][0]: 1}, None)
+    assert taken == 0  # the first record's sequence (1) is held downstream already
