@@ -533,13 +533,13 @@ static PyObject *ws_commands(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(journal_frames_doc,
 "journal_frames(buf, records, start, publisher_id, index, ts, prefix, fields, size, limit,\n"
-"               prev) -> (next, size, offsets, sequences)\n\n"
+"               prev) -> (next, size, offsets, sequences, indexes)\n\n"
 "Appends to bytearray `buf` the journal records of records[start:] ((sequence, topic,\n"
 "payload) each): index from `index`, timestamp `ts`, msgpack prefix + topic + payload +\n"
 "fields, length and CRC-32 in front; stops after the record that brings `size` to `limit`.\n"
 "The sequences are checked first (each above the previous, `prev` before the first, below\n"
-"2**64): on a bad one nothing is appended and next is -1 - its position. offsets and\n"
-"sequences are native uint64 bytes (array('Q')).");
+"2**64): on a bad one nothing is appended and next is -1 - its position. offsets,\n"
+"sequences and indexes are native uint64 bytes (array('Q')).");
 
 static char *put_u64le(char *w, uint64_t v) {
     for (int i = 0; i < 8; i++) { w[i] = (char)(v & 0xff); v >>= 8; }
@@ -569,7 +569,7 @@ static PyObject *journal_frames(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!OnKKKy*y*KKK", &PyByteArray_Type, &buf, &records, &start,
                           &pid, &index, &ts, &prefix, &fields, &size, &limit, &prev))
         return NULL;
-    PyObject *result = NULL, *seq_list = NULL, *offs = NULL, *seqs = NULL;
+    PyObject *result = NULL, *seq_list = NULL, *offs = NULL, *seqs = NULL, *idxs = NULL;
     Py_buffer *views = NULL;
     const char **topics = NULL;
     Py_ssize_t *tlens = NULL;
@@ -598,17 +598,17 @@ static PyObject *journal_frames(PyObject *self, PyObject *args) {
             u = PyLong_AsUnsignedLongLong(s);
             if (u == (unsigned long long)-1 && PyErr_Occurred()) { /* 2**64 or more */
                 PyErr_Clear();
-                result = Py_BuildValue("(nKyy)", -1 - (start + i), size, "", "");
+                result = Py_BuildValue("(nKyyy)", -1 - (start + i), size, "", "", "");
                 goto done;
             }
         } else if (overflow < 0 || sv < 0 || (unsigned long long)sv <= prev) {
-            result = Py_BuildValue("(nKyy)", -1 - (start + i), size, "", "");
+            result = Py_BuildValue("(nKyyy)", -1 - (start + i), size, "", "", "");
             goto done;
         } else {
             u = (unsigned long long)sv;
         }
         if (u <= prev) {
-            result = Py_BuildValue("(nKyy)", -1 - (start + i), size, "", "");
+            result = Py_BuildValue("(nKyyy)", -1 - (start + i), size, "", "", "");
             goto done;
         }
         seqv[i] = prev = u;
@@ -639,8 +639,10 @@ static PyObject *journal_frames(PyObject *self, PyObject *args) {
     if (PyByteArray_Resize(buf, old + total) < 0) goto done;
     offs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * taken));
     seqs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * taken));
-    if (!offs || !seqs) goto done;
+    idxs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * taken));
+    if (!offs || !seqs || !idxs) goto done;
     uint64_t *ov = (uint64_t *)PyBytes_AS_STRING(offs), *sqv = (uint64_t *)PyBytes_AS_STRING(seqs);
+    uint64_t *iv = (uint64_t *)PyBytes_AS_STRING(idxs);
     char *w = PyByteArray_AS_STRING(buf) + old;
     sz = size;
     for (Py_ssize_t i = 0; i < taken; i++) {
@@ -661,9 +663,10 @@ static PyObject *journal_frames(PyObject *self, PyObject *args) {
         for (int b = 0; b < 4; b++) { rec[b] = (char)(body >> (8 * b)); rec[4 + b] = (char)(crc >> (8 * b)); }
         ov[i] = sz;
         sqv[i] = seqv[i];
+        iv[i] = index + (unsigned long long)i;
         sz += (unsigned long long)body + 8;
     }
-    result = Py_BuildValue("(nKOO)", start + taken, sz, offs, seqs);
+    result = Py_BuildValue("(nKOOO)", start + taken, sz, offs, seqs, idxs);
 done:
     if (views) {
         for (Py_ssize_t i = 0; i < count; i++)
@@ -675,6 +678,7 @@ done:
     PyMem_Free(seqv);
     Py_XDECREF(offs);
     Py_XDECREF(seqs);
+    Py_XDECREF(idxs);
     Py_XDECREF(seq_list);
     PyBuffer_Release(&prefix);
     PyBuffer_Release(&fields);

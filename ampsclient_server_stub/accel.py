@@ -57,7 +57,7 @@ replay_frames: Callable[..., tuple[int, int, int]] | None = None
 ws_client_frames: Callable[[bytes, int], tuple[int, list[tuple[bytes, bool]], bool]] | None = None
 ws_server_frames: Callable[[list[bytes], bool], bytes | None] | None = None
 ws_commands: Callable[[list[tuple[bytes, bool]], int, int], tuple[int, list[bytes]]] | None = None
-journal_frames: Callable[..., tuple[int, int, bytes, bytes]] | None = None
+journal_frames: Callable[..., tuple[int, int, bytes, bytes, bytes]] | None = None
 journal_runs: Callable[..., tuple[int, int]] | None = None
 journal_walk: Callable[..., tuple[int, int, list[tuple[int, int]]]] | None = None
 

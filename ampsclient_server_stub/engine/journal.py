@@ -369,7 +369,7 @@ class Journal(JournalBase):
         rotated = False
         while pos < n:
             seg = self._active
-            nxt, size, offsets, seqs = _journal_frames(
+            nxt, size, offsets, seqs, indexes = _journal_frames(
                 buf,
                 records,
                 pos,
@@ -392,7 +392,7 @@ class Journal(JournalBase):
                     f"publisher {publisher_id}: sequence {seq} is not above the last stored "
                     f"{before}"
                 )
-            seg.add_run(publisher_id, offsets, seqs, index, ts, size)
+            seg.add_run(publisher_id, offsets, seqs, indexes, ts, size)
             index += nxt - pos
             pos = nxt
             prev = records[nxt - 1][0]

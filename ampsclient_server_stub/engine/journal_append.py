@@ -49,30 +49,31 @@ def journal_frames(
     size: int,
     limit: int,
     prev: int,
-) -> tuple[int, int, bytes, bytes]:
+) -> tuple[int, int, bytes, bytes, bytes]:
     """Append the journal records of ``records[start:]`` to ``buf``.
 
     First every sequence from ``start`` on is checked: each must be above the previous one
     (``prev`` before the first) and below 2**64; if one is not, nothing is appended and the
-    result is ``(-1 - position, size, b"", b"")``. Then records are framed in order, record
+    result is ``(-1 - position, size, b"", b"", b"")``. Then records are framed in order, record
     ``i`` at index ``index + i - start`` with timestamp ``ts``; ``prefix`` (see
     :func:`record_prefix`) and ``fields`` (a packed msgpack map) are shared. Framing stops
     after the first record that brings the segment's ``size`` to ``limit`` or more (where the
     segment rotates).
 
     Returns:
-        ``(next position, new size, offsets, sequences)``: the offsets in the segment and the
-        sequences of the records framed, each as native unsigned 64-bit integers
-        (``array('Q')`` bytes).
+        ``(next position, new size, offsets, sequences, indexes)``: the offsets in the
+        segment, the sequences and the indexes of the records framed, each as native unsigned
+        64-bit integers (``array('Q')`` bytes).
     """
     n = len(records)
     for pos in range(start, n):
         seq = records[pos][0]
         if not prev < seq < _UINT64:
-            return -1 - pos, size, b"", b""
+            return -1 - pos, size, b"", b"", b""
         prev = seq
     offsets = array("Q")
     seqs = array("Q")
+    first = index
     prefixes: dict[str, bytes] = {}
     join = b"".join
     bin8 = _BIN8
@@ -99,4 +100,5 @@ def journal_frames(
         pos += 1
         if size >= limit:
             break
-    return pos, size, offsets.tobytes(), seqs.tobytes()
+    indexes = array("Q", range(first, index))
+    return pos, size, offsets.tobytes(), seqs.tobytes(), indexes.tobytes()

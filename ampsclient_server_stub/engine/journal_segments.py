@@ -177,13 +177,13 @@ class MemSegment:
         publisher_id: int,
         offsets: bytes,
         seqs: bytes,
-        first_index: int,
+        indexes: bytes,
         ts: int,
         size: int,
     ) -> None:
         """Add a run of one publisher's records, all at ``ts``, to the columns (lock held);
-        ``offsets`` and ``seqs`` are ``array('Q')`` bytes, ``size`` is the segment's size
-        after them."""
+        ``offsets``, ``seqs`` and ``indexes`` are ``array('Q')`` bytes, ``size`` is the
+        segment's size after them."""
         n = len(offsets) // 8
         self.offsets.frombytes(offsets)
         self.timestamps.extend(array("Q", (ts,)) * n)
@@ -191,7 +191,7 @@ class MemSegment:
         if pub is None:
             pub = self.pubs[publisher_id] = (array("Q"), array("Q"))
         pub[0].frombytes(seqs)
-        pub[1].extend(range(first_index, first_index + n))
+        pub[1].frombytes(indexes)
         self.size = size
 
 

@@ -686,6 +686,7 @@ def test_journal_frames_writes_the_records_of_one_append_each_and_stops_at_the_l
     assert buf == b"old" + b"".join(expected)
     assert array("Q", got[2]).tolist() == [1000, 1000 + sizes[0], 1000 + sizes[0] + sizes[1]]
     assert array("Q", got[3]).tolist() == [3, 9, 10]
+    assert array("Q", got[4]).tolist() == [100, 101, 102]
     # a limit reached by the first record: one record taken, the rest for the next segment
     buf = bytearray()
     prefix = journal_append.record_prefix("p")
@@ -703,7 +704,7 @@ def test_journal_frames_writes_the_records_of_one_append_each_and_stops_at_the_l
     ):
         buf = bytearray()
         got = journal_append.journal_frames(buf, bad, 0, *args, 0, 10**9, prev)
-        assert got == (-1 - pos, 0, b"", b"") and buf == b""
+        assert got == (-1 - pos, 0, b"", b"", b"") and buf == b""
 
 
 @needs_c
