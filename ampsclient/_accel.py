@@ -36,6 +36,7 @@ __all__ = [
     "BookmarkLane",
     "PlainPublishLane",
     "PublishLane",
+    "StoreLock",
     "deliver",
     "join_seq",
     "split_frames",
@@ -110,6 +111,9 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "BookmarkLane.discard": (
             "ampsclient.stores.bookmark.memory.MemoryBookmarkStore.discard_message"
         ),
+        "StoreLock.acquire": "_thread.LockType.acquire",
+        "StoreLock.release": "_thread.LockType.release",
+        "StoreLock.locked": "_thread.LockType.locked",
         "PublishLane.publish": "ampsclient.ha.client.AsyncHAClient.publish",
         "PlainPublishLane.publish": "ampsclient.client.AsyncClient.publish",
     }
@@ -119,6 +123,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
 BookmarkLane: Callable[..., Any] | None = None
+StoreLock: Callable[[], Any] | None = None
 PublishLane: Callable[..., Any] | None = None
 PlainPublishLane: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
@@ -135,6 +140,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         split_frames = _speedups.split_frames
         deliver = _speedups.deliver
         BookmarkLane = getattr(_speedups, "BookmarkLane", None)  # not on free-threaded builds
+        StoreLock = getattr(_speedups, "StoreLock", None)  # (the lane's lock)
         PublishLane = getattr(_speedups, "PublishLane", None)  # nor these
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
         join_seq = _speedups.join_seq

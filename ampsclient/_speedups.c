@@ -539,6 +539,13 @@ cache_key_like(PyObject *cache, PyObject *key)
     return NULL;
 }
 
+#ifndef Py_GIL_DISABLED
+typedef struct Lane Lane;
+static Lane *lane_of(PyObject *log);
+static long long lane_log_number(Lane *self, PyObject *message);
+static PyObject *lane_slow_log(Lane *self);
+#endif
+
 PyDoc_STRVAR(deliver_doc,
 "deliver(payloads, cache, lengths, message_type, unrouted, report, bm_next) -> None\n\n"
 "``ampsclient.client.deliver`` in C (see there): route each payload by\n"
@@ -668,7 +675,23 @@ deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 set_slot(message, off_bm, bm);
                 Py_DECREF(bm);
                 PyObject *log = PyTuple_GET_ITEM(route, 3);
+#ifndef Py_GIL_DISABLED
+                Lane *lane = log != Py_None ? lane_of(log) : NULL;
+                long long no = lane != NULL ? lane_log_number(lane, message) : 0;
+                if (no > 0) { /* the store's lane numbered it, no call and no int */
+                    result = PyObject_CallOneArg(PyTuple_GET_ITEM(route, 4), message);
+                }
+                else if (no < 0) {
+                    result = NULL;
+                }
+                else
+#endif
                 if (log != Py_None) {
+#ifndef Py_GIL_DISABLED
+                    if (lane != NULL) {
+                        log = lane_slow_log(lane); /* what the lane's log calls next */
+                    }
+#endif
                     PyObject *logged = PyObject_CallOneArg(log, message);
                     if (logged != NULL) {
                         int yes = PyObject_IsTrue(logged);
@@ -947,36 +970,60 @@ write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(end);
 }
 
-/* ------------------------------------------------------------------ BookmarkLane
+/* ------------------------------------------------------------------ StoreLock, BookmarkLane
  *
  * MemoryBookmarkStore's common case in C: a delivery whose publisher already has a point
  * and nothing pending becomes the subscription's one in-flight message (log), and
  * discarding that message moves the publisher's point (discard). This is exactly the
  * first branch of MemoryBookmarkStore.log and .discard_message (see there); anything else,
- * including every error, goes to the Python methods given at construction. The lane works
- * on the store's objects through their __slots__ and never runs Python code between its
- * checks and its writes, so under the GIL it is atomic; while the store's lock is held by a
- * Python method it stays out of the way (lock.locked() -> the Python method, which waits).
+ * including every error, goes to the Python methods given at construction.
+ *
+ * The lane keeps the numbers of that common case as C state and writes them back into the
+ * store's records (their __slots__) only when a Python method of the store takes its lock:
+ * the store's lock is a StoreLock (below), whose acquire() writes the lane's state back
+ * (lane_flush) before the Python code runs. While it is held the lane stays out of the way
+ * (its flag is read without a call; the Python method then waits for the lock). So the
+ * Python methods always see the records as if every call had gone through them, and
+ * the common case costs no Python object per message beyond the bookmark string itself.
+ *
+ * What the lane caches between two flushes: one subscription (its sub id, record and
+ * publisher record, the publisher's id), that publisher's highest sequence, its done
+ * sequence and point, the subscription's next number, and at most one in-flight message
+ * (bookmark, sequence, number). Nothing else can change those records meanwhile: every
+ * Python method that does takes the lock first.
  */
 
 #ifndef Py_GIL_DISABLED
 
+typedef struct Lane Lane;
+
 typedef struct {
     PyObject_HEAD
+    PyThread_type_lock lock;
+    int held;   /* acquired (read by the lane without a call) */
+    Lane *lane; /* borrowed: the lane whose state a Python acquire writes back */
+} StoreLock;
+
+struct Lane {
+    PyObject_HEAD
     PyObject *subs;          /* the store's dict: sub id -> subscription record */
-    PyObject *locked;        /* the store lock's bound .locked */
+    StoreLock *lock;         /* the store's lock */
     PyObject *slow_log;      /* MemoryBookmarkStore.log (bound) */
     PyObject *slow_discard;  /* MemoryBookmarkStore.discard_message (bound) */
     PyTypeObject *sub_type, *pub_type;
-    PyObject *spare;         /* a discarded in-flight entry nobody else holds: the next one */
     int fast_discard;        /* no adapter: discard may finish here */
     int enabled;
-    unsigned long long fast_logs, fast_discards; /* calls done here (tests, statistics) */
+    unsigned long long fast_logs, fast_discards, flushes; /* calls done here (tests, statistics) */
     /* the subscription record's slots */
     Py_ssize_t s_inflight, s_last_pub, s_next_no, s_pubs, s_points, s_loaded_ts, s_recent;
     /* the publisher record's slots */
     Py_ssize_t p_high, p_done, p_point, p_queue, p_slot;
-} Lane;
+    /* the cached common case (c_sub == NULL: nothing cached) */
+    PyObject *c_sid, *c_sub, *c_pub, *c_key, *c_point, *c_bm;
+    long long c_high, c_done, c_next, c_seq, c_no;
+    Py_ssize_t c_slot;
+    int c_logged, c_discarded;
+};
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -987,29 +1034,248 @@ put(PyObject *obj, Py_ssize_t offset, PyObject *value) /* steals nothing */
     Py_XSETREF(SLOT(obj, offset), value);
 }
 
+/* put() of a new reference (stolen); -1 when value is NULL (an error is set) */
+static inline int
+put_new(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    if (value == NULL) {
+        return -1;
+    }
+    Py_XSETREF(SLOT(obj, offset), value);
+    return 0;
+}
+
+static void
+lane_forget(Lane *self)
+{
+    Py_CLEAR(self->c_sid);
+    Py_CLEAR(self->c_sub);
+    Py_CLEAR(self->c_pub);
+    Py_CLEAR(self->c_key);
+    Py_CLEAR(self->c_point);
+    Py_CLEAR(self->c_bm);
+    self->c_logged = self->c_discarded = 0;
+}
+
+/* Write the cached state back into the records and forget it; 0, or -1 on error (then
+ * nothing is forgotten). */
+static int
+lane_flush(Lane *self)
+{
+    PyObject *sub = self->c_sub, *pub = self->c_pub;
+    if (sub == NULL) {
+        return 0;
+    }
+    if (self->c_logged || self->c_discarded) {
+        self->flushes++;
+    }
+    if (self->c_logged) {
+        if (put_new(pub, self->p_high, PyLong_FromLongLong(self->c_high)) < 0
+            || put_new(sub, self->s_next_no, PyLong_FromLongLong(self->c_next)) < 0) {
+            return -1;
+        }
+        put(sub, self->s_last_pub, self->c_key);
+        self->c_logged = 0;
+    }
+    if (self->c_discarded) {
+        PyObject *points = SLOT(sub, self->s_points);
+        if (put_new(pub, self->p_done, PyLong_FromLongLong(self->c_done)) < 0) {
+            return -1;
+        }
+        put(pub, self->p_point, self->c_point);
+        if (points != NULL && PyList_CheckExact(points) && self->c_slot < PyList_GET_SIZE(points)) {
+            Py_INCREF(self->c_point);
+            PyList_SetItem(points, self->c_slot, self->c_point); /* steals */
+        }
+        put(sub, self->s_loaded_ts, Py_None);
+        put(sub, self->s_recent, Py_None);
+        self->c_discarded = 0;
+    }
+    if (self->c_bm != NULL) { /* the in-flight entry: [publisher, sequence, bookmark, number, discarded] */
+        PyObject *entry = PyList_New(5);
+        PyObject *seq = PyLong_FromLongLong(self->c_seq), *no = PyLong_FromLongLong(self->c_no);
+        if (entry == NULL || seq == NULL || no == NULL) {
+            Py_XDECREF(entry);
+            Py_XDECREF(seq);
+            Py_XDECREF(no);
+            return -1;
+        }
+        Py_INCREF(pub);
+        PyList_SET_ITEM(entry, 0, pub);
+        PyList_SET_ITEM(entry, 1, seq);
+        PyList_SET_ITEM(entry, 2, self->c_bm); /* the reference moves */
+        self->c_bm = NULL;
+        PyList_SET_ITEM(entry, 3, no);
+        Py_INCREF(Py_False);
+        PyList_SET_ITEM(entry, 4, Py_False);
+        put_new(sub, self->s_inflight, entry);
+    }
+    lane_forget(self);
+    return 0;
+}
+
+/* ---- StoreLock: threading.Lock's interface, with a flag the lane reads */
+
+static PyObject *
+slock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "StoreLock() takes no arguments");
+        return NULL;
+    }
+    StoreLock *self = (StoreLock *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->lock = PyThread_allocate_lock();
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+slock_dealloc(StoreLock *self)
+{
+    if (self->lock != NULL) {
+        if (self->held) {
+            PyThread_release_lock(self->lock);
+        }
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* the lock is ours (GIL held): mark it and write the lane's state back */
+static PyObject *
+slock_taken(StoreLock *self)
+{
+    self->held = 1;
+    if (self->lane != NULL && lane_flush(self->lane) < 0) {
+        self->held = 0;
+        PyThread_release_lock(self->lock);
+        return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+slock_acquire(StoreLock *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pd:acquire", kwlist, &blocking, &timeout)) {
+        return NULL;
+    }
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    if (PyThread_acquire_lock_timed(self->lock, 0, 0) == PY_LOCK_ACQUIRED) {
+        return slock_taken(self);
+    }
+    if (!blocking) {
+        Py_RETURN_FALSE;
+    }
+    PY_TIMEOUT_T us = timeout == -1 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
+    PyLockStatus r;
+    do {
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(self->lock, us, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_INTR && PyErr_CheckSignals() < 0) {
+            return NULL; /* e.g. KeyboardInterrupt while waiting */
+        }
+    } while (r == PY_LOCK_INTR);
+    if (r != PY_LOCK_ACQUIRED) {
+        Py_RETURN_FALSE;
+    }
+    return slock_taken(self);
+}
+
+static PyObject *
+slock_release(StoreLock *self, PyObject *unused)
+{
+    if (!self->held) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    self->held = 0;
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+slock_exit(StoreLock *self, PyObject *args)
+{
+    return slock_release(self, NULL);
+}
+
+static PyObject *
+slock_locked(StoreLock *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->held);
+}
+
+static PyMethodDef slock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))slock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool, as threading.Lock's."},
+    {"release", (PyCFunction)slock_release, METH_NOARGS, "As threading.Lock's."},
+    {"locked", (PyCFunction)slock_locked, METH_NOARGS, "As threading.Lock's."},
+    {"__enter__", (PyCFunction)(void (*)(void))slock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire()"},
+    {"__exit__", (PyCFunction)slock_exit, METH_VARARGS, "release()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject StoreLockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.StoreLock",
+    .tp_basicsize = sizeof(StoreLock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "StoreLock()\n\nA threading.Lock for a bookmark store whose BookmarkLane keeps "
+              "state in C: acquiring it writes that state back first; the lane reads whether "
+              "it is held without a call.",
+    .tp_dealloc = (destructor)slock_dealloc,
+    .tp_new = slock_new,
+    .tp_methods = slock_methods,
+};
+
+/* ---- BookmarkLane */
+
 static int
 lane_traverse(Lane *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->subs);
-    Py_VISIT(self->locked);
     Py_VISIT(self->slow_log);
     Py_VISIT(self->slow_discard);
     Py_VISIT(self->sub_type);
     Py_VISIT(self->pub_type);
-    Py_VISIT(self->spare);
+    Py_VISIT(self->c_sub);
+    Py_VISIT(self->c_pub);
     return 0;
 }
 
 static int
 lane_clear(Lane *self)
 {
+    if (self->lock != NULL && self->lock->lane == self) {
+        self->lock->lane = NULL;
+    }
+    lane_forget(self);
+    Py_CLEAR(self->lock);
     Py_CLEAR(self->subs);
-    Py_CLEAR(self->locked);
     Py_CLEAR(self->slow_log);
     Py_CLEAR(self->slow_discard);
     Py_CLEAR(self->sub_type);
     Py_CLEAR(self->pub_type);
-    Py_CLEAR(self->spare);
     return 0;
 }
 
@@ -1026,9 +1292,13 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
 {
     PyObject *subs, *lock, *slow_log, *slow_discard, *sub_type, *pub_type, *msg_type;
     int fast_discard;
-    if (!PyArg_ParseTuple(args, "O!OOOO!O!Op:BookmarkLane", &PyDict_Type, &subs, &lock,
-                          &slow_log, &slow_discard, &PyType_Type, &sub_type, &PyType_Type,
-                          &pub_type, &msg_type, &fast_discard)) {
+    if (!PyArg_ParseTuple(args, "O!O!OOO!O!Op:BookmarkLane", &PyDict_Type, &subs,
+                          &StoreLockType, &lock, &slow_log, &slow_discard, &PyType_Type,
+                          &sub_type, &PyType_Type, &pub_type, &msg_type, &fast_discard)) {
+        return -1;
+    }
+    if (self->lock != NULL || ((StoreLock *)lock)->lane != NULL) {
+        PyErr_SetString(PyExc_ValueError, "BookmarkLane: that lock already has a lane");
         return -1;
     }
     if (bind_message_type(msg_type) < 0) {
@@ -1049,11 +1319,9 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
         || slot_offset(pt, NAME(R_PUB_SLOT), &self->p_slot) < 0) {
         return -1;
     }
-    PyObject *locked = PyObject_GetAttrString(lock, "locked");
-    if (locked == NULL) {
-        return -1;
-    }
-    Py_XSETREF(self->locked, locked);
+    Py_INCREF(lock);
+    self->lock = (StoreLock *)lock;
+    self->lock->lane = self;
     Py_INCREF(subs);
     Py_XSETREF(self->subs, subs);
     Py_INCREF(slow_log);
@@ -1067,22 +1335,6 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
     self->fast_discard = fast_discard;
     self->enabled = 1;
     return 0;
-}
-
-/* 1: the store's lock is free (the lane may work); 0: held; -1: error */
-static int
-lane_free(Lane *self)
-{
-    if (!self->enabled) {
-        return 0;
-    }
-    PyObject *r = PyObject_CallNoArgs(self->locked);
-    if (r == NULL) {
-        return -1;
-    }
-    int held = PyObject_IsTrue(r);
-    Py_DECREF(r);
-    return held < 0 ? -1 : !held;
 }
 
 /* the message's bookmark and sub id when both are set str slots (borrowed), else 0 */
@@ -1099,54 +1351,40 @@ message_ids(PyObject *message, PyObject **bm, PyObject **sid)
            && PyUnicode_GET_LENGTH(*sid) > 0;
 }
 
-static PyObject *
-lane_log(Lane *self, PyObject *message)
+static inline int
+same_str(PyObject *a, PyObject *b)
 {
-    PyObject *bm, *sid;
-    int free_ = lane_free(self);
-    if (free_ < 0) {
-        return NULL;
-    }
-    if (!free_ || !message_ids(message, &bm, &sid) || !PyUnicode_IS_ASCII(bm)) {
-        goto slow;
-    }
-    /* publisherId|sequence| with a plain decimal sequence (anything else: Python decides) */
-    const char *text = (const char *)PyUnicode_1BYTE_DATA(bm);
-    Py_ssize_t size = PyUnicode_GET_LENGTH(bm);
-    const char *bar = memchr(text, '|', (size_t)size);
-    if (bar == NULL || size < 2 || text[size - 1] != '|') {
-        goto slow;
-    }
-    Py_ssize_t digits_at = bar - text + 1, digits = size - 1 - digits_at;
-    if (digits < 1 || digits > 18) {
-        goto slow;
-    }
-    long long seq = 0;
-    for (Py_ssize_t i = digits_at; i < size - 1; i++) {
-        char ch = text[i];
-        if (ch < '0' || ch > '9') {
-            goto slow;
-        }
-        seq = seq * 10 + (ch - '0');
+    return a == b
+           || (PyUnicode_GET_LENGTH(a) == PyUnicode_GET_LENGTH(b) && PyUnicode_IS_ASCII(a)
+               && PyUnicode_IS_ASCII(b)
+               && memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b),
+                         (size_t)PyUnicode_GET_LENGTH(a)) == 0);
+}
+
+/* Cache subscription ``sid``'s publisher ``text[:key_len]`` when the common case applies
+ * to it (the records as MemoryBookmarkStore.log's first branch needs them): 1; 0 when it
+ * does not (the Python method decides); -1 on error. Writes back what was cached first. */
+static int
+lane_load(Lane *self, PyObject *sid, PyObject *bm, Py_ssize_t key_len)
+{
+    if (lane_flush(self) < 0) {
+        return -1;
     }
     PyObject *sub = PyDict_GetItemWithError(self->subs, sid); /* borrowed */
     if (sub == NULL) {
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-        goto slow;
+        return PyErr_Occurred() ? -1 : 0;
     }
     if (!Py_IS_TYPE(sub, self->sub_type) || SLOT(sub, self->s_inflight) != Py_None) {
-        goto slow;
+        return 0;
     }
-    PyObject *pubs = SLOT(sub, self->s_pubs);
-    PyObject *next_no = SLOT(sub, self->s_next_no);
-    if (pubs == NULL || !PyDict_CheckExact(pubs) || next_no == NULL || !PyLong_CheckExact(next_no)) {
-        goto slow;
+    PyObject *pubs = SLOT(sub, self->s_pubs), *next_no = SLOT(sub, self->s_next_no);
+    PyObject *points = SLOT(sub, self->s_points);
+    if (pubs == NULL || !PyDict_CheckExact(pubs) || next_no == NULL || !PyLong_CheckExact(next_no)
+        || points == NULL || !PyList_CheckExact(points)) {
+        return 0;
     }
-    /* the publisher's id: most often the one of the previous message (no new str) */
     PyObject *key = SLOT(sub, self->s_last_pub);
-    Py_ssize_t key_len = bar - text;
+    const char *text = (const char *)PyUnicode_1BYTE_DATA(bm);
     if (key != NULL && PyUnicode_CheckExact(key) && PyUnicode_IS_ASCII(key)
         && PyUnicode_GET_LENGTH(key) == key_len
         && memcmp(PyUnicode_1BYTE_DATA(key), text, (size_t)key_len) == 0) {
@@ -1155,79 +1393,113 @@ lane_log(Lane *self, PyObject *message)
     else {
         key = PyUnicode_Substring(bm, 0, key_len);
         if (key == NULL) {
-            return NULL;
+            return -1;
         }
     }
     PyObject *pub = PyDict_GetItemWithError(pubs, key); /* borrowed */
     if (pub == NULL || !Py_IS_TYPE(pub, self->pub_type)) {
         Py_DECREF(key);
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-        goto slow;
+        return PyErr_Occurred() ? -1 : 0;
     }
-    PyObject *high = SLOT(pub, self->p_high), *point = SLOT(pub, self->p_point);
-    PyObject *queue = SLOT(pub, self->p_queue);
-    if (high == NULL || !PyLong_CheckExact(high) || point == NULL || point == Py_None
-        || queue == NULL) {
+    PyObject *high = SLOT(pub, self->p_high), *done = SLOT(pub, self->p_done);
+    PyObject *point = SLOT(pub, self->p_point), *queue = SLOT(pub, self->p_queue);
+    PyObject *slot_obj = SLOT(pub, self->p_slot);
+    if (high == NULL || !PyLong_CheckExact(high) || done == NULL || !PyLong_CheckExact(done)
+        || point == NULL || !PyUnicode_CheckExact(point) || queue == NULL || slot_obj == NULL
+        || !PyLong_CheckExact(slot_obj)) {
         Py_DECREF(key);
-        goto slow;
+        return 0;
     }
-    int overflow = 0;
-    long long high_value = PyLong_AsLongLongAndOverflow(high, &overflow);
+    int o1 = 0, o2 = 0, o3 = 0;
+    long long h = PyLong_AsLongLongAndOverflow(high, &o1);
+    long long d = PyLong_AsLongLongAndOverflow(done, &o2);
+    long long n = PyLong_AsLongLongAndOverflow(next_no, &o3);
+    Py_ssize_t slot = PyLong_AsSsize_t(slot_obj);
     Py_ssize_t queued = PyObject_Length(queue);
-    if (overflow || (high_value == -1 && PyErr_Occurred()) || queued != 0 || seq <= high_value) {
+    if (PyErr_Occurred() || queued < 0) {
         Py_DECREF(key);
-        if (queued < 0 || PyErr_Occurred()) {
-            return NULL;
+        return -1;
+    }
+    if (o1 || o2 || o3 || queued != 0 || slot < 0 || slot >= PyList_GET_SIZE(points)
+        || n >= LLONG_MAX - 1) {
+        Py_DECREF(key);
+        return 0;
+    }
+    Py_INCREF(sid);
+    self->c_sid = sid;
+    Py_INCREF(sub);
+    self->c_sub = sub;
+    Py_INCREF(pub);
+    self->c_pub = pub;
+    self->c_key = key; /* the reference moves */
+    Py_INCREF(point);
+    self->c_point = point;
+    self->c_high = h;
+    self->c_done = d;
+    self->c_next = n;
+    self->c_slot = slot;
+    return 1;
+}
+
+/* MemoryBookmarkStore.log's common case: its number (> 0), 0 when the Python method must
+ * decide (nothing changed), -1 on error. */
+static long long
+lane_log_number(Lane *self, PyObject *message)
+{
+    PyObject *bm, *sid;
+    if (!self->enabled || self->lock->held || !message_ids(message, &bm, &sid)
+        || !PyUnicode_IS_ASCII(bm)) {
+        return 0;
+    }
+    /* publisherId|sequence| with a plain decimal sequence (anything else: Python decides) */
+    const char *text = (const char *)PyUnicode_1BYTE_DATA(bm);
+    Py_ssize_t size = PyUnicode_GET_LENGTH(bm);
+    const char *bar = memchr(text, '|', (size_t)size);
+    if (bar == NULL || size < 2 || text[size - 1] != '|') {
+        return 0;
+    }
+    Py_ssize_t key_len = bar - text, digits_at = key_len + 1, digits = size - 1 - digits_at;
+    if (digits < 1 || digits > 18) {
+        return 0;
+    }
+    long long seq = 0;
+    for (Py_ssize_t i = digits_at; i < size - 1; i++) {
+        char ch = text[i];
+        if (ch < '0' || ch > '9') {
+            return 0;
         }
-        goto slow; /* a duplicate, or something already pending: Python's branches */
+        seq = seq * 10 + (ch - '0');
     }
-    PyObject *seq_obj = PyLong_FromLongLong(seq);
-    PyObject *no_next = PyNumber_Add(next_no, plus_one);
-    /* the entry, [publisher, sequence, bookmark, number, discarded]: the last one discarded
-     * here when nobody else kept it (no allocation, nothing new for the collector) */
-    PyObject *entry = NULL;
-    if (self->spare != NULL && Py_REFCNT(self->spare) == 1 && PyList_CheckExact(self->spare)
-        && PyList_GET_SIZE(self->spare) == 5) {
-        entry = self->spare;
-        self->spare = NULL;
+    PyObject *key = self->c_key;
+    if (self->c_sub == NULL || !same_str(sid, self->c_sid) || PyUnicode_GET_LENGTH(key) != key_len
+        || memcmp(PyUnicode_1BYTE_DATA(key), text, (size_t)key_len) != 0) {
+        int r = lane_load(self, sid, bm, key_len);
+        if (r <= 0) {
+            return r;
+        }
     }
-    else {
-        entry = PyList_New(5);
+    if (self->c_bm != NULL || seq <= self->c_high) {
+        return 0; /* something in flight already, or a duplicate: Python's branches */
     }
-    if (seq_obj == NULL || no_next == NULL || entry == NULL) {
-        Py_DECREF(key);
-        Py_XDECREF(seq_obj);
-        Py_XDECREF(no_next);
-        Py_XDECREF(entry);
+    Py_INCREF(bm);
+    self->c_bm = bm;
+    self->c_seq = self->c_high = seq;
+    self->c_no = self->c_next++;
+    self->c_logged = 1;
+    self->fast_logs++;
+    return self->c_no;
+}
+
+static PyObject *
+lane_log(Lane *self, PyObject *message)
+{
+    long long no = lane_log_number(self, message);
+    if (no < 0) {
         return NULL;
     }
-    PyObject **items = ((PyListObject *)entry)->ob_item;
-    Py_INCREF(pub);
-    Py_XSETREF(items[0], pub);
-    Py_INCREF(seq_obj);
-    Py_XSETREF(items[1], seq_obj);
-    Py_INCREF(bm);
-    Py_XSETREF(items[2], bm);
-    Py_INCREF(next_no);
-    Py_XSETREF(items[3], next_no);
-    Py_INCREF(Py_False);
-    Py_XSETREF(items[4], Py_False);
-    self->fast_logs++;
-    PyObject *no = next_no;
-    Py_INCREF(no); /* returned; the slot's reference goes below */
-    put(pub, self->p_high, seq_obj);
-    put(sub, self->s_last_pub, key);
-    put(sub, self->s_next_no, no_next);
-    put(sub, self->s_inflight, entry);
-    Py_DECREF(seq_obj);
-    Py_DECREF(key);
-    Py_DECREF(no_next);
-    Py_DECREF(entry);
-    return no;
-
-slow:
+    if (no > 0) {
+        return PyLong_FromLongLong(no);
+    }
     return PyObject_CallOneArg(self->slow_log, message);
 }
 
@@ -1235,74 +1507,28 @@ static PyObject *
 lane_discard(Lane *self, PyObject *message)
 {
     PyObject *bm, *sid;
-    int free_ = lane_free(self);
-    if (free_ < 0) {
-        return NULL;
-    }
-    if (!free_ || !self->fast_discard || !message_ids(message, &bm, &sid)) {
-        goto slow;
-    }
-    PyObject *sub = PyDict_GetItemWithError(self->subs, sid); /* borrowed */
-    if (sub == NULL) {
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-        goto slow;
-    }
-    if (!Py_IS_TYPE(sub, self->sub_type)) {
-        goto slow;
-    }
-    PyObject *entry = SLOT(sub, self->s_inflight);
-    PyObject *points = SLOT(sub, self->s_points);
-    if (entry == NULL || !PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 5 || points == NULL
-        || !PyList_CheckExact(points)) {
-        goto slow;
-    }
-    PyObject *entry_bm = PyList_GET_ITEM(entry, 2);
-    if (entry_bm != bm) {
-        int same = PyUnicode_CheckExact(entry_bm) ? PyUnicode_Compare(entry_bm, bm) : -1;
-        if (same != 0) {
-            if (PyErr_Occurred()) {
-                return NULL;
-            }
-            goto slow;
+    if (self->c_bm != NULL && self->fast_discard && self->enabled && !self->lock->held
+        && message_ids(message, &bm, &sid) && same_str(sid, self->c_sid)) {
+        PyObject *inflight = self->c_bm;
+        if (inflight == bm || (PyUnicode_IS_ASCII(bm) && same_str(bm, inflight))) {
+            /* discard_message's common case: the publisher's only pending message */
+            self->c_done = self->c_seq;
+            Py_SETREF(self->c_point, inflight); /* the reference moves */
+            self->c_bm = NULL;
+            self->c_discarded = 1;
+            self->fast_discards++;
+            Py_RETURN_NONE;
         }
     }
-    PyObject *pub = PyList_GET_ITEM(entry, 0);
-    if (!Py_IS_TYPE(pub, self->pub_type)) {
-        goto slow;
-    }
-    PyObject *slot_obj = SLOT(pub, self->p_slot);
-    Py_ssize_t slot = slot_obj != NULL && PyLong_CheckExact(slot_obj) ? PyLong_AsSsize_t(slot_obj) : -1;
-    if (slot < 0 || slot >= PyList_GET_SIZE(points)) {
-        PyErr_Clear();
-        goto slow;
-    }
-    /* discard_message's common case: the publisher's only pending message */
-    Py_INCREF(entry);
-    put(pub, self->p_done, PyList_GET_ITEM(entry, 1));
-    put(pub, self->p_point, bm);
-    Py_INCREF(bm);
-    PyList_SetItem(points, slot, bm); /* steals */
-    put(sub, self->s_inflight, Py_None);
-    put(sub, self->s_loaded_ts, Py_None);
-    put(sub, self->s_recent, Py_None);
-    self->fast_discards++;
-    if (Py_REFCNT(entry) == 1) {
-        Py_XSETREF(self->spare, entry); /* ours alone: the next log reuses it */
-    }
-    else {
-        Py_DECREF(entry);
-    }
-    Py_RETURN_NONE;
-
-slow:
     return PyObject_CallOneArg(self->slow_discard, message);
 }
 
 static PyObject *
 lane_disable(Lane *self, PyObject *unused)
 {
+    if (lane_flush(self) < 0) {
+        return NULL;
+    }
     self->enabled = 0;
     Py_RETURN_NONE;
 }
@@ -1322,6 +1548,8 @@ static PyMemberDef lane_members[] = {
      "How many log calls the C path finished."},
     {"fast_discards", T_ULONGLONG, offsetof(Lane, fast_discards), READONLY,
      "How many discard calls the C path finished."},
+    {"flushes", T_ULONGLONG, offsetof(Lane, flushes), READONLY,
+     "How many times the C state was written back into the store's records."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1331,7 +1559,8 @@ static PyTypeObject LaneType = {
     .tp_basicsize = sizeof(Lane),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "BookmarkLane(subs, lock, log, discard_message, Subscription, Publisher, Message, "
-              "fast_discard)\n\nMemoryBookmarkStore's common case in C (see the C source).",
+              "fast_discard)\n\nMemoryBookmarkStore's common case in C (see the C source); "
+              "lock is the store's StoreLock.",
     .tp_traverse = (traverseproc)lane_traverse,
     .tp_clear = (inquiry)lane_clear,
     .tp_dealloc = (destructor)lane_dealloc,
@@ -1340,6 +1569,25 @@ static PyTypeObject LaneType = {
     .tp_methods = lane_methods,
     .tp_members = lane_members,
 };
+
+static PyObject *
+lane_slow_log(Lane *self)
+{
+    return self->slow_log;
+}
+
+/* the lane behind a route's log callable (its bound log method), else NULL */
+static Lane *
+lane_of(PyObject *log)
+{
+    if (PyCFunction_Check(log) && PyCFunction_GET_FUNCTION(log) == (PyCFunction)lane_log) {
+        PyObject *self = PyCFunction_GET_SELF(log);
+        if (self != NULL && Py_IS_TYPE(self, &LaneType)) {
+            return (Lane *)self;
+        }
+    }
+    return NULL;
+}
 
 /* ------------------------------------------------------------------ PublishLane
  *
@@ -2015,7 +2263,9 @@ PyInit__speedups(void)
         return NULL;
     }
 #ifndef Py_GIL_DISABLED
-    if (PyType_Ready(&LaneType) < 0 || PyModule_AddObjectRef(module, "BookmarkLane", (PyObject *)&LaneType) < 0) {
+    if (PyType_Ready(&LaneType) < 0 || PyModule_AddObjectRef(module, "BookmarkLane", (PyObject *)&LaneType) < 0
+        || PyType_Ready(&StoreLockType) < 0
+        || PyModule_AddObjectRef(module, "StoreLock", (PyObject *)&StoreLockType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -616,12 +616,12 @@ def test_bookmark_lane_matches_the_python_store(
     for op, sub, pub, seq in ops:
         bookmark = f"{pub}|{seq}|"
         if op in ("log", "dup"):
-            a = fast._log_fast(delivery(sub, bookmark))
-            b = ref._log_fast(delivery(sub, bookmark))
+            a = fast.log_lane(delivery(sub, bookmark))
+            b = ref.log_lane(delivery(sub, bookmark))
             assert a == b
         elif op == "discard":
-            fast._discard_fast(delivery(sub, bookmark))
-            ref._discard_fast(delivery(sub, bookmark))
+            fast.discard_lane(delivery(sub, bookmark))
+            ref.discard_lane(delivery(sub, bookmark))
         elif op == "persisted":
             fast.persisted(sub, bookmark)
             ref.persisted(sub, bookmark)
@@ -646,50 +646,131 @@ def test_bookmark_lane_in_order_stream_resume_point() -> None:
     store = MemoryBookmarkStore()
     for i in range(1, 1001):
         m = delivery("s", f"42|{i}|")
-        assert store._log_fast(m) == i
-        store._discard_fast(m)
+        assert store.log_lane(m) == i
+        store.discard_lane(m)
     assert store.get_most_recent("s") == "42|1000|"
     # a redelivery is a duplicate through the lane too
-    assert store._log_fast(delivery("s", "42|1000|")) == 0
+    assert store.log_lane(delivery("s", "42|1000|")) == 0
     store.close()
     from ampsclient.exceptions import StoreError
 
     with pytest.raises(StoreError):
-        store._log_fast(delivery("s", "42|1001|"))
+        store.log_lane(delivery("s", "42|1001|"))
 
 
 @needs_lane
-def test_bookmark_lane_does_the_common_case_itself_and_reuses_no_entry_held_elsewhere() -> None:
+def test_bookmark_lane_keeps_the_common_case_in_c_until_a_python_method_takes_the_lock() -> None:
+    """The lane numbers and discards the common case itself, keeping the numbers as C state;
+    a Python method of the store (it takes the store's lock) sees the records exactly as if
+    every call had gone through it."""
     store = MemoryBookmarkStore()
     seed = delivery("s", "5|1|")
     store.log(seed)  # Python: the publisher is new, it has no point yet
     store.discard_message(seed)
     lane = store._lane
-    logs, discards = lane.fast_logs, lane.fast_discards
+    sub: Any = store._subs["s"]
+    pub: Any = sub.pubs["5"]
+    logs, discards, flushes = lane.fast_logs, lane.fast_discards, lane.flushes
     for i in range(2, 102):
         m = delivery("s", f"5|{i}|")
-        assert store._log_fast(m) == i
-        store._discard_fast(m)
+        assert store.log_lane(m) == i
+        store.discard_lane(m)
     assert (lane.fast_logs - logs, lane.fast_discards - discards) == (100, 100)
-    # an in-flight entry somebody else holds is never recycled by the next log
+    assert lane.flushes == flushes  # nothing written back yet: the records still say 5|1|
+    assert (pub.high, pub.point, sub.next_no) == (1, "5|1|", 2)
+    with store._lock:  # what every Python method of the store does first
+        assert lane.flushes == flushes + 1
+        assert (pub.high, pub.done, pub.point, sub.points, sub.next_no, sub.last_pub) == (
+            101,
+            101,
+            "5|101|",
+            ["5|101|"],
+            102,
+            "5",
+        )
+        assert sub.inflight is None and sub.recent is None
+    # one in flight when a Python method runs: it finds the entry log would have made
     m = delivery("s", "5|102|")
-    assert store._log_fast(m) == 102
-    held: Any = store._subs["s"].inflight
-    snapshot = list(held)
-    store._discard_fast(m)
-    m2 = delivery("s", "5|103|")
-    assert store._log_fast(m2) == 103
-    assert held == snapshot and held is not store._subs["s"].inflight
-    assert store._subs["s"].inflight[1:4] == [103, "5|103|", 103]  # type: ignore[index]
-    store._discard_fast(m2)
-    assert store.get_most_recent("s") == "5|103|"
+    assert store.log_lane(m) == 102
+    assert store.get_unprocessed_count("s") == 1
+    with store._lock:
+        assert store._subs["s"].inflight == [pub, 102, "5|102|", 102, False]
+    store.discard_lane(m)  # the Python method (the lane forgot its state at the flush)
+    assert store.get_most_recent("s") == "5|102|"
     assert store.get_unprocessed_count("s") == 0
-    # another publisher in between: its own key, then back (the last publisher is reused)
-    for bm in ("6|1|", "5|104|", "6|2|", "5|105|"):
+    # a second log before the discard: Python's branches (the first entry is settled)
+    a, b = delivery("s", "5|103|"), delivery("s", "5|104|")
+    assert (store.log_lane(a), store.log_lane(b)) == (103, 104)
+    store.discard_lane(b)
+    assert store.get_most_recent("s") == "5|102|"  # 103 is still being processed
+    store.discard_lane(a)
+    assert store.get_most_recent("s") == "5|104|"
+    # a duplicate through the lane: 0, nothing changes
+    assert store.log_lane(delivery("s", "5|104|")) == 0
+    # another publisher in between: its own records, then back
+    for bm in ("6|1|", "5|105|", "6|2|", "5|106|"):
         d = delivery("s", bm)
-        store._log_fast(d)
-        store._discard_fast(d)
-    assert store.get_most_recent("s") == "5|105|,6|2|"
+        store.log_lane(d)
+        store.discard_lane(d)
+    assert store.get_most_recent("s") == "5|106|,6|2|"
+    store.close()
+
+
+@needs_lane
+def test_store_lock_is_a_lock() -> None:
+    """``StoreLock`` (the lane's store lock) behaves as ``threading.Lock``: acquire with and
+    without blocking and with a timeout, ``locked``, ``with``, a release of an unlocked lock
+    refused, and a thread waiting for it until the holder releases it."""
+    assert _accel.StoreLock is not None
+    for lock in (_accel.StoreLock(), threading.Lock()):
+        assert lock.locked() is False
+        assert lock.acquire() is True and lock.locked() is True
+        assert lock.acquire(False) is False
+        assert lock.acquire(timeout=0.01) is False
+        with pytest.raises(ValueError):
+            lock.acquire(False, 1)
+        lock.release()
+        with pytest.raises(RuntimeError):
+            lock.release()
+        with lock:
+            assert lock.locked()
+        assert not lock.locked()
+        lock.acquire()
+        got: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda lk=lock, out=got: out.append(lk.acquire(timeout=30))
+        )
+        waiter.start()
+        lock.release()
+        waiter.join(30)
+        assert got == [True] and lock.locked()
+        lock.release()
+
+
+@needs_lane
+def test_bookmark_lane_steps_aside_while_another_thread_holds_the_store() -> None:
+    """While a Python method of the store holds its lock in another thread, the lane's log
+    and discard take the Python methods (which wait for the lock): the numbers and the
+    recovery point come out as without the other thread."""
+    store = MemoryBookmarkStore()
+    seed = delivery("s", "7|1|")
+    store.log(seed)
+    store.discard_message(seed)
+    store._lock.acquire()  # as a Python method of the store running in another thread
+    done: list[int] = []
+
+    def receive() -> None:
+        for i in range(2, 6):
+            m = delivery("s", f"7|{i}|")
+            done.append(store.log_lane(m))
+            store.discard_lane(m)
+
+    t = threading.Thread(target=receive)
+    t.start()
+    store._lock.release()
+    t.join(30)
+    assert done == [2, 3, 4, 5]
+    assert store.get_most_recent("s") == "7|5|"
     store.close()
 
 
@@ -703,11 +784,11 @@ def test_ha_discard_is_the_stores_lane_and_follows_a_new_store() -> None:
         for store in (first, second):
             if store is second:
                 client.set_bookmark_store(second)
-            assert client.discard == store._discard_fast
-            assert client.async_client.discard == store._discard_fast
+            assert client.discard == store.discard_lane
+            assert client.async_client.discard == store.discard_lane
             for i in (1, 2):
                 m = delivery("s", f"9|{i}|")
-                store._log_fast(m)
+                store.log_lane(m)
                 client.discard(m)
             assert store.get_most_recent("s") == "9|2|"
         assert first.get_most_recent("s") == "9|2|"
@@ -740,13 +821,13 @@ def test_bookmark_store_log_and_discard_on_two_threads(implementation: str) -> N
 
     def worker() -> None:
         while (m := handoff.get()) is not None:
-            store._discard_fast(m)
+            store.discard_lane(m)
 
     t = threading.Thread(target=worker)
     t.start()
     for i in range(1, n + 1):
         m = delivery("s", f"7|{i}|")
-        assert store._log_fast(m) == i
+        assert store.log_lane(m) == i
         handoff.put(m)
     handoff.put(None)
     t.join(60)

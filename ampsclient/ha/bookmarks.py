@@ -19,8 +19,8 @@ __all__ = ["fast_discard", "logging_handler", "mark_live", "resume_point", "seed
 
 
 def fast_discard(store: BookmarkStore) -> Callable[[Message], None]:
-    """``store.discard_message``, or the C speedups' version of its common case."""
-    fast: Callable[[Message], None] | None = getattr(store, "_discard_fast", None)
+    """``store.discard_lane`` (``discard_message`` for a duck-typed store without one)."""
+    fast: Callable[[Message], None] | None = getattr(store, "discard_lane", None)
     return fast if fast is not None else store.discard_message
 
 
@@ -32,7 +32,8 @@ def logging_handler(
 
     def on_message(message: Message) -> Any:
         if (
-            (message._bm is not None or (message.command == "publish" and message.bookmark))
+            message.bookmark
+            and message.command == "publish"
             and not store.log(message)
             and store.is_duplicate(message)
         ):
@@ -46,7 +47,7 @@ def logging_handler(
     # deliveries, logs each itself and calls ``handler`` when ``log`` numbers it; anything
     # else (a duplicate, no bookmark) goes through ``on_message``
     on_message.bookmark_logged = True  # type: ignore[attr-defined]
-    on_message.bookmark_log = getattr(store, "_log_fast", store.log)  # type: ignore[attr-defined]
+    on_message.bookmark_log = getattr(store, "log_lane", store.log)  # type: ignore[attr-defined]
     on_message.inner_handler = handler  # type: ignore[attr-defined]
     return on_message
 

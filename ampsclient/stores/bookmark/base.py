@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol, overload, runtime_checkable
 
@@ -46,6 +47,18 @@ class BookmarkStore(abc.ABC):
     Sequence numbers returned by :meth:`log` are per subscription, start at 1 and only grow;
     ``0`` means "not recorded" (a duplicate, or a message without a usable bookmark).
     """
+
+    @property
+    def log_lane(self) -> Callable[[MessageLike], int]:
+        """:meth:`log` as the client's receive path calls it for each delivery of a bookmark
+        subscription: a store may offer a faster callable doing exactly the same (the memory
+        store: the C speedups' common case); by default :meth:`log` itself."""
+        return self.log
+
+    @property
+    def discard_lane(self) -> Callable[[MessageLike], None]:
+        """:meth:`discard_message` the same way (``HAClient.discard`` is this callable)."""
+        return self.discard_message
 
     @abc.abstractmethod
     def log(self, message: MessageLike) -> int:

@@ -40,8 +40,8 @@ test_bench_bookmark_store.py``). The hot paths read an :class:`~ampsclient.Messa
 header directly and inline the common case; an adapter offering ``update_bookmark(sub_id,
 bookmark)`` is called with the two strings instead of a new :class:`RecoveryPoint`. With the
 optional C speedups (``docs/speedups.md``) the client's receive path and ``HAClient.discard``
-use ``_log_fast``/``_discard_fast``, which do that common case in C (0.26 µs together) and
-call these methods for everything else.
+use :attr:`~MemoryBookmarkStore.log_lane`/:attr:`~MemoryBookmarkStore.discard_lane`, which do
+that common case in C and call these methods for everything else.
 """
 
 from __future__ import annotations
@@ -238,7 +238,9 @@ class MemoryBookmarkStore(BookmarkStore):
     def __init__(
         self, adapter: RecoveryPointAdapter | None = None, *, use_timestamp: bool = False
     ) -> None:
-        self._lock = threading.Lock()
+        lane = _accel.BookmarkLane
+        # with the C lane, a lock whose acquire() first writes the lane's state back
+        self._lock: Any = threading.Lock() if lane is None else _accel.StoreLock()  # type: ignore[misc]
         self._subs: dict[str, _Subscription] = {}
         self._adapter = adapter
         self._use_ts = bool(use_timestamp)
@@ -250,7 +252,6 @@ class MemoryBookmarkStore(BookmarkStore):
         if adapter is not None:
             for point in iter_recovery_points(adapter):
                 self._recover(point.sub_id, point.bookmark)
-        lane = _accel.BookmarkLane
         self._lane: Any = None
         if lane is not None:
             self._lane = lane(
@@ -263,17 +264,18 @@ class MemoryBookmarkStore(BookmarkStore):
                 Message,
                 adapter is None,
             )
-        self._log_fast: Callable[[MessageLike], int] = (
-            self._lane.log if self._lane is not None else self.log
-        )
-        """:meth:`log` for the client's receive path: the C speedups' version of its common
-        case when they are built (``ampsclient._accel``), else :meth:`log` itself."""
-        self._discard_fast: Callable[[MessageLike], None] = (
-            self._lane.discard if self._lane is not None else self.discard_message
-        )
-        """:meth:`discard_message`, the same way."""
 
     # ------------------------------------------------------------------ properties
+
+    @property
+    def log_lane(self) -> Callable[[MessageLike], int]:
+        """:attr:`BookmarkStore.log_lane`: the C speedups' lane when they are built."""
+        return self.log if self._lane is None else self._lane.log
+
+    @property
+    def discard_lane(self) -> Callable[[MessageLike], None]:
+        """:attr:`BookmarkStore.discard_lane`: the C speedups' lane when they are built."""
+        return self.discard_message if self._lane is None else self._lane.discard
 
     @property
     def adapter(self) -> RecoveryPointAdapter | None:
