@@ -239,12 +239,13 @@ class Queue:
         whether this instance may deliver it (until then it is :data:`REMOTE`)."""
         if bookmark in self.messages:
             return False
-        if self.deferred.pop(bookmark, None) is not None:
+        if self.deferred and self.deferred.pop(bookmark, None) is not None:
             self.counters["deferred_acks_applied"] += 1
             return False
         self._order += 1
         msg = QueueMessage(bookmark, data, x, self._order, now)
-        msg.expires = deadline(self.config, now, expires)
+        if expires is not None or self.config.expiration is not None:
+            msg.expires = deadline(self.config, now, expires)
         if msg.expires is not None:
             heapq.heappush(self._expiry_heap, (msg.expires, msg.order, msg))
         if self._barrier is not None:
