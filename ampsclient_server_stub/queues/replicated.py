@@ -275,8 +275,9 @@ class ReplicatedQueues:
     def _remote_acks(self, queue: Queue, bookmarks: list[str], now: float) -> None:
         expiry = now + queue.config.deferred_ack_expiration
         for bookmark in bookmarks:
-            if not bookmark:
-                continue
+            msg = queue.messages.get(bookmark)
+            if msg is not None and msg.barrier:
+                continue  # released per instance: another's release is not ours
             if queue.remove(bookmark) is None and not self._engine.in_journal(bookmark):
                 queue.deferred[bookmark] = expiry  # acknowledged before it arrived here
             self._requested.pop(bookmark, None)

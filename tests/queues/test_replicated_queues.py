@@ -93,3 +93,32 @@ def test_group_local_queue_initial_owner(tmp_path: Path) -> None:
         on_a.close()
     finally:
         cluster.stop()
+
+
+def test_barrier_released_by_each_instance(tmp_path: Path) -> None:
+    xml = queue_xml().replace(
+        "<MaxPerSubscriptionBacklog>",
+        "<BarrierExpression>/barrier = 1</BarrierExpression><MaxPerSubscriptionBacklog>",
+    )
+    cluster = pair(tmp_path, xml)
+    try:
+        a, b = cluster.node("A"), cluster.node("B")
+        on_a, on_b = Consumer(a), Consumer(b)  # type: ignore[arg-type]
+        on_a.subscribe(QUEUE, o="max_backlog=10")
+        on_b.subscribe(QUEUE, o="max_backlog=10")
+        publish(a, TOPIC, [{"id": "m1"}, {"id": "bar", "barrier": 1}])  # type: ignore[arg-type]
+        first = on_a.wait_deliveries(1)
+        assert bodies(first) == [{"id": "m1"}]
+        wait_stat(b, "messages", 2)
+        assert on_a.sync() == [] and on_b.sync() == []  # the barrier waits on both
+        on_a.ack(QUEUE, first[0][0]["bm"])
+        # each instance releases it to its own subscribers once m1 is acknowledged there
+        assert bodies(on_a.wait_deliveries(2))[1] == {"id": "bar", "barrier": 1}
+        assert bodies(on_b.wait_deliveries(1, timeout=20)) == [{"id": "bar", "barrier": 1}]
+        wait_stat(a, "messages", 0)
+        wait_stat(b, "messages", 0)
+        assert on_a.sync() == [] and on_b.sync() == []
+        on_a.close()
+        on_b.close()
+    finally:
+        cluster.stop()

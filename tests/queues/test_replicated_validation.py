@@ -141,3 +141,79 @@ def test_local_queue_refused_for_replication(tmp_path: Path) -> None:
         ),
     )
     assert local_queue_problems(elsewhere) == []
+
+
+def _xml(queue: str, topic: str, admin_port: int) -> str:
+    return f"""<AMPSConfig><Name>A</Name>
+<Transports><Transport><Name>tcp</Name><Type>tcp</Type><Protocol>amps</Protocol>
+<InetAddr>127.0.0.1:0</InetAddr></Transport>
+<Transport><Name>r</Name><Type>amps-replication</Type>
+<InetAddr>127.0.0.1:0</InetAddr></Transport></Transports>
+<Admin><InetAddr>127.0.0.1:{admin_port}</InetAddr></Admin>
+<TransactionLog><JournalDirectory>j</JournalDirectory>
+<Topic><Name>orders</Name><MessageType>json</MessageType></Topic></TransactionLog>
+<SOW>{queue}</SOW>
+<Replication><Destination><Name>B</Name><SyncType>async</SyncType>
+<Transport><InetAddr>127.0.0.1:1</InetAddr><Type>amps-replication</Type></Transport>
+<Topic><Name>{topic}</Name><MessageType>json</MessageType></Topic></Destination></Replication>
+</AMPSConfig>"""
+
+
+LOCAL = (
+    "<LocalQueue><Name>work</Name><MessageType>json</MessageType>"
+    "<UnderlyingTopic>orders</UnderlyingTopic></LocalQueue>"
+)
+
+
+def test_a_replicated_local_queue_stops_the_start(tmp_path: Path) -> None:
+    from ampsclient_server_stub import ServerThread
+    from ampsclient_server_stub.harness import free_port
+
+    config = parse_config(_xml(LOCAL, ".*", free_port()), base_dir=tmp_path)
+    with pytest.raises(ConfigError, match="<LocalQueue> 'work' cannot be replicated"):
+        ServerThread(config, fsync="never").start()
+
+
+def test_proxied_transfer_admin_errors(tmp_path: Path) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from ampsclient_server_stub import ServerThread
+    from ampsclient_server_stub.harness import free_port
+
+    def get(path: str) -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    port = free_port()
+    config = parse_config(_xml(LOCAL, "orders", port), base_dir=tmp_path)  # not replicated
+    server = ServerThread(config, fsync="never").start()
+    try:
+        base = "/amps/administrator/queues"
+        status, text = get(f"{base}/nope/enable_proxied_transfer")
+        assert status == 404 and "no queue 'nope'" in text
+        status, text = get(f"{base}/work/enable_proxied_transfer")
+        assert status == 409 and "not a replicated queue" in text
+        status, text = get(f"{base}/work/frobnicate_proxied_transfer")
+        assert status == 404
+    finally:
+        server.stop()
+    replicated = "<Queue>" + LOCAL[len("<LocalQueue>") : -len("</LocalQueue>")] + "</Queue>"
+    port = free_port()
+    config = parse_config(_xml(replicated, ".*", port), base_dir=tmp_path / "q")
+    server = ServerThread(config, fsync="never").start()
+    try:
+        assert get(f"{base}/work/enable_proxied_transfer") == (
+            200,
+            {"action": "enable_proxied_transfer", "queue": "work", "result": True},
+        )
+        assert get(f"{base}/work/enable_proxied_transfer")[1]["result"] is False  # already on
+        assert get("/amps/instance/queues/work")[1]["proxied_transfer"] is True
+        assert get(f"{base}/work/disable_proxied_transfer")[1]["result"] is True
+        assert get("/amps/instance/queues/work")[1]["proxied_transfer"] is False
+    finally:
+        server.stop()
