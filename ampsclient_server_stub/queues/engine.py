@@ -96,12 +96,6 @@ _ACK_POINT_INTERVAL: Final = 1.0
 """Seconds between writes of ``queues.ack`` while acknowledgements come in."""
 
 
-_PLAIN_DELIVERY: Final = re.compile(
-    rb'\{"c":"p","t":"[^"\\]*","sids":"[^"\\]*","bm":"([^"\\]+)"\}'
-).match
-"""A delivery frame's header with no field after ``bm`` (the body follows), no escapes."""
-
-
 class QueueStartError(ConfigError):
     """A queue cannot run with this configuration (start-up fails): an underlying topic that
     is not recorded in the transaction log, or no transaction log at all."""
@@ -279,19 +273,14 @@ class QueueEngine:
         inactive = self.inactive.get(queue.name) if self.inactive else None
         expiry = self._expiry if queue.config.expiration_model != "queue" else None
         added = False
-        plain = _PLAIN_DELIVERY if expiry is None and inactive is None else None
         for frame in frames:
+            # Fast path: the plain delivery frame ...,"bm":"<bm>"}BODY (no correlation id).
+            i = frame.find(b',"bm":"')
+            j = frame.find(b'"', i + 7) if i > 0 else -1
             x: str | None
             bookmark: str | None
             expires: float | None = None
-            # Fast path: the plain delivery frame {"c":"p","t":..,"sids":..,"bm":"<bm>"}BODY
-            # (no correlation id), one regular expression match from the frame's start
-            found = plain(frame) if plain is not None else None
-            if found is not None:
-                bookmark = found[1].decode()
-                data = frame[found.end() :]
-                x = None
-            elif expiry is not None or inactive is not None:
+            if expiry is not None or inactive is not None:
                 hdr, end = decode_header(frame)
                 bookmark = text(hdr.get("bm"))
                 data = frame[end:]
@@ -302,6 +291,10 @@ class QueueEngine:
                 if inactive is not None and bookmark is not None:
                     added = inactive.admit(Waiting(bookmark, data, x, now, expires)) or added
                     continue
+            elif j > 0 and frame[j + 1 : j + 2] == b"}":
+                bookmark = frame[i + 7 : j].decode()
+                data = frame[j + 2 :]
+                x = None
             else:
                 hdr, end = decode_header(frame)
                 bookmark = text(hdr.get("bm"))
