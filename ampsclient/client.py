@@ -3,7 +3,9 @@
 The asyncio *wing* of the sans-I/O core (:class:`~ampsclient.core.connection.ClientCore`):
 the core holds the state, the logon, command correlation, heartbeats and subscription
 bookkeeping; this class opens the transport, feeds the core what it reads and the time,
-writes what the core queues, and turns the core's waiters into awaitables. It is the one
+writes what the core queues, and acts on the events the core gives back
+(:mod:`ampsclient.core.event_types`: it resolves the futures of awaited commands, ends
+streams, closes a silent connection, tells the listeners). It is the one
 asyncio implementation; :class:`ampsclient.Client` drives it from synchronous code on a
 background loop thread. Method names follow the official AMPS Python client; options beyond its
 positional parameters are keyword-only. Timeouts named ``timeout`` are in **milliseconds**
@@ -27,7 +29,7 @@ import logging
 import ssl
 import types
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from . import _accel, compat
 from .acks import QueueAckMethods, QueueAcks, bound_message_type
@@ -36,6 +38,19 @@ from .calls import Handler
 from .command import Command
 from .convenience import AsyncCommands
 from .core.connection import CLIENT_VERSION, SUBSCRIBE_COMMANDS, ClientCore, Pending, publish_fields
+from .core.event_types import (
+    CommandAcked,
+    CommandFailed,
+    ConnectionLost,
+    Event,
+    HandlerFailed,
+    HeartbeatTimedOut,
+    LogonAcked,
+    PublishPersisted,
+    StateChanged,
+    StreamEnded,
+    SubscriptionPersisted,
+)
 from .core.events import ConnectionEvent, ConnectionState
 from .core.routes import deliver
 from .core.state import State
@@ -60,6 +75,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("ampsclient.client")
+
+E = TypeVar("E", bound=Event)
+_T = TypeVar("_T")
 
 
 class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
@@ -96,6 +114,24 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self._state_listeners: list[Callable[[ConnectionEvent], Any]] = []
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._closed_by_user = False
+        self._exception_listener: Callable[[BaseException], Any] | None = None
+        self._waiting: dict[str, asyncio.Future[Message]] = {}
+        """Command id -> the future of an awaited processed ack."""
+        self._logons: dict[str, asyncio.Future[LogonAcked]] = {}
+        """Logon command id -> the future of its ack."""
+        self._processing = False
+        self._on_event: dict[type[Any], Callable[[Any], None]] = {
+            StateChanged: _ignore,
+            LogonAcked: self._logon_acked,
+            CommandAcked: self._command_acked,
+            CommandFailed: self._command_failed,
+            StreamEnded: _end_stream,
+            HeartbeatTimedOut: self._heartbeat_timed_out,
+            ConnectionLost: self._connection_lost,
+            PublishPersisted: self._unrouted_ack,
+            SubscriptionPersisted: self._unrouted_ack,
+            HandlerFailed: self._handler_failed,
+        }
         self.queue_acks = QueueAcks(self._core.send_payload, self.call_later)
         """Queue acknowledgements: settings and pending batch (:mod:`ampsclient.acks`)."""
         self._core.message_type = bound_message_type(self.queue_acks.ack, self.queue_acks)
@@ -199,7 +235,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
 
     def set_exception_listener(self, listener: Callable[[BaseException], Any] | None) -> None:
         """Receives exceptions raised by handlers (they are logged either way)."""
-        self._core.exception_listener = listener
+        self._exception_listener = listener
 
     def set_disconnect_handler(
         self, handler: Callable[[AsyncClient, BaseException | None], Any] | None
@@ -218,7 +254,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
 
     def get_exception_listener(self) -> Callable[[BaseException], Any] | None:
         """The exception listener."""
-        return self._core.exception_listener
+        return self._exception_listener
 
     @property
     def default_max_depth(self) -> int:
@@ -282,7 +318,90 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             try:
                 listener(event)
             except Exception as exc:
-                self._core.report(exc)
+                self.report(exc)
+
+    # ---------------------------------------------------------------------- the core's events
+
+    def report(self, exc: BaseException) -> None:
+        """A handler raised ``exc``: log it and tell the exception listener (for wrappers
+        whose own handlers run application code, as the HA client's failed-write handler)."""
+        self._core.report(exc)
+        self.process_events()
+
+    def set_event_handler(self, kind: type[E], handler: Callable[[E], None]) -> None:
+        """Act on the core's events of type ``kind`` with ``handler`` instead of this
+        client's default (the HA client takes ``PublishPersisted`` and
+        ``SubscriptionPersisted``, which a plain client gives the last-chance handler)."""
+        self._on_event[kind] = handler
+
+    def process_events(self) -> None:
+        """Act on every event the core queued (see :mod:`ampsclient.core.event_types`).
+
+        Called after each call into the core that may queue one; an event handler that
+        queues more (a listener that raises) has them handled in the same pass, in order.
+        """
+        if self._processing:
+            return  # the pass under way takes them
+        core = self._core
+        on_event = self._on_event
+        self._processing = True
+        try:
+            while core.events:
+                for event in core.events_received():
+                    on_event[type(event)](event)
+        finally:
+            self._processing = False
+
+    def _receive_payloads(self, payloads: list[bytes]) -> None:
+        core = self._core
+        core.receive_payloads(payloads)
+        if core.events:  # once per read, not per message
+            self.process_events()
+
+    def _logon_acked(self, event: LogonAcked) -> None:
+        fut = self._logons.pop(event.cid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(event)
+
+    def _command_acked(self, event: CommandAcked) -> None:
+        fut = self._waiting.pop(event.cid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(event.ack)
+
+    def _command_failed(self, event: CommandFailed) -> None:
+        fut: asyncio.Future[Any] | None = self._waiting.pop(event.cid, None)
+        if fut is None:
+            fut = self._logons.pop(event.cid, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(event.error)
+            fut.exception()  # mark retrieved: nobody may be awaiting it any more
+
+    def _heartbeat_timed_out(self, event: HeartbeatTimedOut) -> None:
+        self.abort(DisconnectedError("heartbeat timeout: the server went silent"))
+
+    def _connection_lost(self, event: ConnectionLost) -> None:
+        if event.by_user:
+            self._emit(ConnectionState.SHUTDOWN)
+            return
+        err = event.error
+        log.info("disconnected from %s: %s", self.uri, err)
+        self._emit(ConnectionState.DISCONNECTED, err)
+        if self._disconnect_handler is not None:
+            try:
+                self._disconnect_handler(self, err)
+            except Exception as exc:
+                self.report(exc)
+
+    def _unrouted_ack(self, event: PublishPersisted | SubscriptionPersisted) -> None:
+        self._core.unrouted(event.ack)
+
+    def _handler_failed(self, event: HandlerFailed) -> None:
+        listener = self._exception_listener
+        if listener is not None:
+            try:
+                listener(event.error)
+            except Exception:
+                log.exception("exception listener failed")
 
     def emit_state(self, state: ConnectionState, cause: BaseException | None = None) -> None:
         """Tell the connection state listeners of ``state`` (an HA client's own steps:
@@ -313,7 +432,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self._closed_by_user = False
         transport = await open_transport(
             parsed,
-            on_payload=self._core.receive_payloads,
+            on_payload=self._receive_payloads,
             on_close=self._on_close,
             on_writable=self.transport_writable,
             max_frame_size=self._max_frame_size,
@@ -323,6 +442,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self._core.connection_made()
         self.attach(transport)
         self._uri = parsed
+        self.process_events()
         self._emit(ConnectionState.CONNECTED)
 
     async def logon(
@@ -350,9 +470,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         password = auth.authenticate(user, uri.password)
         opts = options if options is not None else self._logon_options
         while True:
-            fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
             core.send_logon(
-                fut,
                 cid=cid,
                 client_name=self._name,
                 user=user,
@@ -361,12 +479,16 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
                 options=opts,
                 correlation_id=self.logon_correlation_data,
             )
+            fut: asyncio.Future[LogonAcked] = asyncio.get_running_loop().create_future()
+            self._logons[cid] = fut
             try:
-                ack = await self._wait(fut, timeout, "logon")
+                acked = await self._wait(fut, timeout, "logon")
             except BaseException:
+                self._logons.pop(cid, None)
                 core.logon_abandoned(cid)
+                self.process_events()
                 raise
-            status = core.logon_acked(ack)
+            status, ack = acked.status, acked.ack
             if status == "retry":
                 password = auth.retry(ack.get_user_id() or user, ack.get_password())
                 continue
@@ -394,14 +516,16 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self, name: str, fields: dict[str, Any], timeout_ms: int, data: bytes = b""
     ) -> Message:
         """Send a command that waits for its processed ack and return that ack."""
+        cid = self._core.request(name, fields, data)
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        cid = self._core.request(fut, name, fields, data)
+        self._waiting[cid] = fut
         try:
             return await self._wait(fut, timeout_ms, name)
         finally:
+            self._waiting.pop(cid, None)
             self._core.forget_command(cid)
 
-    async def _wait(self, fut: asyncio.Future[Message], timeout_ms: int, what: str) -> Message:
+    async def _wait(self, fut: asyncio.Future[_T], timeout_ms: int, what: str) -> _T:
         if not timeout_ms:
             return await fut
         try:
@@ -476,27 +600,33 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             and command.name in SUBSCRIBE_COMMANDS
         ):
             route = qa.wrap(handler)  # a stream acks as it is read
-        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         core = self._core
-        pending = core.send_command(command, handler, stream, fut, route_handler=route)
-        if pending is None or pending.waiter is None:
+        try:
+            pending = core.send_command(command, handler, stream, route_handler=route)
+        finally:
+            self.process_events()
+        if pending is None or not pending.wants_ack:
             return pending
+        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._waiting[pending.cid] = fut
         try:
             ack = await self._wait(fut, command.timeout_ms, command.name)
-        except TimeoutError:
-            core.command_abandoned(pending, timed_out=True)
+        except BaseException as exc:
+            self._waiting.pop(pending.cid, None)
+            core.command_abandoned(pending, timed_out=isinstance(exc, TimeoutError))
+            self.process_events()
             raise
-        except BaseException:
-            core.command_abandoned(pending, timed_out=False)
-            raise
-        core.command_acked(pending, ack)
+        try:
+            core.command_acked(pending, ack)
+        finally:
+            self.process_events()
         if pending.sub_id is not None and command.name in SUBSCRIBE_COMMANDS:
             qa.subscribed(pending.sub_id, command.fields.get("t"), ack.options)  # backlog cap
         return pending
 
     def close_stream(self, stream: MessageStream) -> None:
         """Forget ``stream`` (closed by the application) and unsubscribe its subscription."""
-        self._core.close_stream(stream, stream.put)
+        self._core.close_stream(stream, stream.put)  # queues no event (any thread may call it)
         if stream.sub_id is not None:
             self.queue_acks.unsubscribed(stream.sub_id)
 
@@ -504,7 +634,10 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
 
     async def unsubscribe(self, sub_id: str = "all") -> None:
         """Cancel one subscription (or ``"all"``)."""
-        self._core.unsubscribe(sub_id)
+        try:
+            self._core.unsubscribe(sub_id)
+        finally:
+            self.process_events()
         self.queue_acks.unsubscribed(sub_id)
 
     async def flush(self, timeout: int = 0) -> None:
@@ -519,7 +652,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         loop = self.loop
         if self.transport is None or loop is None:
             return
-        tick = self._core.start_heartbeat(loop.time())
+        tick = self._core.start_heartbeat(loop.time())  # queues no event
         if tick is None:
             return
         if self._heartbeat_task is not None:
@@ -528,11 +661,13 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
 
     async def _heartbeat_loop(self, tick: float) -> None:
         loop = asyncio.get_running_loop()
+        core = self._core
         while self.transport is not None:
             await asyncio.sleep(tick)
-            if self.transport is not None and self._core.heartbeat_tick(loop.time()):
-                self.abort(DisconnectedError("heartbeat timeout: the server went silent"))
-                return
+            if self.transport is not None:
+                core.heartbeat_tick(loop.time())
+                if core.events:
+                    self.process_events()  # a HeartbeatTimedOut aborts the connection
 
     # ----------------------------------------------------------------------------- closing
 
@@ -554,18 +689,9 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             self._heartbeat_task = None
-        by_user = self._closed_by_user
-        err = self._core.connection_lost(error, by_user=by_user)
-        if by_user:
-            self._emit(ConnectionState.SHUTDOWN)
-            return
-        log.info("disconnected from %s: %s", self.uri, err)
-        self._emit(ConnectionState.DISCONNECTED, err)
-        if self._disconnect_handler is not None:
-            try:
-                self._disconnect_handler(self, err)
-            except Exception as exc:
-                self._core.report(exc)
+        # failed commands, ended streams, then ConnectionLost (listeners, disconnect handler)
+        self._core.connection_lost(error, by_user=self._closed_by_user)
+        self.process_events()
 
     async def close(self) -> None:
         """Flush queued writes and close the connection. Streams end; pending calls fail."""
@@ -576,6 +702,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self.queue_acks.flush()  # pending queue acks go out before the connection closes
         self.drain_now()  # so do publishes held by batching
         self._core.end_streams()  # streams and subscriptions end quietly
+        self.process_events()
         transport.close()
         self._on_close(None)
         await asyncio.sleep(0)
@@ -587,3 +714,11 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _ignore(event: StateChanged) -> None:
+    """The wing reads the state from the core when it needs it."""
+
+
+def _end_stream(event: StreamEnded) -> None:
+    event.stream.finish(event.error)

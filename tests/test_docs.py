@@ -1,5 +1,6 @@
 """Every self-contained example in docs/ runs (a block is self-contained when it starts its
-own reference server with ``ServerThread()``)."""
+own reference server with ``ServerThread()``, or drives the sans-I/O core by hand with
+``ClientCore()``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def examples() -> list[tuple[str, str]]:
     found = []
     for page in sorted(DOCS.glob("*.md")):
         for i, code in enumerate(BLOCK.findall(page.read_text())):
-            if "ServerThread()" in code:
+            if "ServerThread()" in code or "ClientCore()" in code:
                 found.append((f"{page.name}#{i}", code))
     return found
 

@@ -2,25 +2,38 @@
 
 :class:`ClientCore` holds a connection's state and logic and does no I/O: no socket, no event
 loop, no thread. Its user (a *wing*: :class:`~ampsclient.client.AsyncClient` on asyncio, and
-through it the sync facade) feeds it what the transport read (:meth:`ClientCore.receive_data`
-or, already split into frame payloads, :meth:`ClientCore.receive_payloads`), the time
-(:meth:`ClientCore.heartbeat_tick`) and the transport's fate (:meth:`ClientCore.connection_made`,
-:meth:`ClientCore.connection_lost`); it writes what :meth:`ClientCore.data_to_send` returns
-(the wing of this package reads the same queue, :attr:`ClientCore.outq`, and is told by the
-``on_send`` hook when frames were queued).
+through it the HA client and the sync facade) feeds it what the transport read
+(:meth:`ClientCore.receive_data` or, already split into frame payloads,
+:meth:`ClientCore.receive_payloads`), the time (:meth:`ClientCore.heartbeat_tick`) and the
+transport's fate (:meth:`ClientCore.connection_made`, :meth:`ClientCore.connection_lost`); it
+writes what :meth:`ClientCore.data_to_send` returns (the asyncio wing reads the same queue,
+:attr:`ClientCore.outq`, and is told by the ``on_send`` hook when frames were queued), and it
+takes what happened with :meth:`ClientCore.events_received`: typed, frozen events
+(:mod:`ampsclient.core.event_types`) such as ``LogonAcked``, ``CommandAcked``,
+``StreamEnded``, ``HeartbeatTimedOut``, ``ConnectionLost``, on which it acts (resolve a
+future, end a stream, close the transport, tell the listeners). The core never waits, never
+resolves a future and never calls a listener.
 
 The core owns:
 
-* the state (:class:`~ampsclient.core.state.State`), moved only through the transition table;
-* the logon and its ack;
-* command correlation: every command that waits for acks has a :class:`Pending` entry keyed
-  by its command id; the terminal-ack rules say which ack ends it;
-* heartbeats and their timeout;
+* the state (:class:`~ampsclient.core.state.State`), moved only through the transition table
+  (each move is a ``StateChanged`` event);
+* the logon and its ack (``LogonAcked``);
+* command correlation (:mod:`ampsclient.core.correlation`): every command that waits for acks
+  has a :class:`Pending` entry keyed by its command id; the terminal-ack rules say which ack
+  ends it;
+* heartbeats and their timeout (:mod:`ampsclient.core.heartbeat`);
 * the bookkeeping of subscriptions (routes), queries and message streams.
 
-Waiting is the wing's business: a :class:`Pending` holds a :class:`Waiter` (an
-``asyncio.Future`` in the asyncio wing, anything with the same four methods in tests) that
-the core resolves with the processed ack or fails on a disconnect.
+Deliveries are the one thing the core hands over directly: each message for a subscription,
+query or requested ack goes straight to its handler (for a subscription, from the C
+``deliver`` loop of :mod:`ampsclient._accel` or its twin :func:`~ampsclient.core.routes.deliver`),
+as do the messages no handler took (the last-chance handler) and the global ``ack`` and
+``heartbeat`` handlers. An event object per delivered message would cost an allocation, a
+queue append and a dispatch for each of millions of messages a second, roughly doubling the
+receive path's cost; a handler is the application's own choice of what to do per message, so
+calling it is the delivery. Everything else (acks that resolve waiting calls, streams ending,
+persisted acks, timeouts, the connection going away, a handler's exception) is an event.
 """
 
 from __future__ import annotations
@@ -29,8 +42,7 @@ import collections
 import logging
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from .. import _accel
 from ..calls import Handler
@@ -40,16 +52,38 @@ from ..protocol.acks import AckType, format_ack_types, parse_ack_types
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE, TcpFramer
 from ..protocol.header import encode_header
 from ..protocol.message import Message, split_sow_batch
+from .correlation import (
+    QUERY_COMMANDS,
+    SUBSCRIBE_COMMANDS,
+    Pending,
+    Sink,
+    ack_outcome,
+    terminal_ack,
+)
+from .event_types import (
+    CommandAcked,
+    CommandFailed,
+    ConnectionLost,
+    Event,
+    HandlerFailed,
+    HeartbeatTimedOut,
+    LogonAcked,
+    PublishPersisted,
+    StateChanged,
+    StreamEnded,
+    SubscriptionPersisted,
+)
+from .heartbeat import HEARTBEAT_BEAT, Heartbeat
 from .routes import BM_NEXT, Routes, deliver
 from .state import OPEN_STATES, State, check_transition
 
 __all__ = [
     "CLIENT_VERSION",
     "HEARTBEAT_BEAT",
+    "SUBSCRIBE_COMMANDS",
     "ClientCore",
     "Pending",
     "Sink",
-    "Waiter",
     "publish_fields",
 ]
 
@@ -58,56 +92,9 @@ log = logging.getLogger("ampsclient.client")
 CLIENT_VERSION: Final = "5.3.5.0.ampsclient-0.1.0:python"
 """Sent as ``version`` in the logon (the server may use it to pick protocol features)."""
 
-HEARTBEAT_BEAT: Final = b'{"c":"heartbeat","o":"beat"}'
-"""The payload of a heartbeat beat (sent on schedule and in reply to the server's)."""
-
-SUBSCRIBE_COMMANDS: Final = frozenset(
-    {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
-)
-QUERY_COMMANDS: Final = frozenset({"sow", "sow_and_subscribe", "sow_and_delta_subscribe"})
 _P_PREFIX: Final = b'{"c":"p"'
 _SIDS_KEY: Final = b'"sids":"'
 _pack_len = struct.Struct(">I").pack
-
-
-class Waiter(Protocol):
-    """What waits for a processed ack: ``asyncio.Future`` and ``concurrent.futures.Future``
-    both fit."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: Message, /) -> None: ...
-
-    def set_exception(self, exception: BaseException, /) -> None: ...
-
-    def exception(self) -> BaseException | None: ...
-
-
-class Sink(Protocol):
-    """Where a command's messages go when read as a stream (:class:`~ampsclient.MessageStream`)."""
-
-    command_id: str | None
-    sub_id: str | None
-    query_id: str | None
-
-    def put(self, message: Message) -> None: ...
-
-    def finish(self, error: BaseException | None = None) -> None: ...
-
-
-@dataclass(slots=True)
-class Pending:
-    """A command waiting for acks."""
-
-    cid: str
-    name: str
-    waiter: Waiter | None
-    handler: Handler | None
-    user_acks: AckType
-    terminal: AckType
-    stream: Sink | None = None
-    sub_id: str | None = None
-    query_id: str | None = None
 
 
 def publish_fields(
@@ -120,23 +107,6 @@ def publish_fields(
         "x": correlation_id,
         "k": sow_key,
     }
-
-
-def _terminal_ack(name: str, acks: AckType) -> AckType:
-    """The ack that ends a command: ``completed`` for a ``sow``; ``stats`` (if asked) or
-    ``processed`` for a ``sow_delete``; none for a subscription (it lives until
-    unsubscribed); otherwise the last of the requested acks in stats, completed, persisted,
-    processed order."""
-    if name == "sow":
-        return AckType.COMPLETED
-    if name == "sow_delete":
-        return AckType.STATS if acks & AckType.STATS else AckType.PROCESSED
-    if name in SUBSCRIBE_COMMANDS:
-        return AckType.NONE
-    for flag in (AckType.STATS, AckType.COMPLETED, AckType.PERSISTED, AckType.PROCESSED):
-        if acks & flag:
-            return flag
-    return AckType.NONE
 
 
 class ClientCore:
@@ -160,6 +130,9 @@ class ClientCore:
         """The connection's state; moved only through the transition table."""
         self.outq: collections.deque[bytes] = collections.deque()
         """Frames (4-byte length + payload) waiting to be written, oldest first."""
+        self.events: list[Event] = []
+        """Events not yet taken by :meth:`events_received`, oldest first (a wing may test it
+        for emptiness; only the core appends)."""
         self.on_send: Callable[[], None] | None = on_send
         """Called after a frame was queued."""
         self.message_type = message_type
@@ -179,14 +152,8 @@ class ClientCore:
         them); else they end with the disconnect's error."""
         self.last_chance: Handler | None = None
         """Receives what no other handler took."""
-        self.exception_listener: Callable[[BaseException], Any] | None = None
-        """Receives exceptions raised by handlers."""
         self.global_handlers: dict[str, Handler] = {}
         """``"ack"``/``"heartbeat"`` -> a handler that sees every such message."""
-        self.on_publish_persisted: Callable[[Message], None] | None = None
-        """Receives ``persisted`` acks of publishes (no command waits for them)."""
-        self.on_sub_persisted: Callable[[Message], None] | None = None
-        """Receives ``persisted`` acks of bookmark subscriptions."""
         self.transport_filter: Callable[[bytes, bool], Any] | None = None
         """Sees each received payload (``True``); the wing shows it the bytes it writes."""
         self.logon_ack: Message | None = None
@@ -195,17 +162,13 @@ class ClientCore:
         """The ``version`` of the last logon ack."""
         self.stats = {"messages_received": 0, "frames_received": 0, "frames_sent": 0}
         """Counters (the wing counts ``frames_sent`` as it writes)."""
-        self.heartbeat_interval = 0.0
-        """Seconds between heartbeats (0: none)."""
-        self.heartbeat_timeout = 0.0
-        """Seconds of silence from the server after which the connection is dead."""
+        self.heartbeat = Heartbeat()
+        """Heartbeat settings and schedule."""
         self.rx = False
         """Something arrived since the last :meth:`heartbeat_tick`."""
         self._cid = 0
         self._max_frame_size = max_frame_size
         self._framer = TcpFramer(max_frame_size=max_frame_size)
-        self._last_rx = 0.0
-        self._next_beat = 0.0
 
     # ----------------------------------------------------------------------- state / output
 
@@ -214,8 +177,26 @@ class ClientCore:
         """``True`` while a transport is open (commands may be sent)."""
         return self.state in OPEN_STATES
 
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between heartbeats (0: none)."""
+        return self.heartbeat.interval
+
+    @property
+    def heartbeat_timeout(self) -> float:
+        """Seconds of silence from the server after which the connection is dead."""
+        return self.heartbeat.timeout
+
     def _set_state(self, wanted: State) -> None:
-        self.state = check_transition(self.state, wanted)
+        old = self.state
+        self.state = check_transition(old, wanted)
+        self.events.append(StateChanged(old, wanted))
+
+    def events_received(self) -> list[Event]:
+        """Take every queued event, oldest first."""
+        events = self.events
+        self.events = []
+        return events
 
     def next_cid(self) -> str:
         """A new command id."""
@@ -241,13 +222,17 @@ class ClientCore:
         return out
 
     def report(self, exc: BaseException) -> None:
-        """A handler raised ``exc``: log it and tell the exception listener."""
+        """A handler raised ``exc``: log it and queue a :class:`HandlerFailed`."""
         log.error("exception in a handler: %r", exc, exc_info=exc)
-        if self.exception_listener is not None:
-            try:
-                self.exception_listener(exc)
-            except Exception:
-                log.exception("exception listener failed")
+        self.events.append(HandlerFailed(exc))
+
+    def _end(self, stream: Sink, error: BaseException | None = None) -> None:
+        self.events.append(StreamEnded(stream, error))
+
+    def _end_all(self, streams: list[Sink], error: BaseException | None) -> None:
+        """End each of ``streams`` once (a subscription's stream is in two tables)."""
+        for stream in {id(stream): stream for stream in streams}.values():
+            self._end(stream, error)
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -259,7 +244,6 @@ class ClientCore:
 
     def send_logon(
         self,
-        waiter: Waiter | None,
         *,
         client_name: str,
         user: str | None,
@@ -269,7 +253,8 @@ class ClientCore:
         correlation_id: str | None = None,
         cid: str | None = None,
     ) -> str:
-        """Send a logon (state LOGGING_ON); ``waiter`` gets its ack. Returns its command id."""
+        """Send a logon (state LOGGING_ON); its ack comes back as a :class:`LogonAcked`.
+        Returns its command id."""
         self._set_state(State.LOGGING_ON)
         cid = cid or self.next_cid()
         fields: dict[str, Any] = {
@@ -284,24 +269,23 @@ class ClientCore:
             "o": options,
             "x": correlation_id,
         }
-        self.pending[cid] = Pending(cid, "logon", waiter, None, AckType.NONE, AckType.PROCESSED)
+        self.pending[cid] = Pending(cid, "logon", True, None, AckType.NONE, AckType.PROCESSED)
         self.send_payload(encode_header(fields))
         return cid
 
-    def logon_acked(self, ack: Message) -> str:
+    def _logon_acked(self, pending: Pending, ack: Message) -> None:
         """Apply a logon's ack: ``"success"`` (LOGGED_ON), ``"retry"`` (the authenticator is
         asked again; still LOGGING_ON) or ``"failure"`` (back to CONNECTED)."""
-        self.pending.pop(str(ack.command_id), None)
+        self.pending.pop(pending.cid, None)
         status = ack.status or "success"
-        if status == "retry":
-            return status
-        if status != "success":
+        if status == "success":
+            self._set_state(State.LOGGED_ON)
+            self.logon_ack = ack
+            self.server_version = ack.get_version()
+        elif status != "retry":
+            status = "failure"
             self._set_state(State.CONNECTED)
-            return "failure"
-        self._set_state(State.LOGGED_ON)
-        self.logon_ack = ack
-        self.server_version = ack.get_version()
-        return status
+        self.events.append(LogonAcked(pending.cid, status, ack))
 
     def logon_abandoned(self, cid: str) -> None:
         """The logon ``cid`` got no ack in time: forget it (back to CONNECTED if still open)."""
@@ -309,36 +293,31 @@ class ClientCore:
         if self.state is State.LOGGING_ON:
             self._set_state(State.CONNECTED)
 
-    def connection_lost(
-        self, error: BaseException | None, *, by_user: bool = False
-    ) -> BaseException | None:
-        """The transport closed. Every waiter fails; streams and routes end unless
-        :attr:`keep_routes_on_disconnect` (then only commands in flight end).
-
-        Returns:
-            The error the waiters got (a :class:`DisconnectedError` wrapping ``error`` when
-            it is not an :class:`AMPSError`), or ``None`` when nothing was open.
+    def connection_lost(self, error: BaseException | None, *, by_user: bool = False) -> None:
+        """The transport closed. Every awaited command fails (:class:`CommandFailed`);
+        streams and routes end (:class:`StreamEnded`) unless :attr:`keep_routes_on_disconnect`
+        (then only commands in flight end); then a :class:`ConnectionLost` carries the error
+        the commands got (a :class:`DisconnectedError` wrapping ``error`` when it is not an
+        :class:`AMPSError`). Nothing happens when nothing was open.
         """
         if self.state not in OPEN_STATES:
-            return None
+            return
         self._set_state(State.CLOSED if by_user else State.DISCONNECTED)
         err: BaseException = error or DisconnectedError("the connection was closed")
         if not isinstance(err, AMPSError):
             wrapped = DisconnectedError(str(err))
             wrapped.__cause__ = err
             err = wrapped
-        for pending in list(self.pending.values()):
-            if pending.waiter is not None and not pending.waiter.done():
-                pending.waiter.set_exception(err)
-                pending.waiter.exception()  # mark retrieved
+        events = self.events
+        for pending in self.pending.values():
+            if pending.wants_ack:
+                events.append(CommandFailed(pending.cid, err))
         if not (self.keep_routes_on_disconnect and not by_user):
             # streams of commands still in flight (a query between its processed and completed
             # acks) end with the error too: take them before the table is emptied
             in_flight = [p.stream for p in self.pending.values() if p.stream is not None]
             self.pending.clear()
-            stream_error = None if by_user else err
-            for stream in [*self.streams.values(), *in_flight]:
-                stream.finish(stream_error)
+            self._end_all([*self.streams.values(), *in_flight], None if by_user else err)
             self.streams.clear()
             self.routes.clear()
             self.queries.clear()
@@ -348,16 +327,17 @@ class ClientCore:
                 if pending.sub_id is None:
                     self.pending.pop(cid, None)
                     if pending.stream is not None:
-                        pending.stream.finish(err)
-        return err
+                        self._end(pending.stream, err)
+        events.append(ConnectionLost(err, by_user))
 
     def end_streams(self) -> None:
-        """End every stream quietly (the application is closing the connection)."""
-        for stream in list(self.streams.values()):
-            stream.finish(None)
-        for pending in list(self.pending.values()):
-            if pending.stream is not None:
-                pending.stream.finish(None)
+        """End every stream quietly (the application is closing the connection): each is
+        forgotten, so that closing the transport does not end it again."""
+        in_flight = [p.stream for p in self.pending.values() if p.stream is not None]
+        self._end_all([*self.streams.values(), *in_flight], None)
+        self.streams.clear()
+        for pending in self.pending.values():
+            pending.stream = None
 
     def drop_subscription_commands(self) -> None:
         """Forget the commands of live subscriptions (their ids belonged to a lost
@@ -368,14 +348,15 @@ class ClientCore:
 
     # ---------------------------------------------------------------------------- commands
 
-    def request(self, waiter: Waiter, name: str, fields: dict[str, Any], data: bytes = b"") -> str:
-        """Send a command whose processed ack ``waiter`` gets; returns its command id.
+    def request(self, name: str, fields: dict[str, Any], data: bytes = b"") -> str:
+        """Send a command whose processed ack comes back as a :class:`CommandAcked`; returns
+        its command id.
 
         The wing calls :meth:`forget_command` once it stopped waiting.
         """
         cid = str(fields.get("cid") or self.next_cid())
         fields["cid"] = cid
-        self.pending[cid] = Pending(cid, name, waiter, None, AckType.NONE, AckType.PROCESSED)
+        self.pending[cid] = Pending(cid, name, True, None, AckType.NONE, AckType.PROCESSED)
         try:
             self.send_payload(encode_header(fields) + data)
         except BaseException:
@@ -392,7 +373,6 @@ class ClientCore:
         command: Command,
         handler: Handler | None,
         stream: Sink | None,
-        waiter: Waiter | None,
         *,
         route_handler: Handler | None = None,
     ) -> Pending | None:
@@ -402,12 +382,11 @@ class ClientCore:
             command: what to send (its ``cid``, ``sub_id`` and ``query_id`` are filled in).
             handler: receives messages and the acks the command asked for.
             stream: the stream the messages go to (``handler`` is then its ``put``).
-            waiter: gets the processed ack; dropped (``Pending.waiter`` is ``None``) when the
-                command asks for no processed ack.
             route_handler: what deliveries of a subscription go to (default ``handler``).
 
         Returns:
-            The pending entry; ``None`` for a publish without acks (nothing to track).
+            The pending entry (its ``wants_ack`` says whether a :class:`CommandAcked` will
+            come); ``None`` for a publish without acks (nothing to track).
         """
         name = command.name
         fields: dict[str, Any] = {"c": name}
@@ -421,7 +400,7 @@ class ClientCore:
             fields.pop("a", None)
             self.send_payload(encode_header(fields) + (command.data or b""))
             if stream is not None:
-                stream.finish()
+                self._end(stream)
             return None
         if name not in ("p", "delta_publish"):
             acks |= AckType.PROCESSED
@@ -432,11 +411,13 @@ class ClientCore:
             query_id = fields["query_id"] = str(fields.get("query_id") or cid)
         if name == "sow":
             acks |= AckType.COMPLETED
-        terminal = _terminal_ack(name, acks)
+        terminal = terminal_ack(name, acks)
         fields["a"] = format_ack_types(acks)
-        if not acks & AckType.PROCESSED:
-            waiter = None  # nothing to wait for (e.g. a publish asking only for persisted)
-        pending = Pending(cid, name, waiter, handler, user_acks, terminal, stream, sub_id, query_id)
+        # nothing to wait for without a processed ack (e.g. a publish asking for persisted)
+        wants_ack = bool(acks & AckType.PROCESSED)
+        pending = Pending(
+            cid, name, wants_ack, handler, user_acks, terminal, stream, sub_id, query_id
+        )
         self.pending[cid] = pending
         if handler is not None:
             if sub_id is not None:
@@ -456,7 +437,7 @@ class ClientCore:
         return pending
 
     def command_acked(self, pending: Pending, ack: Message) -> None:
-        """The processed ack of ``pending`` arrived (the wing awaited its waiter).
+        """The processed ack of ``pending`` arrived (the wing got its :class:`CommandAcked`).
 
         Raises:
             CommandError: the server refused the command (it is forgotten).
@@ -484,7 +465,7 @@ class ClientCore:
             self.queries.pop(pending.query_id, None)
             self.query_cids.pop(pending.query_id, None)
         if pending.stream is not None:
-            pending.stream.finish(error)
+            self._end(pending.stream, error)
 
     def send_unsubscribe(self, sub_id: str) -> None:
         """Queue an ``unsubscribe`` of ``sub_id``."""
@@ -518,7 +499,7 @@ class ClientCore:
             self.routes.pop(sid, None)
             stream = self.streams.pop(sid, None)
             if stream is not None:
-                stream.finish()
+                self._end(stream)
             for cid, pending in list(self.pending.items()):
                 if pending.sub_id == sid:
                     self.pending.pop(cid, None)
@@ -535,7 +516,7 @@ class ClientCore:
             self.routes.pop(sid, None)
             stream = self.streams.pop(sid, None)
             if stream is not None:
-                stream.finish()
+                self._end(stream)
 
     def add_message_handler(
         self, command_id: str, handler: Handler, acks: str | int = "", is_subscribe: bool = False
@@ -544,7 +525,7 @@ class ClientCore:
         self.pending[command_id] = Pending(
             command_id,
             "",
-            None,
+            False,
             handler,
             parse_ack_types(acks) if isinstance(acks, str) else AckType(acks),
             AckType.NONE,
@@ -563,38 +544,31 @@ class ClientCore:
 
     def set_heartbeat(self, interval: float, timeout: float | None = None) -> None:
         """Heartbeats every ``interval`` s; dead after ``timeout`` s (default ``2*interval``)."""
-        self.heartbeat_interval = float(interval)
-        self.heartbeat_timeout = float(timeout) if timeout else 2.0 * float(interval)
+        self.heartbeat.set(interval, timeout)
 
     def start_heartbeat(self, now: float) -> float | None:
         """Ask the server for heartbeats (when set and connected). Returns how often (seconds)
         the wing should call :meth:`heartbeat_tick`, or ``None`` for no heartbeat."""
-        interval = self.heartbeat_interval
-        if not interval or not self.is_open:
+        if not self.is_open:
             return None
-        iv = int(interval) if float(interval).is_integer() else interval
-        self.send_payload(encode_header({"c": "heartbeat", "o": f"start,{iv}"}))
+        started = self.heartbeat.start(now)
+        if started is None:
+            return None
+        options, every = started
+        self.send_payload(encode_header({"c": "heartbeat", "o": options}))
         self.rx = False
-        self._last_rx = now
-        self._next_beat = now + interval
-        # a tenth of the shorter period: a silent server is noticed within ~10 % of the
-        # timeout (ten wake-ups a second for a 1 s heartbeat)
-        timeout = self.heartbeat_timeout
-        return min(interval, timeout) / 10.0 if timeout else interval / 10.0
+        return every
 
-    def heartbeat_tick(self, now: float) -> bool:
-        """The time is ``now``: send a beat when due. Returns ``True`` when the server has
-        been silent longer than the timeout (the wing closes the connection)."""
-        if self.rx:
-            self.rx = False
-            self._last_rx = now
-        elif now - self._last_rx > self.heartbeat_timeout:
-            log.warning("no traffic from the server for %.1f s: closing", now - self._last_rx)
-            return True
-        if now >= self._next_beat and self.is_open:
+    def heartbeat_tick(self, now: float) -> None:
+        """The time is ``now``: send a beat when due; queue a :class:`HeartbeatTimedOut` when
+        the server has been silent longer than the timeout (the wing closes the connection)."""
+        silence, beat = self.heartbeat.tick(now, self.rx)
+        self.rx = False
+        if silence is not None:
+            log.warning("no traffic from the server for %.1f s: closing", silence)
+            self.events.append(HeartbeatTimedOut(silence))
+        elif beat and self.is_open:
             self.send_payload(HEARTBEAT_BEAT)
-            self._next_beat = now + self.heartbeat_interval
-        return False
 
     # ----------------------------------------------------------------------------- receiving
 
@@ -756,29 +730,29 @@ class ClientCore:
         pending = self._ack_pending(hdr)
         if pending is None:
             if hdr.get("a", "") == "persisted":
-                if "sub_id" in hdr and self.on_sub_persisted is not None:
-                    self.on_sub_persisted(message)
-                    return
-                if self.on_publish_persisted is not None:
-                    self.on_publish_persisted(message)
-                    return
+                self.events.append(
+                    SubscriptionPersisted(message) if "sub_id" in hdr else PublishPersisted(message)
+                )
+                return
             self.unrouted(message)
             return
-        flag = message.ack_type
-        waiter = pending.waiter
-        if flag & AckType.PROCESSED and waiter is not None and not waiter.done():
-            waiter.set_result(message)
-        if flag & pending.user_acks:
-            if pending.handler is None and pending.stream is None:
-                self.unrouted(message)  # requested, but nobody to give it to
-            elif pending.handler is not None:
-                try:
-                    pending.handler(message)
-                except Exception as exc:
-                    self.report(exc)
-        elif flag & AckType.STATS and pending.stream is not None and pending.name == "sow_delete":
-            pending.stream.put(message)
-        if flag & pending.terminal:
+        if pending.name == "logon":
+            self._logon_acked(pending, message)
+            return
+        outcome = ack_outcome(pending, message.ack_type)
+        if outcome.resolves:
+            pending.wants_ack = False  # got it: a disconnect no longer fails it
+            self.events.append(CommandAcked(pending.cid, message))
+        if outcome.unrouted:
+            self.unrouted(message)  # requested, but nobody to give it to
+        elif outcome.to_handler:
+            try:
+                pending.handler(message)  # type: ignore[misc]
+            except Exception as exc:
+                self.report(exc)
+        elif outcome.to_stream:
+            pending.stream.put(message)  # type: ignore[union-attr]
+        if outcome.ends:
             self._complete(pending)
 
     def _complete(self, pending: Pending) -> None:
@@ -787,4 +761,4 @@ class ClientCore:
             self.queries.pop(pending.query_id, None)
             self.query_cids.pop(pending.query_id, None)
         if pending.stream is not None and pending.sub_id is None:
-            pending.stream.finish()
+            self._end(pending.stream)

@@ -36,6 +36,7 @@ from ..authenticator import Authenticator
 from ..client import AsyncClient, ConnectionState, Handler
 from ..command import Command
 from ..core.connection import SUBSCRIBE_COMMANDS, Pending, publish_fields
+from ..core.event_types import PublishPersisted, SubscriptionPersisted
 from ..exceptions import (
     AMPSError,
     DisconnectedError,
@@ -134,7 +135,7 @@ class AsyncHAClient(ConnectionFace):
         if type(self).discard is AsyncHAClient.discard:  # the store's lane itself, no frame
             self.discard = self._discard  # type: ignore[method-assign,assignment]
         self._duplicate_handler: Handler | None = None
-        self._core.on_sub_persisted = self._sub_persisted
+        client.set_event_handler(SubscriptionPersisted, lambda e: self._sub_persisted(e.ack))
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
         self._strategy: ReconnectDelayStrategy = (
             reconnect_delay_strategy or ExponentialDelayStrategy()
@@ -158,7 +159,7 @@ class AsyncHAClient(ConnectionFace):
         self._queue_frame = client.queue_frame
         self._writable = client.writable
         self._core.keep_routes_on_disconnect = True
-        self._core.on_publish_persisted = self._persisted
+        client.set_event_handler(PublishPersisted, lambda e: self._persisted(e.ack))
         self._user_disconnect_handler: (
             Callable[[AsyncHAClient, BaseException | None], Any] | None
         ) = None
@@ -464,7 +465,7 @@ class AsyncHAClient(ConnectionFace):
             try:
                 handler(self, error)
             except Exception as exc:
-                self._core.report(exc)
+                self._client.report(exc)
 
     async def _reconnect(self) -> None:
         try:
@@ -639,7 +640,7 @@ class AsyncHAClient(ConnectionFace):
                 try:
                     self._failed_write(Message(stored.payload), reason)
                 except Exception as exc:
-                    self._core.report(exc)
+                    self._client.report(exc)
             elif self._failed_write is None:
                 log.warning("the server refused publish s=%d: %s", seq, reason)
                 self._core.unrouted(ack)
@@ -732,6 +733,7 @@ class AsyncHAClient(ConnectionFace):
         if not self._client.connected:
             routes = self._core.routes
             self._core.forget_routes(list(routes) if sub_id == "all" else sub_id.split(","))
+            self._client.process_events()  # their streams end
             return
         await self._client.unsubscribe(sub_id)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ampsclient.client import ConnectionEvent, ConnectionState
+from ampsclient.core import State, StateChanged
 from ampsclient.ha.client import AsyncHAClient
 from ampsclient.ha.reconnect import FixedDelayStrategy
 from ampsclient.protocol.message import Message
@@ -98,8 +99,15 @@ async def test_discard_replay_resubscribe_then_new_publishes(peer: ScriptedPeer)
     during: list[int] = []
     peer.on_subscribe = lambda: during.append(ha.publish("orders", b'{"n":"during"}'))
     events.clear()
+    # the core's own events, as the held client's wing takes them
+    moves: list[tuple[State, State]] = []
+    ha.client.set_event_handler(StateChanged, lambda e: moves.append((e.old, e.new)))
     peer.conns[0].close()
     await wait_until(lambda: ConnectionState.RESUBSCRIBED in events, "the reconnect")
+    assert moves == [
+        (State.LOGGED_ON, State.DISCONNECTED), (State.DISCONNECTED, State.CONNECTED),
+        (State.CONNECTED, State.LOGGING_ON), (State.LOGGING_ON, State.LOGGED_ON),
+    ]  # fmt: skip
     assert events == [
         ConnectionState.DISCONNECTED,
         ConnectionState.CONNECTED,

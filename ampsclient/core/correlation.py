@@ -1,0 +1,120 @@
+"""Command correlation: what the core remembers of a command in flight, and which ack ends it.
+
+Every command that waits for acks has a :class:`Pending` entry in
+:attr:`ClientCore.pending <ampsclient.core.connection.ClientCore.pending>`, keyed by its
+command id. :func:`terminal_ack` holds the terminal-ack rules (the ack after which the entry
+goes); :func:`ack_outcome` says, for one ack of an entry, what the core does with it. No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from ..calls import Handler
+from ..protocol.acks import AckType
+from ..protocol.message import Message
+
+__all__ = [
+    "QUERY_COMMANDS",
+    "SUBSCRIBE_COMMANDS",
+    "AckOutcome",
+    "Pending",
+    "Sink",
+    "ack_outcome",
+    "terminal_ack",
+]
+
+SUBSCRIBE_COMMANDS: Final = frozenset(
+    {"subscribe", "delta_subscribe", "sow_and_subscribe", "sow_and_delta_subscribe"}
+)
+"""Commands that place a subscription (it lives until unsubscribed)."""
+QUERY_COMMANDS: Final = frozenset({"sow", "sow_and_subscribe", "sow_and_delta_subscribe"})
+"""Commands that run a query (records and group markers carry its ``query_id``)."""
+
+
+class Sink(Protocol):
+    """Where a command's messages go when read as a stream (:class:`~ampsclient.MessageStream`)."""
+
+    command_id: str | None
+    sub_id: str | None
+    query_id: str | None
+
+    def put(self, message: Message) -> None: ...
+
+    def finish(self, error: BaseException | None = None) -> None: ...
+
+
+@dataclass(slots=True)
+class Pending:
+    """A command waiting for acks."""
+
+    cid: str
+    """Its command id."""
+    name: str
+    """The command (``""`` for a handler added with ``add_message_handler``)."""
+    wants_ack: bool
+    """Its processed ack is awaited: the core queues a ``CommandAcked`` when it comes and a
+    ``CommandFailed`` if the connection goes first."""
+    handler: Handler | None
+    """Receives the command's messages and the acks it asked for."""
+    user_acks: AckType
+    """The acks the application asked for (they go to :attr:`handler`)."""
+    terminal: AckType
+    """The ack that ends the command (:func:`terminal_ack`)."""
+    stream: Sink | None = None
+    """The stream its messages go to, if read as one."""
+    sub_id: str | None = None
+    """The subscription it placed."""
+    query_id: str | None = None
+    """The query it runs."""
+
+
+def terminal_ack(name: str, acks: AckType) -> AckType:
+    """The ack that ends a command: ``completed`` for a ``sow``; ``stats`` (if asked) or
+    ``processed`` for a ``sow_delete``; none for a subscription (it lives until
+    unsubscribed); otherwise the last of the requested acks in stats, completed, persisted,
+    processed order."""
+    if name == "sow":
+        return AckType.COMPLETED
+    if name == "sow_delete":
+        return AckType.STATS if acks & AckType.STATS else AckType.PROCESSED
+    if name in SUBSCRIBE_COMMANDS:
+        return AckType.NONE
+    for flag in (AckType.STATS, AckType.COMPLETED, AckType.PERSISTED, AckType.PROCESSED):
+        if acks & flag:
+            return flag
+    return AckType.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class AckOutcome:
+    """What one ack of a :class:`Pending` entry does (see :func:`ack_outcome`)."""
+
+    resolves: bool
+    """It is the processed ack the wing awaits."""
+    to_handler: bool
+    """The application asked for it: it goes to the entry's handler."""
+    unrouted: bool
+    """The application asked for it but nobody takes it: it goes to the last-chance handler."""
+    to_stream: bool
+    """A ``sow_delete``'s stats ack read as a stream: it goes to the stream."""
+    ends: bool
+    """It is the entry's terminal ack: the entry goes (and its stream ends)."""
+
+
+def ack_outcome(pending: Pending, flag: AckType) -> AckOutcome:
+    """The terminal-ack and routing rules for an ack of type ``flag`` of ``pending``."""
+    asked = bool(flag & pending.user_acks)
+    return AckOutcome(
+        resolves=bool(flag & AckType.PROCESSED) and pending.wants_ack,
+        to_handler=asked and pending.handler is not None,
+        unrouted=asked and pending.handler is None and pending.stream is None,
+        to_stream=(
+            not asked
+            and bool(flag & AckType.STATS)
+            and pending.stream is not None
+            and pending.name == "sow_delete"
+        ),
+        ends=bool(flag & pending.terminal),
+    )
