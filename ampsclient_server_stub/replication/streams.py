@@ -26,13 +26,15 @@ duplicates a record downstream, and the downstream's own dedup is the second gua
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ampsclient_server_stub.config import DestinationConfig
 from ampsclient_server_stub.engine.journal import Journal, JournalPin, RecordRow
-from ampsclient_server_stub.engine.journal_format import decode_records
+from ampsclient_server_stub.engine.journal_format import FRAME_OVERHEAD, decode_records
 
 from .blocks import PATH_MARK, BlockRuns, block_runs, eligible_prefix, mt_suffixes
 from .origins import IndexRuns
@@ -70,6 +72,7 @@ _Fields = dict[str, str | int]
 _UNKNOWN: Final = object()
 _BY_CONTENT: Final = object()
 """A record shape whose fate a ``<Filter>`` decides, record by record."""
+_FRAME_LEN: Final = struct.Struct("<I")
 _NO_BLOCKS: Final = object()
 """No record of this instance goes to the destination as a journal block."""
 _EVERY_TOPIC: Final = frozenset((".*", "^.*", ".*$", "^.*$"))
@@ -470,7 +473,6 @@ class Outbound:
         types = self._block_types
         blocks = types is not _NO_BLOCKS and self._compressor is None
         suffixes = cast("tuple[bytes, ...] | None", types)
-        sent_seq = self.sent_seq
         while (
             self.scan_pos <= durable
             and budget > 0
@@ -493,27 +495,7 @@ class Outbound:
             if not raw:
                 break
             for data, begin, first, n, path in raw:
-                # records published here go as the journal wrote them, in frames of up to
-                # SEND_BATCH records; the first that may not ends the walk: the rest of the
-                # block is decoded and decided record by record
-                pos = 0
-                done = 0
-                if PATH_MARK not in data:
-                    while done < n:
-                        k, end, went = eligible_prefix(
-                            data, pos, first + done, min(n - done, SEND_BATCH), sent_seq, suffixes
-                        )
-                        pending.extend(went)
-                        if k == 0:
-                            break
-                        self._flush(link)
-                        self._send_block(link, data[pos:end], first + done, k)
-                        pos = end
-                        done += k
-                if done < n:
-                    self._examine(
-                        decode_records(data[pos:], begin + pos, first + done, n - done, path)
-                    )
+                self._send_raw(link, data, begin, first, n, path, suffixes)
                 self.scan_pos = first + n
                 budget -= n
         self._flush(link)
@@ -529,6 +511,50 @@ class Outbound:
             and len(pending) < MAX_IN_FLIGHT
         ):
             self.schedule_pump()
+
+    def _send_raw(
+        self,
+        link: StreamLink,
+        data: bytes,
+        begin: int,
+        first: int,
+        n: int,
+        path: Path,
+        suffixes: tuple[bytes, ...] | None,
+    ) -> None:
+        """Send the ``n`` journal records of ``data`` (the first with index ``first``, at
+        offset ``begin`` of segment ``path``): runs of this instance's own records that the
+        destination takes whole go as written, in frames of up to ``SEND_BATCH`` records
+        (:mod:`.blocks`); any other record is decoded and decided alone."""
+        pos = 0
+        done = 0
+        size = len(data)
+        pending = self.pending
+        sent_seq = self.sent_seq
+        mark = data.find(PATH_MARK)  # where a replicated record may be: blocks stop before
+        while done < n:
+            if 0 <= mark < pos:
+                mark = data.find(PATH_MARK, pos)
+            k, end, went = eligible_prefix(
+                data if mark < 0 else data[:mark],
+                pos,
+                first + done,
+                min(n - done, SEND_BATCH),
+                sent_seq,
+                suffixes,
+            )
+            if k:
+                pending.extend(went)
+                self._flush(link)
+                self._send_block(link, data[pos:end], first + done, k)
+            else:  # this record is not one of them: decode it (errors are raised there)
+                end = size
+                if pos + FRAME_OVERHEAD <= size:
+                    end = min(size, pos + 8 + _FRAME_LEN.unpack_from(data, pos)[0])
+                k = 1
+                self._examine(decode_records(data[pos:end], begin + pos, first + done, 1, path))
+            pos = end
+            done += k
 
     def _examine(self, rows: list[RecordRow]) -> None:
         """Decide ``rows`` record by record; queue those for this destination in
