@@ -26,7 +26,10 @@ when present, is one msgpack value. The header's ``c`` names the frame:
                              (the stream's compression, when compressed)
 ``rhave``       downstream   ``d``; body: ``{publisher id: highest sequence}``
 ``rrec``        upstream     ``d``; body: a list of records (see :func:`pack_records`);
-                             with ``z``: the list compressed (see :class:`RecordCompressor`)
+                             with ``z``: the list compressed (see :class:`RecordCompressor`);
+                             with ``b``, ``n``, ``rp``: ``n`` journal records from upstream
+                             index ``b`` as the journal wrote them, each with path ``rp``
+                             (see :mod:`.blocks`)
 ``rack``        downstream   ``d``, ``u``: every record of stream ``d`` up to upstream
                              index ``u`` is durable downstream
 ``rhb``         both         heartbeat
