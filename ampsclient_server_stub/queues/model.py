@@ -51,6 +51,9 @@ GONE: Final = 2
 REMOTE: Final = 3
 """Replicated queues: another instance owns the message (it is tracked, never offered)."""
 
+_ACK_TIME_WEIGHT: Final = 0.1
+"""Weight of the newest acknowledgement in :attr:`Queue.ack_time`."""
+
 _SCAN_LIMIT: Final = 10_000
 """Messages skipped (no subscription with room matches them) before one offer gives up."""
 
@@ -68,6 +71,7 @@ class QueueMessage:
         "enqueued",
         "expires",
         "lease_deadline",
+        "leased_at",
         "lessee",
         "order",
         "owner",
@@ -97,6 +101,8 @@ class QueueMessage:
         self.doc: Any = _UNPARSED
         self.owner: str | None = None
         """Replicated queues: the instance that owns the message (``None``: not tracked)."""
+        self.leased_at = 0.0
+        """When it was last leased."""
 
 
 _UNPARSED: Final[Any] = object()
@@ -197,6 +203,10 @@ class Queue:
         self._expiry_heap: list[tuple[float, int, QueueMessage]] = []
         self.remote = 0
         """Messages another instance owns (state :data:`REMOTE`)."""
+        self.ack_time = 0.0
+        """Seconds from a lease to its acknowledgement, a moving average over the acks."""
+        self.ack_times = 0
+        """Acknowledgements of leased messages measured in :attr:`ack_time`."""
         self.counters: dict[str, int] = {
             "enqueued": 0,
             "delivered": 0,
@@ -391,6 +401,7 @@ class Queue:
             self.leased += 1
             qsub.leased[msg.bookmark] = msg
             msg.lessee = qsub
+            msg.leased_at = now
             if self.at_most_once:
                 msg.state = GONE  # gone from the queue; the slot stays until acknowledged
                 del self.messages[msg.bookmark]
@@ -502,6 +513,11 @@ class Queue:
                 continue
             if lessee is not None:
                 self._release(msg, lessee)
+                if option is None:  # the typical ack time (replicated queues' transfers)
+                    took = now - msg.leased_at
+                    weight = _ACK_TIME_WEIGHT if self.ack_times else 1.0
+                    self.ack_time += (took - self.ack_time) * weight
+                    self.ack_times += 1
             self._drop(msg)
             result.removed.append(bookmark)
             if option == "expire":

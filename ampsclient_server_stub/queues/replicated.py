@@ -15,8 +15,10 @@ message, and only the owner delivers it:
   every instance and every restart agrees. An acknowledgement that arrives before its
   message is kept as a deferred acknowledgement.
 * **Transfer.** An instance with a local queue subscription that has room, and messages of
-  another (reachable) instance that have waited longer than :data:`TRANSFER_WAIT` (our
-  stand-in for "the typical ack time"), asks the owner for them: a point-to-point frame on
+  another (reachable) instance that have waited longer than the typical ack time (the
+  moving average of lease-to-ack times of this instance's subscribers, within
+  :data:`MIN_WAIT`..:data:`MAX_WAIT`; :data:`TRANSFER_WAIT` before any ack was measured),
+  asks the owner for them: a point-to-point frame on
   the replication link, ``rqxfer`` (header ``q``: the queue, ``mt``; body: the
   bookmarks). The owner decides: it grants a message when it still owns it, has not leased
   it, and no local subscription with room would take it (so a second request for the same
@@ -51,6 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .engine import QueueEngine
 
 __all__ = [
+    "MAX_WAIT",
+    "MIN_WAIT",
     "REQUEST_FRAME",
     "TRANSFER_WAIT",
     "LinkPort",
@@ -64,7 +68,12 @@ REQUEST_FRAME: Final = "rqxfer"
 """The replication frame asking an owner to transfer messages (see the module docstring)."""
 
 TRANSFER_WAIT: Final = 0.5
-"""Seconds a message owned elsewhere waits before this instance asks for it."""
+"""Seconds a message owned elsewhere waits before this instance asks for it, until this
+instance has measured its subscribers' typical ack time."""
+
+MIN_WAIT: Final = 0.05
+MAX_WAIT: Final = 5.0
+"""Bounds of the measured wait (seconds)."""
 
 _CHECK_INTERVAL: Final = 0.1
 """Seconds between two looks for messages to request or to take over."""
@@ -322,12 +331,13 @@ class ReplicatedQueues:
             if room <= 0 or self.port is None:
                 continue
             wanted: dict[str, list[str]] = {}
+            wait = transfer_wait(queue)
             for msg in queue.messages.values():
                 if room <= 0:
                     break
                 if msg.state != REMOTE or msg.owner not in up:
                     continue
-                if now - msg.enqueued < TRANSFER_WAIT:
+                if now - msg.enqueued < wait:
                     break  # publication order: the later ones waited less
                 asked = self._requested.get(msg.bookmark)
                 if asked is not None and now - asked < _REREQUEST:
@@ -414,6 +424,14 @@ class ReplicatedQueues:
             self.proxied.discard(name)
             logger.info("queue %r: proxied transfer disabled", name)
         return before != enabled
+
+
+def transfer_wait(queue: Queue) -> float:
+    """How long a message owned elsewhere waits before this instance asks for it: the
+    typical ack time of this instance's subscribers."""
+    if not queue.ack_times:
+        return TRANSFER_WAIT
+    return min(MAX_WAIT, max(MIN_WAIT, queue.ack_time))
 
 
 def _local_taker(queue: Queue, msg: QueueMessage) -> bool:

@@ -122,3 +122,30 @@ def test_barrier_released_by_each_instance(tmp_path: Path) -> None:
         on_b.close()
     finally:
         cluster.stop()
+
+
+def test_transfer_wait_is_the_measured_ack_time() -> None:
+    from ampsclient_server_stub.queues.config import QueueConfig
+    from ampsclient_server_stub.queues.model import Queue, QueueSub
+    from ampsclient_server_stub.queues.replicated import MAX_WAIT, TRANSFER_WAIT, transfer_wait
+
+    queue = Queue(QueueConfig(name=QUEUE, message_type="json"), decode=json.loads)
+    sub = QueueSub("s", "conn", 1, None)
+    queue.add(sub)
+    assert transfer_wait(queue) == TRANSFER_WAIT  # nothing measured yet
+    for n, ack_after in enumerate([0.2] * 40):
+        queue.enqueue(f"1|{n + 1}|", b"{}", None, float(n))
+        [(_s, msg)] = queue.offer(float(n))
+        queue.ack([msg.bookmark], option=None, owner="conn", now=n + ack_after, known=bool)
+    assert transfer_wait(queue) == pytest.approx(0.2)
+    queue.enqueue("1|99|", b"{}", None, 100.0)
+    [(_s, msg)] = queue.offer(100.0)
+    queue.ack([msg.bookmark], option="cancel", owner="conn", now=200.0, known=bool)
+    assert transfer_wait(queue) == pytest.approx(0.2)  # a cancel is no acknowledgement
+    queue.ack([msg.bookmark], option=None, owner="conn", now=10_000.0, known=bool)
+    assert transfer_wait(queue) == pytest.approx(0.2)  # not leased: nothing to measure
+    for n in range(200):  # consumers that take a minute: capped
+        queue.enqueue(f"2|{n + 1}|", b"{}", None, 0.0)
+        [(_s, msg)] = queue.offer(0.0)
+        queue.ack([msg.bookmark], option=None, owner="conn", now=60.0, known=bool)
+    assert transfer_wait(queue) == MAX_WAIT
