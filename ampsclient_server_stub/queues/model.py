@@ -207,6 +207,8 @@ class Queue:
         """Seconds from a lease to its acknowledgement, a moving average over the acks."""
         self.ack_times = 0
         """Acknowledgements of leased messages measured in :attr:`ack_time`."""
+        self.measure_acks = False
+        """Measure :attr:`ack_time` (replicated queues only: plain ones do not pay for it)."""
         self.counters: dict[str, int] = {
             "enqueued": 0,
             "delivered": 0,
@@ -513,7 +515,7 @@ class Queue:
                 continue
             if lessee is not None:
                 self._release(msg, lessee)
-                if option is None:  # the typical ack time (replicated queues' transfers)
+                if self.measure_acks and option is None:  # replicated queues' transfers
                     took = now - msg.leased_at
                     weight = _ACK_TIME_WEIGHT if self.ack_times else 1.0
                     self.ack_time += (took - self.ack_time) * weight

@@ -132,6 +132,7 @@ def test_transfer_wait_is_the_measured_ack_time() -> None:
     queue = Queue(QueueConfig(name=QUEUE, message_type="json"), decode=json.loads)
     sub = QueueSub("s", "conn", 1, None)
     queue.add(sub)
+    queue.measure_acks = True  # as the replicated layer sets it
     assert transfer_wait(queue) == TRANSFER_WAIT  # nothing measured yet
     for n, ack_after in enumerate([0.2] * 40):
         queue.enqueue(f"1|{n + 1}|", b"{}", None, float(n))
