@@ -134,6 +134,8 @@ DELEGATED: Final[Mapping[str, str]] = MappingProxyType(
         "SOW/QueueDefinition": "a message queue (validated by queues.config)",
         "SOW/LocalQueue": "a local message queue (validated by queues.config)",
         "SOW/GroupLocalQueue": "a group-local message queue (validated by queues.config)",
+        "SOW/View": "a view over a queue (validated by queues.view_config)",
+        "SOW/ViewDefinition": "a view over a queue (validated by queues.view_config)",
     }
 )
 """Subtrees another reader validates element by element."""

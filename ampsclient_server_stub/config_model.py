@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple
 
 from .config_values import InetAddr
 from .queues.config import QueueConfig
+from .queues.view_config import ViewConfig
 
 __all__ = [
     "DEFAULT_JOURNAL_SIZE",
@@ -277,6 +278,8 @@ class ServerConfig:
     sow_topics: tuple[SowTopicConfig, ...] = ()
     queues: tuple[QueueConfig, ...] = ()
     """``<SOW>/<Queue>``, ``<LocalQueue>``, ``<GroupLocalQueue>`` (``queues.config``)."""
+    views: tuple[ViewConfig, ...] = ()
+    """``<SOW>/<View>`` over queues (``queues.view_config``)."""
     transaction_log: TransactionLogConfig | None = None
     replication: ReplicationConfig | None = None
     admin: AdminConfig | None = None

@@ -42,6 +42,7 @@ from .config_values import InetAddr, parse_duration, parse_inet_addr, parse_size
 from .config_xml import ElementReader, XmlDocument, flatten
 from .engine.filters import FilterError, compile_filter
 from .queues.config import QUEUE_TAGS, parse_queues
+from .queues.view_config import VIEW_TAGS, parse_views
 
 __all__ = ["ConfigReader", "build_config"]
 
@@ -144,7 +145,7 @@ class ConfigReader(ElementReader):
         sow = self.single(root, "SOW")
         if sow is not None:
             elems += [c for c in sow if c.tag in ("Topic", "TopicDefinition")]
-            self.ignore_unknown(sow, ["Topic", "TopicDefinition", *QUEUE_TAGS])
+            self.ignore_unknown(sow, ["Topic", "TopicDefinition", *QUEUE_TAGS, *VIEW_TAGS])
         # Pre-5.0 AMPS spelled the SOW section <TopicMetaData><TopicDefinition>.
         meta = self.single(root, "TopicMetaData")
         if meta is not None:
@@ -558,6 +559,7 @@ def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -
     transports = reader.transports(transports_elem) if transports_elem is not None else ()
     sow_topics = reader.sow_topics(root)
     queues = parse_queues(reader.single(root, "SOW"), fail=doc.fail)
+    views = parse_views(reader.single(root, "SOW"), queues, fail=doc.fail)
     txlog_elem = reader.single(root, "TransactionLog")
     txlog = reader.transaction_log(txlog_elem) if txlog_elem is not None else None
 
@@ -591,6 +593,7 @@ def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -
         transports=transports,
         sow_topics=sow_topics,
         queues=queues,
+        views=views,
         transaction_log=txlog,
         replication=replication,
         admin=admin,

@@ -262,6 +262,7 @@ class Broker:
             instance=config.name,
             replicated=config.replication is not None,
             expiry=sow_expiry(self.sows),
+            views=config.views,
         )
         self._ingest.publish_targets = engine.publish_targets  # DefaultPublishTarget
         if actions:

@@ -91,6 +91,9 @@ class QueueHooks(Protocol):
     def is_queue(self, mt: str, topic: str) -> bool:
         """``topic`` is a queue of message type ``mt``."""
 
+    def is_view(self, mt: str, topic: str) -> bool:
+        """``topic`` is a view over a queue, of message type ``mt``."""
+
     def subscribe(
         self,
         conn: Connection,

@@ -222,7 +222,11 @@ class Subscribing:
         queues = self._hooks.queues
         if queues is not None and not subscribe and queues.query(conn, hdr, matcher):
             return  # a query of a queue's available messages (nothing leased)
-        if queues is not None and subscribe and queues.is_queue(conn.mt, matcher.topic):
+        if (
+            queues is not None
+            and subscribe
+            and (queues.is_queue(conn.mt, matcher.topic) or queues.is_view(conn.mt, matcher.topic))
+        ):
             sub, replaced = self.prepare(conn, hdr, options, delta=delta)
             queue_sow_and_subscribe(queues, conn, hdr, matcher, sub, replaced)
             return  # the available messages, then a queue subscription (it leases)

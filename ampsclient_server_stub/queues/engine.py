@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ampsclient.protocol.bookmarks import publisher_id_for
-from ampsclient.protocol.header import Header, decode_header, encode_header, escape
+from ampsclient.protocol.header import Header, decode_header, escape
 
 from ..config_values import ConfigError
 from ..engine.filters import compile_expression, compile_filter
@@ -57,10 +57,8 @@ from ..engine.wire import (
     PERSISTED,
     PROCESSED,
     RECEIVED,
-    STATS,
     CommandFailure,
     ack_flags,
-    command_filter,
     command_options,
     format_timestamp,
     int_field,
@@ -73,9 +71,12 @@ from .config import QueueConfig
 from .dead_letter import DeadLetters
 from .depth import Inactive, Waiting
 from .expiration import MessageExpiry
-from .model import AVAILABLE, Queue, QueueMessage, QueueSub
+from .model import Queue, QueueMessage, QueueSub
 from .recovery import Replay
 from .replicated import ReplicatedQueues
+from .sow_subscribe import answer_query
+from .view_config import ViewConfig
+from .views import QueueViews
 
 __all__ = ["ACK_FILE", "NEVER", "QueueEngine", "QueueStartError"]
 
@@ -157,6 +158,7 @@ class QueueEngine:
         instance: str,
         replicated: bool = False,
         expiry: MessageExpiry | None = None,
+        views: Sequence[ViewConfig] = (),
     ) -> None:
         self._txlog = txlog
         self._table_remove = table.remove
@@ -180,6 +182,7 @@ class QueueEngine:
         self._ack_path = Path(self._journal.directory) / f"{self._journal.name}.{ACK_FILE}"
         self.counters: dict[str, int] = {"acks": 0, "bad_acks": 0, "ack_records": 0}
         self.dead_letters: DeadLetters | None = None
+        """The dead-letter actions run on expirations (set by the broker)."""
         self._expiry = expiry
         self.inactive: dict[str, Inactive] = {}
         """``TargetQueueDepth`` queues: their messages not active yet, by queue name."""
@@ -190,7 +193,6 @@ class QueueEngine:
         }
         """``DefaultPublishTarget``: ``(message type, queue name)`` -> the topic a publish to
         the queue's name goes to (the broker's ingest re-routes it)."""
-        """The dead-letter actions run on expirations (set by the broker)."""
         self._timed = expiry is not None or any(c.lease_period or c.expiration for c in configs)
         self._stale = False
         self.replica: ReplicatedQueues | None = None
@@ -203,6 +205,8 @@ class QueueEngine:
             self._check(cfg)
             owner = replicated or cfg.initial_owner is None or cfg.initial_owner == instance
             self._add(-(i + 1), cfg, owner, table)
+        self.views = QueueViews(views, queues=self.queues, call_later=call_later) if views else None
+        """The views over the queues (``None``: none configured)."""
         self._refresh_points()
         self._write_points()
         self._arm()
@@ -253,6 +257,10 @@ class QueueEngine:
             )
 
     # ------------------------------------------------------------------ lookups
+
+    def is_view(self, mt: str, topic: str) -> bool:
+        """``topic`` is a view (over a queue) of message type ``mt``."""
+        return self.views is not None and self.views.is_view(mt, topic)
 
     def is_queue(self, mt: str, topic: str) -> bool:
         """``topic`` is a queue of message type ``mt``."""
@@ -307,6 +315,8 @@ class QueueEngine:
         if added:
             if queue.subs:
                 self.pump(queue)
+            elif self.views is not None:
+                self.views.changed(queue)
             if self._timed:
                 self._arm()
 
@@ -322,8 +332,14 @@ class QueueEngine:
     ) -> bool:
         """Take a subscription to a queue topic (``False``: not a queue subscription).
 
-        The processed ack carries the effective backlog, ``"o":"max_backlog=N"``.
+        The processed ack carries the effective backlog, ``"o":"max_backlog=N"``. A
+        subscription to a view over a queue is taken too (it leases nothing).
         """
+        views = self.views
+        if views is not None and views.subscribe(
+            conn, hdr, sub, replaced, flags, self._table_remove
+        ):
+            return True
         if sub.matcher.is_regex or not self.is_queue(conn.mt, sub.matcher.topic):
             return False
         queue = self.queues[(conn.mt, sub.matcher.topic)]
@@ -365,6 +381,8 @@ class QueueEngine:
         """A subscription ended (``unsubscribe``, disconnect): its leases come back."""
         entry = self._subs.pop(id(sub), None)
         if entry is None:
+            if self.views is not None:
+                self.views.removed(sub)
             return
         queue, qsub = entry
         self._expired(queue, _lease_ends(queue.discard(qsub, self._clock())))
@@ -436,48 +454,17 @@ class QueueEngine:
         return compile_topic("|".join(f"(?:{p})" for p in parts))
 
     def query(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> bool:
-        """A ``sow`` query of a queue topic: the messages available now (leased ones are not
-        shown), oldest (or highest priority) first, in the usual ``group_begin`` / ``sow`` /
-        ``group_end`` frames; nothing is leased. ``False`` when the topic is not a queue.
+        """A ``sow`` query of a queue topic (its available messages, nothing leased) or of a
+        view over a queue (:func:`.sow_subscribe.answer_query`); ``False``: neither.
 
         Raises:
             CommandFailure: ``bad filter``, ``invalid options`` (a bookmark: no history).
         """
+        if self.views is not None and self.views.query(conn, hdr, matcher):
+            return True
         if matcher.is_regex or not self.is_queue(conn.mt, matcher.topic):
             return False
-        if text(hdr.get("bm")) is not None:
-            raise CommandFailure("invalid options", "a queue keeps no history (bookmark on sow)")
-        queue = self.queues[(conn.mt, matcher.topic)]
-        _text, predicate = command_filter(hdr)
-        options = command_options(hdr)
-        top_n = int_field(hdr.get("top_n"))
-        if top_n is None:
-            top_n = int_field(options.get("top_n"))
-        batch = max(1, int_field(hdr.get("bs")) or 1)
-        waiting = sorted(
-            (m for m in queue.messages.values() if m.state == AVAILABLE),
-            key=lambda m: (m.rank, m.order),
-        )
-        selected = [m for m in waiting if predicate is None or _matches(queue, m, predicate)]
-        matches = len(selected)
-        if top_n is not None and top_n >= 0:
-            selected = selected[:top_n]
-        flags = ack_flags(hdr)
-        query_id = text(hdr.get("query_id")) or text(hdr.get("cid")) or ""
-        send = conn.session.send
-        send_acks(send, hdr, flags & (RECEIVED | PROCESSED), query_id=query_id)
-        send(encode_header({"c": "group_begin", "query_id": query_id}))
-        for start in range(0, len(selected), batch):
-            part = selected[start : start + batch]
-            body = b"".join(
-                encode_header({"k": m.bookmark, "bm": m.bookmark, "l": len(m.data)}) + m.data
-                for m in part
-            )
-            outer = {"c": "sow", "t": queue.name, "query_id": query_id, "bs": len(part)}
-            send(encode_header(outer) + body)
-        send(encode_header({"c": "group_end", "query_id": query_id}))
-        stats = {"records_returned": len(selected), "topic_matches": len(queue), "matches": matches}
-        send_acks(send, hdr, flags & (COMPLETED | STATS), query_id=query_id, extra=stats)
+        answer_query(self.queues[(conn.mt, matcher.topic)], conn, hdr)
         return True
 
     def in_journal(self, bookmark: str) -> bool:
@@ -493,6 +480,8 @@ class QueueEngine:
 
     def pump(self, queue: Queue) -> None:
         """Deliver what ``queue`` can lease now."""
+        if self.views is not None:
+            self.views.changed(queue)  # (recomputed once this turn of the loop is over)
         inactive = self.inactive.get(queue.name) if self.inactive else None
         if inactive is not None and inactive.waiting:
             inactive.refill()
@@ -776,6 +765,8 @@ class QueueEngine:
             if timer is not None:
                 timer.cancel()
         self._timer = self._ack_timer = self._commit_timer = None
+        if self.views is not None:
+            self.views.close()
         try:
             self._refresh_points()
         except JournalError:  # closed first: the points of the last refresh stand

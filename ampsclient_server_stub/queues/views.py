@@ -1,0 +1,301 @@
+"""Views over queues (``<View>`` whose ``UnderlyingTopic`` is a queue; ``view_config``).
+
+AMPS: "views and aggregates based on the current contents of a queue": a view over a queue
+aggregates the messages **available** now. A leased message is not in it (it comes back when
+the lease is returned), an acknowledged or expired one is gone; a view leases nothing and
+acknowledges nothing. Here a view is recomputed from its queue once per turn of the event loop
+after the queue changed (the engine calls :meth:`QueueViews.changed` when it delivered,
+enqueued, acknowledged or expired something), and the difference goes to the view's
+subscribers: a ``p`` for each new or changed group record, an ``oof`` (reason ``deleted``)
+for each group that emptied, to subscriptions asking for ``oof`` (reason ``match`` when a
+record left their filter). ``sow`` queries and ``sow_and_subscribe`` answer from the current
+records, keyed (``k``) by the group's values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from ampsclient.protocol.header import Header, encode_header
+
+from ..engine.filters import compile_expression, compile_filter
+from ..engine.session import CallLater, TimerHandle
+from ..engine.state import Connection, Subscription
+from ..engine.topics import TopicMatcher
+from ..engine.wire import (
+    COMPLETED,
+    PROCESSED,
+    RECEIVED,
+    STATS,
+    CommandFailure,
+    ack_flags,
+    command_filter,
+    send_acks,
+    text,
+)
+from .model import AVAILABLE, Queue
+from .view_config import ViewConfig
+
+__all__ = ["QueueViews"]
+
+logger = logging.getLogger(__name__)
+
+Record = tuple[bytes, Any]
+"""A view record: its JSON body and the parsed document (for subscribers' filters)."""
+
+_MISSING: Final = object()
+
+
+class _View:
+    """One view: its compiled projection and its current records by key."""
+
+    def __init__(self, config: ViewConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._group = [compile_expression(g) for g in config.grouping]
+        self._fields = [
+            (f.path.strip("/").split("/"), compile_expression(f.expression), f.aggregate)
+            for f in config.projection
+        ]
+        self._filter = compile_filter(config.filter) if config.filter else None
+        self.records: dict[str, Record] = {}
+        self.subs: list[Subscription] = []
+
+    def compute(self, queue: Queue) -> dict[str, Record]:
+        """The records the queue's available messages make now."""
+        groups: dict[str, list[Any]] = {}
+        for msg in queue.messages.values():
+            if msg.state != AVAILABLE or msg.lessee is not None:
+                continue
+            try:
+                doc = json.loads(msg.data)
+            except ValueError:
+                continue
+            if self._filter is not None and not self._filter(doc):
+                continue
+            values = [g(doc) for g in self._group]
+            key = hashlib.blake2b(
+                json.dumps(values, sort_keys=True, default=str).encode(), digest_size=8
+            ).hexdigest()
+            groups.setdefault(key, []).append(doc)
+        out: dict[str, Record] = {}
+        for key, docs in groups.items():
+            record: dict[str, Any] = {}
+            for path, expr, aggregate in self._fields:
+                value = (
+                    _aggregate(aggregate, [expr(d) for d in docs]) if aggregate else expr(docs[-1])
+                )
+                _put(record, path, value)
+            out[key] = (json.dumps(record, separators=(",", ":")).encode(), record)
+        return out
+
+
+def _aggregate(name: str, values: Sequence[Any]) -> Any:
+    """``COUNT``/``SUM``/``AVG``/``MIN``/``MAX`` of the non-NULL values (AMPS leaves NULL
+    out; SUM/AVG over non-numbers: NULL)."""
+    present = [v for v in values if v is not None]
+    if name == "COUNT":
+        return len(present)
+    if not present:
+        return None
+    if name in ("MIN", "MAX"):
+        numbers = [v for v in present if isinstance(v, int | float) and not isinstance(v, bool)]
+        strings = [str(v) for v in present if isinstance(v, str)]
+        if name == "MIN":
+            return min(numbers) if numbers else min(strings) if strings else None
+        return max(strings) if strings else max(numbers) if numbers else None
+    numbers = [
+        float(v) if isinstance(v, str) else v
+        for v in present
+        if (isinstance(v, int | float) and not isinstance(v, bool)) or _numeric(v)
+    ]
+    if not numbers:
+        return None
+    total = sum(numbers)
+    if name == "SUM":
+        return total
+    return total / len(numbers)
+
+
+def _numeric(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _put(record: dict[str, Any], path: list[str], value: Any) -> None:
+    node = record
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[path[-1]] = value
+
+
+class QueueViews:
+    """The views over the queues of one broker.
+
+    Args:
+        configs: the views.
+        queues: the queues by ``(message type, name)``.
+        call_later: schedules the recomputation (``None``: at once).
+    """
+
+    def __init__(
+        self,
+        configs: Sequence[ViewConfig],
+        *,
+        queues: Mapping[tuple[str, str], Queue],
+        call_later: CallLater | None,
+    ) -> None:
+        self._queues = queues
+        self._call_later = call_later
+        self.views: dict[tuple[str, str], _View] = {}
+        self._of_queue: dict[str, list[_View]] = {}
+        for cfg in configs:
+            view = _View(cfg)
+            self.views[(cfg.message_type, cfg.name)] = view
+            self._of_queue.setdefault(cfg.underlying, []).append(view)
+            view.records = view.compute(queues[(cfg.message_type, cfg.underlying)])
+        self._dirty: set[str] = set()
+        self._timer: TimerHandle | None = None
+
+    def is_view(self, mt: str, topic: str) -> bool:
+        """``topic`` is a view of message type ``mt``."""
+        return (mt, topic) in self.views
+
+    # ------------------------------------------------------------------ changes
+
+    def changed(self, queue: Queue) -> None:
+        """``queue`` may have changed: its views are brought up to date (this loop turn)."""
+        if queue.name not in self._of_queue:
+            return
+        self._dirty.add(queue.name)
+        if self._call_later is None:
+            self.flush()
+        elif self._timer is None:
+            self._timer = self._call_later(0.0, self.flush)
+
+    def flush(self) -> None:
+        """Recompute the views of the queues that changed and publish the differences."""
+        self._timer = None
+        dirty, self._dirty = self._dirty, set()
+        for name in dirty:
+            for view in self._of_queue[name]:
+                queue = self._queues[(view.config.message_type, name)]
+                self._publish(view, view.compute(queue))
+
+    def _publish(self, view: _View, new: dict[str, Record]) -> None:
+        old = view.records
+        view.records = new
+        if not view.subs:
+            return
+        topic = view.name
+        for key, (body, doc) in new.items():
+            before = old.get(key)
+            if before is not None and before[0] == body:
+                continue
+            for sub in view.subs:
+                if sub.predicate is None or sub.predicate(doc):
+                    head = {"c": "p", "t": topic, "sids": sub.sub_id, "k": key}
+                    sub.conn.session.send(encode_header(head) + body)
+                elif sub.oof and before is not None and _matched(sub, before[1]):
+                    self._oof(sub, topic, key, before[0], "match")
+        for key, (body, doc) in old.items():
+            if key in new:
+                continue
+            for sub in view.subs:
+                if sub.oof and _matched(sub, doc):
+                    self._oof(sub, topic, key, body, "deleted")
+
+    @staticmethod
+    def _oof(sub: Subscription, topic: str, key: str, body: bytes, reason: str) -> None:
+        head = {"c": "oof", "t": topic, "sids": sub.sub_id, "k": key, "reason": reason}
+        sub.conn.session.send(encode_header(head) + body)
+
+    # ------------------------------------------------------------------ commands
+
+    def query(self, conn: Connection, hdr: Header, matcher: TopicMatcher) -> bool:
+        """A ``sow`` query of a view: its current records (``False``: not a view).
+
+        Raises:
+            CommandFailure: ``bad filter``, ``invalid options`` (a bookmark: no history).
+        """
+        view = None if matcher.is_regex else self.views.get((conn.mt, matcher.topic))
+        if view is None:
+            return False
+        if text(hdr.get("bm")) is not None:
+            raise CommandFailure("invalid options", "a view of a queue keeps no history")
+        self.flush()  # (a change of this turn first)
+        _text, predicate = command_filter(hdr)
+        selected = [
+            (key, body)
+            for key, (body, doc) in view.records.items()
+            if predicate is None or predicate(doc)
+        ]
+        flags = ack_flags(hdr)
+        query_id = text(hdr.get("query_id")) or text(hdr.get("cid")) or ""
+        send = conn.session.send
+        send_acks(send, hdr, flags & (RECEIVED | PROCESSED), query_id=query_id)
+        send(encode_header({"c": "group_begin", "query_id": query_id}))
+        for key, body in selected:
+            inner = encode_header({"k": key, "l": len(body)}) + body
+            send(encode_header({"c": "sow", "t": view.name, "query_id": query_id, "bs": 1}) + inner)
+        send(encode_header({"c": "group_end", "query_id": query_id}))
+        stats = {
+            "records_returned": len(selected),
+            "topic_matches": len(view.records),
+            "matches": len(selected),
+        }
+        send_acks(send, hdr, flags & (COMPLETED | STATS), query_id=query_id, extra=stats)
+        return True
+
+    def subscribe(
+        self,
+        conn: Connection,
+        hdr: Header,
+        sub: Subscription,
+        replaced: Subscription | None,
+        flags: int,
+        remove: Callable[[Subscription], None],
+    ) -> bool:
+        """Take a subscription to a view (``False``: not a view): it gets every change."""
+        view = None if sub.matcher.is_regex else self.views.get((conn.mt, sub.matcher.topic))
+        if view is None:
+            return False
+        if replaced is not None:
+            remove(replaced)
+        self.flush()
+        view.subs.append(sub)
+        conn.subs[sub.sub_id] = sub
+        send_acks(
+            conn.session.send, hdr, flags & (RECEIVED | PROCESSED | COMPLETED), sub_id=sub.sub_id
+        )
+        return True
+
+    def removed(self, sub: Subscription) -> bool:
+        """A subscription ended; ``True`` when it was a view's."""
+        for view in self.views.values():
+            if sub in view.subs:
+                view.subs.remove(sub)
+                return True
+        return False
+
+    def close(self) -> None:
+        """Stop the pending recomputation."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _matched(sub: Subscription, doc: Any) -> bool:
+    return sub.predicate is None or bool(sub.predicate(doc))
