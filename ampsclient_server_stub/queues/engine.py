@@ -288,18 +288,11 @@ class QueueEngine:
             x: str | None
             bookmark: str | None
             expires: float | None = None
-            if expiry is not None or inactive is not None:
-                hdr, end = decode_header(frame)
-                bookmark = text(hdr.get("bm"))
-                data = frame[end:]
-                x = text(hdr.get("x"))
-                if expiry is not None:
-                    mt = queue.config.message_type
-                    expires = expiry.live(mt, str(hdr.get("t")), text(hdr.get("k")))
-                if inactive is not None and bookmark is not None:
-                    added = inactive.admit(Waiting(bookmark, data, x, now, expires)) or added
-                    continue
-            elif j > 0 and frame[j + 1 : j + 2] == b"}":
+            if (
+                j > 0
+                and frame[j + 1 : j + 2] == b"}"
+                and (expiry is None or frame.find(b',"k":"', 0, i) < 0)  # not a SOW record
+            ):
                 bookmark = frame[i + 7 : j].decode()
                 data = frame[j + 2 :]
                 x = None
@@ -308,8 +301,14 @@ class QueueEngine:
                 bookmark = text(hdr.get("bm"))
                 data = frame[end:]
                 x = text(hdr.get("x"))
+                if expiry is not None:  # a SOW record's expiration is the message's own
+                    mt = queue.config.message_type
+                    expires = expiry.live(mt, str(hdr.get("t")), text(hdr.get("k")))
             if bookmark is None:  # a topic a regex UnderlyingTopic matches but not journaled
                 logger.warning("queue %r: a message without a bookmark not enqueued", queue.name)
+                continue
+            if inactive is not None:  # TargetQueueDepth
+                added = inactive.admit(Waiting(bookmark, data, x, now, expires)) or added
                 continue
             added = enqueue(bookmark, data, x, now, expires=expires) or added
         if added:
