@@ -63,6 +63,17 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mb(pid: int | None) -> float:
+    """Peak resident set size of process ``pid`` so far, MB (``VmHWM``; 0 without /proc)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def persisted_throughput(
     node: ClusterNode, n: int, name: str, servers: tuple[ClusterNode, ...] = ()
 ) -> tuple[float, list[float]]:
@@ -89,7 +100,11 @@ def bench_throughput(base: Path, n: int, fsync: str) -> dict[str, float]:
     with single:
         single.start()
         one, (cpu_s,) = persisted_throughput(node, n, "tp-single", (node,))
-    print(f"persisted publishes, single instance : {one:10.0f} msgs/s, server {cpu_s:.1f} us/msg")
+        rss_s = peak_rss_mb(node.pid)
+    print(
+        f"persisted publishes, single instance : {one:10.0f} msgs/s, server {cpu_s:.2f} us/msg, "
+        f"peak RSS {rss_s:.0f} MB"
+    )
     pair = Cluster(base / "pair", fsync=fsync)
     a = pair.add("A", group="HA")
     b = pair.add("B", group="HA")
@@ -98,9 +113,10 @@ def bench_throughput(base: Path, n: int, fsync: str) -> dict[str, float]:
         pair.start()
         pair.wait_streaming()
         two, (cpu_a, cpu_b) = persisted_throughput(a, n, "tp-pair", (a, b))
+        rss_a, rss_b = peak_rss_mb(a.pid), peak_rss_mb(b.pid)
     print(
-        f"persisted publishes, sync pair       : {two:10.0f} msgs/s, A {cpu_a:.1f} us/msg, "
-        f"B {cpu_b:.1f} us/msg"
+        f"persisted publishes, sync pair       : {two:10.0f} msgs/s, A {cpu_a:.2f} us/msg, "
+        f"B {cpu_b:.2f} us/msg, peak RSS A {rss_a:.0f} MB, B {rss_b:.0f} MB"
     )
     print(f"ratio pair / single                  : {two / one:10.2f}")
     # on 2 cores with the client on one of them, the busier of A and B bounds the pair
@@ -114,14 +130,16 @@ def bench_throughput(base: Path, n: int, fsync: str) -> dict[str, float]:
         "pair_a_cpu_us_per_msg": cpu_a,
         "pair_b_cpu_us_per_msg": cpu_b,
         "cpu_ratio": cpu_ratio,
+        "single_peak_rss_mb": rss_s,
+        "pair_a_peak_rss_mb": rss_a,
+        "pair_b_peak_rss_mb": rss_b,
     }
 
 
-def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:
-    cluster = Cluster(base / "lag", fsync=fsync)
-    a = cluster.add("A", group="HA")
-    b = cluster.add("B", group="HA")
-    cluster.hot_hot(a, b)
+def lag_subscriber(uri: str, n: int, out: Path) -> None:
+    """The lag run's subscriber, in a process of its own (``--lag-subscriber``): the lag of
+    each of ``n`` messages (receive time - the publish time in the message), written to
+    ``out`` as a JSON list; prints ``ready`` once subscribed."""
     lags: list[float] = []
     lock = threading.Lock()
 
@@ -130,36 +148,73 @@ def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:
         with lock:
             lags.append(time.time() - sent)
 
+    with Client("lag-sub") as sub:
+        sub.connect(uri)
+        sub.logon(5000)
+        sub.subscribe(on, "lag")
+        print("ready", flush=True)
+        wait(lambda: len(lags) >= n, 600, "every message on B", poll=0.01)
+    out.write_text(json.dumps(lags))
+
+
+def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:
+    """The subscriber runs in its own process: in this one it would share the interpreter
+    lock with the publisher, and the lag would measure the two clients' contention."""
+    import subprocess
+
+    cluster = Cluster(base / "lag", fsync=fsync)
+    a = cluster.add("A", group="HA")
+    b = cluster.add("B", group="HA")
+    cluster.hot_hot(a, b)
+    lag_file = base / "lags.json"
     with cluster:
         cluster.start()
         cluster.wait_streaming()
-        with Client("lag-sub") as sub, HAClient("lag-pub") as pub:
-            sub.connect(b.uri())
-            sub.logon(5000)
-            sub.subscribe(on, "lag")
-            pub.get_server_chooser().add(a.uri())
-            pub.connect_and_logon()
-            started = time.perf_counter()
-            for i in range(n):
-                due = started + i / rate
-                now = time.perf_counter()
-                if due > now:
-                    time.sleep(due - now)
-                pub.publish("lag", json.dumps({"n": i, "t": time.time()}))
-            achieved = n / (time.perf_counter() - started)
-            pub.publish_flush(600_000)
-            wait(lambda: len(lags) >= n, 120, "every message on B")
-    ordered = sorted(lags)
+        sub = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--lag-subscriber", b.uri(),
+             str(n), str(lag_file)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert sub.stdout is not None
+            if sub.stdout.readline().strip() != "ready":
+                raise RuntimeError("the lag subscriber did not start")
+            before = [cpu_seconds(s.pid) for s in (a, b)]
+            with HAClient("lag-pub") as pub:
+                pub.get_server_chooser().add(a.uri())
+                pub.connect_and_logon()
+                started = time.perf_counter()
+                for i in range(n):
+                    due = started + i / rate
+                    now = time.perf_counter()
+                    if due > now:
+                        time.sleep(due - now)
+                    pub.publish("lag", json.dumps({"n": i, "t": time.time()}))
+                achieved = n / (time.perf_counter() - started)
+                pub.publish_flush(600_000)
+            if sub.wait(timeout=600) != 0:
+                raise RuntimeError("the lag subscriber failed")
+            cpu = [
+                (cpu_seconds(s.pid) - t0) / n * 1e6 for s, t0 in zip((a, b), before, strict=True)
+            ]
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+                sub.wait()
+    ordered = sorted(json.loads(lag_file.read_text()))
     out = {
         "rate_msgs_per_s": achieved,
         "p50_ms": ordered[len(ordered) // 2] * 1000,
         "p99_ms": ordered[int(len(ordered) * 0.99)] * 1000,
         "max_ms": ordered[-1] * 1000,
         "mean_ms": statistics.fmean(ordered) * 1000,
+        "a_cpu_us_per_msg": cpu[0],
+        "b_cpu_us_per_msg": cpu[1],
     }
     print(
         f"replication lag A->B at {achieved:.0f} msgs/s : p50 {out['p50_ms']:.2f} ms, "
-        f"p99 {out['p99_ms']:.2f} ms, max {out['max_ms']:.2f} ms"
+        f"p99 {out['p99_ms']:.2f} ms, max {out['max_ms']:.2f} ms "
+        f"(A {cpu[0]:.2f}, B {cpu[1]:.2f} us/msg)"
     )
     return out
 
@@ -280,6 +335,49 @@ def _failover_once(a: ClusterNode, b: ClusterNode, options: str) -> float:
     return (first_after[0] - killed_at[0]) * 1000
 
 
+def compare(trees: list[str], runs: int, forwarded: list[str]) -> dict[str, Any]:
+    """Run this benchmark ``runs`` times under each source tree (``label=path``: the tree's
+    ``ampsclient`` and ``ampsclient_server_stub`` on ``PYTHONPATH`` and as the working
+    directory, which ``python -m`` puts first, so the servers run it too; this script measures
+    every tree),
+    alternating the trees run by run, and print the median and range of each figure."""
+    import subprocess
+
+    results: dict[str, list[dict[str, Any]]] = {}
+    for r in range(runs):
+        for spec in trees:
+            label, _, path = spec.partition("=")
+            out = Path(tempfile.mkstemp(prefix="replbench-", suffix=".json")[1])
+            tree = Path(path).resolve()
+            env = dict(os.environ, PYTHONPATH=str(tree))
+            print(f"--- run {r + 1}/{runs}: {label} ({path})", flush=True)
+            subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), *forwarded, "--json", str(out)],
+                env=env, cwd=tree, check=True,
+            )  # fmt: skip
+            results.setdefault(label, []).append(json.loads(out.read_text()))
+            out.unlink()
+    summary: dict[str, Any] = {}
+    print("--- medians [min .. max] over", runs, "run(s)")
+    for label, rows in results.items():
+        figures: dict[str, list[float]] = {}
+        for row in rows:
+            for part in ("throughput", "lag", "resync"):
+                for key, value in row.get(part, {}).items():
+                    if isinstance(value, (int, float)):
+                        figures.setdefault(f"{part}.{key}", []).append(float(value))
+        summary[label] = {
+            key: {"median": statistics.median(vs), "min": min(vs), "max": max(vs), "all": vs}
+            for key, vs in figures.items()
+        }
+        for key, stat in summary[label].items():
+            print(
+                f"{label:>8s} {key:36s} {stat['median']:12.2f} "
+                f"[{stat['min']:.2f} .. {stat['max']:.2f}]"
+            )
+    return summary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=100_000, help="messages per throughput run")
@@ -297,6 +395,38 @@ def main() -> int:
         "--only", nargs="*", default=None, choices=("throughput", "lag", "resync", "failover")
     )
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="LABEL=TREE",
+        help="run under each source tree in turn (e.g. before=/tmp/old after=.), --runs times",
+    )
+    parser.add_argument("--runs", type=int, default=5, help="runs per tree with --compare")
+    parser.add_argument("--lag-subscriber", nargs=3, help=argparse.SUPPRESS)
+    args, _ = parser.parse_known_args()
+    if args.lag_subscriber:
+        uri, count, out = args.lag_subscriber
+        lag_subscriber(uri, int(count), Path(out))
+        return 0
+    if args.compare:
+        argv = sys.argv[1:]
+        forwarded: list[str] = []
+        skip = 0
+        for arg in argv:
+            if skip:
+                skip -= 1
+                continue
+            if arg == "--compare":
+                skip = len(args.compare)
+                continue
+            if arg in ("--runs", "--json"):
+                skip = 1
+                continue
+            forwarded.append(arg)
+        summary = compare(args.compare, args.runs, forwarded)
+        if args.json is not None:
+            args.json.write_text(json.dumps(summary, indent=2))
+        return 0
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="replbench-"))
     results: dict[str, Any] = {"fsync": args.fsync, "cpus": os.cpu_count()}

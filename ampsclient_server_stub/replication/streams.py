@@ -178,7 +178,11 @@ class Outbound:
         self._set_peer(self.peer)
         end = self.journal.last_index + 1
         self.scan_pos = end if hold is None else min(max(hold, self.journal.first_index), end)
-        self.pending: deque[tuple[int, int]] = deque()  # (upstream index, timestamp us)
+        self.pending: deque[tuple[int, int, int]] = deque()
+        """Sent, not acknowledged: ``(first index, last index, timestamp of the first, µs)``
+        per run of consecutive records sent."""
+        self.in_flight = 0
+        """Records in :attr:`pending`."""
         self.stall_ts: int | None = None
         self.sent_seq: dict[int, int] = {}
         self.pin: JournalPin | None = self.journal.pin(self.scan_pos)
@@ -225,7 +229,7 @@ class Outbound:
         """Seconds since the oldest record this destination still has to acknowledge was
         written (``None``: nothing outstanding)."""
         if self.pending:
-            return max(0.0, (now_us - self.pending[0][1]) / 1e6)
+            return max(0.0, (now_us - self.pending[0][2]) / 1e6)
         if self.state != "streaming" and self.stall_ts is not None:
             return max(0.0, (now_us - self.stall_ts) / 1e6)
         return None
@@ -243,7 +247,7 @@ class Outbound:
             "connected": self.state == "streaming",
             "peer": self.peer[0] if self.link is not None else None,
             "scan_position": self.scan_pos,
-            "in_flight": len(self.pending),
+            "in_flight": self.in_flight,
             "acked_through": self.acked_through(),
             "hold": self.pin_at,
             "oldest_unacked_age": age,
@@ -281,7 +285,7 @@ class Outbound:
                 self.name,
                 self.link.describe(),
                 self.link.close_reason or "closed",
-                len(self.pending),
+                self.in_flight,
             )
         self.link = None
         self.state = "detached"
@@ -296,6 +300,7 @@ class Outbound:
         start = resync_start(self.journal, have)
         behind = max(0, self.journal.durable_index - start + 1)
         self.pending.clear()
+        self.in_flight = 0
         self.sent_seq = dict(have)
         self.scan_pos = start
         self.stall_ts = None
@@ -316,16 +321,24 @@ class Outbound:
     def on_ack(self, upstream_index: int) -> None:
         pending = self.pending
         count = 0
-        while pending and pending[0][0] <= upstream_index:
-            pending.popleft()
-            count += 1
+        while pending:
+            first, last, ts = pending[0]
+            if last <= upstream_index:
+                pending.popleft()
+                count += last - first + 1
+            else:
+                if first <= upstream_index:
+                    pending[0] = (upstream_index + 1, last, ts)
+                    count += upstream_index - first + 1
+                break
         if count:
+            self.in_flight -= count
             self.counters["acked"] += count
             self.last_ack_time = time.monotonic()
             if self.effective_sync:
                 self.manager.limits_changed()
             self._repin(self.acked_through() + 1)
-            if len(pending) + count >= MAX_IN_FLIGHT:
+            if self.in_flight + count >= MAX_IN_FLIGHT:
                 self.schedule_pump()
 
     # ------------------------------------------------------------------ pumping
@@ -478,7 +491,7 @@ class Outbound:
             and budget > 0
             and not link.paused
             and not link.closed
-            and len(pending) < MAX_IN_FLIGHT
+            and self.in_flight < MAX_IN_FLIGHT
         ):
             count = self._span(durable, READ_BATCH)
             if count <= 0:
@@ -508,7 +521,7 @@ class Outbound:
             self.scan_pos <= journal.durable_index
             and not link.paused
             and not link.closed
-            and len(pending) < MAX_IN_FLIGHT
+            and self.in_flight < MAX_IN_FLIGHT
         ):
             self.schedule_pump()
 
@@ -544,7 +557,8 @@ class Outbound:
                 suffixes,
             )
             if k:
-                pending.extend(went)
+                pending.append((first + done, first + done + k - 1, went[0][1]))
+                self.in_flight += k
                 self._flush(link)
                 self._send_block(link, data[pos:end], first + done, k)
             else:  # this record is not one of them: decode it (errors are raised there)
@@ -596,7 +610,11 @@ class Outbound:
                     continue
             batch.append(item)
             batch_bytes += len(payload)
-            pending.append((index, ts))
+            if pending and pending[-1][1] == index - 1:
+                pending[-1] = (pending[-1][0], index, pending[-1][2])
+            else:
+                pending.append((index, index, ts))
+            self.in_flight += 1
             sent_seq[pid] = seq
             if len(batch) >= SEND_BATCH or batch_bytes >= SEND_BYTES:
                 self._send_records(link, batch)

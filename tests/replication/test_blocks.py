@@ -126,7 +126,17 @@ def test_blocks_carry_exactly_what_the_rules_decide(
             out.on_have(dict(have))  # pumps: everything durable is sent
             assert link.records == expected
             assert out.counters["sent"] == len(expected)
-            assert [p[0] for p in out.pending] == [r[0] for r in expected]
+            in_flight = [i for first, last, _ts in out.pending for i in range(first, last + 1)]
+            assert in_flight == [r[0] for r in expected] and out.in_flight == len(expected)
+            if expected:  # an ack in the middle of a run keeps the rest of it in flight
+                indexes = [int(str(r[0])) for r in expected]
+                middle = indexes[len(indexes) // 2]
+                out.on_ack(middle)
+                later = [i for i in indexes if i > middle]
+                assert out.acked_through() == (later[0] - 1 if later else out.scan_pos - 1)
+                assert out.in_flight == len(later)
+                out.on_ack(indexes[-1])
+                assert out.in_flight == 0 and not out.pending
             if topics == "one topic":
                 assert link.blocks == 0  # not every topic: record by record only
             else:
