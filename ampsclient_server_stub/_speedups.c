@@ -144,9 +144,15 @@ static PyObject *scan_publishes(PyObject *self, PyObject *args) {
         }
         if (seq < 0) seq = last_seq + 1;
         else if (seq <= last_seq) break;
-        PyObject *item = Py_BuildValue("(LOy#)", seq, topic, p + body,
-                                       PyBytes_GET_SIZE(payload) - body);
+        PyObject *item = PyTuple_New(3);
         if (!item) goto error;
+        PyObject *sq = PyLong_FromLongLong(seq);
+        PyObject *bd = PyBytes_FromStringAndSize(p + body, PyBytes_GET_SIZE(payload) - body);
+        if (!sq || !bd) { Py_XDECREF(sq); Py_XDECREF(bd); Py_DECREF(item); goto error; }
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(item, 0, sq);
+        PyTuple_SET_ITEM(item, 1, topic);
+        PyTuple_SET_ITEM(item, 2, bd);
         int rc = PyList_Append(batch, item);
         Py_DECREF(item);
         if (rc < 0) goto error;

@@ -134,17 +134,24 @@ class Delivery:
             self.topics.delivered(topic, sent)
 
     def deliver_run(
-        self, routes: Callable[[str, str], Route], mt: str, pid: int, batch: Sequence[Run]
+        self,
+        routes: Callable[[str, str], Route],
+        mt: str,
+        pid: int,
+        batch: Sequence[Run],
+        topics: list[str] | None = None,
     ) -> None:
         """Deliver a journaled run of plain publishes ``(sequence, topic, body)`` of publisher
         ``pid`` (bookmarks ``pid|sequence|``), in order: what :meth:`deliver_plain` does for
         each, with one list of frames per connection and stretch of one topic when none of
         the connection's subscriptions needs more than its ``sids`` (no filter, conflation,
-        timestamp or pause)."""
+        timestamp or pause). ``topics``: the run's topics in order, when the caller has them
+        already."""
         if type(batch) is not list:
             batch = list(batch)
         n = len(batch)
-        topics = list(map(_topic_of, batch))
+        if topics is None:
+            topics = list(map(_topic_of, batch))
         i = 0
         while i < n:
             topic = topics[i]

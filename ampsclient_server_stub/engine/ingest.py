@@ -23,6 +23,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
+from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from ampsclient.protocol.header import Header
@@ -147,6 +148,7 @@ class Ingested(NamedTuple):
 
 
 _new: Final = tuple.__new__
+_topic_of: Final = itemgetter(1)
 """``_new(Ingested, (...))``: a named tuple without its Python-level ``__new__`` (hot path)."""
 _NOTHING: Final = Ingested()
 _APPLIED: Final = Ingested(applied=True)
@@ -410,8 +412,9 @@ class Ingest:
             conn.persist_pending = True
             self._durability.wait_durable(state, first + count - 1, last)
         self._appended()
-        self._delivery.topics.published_run(batch)
-        self._delivery.deliver_run(self._index.route, mt, pid, batch)
+        topics = list(map(_topic_of, batch))  # once for both
+        self._delivery.topics.published_run(batch, topics)
+        self._delivery.deliver_run(self._index.route, mt, pid, batch, topics)
         return _NOTHING
 
     def _client_delete(self, item: ClientDelete) -> Ingested:

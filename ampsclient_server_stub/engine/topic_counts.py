@@ -44,12 +44,16 @@ class TopicCounts:
         else:
             self.other_publishes += count
 
-    def published_run(self, batch: Sequence[tuple[Any, str, Any]]) -> None:
+    def published_run(
+        self, batch: Sequence[tuple[Any, str, Any]], topics: list[str] | None = None
+    ) -> None:
         """A run of publishes ``(sequence, topic, data)``, counted in C-speed passes (one
-        :meth:`published` call per message would cost the batched publish path ~5%)."""
+        :meth:`published` call per message would cost the batched publish path ~5%);
+        ``topics``: the run's topics in order, when the caller has them already."""
         if not batch:
             return
-        topics = list(map(_topic_of, batch))
+        if topics is None:
+            topics = list(map(_topic_of, batch))
         first = topics[0]
         if topics.count(first) == len(topics):  # the usual run: one topic
             self.published(first, len(topics))
