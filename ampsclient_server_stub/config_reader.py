@@ -508,6 +508,8 @@ _DO_MODULES: Final = (
     UPGRADE_REPLICATION_MODULE,
     *_JOURNAL_DO_MODULES,
     "amps-action-do-publish-message",  # on a queue expiration: queues.dead_letter checks it
+    "amps-action-do-enable-proxied-transfer",  # queues.replicated_actions checks these two
+    "amps-action-do-disable-proxied-transfer",
 )
 _PROTOCOLS: Final = ("amps", "websocket")
 _TLS_ONLY: Final = (

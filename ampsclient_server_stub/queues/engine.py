@@ -234,6 +234,7 @@ class QueueEngine:
             barrier=compile_filter(cfg.barrier) if cfg.barrier else None,
         )
         self.queues[(mt, cfg.name)] = queue
+        queue.measure_acks = self.replica is not None and cfg.kind != "LocalQueue"
         self._names.add(cfg.name)
         if cfg.target_queue_depth is not None:
             self.inactive[cfg.name] = Inactive(queue, cfg.target_queue_depth)

@@ -44,10 +44,12 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ..config import ServerConfig
 from ..config_values import ConfigError
 from ..engine.journal import Journal, JournalRecord
 from .config import QueueConfig
 from .model import AVAILABLE, REMOTE, Queue, QueueMessage
+from .replicated_actions import ProxiedAction, proxied_actions
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import QueueEngine
@@ -104,6 +106,10 @@ def origin(fields: Mapping[str, Any] | None) -> str | None:
 class LinkPort(Protocol):
     """What the replicated queues need of the replication manager."""
 
+    @property
+    def config(self) -> ServerConfig:
+        """The instance's configuration (its proxied-transfer actions)."""
+
     def peers_up(self) -> set[str]:
         """Instances this one has a working replication link with."""
 
@@ -117,6 +123,11 @@ class ManagerPort:
 
     def __init__(self, manager: Any) -> None:
         self._manager = manager
+
+    @property
+    def config(self) -> ServerConfig:
+        config: ServerConfig = self._manager.config
+        return config
 
     def peers_up(self) -> set[str]:
         return {link.peer_name for link in self._manager.links if link.is_up}
@@ -173,6 +184,7 @@ class ReplicatedQueues:
         """Queue names with proxied transfer enabled."""
         self.port: LinkPort | None = None
         self._timer: Any = None
+        self._actions: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ ownership
 
@@ -300,6 +312,22 @@ class ReplicatedQueues:
         self.port = port
         self._call_later = call_later
         self._timer = call_later(_CHECK_INTERVAL, self._check)
+        for action in proxied_actions(port.config):
+            self._schedule(action)
+
+    def _schedule(self, action: ProxiedAction) -> None:
+        def run() -> None:
+            if self.port is None:
+                return
+            logger.warning(
+                "queue %r: proxied transfer %s by a scheduled action",
+                action.queue,
+                "enabled" if action.enable else "disabled",
+            )
+            self.set_proxied(action.queue, action.enable)
+            self._schedule(action)
+
+        self._actions[id(action)] = self._call_later(action.schedule.next_delay(), run)
 
     def detach(self) -> None:
         """Replication stopped."""
@@ -307,6 +335,9 @@ class ReplicatedQueues:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        for handle in self._actions.values():
+            handle.cancel()
+        self._actions.clear()
 
     def _check(self) -> None:
         self._timer = None

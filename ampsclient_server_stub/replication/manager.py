@@ -42,7 +42,7 @@ from ampsclient_server_stub.security.replication import (
 from .holds import SAVE_DELAY, HoldFile
 from .link import Link
 from .origins import IndexRuns
-from .rules import InstanceSummary, local_queue_problems, summarize, validate_destination
+from .rules import InstanceSummary, queue_config_problems, summarize, validate_destination
 from .streams import Inbound, Outbound
 
 __all__ = [
@@ -781,10 +781,10 @@ async def start_replication(
     wanted = config.replication is not None or any(
         t.type == "amps-replication" for t in config.transports
     )
+    for problem in queue_config_problems(config):  # (also on an instance without replication)
+        raise ConfigError(problem)
     if not wanted:
         return None
-    for problem in local_queue_problems(config):
-        raise ConfigError(problem)
     if broker.txlog is None:
         logger.error(
             "replication: configured but this instance has no transaction log; replication "

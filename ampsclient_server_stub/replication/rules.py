@@ -24,10 +24,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ampsclient_server_stub.config import DestinationConfig, ReplicationTopicConfig, ServerConfig
+from ampsclient_server_stub.config import (
+    ConfigError,
+    DestinationConfig,
+    ReplicationTopicConfig,
+    ServerConfig,
+)
 from ampsclient_server_stub.engine.filters import compile_filter
 from ampsclient_server_stub.engine.payload import decode
 from ampsclient_server_stub.engine.topics import TopicMatcher, compile_topic, is_regex_topic
+from ampsclient_server_stub.queues.replicated_actions import proxied_actions
 
 __all__ = [
     "CHECKS",
@@ -37,7 +43,7 @@ __all__ = [
     "InstanceSummary",
     "decode_path",
     "encode_path",
-    "local_queue_problems",
+    "queue_config_problems",
     "summarize",
     "validate_destination",
 ]
@@ -249,10 +255,15 @@ def summarize(config: ServerConfig, *, record_all_topics: bool) -> InstanceSumma
     return InstanceSummary(config.name, config.effective_group, txlog, sow, dests, queues)
 
 
-def local_queue_problems(config: ServerConfig) -> list[str]:
-    """A ``<LocalQueue>`` cannot be replicated: one problem per destination ``<Topic>`` that
-    covers one (the instance refuses to start)."""
+def queue_config_problems(config: ServerConfig) -> list[str]:
+    """What stops the start of an instance with queues: a ``<LocalQueue>`` cannot be
+    replicated (one problem per destination ``<Topic>`` that covers one); a proxied-transfer
+    action that cannot run (``queues.replicated_actions``)."""
     problems = []
+    try:
+        proxied_actions(config)
+    except ConfigError as exc:
+        problems.append(str(exc))
     for queue in config.queues:
         if queue.kind != "LocalQueue" or config.replication is None:
             continue

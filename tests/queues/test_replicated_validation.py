@@ -21,7 +21,7 @@ from ampsclient_server_stub.config import (
 from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.replication.rules import (
     InstanceSummary,
-    local_queue_problems,
+    queue_config_problems,
     validate_destination,
 )
 
@@ -132,7 +132,7 @@ def test_local_queue_refused_for_replication(tmp_path: Path) -> None:
         default_config(tcp_port=0, ws_port=0, data_dir=tmp_path), queues=(local,)
     )
     replicated = dataclasses.replace(base, replication=ReplicationConfig(destinations=(dest(ALL),)))
-    problems = local_queue_problems(replicated)
+    problems = queue_config_problems(replicated)
     assert len(problems) == 1 and "<LocalQueue> 'work' cannot be replicated" in problems[0]
     elsewhere = dataclasses.replace(
         base,
@@ -140,7 +140,7 @@ def test_local_queue_refused_for_replication(tmp_path: Path) -> None:
             destinations=(dest(ReplicationTopicConfig("orders", "json")),)
         ),
     )
-    assert local_queue_problems(elsewhere) == []
+    assert queue_config_problems(elsewhere) == []
 
 
 def _xml(queue: str, topic: str, admin_port: int) -> str:
