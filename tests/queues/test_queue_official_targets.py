@@ -76,7 +76,7 @@ def test_official_client_publishes_to_the_queue_name_queries_the_view_and_consum
 
         def acked() -> bool:
             stats = server.call(lambda: server.broker.queues.statistics()["orders_q"])  # type: ignore[union-attr]
-            return stats["acked"] == 2 and stats["queue_depth"] == 0
+            return bool(stats["acked"] == 2 and stats["queue_depth"] == 0)
 
         wait_for(acked, 20, "both messages delivered and auto-acked")
         with lock:

@@ -50,7 +50,7 @@ def frames_until_marker(c: Consumer) -> list[tuple[dict[str, Any], bytes]]:
     """Every frame (acks excepted) received before a ``flush`` ack sent now."""
     cid = f"mark-{next(_cids)}"
     c.raw.send({"c": "flush", "cid": cid, "a": "processed"})
-    out = []
+    out: list[tuple[dict[str, Any], bytes]] = []
     while True:
         hdr, body = c.raw.recv(10.0)
         if hdr.get("c") == "ack":
