@@ -323,10 +323,12 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
     # ---------------------------------------------------------------------- the core's events
 
     def report(self, exc: BaseException) -> None:
-        """A handler raised ``exc``: log it and tell the exception listener (for wrappers
-        whose own handlers run application code, as the HA client's failed-write handler)."""
-        self._core.report(exc)
-        self.process_events()
+        """A handler the wing called raised ``exc``: log it and tell the exception listener
+        at once (also for wrappers whose own handlers run application code, as the HA
+        client's failed-write handler). Handlers the core calls come back as
+        ``HandlerFailed`` events."""
+        log.error("exception in a handler: %r", exc, exc_info=exc)
+        self._handler_failed(HandlerFailed(exc))
 
     def set_event_handler(self, kind: type[E], handler: Callable[[E], None]) -> None:
         """Act on the core's events of type ``kind`` with ``handler`` instead of this
@@ -676,12 +678,14 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         transport = self.transport
         if transport is None:
             return
+        # first: a transport that reports its close at once (memory://) would make it a plain
+        # "connection closed" instead of ``error``
+        self._on_close(error)
         abort = getattr(transport, "abort", None)
         if abort is not None:
             abort()
         else:
             transport.close()
-        self._on_close(error)
 
     def _on_close(self, error: BaseException | None) -> None:
         if self.detach() is None:
