@@ -17,6 +17,7 @@ from _queue_support import Consumer, publish, stats
 from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ConfigError, parse_config
+from ampsclient_server_stub.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -178,3 +179,30 @@ def test_a_filtered_subscription_to_the_view(tmp_path: Path) -> None:
 def test_bad_views_are_refused(tmp_path: Path, view: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(CONFIG.format(view=view), base_dir=tmp_path)
+
+
+def test_unsubscribe_and_disconnect_end_view_subscriptions(tmp_path: Path) -> None:
+    server = run(tmp_path)
+
+    def subscribers() -> int:
+        views = server.broker.queues.views  # type: ignore[union-attr]
+        return len(views.views[("json", "by_kind")].subs)  # type: ignore[union-attr]
+
+    try:
+        a, b = Consumer(server), Consumer(server)
+        for c in (a, b):
+            c.raw.send({"c": "subscribe", "t": "by_kind", "sub_id": "w"})
+            frames_until_marker(c)
+        assert server.call(subscribers) == 2
+        a.raw.send({"c": "unsubscribe", "sub_id": "w"})
+        frames_until_marker(a)
+        b.close()
+        wait_for(lambda: server.call(subscribers) == 0, 10, "both view subscriptions ended")
+        publish(server, "orders", ORDERS[:1])  # the view changes with nobody to tell
+        a.raw.send({"c": "sow", "t": "by_kind", "query_id": "q"})
+        assert sow_records(frames_until_marker(a)) == {
+            "a": {"kind": "a", "waiting": 1, "qty": 10, "newest": 1}
+        }
+        assert updates(frames_until_marker(a)) == []  # (no update after the unsubscribe)
+    finally:
+        server.stop()
