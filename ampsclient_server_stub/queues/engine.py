@@ -422,7 +422,7 @@ class QueueEngine:
                 if _matches(queue, msg, predicate)
             ]
         else:
-            bookmarks = split_list(hdr.get("bm"))
+            bookmarks = _bookmarks(hdr.get("bm"))
             if not bookmarks:
                 self.counters["bad_acks"] += 1
                 raise CommandFailure("invalid bookmark", "queue acknowledgement without bookmarks")
@@ -772,6 +772,16 @@ class QueueEngine:
         except JournalError:  # closed first: the points of the last refresh stand
             logger.debug("journal closed: queue ack points as of the last acknowledgement")
         self._write_points()
+
+
+def _bookmarks(value: Any) -> list[str]:
+    """An acknowledgement's bookmark list: one ``split`` when the value has no whitespace
+    and no empty item (the usual ``1|1|,1|2|``), else :func:`split_list`."""
+    if type(value) is str and len(value.split(None, 1)) == 1:
+        parts = value.split(",")
+        if "" not in parts:
+            return parts
+    return split_list(value)
 
 
 def _lease_ends(messages: list[QueueMessage]) -> list[tuple[QueueMessage, str]]:
