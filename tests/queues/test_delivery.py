@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _queue_support import Consumer, bodies, publish, start
+from _queue_support import Consumer, bodies, publish, start, stats
 
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.queues.config import QueueConfig
@@ -38,10 +38,6 @@ def make(tmp_path: Path) -> Iterator[Make]:
     yield factory
     for server in servers:
         server.stop()
-
-
-def stats(server: ServerThread) -> dict[str, Any]:
-    return server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
 
 
 def test_backlog_ack_headers_and_one_subscriber_per_message(make: Make) -> None:

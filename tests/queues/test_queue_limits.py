@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _queue_support import Consumer, bodies, publish, queue_config
+from _queue_support import Consumer, bodies, publish, queue_config, stats
 
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient_server_stub import ServerThread
@@ -19,10 +19,6 @@ from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.testing import RawClient, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def stats(server: ServerThread) -> dict[str, Any]:
-    return server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
 
 
 def run(tmp_path: Path, **fields: Any) -> ServerThread:

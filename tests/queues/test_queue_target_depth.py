@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from _queue_support import Consumer, bodies, queue_config
+from _queue_support import Consumer, bodies, queue_config, stats
 
 from ampsclient.protocol.framing import tcp_frame
 from ampsclient.protocol.header import encode_header
@@ -30,10 +29,6 @@ WORK = QueueConfig(
 
 def run(tmp_path: Path) -> ServerThread:
     return ServerThread(queue_config(tmp_path, WORK), fsync="never").start()
-
-
-def stats(server: ServerThread) -> dict[str, Any]:
-    return server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
 
 
 def publish_all(server: ServerThread) -> None:

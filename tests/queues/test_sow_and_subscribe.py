@@ -6,16 +6,13 @@ order, leases and the refusals are checked frame by frame; absence is proved wit
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from _queue_support import Consumer, bodies, publish, start
+from _queue_support import Consumer, bodies, publish, stats
 
 from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub import ServerThread
-from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.queues.engine import NEVER
 from ampsclient_server_stub.testing import wait_for
 
@@ -23,16 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerThread]:
-    s = start(
-        tmp_path, QueueConfig(name="work", message_type="json", max_per_subscription_backlog=5)
-    )
-    yield s
-    s.stop()
-
-
-def stats(server: ServerThread) -> dict[str, Any]:
-    return server.call(lambda: server.broker.queues.statistics()["work"])  # type: ignore[union-attr]
+def work_backlog() -> int:
+    """The conftest ``server``'s queue ``work`` with a backlog of 5."""
+    return 5
 
 
 def records(body: bytes) -> list[tuple[dict[str, Any], bytes]]:
