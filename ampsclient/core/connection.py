@@ -48,18 +48,11 @@ from .. import _accel
 from ..calls import Handler
 from ..command import Command
 from ..exceptions import AMPSError, DisconnectedError, error_for_reason
-from ..protocol.acks import AckType, format_ack_types, parse_ack_types
+from ..protocol.acks import AckType, parse_ack_types
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE, TcpFramer
 from ..protocol.header import encode_header
 from ..protocol.message import Message, split_sow_batch
-from .correlation import (
-    QUERY_COMMANDS,
-    SUBSCRIBE_COMMANDS,
-    Pending,
-    Sink,
-    ack_outcome,
-    terminal_ack,
-)
+from .correlation import SUBSCRIBE_COMMANDS, Pending, Sink, ack_outcome, track
 from .event_types import (
     CommandAcked,
     CommandFailed,
@@ -388,37 +381,16 @@ class ClientCore:
             The pending entry (its ``wants_ack`` says whether a :class:`CommandAcked` will
             come); ``None`` for a publish without acks (nothing to track).
         """
-        name = command.name
-        fields: dict[str, Any] = {"c": name}
-        fields.update(command.fields)
-        user_acks = command.ack_types
-        acks = user_acks
-        cid = str(fields.get("cid") or self.next_cid())
-        fields["cid"] = cid
-        if name in ("p", "delta_publish") and not acks:
-            fields.pop("cid", None)
-            fields.pop("a", None)
-            self.send_payload(encode_header(fields) + (command.data or b""))
+        cid = str(command.fields.get("cid") or self.next_cid())
+        fields, pending = track(command, cid, handler, stream)
+        payload = encode_header(fields) + (command.data or b"")
+        if pending is None:
+            self.send_payload(payload)
             if stream is not None:
                 self._end(stream)
             return None
-        if name not in ("p", "delta_publish"):
-            acks |= AckType.PROCESSED
-        sub_id = query_id = None
-        if name in SUBSCRIBE_COMMANDS:
-            sub_id = fields["sub_id"] = str(fields.get("sub_id") or cid)
-        if name in QUERY_COMMANDS:
-            query_id = fields["query_id"] = str(fields.get("query_id") or cid)
-        if name == "sow":
-            acks |= AckType.COMPLETED
-        terminal = terminal_ack(name, acks)
-        fields["a"] = format_ack_types(acks)
-        # nothing to wait for without a processed ack (e.g. a publish asking for persisted)
-        wants_ack = bool(acks & AckType.PROCESSED)
-        pending = Pending(
-            cid, name, wants_ack, handler, user_acks, terminal, stream, sub_id, query_id
-        )
         self.pending[cid] = pending
+        sub_id, query_id = pending.sub_id, pending.query_id
         if handler is not None:
             if sub_id is not None:
                 self.routes[sub_id] = route_handler or handler
@@ -430,7 +402,7 @@ class ClientCore:
             if sub_id is not None:
                 self.streams[sub_id] = stream
         try:
-            self.send_payload(encode_header(fields) + (command.data or b""))
+            self.send_payload(payload)
         except BaseException as exc:
             self.forget(pending, exc if isinstance(exc, AMPSError) else None)
             raise

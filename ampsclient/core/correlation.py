@@ -2,17 +2,19 @@
 
 Every command that waits for acks has a :class:`Pending` entry in
 :attr:`ClientCore.pending <ampsclient.core.connection.ClientCore.pending>`, keyed by its
-command id. :func:`terminal_ack` holds the terminal-ack rules (the ack after which the entry
-goes); :func:`ack_outcome` says, for one ack of an entry, what the core does with it. No I/O.
+command id. :func:`track` fills in what a command sends and makes its entry;
+:func:`terminal_ack` holds the terminal-ack rules (the ack after which the entry goes);
+:func:`ack_outcome` says, for one ack of an entry, what the core does with it. No I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from ..calls import Handler
-from ..protocol.acks import AckType
+from ..command import Command
+from ..protocol.acks import AckType, format_ack_types
 from ..protocol.message import Message
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "Sink",
     "ack_outcome",
     "terminal_ack",
+    "track",
 ]
 
 SUBSCRIBE_COMMANDS: Final = frozenset(
@@ -85,6 +88,43 @@ def terminal_ack(name: str, acks: AckType) -> AckType:
         if acks & flag:
             return flag
     return AckType.NONE
+
+
+def track(
+    command: Command, cid: str, handler: Handler | None, stream: Sink | None
+) -> tuple[dict[str, Any], Pending | None]:
+    """The header of ``command`` as sent and the entry that tracks it.
+
+    ``cid`` and, for a subscription or a query, ``sub_id`` and ``query_id`` (default: the
+    ``cid``) are filled in, and the acks: ``processed`` for every command but a publish,
+    ``completed`` for a ``sow``. A publish that asks for no ack is sent without ``cid`` and
+    has no entry (``None``).
+    """
+    name = command.name
+    fields: dict[str, Any] = {"c": name}
+    fields.update(command.fields)
+    user_acks = acks = command.ack_types
+    if name in ("p", "delta_publish") and not acks:
+        fields.pop("cid", None)
+        fields.pop("a", None)
+        return fields, None
+    fields["cid"] = cid
+    if name not in ("p", "delta_publish"):
+        acks |= AckType.PROCESSED
+    sub_id = query_id = None
+    if name in SUBSCRIBE_COMMANDS:
+        sub_id = fields["sub_id"] = str(fields.get("sub_id") or cid)
+    if name in QUERY_COMMANDS:
+        query_id = fields["query_id"] = str(fields.get("query_id") or cid)
+    if name == "sow":
+        acks |= AckType.COMPLETED
+    fields["a"] = format_ack_types(acks)
+    # nothing to wait for without a processed ack (e.g. a publish asking for persisted)
+    wants_ack = bool(acks & AckType.PROCESSED)
+    terminal = terminal_ack(name, acks)
+    return fields, Pending(
+        cid, name, wants_ack, handler, user_acks, terminal, stream, sub_id, query_id
+    )
 
 
 @dataclass(frozen=True, slots=True)
