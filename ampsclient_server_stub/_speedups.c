@@ -12,6 +12,8 @@
  *   ws_client_frames the data messages of a client's WebSocket frames (net.ws.client_frames)
  *   ws_server_frames the WebSocket frames of a list of deliveries (net.ws.server_frames)
  *   ws_commands     AMPS commands from a client's WebSocket messages (net.ws.ws_commands)
+ *   ws_client_commands AMPS commands straight from a client's WebSocket bytes
+ *                   (net.ws.client_commands)
  *   journal_frames  journal records of a run of publishes, CRC'd, appended to the journal's
  *                   buffer (engine.journal_append.journal_frames)
  *
@@ -537,6 +539,95 @@ static PyObject *ws_commands(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nN)", i, payloads);
 }
 
+PyDoc_STRVAR(ws_client_commands_doc,
+"ws_client_commands(data, max_message, max_size) -> (end, payloads)\n\n"
+"The whole AMPS commands at the start of a client's WebSocket bytes, each a binary count\n"
+"message (4 bytes, little-endian 1 or 2) and that many data messages joined into one\n"
+"payload of at most max_size bytes: what ws_client_frames then ws_commands take, in one\n"
+"pass. Every frame must be whole, unfragmented, masked, text or binary, without RSV bits\n"
+"and of at most max_message bytes (-1: any); a short (up to 6 bytes) text part must be\n"
+"ASCII. end: the byte after the last command taken.");
+
+/* One whole masked data frame at d[pos] (see ws_client_frames): 1 and its payload's
+ * start, length, mask and opcode; 0 when it is not such a frame or not whole. */
+static int ws_data_frame(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos,
+                         Py_ssize_t max_message, Py_ssize_t *start, Py_ssize_t *len,
+                         const unsigned char **mask, int *opcode) {
+    if (n - pos < 2) return 0;
+    unsigned char b0 = d[pos], b1 = d[pos + 1];
+    int op = b0 & 0x0f;
+    if ((b0 & 0xf0) != 0x80 || (op != 1 && op != 2) || !(b1 & 0x80)) return 0;
+    uint64_t l = b1 & 0x7f;
+    Py_ssize_t h = 2;
+    if (l == 126) {
+        if (n - pos < 4) return 0;
+        l = ((uint64_t)d[pos + 2] << 8) | d[pos + 3];
+        h = 4;
+    } else if (l == 127) {
+        if (n - pos < 10) return 0;
+        l = 0;
+        for (int i = 0; i < 8; i++) l = (l << 8) | d[pos + 2 + i];
+        h = 10;
+    }
+    if (max_message >= 0 && l > (uint64_t)max_message) return 0;
+    if (l > (uint64_t)PY_SSIZE_T_MAX / 2) return 0;
+    if ((uint64_t)(n - pos) < (uint64_t)h + 4 + l) return 0;
+    *mask = d + pos + h;
+    *start = pos + h + 4;
+    *len = (Py_ssize_t)l;
+    *opcode = op;
+    return 1;
+}
+
+static PyObject *ws_client_commands(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t max_message, max_size;
+    if (!PyArg_ParseTuple(args, "y*nn", &buf, &max_message, &max_size)) return NULL;
+    const unsigned char *d = buf.buf;
+    Py_ssize_t n = buf.len, pos = 0;
+    PyObject *payloads = PyList_New(0);
+    if (!payloads) { PyBuffer_Release(&buf); return NULL; }
+    for (;;) {
+        Py_ssize_t s, l, ps[2], pl[2];
+        const unsigned char *m, *pm[2];
+        int op, pop;
+        if (!ws_data_frame(d, n, pos, max_message, &s, &l, &m, &op)) break;
+        if (op != 2 || l != 4) break;
+        uint32_t count = 0;
+        for (int i = 3; i >= 0; i--) count = (count << 8) | (unsigned char)(d[s + i] ^ m[i]);
+        if (count < 1 || count > 2) break;
+        Py_ssize_t p = s + 4, total = 0;
+        int ok = 1;
+        for (uint32_t k = 0; k < count; k++) {
+            if (!ws_data_frame(d, n, p, max_message, &ps[k], &pl[k], &pm[k], &pop)) { ok = 0; break; }
+            if (pop == 1 && pl[k] <= 6)
+                for (Py_ssize_t j = 0; j < pl[k]; j++)
+                    if ((d[ps[k] + j] ^ pm[k][j & 3]) >= 0x80) { ok = 0; break; }
+            if (!ok) break;
+            total += pl[k];
+            p = ps[k] + pl[k];
+        }
+        if (!ok || total > max_size) break;
+        PyObject *payload = PyBytes_FromStringAndSize(NULL, total);
+        if (!payload) goto error;
+        unsigned char *w = (unsigned char *)PyBytes_AS_STRING(payload);
+        for (uint32_t k = 0; k < count; k++) {
+            const unsigned char *src = d + ps[k], *mk = pm[k];
+            for (Py_ssize_t j = 0; j < pl[k]; j++) *w++ = src[j] ^ mk[j & 3];
+        }
+        int rc = PyList_Append(payloads, payload);
+        Py_DECREF(payload);
+        if (rc < 0) goto error;
+        pos = p;
+    }
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(nN)", pos, payloads);
+error:
+    PyBuffer_Release(&buf);
+    Py_DECREF(payloads);
+    return NULL;
+}
+
 PyDoc_STRVAR(journal_frames_doc,
 "journal_frames(buf, records, start, publisher_id, index, ts, prefix, fields, size, limit,\n"
 "               prev) -> (next, size, offsets, sequences, indexes)\n\n"
@@ -923,6 +1014,7 @@ static PyMethodDef methods[] = {
     {"ws_client_frames", ws_client_frames, METH_VARARGS, ws_client_frames_doc},
     {"ws_server_frames", ws_server_frames, METH_VARARGS, ws_server_frames_doc},
     {"ws_commands", ws_commands, METH_VARARGS, ws_commands_doc},
+    {"ws_client_commands", ws_client_commands, METH_VARARGS, ws_client_commands_doc},
     {"journal_frames", journal_frames, METH_VARARGS, journal_frames_doc},
     {"journal_runs", journal_runs, METH_VARARGS, journal_runs_doc},
     {"journal_walk", journal_walk, METH_VARARGS, journal_walk_doc},

@@ -29,6 +29,7 @@ __all__ = [
     "journal_walk",
     "replay_frames",
     "scan_publishes",
+    "ws_client_commands",
     "ws_client_frames",
     "ws_commands",
     "ws_server_frames",
@@ -43,6 +44,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "ws_client_frames": "ampsclient_server_stub.net.ws.client_frames",
         "ws_server_frames": "ampsclient_server_stub.net.ws.server_frames",
         "ws_commands": "ampsclient_server_stub.net.ws.ws_commands",
+        "ws_client_commands": "ampsclient_server_stub.net.ws.client_commands",
         "journal_frames": "ampsclient_server_stub.engine.journal_append.journal_frames",
         "journal_runs": "ampsclient_server_stub.replication.blocks.journal_runs",
         "journal_walk": "ampsclient_server_stub.replication.blocks.journal_walk",
@@ -57,6 +59,7 @@ replay_frames: Callable[..., tuple[int, int, int]] | None = None
 ws_client_frames: Callable[[bytes, int], tuple[int, list[tuple[bytes, bool]], bool]] | None = None
 ws_server_frames: Callable[[list[bytes], bool], bytes | None] | None = None
 ws_commands: Callable[[list[tuple[bytes, bool]], int, int], tuple[int, list[bytes]]] | None = None
+ws_client_commands: Callable[[bytes, int, int], tuple[int, list[bytes]]] | None = None
 journal_frames: Callable[..., tuple[int, int, bytes, bytes, bytes]] | None = None
 journal_runs: Callable[..., tuple[int, int]] | None = None
 journal_walk: Callable[..., tuple[int, int, list[tuple[int, int]]]] | None = None
@@ -75,6 +78,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         ws_client_frames = _module.ws_client_frames
         ws_server_frames = _module.ws_server_frames
         ws_commands = _module.ws_commands
+        ws_client_commands = _module.ws_client_commands
         journal_frames = _module.journal_frames
         journal_runs = _module.journal_runs
         journal_walk = _module.journal_walk

@@ -17,6 +17,7 @@ import logging
 import re
 import ssl
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -164,6 +165,76 @@ def ws_commands(
 _ws_commands: Final = accel.ws_commands or ws_commands
 
 
+def _data_frame(data: bytes, pos: int, max_message: int) -> tuple[bytes, bool, int] | None:
+    """The whole data frame at ``data[pos]`` as :func:`client_frames` takes it:
+    ``(payload, is_text, next position)``, or ``None``."""
+    n = len(data)
+    if n - pos < 2:
+        return None
+    b0 = data[pos]
+    b1 = data[pos + 1]
+    opcode = b0 & 0x0F
+    if b0 & 0xF0 != 0x80 or opcode not in (1, 2) or not b1 & 0x80:
+        return None
+    length = b1 & 0x7F
+    h = 2
+    if length == 126:
+        if n - pos < 4:
+            return None
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        h = 4
+    elif length == 127:
+        if n - pos < 10:
+            return None
+        length = int.from_bytes(data[pos + 2 : pos + 10], "big")
+        h = 10
+    if (max_message >= 0 and length > max_message) or length > sys.maxsize // 2:
+        return None
+    start = pos + h + 4
+    if n - start < length:
+        return None
+    payload = apply_mask(data[start : start + length], data[pos + h : start])
+    return payload, opcode == 1, start + length
+
+
+def client_commands(data: bytes, max_message: int, max_size: int) -> tuple[int, list[bytes]]:
+    """The whole AMPS commands at the start of a client's WebSocket bytes: what
+    :func:`client_frames` then :func:`ws_commands` take, in one pass. Each is a binary count
+    message (4 bytes, little-endian 1 or 2), then that many data messages joined into one
+    payload of at most ``max_size`` bytes; every frame whole, unfragmented, masked, of at
+    most ``max_message`` bytes (``-1``: any); a short (up to 6 bytes) text part ASCII.
+    Returns ``(end, payloads)``, ``end`` the byte after the last command taken. Twin of the
+    C ``ws_client_commands``."""
+    payloads: list[bytes] = []
+    pos = 0
+    while True:
+        head = _data_frame(data, pos, max_message)
+        if head is None or head[1] or len(head[0]) != 4:
+            break
+        count = int.from_bytes(head[0], "little")
+        if count < 1 or count > 2:
+            break
+        parts: list[bytes] = []
+        nxt = head[2]
+        for _ in range(count):
+            part = _data_frame(data, nxt, max_message)
+            if part is None or (part[1] and len(part[0]) <= 6 and not part[0].isascii()):
+                break
+            parts.append(part[0])
+            nxt = part[2]
+        if len(parts) < count:
+            break
+        payload = b"".join(parts)
+        if len(payload) > max_size:
+            break
+        payloads.append(payload)
+        pos = nxt
+    return pos, payloads
+
+
+_client_commands: Final = accel.ws_client_commands or client_commands
+
+
 class _Connection(BatchingMixin, ServerConnection):
     """websockets' server connection with direct delivery and batched writes.
 
@@ -175,6 +246,9 @@ class _Connection(BatchingMixin, ServerConnection):
 
     _fast = False
     _fast_buf = b""
+    _on_commands: Callable[[bytes, int], int] | None = None
+    """Takes whole AMPS commands straight from the bytes (the session, once its framer is
+    idle); returns how many bytes it took."""
     _open_bytes = 0
     """Bytes received while the connection was open and websockets parsed them."""
 
@@ -191,6 +265,10 @@ class _Connection(BatchingMixin, ServerConnection):
             self._fast = True
         return self._fast
 
+    def set_command_taker(self, taker: Callable[[bytes, int], int] | None) -> None:
+        """Let ``taker(data, max_message)`` take whole commands from each read first."""
+        self._on_commands = taker
+
     def data_received(self, data: bytes) -> None:
         if not self._fast:
             if self.protocol.state is State.OPEN:
@@ -200,7 +278,15 @@ class _Connection(BatchingMixin, ServerConnection):
         buf = self._fast_buf + data if self._fast_buf else data
         self._fast_buf = b""
         limit = self.protocol.max_message_size
-        end, messages, whole = _client_frames(buf, -1 if limit is None else limit)
+        max_message = -1 if limit is None else limit
+        taker = self._on_commands
+        if taker is not None:
+            used = taker(buf, max_message)
+            if used:
+                if used == len(buf):
+                    return
+                buf = buf[used:]
+        end, messages, whole = _client_frames(buf, max_message)
         if messages:
             handler = self._on_messages
             if handler is not None:
@@ -268,6 +354,18 @@ class WsSession(NetSession):
         else:
             self.receive_many([(message, False)])
 
+    def take_commands(self, data: bytes, max_message: int) -> int:
+        """Whole commands straight from the client's WebSocket bytes, while the framer is
+        idle (``ws_client_commands``, C or its twin); returns the bytes taken. The rest of
+        the read goes to :meth:`receive_many` as messages."""
+        if self._closing or not self._idle:
+            return 0
+        end, payloads = _client_commands(data, max_message, self.max_frame_size)
+        if payloads:
+            self.last_received = self.loop.time()
+            self.handle_payloads(payloads)
+        return end
+
     def receive_many(self, messages: list[tuple[bytes, bool]]) -> None:
         """Feed the ``(data, is_text)`` WebSocket messages of one read."""
         if self._closing:
@@ -318,6 +416,7 @@ class WsSession(NetSession):
         self._writer = asyncio.create_task(self._write_loop())
         try:
             self.ws.set_message_handler(self.receive_many)
+            self.ws.set_command_taker(self.take_commands)
             self.ws.parse_frames_here()
             await self.ws.wait_closed()
         finally:

@@ -488,7 +488,16 @@ def test_ws_frames_parsed_by_the_server_deliver_in_order_around_a_ping(
         parsed.append(len(messages))
         return end, messages, whole
 
+    take = accel.ws_client_commands if c else ws.client_commands
+    assert take is not None
+
+    def counting_commands(data: bytes, max_message: int, max_size: int) -> tuple[int, list[bytes]]:
+        end, payloads = take(data, max_message, max_size)
+        parsed.append(3 * len(payloads))  # count, header, body: three messages each
+        return end, payloads
+
     monkeypatch.setattr(ws, "_client_frames", counting)
+    monkeypatch.setattr(ws, "_client_commands", counting_commands)
     import socket
 
     with RawClient(server.tcp_port) as sub:
@@ -927,3 +936,71 @@ def test_journal_walk_matches_its_twin(tmp_path: Path) -> None:
     assert sent == {pid: sum(1 for r in records if r[0] == pid) for pid in (1, 2, 3)}
     taken, _end, _went = blocks.journal_walk(data, 0, 1, 500, {records[0][0]: 1}, None)
     assert taken == 0  # the first record's sequence (1) is held downstream already
+
+
+# --------------------------------------------------------------------------- ws_client_commands
+
+
+def _ws_stream(rng: random.Random) -> bytes:
+    """Client WebSocket bytes: mostly whole commands, sometimes something else."""
+    out = b""
+    for _ in range(rng.randint(0, 8)):
+        count = rng.choice([1, 2, 2, 2, 0, 3])
+        if rng.random() < 0.05:
+            out += _ws_frame(9, b"hi")  # a ping
+        count_frame = struct.pack("<I", count) if rng.random() > 0.05 else b"\x01\x00"
+        out += _ws_frame(
+            1 if rng.random() < 0.05 else 2,
+            count_frame,
+            mask=bytes(rng.randrange(256) for _ in range(4)),
+            fin=rng.random() > 0.02,
+        )
+        for _p in range(count if rng.random() > 0.1 else 1):
+            part = rng.choice(
+                [b"{}", b'{"c":"p","t":"t"}', b"x" * 50, "é".encode(), b"\xff", b"", b"y" * 300]
+            )
+            out += _ws_frame(
+                1 if rng.random() < 0.7 else 2,
+                part,
+                mask=bytes(rng.randrange(256) for _ in range(4)) if rng.random() > 0.02 else b"",
+            )
+    return out[: rng.randint(0, len(out))] if rng.random() < 0.3 else out
+
+
+def test_client_commands_take_whole_commands_and_leave_the_rest() -> None:
+    one = _ws_frame(2, b"\x01\x00\x00\x00")
+    two = _ws_frame(2, b"\x02\x00\x00\x00")
+    flush = one + _ws_frame(1, b'{"c":"flush"}')
+    publish = two + _ws_frame(1, b'{"c":"p","t":"t"}') + _ws_frame(2, b'{"n":1}')
+    data = publish + flush
+    assert ws.client_commands(data, -1, 1000) == (
+        len(data),
+        [b'{"c":"p","t":"t"}{"n":1}', b'{"c":"flush"}'],
+    )
+    assert ws.client_commands(data[:-1], -1, 1000) == (len(publish), [b'{"c":"p","t":"t"}{"n":1}'])
+    assert ws.client_commands(data, -1, 20) == (0, [])  # too large a command
+    assert ws.client_commands(data, 10, 1000) == (0, [])  # too large a message
+    for stop in (_ws_frame(9, b"hi"), _ws_frame(2, b"x", fin=False), _ws_frame(1, b"text")):
+        assert ws.client_commands(flush + stop + flush, -1, 1000) == (
+            len(flush),
+            [b'{"c":"flush"}'],
+        )
+    assert ws.client_commands(one + _ws_frame(1, "é".encode()), -1, 1000) == (0, [])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_client_commands_equal_client_frames_then_ws_commands(seed: int) -> None:
+    """The reference: the messages client_frames parses, assembled by ws_commands; what is
+    left after ``end`` parses to the messages ws_commands left."""
+    rng = random.Random(seed)
+    for _ in range(40):
+        data = _ws_stream(rng)
+        max_message = rng.choice([-1, 40, 100_000])
+        max_size = rng.choice([10, 60, 10_000])
+        _end, messages, _whole = ws.client_frames(data, max_message)
+        i, payloads = ws.ws_commands(messages, 0, max_size)
+        end, taken = ws.client_commands(data, max_message, max_size)
+        assert taken == payloads
+        assert ws.client_frames(data[end:], max_message)[1] == messages[i:]
+        if accel.ws_client_commands is not None:
+            assert accel.ws_client_commands(data, max_message, max_size) == (end, taken)
