@@ -75,7 +75,13 @@ class _Pass:
         )
         self.want_topic = matcher.topic
         self.want_mt = sub.message_type
-        self.fast = self.simple and not self.has_end and self.rate is None and not sub.timestamp
+        self.fast = (
+            self.simple and replay.end_time is None and self.rate is None and not sub.timestamp
+        )
+        if self.fast and replay.end_index is not None:
+            # a range ending at a log position: the block path reads no further than its end
+            last = replay.end_index if replay.end_inclusive else replay.end_index - 1
+            self.limit = min(self.limit, last)
 
 
 class ReplayScheduler:
@@ -341,7 +347,8 @@ class ReplayScheduler:
     def _at_limit(self, replay: Replay[Subscription], p: _Pass) -> None:
         """The replay read everything it may: completed, finished, or waiting for more."""
         if replay.end_index is not None:
-            if replay.position > replay.end_index:
+            end = replay.end_index
+            if replay.position > end or (replay.position == end and not replay.end_inclusive):
                 self._finish(replay)
         elif replay.end_time is not None:
             # a range ending at a time: completed (and the end) when that time has passed
