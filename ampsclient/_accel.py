@@ -38,6 +38,7 @@ __all__ = [
     "PublishLane",
     "StoreLock",
     "deliver",
+    "deliver_stream",
     "join_seq",
     "split_frames",
     "write_record",
@@ -103,6 +104,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "split_frames": "ampsclient.protocol.framing.split_frames",
         "deliver": "ampsclient.core.routes.deliver",
+        "deliver_stream": "ampsclient.core.routes.deliver_stream",
         "join_seq": "ampsclient.stores.publish.base.join_seq",
         "crc32": "zlib.crc32",
         "write_record": "ampsclient.stores.publish.record.write_record",
@@ -122,6 +124,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
 
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
+deliver_stream: Callable[..., tuple[int, int]] | None = None
 BookmarkLane: Callable[..., Any] | None = None
 StoreLock: Callable[[], Any] | None = None
 PublishLane: Callable[..., Any] | None = None
@@ -139,6 +142,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         _speedups.bind(dict(LAYOUT))
         split_frames = _speedups.split_frames
         deliver = _speedups.deliver
+        deliver_stream = _speedups.deliver_stream
         BookmarkLane = getattr(_speedups, "BookmarkLane", None)  # not on free-threaded builds
         StoreLock = getattr(_speedups, "StoreLock", None)  # (the lane's lock)
         PublishLane = getattr(_speedups, "PublishLane", None)  # nor these

@@ -360,6 +360,12 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         if core.events:  # once per read, not per message
             self.process_events()
 
+    def _receive_data(self, data: bytes) -> None:
+        core = self._core
+        core.receive_data(data)  # tcp://: framed and delivered in one pass
+        if core.events:
+            self.process_events()
+
     def _logon_acked(self, event: LogonAcked) -> None:
         fut = self._logons.pop(event.cid, None)
         if fut is not None and not fut.done():
@@ -435,6 +441,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         transport = await open_transport(
             parsed,
             on_payload=self._receive_payloads,
+            on_data=self._receive_data,
             on_close=self._on_close,
             on_writable=self.transport_writable,
             max_frame_size=self._max_frame_size,

@@ -29,6 +29,8 @@ from hypothesis import given, settings, strategies as st
 
 from ampsclient import Client, Message, _accel
 from ampsclient.client import AsyncClient, deliver as deliver_py
+from ampsclient.core.connection import ClientCore
+from ampsclient.core.routes import deliver_stream as routes_deliver_stream
 from ampsclient.exceptions import DisconnectedError, FrameTooLargeError
 from ampsclient.ha.client import AsyncHAClient
 from ampsclient.protocol.framing import TcpFramer, split_frames as split_py
@@ -276,6 +278,7 @@ def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     else:
         monkeypatch.setattr(_accel, "split_frames", None)
         monkeypatch.setattr(_accel, "deliver", None)
+        monkeypatch.setattr(_accel, "deliver_stream", None)
         monkeypatch.setattr(_accel, "BookmarkLane", None)
         monkeypatch.setattr(_accel, "ws_encode", None)
     return str(request.param)
@@ -293,6 +296,32 @@ def test_tcp_framer_oversized_and_chunked(implementation: str) -> None:
     with pytest.raises(FrameTooLargeError, match="frame of 300 bytes exceeds the maximum of 10"):
         small.receive_data(frame(b"ok") + frame(b"second" * 50))
     assert small.frames() == [b"ok"]
+
+
+def test_core_receive_data_delivers_the_same_in_any_chunking(implementation: str) -> None:
+    """``ClientCore.receive_data`` (one pass: frames cut and delivered together) gives the
+    handlers every payload once, in order, however the stream is cut into reads; a frame
+    over the limit raises after the ones before it were delivered."""
+    payloads = [b'{"c":"p","t":"a","sids":"A"}' + b"x" * (i % 7) for i in range(60)]
+    stream = b"".join(frame(p) for p in payloads)
+    rng = random.Random(20261124)
+    for _ in range(40):
+        core = ClientCore(max_frame_size=100)
+        got: list[bytes] = []
+        core.routes["A"] = lambda m, got=got: got.append(bytes(bytearray(m._raw)))
+        pos = 0
+        while pos < len(stream):
+            step = rng.choice([1, 2, 3, 5, 40, 97, 400, len(stream)])
+            core.receive_data(stream[pos : pos + step])
+            pos += step
+        assert got == payloads
+        assert core.stats["frames_received"] == len(payloads)
+    core = ClientCore(max_frame_size=100)
+    got = []
+    core.routes["A"] = lambda m: got.append(bytes(bytearray(m._raw)))
+    with pytest.raises(FrameTooLargeError, match="frame of 300 bytes exceeds the maximum of 100"):
+        core.receive_data(frame(payloads[0]) + frame(payloads[1]) + frame(b"z" * 300))
+    assert got == payloads[:2]
 
 
 # ----------------------------------------------------------------------------- publish stores
@@ -410,6 +439,81 @@ def test_deliver_matches_python(payloads: list[bytes], two: bool) -> None:
     assert [raw for _, raw in c.kept] == [raw for _, raw in py.kept]
     for m, raw in c.kept:
         assert m._raw == raw
+
+
+def framed(payloads: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">I", len(p)) + p for p in payloads)
+
+
+def run_deliver_stream(fn: Any, data: bytes, pos: int, limit: int) -> tuple[Any, Recorder]:
+    rec = Recorder()
+    cache = {
+        PREFIX_A: ("A", rec.handler("a"), False, None, None),
+        PREFIX_B: ("B", rec.handler("b-outer"), True, rec.log, rec.handler("b-inner")),
+    }
+    lengths = [len(PREFIX_A), len(PREFIX_B)]
+    out = fn(data, pos, limit, cache, lengths, Message, rec.unrouted, rec.report, b',"bm":"')
+    return out, rec
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(payload_st, max_size=12),
+    tail=st.binary(max_size=6),
+    pos=st.integers(0, 5),
+    limit=st.sampled_from([40, 1000]),
+)
+def test_deliver_stream_matches_python(
+    payloads: list[bytes], tail: bytes, pos: int, limit: int
+) -> None:
+    """split_frames + deliver in one pass, C and Python: the same position, count and
+    handler calls, for any stream (a partial tail, a start offset, an oversized prefix)."""
+    data = framed(payloads) + tail
+    c_out, c = run_deliver_stream(C.deliver_stream, data, pos, limit)
+    py_out, py = run_deliver_stream(routes_deliver_stream, data, pos, limit)
+    assert c_out == py_out
+    assert c.events == py.events
+    assert [raw for _, raw in c.kept] == [raw for _, raw in py.kept]
+    for m, raw in c.kept:
+        assert m._raw == raw
+
+
+@needs_c
+def test_deliver_stream_refills_only_payloads_nobody_holds() -> None:
+    """The C pass reuses a payload's bytes for the next payload of the same size only when
+    the recycled message alone held them: a payload or message a handler kept never
+    changes afterwards, and a refilled payload hashes as its new contents."""
+    payloads = [PREFIX_A + b"}%04d" % i for i in range(200)]
+    seen: list[str] = []
+    ids: list[int] = []
+    kept: list[bool] = []
+    kept_raw: list[tuple[bytes, bytes]] = []
+    kept_msg: list[tuple[Message, bytes]] = []
+
+    def handler(m: Message) -> None:
+        raw = m._raw
+        ids.append(id(raw))
+        seen.append(raw.hex())
+        assert {raw: 1}.get(bytes(bytearray(raw))) == 1  # its hash is of what it holds now
+        i = len(seen)
+        kept.append(i % 3 == 0 or i % 5 == 0)
+        if i % 3 == 0:
+            kept_raw.append((raw, bytes(bytearray(raw))))
+        elif i % 5 == 0:
+            kept_msg.append((m, bytes(bytearray(raw))))
+
+    cache = {PREFIX_A: ("A", handler, False, None, None)}
+    data = framed(payloads)
+    out = C.deliver_stream(data, 0, 1000, cache, [len(PREFIX_A)], Message, None, None, b',"bm":"')
+    assert out == (len(data), 200)
+    assert seen == [p.hex() for p in payloads]
+    assert all(raw == copy for raw, copy in kept_raw)
+    assert all(m._raw == copy for m, copy in kept_msg)
+    # the next payload is the same object exactly when the previous one was not kept (a
+    # new object is made while the previous one is still alive: it cannot share its id)
+    for i in range(1, 200):
+        assert (ids[i] == ids[i - 1]) == (not kept[i - 1]), i
 
 
 @needs_c

@@ -47,7 +47,7 @@ from typing import Any, Final
 from .. import _accel
 from ..calls import Handler
 from ..command import Command
-from ..exceptions import AMPSError, DisconnectedError, error_for_reason
+from ..exceptions import AMPSError, DisconnectedError, FrameTooLargeError, error_for_reason
 from ..protocol.acks import AckType, parse_ack_types
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE, TcpFramer
 from ..protocol.header import encode_header
@@ -67,7 +67,7 @@ from .event_types import (
     SubscriptionPersisted,
 )
 from .heartbeat import HEARTBEAT_BEAT, Heartbeat
-from .routes import BM_NEXT, Routes, deliver
+from .routes import BM_NEXT, Routes, deliver, deliver_stream
 from .state import OPEN_STATES, State, check_transition
 
 __all__ = [
@@ -545,11 +545,46 @@ class ClientCore:
     # ----------------------------------------------------------------------------- receiving
 
     def receive_data(self, data: bytes) -> None:
-        """Feed bytes read from a TCP stream (4-byte length framing), in any chunking."""
-        self._framer.receive_data(data)
-        payloads = self._framer.frames()
-        if payloads:
-            self.receive_payloads(payloads)
+        """Feed bytes read from a TCP stream (4-byte length framing), in any chunking.
+
+        The receive hot path for tcp://: each payload is delivered as it is cut from
+        ``data`` (:func:`~ampsclient.core.routes.deliver_stream`, one pass, no list of
+        payloads); a payload split across reads is completed by the framer first.
+        """
+        framer = self._framer
+        pos = framer.receive_head(data) if framer.buffered else 0
+        held = framer.frames()
+        if held:
+            self.receive_payloads(held)
+        end = len(data)
+        if pos >= end:
+            return
+        if self.transport_filter is not None or type(data) is not bytes:
+            framer.receive_data(data[pos:])
+            payloads = framer.frames()
+            if payloads:
+                self.receive_payloads(payloads)
+            return
+        self.rx = True
+        routes = self.routes
+        limit = framer.max_frame_size
+        pos, count = (_accel.deliver_stream or deliver_stream)(
+            data,
+            pos,
+            limit,
+            routes.cache,
+            routes.lengths,
+            self.message_type,
+            self.receive_payload,
+            self.report,
+            BM_NEXT,
+        )
+        self.stats["frames_received"] += count
+        if pos < 0:
+            (n,) = struct.unpack_from(">I", data, -1 - pos)
+            raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
+        if pos < end:
+            framer.receive_data(data[pos:])  # the incomplete tail: held for the next read
 
     def receive_payloads(self, payloads: list[bytes]) -> None:
         """Feed frame payloads: the receive hot path. A delivery whose header prefix was seen

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ..calls import Handler
+from ..protocol.framing import split_frames
 from ..protocol.message import Message
 
-__all__ = ["BM_NEXT", "Route", "Routes", "deliver"]
+__all__ = ["BM_NEXT", "Route", "Routes", "deliver", "deliver_stream"]
 
 BM_NEXT: Final = b',"bm":"'
 """What follows the ``sids`` value of a delivery that carries a bookmark."""
@@ -147,3 +148,29 @@ def deliver(
             report(exc)
         if _refcount(message) > 2:
             message = message_type()
+
+
+def deliver_stream(
+    data: bytes,
+    pos: int,
+    limit: int,
+    cache: dict[bytes, Route],
+    lengths: list[int],
+    message_type: type[Message],
+    unrouted: Callable[[bytes], None],
+    report: Callable[[BaseException], None],
+    bm_next: bytes,
+) -> tuple[int, int]:
+    """:func:`~ampsclient.protocol.framing.split_frames` and :func:`deliver` in one pass: every
+    whole 4-byte-length-prefixed payload of ``data[pos:]`` is routed as :func:`deliver` does.
+
+    Returns the offset of the first byte not consumed (``-1 - offset`` of a length prefix
+    above ``limit``: the payloads before it are delivered) and how many payloads were
+    delivered. ``ampsclient/_speedups.c`` has the same function in C, which delivers each
+    payload as it cuts it and refills one payload's bytes for the next when nothing but the
+    recycled message held them (:mod:`ampsclient._accel`).
+    """
+    payloads: list[bytes] = []
+    pos = split_frames(data, pos, limit, payloads)
+    deliver(payloads, cache, lengths, message_type, unrouted, report, bm_next)
+    return pos, len(payloads)

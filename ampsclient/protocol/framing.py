@@ -107,37 +107,60 @@ class TcpFramer:
         """
         view = data if type(data) is bytes else bytes(data)
         end = len(view)
-        pos = 0
+        pos = self.receive_head(view) if self._buf else 0
+        if pos == end:
+            return
         ready = self._ready
-        append = ready.append
         limit = self._max
         buf = self._buf
-        if buf:
-            # Complete the frame held from the last call with just the bytes it lacks: the
-            # rest of ``view`` is sliced in place (no join of the tail with a whole new chunk,
-            # and a large frame arriving in many pieces is appended, never re-copied).
-            if len(buf) < 4:
-                pos = min(4 - len(buf), end)
-                buf += view[:pos]
-                if len(buf) < 4:
-                    return
-            (n,) = _unpack_len(buf, 0)
-            if n > limit:
-                raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
-            missing = 4 + n - len(buf)
-            if missing > end - pos:
-                buf += view[pos:] if pos else view
-                return
-            buf += view[pos : pos + missing]
-            append(bytes(buf[4:]))
-            buf.clear()
-            pos += missing
         pos = (_accel.split_frames or split_frames)(view, pos, limit, ready)
         if pos < 0:
             (n,) = _unpack_len(view, -1 - pos)
             raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
         if pos < end:
             buf += view[pos:end]
+
+    def receive_head(self, data: bytes) -> int:
+        """Complete the payload held from the last call with the first bytes of ``data``.
+
+        Returns how many bytes of ``data`` that took (all of them while the payload is still
+        incomplete); a completed payload is available from :meth:`frames`. The rest of
+        ``data`` is the caller's: :meth:`receive_data` splits it, and the client's receive
+        path delivers it as it splits it (``ampsclient.core.routes.deliver_stream``), then
+        hands the incomplete tail back here.
+
+        Raises:
+            FrameTooLargeError: the held length prefix exceeds ``max_frame_size``.
+        """
+        buf = self._buf
+        if not buf:
+            return 0
+        # Just the bytes the held frame lacks: the rest of ``data`` is sliced in place (no
+        # join of the tail with a whole new chunk, and a large frame arriving in many pieces
+        # is appended, never re-copied).
+        end = len(data)
+        pos = 0
+        if len(buf) < 4:
+            pos = min(4 - len(buf), end)
+            buf += data[:pos]
+            if len(buf) < 4:
+                return pos
+        (n,) = _unpack_len(buf, 0)
+        if n > self._max:
+            raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {self._max}")
+        missing: int = 4 + n - len(buf)
+        if missing > end - pos:
+            buf += data[pos:] if pos else data
+            return end
+        buf += data[pos : pos + missing]
+        self._ready.append(bytes(buf[4:]))
+        buf.clear()
+        return pos + missing
+
+    @property
+    def max_frame_size(self) -> int:
+        """The largest payload accepted."""
+        return self._max
 
     def frames(self) -> list[bytes]:
         """Return and forget the payloads completed so far."""

@@ -24,8 +24,11 @@ async def open_transport(
     max_frame_size: int,
     connect_timeout: float | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    on_data: Callable[[bytes], None] | None = None,
 ) -> Transport:
-    """Connect to ``uri`` with the transport its scheme names."""
+    """Connect to ``uri`` with the transport its scheme names. ``on_data``, when given,
+    receives what a tcp:// connection reads, unframed (the other transports frame their
+    messages themselves and call ``on_payload``)."""
     if uri.scheme == "memory":
         from .memory import MemoryTransport  # loaded on use: the ws one imports websockets
 
@@ -52,4 +55,5 @@ async def open_transport(
         max_frame_size=max_frame_size,
         connect_timeout=connect_timeout,
         ssl_context=ssl_context,
+        on_data=on_data,
     )

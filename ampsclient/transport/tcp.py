@@ -25,6 +25,14 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         owner = self.owner
+        on_data = owner._on_data
+        if on_data is not None:  # the receiver frames the bytes itself (one pass)
+            try:
+                on_data(data)
+            except ProtocolError as exc:
+                log.warning("closing connection: %s", exc)
+                owner._fail(exc)
+            return
         framer = owner._framer
         try:
             framer.receive_data(data)
@@ -58,8 +66,10 @@ class TcpTransport(Transport):
         on_close: OnClose,
         on_writable: Callable[[bool], None] | None,
         max_frame_size: int,
+        on_data: Callable[[bytes], None] | None = None,
     ) -> None:
         self._on_payload = on_payload
+        self._on_data = on_data
         self._on_close = on_close
         self._on_writable = on_writable
         self._framer = TcpFramer(max_frame_size=max_frame_size)
@@ -78,13 +88,17 @@ class TcpTransport(Transport):
         max_frame_size: int,
         connect_timeout: float | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        on_data: Callable[[bytes], None] | None = None,
     ) -> TcpTransport:
-        """Open a connection to ``uri``."""
+        """Open a connection to ``uri``. With ``on_data``, the bytes read go to it as they
+        come (it frames them, as ``ClientCore.receive_data`` does) instead of being split into
+        payloads for ``on_payload``."""
         self = cls(
             on_payload=on_payload,
             on_close=on_close,
             on_writable=on_writable,
             max_frame_size=max_frame_size,
+            on_data=on_data,
         )
         loop = asyncio.get_running_loop()
         if uri.tls and ssl_context is None:
