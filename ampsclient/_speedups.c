@@ -476,6 +476,17 @@ set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value)
     Py_XSETREF(*slot, value);
 }
 
+/* set_slot, skipped when the slot already holds ``value`` */
+static inline void
+set_slot_if(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    PyObject **slot = (PyObject **)((char *)obj + offset);
+    if (*slot != value) {
+        Py_INCREF(value);
+        Py_XSETREF(*slot, value);
+    }
+}
+
 /* Call report(exc) for an Exception raised by a handler; 0 on success, -1 to propagate. */
 static int
 report_exception(PyObject *report)
@@ -651,15 +662,17 @@ pass_one(Pass *p, PyObject *payload)
     }
     PyObject *message = p->message;
     Py_INCREF(route); /* the handler may change the cache */
-    set_slot(message, off_raw, payload);
-    set_slot(message, off_sub_id, PyTuple_GET_ITEM(route, 0));
-    set_slot(message, off_hdr, Py_None);
-    set_slot(message, off_data, Py_None);
-    set_slot(message, off_bm, Py_None);
-    set_slot(message, off_body, minus_one);
+    /* a recycled message mostly holds these already (same stream, nothing parsed) */
+    set_slot_if(message, off_raw, payload);
+    set_slot_if(message, off_sub_id, PyTuple_GET_ITEM(route, 0));
+    set_slot_if(message, off_hdr, Py_None);
+    set_slot_if(message, off_data, Py_None);
+    set_slot_if(message, off_bm, Py_None);
+    set_slot_if(message, off_body, minus_one);
     PyObject *handler = PyTuple_GET_ITEM(route, 1);
     PyObject *result = NULL;
-    int wants_bm = PyObject_IsTrue(PyTuple_GET_ITEM(route, 2));
+    PyObject *flag = PyTuple_GET_ITEM(route, 2);
+    int wants_bm = flag == Py_True ? 1 : flag == Py_False ? 0 : PyObject_IsTrue(flag);
     if (wants_bm < 0) {
         Py_DECREF(route);
         return -1;
