@@ -35,6 +35,9 @@ when present, is one msgpack value. The header's ``c`` names the frame:
 ``rhb``         both         heartbeat
 ``radmin``      admin        ``cmd``; body: arguments
 ``rresult``     listener     ``ok``; body: the result (or ``error`` in the header)
+``rqxfer``      both         replicated queues: ``q`` (queue), ``mt``; body: bookmarks whose
+                             transfer the sender asks of their owner (granted by a journaled
+                             record, see ``queues.replicated``; no reply frame)
 ==============  ===========  ============================================================
 
 Authentication has two layers. The shared secret (``<Secret>``, optional): each side proves
