@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import random
 import struct
+import subprocess
+import sys
 import zlib
 from array import array
 from collections.abc import Iterator
@@ -1004,3 +1007,36 @@ def test_client_commands_equal_client_frames_then_ws_commands(seed: int) -> None
         assert ws.client_frames(data[end:], max_message)[1] == messages[i:]
         if accel.ws_client_commands is not None:
             assert accel.ws_client_commands(data, max_message, max_size) == (end, taken)
+
+
+_CRC_CHECK = """
+import msgpack, random
+from ampsclient_server_stub import accel
+from ampsclient_server_stub.engine import journal_append as ja
+assert accel.journal_frames is not None
+rng = random.Random(7)
+for n in list(range(0, 300)) + [1024, 65_536, 70_001]:
+    records = [(1, "t", bytes(rng.randrange(256) for _ in range(n)))]
+    args = (records, 0, 1, 1, 1, ja.record_prefix("p"), msgpack.packb({}), 0, 10**12, 0)
+    c, py = bytearray(), bytearray()
+    assert accel.journal_frames(c, *args) == ja.journal_frames(py, *args), n
+    assert c == py, n
+print("same")
+"""
+
+
+@needs_c
+@pytest.mark.parametrize("clmul", [True, False])
+def test_journal_frames_crc_equals_zlib_at_every_length(clmul: bool) -> None:
+    """Records of 40 to 70k bytes: the CRC by carry-less multiplication (64 bytes and more,
+    where the CPU has it) and by the table (shorter records, the rest, or
+    AMPSCLIENT_NO_CLMUL=1 in a process of its own) equal zlib.crc32, which the twin uses."""
+    env = dict(os.environ)
+    env.pop("AMPSCLIENT_NO_CLMUL", None)
+    if not clmul:
+        env["AMPSCLIENT_NO_CLMUL"] = "1"
+    out = subprocess.run(
+        [sys.executable, "-c", _CRC_CHECK], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "same"
