@@ -76,18 +76,28 @@ def test_hot_hot_kill_proxied_transfer_restart(tmp_path: Path) -> None:
         publish(b, TOPIC, [{"id": i} for i in _ids("b", 30)])  # type: ignore[arg-type]
         wait_stat(b, "messages", 60)  # B holds every message (A's replicated)
         wait_stat(a, "messages", 60)
-        # both consume a while; then A's consumer holds a full backlog it never acknowledges
+        # both consume a while
         while len(processed) < 20:
             on_a.step()
             on_b.step()
-        leased_by_a = on_a.receive()
+        # A's last moments: orders published on A go to its own consumer first (the owner
+        # prefers a local subscriber), which processes them and dies before its ack
+        publish(a, TOPIC, [{"id": i} for i in _ids("e", 10)])  # type: ignore[arg-type]
+        wait_stat(b, "enqueued", 70)  # B holds them too (replicated)
+        leased_by_a: list[tuple[str, str]] = []
+        deadline = time.monotonic() + 20
+        while not leased_by_a:
+            assert time.monotonic() < deadline, "A never delivered the new orders"
+            leased_by_a = on_a.receive()
+        for ident, _bm in leased_by_a:
+            processed[ident] += 1  # processed on A, never acknowledged
         delivered_by_a = set(on_a.received)
         a.kill()  # kill -9: A's consumer, its leases, its unreplicated acks die with it
         on_a.consumer.close()
         enabled = http(b, f"/amps/administrator/queues/{QUEUE}/enable_proxied_transfer")
         assert enabled["result"] is True
         publish(b, TOPIC, [{"id": i} for i in _ids("c", 10)])  # type: ignore[arg-type]
-        everything = set(_ids("a", 30)) | set(_ids("b", 30)) | set(_ids("c", 10))
+        everything = {*_ids("a", 30), *_ids("b", 30), *_ids("c", 10), *_ids("e", 10)}
         _drain([on_b], processed, everything, timeout=30)
         taken = stats(b)["transferred_in"]
         assert taken >= len(leased_by_a)  # at least the messages A had leased were taken over
@@ -112,6 +122,8 @@ def test_hot_hot_kill_proxied_transfer_restart(tmp_path: Path) -> None:
             assert ident in delivered_by_a, f"{ident} processed twice, never delivered by A"
         assert not set(_ids("d", 10)) & set(duplicates), "no duplicates after recovery"
         assert all(processed[i] == 1 for i in _ids("c", 10)), "published after the kill: once"
+        # the documented duplicates: processed by the dead owner's consumer, taken over
+        assert {i for i, _bm in leased_by_a} <= set(duplicates)
         print(
             f"hot-hot: {len(everything)} messages, {sum(processed.values())} processed, "
             f"{len(duplicates)} duplicate(s) (all delivered by A before the kill), "
