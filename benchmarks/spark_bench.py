@@ -10,11 +10,17 @@ range up to NOW, server times). Write and read timings include Spark's planning 
 scheduling; the write includes the final ``publish_flush`` (every row persisted). The figures
 are the medians over ``--runs`` runs (each run on fresh topics).
 
+Each record also has the CPU per row of each kind of process during the write and the read
+(``/proc``: the reference server, Spark's JVM, its Python workers, this driver), since wall
+figures on a shared 2-core machine move with the load. ``--schema DDL`` reads with a schema
+instead of the default columns (without ``timestamp`` the server sends no times).
+
 ``--baseline REV`` measures the Spark data source of another revision in the same invocation:
 a copy of this tree's packages gets ``ampsclient/spark`` of ``REV`` (``git archive``; client,
 server and C extension stay the same), and this script runs once per tree in child processes
 (baseline first, then this tree), ``--rounds`` times alternately, each child doing ``--runs``
-runs. Each child starts its own SparkSession and reference server.
+runs. Each child starts its own SparkSession and reference server. ``--scope all`` takes the
+client and the reference server of ``REV`` too (their C extensions built in the copy).
 
 Usage::
 
@@ -56,6 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
     parser.add_argument("--master", default="local[2]", help="Spark master")
     parser.add_argument("--baseline", default=None, help="git revision to compare with")
+    parser.add_argument(
+        "--scope",
+        default="spark",
+        choices=("spark", "all"),
+        help="what --baseline takes from REV: the Spark data source, or client and server too",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="alternations with --baseline")
     parser.add_argument("--repo", default=str(ROOT), help="the git repository of --baseline")
     parser.add_argument("--json", default=None, help="write the raw results here")
@@ -66,11 +78,74 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also time a streaming read in micro-batches of at most this many rows",
     )
     parser.add_argument(
+        "--schema",
+        default=None,
+        help="read with this schema (DDL) instead of the default columns; the read aggregates "
+        "the columns it has of data, sequence and timestamp",
+    )
+    parser.add_argument(
         "--executor",
         action="store_true",
         help="time the executor's read function outside Spark (rows/s and CPU per row)",
     )
     return parser.parse_args(argv)
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the live processes under ``root`` (Linux ``/proc``),
+    by kind: ``server`` (the reference server), ``jvm`` (Spark's JVM), ``workers`` (Spark's
+    Python daemons and workers). Processes that already exited are not counted."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLK_TCK)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _cpu) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {"server": 0.0, "jvm": 0.0, "workers": 0.0}
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"ampsclient_server_stub" in cmd:
+            out["server"] += stats[pid][1]
+        elif b"java" in cmd.split(b"\0", 1)[0]:
+            out["jvm"] += stats[pid][1]
+        elif b"pyspark" in cmd:
+            out["workers"] += stats[pid][1]
+    return out
+
+
+class CpuMeter:
+    """CPU per row of each kind of process over one phase (``with`` block)."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.per_row: dict[str, float] = {}
+
+    def __enter__(self) -> CpuMeter:
+        self.start = tree_cpu(os.getpid())
+        self.own = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = tree_cpu(os.getpid())
+        self.per_row = {k: (end[k] - self.start[k]) / self.rows * 1e6 for k in end}
+        self.per_row["driver"] = (time.process_time() - self.own) / self.rows * 1e6
 
 
 async def _count_replay(uri: str, topic: str, options: str) -> int:
@@ -103,10 +178,12 @@ async def _count_replay(uri: str, topic: str, options: str) -> int:
     return count
 
 
-def client_replay_rate(uri: str, topic: str, expected: int) -> float:
-    """Messages/s of our client replaying ``topic`` with a counting handler."""
+def client_replay_rate(uri: str, topic: str, expected: int, *, timed: bool = True) -> float:
+    """Messages/s of our client replaying ``topic`` with a counting handler (with server
+    times when the read has the ``timestamp`` column)."""
+    options = "timestamp,bookmark_not_found=fail" if timed else "bookmark_not_found=fail"
     t0 = time.perf_counter()
-    got = asyncio.run(_count_replay(uri, topic, "timestamp,bookmark_not_found=fail"))
+    got = asyncio.run(_count_replay(uri, topic, options))
     took = time.perf_counter() - t0
     if got != expected:
         raise SystemExit(f"client replay got {got} messages, expected {expected}")
@@ -186,28 +263,28 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     ).alias("data")
                 )
                 t0 = time.perf_counter()
-                rows.write.format("amps").option("uri", uri).option("topic", topic).mode(
-                    "append"
-                ).save()
+                with CpuMeter(n) as write_cpu:
+                    rows.write.format("amps").option("uri", uri).option("topic", topic).mode(
+                        "append"
+                    ).save()
                 write_s = time.perf_counter() - t0
-                df = (
-                    spark.read.format("amps")
-                    .option("uri", uri)
-                    .option("topic", topic)
-                    .option("numPartitions", p)
-                    .load()
-                )
+                reader = spark.read.format("amps")
+                if args.schema:
+                    reader = reader.schema(args.schema)
+                reader = reader.option("uri", uri).option("topic", topic)
+                df = reader.option("numPartitions", p).load()
+                aggs = [F.count("*").alias("n")]
+                if "data" in df.columns:
+                    aggs.append(F.sum(F.length("data")).alias("bytes"))
+                aggs += [F.max(c).alias(c) for c in ("timestamp", "sequence") if c in df.columns]
                 t0 = time.perf_counter()
-                got = df.agg(
-                    F.count("*").alias("n"),
-                    F.sum(F.length("data")).alias("bytes"),
-                    F.max("timestamp").alias("last"),
-                    F.max("sequence").alias("seq"),
-                ).collect()[0]
+                with CpuMeter(n) as read_cpu:
+                    got = df.agg(*aggs).collect()[0]
                 read_s = time.perf_counter() - t0
                 if got.n != n:
                     raise SystemExit(f"read {got.n} rows, expected {n}")
-                replay = client_replay_rate(uri, topic, n)
+                timed = args.schema is None or "timestamp" in df.columns
+                replay = client_replay_rate(uri, topic, n, timed=timed)
                 record = {
                     "run": run,
                     "partitions": p,
@@ -215,6 +292,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "read": n / read_s,
                     "client_replay": replay,
                     "load": os.getloadavg()[0],
+                    "write_cpu_us": write_cpu.per_row,
+                    "read_cpu_us": read_cpu.per_row,
                 }
                 if args.stream:
                     record["stream"] = n / stream_seconds(spark, uri, topic, p, n, args.stream)
@@ -300,13 +379,40 @@ def report(label: str, records: list[dict[str, Any]]) -> None:
         ratios = [r["read"] / r["client_replay"] for r in records if r["partitions"] == p]
         row = " ".join(f"{c:>24}" for c in cells)
         print(f"{p:>3} {row} {statistics.median(ratios):>6.2f}")
+        for phase in ("write", "read"):
+            key = f"{phase}_cpu_us"
+            if key in records[0]:
+                kinds = records[0][key]
+                per_kind = {
+                    k: statistics.median(r[key][k] for r in records if r["partitions"] == p)
+                    for k in kinds
+                }
+                print(
+                    f"    {phase} CPU us/row (median): "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in per_kind.items())
+                    + f", total {sum(per_kind.values()):.2f}"
+                )
     loads = [r["load"] for r in records]
     print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
 
 
-def _baseline_tree(repo: str, rev: str, into: Path) -> Path:
+def _baseline_tree(repo: str, rev: str, into: Path, scope: str = "spark") -> Path:
     """A copy of this tree's packages (C extension included) whose ``ampsclient/spark`` is
-    the one of ``rev``: only the Spark data source differs from the working tree."""
+    the one of ``rev``: only the Spark data source differs from the working tree. With
+    ``scope="all"``, both packages (client and reference server) are those of ``rev``, their
+    C extensions built here."""
+    if scope == "all":
+        archive = subprocess.run(
+            ["git", "-C", repo, "archive", rev, "ampsclient", "ampsclient_server_stub",
+             "setup.py", "pyproject.toml", "benchmarks"],
+            check=True, capture_output=True,
+        ).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+        subprocess.run(
+            [sys.executable, "setup.py", "build_ext", "--inplace", "-q"],
+            cwd=into, check=True, capture_output=True,
+        )  # fmt: skip
+        return into
     for package in ("ampsclient", "ampsclient_server_stub"):
         shutil.copytree(
             ROOT / package, into / package, ignore=shutil.ignore_patterns("__pycache__")
@@ -329,7 +435,7 @@ def compare(args: argparse.Namespace) -> None:
         child_args += ["--uri", args.uri]
     results: dict[str, list[dict[str, Any]]] = {"baseline": [], "current": []}
     with tempfile.TemporaryDirectory(prefix="spark-bench-base-") as tmp:
-        tree = _baseline_tree(args.repo, args.baseline, Path(tmp))
+        tree = _baseline_tree(args.repo, args.baseline, Path(tmp), args.scope)
         for _ in range(args.rounds):
             for label, path in (("baseline", tree), ("current", ROOT)):
                 env = dict(os.environ, PYTHONPATH=str(path), PYSPARK_PYTHON=sys.executable)
