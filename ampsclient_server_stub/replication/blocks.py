@@ -57,10 +57,13 @@ block with them may still hold none: it then goes record by record)."""
 
 def mt_suffixes(message_types: Sequence[str]) -> tuple[bytes, ...]:
     """The byte endings of a record whose fields say its message type is one of
-    ``message_types`` and nothing else (``{"mt": mt}``; ``{}`` for json, the default).
+    ``message_types`` (``{..., "mt": mt}``; ``{}`` for json, the default).
 
-    Journal fields map text names to text or integers, so a record ending with the packed
-    ``{..., "mt": mt}`` has that type whatever else its fields hold."""
+    Sound because the journal's field names are the server's own (``mt``, ``x``, ``e``,
+    ``k``, ``rp``, ...: ASCII, none named like a message type) and every value is text or an
+    integer: bytes ending a record with the packed ``"mt"`` then the packed type can only be
+    its last field, ``mt``, with that value (a value cannot end in the key half of the
+    pattern followed by a key named like the type)."""
     out: list[bytes] = []
     for mt in message_types:
         out.append(msgpack.packb("mt") + msgpack.packb(mt))
