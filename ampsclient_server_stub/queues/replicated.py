@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..config import ServerConfig
 from ..config_values import ConfigError
-from ..engine.journal import Journal, JournalRecord
+from ..engine.journal import Journal, JournalError, JournalRecord
 from .config import QueueConfig
 from .model import AVAILABLE, REMOTE, Queue, QueueMessage
 from .replicated_actions import ProxiedAction, proxied_actions
@@ -261,7 +261,13 @@ class ReplicatedQueues:
 
     def scan(self, durable: int) -> None:
         """Apply the queue records of other instances (acknowledgements, transfers) that
-        became durable here since the last scan."""
+        became durable here since the last scan (none once the journal is closed)."""
+        try:
+            self._scan(durable)
+        except JournalError:
+            logger.debug("journal closed: replicated queue records not scanned")
+
+    def _scan(self, durable: int) -> None:
         journal = self._journal
         engine = self._engine
         position = max(self._cursor, journal.first_index)
