@@ -228,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         rates = [r["rate"] for r in results[name]]
         # the ratio of each run to the plain rate of the same run (the load changes between
         # runs, so this is steadier than the ratio of the medians)
-        ratios = [r["rate"] / p["rate"] for r, p in zip(results[name], results["plain"], strict=True)]
+        ratios = [
+            r["rate"] / p["rate"] for r, p in zip(results[name], results["plain"], strict=True)
+        ]
         print(
             f"  {name:<8} {m['rate']:>10,.0f} msgs/s ({min(rates):,.0f} - {max(rates):,.0f})"
             f"  ratio {m['rate'] / plain_median:.2f} (per run {statistics.median(ratios):.2f}:"
