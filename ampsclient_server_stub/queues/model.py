@@ -523,10 +523,11 @@ class Queue:
                 del messages[bookmark]
                 removed.append(bookmark)
                 acked += 1
-                took = now - msg.leased_at  # the typical ack time, as below
-                weight = _ACK_TIME_WEIGHT if self.ack_times else 1.0
-                self.ack_time += (took - self.ack_time) * weight
-                self.ack_times += 1
+                if self.measure_acks:  # the typical ack time, as below
+                    took = now - msg.leased_at
+                    weight = _ACK_TIME_WEIGHT if self.ack_times else 1.0
+                    self.ack_time += (took - self.ack_time) * weight
+                    self.ack_times += 1
                 continue
             if option == "cancel":
                 if lessee is None:
