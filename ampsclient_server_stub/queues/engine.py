@@ -237,7 +237,7 @@ class QueueEngine:
         queue.measure_acks = self.replica is not None and cfg.kind != "LocalQueue"
         self._names.add(cfg.name)
         if cfg.target_queue_depth is not None:
-            self.inactive[cfg.name] = Inactive(queue, cfg.target_queue_depth)
+            self.inactive[cfg.name] = Inactive(queue, cfg.target_queue_depth, self._journal)
         self._recover(queue)
         predicate = compile_filter(cfg.filter) if cfg.filter else None
         conn = Connection(

@@ -73,7 +73,8 @@ class Replay:
         text_x = None if x is None else str(x)
         if self._inactive is not None:
             entered = self._inactive.admit(
-                Waiting(record.bookmark, record.payload, text_x, published, expires)
+                Waiting(record.bookmark, record.payload, text_x, published, expires),
+                record.index,
             )
         else:
             entered = queue.enqueue(
