@@ -154,7 +154,7 @@ def lag_subscriber(uri: str, n: int, out: Path) -> None:
         sub.subscribe(on, "lag")
         print("ready", flush=True)
         wait(lambda: len(lags) >= n, 600, "every message on B", poll=0.01)
-    out.write_text(json.dumps(lags))
+    out.write_text(json.dumps({"lags": lags, "cpu_s": time.process_time()}))
 
 
 def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:
@@ -180,6 +180,7 @@ def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:
             if sub.stdout.readline().strip() != "ready":
                 raise RuntimeError("the lag subscriber did not start")
             before = [cpu_seconds(s.pid) for s in (a, b)]
+            pub_cpu = time.process_time()
             with HAClient("lag-pub") as pub:
                 pub.get_server_chooser().add(a.uri())
                 pub.connect_and_logon()
@@ -192,6 +193,7 @@ def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:
                     pub.publish("lag", json.dumps({"n": i, "t": time.time()}))
                 achieved = n / (time.perf_counter() - started)
                 pub.publish_flush(600_000)
+            pub_cpu = time.process_time() - pub_cpu
             if sub.wait(timeout=600) != 0:
                 raise RuntimeError("the lag subscriber failed")
             cpu = [
@@ -201,7 +203,8 @@ def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:
             if sub.poll() is None:
                 sub.kill()
                 sub.wait()
-    ordered = sorted(json.loads(lag_file.read_text()))
+    received = json.loads(lag_file.read_text())
+    ordered = sorted(received["lags"])
     out = {
         "rate_msgs_per_s": achieved,
         "p50_ms": ordered[len(ordered) // 2] * 1000,
@@ -210,11 +213,14 @@ def bench_lag(base: Path, n: int, rate: float, fsync: str) -> dict[str, float]:
         "mean_ms": statistics.fmean(ordered) * 1000,
         "a_cpu_us_per_msg": cpu[0],
         "b_cpu_us_per_msg": cpu[1],
+        "publisher_cpu_us_per_msg": pub_cpu / n * 1e6,
+        "subscriber_cpu_us_per_msg": received["cpu_s"] / n * 1e6,
     }
     print(
         f"replication lag A->B at {achieved:.0f} msgs/s : p50 {out['p50_ms']:.2f} ms, "
         f"p99 {out['p99_ms']:.2f} ms, max {out['max_ms']:.2f} ms "
-        f"(A {cpu[0]:.2f}, B {cpu[1]:.2f} us/msg)"
+        f"(CPU us/msg: A {cpu[0]:.2f}, B {cpu[1]:.2f}, publisher "
+        f"{out['publisher_cpu_us_per_msg']:.1f}, subscriber {out['subscriber_cpu_us_per_msg']:.1f})"
     )
     return out
 

@@ -263,7 +263,9 @@ RawRun = tuple[int, str, bytes, list[tuple[int, str, bytes]]]
 """``(publisher id, command, packed fields, [(sequence, topic, payload), ...])``."""
 
 _walk: Final = accel.journal_walk or journal_walk
-_runs: Final = accel.journal_runs or journal_runs
+_runs: Final = accel.journal_runs
+"""Without C, :func:`block_runs` decodes with msgpack (``_decode_rest``), faster in Python
+than the twin's byte-level parse; the twin remains the C function's reference."""
 
 
 def eligible_prefix(
@@ -289,8 +291,11 @@ def block_runs(data: Any, first: Any, count: Any, path_text: str) -> BlockRuns:
         raise ValueError("rrec block must be bytes with an integer first index and count")
     raw: list[RawRun] = []
     stop = first + count
-    pos, expected = _runs(data, 0, first, stop, raw)
     runs: list[Run] = []
+    if _runs is None:
+        _decode_rest(data, 0, first, stop, runs)
+        return BlockRuns(first, count, path_text, runs)
+    pos, expected = _runs(data, 0, first, stop, raw)
     for pid, command, packed, items in raw:
         try:
             fields = msgpack.unpackb(packed)
