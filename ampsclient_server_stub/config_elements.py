@@ -22,7 +22,7 @@ from typing import Final
 
 from .config_xml import XmlDocument
 
-__all__ = ["DELEGATED", "ELEMENTS", "check_elements", "element_paths"]
+__all__ = ["DELEGATED", "ELEMENTS", "REFUSED", "check_elements", "element_paths"]
 
 _SOW_TOPIC: Final = {
     "Name": "the SOW topic name",
@@ -140,6 +140,15 @@ DELEGATED: Final[Mapping[str, str]] = MappingProxyType(
 )
 """Subtrees another reader validates element by element."""
 
+REFUSED: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "Tuning/Queue/QueueDeliveryFlushInterval": "the reference server has no queue "
+        "delivery thread to wait: a queue's messages are delivered in the same event-loop turn "
+        "as the publish or acknowledgement that frees them, so there is no interval to set",
+    }
+)
+"""Documented AMPS elements the reference server refuses by name, with the reason."""
+
 
 def _containers() -> frozenset[str]:
     out: set[str] = set()
@@ -192,6 +201,9 @@ def check_elements(doc: XmlDocument) -> None:
     Raises:
         ConfigError: naming the element, its parent, its line and what the parent accepts.
     """
+    for path, elem in element_paths(doc.root):
+        if path in REFUSED:
+            doc.fail(elem, f"<{elem.tag}> ({path}) is not supported: {REFUSED[path]}")
     for path, elem in element_paths(doc.root):
         if _accepted(path):
             continue
