@@ -37,6 +37,7 @@ from ..client import AsyncClient, ConnectionState, Handler
 from ..command import Command
 from ..core.connection import SUBSCRIBE_COMMANDS, Pending, publish_fields
 from ..core.event_types import PublishPersisted, SubscriptionPersisted
+from ..core.ha_sequence import HASequence, PublishesReplayed, SequenceOpened, StoreDiscarded
 from ..exceptions import (
     AMPSError,
     DisconnectedError,
@@ -49,7 +50,7 @@ from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from ..protocol.header import encode_header, escape
 from ..protocol.message import Message
 from ..stores.bookmark import BookmarkStore, MemoryBookmarkStore
-from ..stores.publish import MemoryPublishStore, PublishStore, StoredMessage
+from ..stores.publish import MemoryPublishStore, PublishStore
 from ..stores.publish.official import PublishStore as NamedFilePublishStore
 from ..stream import MessageStream
 from ..uri import redact
@@ -144,6 +145,13 @@ class AsyncHAClient(ConnectionFace):
         self._logon_timeout = logon_timeout
         self._connect_timeout = connect_timeout
         self._subscriptions = SubscriptionManager()
+        self._seq = HASequence(
+            core=self._core,
+            store=self._store,
+            subscriptions=self._subscriptions,
+            resume=self._resume,
+        )
+        """The reconnect sequence (sans-I/O): this client performs its steps."""
         self._pub_lock = client.publish_lock
         client.set_publish_gate(False)
         self._can_send_event = threading.Event()
@@ -152,7 +160,6 @@ class AsyncHAClient(ConnectionFace):
         self._in_connect_loop = False
         self._failed_write: FailedWriteHandler | None = None
         self._failed_resubscribe: Callable[[Command, int, BaseException], bool] | None = None
-        self._resubscription_timeout = 0
         self._give_up_error: BaseException | None = None
         self._waiters = PersistWaiters()
         self._seq_suffix = client.stored_publish_suffixes
@@ -225,11 +232,11 @@ class AsyncHAClient(ConnectionFace):
 
     def set_resubscription_timeout(self, milliseconds: int) -> None:
         """How long each re-placed subscription may wait for its ack (0 = no limit)."""
-        self._resubscription_timeout = int(milliseconds)
+        self._seq.resubscription_timeout = int(milliseconds)
 
     def get_resubscription_timeout(self) -> int:
         """The resubscription timeout in ms."""
-        return self._resubscription_timeout
+        return self._seq.resubscription_timeout
 
     @property
     def publish_store(self) -> PublishStore:
@@ -249,6 +256,7 @@ class AsyncHAClient(ConnectionFace):
         if self._store.unpersisted_count:
             raise UsageError("set_publish_store: the current store holds unpersisted messages")
         self._store = store if store is not None else MemoryPublishStore()
+        self._seq.store = self._store
         self.__dict__.pop("publish", None)  # unbind the C lane of the previous store
         self._lane = None
         self._bind_publish_lane()
@@ -371,6 +379,7 @@ class AsyncHAClient(ConnectionFace):
                         raise
                     log.info("connection to %s failed: %s", redact(uri), exc)
                     self._client.abort(exc)  # a half-made connection; subscriptions stay
+                    self._seq.connection_lost()
                     self._chooser.report_failure(exc)
                     continue
                 self._chooser.report_success()
@@ -380,80 +389,63 @@ class AsyncHAClient(ConnectionFace):
             self._in_connect_loop = False
 
     async def _after_logon(self) -> None:
+        """Run the reconnect sequence (:mod:`ampsclient.core.ha_sequence`): this performs its
+        steps' I/O and waits; the sequence decides what goes out, in which order."""
         ack = self._client.logon_ack
-        store = self._store
-        # 1. what the server already has
-        persisted = ack.sequence if ack is not None else None
-        if persisted:
-            store.discard_up_to(persisted)
-            self._waiters.persisted_up_to(persisted)
-        # 2. replay everything unpersisted, in order
-        with self._pub_lock:
-            last = self._replay(0)
-        self._client.emit_state(ConnectionState.PUBLISH_REPLAYED)
-        # 3. resubscribe
-        await self._resubscribe()
-        # 4. what was stored meanwhile, then open the gate
-        with self._pub_lock:
-            self._replay(last)
-            self._client.set_publish_gate(True)
-            self._can_send_event.set()
-        self._client.emit_state(ConnectionState.RESUBSCRIBED)
-
-    def _replay(self, after: int) -> int:
-        """Send stored messages with sequence > ``after``; return the last sequence sent."""
-        last = after
-        sent = 0
-
-        def send(message: StoredMessage) -> None:
-            nonlocal last, sent
-            if message.sequence > after:
-                self._core.send_payload(message.payload)
-                last = message.sequence
-                sent += 1
-
-        self._store.replay(send)
-        if sent:
-            log.info("replayed %d unpersisted message(s) to %s", sent, self.uri)
-        return last
-
-    async def _resubscribe(self) -> None:
-        # the old pending entries of subscriptions are dead: their cids were on the old socket
-        self._core.drop_subscription_commands()
-        for sub in self._subscriptions:
-            command = Command(sub.command.name)
-            command.fields = dict(sub.command.fields)
-            command.data = sub.command.data
-            command.set_ack_type(sub.command.ack_types)
-            command.set_timeout(self._resubscription_timeout)
-            self._resolve_resubscribe_bookmark(command)
+        seq = self._seq
+        with self._pub_lock:  # discard what the logon ack's s covers, replay the rest
+            seq.logged_on(ack.sequence if ack is not None else None)
+        self._sequence_events()
+        while (step := seq.next_resubscribe()) is not None:
+            sub = step.subscription
             try:
-                await self._client.send_command(command, sub.handler, sub.stream)
+                await self._client.send_command(step.command, sub.handler, sub.stream)
             except DisconnectedError:
+                seq.connection_lost()
                 raise
             except AMPSError as exc:
                 drop = True
                 if self._failed_resubscribe is not None:
-                    drop = bool(self._failed_resubscribe(command, int(command.ack_types), exc))
+                    drop = bool(
+                        self._failed_resubscribe(step.command, int(step.command.ack_types), exc)
+                    )
                 log.warning("could not re-place subscription %s: %s", sub.sub_id, exc)
-                if drop:
-                    self._subscriptions.remove(sub.sub_id)
-                    if sub.stream is not None:
-                        sub.stream.finish(exc)
-                else:
+                seq.resubscribe_failed(sub.sub_id, exc, drop=drop)
+                if not drop:
                     raise
+                if sub.stream is not None:
+                    sub.stream.finish(exc)
+            else:
+                seq.resubscribed(sub.sub_id)
+        with self._pub_lock:  # what was stored meanwhile, then the gate opens
+            seq.open()
+            self._client.set_publish_gate(True)
+            self._can_send_event.set()
+        self._sequence_events()
 
-    def _resolve_resubscribe_bookmark(self, command: Command) -> None:
+    def _sequence_events(self) -> None:
+        """Act on what the reconnect sequence reported."""
+        for event in self._seq.events_received():
+            if isinstance(event, StoreDiscarded):
+                self._waiters.persisted_up_to(event.up_to)
+            elif isinstance(event, PublishesReplayed):
+                if event.count:
+                    log.info("replayed %d unpersisted message(s) to %s", event.count, self.uri)
+                self._client.emit_state(ConnectionState.PUBLISH_REPLAYED)
+            elif isinstance(event, SequenceOpened):
+                if event.count:
+                    log.info("replayed %d message(s) stored while resubscribing", event.count)
+                self._client.emit_state(ConnectionState.RESUBSCRIBED)
+
+    def _resume(self, sub_id: str, start: str) -> str:
         """A bookmark subscription resumes from its recovery point (see :func:`resume_point`)."""
-        start = command.fields.get("bm")
-        sub_id = command.get_sub_id()
-        if start is not None and sub_id:
-            command.fields["bm"] = resume_point(self._bookmark_store, str(sub_id), str(start))
+        return resume_point(self._bookmark_store, sub_id, start)
 
     def _disconnected(self, client: AsyncClient, error: BaseException | None) -> None:
         with self._pub_lock:
             self._client.set_publish_gate(False)
             self._can_send_event.clear()
+            self._seq.connection_lost()
         if self._closing or self._in_connect_loop:
             return
         if error is not None:
@@ -755,6 +747,7 @@ class AsyncHAClient(ConnectionFace):
             store keeps them for the next run.
         """
         self._closing = True
+        self._seq.closed()
         task = self._reconnect_task
         if task is not None and not task.done():
             task.cancel()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..calls import Handler
 from ..command import Command
 from ..stream import MessageStream
 
@@ -17,7 +19,7 @@ class Subscription:
 
     sub_id: str
     command: Command
-    handler: object
+    handler: Handler
     stream: MessageStream | None = None
 
 
@@ -28,7 +30,7 @@ class SubscriptionManager:
         self._subs: dict[str, Subscription] = {}
 
     def add(
-        self, sub_id: str, command: Command, handler: object, stream: MessageStream | None
+        self, sub_id: str, command: Command, handler: Handler, stream: MessageStream | None
     ) -> None:
         """Remember a subscription (a copy of its command, without its command id)."""
         saved = copy.copy(command)
@@ -49,7 +51,8 @@ class SubscriptionManager:
         """Forget everything."""
         self._subs.clear()
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Subscription]:
+        """The subscriptions in the order placed (a snapshot: removing while iterating is safe)."""
         return iter(list(self._subs.values()))
 
     def __len__(self) -> int:
