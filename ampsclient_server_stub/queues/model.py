@@ -223,6 +223,7 @@ class Queue:
             "transferred_out": 0,
             "transfer_requested": 0,
             "transfer_refused": 0,
+            "transfer_relayed": 0,
         }
         """Running totals since the start (statistics)."""
 

@@ -50,6 +50,7 @@ from ..engine.journal import Journal, JournalError, JournalRecord
 from .config import QueueConfig
 from .model import AVAILABLE, REMOTE, Queue, QueueMessage
 from .replicated_actions import ProxiedAction, proxied_actions
+from .transfer_relay import forward, requester, routes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import QueueEngine
@@ -372,7 +373,7 @@ class ReplicatedQueues:
             for msg in queue.messages.values():
                 if room <= 0:
                     break
-                if msg.state != REMOTE or msg.owner not in up:
+                if msg.state != REMOTE or not up:  # (owner not linked: through a relay)
                     continue
                 if now - msg.enqueued < wait:
                     break  # publication order: the later ones waited less
@@ -388,7 +389,8 @@ class ReplicatedQueues:
                 room -= 1
             for owner, bookmarks in wanted.items():
                 header = {"c": REQUEST_FRAME, "q": queue.name, "mt": queue.config.message_type}
-                self.port.send_to(owner, header, bookmarks)
+                for peer, fields in routes(owner, header, up, self.instance):
+                    self.port.send_to(peer, fields, bookmarks)
 
     def _take_over(self, queue: Queue, up: set[str]) -> None:
         taken: dict[str, list[str]] = {}
@@ -420,6 +422,14 @@ class ReplicatedQueues:
         if queue is None or not isinstance(body, list):
             logger.warning("queue transfer request from %r for an unknown queue ignored", peer)
             return
+        if self.port is not None:
+            onward = forward(peer, header, self.port.peers_up(), self.instance)
+            if onward is not None:  # for another owner: relayed (transfer_relay)
+                queue.counters["transfer_relayed"] += 1
+                for target, fields in onward:
+                    self.port.send_to(target, fields, body)
+                return
+        peer = requester(peer, header)
         granted: list[str] = []
         for bookmark in body:
             msg = queue.messages.get(str(bookmark))
