@@ -1006,13 +1006,13 @@ done:
 }
 
 PyDoc_STRVAR(journal_walk_doc,
-"journal_walk(data, pos, expected, count, sent_seq, suffixes) -> (taken, pos, pending)\n\n"
+"journal_walk(data, pos, expected, count, sent_seq, suffixes) -> (taken, pos, first_ts)\n\n"
 "How many journal records of `data` from `pos` (indexes from `expected`, at most `count`)\n"
 "go on as written: each whole, its index right, its sequence above sent_seq[publisher]\n"
 "(0 when absent; set to it for each that goes) and, unless `suffixes` is None, its record\n"
 "ending with one of `suffixes` (a tuple of bytes); a sent_seq value that is not an int in\n"
-"0..2**64-1 stops the walk. CRCs are not checked. pending: the\n"
-"(index, timestamp) of each record that goes.");
+"0..2**64-1 stops the walk. CRCs are not checked. first_ts: the timestamp of the first\n"
+"record that goes (0: none).");
 
 static PyObject *journal_walk(PyObject *self, PyObject *args) {
     Py_buffer data;
@@ -1024,15 +1024,14 @@ static PyObject *journal_walk(PyObject *self, PyObject *args) {
         return NULL;
     const unsigned char *d = data.buf;
     Py_ssize_t n = data.len, taken = 0, nsuf = 0;
-    PyObject *pending = NULL, *result = NULL;
+    PyObject *result = NULL;
+    unsigned long long first_ts = 0;
     if (suffixes != Py_None) {
         if (!PyTuple_Check(suffixes)) { PyErr_SetString(PyExc_TypeError, "suffixes must be a tuple or None"); goto done; }
         nsuf = PyTuple_GET_SIZE(suffixes);
         for (Py_ssize_t i = 0; i < nsuf; i++)
             if (!PyBytes_Check(PyTuple_GET_ITEM(suffixes, i))) { PyErr_SetString(PyExc_TypeError, "suffixes must be bytes"); goto done; }
     }
-    pending = PyList_New(0);
-    if (!pending) goto done;
     int have_pid = 0;
     unsigned long long cur_pid = 0, cur_seq = 0; /* sent_seq[cur_pid], not yet written back */
     int dirty = 0;
@@ -1075,11 +1074,7 @@ static PyObject *journal_walk(PyObject *self, PyObject *args) {
             }
             if (!ok) break;
         }
-        PyObject *entry = Py_BuildValue("(KK)", expected, ts);
-        if (!entry) goto done;
-        int rc = PyList_Append(pending, entry);
-        Py_DECREF(entry);
-        if (rc < 0) goto done;
+        if (!taken) first_ts = ts;
         cur_seq = seq;
         dirty = 1;
         pos = end;
@@ -1092,9 +1087,8 @@ static PyObject *journal_walk(PyObject *self, PyObject *args) {
         Py_XDECREF(k); Py_XDECREF(v);
         if (rc < 0) goto done;
     }
-    result = Py_BuildValue("(nnO)", taken, pos, pending);
+    result = Py_BuildValue("(nnK)", taken, pos, first_ts);
 done:
-    Py_XDECREF(pending);
     PyBuffer_Release(&data);
     return result;
 }

@@ -62,7 +62,7 @@ ws_commands: Callable[[list[tuple[bytes, bool]], int, int], tuple[int, list[byte
 ws_client_commands: Callable[[bytes, int, int], tuple[int, list[bytes]]] | None = None
 journal_frames: Callable[..., tuple[int, int, bytes, bytes, bytes]] | None = None
 journal_runs: Callable[..., tuple[int, int]] | None = None
-journal_walk: Callable[..., tuple[int, int, list[tuple[int, int]]]] | None = None
+journal_walk: Callable[..., tuple[int, int, int]] | None = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):

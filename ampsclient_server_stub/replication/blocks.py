@@ -79,7 +79,7 @@ def journal_walk(
     count: int,
     sent_seq: dict[int, int],
     suffixes: tuple[bytes, ...] | None,
-) -> tuple[int, int, list[tuple[int, int]]]:
+) -> tuple[int, int, int]:
     """How many records of the raw block ``data`` from offset ``pos`` (indexes from
     ``expected``, at most ``count``) go as they are: each whole, its index right, its
     publisher sequence above ``sent_seq`` (0 when absent; updated for each that goes) and,
@@ -89,15 +89,14 @@ def journal_walk(
     record (:data:`PATH_MARK`). The twin of the C ``journal_walk``.
 
     Returns:
-        ``(records that go, the offset after them, their (index, timestamp))``: the walk
-        stops at the first record that does not go, or at anything malformed (the
+        ``(records that go, the offset after them, the timestamp of the first of them or 0)``:
+        the walk stops at the first record that does not go, or at anything malformed (the
         record-by-record path then reports it).
     """
     head = _HEAD.unpack_from
     size = len(data)
     get = sent_seq.get
-    pending: list[tuple[int, int]] = []
-    append = pending.append
+    first_ts = 0
     taken = 0
     while taken < count:
         if pos < 0 or pos + FRAME_OVERHEAD > size:
@@ -112,11 +111,12 @@ def journal_walk(
         if seq <= held or (suffixes is not None and not data.endswith(suffixes, pos, end)):
             break
         sent_seq[pid] = seq
-        append((index, ts))
+        if not taken:
+            first_ts = ts
         pos = end
         expected += 1
         taken += 1
-    return taken, pos, pending
+    return taken, pos, first_ts
 
 
 def _canonical(data: bytes, p: int, end: int, bin_: bool) -> tuple[int, int]:
@@ -275,7 +275,7 @@ def eligible_prefix(
     count: int,
     sent_seq: dict[int, int],
     suffixes: tuple[bytes, ...] | None,
-) -> tuple[int, int, list[tuple[int, int]]]:
+) -> tuple[int, int, int]:
     """:func:`journal_walk` (C or twin): what of a block goes as written."""
     return _walk(data, pos, expected, count, sent_seq, suffixes)
 

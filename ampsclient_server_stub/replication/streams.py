@@ -548,7 +548,7 @@ class Outbound:
         while done < n:
             if 0 <= mark < pos:
                 mark = data.find(PATH_MARK, pos)
-            k, end, went = eligible_prefix(
+            k, end, ts = eligible_prefix(
                 data if mark < 0 else data[:mark],
                 pos,
                 first + done,
@@ -557,7 +557,7 @@ class Outbound:
                 suffixes,
             )
             if k:
-                pending.append((first + done, first + done + k - 1, went[0][1]))
+                pending.append((first + done, first + done + k - 1, ts))
                 self.in_flight += k
                 self._flush(link)
                 self._send_block(link, data[pos:end], first + done, k)
