@@ -44,7 +44,6 @@ from ..exceptions import (
     TimeoutError,
     UsageError,
 )
-from ..protocol.acks import AckType
 from ..protocol.bookmarks import MOST_RECENT
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from ..protocol.header import encode_header, escape
@@ -54,12 +53,12 @@ from ..stores.publish import MemoryPublishStore, PublishStore
 from ..stores.publish.official import PublishStore as NamedFilePublishStore
 from ..stream import MessageStream
 from ..uri import redact
-from .bookmarks import fast_discard, logging_handler, mark_live, resume_point, seed_start_point
+from .bookmarks import fast_discard, mark_live, resume_point
 from .chooser import DefaultServerChooser, ServerChooser
 from .face import ConnectionFace
 from .persist_waiters import PersistWaiters, publish_lane_store_kind
 from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
-from .subscriptions import SubscriptionManager
+from .subscriptions import SubscriptionManager, prepare_bookmark_subscription
 
 __all__ = ["AsyncHAClient", "FailedWriteHandler"]
 
@@ -310,10 +309,6 @@ class AsyncHAClient(ConnectionFace):
         bookmark = ack.bookmark
         if sub_id and bookmark:
             self._bookmark_store.persisted(str(sub_id), bookmark)
-
-    def _bookmark_handler(self, handler: Handler) -> Handler:
-        """Log each delivery in the bookmark store; divert duplicates."""
-        return logging_handler(self._bookmark_store, handler, lambda: self._duplicate_handler)
 
     @property
     def unpersisted_count(self) -> int:
@@ -689,22 +684,11 @@ class AsyncHAClient(ConnectionFace):
     async def _place(
         self, command: Command, handler: Handler | None, stream: MessageStream | None
     ) -> Pending | None:
-        if (
-            handler is not None
-            and command.name in SUBSCRIBE_COMMANDS
-            and command.fields.get("bm") is not None
-            and not getattr(handler, "bookmark_logged", False)
-        ):
-            if command.fields["bm"] == MOST_RECENT:
-                command.fields["bm"] = self._resolve_bookmark(MOST_RECENT, command.get_sub_id())
-            elif command.get_sub_id():
-                seed_start_point(
-                    self._bookmark_store, str(command.get_sub_id()), str(command.fields["bm"])
-                )
-            command.add_ack_type(AckType.PERSISTED)
-            handler = self._bookmark_handler(handler)
-            if command.get_sub_id():  # before any delivery
-                mark_live(self._bookmark_store, command.get_sub_id(), command.fields.get("o"))
+        bookmark = command.name in SUBSCRIBE_COMMANDS and command.fields.get("bm") is not None
+        if bookmark and handler is not None and not getattr(handler, "bookmark_logged", False):
+            handler = prepare_bookmark_subscription(
+                self._bookmark_store, command, handler, lambda: self._duplicate_handler
+            )
         pending = await self._client.send_command(command, handler, stream)
         if (
             pending is not None
@@ -712,11 +696,9 @@ class AsyncHAClient(ConnectionFace):
             and command.name in SUBSCRIBE_COMMANDS
             and handler is not None
         ):
-            options = str(command.fields.get("o", ""))
-            if "pause" not in options.split(",") and "resume" not in options.split(","):
-                self._subscriptions.add(pending.sub_id, command, handler, stream)
-            if command.fields.get("bm") is not None:  # an assigned sub id is known only now
-                mark_live(self._bookmark_store, pending.sub_id, options)
+            self._subscriptions.placed(pending.sub_id, command, handler, stream)
+            if bookmark:  # an assigned sub id is known only now
+                mark_live(self._bookmark_store, pending.sub_id, command.fields.get("o"))
         return pending
 
     async def unsubscribe(self, sub_id: str = "all") -> None:

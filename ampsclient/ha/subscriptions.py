@@ -1,16 +1,22 @@
-"""The subscription manager: remembers live subscriptions so an HA client can re-place them."""
+"""The subscription manager: remembers live subscriptions so an HA client can re-place them
+(the order and the commands of a re-placement come from :mod:`ampsclient.core.ha_sequence`),
+and the preparation of a bookmark subscription before it is first sent."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..calls import Handler
 from ..command import Command
+from ..protocol.acks import AckType
+from ..protocol.bookmarks import EPOCH, MOST_RECENT
+from ..stores.bookmark import BookmarkStore
 from ..stream import MessageStream
+from .bookmarks import logging_handler, mark_live, seed_start_point
 
-__all__ = ["Subscription", "SubscriptionManager"]
+__all__ = ["Subscription", "SubscriptionManager", "prepare_bookmark_subscription"]
 
 
 @dataclass(slots=True)
@@ -39,6 +45,15 @@ class SubscriptionManager:
         saved.fields["sub_id"] = sub_id
         self._subs[sub_id] = Subscription(sub_id, saved, handler, stream)
 
+    def placed(
+        self, sub_id: str, command: Command, handler: Handler, stream: MessageStream | None
+    ) -> None:
+        """The server took subscription ``sub_id``: remember it, unless the command only
+        paused or resumed subscriptions (those are re-placed as they were)."""
+        options = str(command.fields.get("o", "")).split(",")
+        if "pause" not in options and "resume" not in options:
+            self.add(sub_id, command, handler, stream)
+
     def remove(self, sub_id: str) -> None:
         """Forget one subscription (or all with ``"all"``)."""
         if sub_id == "all":
@@ -60,3 +75,29 @@ class SubscriptionManager:
 
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self._subs
+
+
+def prepare_bookmark_subscription(
+    store: BookmarkStore,
+    command: Command,
+    handler: Handler,
+    duplicates: Callable[[], Handler | None],
+) -> Handler:
+    """Ready a bookmark subscription before it is first sent; returns the handler to route
+    its deliveries to (it logs each in ``store`` and diverts redeliveries to ``duplicates()``).
+
+    ``MOST_RECENT`` becomes the store's recovery point; an explicit start is taught to the
+    store (so that the subscription resumes from it, not EPOCH); the command asks for
+    ``persisted`` acks (they move the recovery point); a ``live`` one is marked before any
+    delivery.
+    """
+    sub_id = command.get_sub_id()
+    if command.fields["bm"] == MOST_RECENT:
+        command.fields["bm"] = store.get_most_recent(str(sub_id)) if sub_id else EPOCH
+    elif sub_id:
+        seed_start_point(store, str(sub_id), str(command.fields["bm"]))
+    command.add_ack_type(AckType.PERSISTED)
+    route = logging_handler(store, handler, duplicates)
+    if sub_id:
+        mark_live(store, sub_id, command.fields.get("o"))
+    return route
