@@ -1,4 +1,7 @@
-"""The HA reconnect sequence against a scripted peer, over the in-memory transport (no socket).
+"""The HA wing performing the reconnect sequence against a scripted peer, over the in-memory
+transport (no socket). The sequence's own logic (:mod:`ampsclient.core.ha_sequence`) is tested
+with no transport at all in ``test_ha_sequence_core.py``; this checks that the asyncio wing
+performs its steps in order, with real waiting and a publish made while it waits.
 
 The peer records every payload of every connection and answers what the script says. After
 a drop, the second connection must carry, in this order: the logon; the stored publishes the
