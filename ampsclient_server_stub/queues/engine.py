@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ampsclient.protocol.bookmarks import publisher_id_for
-from ampsclient.protocol.header import Header, decode_header, escape
+from ampsclient.protocol.header import Header, escape
 
 from ..config_values import ConfigError
 from ..engine.filters import compile_expression, compile_filter
@@ -65,12 +65,12 @@ from ..engine.wire import (
     send_ack,
     send_acks,
     split_list,
-    text,
 )
 from .config import QueueConfig
 from .dead_letter import DeadLetters
 from .depth import Inactive, Waiting
 from .expiration import MessageExpiry
+from .intake import Parsed, parse_frame, plain_run
 from .model import Queue, QueueMessage, QueueSub
 from .recovery import Replay
 from .replicated import ReplicatedQueues
@@ -237,7 +237,13 @@ class QueueEngine:
         queue.measure_acks = self.replica is not None and cfg.kind != "LocalQueue"
         self._names.add(cfg.name)
         if cfg.target_queue_depth is not None:
-            self.inactive[cfg.name] = Inactive(queue, cfg.target_queue_depth, self._journal)
+            replica = self.replica_of(queue) if self.replica is not None else None
+            self.inactive[cfg.name] = Inactive(
+                queue,
+                cfg.target_queue_depth,
+                self._journal,
+                enqueue=None if replica is None else functools.partial(replica.enqueue, queue),
+            )
         self._recover(queue)
         predicate = compile_filter(cfg.filter) if cfg.filter else None
         conn = Connection(
@@ -275,43 +281,36 @@ class QueueEngine:
 
     def intake(self, queue: Queue, frames: Sequence[bytes]) -> None:
         """Messages published to one of ``queue``'s underlying topics (delivery frames); the
-        queue then offers what it can, once for the whole batch."""
+        queue then offers what it can, once for the whole batch. Runs of plain frames go in
+        with one call (:func:`.intake.plain_run`, :meth:`Queue.enqueue_run`)."""
         now = self._clock()
         replica = self.replica_of(queue) if self.replica is not None else None
-        enqueue = queue.enqueue if replica is None else functools.partial(replica.enqueue, queue)
         inactive = self.inactive.get(queue.name) if self.inactive else None
         expiry = self._expiry if queue.config.expiration_model != "queue" else None
+        mt = queue.config.message_type
         added = False
-        for frame in frames:
-            # Fast path: the plain delivery frame ...,"bm":"<bm>"}BODY (no correlation id).
-            i = frame.find(b',"bm":"')
-            j = frame.find(b'"', i + 7) if i > 0 else -1
-            x: str | None
-            bookmark: str | None
-            expires: float | None = None
-            if (
-                j > 0
-                and frame[j + 1 : j + 2] == b"}"
-                and (expiry is None or frame.find(b',"k":"', 0, i) < 0)  # not a SOW record
-            ):
-                bookmark = frame[i + 7 : j].decode()
-                data = frame[j + 2 :]
-                x = None
-            else:
-                hdr, end = decode_header(frame)
-                bookmark = text(hdr.get("bm"))
-                data = frame[end:]
-                x = text(hdr.get("x"))
-                if expiry is not None:  # a SOW record's expiration is the message's own
-                    mt = queue.config.message_type
-                    expires = expiry.live(mt, str(hdr.get("t")), text(hdr.get("k")))
-            if bookmark is None:  # a topic a regex UnderlyingTopic matches but not journaled
-                logger.warning("queue %r: a message without a bookmark not enqueued", queue.name)
-                continue
-            if inactive is not None:  # TargetQueueDepth
-                added = inactive.admit(Waiting(bookmark, data, x, now, expires)) or added
-                continue
-            added = enqueue(bookmark, data, x, now, expires=expires) or added
+        pos, count = 0, len(frames)
+        while pos < count:
+            pos, run = plain_run(frames, pos, expiry is not None)
+            parsed: list[Parsed] = []
+            if run and replica is None and inactive is None:
+                added = queue.enqueue_run(run, now) > 0 or added
+            elif run:
+                parsed = [(bookmark, data, None, None) for bookmark, data in run]
+            if pos < count:  # a frame in another form
+                parsed.append(parse_frame(frames[pos], mt, expiry))
+                pos += 1
+            for bookmark, data, x, expires in parsed:
+                if bookmark is None:  # a topic a regex UnderlyingTopic matches, not journaled
+                    logger.warning(
+                        "queue %r: a message without a bookmark not enqueued", queue.name
+                    )
+                elif inactive is not None:  # TargetQueueDepth
+                    added = inactive.admit(Waiting(bookmark, data, x, now, expires)) or added
+                elif replica is not None:
+                    added = replica.enqueue(queue, bookmark, data, x, now, expires=expires) or added
+                else:
+                    added = queue.enqueue(bookmark, data, x, now, expires=expires) or added
         if added:
             if queue.subs:
                 self.pump(queue)

@@ -1,0 +1,59 @@
+"""Reading the delivery frames of a queue's intake subscription: bookmark, body, ``x``.
+
+The ordinary delivery code hands a queue the frames it would send a subscriber of the
+underlying topic. Most are in one plain form, ``{...,"bm":"<bookmark>"}BODY`` (no correlation
+id, no SOW key): :func:`plain_run` reads a run of those with two ``find`` calls each and no
+header parse; :func:`parse_frame` reads any other frame (and a SOW record's own expiration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ampsclient.protocol.header import decode_header
+
+from ..engine.wire import text
+from .expiration import MessageExpiry
+
+__all__ = ["Parsed", "parse_frame", "plain_run"]
+
+Parsed = tuple[str | None, bytes, str | None, float | None]
+"""``(bookmark or None, body, x, own expiration)`` of one frame."""
+
+
+def plain_run(
+    frames: Sequence[bytes], start: int, sow_keys: bool
+) -> tuple[int, list[tuple[str, bytes]]]:
+    """``(end, [(bookmark, body), ...])`` of ``frames[start:end]``, the longest run of frames
+    in the plain form from ``start``.
+
+    The plain form is ``...,"bm":"<bookmark>"}BODY``: the bookmark is the header's last
+    field and has no quote. With ``sow_keys`` (the broker has SOW topics), a frame whose
+    header has a ``k`` (a SOW record, which may carry its own expiration) is not plain.
+    """
+    out: list[tuple[str, bytes]] = []
+    append = out.append
+    end = len(frames)
+    pos = start
+    while pos < end:
+        frame = frames[pos]
+        i = frame.find(b',"bm":"')
+        if i <= 0:
+            break
+        j = frame.find(b'"', i + 7)
+        if j < 0 or frame[j + 1 : j + 2] != b"}":
+            break
+        if sow_keys and frame.find(b',"k":"', 0, i) >= 0:
+            break
+        append((frame[i + 7 : j].decode(), frame[j + 2 :]))
+        pos += 1
+    return pos, out
+
+
+def parse_frame(frame: bytes, mt: str, expiry: MessageExpiry | None) -> Parsed:
+    """Any intake frame, its header parsed; with ``expiry``, a SOW record's expiration."""
+    hdr, end = decode_header(frame)
+    expires = None
+    if expiry is not None:  # a SOW record's expiration is the message's own
+        expires = expiry.live(mt, str(hdr.get("t")), text(hdr.get("k")))
+    return text(hdr.get("bm")), frame[end:], text(hdr.get("x")), expires
