@@ -21,7 +21,7 @@ from typing import NamedTuple, Protocol
 from ..engine.journal_types import JournalRecord
 from .model import Queue
 
-__all__ = ["Inactive", "JournalReader", "Waiting"]
+__all__ = ["Enqueue", "Inactive", "JournalReader", "Waiting"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,20 @@ class JournalReader(Protocol):
     def read(self, from_index: int, *, max_records: int = ...) -> list[JournalRecord]: ...
 
 
+class Enqueue(Protocol):
+    """Makes a message active (the signature of :meth:`.model.Queue.enqueue`)."""
+
+    def __call__(
+        self,
+        bookmark: str,
+        data: bytes,
+        x: str | None,
+        now: float,
+        *,
+        expires: float | None = None,
+    ) -> bool: ...
+
+
 _Held = int | tuple[int, float] | Waiting
 """A waiting message: its journal index, with its own expiration when it has one; the whole
 message only when its record cannot be found (a bookmark of another log)."""
@@ -58,11 +72,21 @@ class Inactive:
         target: ``TargetQueueDepth``.
         journal: where the waiting messages are read back from; ``None``: they are kept
             whole in memory.
+        enqueue: how a message becomes active (default: ``queue.enqueue``; a replicated
+            queue's goes through its ownership layer, which gives the message its owner).
     """
 
-    def __init__(self, queue: Queue, target: int, journal: JournalReader | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        target: int,
+        journal: JournalReader | None = None,
+        *,
+        enqueue: Enqueue | None = None,
+    ) -> None:
         self._queue = queue
         self._journal = journal
+        self._enqueue: Enqueue = enqueue or queue.enqueue
         self.target = target
         """The configured ``TargetQueueDepth``."""
         self.waiting: dict[str, _Held] = {}
@@ -142,7 +166,7 @@ class Inactive:
         )
 
     def _activate(self, message: Waiting) -> bool:
-        return self._queue.enqueue(
+        return self._enqueue(
             message.bookmark,
             message.data,
             message.x,

@@ -45,7 +45,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..config import ServerConfig
-from ..config_values import ConfigError
 from ..engine.journal import Journal, JournalError, JournalRecord
 from .config import QueueConfig
 from .model import AVAILABLE, REMOTE, Queue, QueueMessage
@@ -152,9 +151,10 @@ class ReplicatedQueues:
         own_pid: the publisher id of this instance's queue records (skipped by the scan).
         clock: epoch seconds.
 
-    Raises:
-        ConfigError: a replicated queue with ``TargetQueueDepth`` (not implemented for
-            replicated queues: refused rather than ignored).
+    ``TargetQueueDepth`` on a replicated queue: each instance keeps its own active set (in
+    publication order); a waiting message gets its owner when it becomes active here, and an
+    acknowledgement or transfer of another instance applies to it whether it is active or
+    still waiting.
     """
 
     def __init__(
@@ -167,12 +167,6 @@ class ReplicatedQueues:
         own_pid: int,
         clock: Callable[[], float],
     ) -> None:
-        for cfg in configs:
-            if cfg.kind != "LocalQueue" and cfg.target_queue_depth is not None:
-                raise ConfigError(
-                    f"queue {cfg.name!r}: <TargetQueueDepth> on a replicated <{cfg.kind}> is "
-                    "not supported by the reference server"
-                )
         self._engine = engine
         self._journal = journal
         self.instance = instance
@@ -302,11 +296,14 @@ class ReplicatedQueues:
 
     def _remote_acks(self, queue: Queue, bookmarks: list[str], now: float) -> None:
         expiry = now + queue.config.deferred_ack_expiration
+        inactive = self._engine.inactive.get(queue.name) if self._engine.inactive else None
         for bookmark in bookmarks:
             msg = queue.messages.get(bookmark)
             if msg is not None and msg.barrier:
                 continue  # released per instance: another's release is not ours
-            if queue.remove(bookmark) is None and not self._engine.in_journal(bookmark):
+            if inactive is not None and inactive.remove(bookmark):
+                pass  # still waiting here (TargetQueueDepth): it never becomes active
+            elif queue.remove(bookmark) is None and not self._engine.in_journal(bookmark):
                 queue.deferred[bookmark] = expiry  # acknowledged before it arrived here
             self._requested.pop(bookmark, None)
 
