@@ -37,6 +37,7 @@ from typing import Final, Generic, Protocol, TypeVar
 from ..command import Command
 from ..exceptions import DisconnectedError, UsageError
 from .connection import ClientCore
+from .state import State
 
 __all__ = [
     "HA_TRANSITIONS",
@@ -261,9 +262,12 @@ class HASequence(Generic[S]):
         Discards what ``s`` covers, replays the rest of the store and moves to RESUBSCRIBING.
 
         Raises:
-            DisconnectedError: the connection went away during the replay (the phase is
-                DISCONNECTED; the next logon replays again from the store).
+            DisconnectedError: the core is not logged on (the connection went away since the
+                ack), or it went away during the replay (the phase is DISCONNECTED; the next
+                logon replays again from the store).
         """
+        if self.core.state is not State.LOGGED_ON:  # lost between the ack and this call
+            raise DisconnectedError("the connection was lost before the reconnect sequence")
         self._move(HAPhase.REPLAYING)
         if persisted:
             self.store.discard_up_to(persisted)
@@ -302,8 +306,7 @@ class HASequence(Generic[S]):
         of the one placed (no command id), with the resubscription timeout and, for a
         bookmark subscription, the bookmark it resumes from.
         """
-        if self.phase is not HAPhase.RESUBSCRIBING:
-            raise HAPhaseError(self.phase, HAPhase.RESUBSCRIBING)
+        self._check(HAPhase.RESUBSCRIBING)
         while self._todo and self._todo[0].sub_id not in self.subscriptions:
             self._todo.pop(0)
         if not self._todo:
@@ -320,23 +323,50 @@ class HASequence(Generic[S]):
             command.fields["bm"] = self.resume(sub.sub_id, str(start))
         return Resubscribe(sub, command)
 
+    def _check(self, wanted: HAPhase) -> None:
+        """A step of the RESUBSCRIBING phase may be taken now.
+
+        Raises:
+            DisconnectedError: the connection went away (the wing's await may return after
+                that: this is a race, not a misuse); the phase is DISCONNECTED.
+            HAPhaseError: not the phase for that step.
+        """
+        if self.phase in (HAPhase.DISCONNECTED, HAPhase.CLOSED) or (
+            self.core.state is not State.LOGGED_ON
+        ):
+            self.connection_lost()
+            raise DisconnectedError("the connection was lost during the reconnect sequence")
+        if self.phase is not HAPhase.RESUBSCRIBING:
+            raise HAPhaseError(self.phase, wanted)
+
     def _head(self, sub_id: str) -> S:
-        if self.phase is not HAPhase.RESUBSCRIBING or not self._todo:
-            raise HAPhaseError(self.phase, HAPhase.RESUBSCRIBING)
+        self._check(HAPhase.RESUBSCRIBING)
+        if not self._todo:
+            raise HAPhaseError(self.phase, HAPhase.OPEN)
         head = self._todo[0]
         if head.sub_id != sub_id:
             raise ValueError(f"{sub_id!r} is not the subscription being re-placed")
         return head
 
     def resubscribed(self, sub_id: str) -> None:
-        """The server acked the re-placed ``sub_id``: on to the next."""
+        """The server acked the re-placed ``sub_id``: on to the next.
+
+        Raises:
+            DisconnectedError: the connection went away meanwhile (the phase is DISCONNECTED).
+        """
         self._head(sub_id)
         self._todo.pop(0)
 
     def resubscribe_failed(self, sub_id: str, error: BaseException, *, drop: bool) -> None:
         """Re-placing ``sub_id`` failed: ``drop`` it (:class:`SubscriptionDropped`, on to the
         next), or give up on this connection (DISCONNECTED: the wing reconnects and the next
-        logon starts the sequence again)."""
+        logon starts the sequence again). When the connection is gone already, a dropped
+        subscription is still forgotten."""
+        if self.phase is not HAPhase.RESUBSCRIBING:
+            if drop and sub_id in self.subscriptions:
+                self.subscriptions.remove(sub_id)
+                self.events.append(SubscriptionDropped(sub_id, error))
+            return
         self._head(sub_id)
         if drop:
             self._todo.pop(0)
@@ -349,9 +379,9 @@ class HASequence(Generic[S]):
         """All subscriptions are re-placed: replay what was stored meanwhile and open.
 
         Raises:
-            DisconnectedError: the connection went away during that replay.
+            DisconnectedError: the connection went away (before or during that replay).
         """
-        if self.next_resubscribe() is not None:
+        if self.next_resubscribe() is not None:  # (raises when the connection is gone)
             raise HAPhaseError(self.phase, HAPhase.OPEN)
         count, self._last = self._replay(self._last)
         self._move(HAPhase.OPEN)

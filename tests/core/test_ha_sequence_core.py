@@ -163,12 +163,48 @@ def test_the_phase_table_and_a_step_out_of_turn() -> None:
     assert HA_TRANSITIONS[D] == {REP, CLOSED}
     assert HA_TRANSITIONS[OPEN] == {D, CLOSED}
     wing = Wing(MemoryPublishStore(next_sequence=1))
-    with pytest.raises(HAPhaseError, match="DISCONNECTED to RESUBSCRIBING"):
+    with pytest.raises(DisconnectedError):  # never logged on
         wing.seq.next_resubscribe()
-    with pytest.raises(HAPhaseError, match="DISCONNECTED to RESUBSCRIBING"):
-        wing.seq.open()
-    assert wing.seq.events_received() == []
+    with pytest.raises(DisconnectedError):
+        wing.seq.logged_on(0)
     wing.seq.connection_lost()  # nothing was logged on: nothing happens
+    assert wing.seq.phase is D and wing.seq.events_received() == []
+    wing.logon(0)
+    wing.resubscribe_all()
+    wing.open()
+    with pytest.raises(HAPhaseError, match="OPEN to RESUBSCRIBING"):
+        wing.seq.next_resubscribe()
+    with pytest.raises(HAPhaseError, match="OPEN to REPLAYING"):
+        wing.seq.logged_on(0)  # a logon needs a new connection first
+    wing.seq.closed()
+    assert wing.seq.events_received()[-1] == HAPhaseChanged(OPEN, CLOSED)
+
+
+def test_a_connection_lost_while_the_wing_waits_ends_the_sequence() -> None:
+    """The wing's await for a resubscribe ack may return after the connection went away (the
+    ack came, then the close): the next step raises DisconnectedError (the wing reconnects),
+    it does not open the gate on a dead connection."""
+    wing = Wing(MemoryPublishStore(next_sequence=1))
+    wing.subs.add("a", sub("t", "a"), lambda m: None, None)
+    wing.logon(0)
+    step = wing.seq.next_resubscribe()
+    assert step is not None
+    pending = wing.core.send_command(step.command, step.subscription.handler, None)
+    assert pending is not None
+    wing.ack(pending)
+    wing.core.connection_lost(DisconnectedError("reset by peer"))  # before the wing resumes
+    with pytest.raises(DisconnectedError):
+        wing.seq.resubscribed("a")
+    assert wing.seq.phase is D
+    with pytest.raises(DisconnectedError):
+        wing.seq.open()
+    assert wing.seq.events_received()[-1] == HAPhaseChanged(RES, D)
+    # the logon ack came, then the close, before the wing started the sequence
+    wing.core.connection_made()
+    wing.core.send_logon(client_name="pub", user=None, password=None, message_type="json")
+    wing.core.connection_lost(DisconnectedError("reset by peer"))
+    with pytest.raises(DisconnectedError):
+        wing.seq.logged_on(0)
     assert wing.seq.phase is D and wing.seq.events_received() == []
 
 
