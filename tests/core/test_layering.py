@@ -69,3 +69,32 @@ def test_the_ha_client_holds_a_client_and_has_its_public_face() -> None:
     assert ha.client.core.heartbeat_timeout == 4.0
     ha.logon_options = "ack_conflation=10ms"
     assert ha.client.logon_options == "ack_conflation=10ms"
+
+
+WINGS = {"client", "ha", "sync", "transport", "writer", "stream", "stores", "spark", "cli"}
+
+
+def test_the_core_imports_no_wing() -> None:
+    """The cores (the connection's and the HA sequence's) know nothing of the asyncio
+    client, the HA client, the transports or the stores they are handed."""
+    for path in sorted(CORE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 2:
+                assert (node.module or "").split(".")[0] not in WINGS, (path.name, node.module)
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                parts = (node.module or "").split(".")
+                assert not (parts[0] == "ampsclient" and parts[1:2] and parts[1] in WINGS)
+
+
+def test_the_ha_wing_leaves_the_reconnect_sequence_to_the_core() -> None:
+    """ha/client.py replays nothing and builds no resubscribe command itself: it calls the
+    HA sequence (core/ha_sequence.py) for both."""
+    path = CORE.parent / "ha" / "client.py"
+    calls = {
+        node.func.attr
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+    assert "replay" not in calls and "discard_up_to" in calls  # a persisted ack discards
+    assert {"logged_on", "next_resubscribe", "resubscribed", "resubscribe_failed", "open"} <= calls
+    assert "drop_subscription_commands" not in calls
