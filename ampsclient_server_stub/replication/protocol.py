@@ -37,7 +37,9 @@ when present, is one msgpack value. The header's ``c`` names the frame:
 ``rresult``     listener     ``ok``; body: the result (or ``error`` in the header)
 ``rqxfer``      both         replicated queues: ``q`` (queue), ``mt``; body: bookmarks whose
                              transfer the sender asks of their owner (granted by a journaled
-                             record, see ``queues.replicated``; no reply frame)
+                             record, see ``queues.replicated``; no reply frame); relayed
+                             to an owner not linked with the sender: ``own``, ``rq``,
+                             ``hops`` (``queues.transfer_relay``)
 ==============  ===========  ============================================================
 
 Authentication has two layers. The shared secret (``<Secret>``, optional): each side proves
