@@ -847,7 +847,8 @@ deliver_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
          * holder (it gets the new payload next) and it has the same size: a bytes object
          * nobody else can see, as CPython's own in-place concatenation does. */
 #ifndef Py_GIL_DISABLED
-        if (payload != NULL && Py_REFCNT(payload) == 2 && Py_REFCNT(p.message) == 1
+        if (payload != NULL && n > 1 /* (never the shared empty and one-byte bytes) */
+            && Py_REFCNT(payload) == 2 && Py_REFCNT(p.message) == 1
             && *(PyObject **)((char *)p.message + off_raw) == payload
             && PyBytes_GET_SIZE(payload) == (Py_ssize_t)n) {
             memcpy(PyBytes_AS_STRING(payload), q + 4, (size_t)n);
