@@ -56,7 +56,12 @@ from ..uri import redact
 from .bookmarks import fast_discard, mark_live, resume_point
 from .chooser import DefaultServerChooser, ServerChooser
 from .face import ConnectionFace
-from .persist_waiters import PersistWaiters, publish_lane_store_kind
+from .persist_waiters import (
+    FailedWriteHandler,
+    PersistedAcks,
+    PersistWaiters,
+    publish_lane_store_kind,
+)
 from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
 from .subscriptions import SubscriptionManager, prepare_bookmark_subscription
 
@@ -64,9 +69,6 @@ __all__ = ["AsyncHAClient", "FailedWriteHandler"]
 
 log = logging.getLogger("ampsclient.ha")
 _pack_len = struct.Struct(">I").pack
-
-FailedWriteHandler = Callable[[Message, str], Any]
-"""``handler(message, reason)`` for a publish the server refused (``duplicate``, ...)."""
 
 
 class AsyncHAClient(ConnectionFace):
@@ -157,7 +159,6 @@ class AsyncHAClient(ConnectionFace):
         self._closing = False
         self._reconnect_task: asyncio.Task[None] | None = None
         self._in_connect_loop = False
-        self._failed_write: FailedWriteHandler | None = None
         self._failed_resubscribe: Callable[[Command, int, BaseException], bool] | None = None
         self._give_up_error: BaseException | None = None
         self._waiters = PersistWaiters()
@@ -165,7 +166,11 @@ class AsyncHAClient(ConnectionFace):
         self._queue_frame = client.queue_frame
         self._writable = client.writable
         self._core.keep_routes_on_disconnect = True
-        client.set_event_handler(PublishPersisted, lambda e: self._persisted(e.ack))
+        self._acks = PersistedAcks(
+            self._store, self._waiters, report=client.report, unrouted=self._core.unrouted
+        )
+        apply_ack = self._acks.apply  # bound once: one call per persisted ack, as before
+        client.set_event_handler(PublishPersisted, lambda e: apply_ack(e.ack))
         self._user_disconnect_handler: (
             Callable[[AsyncHAClient, BaseException | None], Any] | None
         ) = None
@@ -220,7 +225,7 @@ class AsyncHAClient(ConnectionFace):
 
     def set_failed_write_handler(self, handler: FailedWriteHandler | None) -> None:
         """Called with ``(message, reason)`` when the server refuses a stored publish."""
-        self._failed_write = handler
+        self._acks.failed_write = handler
 
     def set_failed_resubscribe_handler(
         self, handler: Callable[[Command, int, BaseException], bool] | None
@@ -255,7 +260,7 @@ class AsyncHAClient(ConnectionFace):
         if self._store.unpersisted_count:
             raise UsageError("set_publish_store: the current store holds unpersisted messages")
         self._store = store if store is not None else MemoryPublishStore()
-        self._seq.store = self._store
+        self._seq.store = self._acks.store = self._store
         self.__dict__.pop("publish", None)  # unbind the C lane of the previous store
         self._lane = None
         self._bind_publish_lane()
@@ -613,28 +618,6 @@ class AsyncHAClient(ConnectionFace):
         if got != seq:  # pragma: no cover - another thread published in between
             raise UsageError("publish_future needs a single publishing thread")
         return future
-
-    def _persisted(self, ack: Message) -> None:
-        seq = ack.sequence
-        if seq is None:
-            return
-        if ack.status == "failure":
-            reason = ack.reason or ""
-            stored = self._store.get(seq)
-            self._store.discard(seq)
-            self._waiters.refused(seq, reason)
-            if stored is not None and self._failed_write is not None:
-                try:
-                    self._failed_write(Message(stored.payload), reason)
-                except Exception as exc:
-                    self._client.report(exc)
-            elif self._failed_write is None:
-                log.warning("the server refused publish s=%d: %s", seq, reason)
-                self._core.unrouted(ack)
-        else:
-            self._store.discard_up_to(seq)
-            self._waiters.persisted_up_to(seq)
-        self._waiters.check_flushes(self._store.lowest_unpersisted)
 
     async def publish_flush(self, timeout: int = 0) -> None:
         """Wait until every message stored before this call is persisted (across reconnects).

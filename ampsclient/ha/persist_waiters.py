@@ -1,18 +1,27 @@
-"""The publish side of an HA client apart from the connection: who waits for persisted acks
-(one future per ``publish_future`` message and one per ``publish_flush`` call; no I/O: the HA
-client feeds it the acks), and which stores the C publish lane may write to."""
+"""The publish side of an HA client apart from the connection: what a persisted ack does to
+the publish store (:class:`PersistedAcks`), who waits for persisted acks (one future per
+``publish_future`` message and one per ``publish_flush`` call; no I/O: the HA client feeds it
+the acks), and which stores the C publish lane may write to."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Literal
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
 
 from ..exceptions import PublishError, error_for_reason
+from ..protocol.message import Message
 from ..stores.publish import FilePublishStore, MemoryPublishStore, PublishStore
 from ..stores.publish.official import PublishStore as NamedFilePublishStore
 
-__all__ = ["PersistWaiters", "publish_lane_store_kind"]
+__all__ = ["FailedWriteHandler", "PersistWaiters", "PersistedAcks", "publish_lane_store_kind"]
+
+log = logging.getLogger("ampsclient.ha")
+
+FailedWriteHandler = Callable[[Message, str], Any]
+"""``handler(message, reason)`` for a publish the server refused (``duplicate``, ...)."""
 
 
 class PersistWaiters:
@@ -76,6 +85,60 @@ class PersistWaiters:
             if not fut.done():
                 fut.set_exception(error)
         self.flushes.clear()
+
+
+class PersistedAcks:
+    """Applies the server's persisted acks of publishes to the publish store and its waiters.
+
+    Args:
+        store: the publish store (the HA client sets :attr:`store` when it changes).
+        waiters: the futures waiting for persisted acks.
+        report: gives a failed-write handler's exception to the exception listener.
+        unrouted: takes a refusal nobody handles (the last-chance handler).
+    """
+
+    def __init__(
+        self,
+        store: PublishStore,
+        waiters: PersistWaiters,
+        *,
+        report: Callable[[BaseException], None],
+        unrouted: Callable[[Message], None],
+    ) -> None:
+        self.store = store
+        """The publish store."""
+        self.waiters = waiters
+        """Futures waiting for persisted acks."""
+        self.failed_write: FailedWriteHandler | None = None
+        """Called with ``(message, reason)`` for each stored publish the server refused."""
+        self._report = report
+        self._unrouted = unrouted
+
+    def apply(self, ack: Message) -> None:
+        """A persisted ack: ``success`` persists everything up to its ``s``; ``failure``
+        refuses that one message (discarded; the failed-write handler gets it)."""
+        seq = ack.sequence
+        if seq is None:
+            return
+        store = self.store
+        if ack.status == "failure":
+            reason = ack.reason or ""
+            stored = store.get(seq)
+            store.discard(seq)
+            self.waiters.refused(seq, reason)
+            handler = self.failed_write
+            if stored is not None and handler is not None:
+                try:
+                    handler(Message(stored.payload), reason)
+                except Exception as exc:
+                    self._report(exc)
+            elif handler is None:
+                log.warning("the server refused publish s=%d: %s", seq, reason)
+                self._unrouted(ack)
+        else:
+            store.discard_up_to(seq)
+            self.waiters.persisted_up_to(seq)
+        self.waiters.check_flushes(store.lowest_unpersisted)
 
 
 def publish_lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:

@@ -95,6 +95,6 @@ def test_the_ha_wing_leaves_the_reconnect_sequence_to_the_core() -> None:
         for node in ast.walk(ast.parse(path.read_text(), str(path)))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
     }
-    assert "replay" not in calls and "discard_up_to" in calls  # a persisted ack discards
+    assert "replay" not in calls and "discard_up_to" not in calls
     assert {"logged_on", "next_resubscribe", "resubscribed", "resubscribe_failed", "open"} <= calls
     assert "drop_subscription_commands" not in calls
