@@ -23,5 +23,12 @@ if os.environ.get("AMPSCLIENT_NO_EXTENSIONS") != "1":
             optional=True,
         )
     )
+    ext_modules.append(
+        Extension(
+            "ampsclient_server_stub.queues._queue_speedups",
+            sources=["ampsclient_server_stub/queues/_queue_speedups.c"],
+            optional=True,
+        )
+    )
 
 setup(ext_modules=ext_modules)

@@ -66,11 +66,12 @@ from ..engine.wire import (
     send_acks,
     split_list,
 )
+from . import intake, speedups
 from .config import QueueConfig
 from .dead_letter import DeadLetters
 from .depth import Inactive, Waiting
 from .expiration import MessageExpiry
-from .intake import Parsed, parse_frame, plain_run
+from .intake import Parsed, parse_frame
 from .model import Queue, QueueMessage, QueueSub
 from .recovery import Replay
 from .replicated import ReplicatedQueues
@@ -83,6 +84,9 @@ __all__ = ["ACK_FILE", "NEVER", "QueueEngine", "QueueStartError"]
 _ACK: Final = {"queue": 1}
 
 logger = logging.getLogger(__name__)
+
+plain_run: Final = speedups.plain_run or intake.plain_run
+"""Reads a run of plain intake frames (C when built, else its Python twin)."""
 
 ACK_FILE: Final = "queues.ack"
 """The ack-point file in the journal directory is ``<journal name>.queues.ack``."""

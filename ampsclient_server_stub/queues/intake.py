@@ -29,14 +29,22 @@ def plain_run(
 
     The plain form is ``...,"bm":"<bookmark>"}BODY``: the bookmark is the header's last
     field and has no quote. With ``sow_keys`` (the broker has SOW topics), a frame whose
-    header has a ``k`` (a SOW record, which may carry its own expiration) is not plain.
+    header has a ``k`` (a SOW record, which may carry its own expiration) is not plain; nor
+    is anything but ``bytes``. The twin of the C ``plain_run`` (:mod:`.speedups`).
+
+    Raises:
+        ValueError: ``start`` is negative.
     """
+    if start < 0:
+        raise ValueError("plain_run: start must be >= 0")
     out: list[tuple[str, bytes]] = []
     append = out.append
     end = len(frames)
     pos = start
     while pos < end:
         frame = frames[pos]
+        if type(frame) is not bytes:
+            break
         i = frame.find(b',"bm":"')
         if i <= 0:
             break

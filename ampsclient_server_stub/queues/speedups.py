@@ -1,0 +1,42 @@
+"""Which implementation of the queue engine's per-message loops runs: C or pure Python.
+
+``ampsclient_server_stub/queues/_queue_speedups.c`` is an optional extension built at install
+time, like the server's (:mod:`ampsclient_server_stub.accel`, which this follows); without a C
+compiler the install still succeeds and the Python twins run. ``AMPSCLIENT_PUREPYTHON=1``
+(set before the import) forces the Python twins.
+
+Each C function has exactly one Python twin, the reference (:data:`TWINS`);
+``tests/queues/test_queue_speedups.py`` runs both on the same cases. The callers bind the
+function at import: ``speedups.plain_run or intake.plain_run``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
+
+__all__ = ["SPEEDUPS", "TWINS", "plain_run"]
+
+TWINS: Final[Mapping[str, str]] = MappingProxyType(
+    {"plain_run": "ampsclient_server_stub.queues.intake.plain_run"}
+)
+"""Each C function -> its pure-Python twin (the reference)."""
+
+plain_run: Callable[[Sequence[bytes], int, bool], tuple[int, list[tuple[str, bytes]]]] | None = (
+    None
+)
+
+_module: Any = None
+if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
+    try:
+        _module = importlib.import_module("ampsclient_server_stub.queues._queue_speedups")
+    except ImportError:  # pragma: no cover - built without a compiler
+        _module = None
+    if _module is not None:
+        plain_run = _module.plain_run
+
+SPEEDUPS: Final = _module is not None
+"""True when the C speedups are in use."""

@@ -1,0 +1,158 @@
+"""The queue engine's optional C speedups (``queues/_queue_speedups.c``) against their
+pure-Python twins (``queues.speedups.TWINS``), input by input, and the intake they accelerate
+through a real server.
+
+The C cases are skipped when the extension is absent or ``AMPSCLIENT_PUREPYTHON=1``; the twin
+is then checked against the hand-written expectations alone (the suite's pure-Python pass).
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _queue_support import Consumer, start
+
+from ampsclient_server_stub.queues import engine, intake, speedups
+from ampsclient_server_stub.queues.config import QueueConfig
+
+needs_c = pytest.mark.skipif(not speedups.SPEEDUPS, reason="queue C speedups not in use")
+IMPLS = ["python", pytest.param("c", marks=needs_c)]
+
+PlainRun = Callable[[Sequence[bytes], int, bool], tuple[int, list[tuple[str, bytes]]]]
+
+
+def impl(name: str) -> PlainRun:
+    if name == "c":
+        assert speedups.plain_run is not None
+        return speedups.plain_run
+    return intake.plain_run
+
+
+def test_every_c_function_names_an_existing_twin() -> None:
+    for name, qualname in speedups.TWINS.items():
+        module, attr = qualname.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(module), attr)), name
+        if speedups.SPEEDUPS:
+            assert callable(getattr(speedups, name)), name
+    expected = speedups.plain_run if speedups.SPEEDUPS else intake.plain_run
+    assert engine.plain_run is expected
+
+
+def frame(bm: str, body: bytes = b'{"id":1}', *, extra: str = "") -> bytes:
+    return (
+        '{"c":"p","t":"orders","sids":"queue-intake-0"' + extra + ',"bm":"' + bm + '"}'
+    ).encode() + body
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_plain_run_reads_a_run_and_stops_at_the_first_other_form(name: str) -> None:
+    run = impl(name)
+    frames = [
+        frame("11|1|"),
+        frame("11|2|", b""),  # an empty body
+        frame("11|3|", b'{"s":"}\\""}'),  # quotes and braces in the body
+        b'{"c":"p","t":"orders","bm":"11|4|","x":"c1"}{}',  # bm not last: not plain
+        frame("11|5|"),
+    ]
+    assert run(frames, 0, False) == (
+        3,
+        [("11|1|", b'{"id":1}'), ("11|2|", b""), ("11|3|", b'{"s":"}\\""}')],
+    )
+    assert run(frames, 3, False) == (3, [])
+    assert run(frames, 4, False) == (5, [("11|5|", b'{"id":1}')])
+    assert run(frames, 5, False) == (5, [])
+    assert run(frames, 9, False) == (9, [])
+    assert run((), 0, True) == (0, [])
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_plain_run_leaves_sow_records_and_odd_frames_to_the_parser(name: str) -> None:
+    run = impl(name)
+    keyed = frame("11|1|", extra=',"k":"abc"')
+    assert run([keyed], 0, True) == (0, [])
+    assert run([keyed], 0, False) == (1, [("11|1|", b'{"id":1}')])
+    assert run([b'{"c":"p","t":"orders"}{"id":1}'], 0, False) == (0, [])  # no bm
+    assert run([b',"bm":"11|1|"}{}'], 0, False) == (0, [])  # bm at position 0
+    assert run([b'{"c":"p","bm":"11|1|'], 0, False) == (0, [])  # no closing quote
+    assert run([b'{"c":"p","bm":"11|1|"'], 0, False) == (0, [])  # nothing after it
+    assert run([bytearray(frame("11|1|"))], 0, False) == (0, [])  # type: ignore[list-item]
+    assert run([frame("ü|1|")], 0, False) == (1, [("ü|1|", b'{"id":1}')])
+    with pytest.raises(UnicodeDecodeError):
+        run([b'{"c":"p","bm":"\xff"}{}'], 0, False)
+    with pytest.raises(ValueError, match="start"):
+        run([frame("11|1|")], -1, False)
+
+
+@needs_c
+def test_c_and_python_agree_on_random_frames() -> None:
+    rng = random.Random(16)
+    alphabet = [
+        b'"',
+        b"}",
+        b"{",
+        b",",
+        b":",
+        b"\\",
+        b"k",
+        b"bm",
+        b',"bm":"',
+        b',"k":"',
+        b"1|",
+        b"a",
+    ]
+    assert speedups.plain_run is not None
+    cases = 0
+    for _ in range(3000):
+        frames: list[Any] = []
+        for _ in range(rng.randint(0, 6)):
+            if rng.random() < 0.6:
+                frames.append(
+                    frame(
+                        f"{rng.randint(1, 9)}|{rng.randint(1, 99)}|",
+                        rng.choice([b"", b"{}", b'"}']),
+                    )
+                )
+            else:
+                frames.append(b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))))
+        start = rng.randint(0, len(frames))
+        sow = rng.random() < 0.5
+        assert speedups.plain_run(frames, start, sow) == intake.plain_run(frames, start, sow), (
+            frames,
+            start,
+            sow,
+        )
+        cases += 1
+    assert cases == 3000
+
+
+def test_intake_through_a_server_in_both_forms(tmp_path: Path) -> None:
+    """Plain frames and frames with ``x`` (a correlation id: the parsed path) published in
+    one run all enter the queue in order, each delivered once with its own body."""
+    server = start(
+        tmp_path, QueueConfig(name="work", message_type="json", max_per_subscription_backlog=100)
+    )
+    try:
+        consumer = Consumer(server)
+        consumer.subscribe("work", o="max_backlog=100")
+        pub = Consumer(server, "publisher")
+        for i in range(40):
+            fields: dict[str, Any] = {"c": "publish", "t": "work"}
+            if i % 7 == 3:
+                fields["x"] = f"corr-{i}"
+            pub.raw.send(fields, b'{"id":%d}' % i)
+        pub.raw.send({"c": "flush", "cid": "f1", "a": "completed"})
+        pub.wait_ack("f1", "completed")
+        consumer.raw.send({"c": "flush", "cid": "f2", "a": "completed"})
+        consumer.wait_ack("f2", "completed")
+        bodies = [body for _hdr, body in consumer.deliveries]
+        assert bodies == [b'{"id":%d}' % i for i in range(40)]
+        xs = {hdr["x"] for hdr, _body in consumer.deliveries if "x" in hdr}
+        assert xs == {f"corr-{i}" for i in range(40) if i % 7 == 3}
+        assert len({hdr["bm"] for hdr, _body in consumer.deliveries}) == 40
+    finally:
+        server.stop()
