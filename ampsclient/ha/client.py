@@ -6,7 +6,9 @@ forwarded by :class:`~ampsclient.ha.face.ConnectionFace`); next to it sit a
 :class:`ServerChooser`, a :class:`ReconnectDelayStrategy`, a publish store and a
 :class:`SubscriptionManager`.
 
-The reconnect sequence after every logon:
+The reconnect sequence after every logon, decided by the sans-I/O
+:class:`~ampsclient.core.ha_sequence.HASequence` (this client performs its steps' I/O and
+waits for the acks):
 
 1. discard from the publish store what the logon ack's ``s`` covers;
 2. replay every unpersisted message in sequence order (their original ``s``; the server
