@@ -33,6 +33,8 @@ class ScriptedPeer:
         self.conns: list[MemoryConnection] = []
         self.persisted = 0
         self.on_subscribe: Callable[[], None] | None = None
+        self.close_after_subscribe_ack = 0
+        """Close the connection right after acking this many more subscribes."""
 
     def accept(self, conn: MemoryConnection) -> None:
         log: list[bytes] = []
@@ -53,6 +55,9 @@ class ScriptedPeer:
             if message.command == "subscribe" and self.on_subscribe is not None:
                 self.on_subscribe()
             conn.send(b'{"c":"ack","cid":"%s","a":"processed","status":"success"}' % cid)
+            if message.command == "subscribe" and self.close_after_subscribe_ack:
+                self.close_after_subscribe_ack -= 1
+                conn.close()  # the ack arrives, then the close, before the wing resumes
 
 
 def summary(payload: bytes) -> tuple[str, int | None]:
@@ -162,4 +167,31 @@ async def test_a_user_disconnect_handler_does_not_replace_the_reconnect(
     )
     assert seen == [ha]
     assert len(peer.logs) == 2
+    await ha.close()
+
+
+async def test_a_drop_right_after_a_resubscribe_ack_starts_the_sequence_again(
+    peer: ScriptedPeer,
+) -> None:
+    """The resubscribe's ack comes, then the connection closes before the wing resumes: the
+    sequence says the connection is gone (DisconnectedError), so the wing reconnects instead
+    of opening the publish gate on a dead connection."""
+    ha = AsyncHAClient("pub-3", reconnect_delay_strategy=FixedDelayStrategy(0))
+    events: list[ConnectionState] = []
+    ha.add_connection_state_listener(lambda e: events.append(e.state))
+    await ha.connect_and_logon("memory://ha-sequence:0/amps/json")
+    sub_id = await ha.subscribe(lambda m: None, "orders")
+    peer.close_after_subscribe_ack = 1
+    events.clear()
+    peer.conns[0].close()
+    await wait_until(lambda: ConnectionState.RESUBSCRIBED in events, "the reconnect")
+    assert len(peer.logs) == 3  # the second connection died after its resubscribe ack
+    for log in peer.logs[1:]:
+        assert [summary(p)[0] for p in log] == ["logon", "subscribe"]
+        assert Message(log[1]).header["sub_id"] == sub_id
+    assert events.count(ConnectionState.RESUBSCRIBED) == 1
+    assert events.count(ConnectionState.PUBLISH_REPLAYED) == 2
+    seq = ha.publish("orders", b'{"n":1}')
+    await wait_until(lambda: len(peer.logs[2]) == 3, "the publish on the third connection")
+    assert summary(peer.logs[2][2]) == ("p", seq)
     await ha.close()
