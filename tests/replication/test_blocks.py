@@ -185,7 +185,7 @@ def test_a_received_block_is_checked_record_by_record() -> None:
     with pytest.raises(ValueError, match="must be bytes"):
         block_runs("text", 5, 4, "A|HA")
     not_a_map = _record(5, 9, 1, b"\x94\xa1p\xa1t\xc4\x01a\x01")  # fields: 1
-    with pytest.raises(ValueError, match="not a map|wrong type"):
+    with pytest.raises(ValueError, match=r"not a map|wrong type"):
         block_runs(not_a_map, 5, 1, "A|HA")
 
 
