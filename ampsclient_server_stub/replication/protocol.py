@@ -78,8 +78,10 @@ __all__ = [
     "verify_proof",
 ]
 
-PROTOCOL_VERSION: Final = 2
-"""2: the ``rlogon`` step; ``z`` (compressed ``rrec`` bodies)."""
+PROTOCOL_VERSION: Final = 3
+"""2: the ``rlogon`` step; ``z`` (compressed ``rrec`` bodies). 3: ``rrec`` journal blocks
+(``b``/``n``/``rp``) and the queue-transfer request ``rqxfer``: a peer of an older version is
+refused at the handshake instead of failing on a frame it does not know."""
 
 _LEN: Final = struct.Struct(">I")
 

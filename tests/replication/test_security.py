@@ -430,12 +430,18 @@ def test_a_peer_that_skips_the_logon_is_closed_and_nothing_is_recorded(
     with socket.create_connection(("127.0.0.1", t.repl_port), timeout=10) as sock:
         sock.sendall(
             encode_frame(
-                {"c": "rhello", "name": "Rogue", "role": "replication", "nonce": nonce, "v": 2}
+                {
+                    "c": "rhello",
+                    "name": "Rogue",
+                    "role": "replication",
+                    "nonce": nonce,
+                    "v": PROTOCOL_VERSION,
+                }
             )
         )
         (size,) = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))
         challenge, _ = decode_frame(sock.recv(size, socket.MSG_WAITALL))
-        assert challenge["c"] == "rchallenge" and PROTOCOL_VERSION == 2
+        assert challenge["c"] == "rchallenge"
         sock.sendall(
             encode_frame({"c": "rauth", "proof": proof("", "dialer", challenge["nonce"], "Rogue")})
             + encode_frame({"c": "ropen", "d": "T", "sync": "async"})
@@ -446,6 +452,34 @@ def test_a_peer_that_skips_the_logon_is_closed_and_nothing_is_recorded(
             rest += chunk
     assert held_thread(tt, "orders") == []
     assert tt.call(lambda: tt.server.replication.status()["links"]) == []
+
+
+def test_a_peer_of_an_older_protocol_version_is_refused_at_the_hello(
+    tmp_path: Path, threads: list[Any]
+) -> None:
+    """A peer speaking the version before journal blocks and queue transfers (2) gets an
+    ``rreject`` naming the version as its first answer, and the link closes."""
+    import socket
+    import struct
+
+    from ampsclient_server_stub.replication.protocol import (
+        PROTOCOL_VERSION,
+        decode_frame,
+        encode_frame,
+        make_nonce,
+    )
+
+    t = Node("T", tmp_path, repl_port=free_port())
+    start_thread(t, threads)
+    assert t.repl_port is not None and PROTOCOL_VERSION > 2
+    hello = {"c": "rhello", "name": "Old", "role": "replication", "nonce": make_nonce(), "v": 2}
+    with socket.create_connection(("127.0.0.1", t.repl_port), timeout=10) as sock:
+        sock.sendall(encode_frame(hello))
+        (size,) = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))
+        answer, _ = decode_frame(sock.recv(size, socket.MSG_WAITALL))
+        assert answer["c"] == "rreject"
+        assert answer["reason"] == "unsupported protocol version"
+        assert sock.recv(1) == b""  # closed by the instance
 
 
 def held_thread(thread: Any, topic: str) -> list[bytes]:
