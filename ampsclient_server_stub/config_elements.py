@@ -122,6 +122,7 @@ _ELEMENTS: dict[str, str] = {
     "SOW/Queue/DefaultPublishTarget": "where a publish to the queue's name goes (regex queue)",
     "SOW/Queue/ExpirationModel": "how Expiration and a message's own expiration combine",
     "SOW/Queue/TargetQueueDepth": "only this many messages active; the rest wait in order",
+    "SOW/Queue/FileBackedMetadata": "enabled: bodies stay in the journal, live set in .queue.cache",
     "SOW/GroupLocalQueue/GroupLocalQueueDomain": "the queue's identity domain (not the group)",
 }
 

@@ -14,7 +14,7 @@ order), ``FairnessModel`` ``proportional`` (``round-robin`` for at-most-once, th
 model it supports), ``Leasing`` ``sublet``, ``MaxDeliveries``/``MaxCancels`` 0 (no limit),
 ``RecoveryPoint`` ``epoch``, ``DeferredAckExpiration`` one day, ``ExpirationModel``
 ``default``, ``TargetQueueDepth`` unset (every message active), ``GroupLocalQueueDomain``
-unset (the instance's group).
+unset (the instance's group), ``FileBackedMetadata`` unset (``disabled``: in memory).
 
 ``UnderlyingTopic`` may be a regular expression (several journaled topics feed the queue);
 it then needs ``DefaultPublishTarget``, a literal topic the expression matches, where a
@@ -86,9 +86,7 @@ _KNOWN: Final = frozenset(
     }
 )
 
-NOT_IMPLEMENTED: Final = {
-    "FileBackedMetadata": "queue metadata lives in memory only",
-}
+NOT_IMPLEMENTED: Final[dict[str, str]] = {}
 """Documented elements the reference server refuses, with the reason given in the error."""
 
 _EXCLUSIVE: Final = (
@@ -154,6 +152,10 @@ class QueueConfig:
     domain: str | None = None
     """``GroupLocalQueueDomain``: the queue's identity is ``(name, domain)`` instead of
     ``(name, group)`` (``GroupLocalQueue`` only)."""
+    file_backed_metadata: bool = False
+    """``FileBackedMetadata`` ``enabled``: the queue's messages are kept as journal positions
+    (bodies read back from the journal) and its live set in a ``.queue.cache`` file in the
+    journal directory (:mod:`.metadata_file`)."""
 
     def topics(self) -> tuple[str, ...]:
         """The underlying topics, with the default (the queue's name) applied."""
@@ -253,6 +255,10 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
         or "default",  # type: ignore[arg-type]
         target_queue_depth=_integer(elem, "TargetQueueDepth", TARGET_QUEUE_DEPTH_MIN, label, fail),
         domain=_text(elem, "GroupLocalQueueDomain", fail),
+        file_backed_metadata=_choice(
+            elem, "FileBackedMetadata", ("enabled", "disabled"), label, fail
+        )
+        == "enabled",
     )
 
 

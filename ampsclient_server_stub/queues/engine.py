@@ -72,6 +72,7 @@ from .dead_letter import DeadLetters
 from .depth import Inactive, Waiting
 from .expiration import MessageExpiry
 from .intake import Parsed, parse_frame
+from .metadata_file import MetadataFiles
 from .model import Queue, QueueMessage, QueueSub
 from .recovery import Replay
 from .replicated import ReplicatedQueues
@@ -205,6 +206,7 @@ class QueueEngine:
             self.replica = ReplicatedQueues(
                 self, self._journal, configs, instance=instance, own_pid=self._pid, clock=clock
             )
+        self.metadata = MetadataFiles(self._journal)  # FileBackedMetadata
         for i, cfg in enumerate(configs):
             self._check(cfg)
             owner = replicated or cfg.initial_owner is None or cfg.initial_owner == instance
@@ -607,16 +609,8 @@ class QueueEngine:
             start = journal.last_index + 1
         replay = Replay(queue, expiry=self._expiry, inactive=self.inactive.get(cfg.name))
         replica = self.replica_of(queue)
-        position = max(start, journal.first_index)
-        while position <= journal.last_index:
-            batch = journal.read(position, max_records=4096)
-            if not batch:
-                break
-            for record in batch:
-                replay.apply(record)
-                if replica is not None:
-                    replica.recovered(queue, record)
-            position = batch[-1].index + 1
+        position = self.metadata.load(queue, replay, replica, max(start, journal.first_index))
+        replay.scan(journal, position, replica)
         replay.done()
         self._points[_key(cfg)] = start
         if replay.enqueued or replay.removed:
@@ -684,6 +678,7 @@ class QueueEngine:
         points past what was acknowledged; the file is written at most once a second."""
         if self.replica is not None:
             self.replica.scan(durable)
+        self.metadata.save(self.queues.values(), self.inactive)
         if not self._stale:
             return
         try:
@@ -775,6 +770,7 @@ class QueueEngine:
         except JournalError:  # closed first: the points of the last refresh stand
             logger.debug("journal closed: queue ack points as of the last acknowledgement")
         self._write_points()
+        self.metadata.save(self.queues.values(), self.inactive, force=True)
 
 
 def _bookmarks(value: Any) -> list[str]:

@@ -209,6 +209,8 @@ class Queue:
         """Acknowledgements of leased messages measured in :attr:`ack_time`."""
         self.measure_acks = False
         """Measure :attr:`ack_time` (replicated queues only: plain ones do not pay for it)."""
+        self.message_class: type[QueueMessage] = QueueMessage
+        """What a message is made of (``FileBackedMetadata``: :mod:`.metadata_file`'s)."""
         self.counters: dict[str, int] = {
             "enqueued": 0,
             "delivered": 0,
@@ -256,7 +258,7 @@ class Queue:
             self.counters["deferred_acks_applied"] += 1
             return False
         self._order += 1
-        msg = QueueMessage(bookmark, data, x, self._order, now)
+        msg = self.message_class(bookmark, data, x, self._order, now)
         if expires is not None or self.config.expiration is not None:
             msg.expires = deadline(self.config, now, expires)
         if msg.expires is not None:
@@ -295,6 +297,7 @@ class Queue:
         deferred = self.deferred
         fresh = self._fresh.append
         order = self._order
+        new = self.message_class
         added = applied = 0
         for bookmark, data in items:
             if bookmark in messages:
@@ -303,7 +306,7 @@ class Queue:
                 applied += 1
                 continue
             order += 1
-            msg = QueueMessage(bookmark, data, None, order, now)
+            msg = new(bookmark, data, None, order, now)
             messages[bookmark] = msg
             fresh(msg)
             added += 1

@@ -9,16 +9,19 @@ marked ``queue``) takes its bookmarks out again.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ..engine.filters import compile_filter
-from ..engine.journal import JournalRecord
+from ..engine.journal import Journal, JournalRecord
 from ..engine.payload import decode
 from ..engine.topics import compile_topic
 from ..engine.wire import split_list
 from .depth import Inactive, Waiting
 from .expiration import MessageExpiry
 from .model import Queue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .replicated import ReplicatedQueues
 
 __all__ = ["Replay"]
 
@@ -82,6 +85,20 @@ class Replay:
             )
         if entered:
             self.enqueued += 1
+
+    def scan(self, journal: Journal, position: int, replica: ReplicatedQueues | None) -> None:
+        """Apply the records of ``journal`` from ``position`` to its end (``replica``: each
+        one's ownership too)."""
+        queue = self._queue
+        while position <= journal.last_index:
+            batch = journal.read(position, max_records=4096)
+            if not batch:
+                break
+            for record in batch:
+                self.apply(record)
+                if replica is not None:
+                    replica.recovered(queue, record)
+            position = batch[-1].index + 1
 
     def done(self) -> None:
         """The journal is read: activate what the target depth allows."""

@@ -35,3 +35,11 @@ def test_queue_delivery_flush_interval_is_refused_by_name(tmp_path: Path, value:
 
 def test_the_same_config_without_it_is_accepted(tmp_path: Path) -> None:
     parse(tmp_path, "")  # the refusal above is the element's, not the rest of the config's
+
+
+@pytest.mark.parametrize("value", ["yes", "on", ""])
+def test_file_backed_metadata_takes_enabled_or_disabled(tmp_path: Path, value: str) -> None:
+    queue = f"<FileBackedMetadata>{value}</FileBackedMetadata>"
+    xml = BASE.format(extra="").replace("</MessageType></Queue>", f"</MessageType>{queue}</Queue>")
+    with pytest.raises(ConfigError, match="<FileBackedMetadata>"):
+        parse_config(xml, base_dir=tmp_path)

@@ -605,6 +605,9 @@ PROOFS: dict[str, Probe | Covered] = {
     "SOW/GroupLocalQueue/GroupLocalQueueDomain": Covered(
         QUEUES + "test_queue_domain.py::test_a_group_local_queue_with_a_domain_runs_on_one_instance"
     ),
+    "SOW/Queue/FileBackedMetadata": Covered(
+        QUEUES + "test_queue_file_backed.py::test_queued_bodies_stay_in_the_journal_not_in_memory"
+    ),
 }
 """The proof of each accepted element."""
 
