@@ -7,14 +7,18 @@ memory does not grow with the bodies of the queued messages."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import pytest
-from _queue_support import QUEUE_XML, publish_durably
+import test_queue_target_depth as depth
+from _queue_support import QUEUE_XML, Consumer, publish_durably, queue_config, stats
 from test_queue_durability import RawConsumer
 from test_queue_target_depth_memory import publish, rss
 
+from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.testing import RawClient, wait_for
 
@@ -138,3 +142,37 @@ def test_queued_bodies_stay_in_the_journal_not_in_memory(tmp_path: Path) -> None
     payload = count * body
     assert grown["plain"] > payload // 2, grown  # in memory: at least the bodies' half
     assert grown["filed"] < payload // 4, grown  # file-backed: positions only
+
+
+def test_waiting_messages_of_a_target_depth_queue_are_in_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    work = dataclasses.replace(depth.WORK, file_backed_metadata=True)
+
+    def run() -> ServerThread:
+        return ServerThread(queue_config(tmp_path, work), fsync="never").start()
+
+    server = run()
+    try:
+        depth.publish_all(server)  # 1200: 1000 active, 200 waiting
+    finally:
+        server.stop()
+    files = list((tmp_path / "journal").glob("*.queue.cache"))
+    assert len(files) == 1
+    with caplog.at_level(logging.INFO, logger="ampsclient_server_stub.queues.metadata_file"):
+        server = run()
+    try:
+        assert f"{depth.TOTAL} message(s) from {files[0].name}" in caplog.text
+        s = stats(server)
+        assert (s["queue_depth"], s["inactive_message_count"]) == (1000, depth.TOTAL - 1000)
+        consumer = Consumer(server)
+        consumer.subscribe("work", o="max_backlog=100")
+        seen: list[int] = []
+        while len(seen) < depth.TOTAL:
+            got = consumer.wait_deliveries(len(seen) + 1)[len(seen) :]
+            seen += [json.loads(body)["n"] for _h, body in got]
+            consumer.ack("work", ",".join(h["bm"] for h, _ in got))
+        assert seen == list(range(1, depth.TOTAL + 1))
+        assert consumer.sync() == []
+    finally:
+        server.stop()
