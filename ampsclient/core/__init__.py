@@ -1,5 +1,5 @@
 """The sans-I/O connection core (see :mod:`ampsclient.core.connection`), its events and its
-state table.
+state table, and the HA reconnect sequence (:mod:`ampsclient.core.ha_sequence`).
 
 No module of this package does I/O: no socket, no event loop, no thread.
 """
@@ -21,9 +21,11 @@ from .event_types import (
     SubscriptionPersisted,
 )
 from .events import ConnectionEvent, ConnectionState
+from .ha_sequence import HA_TRANSITIONS, HAPhase, HAPhaseChanged, HAPhaseError, HASequence
 from .state import TRANSITIONS, InvalidStateError, State
 
 __all__ = [
+    "HA_TRANSITIONS",
     "TRANSITIONS",
     "ClientCore",
     "CommandAcked",
@@ -32,6 +34,10 @@ __all__ = [
     "ConnectionLost",
     "ConnectionState",
     "Event",
+    "HAPhase",
+    "HAPhaseChanged",
+    "HAPhaseError",
+    "HASequence",
     "HandlerFailed",
     "HeartbeatTimedOut",
     "InvalidStateError",
