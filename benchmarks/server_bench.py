@@ -23,6 +23,10 @@ change, for before/after in one run). Runs alternate variants; medians and range
 with the server's CPU per message and the load average.
 
 Usage: ``python benchmarks/server_bench.py [-n 300000] [--runs 5] [--base /tmp/base]``.
+
+``--profile DIR`` attaches py-spy (``py-spy record --pid``, 250 samples a second, raw
+collapsed stacks) to the server for each measurement and writes
+``DIR/<path>-<variant>-<run>.txt``; the profiler's own cost then shows in the figures.
 """
 
 from __future__ import annotations
@@ -146,12 +150,35 @@ class Result:
     rss_peak: int = 0
 
 
-def measure(path: str, n: int, tree: Path, pure: bool, workdir: Path) -> Result:
+@contextmanager
+def profiled(srv: Server, out: Path | None) -> Iterator[None]:
+    """py-spy attached to the server while the block runs (nothing when ``out`` is None)."""
+    if out is None:
+        yield
+        return
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    args = [spy, "record", "--pid", str(srv.proc.pid), "-r", "250", "-f", "raw", "-o", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # wait until it samples (py-spy says so on stdout)
+        if "Sampling process" in line:
+            break
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+
+
+def measure(
+    path: str, n: int, tree: Path, pure: bool, workdir: Path, profile: Path | None = None
+) -> Result:
     if path == "replay":
-        return replay(n, tree, pure, workdir)
+        return replay(n, tree, pure, workdir, profile)
     data = Path(tempfile.mkdtemp(dir=workdir))
     try:
-        with server(tree, pure, data) as srv:
+        with server(tree, pure, data) as srv, profiled(srv, profile):
             cpu0 = srv.cpu()
             if path in ("plain", "seq", "ws_pub"):
                 kind, port = ("ws", srv.ws) if path == "ws_pub" else ("tcp", srv.tcp)
@@ -171,14 +198,14 @@ def measure(path: str, n: int, tree: Path, pure: bool, workdir: Path) -> Result:
 _journals: dict[tuple[str, int], Path] = {}
 
 
-def replay(n: int, tree: Path, pure: bool, workdir: Path) -> Result:
+def replay(n: int, tree: Path, pure: bool, workdir: Path, profile: Path | None = None) -> Result:
     key = (str(tree), n)
     data = _journals.get(key)
     if data is None:  # written once per tree and size, through the server
         data = _journals[key] = Path(tempfile.mkdtemp(dir=workdir))
         with server(tree, False, data) as srv:
             finish(load("pub", "tcp", str(srv.tcp), str(n), "bench", "plain"))
-    with server(tree, pure, data) as srv:
+    with server(tree, pure, data) as srv, profiled(srv, profile):
         rss0 = srv.status("VmRSS")
         cpu0 = srv.cpu()
         first, last = finish(subscriber("tcp", srv.tcp, n, "bench", "0"))
@@ -198,6 +225,7 @@ def main() -> None:
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument("--variants", default="c,py")
     parser.add_argument("--base", type=Path, default=None, help="tree of the 'base' variant")
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy output directory")
     opts = parser.parse_args()
     build()
     variants = opts.variants.split(",")
@@ -213,7 +241,11 @@ def main() -> None:
                 n = opts.replay_n if path == "replay" else opts.n
                 for variant in variants:
                     tree, pure = trees[variant]
-                    r = measure(path, n, tree, pure, workdir)
+                    out = None
+                    if opts.profile is not None:
+                        opts.profile.mkdir(parents=True, exist_ok=True)
+                        out = opts.profile / f"{path}-{variant}-{run + 1}.txt"
+                    r = measure(path, n, tree, pure, workdir, out)
                     results.setdefault((path, variant), []).append(r)
                     loads.append(os.getloadavg()[0])
                     extra = (
