@@ -1043,3 +1043,59 @@ def test_journal_frames_crc_equals_zlib_at_every_length(clmul: bool) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "same"
+
+
+@pytest.mark.parametrize("c", [False, pytest.param(True, marks=needs_c)])
+def test_ws_commands_taken_from_the_bytes_reach_a_subscriber_in_order(
+    c: bool, monkeypatch: pytest.MonkeyPatch, server: ServerThread
+) -> None:
+    """A raw ws:// client writes 200 publishes at once after its logon: the session takes
+    them straight from the bytes (ws_client_commands or its twin), in order, and a flush
+    after them is acknowledged."""
+    import socket
+
+    take = accel.ws_client_commands if c else ws.client_commands
+    assert take is not None
+    taken: list[int] = []
+
+    def counting(data: bytes, max_message: int, max_size: int) -> tuple[int, list[bytes]]:
+        end, payloads = take(data, max_message, max_size)
+        taken.append(len(payloads))
+        return end, payloads
+
+    monkeypatch.setattr(ws, "_client_commands", counting)
+
+    def command(hdr: dict[str, Any], body: bytes | None = None) -> bytes:
+        out = _ws_frame(2, struct.pack("<I", 1 if body is None else 2))
+        out += _ws_frame(1, json.dumps(hdr, separators=(",", ":")).encode())
+        return out + (b"" if body is None else _ws_frame(2, body))
+
+    with RawClient(server.tcp_port) as sub:
+        sub.logon("sub")
+        _subscribe(sub, "wt", "s")
+        sock = socket.create_connection(("127.0.0.1", server.ws_port), timeout=10)
+        sock.sendall(
+            b"GET /amps/json HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += sock.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 101")
+        sock.sendall(
+            _ws_frame(1, b"text")
+            + command({"c": "logon", "cid": "L", "client_name": "wst", "a": "processed"})
+        )
+        got = b""
+        while b'"c":"ack"' not in got:  # the logon's ack: the framer is idle from here
+            got += sock.recv(65536)
+        stream = b"".join(command({"c": "p", "t": "wt"}, b'{"n":%d}' % n) for n in range(200))
+        sock.sendall(stream + command({"c": "flush", "cid": "F", "a": "completed"}))
+        assert [n for _s, _b, n in _deliveries(sub, 200)] == list(range(200))
+        got = b""
+        while b'"cid":"F"' not in got:
+            got += sock.recv(65536)
+        # the publishes came this way; at most one command per read went through the framer
+        # (one cut by the read's end), and the first read holds many
+        assert sum(taken) >= 100
+        sock.close()
