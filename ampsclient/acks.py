@@ -317,6 +317,7 @@ class QueueAcks:
         hand_out = self.hand_out
         settled = self._settled
         batch = self._batch
+        match = _DELIVERY.match
 
         def auto_ack(message: Message) -> Any:
             if settled:
@@ -329,11 +330,12 @@ class QueueAcks:
             if settled:  # the application acked something itself: the general path
                 settle(message)
                 return result
-            fields = delivery_fields(message.raw_payload)
-            if fields is None:
+            found = match(message.raw_payload)  # delivery_fields, inline
+            if found is None:
                 settle(message)
             else:
-                batch(fields[0], fields[1])
+                topic, bookmark = found.groups()
+                batch(topic.decode(), bookmark.decode())
             return result
 
         auto_ack.__wrapped__ = handler  # type: ignore[attr-defined]
