@@ -52,13 +52,14 @@ from .replicated_actions import ProxiedAction, proxied_actions
 from .transfer_relay import forward, requester, routes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import QueueEngine
+    from .depth import Inactive
 
 __all__ = [
     "MAX_WAIT",
     "MIN_WAIT",
     "REQUEST_FRAME",
     "TRANSFER_WAIT",
+    "EnginePort",
     "LinkPort",
     "ManagerPort",
     "ReplicatedQueues",
@@ -101,6 +102,22 @@ def origin(fields: Mapping[str, Any] | None) -> str | None:
         return str(path[0][0])
     except (ValueError, LookupError, TypeError):
         return None
+
+
+class EnginePort(Protocol):
+    """What :class:`ReplicatedQueues` uses of its :class:`~.engine.QueueEngine` (declared here
+    so that this module does not import the engine, which imports it)."""
+
+    queues: dict[tuple[str, str], Queue]
+    inactive: dict[str, Inactive]
+
+    def in_journal(self, bookmark: str) -> bool: ...
+
+    def pump(self, queue: Queue) -> None: ...
+
+    def record(
+        self, queue: Queue, bookmarks: Sequence[str], *, urgent: bool = False, extra: Any = None
+    ) -> int | None: ...
 
 
 class LinkPort(Protocol):
@@ -159,7 +176,7 @@ class ReplicatedQueues:
 
     def __init__(
         self,
-        engine: QueueEngine,
+        engine: EnginePort,
         journal: Journal,
         configs: Sequence[QueueConfig],
         *,
