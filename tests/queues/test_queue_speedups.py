@@ -9,7 +9,11 @@ is then checked against the hand-written expectations alone (the suite's pure-Py
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,34 @@ def test_every_c_function_names_an_existing_twin() -> None:
             assert callable(getattr(speedups, name)), name
     expected = speedups.plain_run if speedups.SPEEDUPS else intake.plain_run
     assert engine.plain_run is expected
+
+
+def test_built_where_the_build_requires_it() -> None:
+    """``make test`` sets AMPSCLIENT_REQUIRE_SPEEDUPS=1: it fails if the extension did not
+    build (its pure-Python pass sets AMPSCLIENT_PUREPYTHON=1 as well: the twin then)."""
+    if os.environ.get("AMPSCLIENT_REQUIRE_SPEEDUPS") != "1":
+        pytest.skip("AMPSCLIENT_REQUIRE_SPEEDUPS is not set")
+    assert speedups.SPEEDUPS is (not os.environ.get("AMPSCLIENT_PUREPYTHON"))
+
+
+@pytest.mark.parametrize("pure", ["1", ""])
+def test_purepython_switch_selects_the_twin(pure: str) -> None:
+    code = (
+        "from ampsclient_server_stub.queues import engine, intake, speedups\n"
+        "print(speedups.SPEEDUPS, engine.plain_run is intake.plain_run)\n"
+    )
+    env = {**os.environ, "AMPSCLIENT_PUREPYTHON": pure}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    if pure:
+        assert out == ["False", "True"]
+    else:  # C when it was built (the other test asserts that it is where required)
+        assert out in (["True", "False"], ["False", "True"])
+        assert out[0] == str(importlib.util.find_spec(_EXT) is not None)
+
+
+_EXT = "ampsclient_server_stub.queues._queue_speedups"
 
 
 def frame(bm: str, body: bytes = b'{"id":1}', *, extra: str = "") -> bytes:
