@@ -61,6 +61,7 @@ __all__ = [
     "Position",
     "ReadOptions",
     "WriteOptions",
+    "bookmark_micros",
     "connect",
     "describe",
     "fence",
@@ -492,8 +493,10 @@ def replay(
     bookmark: str,
     *,
     max_depth: int = 20_000,
+    options: str = REPLAY_OPTIONS,
 ) -> Generator[Message, None, None]:
-    """The messages of a bounded bookmark replay, up to the server's ``completed`` ack.
+    """The messages of a bounded bookmark replay, up to the server's ``completed`` ack
+    (with server times unless ``options`` is :data:`UNTIMED_REPLAY_OPTIONS`).
 
     Closing the generator early unsubscribes.
 
@@ -506,7 +509,7 @@ def replay(
         .set_topic(topic)
         .set_filter(filter)
         .set_bookmark(bookmark)
-        .set_options(REPLAY_OPTIONS)
+        .set_options(options)
         .add_ack_type("completed")
     )
     stream = client.execute(cmd)
@@ -534,8 +537,31 @@ def message_micros(message: Message) -> int:
 
 
 def first_micros(client: Client, topic: str, filter: str | None, bookmark: str) -> int | None:
-    """The server time of the first message of a replay range (``None``: the range is empty)."""
-    messages = replay(client, topic, filter, bookmark, max_depth=16)
+    """The server time of the first message of a replay range (``None``: the range is empty).
+
+    The range is replayed without server times (a server may send it from its journal's bytes,
+    and sends up to a backlog before the early close reaches it); then
+    :func:`bookmark_micros` asks for the first message's time alone.
+    """
+    messages = replay(client, topic, filter, bookmark, max_depth=16, options=UNTIMED_REPLAY_OPTIONS)
+    try:
+        first = next(messages, None)
+    finally:
+        messages.close()
+    if first is None:
+        return None
+    bm = first.bookmark
+    if not bm:
+        raise AMPSSparkError("the server sent a replayed message without a bookmark")
+    micros = bookmark_micros(client, topic, bm)
+    if micros is None:
+        raise AMPSSparkError(f"message {bm} of {topic!r} left the log while it was planned")
+    return micros
+
+
+def bookmark_micros(client: Client, topic: str, bm: str) -> int | None:
+    """The server time of the message ``bm`` of ``topic`` (``None``: not in the log)."""
+    messages = replay(client, topic, None, f"[{bm}:{bm}]", max_depth=16)
     try:
         for message in messages:
             return message_micros(message)
@@ -645,7 +671,7 @@ def scan(
     bm = Message(counter.last).bookmark
     if not bm:
         raise AMPSSparkError("the server sent a replayed message without a bookmark")
-    micros = first_micros(client, topic, None, f"[{bm}:{bm}]")
+    micros = bookmark_micros(client, topic, bm)
     if micros is None:
         raise AMPSSparkError(f"message {bm} of {topic!r} left the log while it was planned")
     return counter.count, Position(bm, micros)

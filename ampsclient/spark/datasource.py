@@ -39,6 +39,7 @@ from ._core import (
     Position,
     ReadOptions,
     WriteOptions,
+    bookmark_micros,
     client_name,
     connect,
     describe,
@@ -156,7 +157,7 @@ def _split(
         return [range_text(start, end)]
     hi = end.micros
     if hi is None:  # a bookmark id of ours: the time of that message, if it is on this topic
-        hi = first_micros(client, topic, None, f"[{end.text}:{end.text}]")
+        hi = bookmark_micros(client, topic, end.text)
         if hi is None:
             log.info("the time of range end %s is unknown: reading one partition", end.text)
             return [range_text(start, end)]
