@@ -333,8 +333,11 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
     def set_event_handler(self, kind: type[E], handler: Callable[[E], None]) -> None:
         """Act on the core's events of type ``kind`` with ``handler`` instead of this
         client's default (the HA client takes ``PublishPersisted`` and
-        ``SubscriptionPersisted``, which a plain client gives the last-chance handler)."""
+        ``SubscriptionPersisted``, which a plain client gives the last-chance handler at
+        once, in order with the deliveries around them)."""
         self._on_event[kind] = handler
+        if kind is PublishPersisted or kind is SubscriptionPersisted:
+            self._core.persisted_events = True
 
     def process_events(self) -> None:
         """Act on every event the core queued (see :mod:`ampsclient.core.event_types`).

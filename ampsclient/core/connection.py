@@ -126,6 +126,10 @@ class ClientCore:
         self.events: list[Event] = []
         """Events not yet taken by :meth:`events_received`, oldest first (a wing may test it
         for emptiness; only the core appends)."""
+        self.persisted_events = False
+        """Whether persisted acks that answer no command become events (an HA wing tracks
+        them); otherwise they go to the last-chance handler at once, in stream order with
+        the deliveries around them, as any unrouted message does."""
         self.on_send: Callable[[], None] | None = on_send
         """Called after a frame was queued."""
         self.message_type = message_type
@@ -736,7 +740,7 @@ class ClientCore:
         hdr = message.header
         pending = self._ack_pending(hdr)
         if pending is None:
-            if hdr.get("a", "") == "persisted":
+            if self.persisted_events and hdr.get("a", "") == "persisted":
                 self.events.append(
                     SubscriptionPersisted(message) if "sub_id" in hdr else PublishPersisted(message)
                 )

@@ -313,6 +313,7 @@ def test_publish_terminal_acks_persisted_acks_and_unrouted_acks() -> None:
     assert payloads(core) == [b'{"c":"p","t":"t","cid":"auto3","a":"persisted"}y']
     unrouted: list[Any] = []
     core.last_chance = lambda m: unrouted.append(m.command_id)
+    core.persisted_events = True  # as an HA wing sets it: it tracks them
     feed(
         core,
         b'{"c":"ack","cid":"auto3","a":"persisted","status":"success"}',
@@ -326,6 +327,23 @@ def test_publish_terminal_acks_persisted_acks_and_unrouted_acks() -> None:
     ev = events(core)
     assert ev == [PublishPersisted(acked_of(ev[0])), SubscriptionPersisted(acked_of(ev[1]))]
     assert acked_of(ev[0]).sequence == 7 and acked_of(ev[1]).bookmark == "1|2|"
+
+
+def test_a_plain_core_gives_persisted_acks_to_the_last_chance_handler_in_stream_order() -> None:
+    """Without an HA wing a persisted ack that answers no command is an unrouted message:
+    handed over at once, between the frames around it, never queued as an event (queued, it
+    reached the handler after the deliveries of the same read that followed it)."""
+    core = logged_on()
+    seen: list[tuple[str, str | None]] = []
+    core.last_chance = lambda m: seen.append((m.command, m.header.get("bm") or m.header.get("s")))
+    feed(
+        core,
+        b'{"c":"ack","a":"persisted","sub_id":"b1","bm":"1|2|"}',
+        b'{"c":"ack","cid":"nobody","a":"processed"}',
+        b'{"c":"ack","a":"persisted","s":7,"status":"success"}',
+    )
+    assert seen == [("ack", "1|2|"), ("ack", None), ("ack", 7)]
+    assert events(core) == []
 
 
 def acked_of(event: Event) -> Message:

@@ -73,6 +73,7 @@ class Wing:
         self.bookmarks = bookmarks
         self.core = ClientCore()
         self.core.keep_routes_on_disconnect = True
+        self.core.persisted_events = True
         self.subs = SubscriptionManager()
         resume = None
         if bookmarks is not None:
