@@ -33,7 +33,6 @@ from ..config_values import ConfigError, parse_duration
 
 __all__ = [
     "EXPIRATION_MODELS",
-    "NOT_IMPLEMENTED",
     "QUEUE_TAGS",
     "TARGET_QUEUE_DEPTH_MIN",
     "QueueConfig",
@@ -85,9 +84,6 @@ _KNOWN: Final = frozenset(
         "GroupLocalQueueDomain",
     }
 )
-
-NOT_IMPLEMENTED: Final[dict[str, str]] = {}
-"""Documented elements the reference server refuses, with the reason given in the error."""
 
 _EXCLUSIVE: Final = (
     ("Priority", "BarrierExpression"),
@@ -325,12 +321,6 @@ def _check_structure(elem: ET.Element, fail: Fail) -> tuple[str, str, Kind]:
             fail(_first(elem, element), f"{label}: <{element}> is for <GroupLocalQueue> only")
     if kind == "GroupLocalQueue" and "InitialOwner" not in present:
         fail(elem, f"{label}: <GroupLocalQueue> requires <InitialOwner>")
-    for element, why in NOT_IMPLEMENTED.items():
-        if element in present:
-            fail(
-                _first(elem, element),
-                f"{label}: <{element}> is not implemented by the reference server ({why})",
-            )
     return name, mt, kind
 
 

@@ -11,7 +11,7 @@ from _queue_support import queue_config
 
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ConfigError, ReplicationConfig, parse_config
-from ampsclient_server_stub.queues.config import NOT_IMPLEMENTED, QueueConfig
+from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.queues.engine import QueueStartError
 
 
@@ -165,19 +165,6 @@ def test_every_implemented_element() -> None:
 )
 def test_refused(body: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("|", r"\|")):
-        parse(body)
-
-
-@pytest.mark.parametrize("element", sorted(NOT_IMPLEMENTED))
-def test_not_implemented_elements_are_named(element: str) -> None:
-    value = "5000" if element == "TargetQueueDepth" else "x"
-    tag = "GroupLocalQueue" if element == "GroupLocalQueueDomain" else "Queue"
-    owner = "<InitialOwner>q1</InitialOwner>" if tag == "GroupLocalQueue" else ""
-    inner = f"<Name>w</Name><MessageType>json</MessageType>{owner}<{element}>{value}</{element}>"
-    body = f"<{tag}>{inner}</{tag}>"
-    with pytest.raises(
-        ConfigError, match=f"<{element}> is not implemented by the reference server"
-    ):
         parse(body)
 
 
