@@ -43,9 +43,11 @@ class Sink(Protocol):
     sub_id: str | None
     query_id: str | None
 
-    def put(self, message: Message) -> None: ...
+    def put(self, message: Message) -> None:
+        """Take one of the command's messages."""
 
-    def finish(self, error: BaseException | None = None) -> None: ...
+    def finish(self, error: BaseException | None = None) -> None:
+        """End the stream: normally (``error`` is ``None``) or with ``error``."""
 
 
 @dataclass(slots=True)

@@ -118,10 +118,12 @@ class HASubscription(Protocol):
     """A subscription as it was placed (its command, without a command id)."""
 
     @property
-    def sub_id(self) -> str: ...
+    def sub_id(self) -> str:
+        """The subscription's id."""
 
     @property
-    def command(self) -> Command: ...
+    def command(self) -> Command:
+        """The command that placed it (a copy is sent on a resubscribe, its bookmark resolved)."""
 
 
 S = TypeVar("S", bound=HASubscription)
