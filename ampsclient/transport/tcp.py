@@ -123,6 +123,13 @@ class TcpTransport(Transport):
                 pass
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         self._transport = transport
+        if self._closed:
+            # the peer closed it before this call returned: the close was reported to a
+            # client that had not attached us yet, so nobody would ever hear of it again
+            # (a logon would wait for its whole timeout on a dead connection)
+            raise DisconnectedError(
+                f"{uri.redacted()} closed the connection while it was being opened"
+            ) from self._error
         return self
 
     def write(self, data: bytes) -> None:
