@@ -948,7 +948,7 @@ static PyObject *journal_runs(PyObject *self, PyObject *args) {
         Py_ssize_t pp = p + hs;
         p = pp + pl;
         if (p >= end) break;
-        if ((uint32_t)crc32(0L, r + 8, length) != crc) break;
+        if (crc32_fast(r + 8, length) != crc) break;
         unsigned long long pid = le64(r + 24), seq = le64(r + 32);
         int same = items && pid == run_pid && cl == run_clen && end - p == run_flen
                    && memcmp(d + cp, d + run_cmd, (size_t)cl) == 0

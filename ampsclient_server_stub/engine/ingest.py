@@ -522,7 +522,9 @@ class Ingest:
         if batch[0][0] <= journal.last_sequence(pid):
             return _NOTHING
         sows, records = self._sows, txlog.records
-        for topic in {topic for _seq, topic, _payload in batch}:
+        topics = list(map(_topic_of, batch))  # once for the checks, the counts and routing
+        distinct = set(topics)
+        for topic in distinct:
             if sows.topic(topic, mt) is not None or not records(mt, topic):
                 return _NOTHING
         try:
@@ -537,15 +539,14 @@ class Ingest:
             state.bookmark_seq = max(state.bookmark_seq, last)
             self._durability.sequence_moved(state)
         self._counters["publishes"] += len(batch)
-        self._delivery.topics.published_run(batch)
+        self._delivery.topics.published_run(batch, topics)
         self._appended()
+        route_for = self._index.route
+        if not any([route_for(mt, topic) for topic in distinct]):
+            return Ingested(journaled=len(batch))  # no subscription takes any of them
         x = fields.get("x")
         cid = None if x is None else str(x)
-        routes, route_for, deliver = (
-            self._index.routes,
-            self._index.route,
-            self._delivery.deliver_plain,
-        )
+        routes, deliver = self._index.routes, self._delivery.deliver_plain
         for seq, topic, payload in batch:
             route = routes.get((mt, topic))
             if route is None:
