@@ -123,18 +123,8 @@ class AsyncHAClient(ConnectionFace):
         self._core = client.core
         self._owned: list[PublishStore | BookmarkStore] = []
         """Stores this client made from path strings: it closes them in :meth:`close`."""
-        if isinstance(publish_store, str):
-            publish_store = NamedFilePublishStore(publish_store)  # official durability
-            self._owned.append(publish_store)
-        self._store: PublishStore = publish_store or MemoryPublishStore()
-        if isinstance(bookmark_store, str):
-            from ..stores.bookmark.file import MMapBookmarkStore
-
-            bookmark_store = MMapBookmarkStore(bookmark_store)  # the official path form
-            self._owned.append(bookmark_store)
-        self._bookmark_store: BookmarkStore = (
-            bookmark_store if bookmark_store is not None else MemoryBookmarkStore()
-        )
+        self._store: PublishStore = self._own_publish_store(publish_store)
+        self._bookmark_store: BookmarkStore = self._own_bookmark_store(bookmark_store)
         self._discard: Callable[[Message], None] = fast_discard(self._bookmark_store)
         if type(self).discard is AsyncHAClient.discard:  # the store's lane itself, no frame
             self.discard = self._discard  # type: ignore[method-assign,assignment]
@@ -184,6 +174,22 @@ class AsyncHAClient(ConnectionFace):
         )
         self._lane: Any = None
         self._bind_publish_lane()
+
+    def _own_publish_store(self, store: PublishStore | str | None) -> PublishStore:
+        """The publish store given, one made from a path (owned), or a memory store."""
+        if isinstance(store, str):
+            store = NamedFilePublishStore(store)  # official durability
+            self._owned.append(store)
+        return store or MemoryPublishStore()
+
+    def _own_bookmark_store(self, store: BookmarkStore | str | None) -> BookmarkStore:
+        """The bookmark store given, one made from a path (owned), or a memory store."""
+        if isinstance(store, str):
+            from ..stores.bookmark.file import MMapBookmarkStore
+
+            store = MMapBookmarkStore(store)  # the official path form
+            self._owned.append(store)
+        return store if store is not None else MemoryBookmarkStore()
 
     def _bind_publish_lane(self) -> None:
         """Let the C speedups' ``PublishLane`` take :meth:`publish` when they are built.
