@@ -25,9 +25,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
 )
 """Each C function -> its pure-Python twin (the reference)."""
 
-plain_run: Callable[[Sequence[bytes], int, bool], tuple[int, list[tuple[str, bytes]]]] | None = (
-    None
-)
+plain_run: Callable[[Sequence[bytes], int, bool], tuple[int, list[tuple[str, bytes]]]] | None = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
