@@ -35,6 +35,7 @@ import os
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +55,21 @@ QUEUE_XML = """  <SOW>
 
 def _append(fd: int, line: dict[str, Any]) -> None:
     os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+
+
+def place_subscription(place: Callable[[], object], logged_on: Callable[[], bool]) -> None:
+    """Place a worker's subscription, again when the connection dropped while it was in
+    flight: the HA client re-places only subscriptions the server acknowledged, and a fault
+    (a cut, the server killed) can land on the first placement of a worker just started."""
+    from ampsclient.exceptions import DisconnectedError
+
+    while True:
+        try:
+            place()
+            return
+        except DisconnectedError:
+            while not logged_on():  # the HA client reconnects by itself: wait for it
+                time.sleep(0.05)
 
 
 def run_consumer(args: argparse.Namespace) -> int:
@@ -95,7 +111,10 @@ def run_consumer(args: argparse.Namespace) -> int:
     client.set_auto_ack(True)
     client.set_ack_batch_size(args.ack_batch)
     client.set_ack_timeout(200)
-    client.subscribe(on_message, QUEUE, max_backlog=args.backlog)
+    place_subscription(
+        lambda: client.subscribe(on_message, QUEUE, max_backlog=args.backlog),
+        lambda: client.logged_on,
+    )
     try:
         while not stop_file.exists():
             time.sleep(0.2)

@@ -61,6 +61,7 @@ from tests.chaos.queue_workers import (  # noqa: E402  (needs ROOT on the path)
     QueueAudit,
     check_queue,
     parse_duration,
+    place_subscription,
     queue_complete,
     run_consumer,
 )
@@ -228,12 +229,15 @@ def run_subscriber(args: argparse.Namespace) -> int:
     for uri in args.uri.split(","):
         client.get_server_chooser().add(uri)
     client.connect_and_logon()
-    client.bookmark_subscribe(
-        on_message,
-        TOPIC,
-        HAClient.Bookmarks.MOST_RECENT,
-        sub_id="s",
-        options=args.options or None,
+    place_subscription(
+        lambda: client.bookmark_subscribe(
+            on_message,
+            TOPIC,
+            HAClient.Bookmarks.MOST_RECENT,
+            sub_id="s",
+            options=args.options or None,
+        ),
+        lambda: client.logged_on,
     )
     try:
         while not _stop_requested(stop_file):
