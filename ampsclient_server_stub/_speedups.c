@@ -1008,11 +1008,25 @@ done:
 PyDoc_STRVAR(journal_walk_doc,
 "journal_walk(data, pos, expected, count, sent_seq, suffixes) -> (taken, pos, first_ts)\n\n"
 "How many journal records of `data` from `pos` (indexes from `expected`, at most `count`)\n"
-"go on as written: each whole, its index right, its sequence above sent_seq[publisher]\n"
+"go on as written: each whole, its index right, its msgpack part without the packed \"rp\",\n"
+"its sequence above sent_seq[publisher]\n"
 "(0 when absent; set to it for each that goes) and, unless `suffixes` is None, its record\n"
 "ending with one of `suffixes` (a tuple of bytes); a sent_seq value that is not an int in\n"
 "0..2**64-1 stops the walk. CRCs are not checked. first_ts: the timestamp of the first\n"
 "record that goes (0: none).");
+
+/* Whether the msgpack part of a record (n bytes at p) holds the packed path field name
+ * (replication.blocks.PATH_MARK, msgpack of "rp": a2 72 70); memchr finds its first byte. */
+static int has_path_mark(const unsigned char *p, Py_ssize_t n) {
+    const unsigned char *e = p + n;
+    while (e - p >= 3) {
+        const unsigned char *q = memchr(p, 0xa2, (size_t)(e - p - 2));
+        if (!q) return 0;
+        if (q[1] == 'r' && q[2] == 'p') return 1;
+        p = q + 1;
+    }
+    return 0;
+}
 
 static PyObject *journal_walk(PyObject *self, PyObject *args) {
     Py_buffer data;
@@ -1042,6 +1056,7 @@ static PyObject *journal_walk(PyObject *self, PyObject *args) {
         Py_ssize_t end = pos + 8 + (Py_ssize_t)length;
         if (length < J_MIN_BODY || end > n) break;
         if (le64(r + 8) != expected) break;
+        if (has_path_mark(r + J_FRAME_OVERHEAD, end - pos - J_FRAME_OVERHEAD)) break;
         unsigned long long ts = le64(r + 16), pid = le64(r + 24), seq = le64(r + 32);
         if (!have_pid || pid != cur_pid) {
             if (dirty) {

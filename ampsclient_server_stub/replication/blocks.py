@@ -82,11 +82,12 @@ def journal_walk(
 ) -> tuple[int, int, int]:
     """How many records of the raw block ``data`` from offset ``pos`` (indexes from
     ``expected``, at most ``count``) go as they are: each whole, its index right, its
-    publisher sequence above ``sent_seq`` (0 when absent; updated for each that goes) and,
-    unless ``suffixes`` is ``None`` (every type goes), ending with one of ``suffixes``. A
-    ``sent_seq`` value that is not an int in 0..2**64-1 stops the walk. CRCs are not checked
-    here (the downstream checks them). The caller has checked the block holds no replicated
-    record (:data:`PATH_MARK`). The twin of the C ``journal_walk``.
+    msgpack part (after the fixed fields) without :data:`PATH_MARK` (so no replicated record
+    goes as written), its publisher sequence above ``sent_seq`` (0 when absent; updated for
+    each that goes) and, unless ``suffixes`` is ``None`` (every type goes), ending with one
+    of ``suffixes``. A ``sent_seq`` value that is not an int in 0..2**64-1 stops the walk.
+    CRCs are not checked here (the downstream checks them). The twin of the C
+    ``journal_walk``.
 
     Returns:
         ``(records that go, the offset after them, the timestamp of the first of them or 0)``:
@@ -98,6 +99,8 @@ def journal_walk(
     get = sent_seq.get
     first_ts = 0
     taken = 0
+    find = data.find
+    mark = find(PATH_MARK, pos) if pos >= 0 else -1  # none before it: records before go on
     while taken < count:
         if pos < 0 or pos + FRAME_OVERHEAD > size:
             break
@@ -105,6 +108,10 @@ def journal_walk(
         end = pos + 8 + length
         if length < MIN_BODY or end > size or index != expected:
             break
+        if 0 <= mark < end:
+            if find(PATH_MARK, pos + FRAME_OVERHEAD, end) >= 0:
+                break
+            mark = find(PATH_MARK, end)
         held = get(pid, 0)
         if type(held) is not int or not 0 <= held < _U64:
             break

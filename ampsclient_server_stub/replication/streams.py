@@ -36,7 +36,7 @@ from ampsclient_server_stub.config import DestinationConfig
 from ampsclient_server_stub.engine.journal import Journal, JournalPin, RecordRow
 from ampsclient_server_stub.engine.journal_format import FRAME_OVERHEAD, decode_records
 
-from .blocks import PATH_MARK, eligible_prefix, mt_suffixes
+from .blocks import eligible_prefix, mt_suffixes
 from .inbound import MAX_INFLATED, Inbound
 from .origins import IndexRuns
 from .protocol import RecordCompressor, WireRecord, pack_records
@@ -546,12 +546,9 @@ class Outbound:
         size = len(data)
         pending = self.pending
         sent_seq = self.sent_seq
-        mark = data.find(PATH_MARK)  # where a replicated record may be: blocks stop before
-        while done < n:
-            if 0 <= mark < pos:
-                mark = data.find(PATH_MARK, pos)
+        while done < n:  # (blocks stop before a replicated record: the walk sees its "rp")
             k, end, ts = eligible_prefix(
-                data if mark < 0 else data[:mark],
+                data,
                 pos,
                 first + done,
                 min(n - done, SEND_BATCH),

@@ -944,6 +944,38 @@ def test_journal_walk_matches_its_twin(tmp_path: Path) -> None:
     assert taken == 0  # the first record's sequence (1) is held downstream already
 
 
+def test_journal_walk_stops_before_a_replicated_record(tmp_path: Path) -> None:
+    """Blocks never carry a replicated record (its ``rp`` field, PATH_MARK, anywhere after
+    the fixed fields stops the walk); the same bytes in the fixed fields do not."""
+    from ampsclient_server_stub.replication import blocks
+
+    assert blocks.PATH_MARK == b"\xa2rp"  # the C walk looks for these bytes
+    in_header = int.from_bytes(b"\x00\xa2rp\x00\x00\x00\x00", "little")  # a publisher id
+    rp = {"mt": "json", "rp": [["A", "g"]]}
+    records = [
+        (in_header, "p", "t", b"x", {"mt": "json"}),  # the mark's bytes in the fixed part
+        (1, "p", "t", b"x", {"mt": "json"}),
+        (1, "p", "t", b"x", rp),  # a replicated record (index 3)
+        (1, "p", "t", b"x", {"mt": "json"}),
+        (1, "p", "rp", b"x", {"mt": "json"}),  # a topic packing like the mark (index 5)
+        (1, "p", "t", b"..\xa2r", {"mt": "json"}),  # the first bytes only
+        (1, "p", "t", b"\xa2rp", {"mt": "json"}),  # in a payload (index 7)
+        (2, "p", "t", b"x", {"mt": "json"}),
+    ]
+    data = _journal_block(tmp_path, records)
+    starts = [0]
+    while starts[-1] < len(data):
+        starts.append(starts[-1] + 8 + struct.unpack_from("<I", data, starts[-1])[0])
+    impls = [blocks.journal_walk] + ([accel.journal_walk] if accel.journal_walk else [])
+    for walk in impls:
+        got = [walk(data, starts[i], i + 1, 500, {}, None)[0] for i in range(len(records))]
+        assert got == [2, 1, 0, 1, 0, 1, 0, 1], walk
+        assert walk(data, starts[3], 4, 500, {}, blocks.mt_suffixes(["json"]))[0] == 1
+    for cut in range(len(data) + 1):  # any prefix: both agree
+        outs = [walk(data[:cut], 0, 1, 500, {}, None) for walk in impls]
+        assert all(o == outs[0] for o in outs), cut
+
+
 # --------------------------------------------------------------------------- ws_client_commands
 
 
