@@ -28,6 +28,7 @@ class ClosingListener:
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.port: int = self.sock.getsockname()[1]
+        self.accepted = threading.Event()
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -38,6 +39,7 @@ class ClosingListener:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            self.accepted.set()
             conn.close()
             self.closed.set()
 
@@ -65,14 +67,18 @@ def listener() -> Iterator[ClosingListener]:
 async def test_a_close_before_connect_returns_is_not_lost(listener: ClosingListener) -> None:
     uri = f"tcp://127.0.0.1:{listener.port}/amps/json"
     for attempt in range(5):
+        listener.accepted.clear()
         listener.closed.clear()
         client = AsyncClient(f"peer-closes-{attempt}")
         connecting = asyncio.ensure_future(client.connect(uri, timeout=5.0))
-        # let the connect start (its socket connects at once on loopback), then hold the
-        # loop until the peer has closed: the FIN is waiting before connect() can return
-        for _ in range(2):
+        # let the connect start (its socket connects at once on loopback: the listener
+        # accepts), then hold the loop until the peer has closed, so that the FIN is
+        # waiting before connect() can return
+        deadline = time.monotonic() + 5
+        while not listener.accepted.is_set():
+            assert time.monotonic() < deadline, "the listener never accepted the connection"
             await asyncio.sleep(0)
-        assert listener.closed.wait(5), "the listener never accepted the connection"
+        assert listener.closed.wait(5)
         t0 = time.monotonic()
         try:
             await connecting
