@@ -234,7 +234,7 @@ def _subscribe(client: RawClient, topic: str, sub_id: str, **fields: Any) -> Non
 
 def _deliveries(client: RawClient, count: int) -> list[tuple[str, str, int]]:
     """``(sids, bookmark, n)`` of the next ``count`` deliveries."""
-    out = []
+    out: list[tuple[str, str, int]] = []
     while len(out) < count:
         hdr, body = client.recv(10)
         if hdr.get("c") == "p":
@@ -315,8 +315,8 @@ def test_a_run_of_sequenced_publishes_skips_duplicates_and_is_acked(
 
 # --------------------------------------------------------------------------- replay_frames
 
-PREFIX = b"\x94\xa1p" + msgpack.packb("orders") + b"\xc4"
-SUFFIX = msgpack.packb({"mt": "json"})
+PREFIX: bytes = b"\x94\xa1p" + msgpack.packb("orders") + b"\xc4"
+SUFFIX: bytes = msgpack.packb({"mt": "json"})
 
 
 def _record(index: int, pid: int, seq: int, tail: bytes) -> bytes:
@@ -951,8 +951,8 @@ def test_journal_walk_stops_before_a_replicated_record(tmp_path: Path) -> None:
 
     assert blocks.PATH_MARK == b"\xa2rp"  # the C walk looks for these bytes
     in_header = int.from_bytes(b"\x00\xa2rp\x00\x00\x00\x00", "little")  # a publisher id
-    rp = {"mt": "json", "rp": [["A", "g"]]}
-    records = [
+    rp: dict[str, Any] = {"mt": "json", "rp": [["A", "g"]]}
+    records: list[tuple[int, str, str, bytes, dict[str, Any]]] = [
         (in_header, "p", "t", b"x", {"mt": "json"}),  # the mark's bytes in the fixed part
         (1, "p", "t", b"x", {"mt": "json"}),
         (1, "p", "t", b"x", rp),  # a replicated record (index 3)
