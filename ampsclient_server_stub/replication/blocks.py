@@ -54,6 +54,9 @@ PATH_MARK: Final = msgpack.packb(PATH_FIELD)
 """The packed path field name: a block without these bytes holds no replicated record (a
 block with them may still hold none: it then goes record by record)."""
 
+_MARK_CHUNK: Final = 32 * 1024
+"""Bytes the walk twin searches for :data:`PATH_MARK` at a time."""
+
 
 def mt_suffixes(message_types: Sequence[str]) -> tuple[bytes, ...]:
     """The byte endings of a record whose fields say its message type is one of
@@ -100,7 +103,10 @@ def journal_walk(
     first_ts = 0
     taken = 0
     find = data.find
-    mark = find(PATH_MARK, pos) if pos >= 0 else -1  # none before it: records before go on
+    # PATH_MARK: searched in chunks (one search per record would cost more than the walk):
+    # ``mark`` is the first match lying wholly in [the record's start, ``limit``), or -1
+    mark = -1
+    limit = pos
     while taken < count:
         if pos < 0 or pos + FRAME_OVERHEAD > size:
             break
@@ -108,10 +114,15 @@ def journal_walk(
         end = pos + 8 + length
         if length < MIN_BODY or end > size or index != expected:
             break
+        if mark < 0 and limit < end:  # (a match may straddle the old limit)
+            start = max(pos, limit - len(PATH_MARK) + 1)
+            limit = max(end, limit + _MARK_CHUNK)
+            mark = find(PATH_MARK, start, limit)
         if 0 <= mark < end:
             if find(PATH_MARK, pos + FRAME_OVERHEAD, end) >= 0:
                 break
-            mark = find(PATH_MARK, end)
+            mark = -1  # (in the fixed fields, or past the end: search on from the next record)
+            limit = end
         held = get(pid, 0)
         if type(held) is not int or not 0 <= held < _U64:
             break

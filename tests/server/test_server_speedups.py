@@ -976,6 +976,32 @@ def test_journal_walk_stops_before_a_replicated_record(tmp_path: Path) -> None:
         assert all(o == outs[0] for o in outs), cut
 
 
+@needs_c
+@pytest.mark.parametrize("chunk", [3, 7, 64, 32 * 1024])
+def test_journal_walk_finds_the_mark_as_its_twin(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random records with the packed ``rp`` anywhere (fixed fields, body, across records):
+    the C walk and the twin (searching in chunks of ``chunk`` bytes) stop at the same one."""
+    from ampsclient_server_stub.replication import blocks
+
+    assert accel.journal_walk is not None
+    monkeypatch.setattr(blocks, "_MARK_CHUNK", chunk)
+    rng = random.Random(chunk)
+    marked_pid = int.from_bytes(b"\xa2rp\x00\x00\x00\x00\x00", "little")
+    for _ in range(300):
+        data = b""
+        for i in range(1, rng.randrange(2, 40)):
+            body = bytearray(rng.randbytes(rng.randrange(0, 120)))
+            for _ in range(rng.randrange(3)):
+                if len(body) > 3 and rng.random() < 0.3:
+                    k = rng.randrange(len(body))
+                    body[k : k + 3] = b"\xa2rp"
+            data += _raw_record(i, rng.choice((1, marked_pid)), i, bytes(body))
+        got = blocks.journal_walk(data, 0, 1, 1000, {}, None)
+        assert got == accel.journal_walk(data, 0, 1, 1000, {}, None)
+
+
 # --------------------------------------------------------------------------- ws_client_commands
 
 
