@@ -6,7 +6,8 @@ splitting the TCP stream into payloads and routing deliveries to handlers, and t
 case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
 ``discard_message``, the publish stores' payload and record building, and the common cases
 of ``AsyncHAClient.publish`` (``PublishLane``) and ``AsyncClient.publish``
-(``PlainPublishLane``). The Python code
+(``PlainPublishLane``), and a queue auto-ack's read of a delivery and batch append
+(``autoack_take``). The Python code
 they replace stays next to them and is the reference, tested with the same cases. The
 receive loops look their function up here on each call (tests switch them); the publish
 stores bind theirs at import. Set
@@ -37,6 +38,7 @@ __all__ = [
     "PlainPublishLane",
     "PublishLane",
     "StoreLock",
+    "autoack_take",
     "deliver",
     "deliver_stream",
     "join_seq",
@@ -109,6 +111,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "crc32": "zlib.crc32",
         "write_record": "ampsclient.stores.publish.record.write_record",
         "ws_encode": "ampsclient.transport.ws.ws_messages",
+        "autoack_take": "ampsclient.acks.autoack_take",
         "BookmarkLane.log": "ampsclient.stores.bookmark.memory.MemoryBookmarkStore.log",
         "BookmarkLane.discard": (
             "ampsclient.stores.bookmark.memory.MemoryBookmarkStore.discard_message"
@@ -132,6 +135,7 @@ PlainPublishLane: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 write_record: Callable[[Any, int, int, bytes], int] | None = None
 ws_encode: Callable[[bytes, bool], bytes | None] | None = None
+autoack_take: Callable[[dict[str, list[str]], dict[str, int], int, bytes], Any] | None = None
 
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
     try:
@@ -150,6 +154,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         join_seq = _speedups.join_seq
         write_record = _speedups.write_record
         ws_encode = _speedups.ws_encode
+        autoack_take = _speedups.autoack_take
 
 SPEEDUPS: bool = deliver is not None
 """``True`` when the C speedups are in use."""

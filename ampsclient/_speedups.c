@@ -2368,6 +2368,162 @@ static PyTypeObject PlainLaneType = {
 
 #endif /* Py_GIL_DISABLED */
 
+/* ------------------------------------------------------------------ queue auto-ack
+ *
+ * autoack_take(pending, caps, batch_size, payload): the auto-ack of one leased queue
+ * delivery in one call (twin: ampsclient.acks.autoack_take). It reads the topic and the
+ * bookmark from the start of the delivery's header when it has the reference server's
+ * form {"c":"p","t":"<topic>","sids":"<ids>","bm":"<bookmark>","lp":"<lease> (a non-empty
+ * topic, bookmark and lease, no quote or backslash inside them, valid UTF-8), and adds the
+ * bookmark to the topic's batch in pending (topic -> list of bookmark str). The batch limit
+ * is batch_size capped at caps[topic] (at least 1). Returns None when the payload is not in
+ * that form (the caller parses the header), (topic, bookmarks) when an ack is to be sent now
+ * (the batch is full, then it is removed from pending and its bookmarks joined with ",";
+ * or no batching: the one bookmark), else the number of bookmarks now in the batch.
+ * The caller holds the batches' lock; nothing here calls back into Python code. */
+
+PyDoc_STRVAR(autoack_take_doc,
+"autoack_take(pending, caps, batch_size, payload) -> None | (topic, bookmarks) | int\n\n"
+"Add a leased delivery's bookmark to its topic's pending ack batch (see the C source).");
+
+/* the value of the string field starting at p (after its opening quote): its end (the
+ * closing quote) or NULL when a backslash or the end comes first */
+static const char *
+autoack_value_end(const char *p, const char *end)
+{
+    const char *q = memchr(p, '"', (size_t)(end - p));
+    if (q == NULL || memchr(p, '\\', (size_t)(q - p)) != NULL) {
+        return NULL;
+    }
+    return q;
+}
+
+static PyObject *
+autoack_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char start[] = "{\"c\":\"p\",\"t\":\"";
+    static const char sids[] = "\",\"sids\":\"";
+    static const char bm[] = "\",\"bm\":\"";
+    static const char lp[] = "\",\"lp\":\"";
+    if (nargs != 4 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])
+        || !PyLong_Check(args[2]) || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "autoack_take(pending: dict, caps: dict, batch_size: int, payload: bytes)");
+        return NULL;
+    }
+    PyObject *pending = args[0];
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    const char *p = PyBytes_AS_STRING(args[3]);
+    const char *end = p + PyBytes_GET_SIZE(args[3]);
+    if (end - p < (Py_ssize_t)sizeof(start) - 1 || memcmp(p, start, sizeof(start) - 1) != 0) {
+        Py_RETURN_NONE;
+    }
+    const char *topic = p + sizeof(start) - 1;
+    const char *topic_end = autoack_value_end(topic, end);
+    if (topic_end == NULL || topic_end == topic || end - topic_end < (Py_ssize_t)sizeof(sids) - 1
+        || memcmp(topic_end, sids, sizeof(sids) - 1) != 0) {
+        Py_RETURN_NONE;
+    }
+    const char *ids_end = autoack_value_end(topic_end + sizeof(sids) - 1, end);
+    if (ids_end == NULL || end - ids_end < (Py_ssize_t)sizeof(bm) - 1
+        || memcmp(ids_end, bm, sizeof(bm) - 1) != 0) {
+        Py_RETURN_NONE;
+    }
+    const char *mark = ids_end + sizeof(bm) - 1;
+    const char *mark_end = autoack_value_end(mark, end);
+    if (mark_end == NULL || mark_end == mark || end - mark_end < (Py_ssize_t)sizeof(lp)
+        || memcmp(mark_end, lp, sizeof(lp) - 1) != 0) {
+        Py_RETURN_NONE;
+    }
+    char lease = mark_end[sizeof(lp) - 1];
+    if (lease == '"' || lease == '\\') {
+        Py_RETURN_NONE;
+    }
+    PyObject *t = PyUnicode_DecodeUTF8(topic, topic_end - topic, NULL);
+    if (t == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    PyObject *b = PyUnicode_DecodeUTF8(mark, mark_end - mark, NULL);
+    if (b == NULL) {
+        Py_DECREF(t);
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    PyObject *cap = PyDict_GetItemWithError(args[1], t); /* borrowed */
+    if (cap == NULL && PyErr_Occurred()) {
+        goto fail;
+    }
+    if (cap != NULL) {
+        Py_ssize_t c = PyLong_AsSsize_t(cap);
+        if (c == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (c < limit) {
+            limit = c < 1 ? 1 : c;
+        }
+    }
+    PyObject *batch = PyDict_GetItemWithError(pending, t); /* borrowed */
+    if (batch == NULL) {
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+        if (limit <= 1) {
+            return Py_BuildValue("(NN)", t, b);
+        }
+        batch = PyList_New(0);
+        if (batch == NULL) {
+            goto fail;
+        }
+        int rc = PyDict_SetItem(pending, t, batch);
+        Py_DECREF(batch); /* the dict holds it */
+        if (rc < 0) {
+            goto fail;
+        }
+    }
+    else if (!PyList_CheckExact(batch)) {
+        PyErr_SetString(PyExc_TypeError, "autoack_take: a pending batch is not a list");
+        goto fail;
+    }
+    if (PyList_Append(batch, b) < 0) {
+        goto fail;
+    }
+    Py_DECREF(b);
+    Py_ssize_t n = PyList_GET_SIZE(batch);
+    if (n < limit) {
+        Py_DECREF(t);
+        return PyLong_FromSsize_t(n);
+    }
+    Py_INCREF(batch);
+    if (PyDict_DelItem(pending, t) < 0) {
+        Py_DECREF(batch);
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyObject *comma = PyUnicode_FromStringAndSize(",", 1);
+    PyObject *joined = comma == NULL ? NULL : PyUnicode_Join(comma, batch);
+    Py_XDECREF(comma);
+    Py_DECREF(batch);
+    if (joined == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", t, joined);
+fail:
+    Py_DECREF(t);
+    Py_DECREF(b);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef speedups_methods[] = {
@@ -2381,6 +2537,7 @@ static PyMethodDef speedups_methods[] = {
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, crc32_doc},
     {"write_record", (PyCFunction)(void (*)(void))write_record, METH_FASTCALL, write_record_doc},
     {"ws_encode", (PyCFunction)(void (*)(void))ws_encode, METH_FASTCALL, ws_encode_doc},
+    {"autoack_take", (PyCFunction)(void (*)(void))autoack_take, METH_FASTCALL, autoack_take_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
+from . import _accel
 from .exceptions import AMPSError, UsageError
 from .protocol.header import encode_header
 from .protocol.message import Message
@@ -43,6 +44,7 @@ __all__ = [
     "ACK_COMMAND_ID",
     "QueueAckMethods",
     "QueueAcks",
+    "autoack_take",
     "bound_message_type",
     "delivery_fields",
     "parse_max_backlog",
@@ -308,16 +310,18 @@ class QueueAcks:
         """``handler`` with auto-ack: ack when it returns, ``cancel`` when it raises.
 
         The hot path (the memory of settled acks is empty: the application acked nothing
-        itself, which is the usual case with auto-ack) reads the topic, the bookmark and the
-        lease from the payload's bytes (:func:`delivery_fields`) instead of parsing the
-        header, and adds the bookmark to the topic's batch without any per-message object
-        besides its string. Anything else takes the general path (:meth:`settle`).
+        itself, which is the usual case with auto-ack) is one call of :func:`autoack_take`
+        (in C when the speedups are built) under the batches' lock: it reads the topic and
+        the bookmark from the payload's bytes instead of parsing the header, and adds the
+        bookmark to the topic's batch, joining the batch once it is full. Anything else
+        takes the general path (:meth:`settle`).
         """
         settle = self.settle
         hand_out = self.hand_out
         settled = self._settled
-        batch = self._batch
-        match = _DELIVERY.match
+        lock = self._lock
+        write = self._write
+        take = _accel.autoack_take or autoack_take
 
         def auto_ack(message: Message) -> Any:
             if settled:
@@ -330,12 +334,17 @@ class QueueAcks:
             if settled:  # the application acked something itself: the general path
                 settle(message)
                 return result
-            found = match(message.raw_payload)  # delivery_fields, inline
-            if found is None:
+            with lock:
+                done = take(self._pending, self._caps, self.batch_size, message.raw_payload)
+                arm = done.__class__ is int and not self._timer_armed and self.timeout_ms != 0
+                if arm:
+                    self._timer_armed = True
+            if done is None:
                 settle(message)
-            else:
-                topic, bookmark = found.groups()
-                batch(topic.decode(), bookmark.decode())
+            elif done.__class__ is tuple:
+                write(done[0], done[1], None)
+            elif arm:
+                self._call_later(self.timeout_ms / 1000.0, self._on_timer)
             return result
 
         auto_ack.__wrapped__ = handler  # type: ignore[attr-defined]
@@ -390,6 +399,43 @@ def delivery_fields(payload: bytes) -> tuple[str, str] | None:
         return None
     topic, bookmark = found.groups()
     return topic.decode(), bookmark.decode()
+
+
+def autoack_take(
+    pending: dict[str, list[str]], caps: dict[str, int], batch_size: int, payload: bytes
+) -> tuple[str, str] | int | None:
+    """Add a leased delivery's bookmark to its topic's pending ack batch (the caller holds
+    the batches' lock); the Python twin of the C ``autoack_take``.
+
+    ``pending`` maps a topic to its batch (a list of bookmarks); the batch limit is
+    ``batch_size`` capped at ``caps[topic]`` (at least 1). Returns ``None`` when the payload
+    is not in the form :func:`delivery_fields` reads (or not UTF-8 there): parse the header
+    instead; ``(topic, bookmarks)`` when an ack is to be sent now (the batch is full: it
+    leaves ``pending``, its bookmarks joined with ``,``; or no batching: the one bookmark);
+    else the number of bookmarks now in the topic's batch.
+    """
+    found = _DELIVERY.match(payload)
+    if found is None:
+        return None
+    try:
+        topic = found[1].decode()
+        bookmark = found[2].decode()
+    except UnicodeDecodeError:
+        return None
+    limit = batch_size
+    cap = caps.get(topic)
+    if cap is not None and cap < limit:
+        limit = max(cap, 1)
+    batch = pending.get(topic)
+    if batch is None:
+        if limit <= 1:
+            return topic, bookmark
+        batch = pending[topic] = []
+    batch.append(bookmark)
+    if len(batch) >= limit:
+        del pending[topic]
+        return topic, ",".join(batch)
+    return len(batch)
 
 
 def parse_max_backlog(options: str | None) -> int | None:

@@ -1265,3 +1265,117 @@ def test_ws_client_publishes_and_receives(implementation: str, server: Any) -> N
         client.flush(5000)
         wait_for(lambda: len(seen) == 300, what="every delivery")
     assert seen == [f'{{"i":{i},"s":"é"}}' if i % 7 == 0 else f'{{"i":{i}}}' for i in range(300)]
+
+
+# ----------------------------------------------------------------------------- queue auto-ack
+
+
+def _delivery(topic: bytes, sids: bytes, bm: bytes, lp: bytes, rest: bytes) -> bytes:
+    return (
+        b'{"c":"p","t":"'
+        + topic
+        + b'","sids":"'
+        + sids
+        + b'","bm":"'
+        + bm
+        + b'","lp":"'
+        + lp
+        + rest
+    )
+
+
+_field = st.one_of(
+    st.sampled_from(
+        [b"q", b"orders", b"", b"a\\b", b'a"b', b"\xc3\xa9t\xc3\xa9", b"\xff", b"1|2|"]
+    ),
+    st.binary(max_size=6),
+)
+
+
+def _take_both(
+    pending: dict[str, list[str]], caps: dict[str, int], batch: int, payload: bytes
+) -> tuple[Any, Any]:
+    """Run C and the twin on copies of the same state; the states must end equal too."""
+    from ampsclient.acks import autoack_take as twin
+
+    pending_c = {k: list(v) for k, v in pending.items()}
+    got_c = C.autoack_take(pending_c, dict(caps), batch, payload)
+    got_py = twin(pending, caps, batch, payload)
+    assert pending_c == pending
+    return got_c, got_py
+
+
+@needs_c
+@settings(max_examples=600, deadline=None)
+@given(
+    topic=_field,
+    sids=_field,
+    bm=_field,
+    lp=st.one_of(st.sampled_from([b"1000", b"", b'"', b"\\x"]), st.binary(max_size=3)),
+    rest=st.sampled_from([b'","data":1}', b"", b"}", b'"']),
+    cut=st.integers(0, 80),
+    batch=st.integers(0, 5),
+    cap=st.one_of(st.none(), st.integers(-1, 4)),
+    held=st.integers(0, 4),
+)
+def test_autoack_take_matches_python(
+    topic: bytes,
+    sids: bytes,
+    bm: bytes,
+    lp: bytes,
+    rest: bytes,
+    cut: int,
+    batch: int,
+    cap: int | None,
+    held: int,
+) -> None:
+    """The C auto-ack read-and-append against its twin: deliveries in and out of the form
+    (empty, quoted, escaped, non-UTF-8 fields, cut anywhere), batches already holding some
+    bookmarks, capped or not; same result and same pending batches afterwards."""
+    payload = _delivery(topic, sids, bm, lp, rest)
+    payload = payload[: len(payload) - cut] if cut < len(payload) else payload
+    name = topic.decode("utf-8", "replace")
+    pending: dict[str, list[str]] = {"other": ["9|9|"]}
+    if held:
+        pending[name] = [f"{i}|1|" for i in range(held)]
+    caps = {} if cap is None else {name: cap}
+    got_c, got_py = _take_both(pending, caps, batch, payload)
+    assert got_c == got_py
+    assert type(got_c) is type(got_py)
+
+
+@needs_c
+def test_autoack_take_fills_and_sends_batches_like_python() -> None:
+    """A stream of deliveries of two topics through C and twin: the same acks to send (each
+    bookmark exactly once, in order), the same counts in between, the backlog cap applied."""
+    from ampsclient.acks import autoack_take as twin, delivery_fields
+
+    rng = random.Random(16)
+    payloads = [
+        _delivery(rng.choice([b"q1", b"q2"]), b"s1", b"1|%d|" % i, b"1000", b'","data":1}')
+        for i in range(1000)
+    ]
+    caps = {"q2": 3}
+    sent: dict[str, list[list[str]]] = {"c": [], "py": []}
+    between: dict[str, list[int]] = {}
+    for name, take in (("c", C.autoack_take), ("py", twin)):
+        pending: dict[str, list[str]] = {}
+        counts = []
+        for payload in payloads:
+            done = take(pending, caps, 7, payload)
+            if isinstance(done, tuple):
+                sent[name].append([done[0], *done[1].split(",")])
+            else:
+                assert isinstance(done, int)
+                counts.append(done)
+        for topic, bookmarks in pending.items():
+            sent[name].append([topic, *bookmarks])
+        between[name] = counts
+    assert sent["c"] == sent["py"]
+    assert between["c"] == between["py"]
+    acked = [(b[0], bm) for b in sent["c"] for bm in b[1:]]
+    expected = [f for f in map(delivery_fields, payloads) if f is not None]
+    assert sorted(acked) == sorted(expected)
+    assert len(set(acked)) == len(payloads)
+    for batch in sent["c"]:
+        assert len(batch) - 1 <= (3 if batch[0] == "q2" else 7)
