@@ -7,8 +7,11 @@
  *
  *   plain_run  the run of plain intake frames ...,"bm":"<bookmark>"}BODY from a position:
  *              (end, [(bookmark, body), ...])  (queues.intake.plain_run)
+ *   frame_run  the delivery frames start + bookmark + tail + body of a run of leases, each
+ *              appended to its subscription's list; where the run ends (queues.framing.frame_run)
  *
- * Nothing here touches server state: inputs and outputs are lists, tuples, bytes and str.
+ * Nothing here changes server state: plain_run reads lists, tuples, bytes and str; frame_run
+ * reads the leases' messages (attributes) and appends to the lists it is given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -102,10 +105,118 @@ error:
     return NULL;
 }
 
+static PyObject *s_x, *s_barrier, *s_lease_deadline, *s_bookmark, *s_data;
+
+/* msg.<name> is (not) `want`: 1 when it is not, 0 when it is, -1 on error. */
+static int attr_is_not(PyObject *msg, PyObject *name, PyObject *want) {
+    PyObject *value = PyObject_GetAttr(msg, name);
+    if (value == NULL)
+        return -1;
+    int differs = value != want;
+    Py_DECREF(value);
+    return differs;
+}
+
+static PyObject *frame_run(PyObject *self, PyObject *args) {
+    PyObject *leases, *starts, *deadline, *tail;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "OnO!OO!:frame_run", &leases, &pos, &PyDict_Type, &starts,
+                          &deadline, &PyBytes_Type, &tail))
+        return NULL;
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "frame_run: pos must be >= 0");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(leases, "frame_run: leases must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    const char *tail_buf = PyBytes_AS_STRING(tail);
+    Py_ssize_t tail_len = PyBytes_GET_SIZE(tail);
+    for (; pos < count; pos++) {
+        PyObject *pair = items[pos];
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "frame_run: each lease must be a 2-tuple");
+            goto error;
+        }
+        PyObject *msg = PyTuple_GET_ITEM(pair, 1);
+        PyObject *entry = PyDict_GetItemWithError(starts, PyTuple_GET_ITEM(pair, 0));
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                goto error;
+            break; /* a subscription without its start yet: the caller makes it */
+        }
+        int stop = attr_is_not(msg, s_x, Py_None);
+        if (stop == 0)
+            stop = attr_is_not(msg, s_barrier, Py_False);
+        if (stop == 0)
+            stop = attr_is_not(msg, s_lease_deadline, deadline);
+        if (stop < 0)
+            goto error;
+        if (stop)
+            break;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) || !PyList_Check(PyTuple_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "frame_run: starts values must be (bytes, list)");
+            goto error;
+        }
+        PyObject *start = PyTuple_GET_ITEM(entry, 0);
+        PyObject *bookmark = PyObject_GetAttr(msg, s_bookmark);
+        if (bookmark == NULL)
+            goto error;
+        Py_ssize_t bm_len;
+        const char *bm = PyUnicode_Check(bookmark) ? PyUnicode_AsUTF8AndSize(bookmark, &bm_len)
+                                                   : NULL;
+        if (bm == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "frame_run: bookmark must be str");
+            Py_DECREF(bookmark);
+            goto error;
+        }
+        PyObject *data = PyObject_GetAttr(msg, s_data);
+        if (data == NULL || !PyBytes_Check(data)) {
+            if (data != NULL)
+                PyErr_SetString(PyExc_TypeError, "frame_run: data must be bytes");
+            Py_XDECREF(data);
+            Py_DECREF(bookmark);
+            goto error;
+        }
+        Py_ssize_t start_len = PyBytes_GET_SIZE(start), data_len = PyBytes_GET_SIZE(data);
+        PyObject *frame = PyBytes_FromStringAndSize(NULL, start_len + bm_len + tail_len + data_len);
+        if (frame != NULL) {
+            char *out = PyBytes_AS_STRING(frame);
+            memcpy(out, PyBytes_AS_STRING(start), (size_t)start_len);
+            out += start_len;
+            memcpy(out, bm, (size_t)bm_len);
+            out += bm_len;
+            memcpy(out, tail_buf, (size_t)tail_len);
+            out += tail_len;
+            memcpy(out, PyBytes_AS_STRING(data), (size_t)data_len);
+        }
+        Py_DECREF(bookmark);
+        Py_DECREF(data);
+        if (frame == NULL)
+            goto error;
+        int failed = PyList_Append(PyTuple_GET_ITEM(entry, 1), frame);
+        Py_DECREF(frame);
+        if (failed)
+            goto error;
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(pos);
+error:
+    Py_DECREF(seq);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"plain_run", plain_run, METH_VARARGS,
      "plain_run(frames, start, sow_keys) -> (end, [(bookmark, body), ...]): the run of plain "
      "intake frames from start (twin of queues.intake.plain_run)."},
+    {"frame_run", frame_run, METH_VARARGS,
+     "frame_run(leases, pos, starts, deadline, tail) -> end: the delivery frames of a run of "
+     "leases (twin of queues.framing.frame_run)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -114,4 +225,13 @@ static struct PyModuleDef module = {
     "Optional C versions of the queue engine's per-message loops.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__queue_speedups(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__queue_speedups(void) {
+    s_x = PyUnicode_InternFromString("x");
+    s_barrier = PyUnicode_InternFromString("barrier");
+    s_lease_deadline = PyUnicode_InternFromString("lease_deadline");
+    s_bookmark = PyUnicode_InternFromString("bookmark");
+    s_data = PyUnicode_InternFromString("data");
+    if (!s_x || !s_barrier || !s_lease_deadline || !s_bookmark || !s_data)
+        return NULL;
+    return PyModule_Create(&module);
+}

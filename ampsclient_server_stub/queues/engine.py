@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ampsclient.protocol.bookmarks import publisher_id_for
-from ampsclient.protocol.header import Header, escape
+from ampsclient.protocol.header import Header
 
 from ..config_values import ConfigError
 from ..engine.filters import compile_expression, compile_filter
@@ -60,7 +60,6 @@ from ..engine.wire import (
     CommandFailure,
     ack_flags,
     command_options,
-    format_timestamp,
     int_field,
     send_ack,
     send_acks,
@@ -71,6 +70,7 @@ from .config import QueueConfig
 from .dead_letter import DeadLetters
 from .depth import Inactive, Waiting
 from .expiration import MessageExpiry
+from .framing import NEVER, lease_frames
 from .intake import Parsed, parse_frame
 from .metadata_file import MetadataFiles
 from .model import Queue, QueueMessage, QueueSub
@@ -92,8 +92,6 @@ plain_run: Final = speedups.plain_run or intake.plain_run
 ACK_FILE: Final = "queues.ack"
 """The ack-point file in the journal directory is ``<journal name>.queues.ack``."""
 
-NEVER: Final = "99991231T235959.000000Z"
-"""``lp`` of a lease that never expires (no ``LeasePeriod``)."""
 
 _COMMIT_DELAY: Final = 0.02
 """Seconds a journaled acknowledgement waits for a group commit nobody waits for."""
@@ -493,43 +491,8 @@ class QueueEngine:
         leases = queue.offer(self._clock())
         if not leases:
             return
-        head = '{"c":"p","t":"' + escape(queue.name) + '","sids":"'
-        gone: list[str] = []
-        at_most_once = queue.at_most_once
-        # the frames of one pump, per subscription: its header start (made once), each
-        # frame joined from bytes, one send_many per session (order kept per session)
-        starts: dict[int, tuple[bytes, list[bytes]]] = {}
-        sends: dict[int, tuple[Callable[[list[bytes]], None], list[bytes]]] = {}
-        lp_tails: dict[float | None, bytes] = {}
-        for qsub, msg in leases:
-            entry = starts.get(id(qsub))
-            if entry is None:
-                sub = qsub.key
-                assert isinstance(sub, Subscription)
-                session = sub.conn.session
-                sent = sends.get(id(session))
-                if sent is None:
-                    sent = sends[id(session)] = (session.send_many, [])
-                entry = starts[id(qsub)] = ((head + sub.sid + '","bm":"').encode(), sent[1])
-            start, frames = entry
-            bookmark = msg.bookmark
-            if msg.barrier:  # not leased: no lp (nothing to acknowledge)
-                tail = b'"'
-                if not gone or gone[-1] != bookmark:
-                    gone.append(bookmark)
-            else:
-                deadline = msg.lease_deadline
-                lp_tail = lp_tails.get(deadline)
-                if lp_tail is None:
-                    lp = NEVER if deadline is None else format_timestamp(deadline)
-                    lp_tail = lp_tails[deadline] = ('","lp":"' + lp + '"').encode()
-                tail = lp_tail
-                if at_most_once:
-                    gone.append(bookmark)
-            if msg.x:
-                tail += (',"x":"' + escape(msg.x) + '"').encode()
-            frames.append(b"".join((start, bookmark.encode(), tail, b"}", msg.data)))
-        for send_many, frames in sends.values():
+        sends, gone = lease_frames(queue.name, leases, at_most_once=queue.at_most_once)
+        for send_many, frames in sends:
             send_many(frames)
         if gone:
             self.record(queue, gone)

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from .config import QueueConfig
 from .expiration import deadline
+from .priority import unsigned_priority
 
 __all__ = [
     "AVAILABLE",
@@ -268,7 +269,7 @@ class Queue:
             msg.barrier = msg.doc is not None and bool(self._barrier(msg.doc))
         if self._priority is not None:
             msg.doc = self._decode(data)
-            msg.rank = -_unsigned(self._priority(msg.doc) if msg.doc is not None else None)
+            msg.rank = -unsigned_priority(self._priority(msg.doc) if msg.doc is not None else None)
         self.messages[bookmark] = msg
         self.counters["enqueued"] += 1
         if owner is not None:
@@ -387,14 +388,23 @@ class Queue:
     # ------------------------------------------------------------------ delivery
 
     def offer(self, now: float) -> list[tuple[QueueSub, QueueMessage]]:
-        """Lease what can be leased now; returns ``(subscription, message)`` in order."""
+        """Lease what can be leased now; returns ``(subscription, message)`` in order (the
+        leases share one ``lease_deadline`` object: :mod:`.framing` relies on it)."""
         out: list[tuple[QueueSub, QueueMessage]] = []
         heap = self._heap
         fresh = self._fresh
         if not (heap or fresh) or not self.owner:
             return out
-        if not self.subs:
+        subs = self.subs
+        if not subs:
             return out
+        if (
+            not heap
+            and self._barrier is None
+            and (len(subs) == 1 or self.config.fairness == "proportional")
+            and all(qsub.matches is None for qsub in subs)
+        ):
+            return self._offer_fresh(now)
         first = fresh[0] if fresh and (not heap or fresh[0].order < heap[0][1]) else heap[0][2]
         if not first.barrier:
             for candidate in self.subs:
@@ -404,6 +414,7 @@ class Queue:
                 return out  # no subscription has room
         limit = self.config.max_backlog
         lease_period = self.config.lease_period
+        lease_deadline = None if lease_period is None else now + lease_period  # one object
         skipped: list[tuple[int, int, QueueMessage]] = []
         choose = self._choose
         heappop = heapq.heappop
@@ -446,13 +457,71 @@ class Queue:
                 del self.messages[msg.bookmark]
             else:
                 msg.state = LEASED
-            if lease_period is not None:
-                msg.lease_deadline = now + lease_period
-                heapq.heappush(self._lease_heap, (msg.lease_deadline, msg.order, msg))
+            if lease_deadline is not None:
+                msg.lease_deadline = lease_deadline
+                heapq.heappush(self._lease_heap, (lease_deadline, msg.order, msg))
             out.append((qsub, msg))
         self.counters["delivered"] += len(out)
         for item in skipped:
             heapq.heappush(heap, item)
+        return out
+
+    def _offer_fresh(self, now: float) -> list[tuple[QueueSub, QueueMessage]]:
+        """:meth:`offer` when only the FIFO holds messages (none went back), without a
+        ``BarrierExpression`` or subscription filters, by one subscription or ``proportional``
+        fairness: the same choice as :meth:`_choose` in one loop, and a message no one has
+        room for stays at the FIFO's front (no heap entry)."""
+        out: list[tuple[QueueSub, QueueMessage]] = []
+        append = out.append
+        fresh = self._fresh
+        popleft = fresh.popleft
+        subs = self.subs
+        single = subs[0] if len(subs) == 1 else None
+        limit = self.config.max_backlog
+        room = len(fresh) if limit is None else limit - self.leased
+        lease_period = self.config.lease_period
+        lease_deadline = None if lease_period is None else now + lease_period  # one object
+        at_most_once = self.at_most_once
+        messages = self.messages
+        lease_heap = self._lease_heap
+        while fresh and room > 0:
+            msg = fresh[0]
+            if msg.state != AVAILABLE:
+                popleft()  # acknowledged or expired while waiting
+                continue
+            qsub: QueueSub | None
+            if single is not None:
+                if len(single.leased) >= single.backlog:
+                    break
+                qsub = single
+            else:  # proportional: the lowest leased/backlog ratio, ties to the first
+                qsub = None
+                best_ratio = 2.0
+                for candidate in subs:
+                    leased = len(candidate.leased)
+                    if leased < candidate.backlog:
+                        ratio = leased / candidate.backlog
+                        if ratio < best_ratio:
+                            qsub, best_ratio = candidate, ratio
+                if qsub is None:
+                    break
+            popleft()
+            msg.deliveries += 1
+            qsub.leased[msg.bookmark] = msg
+            msg.lessee = qsub
+            msg.leased_at = now
+            if at_most_once:
+                msg.state = GONE  # gone from the queue; the slot stays until acknowledged
+                del messages[msg.bookmark]
+            else:
+                msg.state = LEASED
+            if lease_deadline is not None:
+                msg.lease_deadline = lease_deadline
+                heapq.heappush(lease_heap, (lease_deadline, msg.order, msg))
+            append((qsub, msg))
+            room -= 1
+        self.leased += len(out)
+        self.counters["delivered"] += len(out)
         return out
 
     def _release_barrier(self, msg: QueueMessage) -> list[tuple[QueueSub, QueueMessage]]:
@@ -722,16 +791,6 @@ class Queue:
 def _item(msg: QueueMessage) -> tuple[int, int, QueueMessage]:
     """``msg``'s entry in the offer heap (a message from the FIFO going back)."""
     return (msg.rank, msg.order, msg)
-
-
-def _unsigned(value: Any) -> int:
-    """A priority value as AMPS treats it: an unsigned long; NULL, negative and non-numeric
-    values are the lowest priority (0)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    if value != value or value <= 0:  # NaN, negative
-        return 0
-    return int(min(value, 2**64 - 1))
 
 
 def _reason(msg: QueueMessage, config: QueueConfig) -> str:

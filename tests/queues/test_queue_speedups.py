@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from _queue_support import Consumer, start
 
-from ampsclient_server_stub.queues import engine, intake, speedups
+from ampsclient_server_stub.queues import engine, framing, intake, speedups
 from ampsclient_server_stub.queues.config import QueueConfig
+from ampsclient_server_stub.queues.model import QueueMessage, QueueSub
 
 needs_c = pytest.mark.skipif(not speedups.SPEEDUPS, reason="queue C speedups not in use")
 IMPLS = ["python", pytest.param("c", marks=needs_c)]
@@ -188,3 +189,106 @@ def test_intake_through_a_server_in_both_forms(tmp_path: Path) -> None:
         assert len({hdr["bm"] for hdr, _body in consumer.deliveries}) == 40
     finally:
         server.stop()
+
+
+FrameRun = Callable[[Sequence[Any], int, dict[Any, Any], float | None, bytes], int]
+
+
+def frame_impl(name: str) -> FrameRun:
+    if name == "c":
+        assert speedups.frame_run is not None
+        return speedups.frame_run
+    return framing.frame_run
+
+
+def _msg(
+    bm: str,
+    data: bytes = b"{}",
+    *,
+    x: str | None = None,
+    deadline: float | None = None,
+    barrier: bool = False,
+) -> QueueMessage:
+    msg = QueueMessage(bm, data, x, 1, 0.0)
+    msg.lease_deadline = deadline
+    msg.barrier = barrier
+    return msg
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_frame_run_joins_a_run_and_stops_where_the_caller_must_frame(name: str) -> None:
+    run = frame_impl(name)
+    a, b, c = (QueueSub(object(), object(), 10, None) for _ in range(3))
+    end = 1234.5
+    tail = b'","lp":"X"}'
+    fa: list[bytes] = []
+    fb: list[bytes] = []
+    starts: dict[Any, Any] = {a: (b"<a:", fa), b: (b"<b:", fb)}
+    leases = [
+        (a, _msg("1|1|", b'{"n":1}', deadline=end)),
+        (b, _msg("1|2|", b"", deadline=end)),
+        (a, _msg("ü|3|", b'{"n":3}', deadline=end)),
+        (c, _msg("1|4|", deadline=end)),  # no start for c yet
+        (a, _msg("1|5|", x="corr", deadline=end)),  # an x
+        (a, _msg("1|6|", deadline=None, barrier=True)),  # a barrier message
+        (a, _msg("1|7|", deadline=end)),  # another deadline object (set below)
+        (b, _msg("1|8|", b"[8]", deadline=end)),
+    ]
+    leases[6][1].lease_deadline = float(str(end))  # equal, not the same object
+    assert leases[6][1].lease_deadline == end and leases[6][1].lease_deadline is not end
+    assert run(leases, 0, starts, end, tail) == 3
+    assert fa == [b'<a:1|1|","lp":"X"}{"n":1}', '<a:ü|3|","lp":"X"}{"n":3}'.encode()]
+    assert fb == [b'<b:1|2|","lp":"X"}']
+    for stop in (3, 4, 5, 6):
+        assert run(leases, stop, starts, end, tail) == stop
+    assert run(leases, 7, starts, end, tail) == 8
+    assert fb[-1] == b'<b:1|8|","lp":"X"}[8]'
+    assert run(leases, 8, starts, end, tail) == 8
+    assert run(leases, 99, starts, end, tail) == 99
+    assert run([], 0, {}, None, b"") == 0
+    with pytest.raises(ValueError, match="pos"):
+        run(leases, -1, starts, end, tail)
+    bad = _msg("\ud800|1|", deadline=end)  # a lone surrogate cannot be UTF-8
+    with pytest.raises(UnicodeEncodeError):
+        run([(a, bad)], 0, starts, end, tail)
+
+
+@needs_c
+def test_frame_run_c_and_python_agree_on_random_runs() -> None:
+    assert speedups.frame_run is not None
+    rng = random.Random(61)
+    subs = [QueueSub(object(), object(), 10, None) for _ in range(4)]
+    end = 99.25
+    cases = 0
+    for _ in range(2000):
+        known = rng.sample(subs, rng.randint(0, 4))
+        leases = []
+        for i in range(rng.randint(0, 8)):
+            roll = rng.random()
+            leases.append(
+                (
+                    rng.choice(subs),
+                    _msg(
+                        f"{rng.randint(1, 9)}|{i}|{rng.choice(['', 'é', '€'])}",
+                        rng.choice(
+                            [b"", b"{}", b'{"a":"}"}', bytes(rng.randrange(256) for _ in range(5))]
+                        ),
+                        x="c" if roll < 0.1 else None,
+                        barrier=0.1 <= roll < 0.2,
+                        deadline=None if roll < 0.3 else end,
+                    ),
+                )
+            )
+        pos = rng.randint(0, len(leases))
+        deadline = rng.choice([end, None])
+        got: list[dict[Any, Any]] = []
+        ends = []
+        for fn in (speedups.frame_run, framing.frame_run):
+            starts: dict[Any, tuple[bytes, list[bytes]]] = {
+                s: (b"<%d:" % subs.index(s), []) for s in known
+            }
+            ends.append(fn(leases, pos, starts, deadline, b'"}'))
+            got.append({subs.index(s): v[1] for s, v in starts.items()})
+        assert ends[0] == ends[1] and got[0] == got[1], (leases, pos)
+        cases += 1
+    assert cases == 2000
