@@ -7,7 +7,7 @@ case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
 ``discard_message``, the publish stores' payload and record building, and the common cases
 of ``AsyncHAClient.publish`` (``PublishLane``) and ``AsyncClient.publish``
 (``PlainPublishLane``), and a queue auto-ack's read of a delivery and batch append
-(``autoack_take``). The Python code
+(``autoack_take``, and ``AutoAck``, the handler that does it). The Python code
 they replace stays next to them and is the reference, tested with the same cases. The
 receive loops look their function up here on each call (tests switch them); the publish
 stores bind theirs at import. Set
@@ -34,6 +34,7 @@ __all__ = [
     "LAYOUT",
     "SPEEDUPS",
     "TWINS",
+    "AutoAck",
     "BookmarkLane",
     "PlainPublishLane",
     "PublishLane",
@@ -98,6 +99,10 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
         "ha_client.pub_lock": "_pub_lock",
         "ha_client.seq_suffix": "_seq_suffix",
         "ha_client.can_send": "_can_send",
+        # ampsclient.acks.QueueAcks instance attributes the auto-ack handler (AutoAck) reads
+        "queue_acks.pending": "_pending",
+        "queue_acks.caps": "_caps",
+        "queue_acks.batch_size": "batch_size",
     }
 )
 """Role -> the attribute or slot that plays it: everything ``_speedups.c`` touches by name."""
@@ -112,6 +117,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "write_record": "ampsclient.stores.publish.record.write_record",
         "ws_encode": "ampsclient.transport.ws.ws_messages",
         "autoack_take": "ampsclient.acks.autoack_take",
+        "AutoAck.call": "ampsclient.acks.AutoAckCall.call",
         "BookmarkLane.log": "ampsclient.stores.bookmark.memory.MemoryBookmarkStore.log",
         "BookmarkLane.discard": (
             "ampsclient.stores.bookmark.memory.MemoryBookmarkStore.discard_message"
@@ -132,6 +138,7 @@ BookmarkLane: Callable[..., Any] | None = None
 StoreLock: Callable[[], Any] | None = None
 PublishLane: Callable[..., Any] | None = None
 PlainPublishLane: Callable[..., Any] | None = None
+AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 write_record: Callable[[Any, int, int, bytes], int] | None = None
 ws_encode: Callable[[bytes, bool], bytes | None] | None = None
@@ -151,6 +158,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         StoreLock = getattr(_speedups, "StoreLock", None)  # (the lane's lock)
         PublishLane = getattr(_speedups, "PublishLane", None)  # nor these
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
+        AutoAck = getattr(_speedups, "AutoAck", None)
         join_seq = _speedups.join_seq
         write_record = _speedups.write_record
         ws_encode = _speedups.ws_encode

@@ -41,6 +41,8 @@ enum {
     R_CLIENT_TRANSPORT, R_CLIENT_WAKE_PENDING, R_CLIENT_BLOCKED,
     /* an HA client's, on top (instance attributes) */
     R_HA_PUB_LOCK, R_HA_SEQ_SUFFIX, R_HA_CAN_SEND,
+    /* a client's queue acks (instance attributes the auto-ack handler reads) */
+    R_QA_PENDING, R_QA_CAPS, R_QA_BATCH_SIZE,
     R_COUNT
 };
 
@@ -60,6 +62,7 @@ static const char *const role_keys[R_COUNT] = {
     "client.pub_prefix", "client.enqueue", "client.wake", "client.wait_writable",
     "client.transport", "client.wake_pending", "client.blocked",
     "ha_client.pub_lock", "ha_client.seq_suffix", "ha_client.can_send",
+    "queue_acks.pending", "queue_acks.caps", "queue_acks.batch_size",
 };
 
 static PyObject *role_names[R_COUNT]; /* interned str, set by bind() */
@@ -2398,26 +2401,17 @@ autoack_value_end(const char *p, const char *end)
     return q;
 }
 
+/* autoack_take's work on checked arguments (pending and caps exact dicts, the payload a
+ * bytes object): a new reference to None, (topic, bookmarks) or the count; NULL on error */
 static PyObject *
-autoack_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+autoack_core(PyObject *pending, PyObject *caps, Py_ssize_t limit, PyObject *payload)
 {
     static const char start[] = "{\"c\":\"p\",\"t\":\"";
     static const char sids[] = "\",\"sids\":\"";
     static const char bm[] = "\",\"bm\":\"";
     static const char lp[] = "\",\"lp\":\"";
-    if (nargs != 4 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])
-        || !PyLong_Check(args[2]) || !PyBytes_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "autoack_take(pending: dict, caps: dict, batch_size: int, payload: bytes)");
-        return NULL;
-    }
-    PyObject *pending = args[0];
-    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
-    if (limit == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    const char *p = PyBytes_AS_STRING(args[3]);
-    const char *end = p + PyBytes_GET_SIZE(args[3]);
+    const char *p = PyBytes_AS_STRING(payload);
+    const char *end = p + PyBytes_GET_SIZE(payload);
     if (end - p < (Py_ssize_t)sizeof(start) - 1 || memcmp(p, start, sizeof(start) - 1) != 0) {
         Py_RETURN_NONE;
     }
@@ -2459,7 +2453,7 @@ autoack_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         return NULL;
     }
-    PyObject *cap = PyDict_GetItemWithError(args[1], t); /* borrowed */
+    PyObject *cap = PyDict_GetItemWithError(caps, t); /* borrowed */
     if (cap == NULL && PyErr_Occurred()) {
         goto fail;
     }
@@ -2524,6 +2518,273 @@ fail:
     return NULL;
 }
 
+static PyObject *
+autoack_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])
+        || !PyLong_Check(args[2]) || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "autoack_take(pending: dict, caps: dict, batch_size: int, payload: bytes)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return autoack_core(args[0], args[1], limit, args[3]);
+}
+
+#ifndef Py_GIL_DISABLED
+/* ------------------------------------------------------------------ AutoAck
+ *
+ * AutoAck(handler, acks, settled, lock, hand_out, settle, after, send_now, arm): a queue
+ * subscription's handler with auto-ack, the route's handler itself (twin:
+ * ampsclient.acks.AutoAckCall). Called with a message it does what the twin does:
+ *   - settled (the dict of acks the application made itself) not empty: hand_out(message)
+ *     first;
+ *   - handler(message); when it raises: settle(message, True) (the cancel), then the
+ *     exception goes on;
+ *   - then, in the common case (settled empty, nobody holds lock, a StoreLock), the work of
+ *     autoack_take on the acks object's batches (roles queue_acks.pending, .caps, .batch_size)
+ *     and the message's payload (role message.raw), all under the GIL without calling Python
+ *     code, so without taking the lock; then send_now(topic, bookmarks) when an ack is to go
+ *     out, arm() when a new batch began. Anything else (the payload not in the form, settled
+ *     not empty, the lock held by a thread) calls after(message), the Python path that takes
+ *     the lock. */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *handler;
+    PyObject *acks;
+    PyObject *settled;
+    PyObject *lock;
+    PyObject *hand_out;
+    PyObject *settle;
+    PyObject *after;
+    PyObject *send_now;
+    PyObject *arm;
+    unsigned long long fast;
+} AutoAck;
+
+static PyObject *
+autoack_message(AutoAck *self, PyObject *message)
+{
+    PyObject *r;
+    if (PyDict_GET_SIZE(self->settled) != 0) {
+        r = PyObject_CallOneArg(self->hand_out, message);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *result = PyObject_CallOneArg(self->handler, message);
+    if (result == NULL) {
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        r = PyObject_CallFunctionObjArgs(self->settle, message, Py_True, NULL);
+        if (r == NULL) {
+            _PyErr_ChainExceptions(et, ev, etb);
+            return NULL;
+        }
+        Py_DECREF(r);
+        PyErr_Restore(et, ev, etb);
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(self->settled) == 0 && !((StoreLock *)self->lock)->held && layout_bound) {
+        PyObject *raw = PyObject_GetAttr(message, NAME(R_MSG_RAW));
+        PyObject *pending = PyObject_GetAttr(self->acks, NAME(R_QA_PENDING));
+        PyObject *caps = PyObject_GetAttr(self->acks, NAME(R_QA_CAPS));
+        PyObject *size = PyObject_GetAttr(self->acks, NAME(R_QA_BATCH_SIZE));
+        PyObject *done = NULL;
+        int checked = raw != NULL && pending != NULL && caps != NULL && size != NULL
+                      && PyBytes_Check(raw) && PyDict_CheckExact(pending)
+                      && PyDict_CheckExact(caps) && PyLong_CheckExact(size);
+        if (checked) {
+            Py_ssize_t limit = PyLong_AsSsize_t(size);
+            if (limit != -1 || !PyErr_Occurred()) {
+                done = autoack_core(pending, caps, limit, raw);
+            }
+        }
+        Py_XDECREF(raw);
+        Py_XDECREF(pending);
+        Py_XDECREF(caps);
+        Py_XDECREF(size);
+        if (done == NULL) {
+            PyErr_Clear(); /* not our objects' usual form: the Python path says what is wrong */
+        }
+        else if (done != Py_None) {
+            if (PyTuple_CheckExact(done)) {
+                r = PyObject_Call(self->send_now, done, NULL);
+            }
+            else if (PyLong_AsSsize_t(done) == 1) {
+                r = PyObject_CallNoArgs(self->arm);
+            }
+            else {
+                r = Py_NewRef(Py_None);
+            }
+            Py_DECREF(done);
+            if (r == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+            Py_DECREF(r);
+            self->fast++;
+            return result;
+        }
+        Py_XDECREF(done);
+    }
+    r = PyObject_CallOneArg(self->after, message);
+    if (r == NULL) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return result;
+}
+
+static PyObject *
+autoack_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "an auto-ack handler takes one message");
+        return NULL;
+    }
+    return autoack_message((AutoAck *)callable, args[0]);
+}
+
+static PyObject *
+autoack_call_method(AutoAck *self, PyObject *message)
+{
+    return autoack_message(self, message);
+}
+
+static int
+autoack_init(AutoAck *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *a[9];
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "AutoAck() takes positional arguments only");
+        return -1;
+    }
+    if (!PyArg_UnpackTuple(args, "AutoAck", 9, 9, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5],
+                           &a[6], &a[7], &a[8])) {
+        return -1;
+    }
+    if (!PyDict_CheckExact(a[2]) || !Py_IS_TYPE(a[3], &StoreLockType)) {
+        PyErr_SetString(PyExc_TypeError, "AutoAck(): settled must be a dict and lock a StoreLock");
+        return -1;
+    }
+    Py_XSETREF(self->handler, Py_NewRef(a[0]));
+    Py_XSETREF(self->acks, Py_NewRef(a[1]));
+    Py_XSETREF(self->settled, Py_NewRef(a[2]));
+    Py_XSETREF(self->lock, Py_NewRef(a[3]));
+    Py_XSETREF(self->hand_out, Py_NewRef(a[4]));
+    Py_XSETREF(self->settle, Py_NewRef(a[5]));
+    Py_XSETREF(self->after, Py_NewRef(a[6]));
+    Py_XSETREF(self->send_now, Py_NewRef(a[7]));
+    Py_XSETREF(self->arm, Py_NewRef(a[8]));
+    self->vectorcall = autoack_vectorcall;
+    return 0;
+}
+
+static PyObject *
+autoack_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    AutoAck *self = (AutoAck *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->vectorcall = NULL; /* until __init__ ran: tp_call refuses */
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *
+autoack_tp_call(PyObject *callable, PyObject *args, PyObject *kwds)
+{
+    AutoAck *self = (AutoAck *)callable;
+    if (self->handler == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "AutoAck was not initialised");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) != 1 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "an auto-ack handler takes one message");
+        return NULL;
+    }
+    return autoack_message(self, PyTuple_GET_ITEM(args, 0));
+}
+
+static int
+autoack_traverse(AutoAck *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->handler);
+    Py_VISIT(self->acks);
+    Py_VISIT(self->settled);
+    Py_VISIT(self->lock);
+    Py_VISIT(self->hand_out);
+    Py_VISIT(self->settle);
+    Py_VISIT(self->after);
+    Py_VISIT(self->send_now);
+    Py_VISIT(self->arm);
+    return 0;
+}
+
+static int
+autoack_clear(AutoAck *self)
+{
+    self->vectorcall = NULL;
+    Py_CLEAR(self->handler);
+    Py_CLEAR(self->acks);
+    Py_CLEAR(self->settled);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->hand_out);
+    Py_CLEAR(self->settle);
+    Py_CLEAR(self->after);
+    Py_CLEAR(self->send_now);
+    Py_CLEAR(self->arm);
+    return 0;
+}
+
+static void
+autoack_dealloc(AutoAck *self)
+{
+    PyObject_GC_UnTrack(self);
+    autoack_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef autoack_methods[] = {
+    {"call", (PyCFunction)autoack_call_method, METH_O,
+     "call(message): the same as calling the object (the handler with auto-ack)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef autoack_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(AutoAck, handler), READONLY, "The application's handler."},
+    {"fast", T_ULONGLONG, offsetof(AutoAck, fast), READONLY,
+     "Messages acked without the Python path."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject AutoAckType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.AutoAck",
+    .tp_basicsize = sizeof(AutoAck),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "AutoAck(handler, acks, settled, lock, hand_out, settle, after, send_now, arm)\n\n"
+              "A queue subscription's handler with auto-ack (see the C source; twin "
+              "ampsclient.acks.AutoAckCall).",
+    .tp_vectorcall_offset = offsetof(AutoAck, vectorcall),
+    .tp_call = autoack_tp_call,
+    .tp_traverse = (traverseproc)autoack_traverse,
+    .tp_clear = (inquiry)autoack_clear,
+    .tp_dealloc = (destructor)autoack_dealloc,
+    .tp_init = (initproc)autoack_init,
+    .tp_new = autoack_new,
+    .tp_methods = autoack_methods,
+    .tp_members = autoack_members,
+};
+#endif /* Py_GIL_DISABLED */
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef speedups_methods[] = {
@@ -2573,7 +2834,9 @@ PyInit__speedups(void)
     if (str_locked == NULL || PyType_Ready(&PublishLaneType) < 0
         || PyModule_AddObjectRef(module, "PublishLane", (PyObject *)&PublishLaneType) < 0
         || PyType_Ready(&PlainLaneType) < 0
-        || PyModule_AddObjectRef(module, "PlainPublishLane", (PyObject *)&PlainLaneType) < 0) {
+        || PyModule_AddObjectRef(module, "PlainPublishLane", (PyObject *)&PlainLaneType) < 0
+        || PyType_Ready(&AutoAckType) < 0
+        || PyModule_AddObjectRef(module, "AutoAck", (PyObject *)&AutoAckType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

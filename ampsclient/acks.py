@@ -42,6 +42,7 @@ from .protocol.message import Message
 
 __all__ = [
     "ACK_COMMAND_ID",
+    "AutoAckCall",
     "QueueAckMethods",
     "QueueAcks",
     "autoack_take",
@@ -99,7 +100,9 @@ class QueueAcks:
     ) -> None:
         self._send = send
         self._call_later = call_later
-        self._lock = threading.Lock()
+        # the C auto-ack reads whether this lock is held without taking it (StoreLock)
+        self._lock: Any = threading.Lock() if _accel.StoreLock is None else _accel.StoreLock()
+        self._take = _accel.autoack_take or autoack_take
         self._pending: dict[str, list[str]] = {}
         self._timer_armed = False
         self._settled: dict[tuple[str, str], None] = {}  # acked since handed out (bounded)
@@ -309,46 +312,91 @@ class QueueAcks:
     def wrap(self, handler: Handler) -> Handler:
         """``handler`` with auto-ack: ack when it returns, ``cancel`` when it raises.
 
-        The hot path (the memory of settled acks is empty: the application acked nothing
-        itself, which is the usual case with auto-ack) is one call of :func:`autoack_take`
-        (in C when the speedups are built) under the batches' lock: it reads the topic and
-        the bookmark from the payload's bytes instead of parsing the header, and adds the
-        bookmark to the topic's batch, joining the batch once it is full. Anything else
-        takes the general path (:meth:`settle`).
+        With the C speedups the result is their ``AutoAck``, else :class:`AutoAckCall` (its
+        twin). The hot path (the memory of settled acks is empty: the application acked
+        nothing itself, which is the usual case with auto-ack) is one :func:`autoack_take`:
+        the topic and the bookmark read from the payload's bytes instead of parsing the
+        header, the bookmark added to the topic's batch, the batch joined once it is full.
+        Anything else takes the general path (:meth:`settle`).
         """
-        settle = self.settle
-        hand_out = self.hand_out
-        settled = self._settled
-        lock = self._lock
-        write = self._write
-        take = _accel.autoack_take or autoack_take
+        lane = _accel.AutoAck
+        if lane is not None and _accel.StoreLock is not None:  # then self._lock is one
+            return lane(  # type: ignore[no-any-return]
+                handler,
+                self,
+                self._settled,
+                self._lock,
+                self.hand_out,
+                self.settle,
+                self.after_handler,
+                self._send_now,
+                self._arm,
+            )
+        return AutoAckCall(handler, self).call
 
-        def auto_ack(message: Message) -> Any:
-            if settled:
-                hand_out(message)
-            try:
-                result = handler(message)
-            except BaseException:
-                settle(message, True)
-                raise
-            if settled:  # the application acked something itself: the general path
-                settle(message)
-                return result
-            with lock:
-                done = take(self._pending, self._caps, self.batch_size, message.raw_payload)
-                arm = done.__class__ is int and not self._timer_armed and self.timeout_ms != 0
-                if arm:
-                    self._timer_armed = True
-            if done is None:
-                settle(message)
-            elif done.__class__ is tuple:
-                write(done[0], done[1], None)
-            elif arm:
-                self._call_later(self.timeout_ms / 1000.0, self._on_timer)
+    def after_handler(self, message: Message) -> None:
+        """Auto-ack ``message`` after its handler returned (the batches' lock taken here)."""
+        if self._settled:  # the application acked something itself: the general path
+            self.settle(message)
+            return
+        with self._lock:
+            done = self._take(self._pending, self._caps, self.batch_size, message.raw_payload)
+        if done is None:
+            self.settle(message)
+        elif done.__class__ is tuple:
+            self._write(done[0], done[1], None)
+        elif done == 1:
+            self._arm()
+
+    def _send_now(self, topic: str, bookmarks: str) -> None:
+        self._write(topic, bookmarks, None)
+
+    def _arm(self) -> None:
+        """A new batch began: start the ack timer unless it runs already."""
+        with self._lock:
+            if self._timer_armed or not self.timeout_ms:
+                return
+            self._timer_armed = True
+        self._call_later(self.timeout_ms / 1000.0, self._on_timer)
+
+
+class AutoAckCall:
+    """A queue subscription's handler with auto-ack (:meth:`QueueAcks.wrap`): the Python
+    twin of the C speedups' ``AutoAck``."""
+
+    __slots__ = ("__wrapped__", "_acks", "_lock", "_settled", "_take")
+
+    def __init__(self, handler: Handler, acks: QueueAcks) -> None:
+        self.__wrapped__ = handler
+        self._acks = acks
+        self._settled = acks._settled  # never replaced (unlike the batches)
+        self._lock = acks._lock
+        self._take = acks._take
+
+    def call(self, message: Message) -> Any:
+        """Run the handler, then ack ``message`` (``cancel`` it when the handler raises)."""
+        acks = self._acks
+        if self._settled:
+            acks.hand_out(message)
+        try:
+            result = self.__wrapped__(message)
+        except BaseException:
+            acks.settle(message, True)
+            raise
+        if self._settled:
+            acks.settle(message)
             return result
+        with self._lock:  # QueueAcks.after_handler, inline
+            done = self._take(acks._pending, acks._caps, acks.batch_size, message.raw_payload)
+        if done is None:
+            acks.settle(message)
+        elif done.__class__ is tuple:
+            acks._write(done[0], done[1], None)
+        elif done == 1:
+            acks._arm()
+        return result
 
-        auto_ack.__wrapped__ = handler  # type: ignore[attr-defined]
-        return auto_ack
+    __call__ = call
 
 
 def persisted_ack_writer(

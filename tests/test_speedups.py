@@ -99,6 +99,7 @@ def layout_owners() -> dict[str, Any]:
         "segment_log": SegmentLog,
         "client": AsyncClient("layout"),
         "ha_client": AsyncHAClient("layout-ha").client,  # the lane reads the held client
+        "queue_acks": AsyncClient("layout-acks").queue_acks,
     }
 
 
@@ -1379,3 +1380,106 @@ def test_autoack_take_fills_and_sends_batches_like_python() -> None:
     assert len(set(acked)) == len(payloads)
     for batch in sent["c"]:
         assert len(batch) - 1 <= (3 if batch[0] == "q2" else 7)
+
+
+def _autoack_run(use_c: bool, steps: list[tuple[int, str, int]]) -> list[Any]:
+    """Deliveries through one client's auto-ack handler, C ``AutoAck`` or its twin; what
+    the handler returned or raised, every frame sent, every timer armed, the state after."""
+    from ampsclient.acks import AutoAckCall, QueueAcks
+
+    sent: list[bytes] = []
+    timers: list[float] = []
+    acks = QueueAcks(sent.append, lambda seconds, fn: timers.append(seconds))
+    acks.set_batch_size(4)
+    acks.subscribed("s1", "q2", "max_backlog=3")
+    out: list[Any] = []
+
+    def handler(message: Message) -> Any:
+        what = behaviour[0]
+        if what == "raise":
+            raise ValueError(message.bookmark)
+        if what == "ack":
+            acks.ack(message.topic or "", message.bookmark or "")
+        if what == "cancel":
+            acks.ack(message.topic or "", message.bookmark or "", "cancel")
+        return message.bookmark
+
+    behaviour = ["ok"]
+    if use_c:
+        call = C.AutoAck(
+            handler,
+            acks,
+            acks._settled,
+            acks._lock,
+            acks.hand_out,
+            acks.settle,
+            acks.after_handler,
+            acks._send_now,
+            acks._arm,
+        )
+    else:
+        call = AutoAckCall(handler, acks).call
+    forms = [
+        b'{"c":"p","t":"%s","sids":"s1","bm":"1|%d|","lp":"1000"}{"n":1}',
+        b'{"c":"p","t":"%s","sids":"s1","bm":"1|%d|","lp":"1000","x":"\\u0041"}{}',
+        b'{"c":"p","sids":"s1","t":"%s","bm":"1|%d|","lp":"1000"}{}',  # other order
+        b'{"c":"p","t":"%s","sids":"s1","bm":"1|%d|"}{}',  # no lease: not a queue message
+    ]
+    for i, (form, what, topic) in enumerate(steps):
+        if what == "flush":
+            acks.flush()
+            continue
+        behaviour[0] = what
+        payload = forms[form] % (b"q1" if topic == 1 else b"q2", i)
+        try:
+            out.append(("ok", call(Message(payload))))
+        except ValueError as exc:
+            out.append(("raised", str(exc)))
+    pending = {t: list(b) for t, b in acks._pending.items()}
+    return [out, sent, timers, pending, dict(acks._settled)]
+
+
+@needs_lane
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from([0, 0, 0, 1, 2, 3]),
+            st.sampled_from(["ok", "ok", "ok", "raise", "ack", "cancel", "flush"]),
+            st.integers(1, 2),
+        ),
+        max_size=40,
+    )
+)
+def test_autoack_handler_matches_python(steps: list[tuple[int, str, int]]) -> None:
+    """The C auto-ack handler against its twin over random deliveries (in the form the
+    C path reads or not, not leased), handlers that return, raise, ack or cancel the message
+    themselves, and flushes: the same results, frames, timers, batches and settled acks."""
+    assert C is not None
+    got_c = _autoack_run(True, steps)
+    got_py = _autoack_run(False, steps)
+    assert got_c == got_py
+
+
+@needs_lane
+def test_autoack_handler_is_what_a_client_routes_to() -> None:
+    """With the speedups, a client's auto-ack subscription routes to the C handler, which
+    keeps the application's handler as ``__wrapped__``."""
+    client = AsyncClient("autoack-lane")
+    client.queue_acks.auto_ack = True
+
+    def handler(message: Message) -> None:
+        return None
+
+    wrapped = client.queue_acks.wrap(handler)
+    assert type(wrapped) is C.AutoAck
+    assert wrapped.__wrapped__ is handler
+    assert wrapped.fast == 0
+    client.queue_acks.set_batch_size(10)
+    for i in range(3):
+        wrapped(Message(b'{"c":"p","t":"q","sids":"s","bm":"7|%d|","lp":"9"}{}' % i))
+    assert wrapped.fast == 3  # each one through the C path
+    assert client.queue_acks._pending == {"q": ["7|0|", "7|1|", "7|2|"]}
+    wrapped(Message(b'{"c":"p","t":"q","sids":"s","bm":"7|3|"}{}'))  # not leased: no ack
+    assert wrapped.fast == 3
+    assert client.queue_acks.pending == 3
