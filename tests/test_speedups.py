@@ -1483,3 +1483,44 @@ def test_autoack_handler_is_what_a_client_routes_to() -> None:
     wrapped(Message(b'{"c":"p","t":"q","sids":"s","bm":"7|3|"}{}'))  # not leased: no ack
     assert wrapped.fast == 3
     assert client.queue_acks.pending == 3
+
+
+@needs_lane
+def test_autoack_handler_leaves_the_batches_to_python_while_another_thread_holds_them() -> None:
+    """While another thread holds the batches' lock, the C handler does not touch them: it
+    hands the message to the Python path (here a recorder), which takes the lock."""
+    from ampsclient.acks import QueueAcks
+
+    acks = QueueAcks(lambda payload: None, lambda seconds, fn: None)
+    acks.set_batch_size(10)
+    to_python: list[Message] = []
+    call = C.AutoAck(
+        lambda m: None,
+        acks,
+        acks._settled,
+        acks._lock,
+        acks.hand_out,
+        acks.settle,
+        to_python.append,
+        acks._send_now,
+        acks._arm,
+    )
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with acks._lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(30)
+        first = Message(b'{"c":"p","t":"q","sids":"s","bm":"5|1|","lp":"9"}{}')
+        call(first)
+        assert to_python == [first] and call.fast == 0 and acks._pending == {}
+    finally:
+        release.set()
+        thread.join(30)
+    call(Message(b'{"c":"p","t":"q","sids":"s","bm":"5|2|","lp":"9"}{}'))
+    assert call.fast == 1 and acks._pending == {"q": ["5|2|"]} and len(to_python) == 1
