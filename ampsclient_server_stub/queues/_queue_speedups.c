@@ -9,9 +9,11 @@
  *              (end, [(bookmark, body), ...])  (queues.intake.plain_run)
  *   frame_run  the delivery frames start + bookmark + tail + body of a run of leases, each
  *              appended to its subscription's list; where the run ends (queues.framing.frame_run)
+ *   ack_run    plain acks of leased messages for a run of bookmarks (queues.acking.ack_run)
  *
  * Nothing here changes server state: plain_run reads lists, tuples, bytes and str; frame_run
- * reads the leases' messages (attributes) and appends to the lists it is given.
+ * reads the leases' messages (attributes) and appends to the lists it is given; ack_run
+ * changes what its Python twin changes (the messages' attributes, the dicts, the list given).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -210,6 +212,120 @@ error:
     return NULL;
 }
 
+static PyObject *s_lessee, *s_state, *s_owner, *s_leased;
+static PyObject *state_leased, *state_gone; /* queues.states.LEASED, GONE */
+
+/* 1: msg is leased (a lessee, state LEASED, with strict: the lessee's owner is owner),
+ * 0: not, -1: error. On 1, *lessee_out holds a new reference to the lessee. */
+static int leased_here(PyObject *msg, PyObject *owner, int strict, PyObject **lessee_out) {
+    PyObject *lessee = PyObject_GetAttr(msg, s_lessee);
+    if (lessee == NULL)
+        return -1;
+    if (lessee == Py_None) {
+        Py_DECREF(lessee);
+        return 0;
+    }
+    PyObject *state = PyObject_GetAttr(msg, s_state);
+    if (state == NULL) {
+        Py_DECREF(lessee);
+        return -1;
+    }
+    int take = PyObject_RichCompareBool(state, state_leased, Py_EQ);
+    Py_DECREF(state);
+    if (take == 1 && strict) {
+        PyObject *its_owner = PyObject_GetAttr(lessee, s_owner);
+        take = its_owner == NULL ? -1 : its_owner == owner;
+        Py_XDECREF(its_owner);
+    }
+    if (take != 1) {
+        Py_DECREF(lessee);
+        return take;
+    }
+    *lessee_out = lessee;
+    return 1;
+}
+
+/* The lease of msg by lessee ends and msg leaves messages; 1: lessee.leased held it,
+ * 0: it did not, -1: error. */
+static int ack_one(PyObject *messages, PyObject *bookmark, PyObject *msg, PyObject *lessee,
+                   PyObject *removed) {
+    PyObject *leased = PyObject_GetAttr(lessee, s_leased);
+    if (leased == NULL)
+        return -1;
+    if (!PyDict_Check(leased)) {
+        PyErr_SetString(PyExc_TypeError, "ack_run: lessee.leased must be a dict");
+        Py_DECREF(leased);
+        return -1;
+    }
+    PyObject *held = PyDict_GetItemWithError(leased, bookmark); /* borrowed */
+    int freed = 0;
+    if (held != NULL) {
+        freed = held != Py_None; /* (the twin's pop(bookmark, None) is not None) */
+        if (PyDict_DelItem(leased, bookmark) < 0) {
+            Py_DECREF(leased);
+            return -1;
+        }
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(leased);
+        return -1;
+    }
+    Py_DECREF(leased);
+    if (PyObject_SetAttr(msg, s_lessee, Py_None) < 0 ||
+        PyObject_SetAttr(msg, s_lease_deadline, Py_None) < 0 ||
+        PyObject_SetAttr(msg, s_state, state_gone) < 0 || PyDict_DelItem(messages, bookmark) < 0 ||
+        PyList_Append(removed, bookmark) < 0)
+        return -1;
+    return freed;
+}
+
+static PyObject *ack_run(PyObject *self, PyObject *args) {
+    PyObject *messages, *bookmarks, *owner, *removed;
+    Py_ssize_t pos;
+    int strict;
+    if (!PyArg_ParseTuple(args, "O!OnOpO!:ack_run", &PyDict_Type, &messages, &bookmarks, &pos,
+                          &owner, &strict, &PyList_Type, &removed))
+        return NULL;
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "ack_run: pos must be >= 0");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(bookmarks, "ack_run: bookmarks must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t freed = 0;
+    for (; pos < count; pos++) {
+        PyObject *bookmark = items[pos];
+        PyObject *msg = PyDict_GetItemWithError(messages, bookmark); /* borrowed */
+        if (msg == NULL) {
+            if (PyErr_Occurred())
+                goto error;
+            break;
+        }
+        Py_INCREF(msg); /* (it leaves messages below) */
+        PyObject *lessee = NULL;
+        int take = leased_here(msg, owner, strict, &lessee);
+        if (take != 1) {
+            Py_DECREF(msg);
+            if (take < 0)
+                goto error;
+            break;
+        }
+        int held = ack_one(messages, bookmark, msg, lessee, removed);
+        Py_DECREF(lessee);
+        Py_DECREF(msg);
+        if (held < 0)
+            goto error;
+        freed += held;
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(nn)", pos, freed);
+error:
+    Py_DECREF(seq);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"plain_run", plain_run, METH_VARARGS,
      "plain_run(frames, start, sow_keys) -> (end, [(bookmark, body), ...]): the run of plain "
@@ -217,6 +333,9 @@ static PyMethodDef methods[] = {
     {"frame_run", frame_run, METH_VARARGS,
      "frame_run(leases, pos, starts, deadline, tail) -> end: the delivery frames of a run of "
      "leases (twin of queues.framing.frame_run)."},
+    {"ack_run", ack_run, METH_VARARGS,
+     "ack_run(messages, bookmarks, pos, owner, strict, removed) -> (end, freed): plain acks of "
+     "leased messages (twin of queues.acking.ack_run)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -231,7 +350,14 @@ PyMODINIT_FUNC PyInit__queue_speedups(void) {
     s_lease_deadline = PyUnicode_InternFromString("lease_deadline");
     s_bookmark = PyUnicode_InternFromString("bookmark");
     s_data = PyUnicode_InternFromString("data");
-    if (!s_x || !s_barrier || !s_lease_deadline || !s_bookmark || !s_data)
+    s_lessee = PyUnicode_InternFromString("lessee");
+    s_state = PyUnicode_InternFromString("state");
+    s_owner = PyUnicode_InternFromString("owner");
+    s_leased = PyUnicode_InternFromString("leased");
+    state_leased = PyLong_FromLong(1); /* queues.states.LEASED */
+    state_gone = PyLong_FromLong(2);   /* queues.states.GONE */
+    if (!s_x || !s_barrier || !s_lease_deadline || !s_bookmark || !s_data || !s_lessee ||
+        !s_state || !s_owner || !s_leased || !state_leased || !state_gone)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -31,9 +31,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
+from . import acking, speedups
 from .config import QueueConfig
 from .expiration import deadline
 from .priority import unsigned_priority
+from .states import AVAILABLE, GONE, LEASED, REMOTE
 
 __all__ = [
     "AVAILABLE",
@@ -46,11 +48,9 @@ __all__ = [
     "QueueSub",
 ]
 
-AVAILABLE: Final = 0
-LEASED: Final = 1
-GONE: Final = 2
-REMOTE: Final = 3
-"""Replicated queues: another instance owns the message (it is tracked, never offered)."""
+
+_ack_run: Final = speedups.ack_run or acking.ack_run
+"""Plain acks of leased messages, a run at a time (C when built, else its Python twin)."""
 
 _ACK_TIME_WEIGHT: Final = 0.1
 """Weight of the newest acknowledgement in :attr:`Queue.ack_time`."""
@@ -610,7 +610,19 @@ class Queue:
         messages = self.messages
         removed = result.removed
         acked = 0  # plain acks of leased messages, the hot path: counted once at the end
-        for bookmark in bookmarks:
+        run = option is None and not self.measure_acks  # (replicated: measured below)
+        bookmarks = bookmarks if isinstance(bookmarks, list) else list(bookmarks)
+        pos, count = 0, len(bookmarks)
+        while pos < count:
+            if run:
+                start = pos
+                pos, freed = _ack_run(messages, bookmarks, pos, owner, strict, removed)
+                self.leased -= freed
+                acked += pos - start
+                if pos == count:
+                    break
+            bookmark = bookmarks[pos]
+            pos += 1
             msg = messages.get(bookmark)
             if msg is None:
                 self._ack_missing(bookmark, owner, option, now, known, result)
@@ -618,22 +630,6 @@ class Queue:
             lessee = msg.lessee
             if strict and lessee is not None and lessee.owner is not owner:
                 result.ignored += 1
-                continue
-            if option is None and lessee is not None and msg.state == LEASED:
-                # what _release then _drop do for a leased message, inline
-                if lessee.leased.pop(bookmark, None) is not None:
-                    self.leased -= 1
-                msg.lessee = None
-                msg.lease_deadline = None
-                msg.state = GONE
-                del messages[bookmark]
-                removed.append(bookmark)
-                acked += 1
-                if self.measure_acks:  # the typical ack time, as below
-                    took = now - msg.leased_at
-                    weight = _ACK_TIME_WEIGHT if self.ack_times else 1.0
-                    self.ack_time += (took - self.ack_time) * weight
-                    self.ack_times += 1
                 continue
             if option == "cancel":
                 if lessee is None:

@@ -18,18 +18,22 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
-__all__ = ["SPEEDUPS", "TWINS", "frame_run", "plain_run"]
+__all__ = ["SPEEDUPS", "TWINS", "ack_run", "frame_run", "plain_run"]
 
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "plain_run": "ampsclient_server_stub.queues.intake.plain_run",
         "frame_run": "ampsclient_server_stub.queues.framing.frame_run",
+        "ack_run": "ampsclient_server_stub.queues.acking.ack_run",
     }
 )
 """Each C function -> its pure-Python twin (the reference)."""
 
 plain_run: Callable[[Sequence[bytes], int, bool], tuple[int, list[tuple[str, bytes]]]] | None = None
 frame_run: Callable[[Sequence[Any], int, dict[Any, Any], float | None, bytes], int] | None = None
+ack_run: (
+    Callable[[dict[str, Any], Sequence[str], int, object, bool, list[str]], tuple[int, int]] | None
+) = None
 
 _module: Any = None
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
@@ -40,6 +44,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
     if _module is not None:
         plain_run = _module.plain_run
         frame_run = _module.frame_run
+        ack_run = _module.ack_run
 
 SPEEDUPS: Final = _module is not None
 """True when the C speedups are in use."""

@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from _queue_support import Consumer, start
 
-from ampsclient_server_stub.queues import engine, framing, intake, speedups
+from ampsclient_server_stub.queues import acking, engine, framing, intake, speedups
 from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.queues.model import QueueMessage, QueueSub
+from ampsclient_server_stub.queues.states import AVAILABLE, GONE, LEASED, REMOTE
 
 needs_c = pytest.mark.skipif(not speedups.SPEEDUPS, reason="queue C speedups not in use")
 IMPLS = ["python", pytest.param("c", marks=needs_c)]
@@ -290,5 +291,98 @@ def test_frame_run_c_and_python_agree_on_random_runs() -> None:
             ends.append(fn(leases, pos, starts, deadline, b'"}'))
             got.append({subs.index(s): v[1] for s, v in starts.items()})
         assert ends[0] == ends[1] and got[0] == got[1], (leases, pos)
+        cases += 1
+    assert cases == 2000
+
+
+AckRun = Callable[[dict[str, Any], Sequence[str], int, object, bool, list[str]], tuple[int, int]]
+
+
+def ack_impl(name: str) -> AckRun:
+    if name == "c":
+        assert speedups.ack_run is not None
+        return speedups.ack_run
+    return acking.ack_run
+
+
+def _ack_state(seed: int) -> tuple[dict[str, QueueMessage], list[QueueSub], list[object]]:
+    """Messages in every state, leased to subscriptions of two connections (or to none)."""
+    rng = random.Random(seed)
+    conns = [object(), object()]
+    subs = [QueueSub(object(), conns[i % 2], 10, None) for i in range(3)]
+    messages: dict[str, QueueMessage] = {}
+    for i in range(rng.randint(0, 10)):
+        msg = QueueMessage(f"1|{i}|", b"{}", None, i, 0.0)
+        msg.state = rng.choice([AVAILABLE, LEASED, LEASED, LEASED, REMOTE])
+        if msg.state == LEASED or rng.random() < 0.2:
+            qsub = rng.choice(subs)
+            msg.lessee = qsub
+            msg.lease_deadline = 5.0
+            if rng.random() < 0.9:  # (else: the lease is not in its dict any more)
+                qsub.leased[msg.bookmark] = msg
+        messages[msg.bookmark] = msg
+    return messages, subs, conns
+
+
+def _ack_view(messages: dict[str, QueueMessage], subs: list[QueueSub]) -> Any:
+    return (
+        {
+            b: (m.state, m.lessee and subs.index(m.lessee), m.lease_deadline)
+            for b, m in messages.items()
+        },
+        [sorted(s.leased) for s in subs],
+    )
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_ack_run_acks_leased_messages_and_stops_where_the_general_path_must(name: str) -> None:
+    run = ack_impl(name)
+    mine, other = object(), object()
+    a = QueueSub(object(), mine, 10, None)
+    b = QueueSub(object(), other, 10, None)
+    messages: dict[str, QueueMessage] = {}
+    for i, (state, lessee) in enumerate(
+        [(LEASED, a), (LEASED, b), (AVAILABLE, None), (LEASED, b), (REMOTE, None), (LEASED, a)]
+    ):
+        msg = QueueMessage(f"1|{i}|", b"{}", None, i, 0.0)
+        msg.state, msg.lessee, msg.lease_deadline = state, lessee, None if lessee is None else 9.0
+        if lessee is not None:
+            lessee.leased[msg.bookmark] = msg
+        messages[msg.bookmark] = msg
+    kept = dict(messages)
+    bookmarks = ["1|0|", "1|1|", "1|9|", "1|2|", "1|3|", "1|4|", "1|5|"]
+    removed: list[str] = []
+    assert run(messages, bookmarks, 0, mine, True, removed) == (1, 1)  # 1|1| is b's: strict
+    assert removed == ["1|0|"] and "1|0|" not in messages and "1|0|" not in a.leased
+    gone = kept["1|0|"]
+    assert (gone.state, gone.lessee, gone.lease_deadline) == (GONE, None, None)
+    assert run(messages, bookmarks, 1, mine, False, removed) == (2, 1)  # 1|9|: not queued
+    assert run(messages, bookmarks, 2, mine, False, removed) == (2, 0)
+    assert run(messages, bookmarks, 3, mine, False, removed) == (3, 0)  # available
+    assert run(messages, bookmarks, 4, mine, False, removed) == (5, 1)  # then remote
+    assert run(messages, bookmarks, 6, mine, True, removed) == (7, 1)
+    assert removed == ["1|0|", "1|1|", "1|3|", "1|5|"]
+    assert sorted(messages) == ["1|2|", "1|4|"] and not a.leased and not b.leased
+    assert run(messages, bookmarks, 99, mine, False, removed) == (99, 0)
+    with pytest.raises(ValueError, match="pos"):
+        run(messages, bookmarks, -1, mine, False, removed)
+
+
+@needs_c
+def test_ack_run_c_and_python_agree_on_random_states() -> None:
+    assert speedups.ack_run is not None
+    rng = random.Random(17)
+    cases = 0
+    for seed in range(2000):
+        bookmarks = [f"1|{rng.randint(0, 11)}|" for _ in range(rng.randint(0, 8))]
+        pos = rng.randint(0, len(bookmarks))
+        strict = rng.random() < 0.5
+        results = []
+        for fn in (speedups.ack_run, acking.ack_run):
+            messages, subs, conns = _ack_state(seed)
+            removed: list[str] = []
+            got = fn(messages, bookmarks, pos, conns[seed % 2], strict, removed)
+            results.append((got, removed, _ack_view(messages, subs)))
+        assert results[0] == results[1], (seed, bookmarks, pos, strict)
         cases += 1
     assert cases == 2000
