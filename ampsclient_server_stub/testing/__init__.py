@@ -17,7 +17,7 @@ from .log import read_log
 from .proxy import LoopbackProxy
 from .raw import RawClient
 from .session import RecordingSession
-from .wait import wait_for
+from .wait import wait_for, wait_for_async
 
 __all__ = [
     "Inbox",
@@ -29,4 +29,5 @@ __all__ = [
     "RecordingSession",
     "read_log",
     "wait_for",
+    "wait_for_async",
 ]

@@ -12,7 +12,7 @@ import pytest
 from ampsclient import Client
 from ampsclient.client import AsyncClient
 from ampsclient.exceptions import UsageError
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import wait_for, wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -30,15 +30,6 @@ def counting_subscriber(uri: str, name: str) -> tuple[Client, list[bytes]]:
     return sub, got
 
 
-async def wait_until(condition: Any, what: str) -> None:
-    import asyncio
-
-    deadline = time.monotonic() + 10.0
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.002)
-
-
 async def test_the_byte_bound_and_a_command_ending_the_batch(server: Any) -> None:
     uri = server.uri("tcp", "json")
     sub, got = counting_subscriber(uri, "batch-sub-1")
@@ -51,7 +42,7 @@ async def test_the_byte_bound_and_a_command_ending_the_batch(server: Any) -> Non
         writes.clear()
         for _ in range(20):  # 2300 bytes: over the byte bound
             client.publish("batch", BODY)
-        await wait_until(lambda: sum(map(len, writes)) == 20 * FRAME, "the first batch")
+        await wait_for_async(lambda: sum(map(len, writes)) == 20 * FRAME, what="the first batch")
         assert len(writes) == 1
         for _ in range(10):  # 1150 bytes: under it, and 60 s from the time bound
             client.publish("batch", BODY)
@@ -60,12 +51,12 @@ async def test_the_byte_bound_and_a_command_ending_the_batch(server: Any) -> Non
         other = AsyncClient("batch-marker")
         await other.connect_and_logon(uri, timeout=5000)
         other.publish("batch", b"marker")
-        await wait_until(lambda: b"marker" in got, "the marker at the subscriber")
+        await wait_for_async(lambda: b"marker" in got, what="the marker at the subscriber")
         assert len(got) == 21 and len(writes) == 1
         await client.flush(5000)  # a command: it goes out at once and takes the 10 along
         assert len(writes) == 2 and writes[1].count(HEADER) == 10
         assert b'"c":"flush"' in writes[1]
-        await wait_until(lambda: len(got) == 31, "the 10 held publishes at the subscriber")
+        await wait_for_async(lambda: len(got) == 31, what="the 10 held publishes at the subscriber")
         await other.close()
         await client.close()
     finally:
@@ -85,14 +76,14 @@ async def test_the_time_bound(server: Any) -> None:
     start = time.monotonic()
     for _ in range(10):
         client.publish("batch", BODY)
-    await wait_until(lambda: writes, "the batch")
+    await wait_for_async(lambda: bool(writes), what="the batch")
     assert writes[0][0] - start >= 0.3  # held for the timeout (a plain write takes < 1 ms)
     assert len(writes) == 1 and writes[0][1].count(HEADER) == 10
     with pytest.raises(UsageError, match="negative"):
         client.set_publish_batching(-1, 0)
     client.set_publish_batching(0, 0)  # back to writing at once
     client.publish("batch", BODY)
-    await wait_until(lambda: len(writes) == 2, "an unbatched write")
+    await wait_for_async(lambda: len(writes) == 2, what="an unbatched write")
     assert writes[1][1].count(HEADER) == 1
     await client.close()
 

@@ -11,7 +11,6 @@ subscription, re-placed; what was published while that went on; then new publish
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -22,6 +21,7 @@ from ampsclient.ha.client import AsyncHAClient
 from ampsclient.ha.reconnect import FixedDelayStrategy
 from ampsclient.protocol.message import Message
 from ampsclient.transport.memory import MemoryConnection, serve_memory
+from ampsclient_server_stub.testing import wait_for_async
 
 
 class ScriptedPeer:
@@ -65,14 +65,6 @@ def summary(payload: bytes) -> tuple[str, int | None]:
     return str(header["c"]), header.get("s")
 
 
-async def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Run the loop until ``condition()`` holds (a deadline, not a sleep, bounds it)."""
-    deadline = asyncio.get_running_loop().time() + 5.0
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.001)
-
-
 @pytest.fixture
 def peer() -> Iterator[ScriptedPeer]:
     scripted = ScriptedPeer()
@@ -94,12 +86,12 @@ async def test_discard_replay_resubscribe_then_new_publishes(peer: ScriptedPeer)
     for n in range(2, 6):
         assert ha.publish("orders", b'{"n":%d}' % n) == base + n
     first = peer.logs[0]
-    await wait_until(lambda: len(first) == 7, "the 5 publishes on the first connection")
+    await wait_for_async(lambda: len(first) == 7, what="the 5 publishes on the first connection")
     assert [summary(p) for p in first] == [
         ("logon", None), ("subscribe", None), *[("p", base + n) for n in range(1, 6)]
     ]  # fmt: skip
     peer.conns[0].send(b'{"c":"ack","a":"persisted","s":%d,"status":"success"}' % (base + 2))
-    await wait_until(lambda: ha.unpersisted_count == 3, "the persisted ack of 1..2")
+    await wait_for_async(lambda: ha.unpersisted_count == 3, what="the persisted ack of 1..2")
 
     # the server had also persisted 3 when the connection dropped; a publish is made while
     # the subscription is being re-placed
@@ -111,7 +103,7 @@ async def test_discard_replay_resubscribe_then_new_publishes(peer: ScriptedPeer)
     moves: list[tuple[State, State]] = []
     ha.client.set_event_handler(StateChanged, lambda e: moves.append((e.old, e.new)))
     peer.conns[0].close()
-    await wait_until(lambda: ConnectionState.RESUBSCRIBED in events, "the reconnect")
+    await wait_for_async(lambda: ConnectionState.RESUBSCRIBED in events, what="the reconnect")
     assert moves == [
         (State.LOGGED_ON, State.DISCONNECTED), (State.DISCONNECTED, State.CONNECTED),
         (State.CONNECTED, State.LOGGING_ON), (State.LOGGING_ON, State.LOGGED_ON),
@@ -126,7 +118,7 @@ async def test_discard_replay_resubscribe_then_new_publishes(peer: ScriptedPeer)
     assert during == [base + 6]
     assert ha.publish("orders", b'{"n":"after"}') == base + 7
     second = peer.logs[1]
-    await wait_until(lambda: len(second) == 6, "the second connection's 6 commands")
+    await wait_for_async(lambda: len(second) == 6, what="the second connection's 6 commands")
     assert [summary(p) for p in second] == [
         ("logon", None), ("p", base + 4), ("p", base + 5), ("subscribe", None),
         ("p", base + 6), ("p", base + 7),
@@ -142,10 +134,10 @@ async def test_discard_replay_resubscribe_then_new_publishes(peer: ScriptedPeer)
 
     # the re-placed subscription routes deliveries to the same handler
     peer.conns[1].send(b'{"c":"p","t":"orders","sids":"%s","s":1}{"x":1}' % sub_id.encode())
-    await wait_until(lambda: len(got) == 1, "a delivery after the reconnect")
+    await wait_for_async(lambda: len(got) == 1, what="a delivery after the reconnect")
     assert got == [b'{"x":1}']
     peer.conns[1].send(b'{"c":"ack","a":"persisted","s":%d,"status":"success"}' % (base + 7))
-    await wait_until(lambda: ha.unpersisted_count == 0, "the persisted ack of 4..7")
+    await wait_for_async(lambda: ha.unpersisted_count == 0, what="the persisted ack of 4..7")
     assert await ha.close() == 0
 
 
@@ -162,8 +154,10 @@ async def test_a_user_disconnect_handler_does_not_replace_the_reconnect(
     await ha.connect_and_logon("memory://ha-sequence:0/amps/json")
     events.clear()
     peer.conns[0].close()
-    await wait_until(
-        lambda: any(e.state is ConnectionState.RESUBSCRIBED for e in events), "the reconnect"
+    await wait_for_async(
+        lambda: any(e.state is ConnectionState.RESUBSCRIBED for e in events),
+        what="the reconnect",
+        timeout=5.0,
     )
     assert seen == [ha]
     assert len(peer.logs) == 2
@@ -184,7 +178,7 @@ async def test_a_drop_right_after_a_resubscribe_ack_starts_the_sequence_again(
     peer.close_after_subscribe_ack = 1
     events.clear()
     peer.conns[0].close()
-    await wait_until(lambda: ConnectionState.RESUBSCRIBED in events, "the reconnect")
+    await wait_for_async(lambda: ConnectionState.RESUBSCRIBED in events, what="the reconnect")
     assert len(peer.logs) == 3  # the second connection died after its resubscribe ack
     for log in peer.logs[1:]:
         assert [summary(p)[0] for p in log] == ["logon", "subscribe"]
@@ -192,6 +186,6 @@ async def test_a_drop_right_after_a_resubscribe_ack_starts_the_sequence_again(
     assert events.count(ConnectionState.RESUBSCRIBED) == 1
     assert events.count(ConnectionState.PUBLISH_REPLAYED) == 2
     seq = ha.publish("orders", b'{"n":1}')
-    await wait_until(lambda: len(peer.logs[2]) == 3, "the publish on the third connection")
+    await wait_for_async(lambda: len(peer.logs[2]) == 3, what="the publish on the third connection")
     assert summary(peer.logs[2][2]) == ("p", seq)
     await ha.close()

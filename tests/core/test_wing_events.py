@@ -9,7 +9,7 @@ awaiting call failed, the stream ended, the listeners told, in that order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,6 +18,7 @@ from ampsclient.command import Command
 from ampsclient.exceptions import DisconnectedError
 from ampsclient.protocol.message import Message
 from ampsclient.transport.memory import MemoryConnection, serve_memory
+from ampsclient_server_stub.testing import wait_for_async
 
 
 class Peer:
@@ -37,14 +38,6 @@ class Peer:
         cid = (message.command_id or "").encode()
         if message.command in ("logon", "subscribe"):
             conn.send(b'{"c":"ack","cid":"%s","a":"processed","status":"success"}' % cid)
-
-
-async def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Run the loop until ``condition()`` holds (a deadline, not a sleep, bounds it)."""
-    deadline = asyncio.get_running_loop().time() + 5.0
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.001)
 
 
 @pytest.fixture
@@ -67,7 +60,7 @@ async def test_a_silent_server_is_aborted_and_everything_waiting_ends(peer: Peer
     seen.clear()
     client.set_heartbeat(0.05)  # the peer never answers: dead after 0.1 s of silence
     flush = asyncio.ensure_future(client.flush())  # never acked either
-    await wait_until(lambda: ("state", ConnectionState.DISCONNECTED) in seen, "the abort")
+    await wait_for_async(lambda: ("state", ConnectionState.DISCONNECTED) in seen, what="the abort")
     with pytest.raises(DisconnectedError, match="heartbeat timeout") as info:
         await flush
     error = info.value
@@ -101,7 +94,7 @@ async def test_handler_errors_reach_the_listener_and_deliveries_go_on(peer: Peer
         conn.send(b'{"c":"p","t":"t","sids":"%s","s":%d}%d' % (sub_id.encode(), n, n))
     # a plain client has no publish store: a persisted ack goes to the last-chance handler
     conn.send(b'{"c":"ack","a":"persisted","s":9,"status":"success"}')
-    await wait_until(lambda: unrouted == [9], "the persisted ack")
+    await wait_for_async(lambda: unrouted == [9], what="the persisted ack")
     assert got == [b"1", b"2", b"3"]
     assert errors == [boom]
     await client.close()
@@ -123,7 +116,7 @@ async def test_events_from_a_connection_state_listener_are_handled_in_order(peer
     client.set_disconnect_handler(lambda c, error: order.append("handler"))
     await client.connect_and_logon("memory://wing-events:0/amps/json")
     peer.conns[0].close()
-    await wait_until(lambda: "handler" in order, "the disconnect")
+    await wait_for_async(lambda: "handler" in order, what="the disconnect")
     assert order == [
         "state:connected",
         "state:logged_on",
