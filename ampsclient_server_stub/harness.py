@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -45,8 +46,46 @@ def _die_with_parent() -> None:
         pass
 
 
+_handed_out: set[int] = set()
+_handed_lock = threading.Lock()
+
+
+def _ephemeral_start() -> int | None:
+    """The first port of the kernel's ephemeral range (Linux), or ``None`` when unknown."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
+    """A TCP port that was free a moment ago on ``host``.
+
+    Where the kernel's ephemeral range is known (Linux), the port is picked below it: a
+    port from inside that range can be taken meanwhile as the local end of any outgoing
+    connection, which would keep a server (or a restarted one, or a replication listener
+    named in another instance's config) from binding it for as long as that connection
+    lives. A port is not handed out twice by one process.
+    """
+    start = _ephemeral_start()
+    if start is not None and start > 11024:
+        rng = random.Random()
+        for _ in range(200):
+            port = rng.randrange(start - 10000, start)
+            with _handed_lock:
+                if port in _handed_out:
+                    continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            with _handed_lock:
+                if port in _handed_out:
+                    continue
+                _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
