@@ -132,7 +132,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             SubscriptionPersisted: self._unrouted_ack,
             HandlerFailed: self._handler_failed,
         }
-        self.queue_acks = QueueAcks(self._core.send_payload, self.call_later)
+        self.queue_acks = QueueAcks(self.send_now, self.call_later)
         """Queue acknowledgements: settings and pending batch (:mod:`ampsclient.acks`)."""
         self._core.message_type = bound_message_type(self.queue_acks.ack, self.queue_acks)
         self.logon_correlation_data: str | None = None

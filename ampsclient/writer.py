@@ -169,6 +169,43 @@ class FrameWriter:
         elif self._blocked:
             self._wait_writable()
 
+    def send_now(self, payload: bytes) -> None:
+        """Queue one command payload and, on the loop thread, write the queue at once.
+
+        For queue acknowledgements: an auto-ack made in a handler would otherwise go out
+        after the rest of the read's messages and the writer's linger, and the server, which
+        leases the next messages when the ack arrives, would wait idle meanwhile (the two
+        sides then take turns instead of working at the same time). Elsewhere as
+        :meth:`~ampsclient.core.connection.ClientCore.send_payload`.
+
+        Raises:
+            DisconnectedError: no transport is open.
+        """
+        self._writer_core.send_payload(payload)
+        if threading.get_ident() == self._loop_tid:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
+        """Write everything queued now (loop only); the writer's schedule is left as it is
+        (a drain already scheduled finds the queue empty)."""
+        q = self._outq
+        n = len(q)
+        transport = self._transport
+        if not n or transport is None or self._blocked:
+            return
+        self._batch_since = None
+        self._urgent = False
+        pop = q.popleft
+        data = pop() if n == 1 else b"".join([pop() for _ in range(n)])
+        self._writer_core.stats["frames_sent"] += n
+        try:
+            tf = self._writer_core.transport_filter
+            if tf is not None:
+                tf(data, False)
+            transport.write(data)
+        except AMPSError as exc:
+            log.debug("write after close dropped: %s", exc)
+
     def _wake(self) -> None:
         """Schedule the writer (the queue went from idle to busy), then apply back-pressure."""
         self.schedule_drain()

@@ -82,3 +82,37 @@ def test_auto_ack_with_a_thread_flushing_acks_each_message_once(
     assert sorted(seen) == list(range(count))  # each delivered once
     final = stats(server)
     assert final["queue_depth"] == 0 and final["backlog"] == 0
+
+
+@pytest.mark.parametrize("implementation", ["c", "python"])
+def test_an_auto_ack_goes_out_while_the_next_message_is_handled(
+    server: ServerThread, implementation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ack a handler's return completes is written at once, not after the handlers of
+    the rest of the read (the server leases the next messages meanwhile): the server has
+    the first message's ack while the second message's handler still runs."""
+    if implementation == "c" and _accel.AutoAck is None:
+        pytest.skip("the C speedups are not in use here")
+    if implementation == "python":
+        monkeypatch.setattr(_accel, "AutoAck", None)
+    seen: list[int] = []
+    acked_during_second: list[int] = []
+
+    def on_message(message: Any) -> None:
+        seen.append(json.loads(message.data)["n"])
+        if len(seen) == 2:
+            wait_for(lambda: stats(server)["acked"] >= 1, 10, "the first ack at the server")
+            acked_during_second.append(stats(server)["acked"])
+
+    with ampsclient.Client("autoack-now") as client:
+        client.connect(f"tcp://127.0.0.1:{server.tcp_port}/amps/json")
+        client.logon()
+        client.set_auto_ack(True)
+        client.set_ack_batch_size(1)
+        publish(server, "work", [{"n": 0}, {"n": 1}])  # then both leased in one write
+        wait_for(lambda: stats(server)["queue_depth"] == 2, 10, "both queued")
+        command = ampsclient.Command("subscribe").set_topic("work")
+        client.execute_async(command.set_options("max_backlog=2"), on_message)
+        wait_for(lambda: stats(server)["acked"] == 2, 10, "both acked")
+    assert seen == [0, 1]
+    assert acked_during_second == [1]
