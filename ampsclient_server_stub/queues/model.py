@@ -34,6 +34,7 @@ from typing import Any, Final
 from . import acking, speedups
 from .config import QueueConfig
 from .expiration import deadline
+from .message import UNPARSED, AckResult, QueueMessage, QueueSub
 from .priority import unsigned_priority
 from .states import AVAILABLE, GONE, LEASED, REMOTE
 
@@ -59,105 +60,8 @@ _SCAN_LIMIT: Final = 10_000
 """Messages skipped (no subscription with room matches them) before one offer gives up."""
 
 
-class QueueMessage:
-    """A message in the queue."""
-
-    __slots__ = (
-        "barrier",
-        "bookmark",
-        "cancels",
-        "data",
-        "deliveries",
-        "doc",
-        "enqueued",
-        "expires",
-        "lease_deadline",
-        "leased_at",
-        "lessee",
-        "order",
-        "owner",
-        "rank",
-        "state",
-        "x",
-    )
-
-    def __init__(
-        self, bookmark: str, data: bytes, x: str | None, order: int, enqueued: float
-    ) -> None:
-        self.bookmark = bookmark
-        self.data = data
-        self.x = x
-        self.order = order
-        self.rank = 0
-        """Heap key before ``order``: minus the priority (0 without ``Priority``)."""
-        self.barrier = False
-        """It matches the ``BarrierExpression``."""
-        self.enqueued = enqueued
-        self.expires: float | None = None
-        self.state = AVAILABLE
-        self.lessee: QueueSub | None = None
-        self.lease_deadline: float | None = None
-        self.deliveries = 0
-        self.cancels = 0
-        self.doc: Any = _UNPARSED
-        self.owner: str | None = None
-        """Replicated queues: the instance that owns the message (``None``: not tracked)."""
-        self.leased_at = 0.0
-        """When it was last leased."""
-
-
-_UNPARSED: Final[Any] = object()
-
-
-class QueueSub:
-    """A queue subscription: its engine-side identity, its backlog and its leases.
-
-    ``key`` identifies the subscription for the engine (a ``Subscription`` object);
-    ``owner`` identifies its connection (``strict`` leasing); ``matches(doc)`` is its content
-    filter (``None``: everything).
-    """
-
-    __slots__ = ("backlog", "key", "leased", "matches", "owner")
-
-    def __init__(
-        self,
-        key: object,
-        owner: object,
-        backlog: int,
-        matches: Callable[[Any], bool] | None,
-    ) -> None:
-        self.key = key
-        self.owner = owner
-        self.backlog = backlog
-        self.matches = matches
-        self.leased: dict[str, QueueMessage] = {}
-
-    @property
-    def room(self) -> int:
-        """Messages it may still take."""
-        return self.backlog - len(self.leased)
-
-
 _FULL: Final = QueueSub(None, None, 0, None)
 """``_choose``'s answer when no subscription has room (the offer stops there)."""
-
-
-class AckResult:
-    """What one acknowledgement did (the engine journals ``removed`` and reports counts)."""
-
-    __slots__ = ("deferred", "expired", "ignored", "removed", "returned")
-
-    def __init__(self) -> None:
-        self.removed: list[str] = []
-        """Bookmarks that left the queue (acknowledged, or expired by ``expire``)."""
-        self.expired: list[tuple[QueueMessage, str]] = []
-        """Messages expired, with the reason (``forced_expire``, ``max_cancels``)."""
-        self.returned = 0
-        """Leases cancelled (messages back in the queue)."""
-        self.deferred: list[str] = []
-        """Bookmarks not in the queue (yet): remembered for ``DeferredAckExpiration``."""
-        self.ignored = 0
-        """Bookmarks that did nothing (already gone, ``strict`` leasing, at-most-once)."""
 
 
 class Queue:
@@ -320,7 +224,7 @@ class Queue:
 
     def decode_doc(self, msg: QueueMessage) -> Any:
         """``msg``'s parsed payload (``None`` when it cannot be parsed), parsed once."""
-        if msg.doc is _UNPARSED:
+        if msg.doc is UNPARSED:
             msg.doc = self._decode(msg.data)
         return msg.doc
 
@@ -547,7 +451,7 @@ class Queue:
             if len(only.leased) >= only.backlog:
                 return _FULL
             if only.matches is not None:
-                if msg.doc is _UNPARSED:
+                if msg.doc is UNPARSED:
                     msg.doc = self._decode(msg.data)
                 if msg.doc is None or not only.matches(msg.doc):
                     return None
@@ -563,7 +467,7 @@ class Queue:
                     continue
                 room = True
                 if qsub.matches is not None:
-                    if msg.doc is _UNPARSED:
+                    if msg.doc is UNPARSED:
                         msg.doc = self._decode(msg.data)
                     if msg.doc is None or not qsub.matches(msg.doc):
                         continue
@@ -579,7 +483,7 @@ class Queue:
                 continue
             room = True
             if qsub.matches is not None:
-                if msg.doc is _UNPARSED:
+                if msg.doc is UNPARSED:
                     msg.doc = self._decode(msg.data)
                 if msg.doc is None or not qsub.matches(msg.doc):
                     continue
