@@ -10,6 +10,16 @@ With ``<FileBackedMetadata>enabled</FileBackedMetadata>`` a queue
   ``TargetQueueDepth``) and its owner (replicated queues), as of a journal index ``P``.
   A restart reads those records back and scans the journal only after ``P`` (instead of from
   the ``queues.ack`` point), so a queue whose ack point is far back restarts faster.
+* on a replicated queue, also keeps the ownership transfers still pending at ``P``: a
+  transfer record applied to a message that is not in the queue (it has not arrived here
+  yet, or it waits beyond ``TargetQueueDepth``) takes effect when the message enters
+  (:meth:`.replicated.ReplicatedQueues.pending`). Its record may lie at or before ``P``,
+  where the scan of a restart never looks, so the file has to carry it: restored before the
+  file's messages are replayed, it makes a restart from the file end with the same owners
+  as a restart from the transaction log. (Not writing the file while a transfer is pending
+  would do too, but a message can wait beyond the target depth for long, and a transfer for
+  a message that never enters here stays pending for good: the file would stop following
+  the queue.)
 
 The file is rewritten (a temporary file, ``fsync``, then renamed over it, with a CRC-32 over
 the contents) at most once a second, and only when everything the journal holds is durable
@@ -18,6 +28,12 @@ the queue at ``P``. A missing, damaged or stale file (``P`` beyond the journal's
 ignored: the queue is rebuilt from the transaction log at the ``queues.ack`` point, as
 without the file, and a new file is written. Statistics and lease state are not in the file
 (leases return on a restart, as always).
+
+The format (``AQC2``): magic, ``P``, the number of messages, the number of pending transfers;
+per message its journal index and owner; per pending transfer its bookmark and new owner; a
+CRC-32 over all of it. A file of the first format (``AQC1``, no pending transfers) is still
+read for a queue that is not replicated, and ignored (the queue rebuilt from the transaction
+log) for a replicated one: it cannot say whether a transfer was pending when it was written.
 """
 
 from __future__ import annotations
@@ -48,9 +64,13 @@ logger = logging.getLogger(__name__)
 CACHE_SUFFIX: Final = "queue.cache"
 """The file name ending of a queue's metadata file."""
 
-_MAGIC: Final = b"AQC1"
-_HEAD: Final = struct.Struct(">4sQI")  # magic, position P, entry count
+_MAGIC: Final = b"AQC2"
+_MAGIC_V1: Final = b"AQC1"
+"""The first format: no pending transfers."""
+_HEAD: Final = struct.Struct(">4sQII")  # magic, position P, entry count, pending count
+_HEAD_V1: Final = struct.Struct(">4sQI")  # magic, position P, entry count
 _ENTRY: Final = struct.Struct(">QH")  # journal index, owner length (owner bytes follow)
+_PENDING: Final = struct.Struct(">HH")  # bookmark length, owner length (both follow)
 _WRITE_INTERVAL: Final = 1.0
 """Seconds between two rewrites of a queue's file, at most."""
 
@@ -105,6 +125,9 @@ class MetadataFiles:
         """Queue file -> (position, monotonic time) of its last write."""
         self._any = False
         """A queue is file-backed (else :meth:`save` returns at once)."""
+        self._replicas: dict[str, ReplicatedQueues | None] = {}
+        """Queue file -> the ownership layer of its queue (``None``: not replicated), for
+        every file-backed queue :meth:`load` saw (:meth:`save` writes only those)."""
 
     def attach(self, queue: Queue) -> None:
         """``queue``'s messages keep their bodies in the journal when it is file-backed
@@ -130,11 +153,20 @@ class MetadataFiles:
         self.attach(queue)
         journal = self._journal
         path = cache_path(journal, queue.config)
+        self._replicas[str(path)] = replica
         snapshot = _read(path)
         if snapshot is None:
             logger.info("queue %r: no %s: rebuilt from the transaction log", queue.name, path.name)
             return start
-        position, entries = snapshot
+        position, entries, pending = snapshot
+        if pending is None and replica is not None:
+            logger.warning(
+                "queue %r: %s has the first format (no pending ownership transfers): "
+                "rebuilt from the transaction log",
+                queue.name,
+                path.name,
+            )
+            return start
         if position > journal.last_index:
             logger.warning(
                 "queue %r: %s is ahead of the journal (%d > %d): rebuilt from the journal",
@@ -144,6 +176,8 @@ class MetadataFiles:
                 journal.last_index,
             )
             return start
+        if replica is not None and pending:
+            replica.restore_pending(queue, pending)  # before the messages enter
         owners: dict[str, str] = {}
         for index, owner in entries:
             if index < start:  # before the ack point: acknowledged since
@@ -164,11 +198,12 @@ class MetadataFiles:
                     replica.apply_transfer(queue, [bookmark], owner)
         self._written[str(path)] = (position, time.monotonic())
         logger.info(
-            "queue %r: %d message(s) from %s (journal index %d)",
+            "queue %r: %d message(s) from %s (journal index %d), %d transfer(s) pending",
             queue.name,
             len(entries),
             path.name,
             position,
+            len(pending or ()),
         )
         return max(start, position + 1)
 
@@ -197,6 +232,8 @@ class MetadataFiles:
             if not queue.config.file_backed_metadata or queue.deferred:
                 continue
             path = cache_path(journal, queue.config)
+            if str(path) not in self._replicas:
+                continue  # never loaded: its ownership layer is unknown
             last = self._written.get(str(path))
             if last is not None and (
                 last[0] == position or (not force and now - last[1] < _WRITE_INTERVAL)
@@ -205,9 +242,11 @@ class MetadataFiles:
             entries = _entries(queue, inactive.get(queue.name))
             if entries is None:
                 continue
+            replica = self._replicas[str(path)]
+            pending = replica.pending(queue) if replica is not None else {}
             try:
-                _write(path, position, entries)
-            except OSError:
+                _write(path, position, entries, pending)
+            except (OSError, struct.error):  # (struct.error: a name too long for the format)
                 logger.exception("writing %s", path)
                 continue
             self._written[str(path)] = (position, now)
@@ -234,11 +273,16 @@ def _entries(queue: Queue, inactive: Inactive | None) -> list[tuple[int, str]] |
     return out
 
 
-def _write(path: Path, position: int, entries: list[tuple[int, str]]) -> None:
-    parts = [_HEAD.pack(_MAGIC, position, len(entries))]
+def _write(
+    path: Path, position: int, entries: list[tuple[int, str]], pending: Mapping[str, str]
+) -> None:
+    parts = [_HEAD.pack(_MAGIC, position, len(entries), len(pending))]
     for index, owner in entries:
         raw = owner.encode()
         parts.append(_ENTRY.pack(index, len(raw)) + raw)
+    for bookmark, owner in pending.items():
+        raw_bm, raw_owner = bookmark.encode(), owner.encode()
+        parts.append(_PENDING.pack(len(raw_bm), len(raw_owner)) + raw_bm + raw_owner)
     body = b"".join(parts)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
@@ -248,8 +292,9 @@ def _write(path: Path, position: int, entries: list[tuple[int, str]]) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path) -> tuple[int, list[tuple[int, str]]] | None:
-    """``(P, entries)`` of a metadata file; ``None``: missing or damaged."""
+def _read(path: Path) -> tuple[int, list[tuple[int, str]], dict[str, str] | None] | None:
+    """``(P, entries, pending transfers)`` of a metadata file (pending ``None``: the first
+    format, which has none); ``None``: missing or damaged."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -258,18 +303,40 @@ def _read(path: Path) -> tuple[int, list[tuple[int, str]]] | None:
         logger.warning("%s unreadable (%s)", path, exc)
         return None
     body, tail = data[:-4], data[-4:]
-    if len(data) < _HEAD.size + 4 or struct.unpack(">I", tail)[0] != zlib.crc32(body):
+    if len(data) < _HEAD_V1.size + 4 or struct.unpack(">I", tail)[0] != zlib.crc32(body):
         logger.warning("%s damaged (bad length or CRC): ignored", path)
         return None
-    magic, position, count = _HEAD.unpack_from(body)
-    if magic != _MAGIC:
-        logger.warning("%s: not a queue metadata file: ignored", path)
+    try:
+        return _parse(body)
+    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+        logger.warning("%s damaged (%s): ignored", path, exc)
         return None
+
+
+def _parse(body: bytes) -> tuple[int, list[tuple[int, str]], dict[str, str] | None]:
+    magic = body[:4]
+    if magic == _MAGIC:
+        _, position, count, pending_count = _HEAD.unpack_from(body)
+        offset = _HEAD.size
+    elif magic == _MAGIC_V1:
+        _, position, count = _HEAD_V1.unpack_from(body)
+        offset, pending_count = _HEAD_V1.size, 0
+    else:
+        raise ValueError("not a queue metadata file")
     entries: list[tuple[int, str]] = []
-    offset = _HEAD.size
     for _ in range(count):
         index, size = _ENTRY.unpack_from(body, offset)
         offset += _ENTRY.size
         entries.append((index, body[offset : offset + size].decode()))
         offset += size
-    return position, entries
+    pending: dict[str, str] = {}
+    for _ in range(pending_count):
+        bm_size, owner_size = _PENDING.unpack_from(body, offset)
+        offset += _PENDING.size
+        bookmark = body[offset : offset + bm_size].decode()
+        offset += bm_size
+        pending[bookmark] = body[offset : offset + owner_size].decode()
+        offset += owner_size
+    if offset != len(body):
+        raise ValueError("its records do not fill it exactly")
+    return position, entries, (pending if magic == _MAGIC else None)

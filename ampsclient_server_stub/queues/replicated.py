@@ -269,6 +269,19 @@ class ReplicatedQueues:
                 queue.disown(msg, owner)
         return gained
 
+    def pending(self, queue: Queue) -> dict[str, str]:
+        """The transfers applied to messages that are not in ``queue`` (yet): bookmark -> new
+        owner. Each takes effect when its message enters (:meth:`enqueue`, :meth:`recovered`);
+        a message waiting beyond ``TargetQueueDepth`` is one of them until it is active."""
+        name = queue.name
+        return {bookmark: owner for (q, bookmark), owner in self._pending.items() if q == name}
+
+    def restore_pending(self, queue: Queue, transfers: Mapping[str, str]) -> None:
+        """Transfers pending for ``queue`` as :meth:`pending` gave them (a restart from a
+        ``FileBackedMetadata`` file, before its messages are replayed)."""
+        for bookmark, owner in transfers.items():
+            self._pending[(queue.name, bookmark)] = owner
+
     # ------------------------------------------------------------------ the others' records
 
     def scan(self, durable: int) -> None:

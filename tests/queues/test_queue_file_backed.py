@@ -2,8 +2,8 @@
 ``.queue.cache`` file in the journal directory and its message bodies in the journal, not in
 memory. Acknowledged stays acknowledged and the rest comes back once, in order, across a
 graceful restart and ``kill -9``, with the file, without it (deleted: rebuilt from the
-transaction log at the ``queues.ack`` point) and with a damaged one; the server's resident
-memory does not grow with the bodies of the queued messages."""
+transaction log at the ``queues.ack`` point), with a damaged one and with one of the first
+format; the server's resident memory does not grow with the bodies of the queued messages."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import test_queue_target_depth as depth
 from _queue_support import QUEUE_XML, Consumer, publish_durably, queue_config, stats
+from test_file_backed_transfers import first_format
 from test_queue_durability import RawConsumer
 from test_queue_target_depth_memory import publish, rss
 
@@ -103,6 +104,27 @@ def test_deleted_or_damaged_file_is_rebuilt_from_the_journal(tmp_path: Path) -> 
         server.start()
         assert any("damaged" in line for line in server.stderr_lines)
         consume_rest(server, list(range(4, 30)))
+    finally:
+        server.kill()
+
+
+def test_a_file_of_the_first_format_is_still_read(tmp_path: Path) -> None:
+    """A queue that is not replicated has no ownership transfers: a file written before
+    they were kept (``AQC1``) says all there is, and a restart uses it."""
+    server = server_at(tmp_path)
+    cache = tmp_path / "journal" / CACHE
+    server.start()
+    try:
+        publish_durably(server, 0, 20)
+        c = RawConsumer(server, "worker")
+        c.subscribe(10)
+        c.ack_durably([bm for bm, _ in c.take(10)[:6]])  # 0..5 done
+        c.close()
+        server.stop()
+        first_format(cache)
+        server.start()
+        assert any(f"14 message(s) from {CACHE}" in line for line in server.stderr_lines)
+        consume_rest(server, list(range(6, 20)))
     finally:
         server.kill()
 
