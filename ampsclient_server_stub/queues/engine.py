@@ -610,10 +610,10 @@ class QueueEngine:
         held = False
         for queue in self.queues.values():
             key = _key(queue.config)
-            oldest = queue.oldest()
+            oldest = queue.oldest_bookmark()
             point = journal.last_index + 1
             if oldest is not None:
-                pid, _, rest = oldest.bookmark.partition("|")
+                pid, _, rest = oldest.partition("|")
                 found = journal.find_bookmark(int(pid), int(rest.partition("|")[0]))
                 # (not found: a bookmark of another log; keep the last point)
                 point = found if found is not None else self._points.get(key, point)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from . import acking, speedups
+from .arrivals import Arrivals
 from .config import QueueConfig
 from .expiration import deadline
 from .message import UNPARSED, AckResult, QueueMessage, QueueSub
@@ -90,8 +91,12 @@ class Queue:
         self.at_most_once = config.semantics == "at-most-once"
         self.owner = owner
         self._decode = decode
-        self.messages: dict[str, QueueMessage] = {}
-        """Every tracked message by bookmark (available and leased), publication order."""
+        self._messages: dict[str, QueueMessage] = {}
+        """The tracked messages that are objects, by bookmark, in publication order (those in
+        :attr:`_arrivals` are all newer: :attr:`messages` has them all)."""
+        self._arrivals = Arrivals()
+        """New messages of :meth:`enqueue_run` not made objects yet (:mod:`.arrivals`): after
+        :attr:`_fresh` in the FIFO."""
         self._heap: list[tuple[int, int, QueueMessage]] = []
         self._fresh: deque[QueueMessage] = deque()
         """Without ``Priority``: new messages in publication order (a FIFO costs O(1) where
@@ -136,11 +141,31 @@ class Queue:
 
     # ------------------------------------------------------------------ intake
 
+    @property
+    def messages(self) -> dict[str, QueueMessage]:
+        """Every tracked message by bookmark (available and leased), in publication order.
+
+        Looking turns the queue's arrivals into objects (:mod:`.arrivals`): the hot paths
+        use the table without them."""
+        if self._arrivals.count:
+            self._materialize()
+        return self._messages
+
     def __contains__(self, bookmark: str) -> bool:
         return bookmark in self.messages
 
     def __len__(self) -> int:
-        return len(self.messages)
+        return len(self._messages) + self._arrivals.count
+
+    def _materialize(self) -> None:
+        """Every arrival becomes an object at the FIFO's end (they are the newest)."""
+        new = self.message_class
+        messages = self._messages
+        fresh = self._fresh.append
+        for bookmark, data, order, enqueued in self._arrivals.drain():
+            msg = new(bookmark, data, None, order, enqueued)
+            messages[bookmark] = msg
+            fresh(msg)
 
     def enqueue(
         self,
@@ -157,7 +182,7 @@ class Queue:
         ``now``: its publication, ``expires``: its own expiration (``queues.expiration``);
         ``owner``: replicated queues only, the instance that owns it; :meth:`own` then says
         whether this instance may deliver it (until then it is :data:`REMOTE`)."""
-        if bookmark in self.messages:
+        if bookmark in self.messages:  # (arrivals made objects: this one comes after them)
             return False
         if self.deferred and self.deferred.pop(bookmark, None) is not None:
             self.counters["deferred_acks_applied"] += 1
@@ -174,7 +199,7 @@ class Queue:
         if self._priority is not None:
             msg.doc = self._decode(data)
             msg.rank = -unsigned_priority(self._priority(msg.doc) if msg.doc is not None else None)
-        self.messages[bookmark] = msg
+        self._messages[bookmark] = msg
         self.counters["enqueued"] += 1
         if owner is not None:
             msg.owner = owner
@@ -189,17 +214,33 @@ class Queue:
         return True
 
     def enqueue_run(self, items: Sequence[tuple[str, bytes]], now: float) -> int:
-        """:meth:`enqueue` for a run of new messages ``(bookmark, body)`` without ``x`` or an
-        expiration of their own, published at ``now``, owned here; how many were added.
+        """:meth:`enqueue` for a run of new messages ``(bookmark, body)`` from the queue's
+        intake, without ``x`` or an expiration of their own, published at ``now``, owned
+        here; how many were added.
 
-        A queue without ``Priority``, ``BarrierExpression`` and ``Expiration`` takes them in
-        one loop (what :meth:`enqueue` does for such a message, inline); any other calls
-        :meth:`enqueue` for each."""
-        cfg_expiration = self.config.expiration
-        if self._priority is not None or self._barrier is not None or cfg_expiration is not None:
+        A queue without ``Priority``, ``BarrierExpression`` and ``Expiration``, with one
+        underlying topic (its intake sees each journaled message once: no bookmark of a run
+        is in the queue already) and messages kept in memory keeps the run as it is, a list
+        it owns from now on (:mod:`.arrivals`); with more underlying topics, or
+        ``FileBackedMetadata``, it makes the messages in one loop (what :meth:`enqueue` does
+        for such a message, inline); any other queue calls :meth:`enqueue` for each."""
+        cfg = self.config
+        if self._priority is not None or self._barrier is not None or cfg.expiration is not None:
             return sum(self.enqueue(bookmark, data, None, now) for bookmark, data in items)
-        messages = self.messages
         deferred = self.deferred
+        counters = self.counters
+        if self.message_class is QueueMessage and len(cfg.topics()) == 1:
+            run = items if type(items) is list else list(items)
+            if deferred:
+                kept = [item for item in run if deferred.pop(item[0], None) is None]
+                if len(kept) < len(run):
+                    counters["deferred_acks_applied"] += len(run) - len(kept)
+                run = kept
+            self._arrivals.add(run, now, self._order + 1)
+            self._order += len(run)
+            counters["enqueued"] += len(run)
+            return len(run)
+        messages = self.messages
         fresh = self._fresh.append
         order = self._order
         new = self.message_class
@@ -216,7 +257,6 @@ class Queue:
             fresh(msg)
             added += 1
         self._order = order
-        counters = self.counters
         counters["enqueued"] += added
         if applied:
             counters["deferred_acks_applied"] += applied
@@ -297,7 +337,7 @@ class Queue:
         out: list[tuple[QueueSub, QueueMessage]] = []
         heap = self._heap
         fresh = self._fresh
-        if not (heap or fresh) or not self.owner:
+        if not (heap or fresh or self._arrivals.count) or not self.owner:
             return out
         subs = self.subs
         if not subs:
@@ -309,6 +349,8 @@ class Queue:
             and all(qsub.matches is None for qsub in subs)
         ):
             return self._offer_fresh(now)
+        if self._arrivals.count:
+            self._materialize()
         first = fresh[0] if fresh and (not heap or fresh[0].order < heap[0][1]) else heap[0][2]
         if not first.barrier:
             for candidate in self.subs:
@@ -334,7 +376,7 @@ class Queue:
             if msg.state != AVAILABLE:
                 continue  # acknowledged or expired while waiting
             if msg.barrier:
-                if next(iter(self.messages)) != msg.bookmark:
+                if next(iter(self._messages)) != msg.bookmark:
                     # earlier messages are not all acknowledged yet: it waits, and so
                     # does everything after it
                     skipped.append(item or _item(msg))
@@ -358,7 +400,7 @@ class Queue:
             msg.leased_at = now
             if self.at_most_once:
                 msg.state = GONE  # gone from the queue; the slot stays until acknowledged
-                del self.messages[msg.bookmark]
+                del self._messages[msg.bookmark]
             else:
                 msg.state = LEASED
             if lease_deadline is not None:
@@ -374,56 +416,65 @@ class Queue:
         """:meth:`offer` when only the FIFO holds messages (none went back), without a
         ``BarrierExpression`` or subscription filters, by one subscription or ``proportional``
         fairness: the same choice as :meth:`_choose` in one loop, and a message no one has
-        room for stays at the FIFO's front (no heap entry)."""
+        room for stays at the FIFO's front (no heap entry). The FIFO is :attr:`_fresh`, then
+        :attr:`_arrivals` (made objects here, as they are leased)."""
         out: list[tuple[QueueSub, QueueMessage]] = []
-        append = out.append
-        fresh = self._fresh
-        popleft = fresh.popleft
         subs = self.subs
-        single = subs[0] if len(subs) == 1 else None
+        # without filters every message goes to a subscription with room while one has it
+        room = sum(max(0, qsub.backlog - len(qsub.leased)) for qsub in subs)
         limit = self.config.max_backlog
-        room = len(fresh) if limit is None else limit - self.leased
+        if limit is not None:
+            room = min(room, limit - self.leased)
+        if room <= 0:
+            return out
+        append = out.append
+        single = subs[0] if len(subs) == 1 else None
         lease_period = self.config.lease_period
         lease_deadline = None if lease_period is None else now + lease_period  # one object
         at_most_once = self.at_most_once
-        messages = self.messages
+        state = GONE if at_most_once else LEASED
+        messages = self._messages
         lease_heap = self._lease_heap
-        while fresh and room > 0:
-            msg = fresh[0]
+        fresh = self._fresh
+        while room > 0 and fresh:
+            msg = fresh.popleft()
             if msg.state != AVAILABLE:
-                popleft()  # acknowledged or expired while waiting
-                continue
-            qsub: QueueSub | None
-            if single is not None:
-                if len(single.leased) >= single.backlog:
-                    break
-                qsub = single
-            else:  # proportional: the lowest leased/backlog ratio, ties to the first
-                qsub = None
-                best_ratio = 2.0
-                for candidate in subs:
-                    leased = len(candidate.leased)
-                    if leased < candidate.backlog:
-                        ratio = leased / candidate.backlog
-                        if ratio < best_ratio:
-                            qsub, best_ratio = candidate, ratio
-                if qsub is None:
-                    break
-            popleft()
+                continue  # acknowledged or expired while waiting
+            if at_most_once:
+                del messages[msg.bookmark]  # gone; the slot stays until acknowledged
+            qsub = single or _lowest_ratio(subs)
             msg.deliveries += 1
             qsub.leased[msg.bookmark] = msg
             msg.lessee = qsub
             msg.leased_at = now
-            if at_most_once:
-                msg.state = GONE  # gone from the queue; the slot stays until acknowledged
-                del messages[msg.bookmark]
-            else:
-                msg.state = LEASED
+            msg.state = state
             if lease_deadline is not None:
                 msg.lease_deadline = lease_deadline
                 heapq.heappush(lease_heap, (lease_deadline, msg.order, msg))
             append((qsub, msg))
             room -= 1
+        arrivals = self._arrivals
+        new = self.message_class
+        while room > 0 and arrivals.count:
+            run, index, first, enqueued = arrivals.head()
+            n = min(room, len(run) - index)
+            for i in range(index, index + n):
+                bookmark, data = run[i]
+                msg = new(bookmark, data, None, first + i, enqueued)
+                if not at_most_once:
+                    messages[bookmark] = msg
+                qsub = single or _lowest_ratio(subs)
+                qsub.leased[bookmark] = msg
+                msg.deliveries = 1
+                msg.lessee = qsub
+                msg.leased_at = now
+                msg.state = state
+                if lease_deadline is not None:
+                    msg.lease_deadline = lease_deadline
+                    heapq.heappush(lease_heap, (lease_deadline, first + i, msg))
+                append((qsub, msg))
+            arrivals.advance(n)
+            room -= n
         self.leased += len(out)
         self.counters["delivered"] += len(out)
         return out
@@ -432,7 +483,7 @@ class Queue:
         """A barrier message whose turn came: to every subscription it matches (backlogs
         ignored), and out of the queue at once."""
         msg.state = GONE
-        del self.messages[msg.bookmark]
+        del self._messages[msg.bookmark]
         self.counters["barriers"] += 1
         out = []
         for qsub in self.subs:
@@ -511,7 +562,7 @@ class Queue:
         """
         result = AckResult()
         strict = self.config.leasing == "strict"
-        messages = self.messages
+        messages = self._messages
         removed = result.removed
         acked = 0  # plain acks of leased messages, the hot path: counted once at the end
         run = option is None and not self.measure_acks  # (replicated: measured below)
@@ -528,6 +579,9 @@ class Queue:
             bookmark = bookmarks[pos]
             pos += 1
             msg = messages.get(bookmark)
+            if msg is None and self._arrivals.count:
+                self._materialize()  # not leased: maybe a message that just arrived
+                msg = messages.get(bookmark)
             if msg is None:
                 self._ack_missing(bookmark, owner, option, now, known, result)
                 continue
@@ -645,9 +699,10 @@ class Queue:
                     oldest = max(oldest, now - (msg.lease_deadline - period))
         return oldest
 
-    def oldest(self) -> QueueMessage | None:
-        """The oldest message still tracked."""
-        return next(iter(self.messages.values()), None)
+    def oldest_bookmark(self) -> str | None:
+        """The bookmark of the oldest message still tracked (its arrivals stay as they are)."""
+        first = next(iter(self._messages), None)
+        return first if first is not None else self._arrivals.first_bookmark()
 
     # ------------------------------------------------------------------ internals
 
@@ -685,7 +740,21 @@ class Queue:
         if msg.state == REMOTE:
             self.remote -= 1
         msg.state = GONE
-        self.messages.pop(msg.bookmark, None)
+        self._messages.pop(msg.bookmark, None)
+
+
+def _lowest_ratio(subs: list[QueueSub]) -> QueueSub:
+    """``proportional`` fairness without filters: the subscription with the lowest
+    leased/backlog ratio, ties to the first (one of them has room)."""
+    best = subs[0]
+    best_ratio = 2.0
+    for candidate in subs:
+        leased = len(candidate.leased)
+        if leased < candidate.backlog:
+            ratio = leased / candidate.backlog
+            if ratio < best_ratio:
+                best, best_ratio = candidate, ratio
+    return best
 
 
 def _item(msg: QueueMessage) -> tuple[int, int, QueueMessage]:
