@@ -61,7 +61,6 @@ class QueueMessage:
         """When it was last leased."""
 
 
-
 class QueueSub:
     """A queue subscription: its engine-side identity, its backlog and its leases.
 
@@ -89,8 +88,6 @@ class QueueSub:
     def room(self) -> int:
         """Messages it may still take."""
         return self.backlog - len(self.leased)
-
-
 
 
 class AckResult:
