@@ -15,11 +15,13 @@ With ``<FileBackedMetadata>enabled</FileBackedMetadata>`` a queue
   yet, or it waits beyond ``TargetQueueDepth``) takes effect when the message enters
   (:meth:`.replicated.ReplicatedQueues.pending`). Its record may lie at or before ``P``,
   where the scan of a restart never looks, so the file has to carry it: restored before the
-  file's messages are replayed, it makes a restart from the file end with the same owners
-  as a restart from the transaction log. (Not writing the file while a transfer is pending
+  file's messages are replayed, it makes a restart from the file end with the owners the
+  instance had when it wrote the file. (Not writing the file while a transfer is pending
   would do too, but a message can wait beyond the target depth for long, and a transfer for
   a message that never enters here stays pending for good: the file would stop following
-  the queue.)
+  the queue. A rebuild from the transaction log starts at the ``queues.ack`` point, which
+  does not wait for pending transfers: one whose message has not arrived yet is lost there
+  when the queue held nothing older than its record.)
 
 The file is rewritten (a temporary file, ``fsync``, then renamed over it, with a CRC-32 over
 the contents) at most once a second, and only when everything the journal holds is durable

@@ -17,11 +17,16 @@ transfer ``A`` would deliver it a second time, a duplicate AMPS does not produce
 
 The same run with the file deleted before the last start (rebuilt from the transaction log)
 ends with the same owners; so does one with the file rewritten in the first format, which
-has no pending transfers and is therefore ignored on a replicated queue."""
+has no pending transfers and is therefore ignored on a replicated queue.
+
+Then, in process, a transfer that arrives before its message has reached the instance at
+all (see that test's docstring for why in process)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import struct
 import zlib
 from pathlib import Path
@@ -29,6 +34,18 @@ from pathlib import Path
 import pytest
 from _queue_support import Consumer, publish
 from _replicated_support import QUEUE, TOPIC, http, pair, queue_xml, stats, wait_stat
+
+from ampsclient.protocol.bookmarks import publisher_id_for
+from ampsclient.protocol.header import encode_header
+from ampsclient_server_stub.config import default_config
+from ampsclient_server_stub.config_model import ReplicationConfig
+from ampsclient_server_stub.engine.broker import Broker
+from ampsclient_server_stub.engine.journal import Journal
+from ampsclient_server_stub.engine.txlog import TxLog
+from ampsclient_server_stub.queues.config import QueueConfig
+from ampsclient_server_stub.replication.apply import ReplicatedRecord, apply_replicated
+from ampsclient_server_stub.replication.rules import PATH_FIELD, encode_path
+from ampsclient_server_stub.testing import RecordingSession
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +140,124 @@ def test_a_transfer_pending_when_the_file_is_written_holds_after_a_restart(
             assert "has the first format" in log and "rebuilt from the transaction log" in log
     finally:
         cluster.stop()
+
+
+class Instance:
+    """Instance ``A`` in process: a :class:`Broker` on a real journal in ``data_dir``, with
+    replication configured (so ``work`` is a replicated queue) and a queue subscriber. The
+    records of the other instances are applied the way the replication link applies them
+    (:func:`apply_replicated`)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        config = dataclasses.replace(
+            default_config(tcp_port=0, ws_port=0, data_dir=data_dir, name="A"),
+            queues=(
+                QueueConfig(
+                    name=QUEUE,
+                    message_type="json",
+                    underlying=(TOPIC,),
+                    max_per_subscription_backlog=10,
+                    file_backed_metadata=True,
+                ),
+            ),
+            replication=ReplicationConfig(),
+        )
+        self.journal = Journal(data_dir / "journal", name="A", fsync="never")
+        self.broker = Broker(config, txlog=TxLog(self.journal))
+        assert self.broker.queues is not None
+        self.queue = self.broker.queues.queues[("json", QUEUE)]
+        self.session = RecordingSession()
+        conn = self.broker.connect(self.session)
+        self.broker.handle(conn, encode_header({"c": "logon", "cid": "1", "client_name": "w"}))
+        self.broker.handle(
+            conn,
+            encode_header({"c": "subscribe", "t": QUEUE, "sub_id": "s", "o": "max_backlog=10"}),
+        )
+
+    def publish(self, client: str, sequence: int, doc: dict[str, int]) -> None:
+        """A client's publish received here."""
+        conn = self.broker.connect(RecordingSession())
+        self.broker.handle(conn, encode_header({"c": "logon", "cid": "1", "client_name": client}))
+        header = encode_header({"c": "p", "t": TOPIC, "s": sequence})
+        self.broker.handle(conn, header + json.dumps(doc).encode())
+
+    def owned(self) -> int:
+        assert self.broker.queues is not None
+        owned: int = self.broker.queues.statistics()[QUEUE]["owned"]
+        return owned
+
+    def close(self) -> None:
+        self.broker.close()  # the queue's file is written (when it changed)
+        self.journal.close()
+
+
+@pytest.mark.parametrize(
+    "restart",
+    [
+        "none",
+        "from the file",
+        pytest.param(
+            "without it",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a restart from the transaction log starts at the queues.ack point, "
+                "which an empty queue moves past the pending transfer's record",
+            ),
+        ),
+    ],
+)
+def test_a_transfer_that_arrives_before_its_message(
+    tmp_path: Path, restart: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The other half of "not in the queue yet": the message has not reached this instance.
+
+    In process (``Broker`` objects on a real journal): across processes the transfer reaches
+    an instance ahead of its message only when the two travel different paths, whose timing a
+    test cannot force. The story: publisher ``pub`` publishes M to ``C`` (its owner), ``C``
+    grants M to ``B``; the transfer reaches ``A``, M does not (yet); ``pub`` fails over to
+    ``A`` and replays M there, so on ``A`` M's own origin is ``A``. The transfer applies to
+    M when it enters, whether ``A`` restarted in between (from the file written while the
+    transfer was pending) or not: ``B`` owns M and ``A``'s subscriber never gets it. Without
+    the file (rebuilt from the transaction log) the transfer is lost: the queue is empty, so
+    its ``queues.ack`` point, where that rebuild starts, is past the transfer's record."""
+    bookmark = f"{publisher_id_for('pub')}|1|"
+    a = Instance(tmp_path)
+    transfer = ReplicatedRecord(
+        publisher_id_for("C/queues"),
+        1,
+        "sow_delete",
+        QUEUE,
+        b"",
+        {
+            "mt": "json",
+            "bm": bookmark,
+            "qown": "B",
+            "qfrom": "C",
+            PATH_FIELD: encode_path([("C", "C"), ("A", "A")]),
+        },
+    )
+    assert apply_replicated(a.broker, transfer).record is not None
+    assert bookmark not in a.queue.messages
+    if restart != "none":
+        a.close()  # the file was written after the transfer was applied: P is past it
+        cache = tmp_path / "journal" / "A.work.json.queue.cache"
+        assert cache.exists()
+        if restart == "without it":
+            cache.unlink()
+        with caplog.at_level(logging.INFO, logger="ampsclient_server_stub.queues.metadata_file"):
+            a = Instance(tmp_path)
+    a.publish("pub", 1, {"n": 1})  # M, replayed to A by its publisher after a failover
+    try:
+        assert bookmark in a.queue.messages
+        assert a.queue.messages[bookmark].owner == "B"
+        assert a.owned() == 0
+        assert a.session.frames("p") == []  # handled to the end: A delivered nothing
+        a.publish("pub", 2, {"n": 2})  # a message of A's own: delivered (the marker)
+        assert [json.loads(body)["n"] for _h, body in a.session.frames("p")] == [2]
+    finally:
+        a.close()
+    if restart == "from the file":  # how the restart rebuilt the queue
+        assert "0 message(s) from A.work.json.queue.cache" in caplog.text
+        assert "1 transfer(s) pending" in caplog.text
+    elif restart == "without it":
+        assert "rebuilt from the transaction log" in caplog.text
