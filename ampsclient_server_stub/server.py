@@ -114,7 +114,11 @@ class Committer:
                 self.loop.call_later(0.1, self.request)
             return
         self.on_durable(durable)
-        if self.again or self.journal.last_index > durable:
+        if self.again:
+            # requested while this one ran. Records appended without a request (a queue
+            # acknowledgement's) are not chased: their appender asks for the commit when it
+            # wants one, and a commit chained after every such append kept the journal thread
+            # busy, contending for the GIL with the event loop
             self.request()
 
     def close(self) -> None:
