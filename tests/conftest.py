@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +13,35 @@ import pytest
 
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import default_config
+
+# --------------------------------------------------------------------------- child bytecode
+#
+# The suite starts a few hundred Python processes (servers, CLI runs, workers, examples).
+# With PYTHONDONTWRITEBYTECODE set (as on some machines) each of them compiled every module
+# it imports again, about 0.2 s a process. Children get a bytecode cache of their own for the
+# session instead (PYTHONPYCACHEPREFIX: a temporary directory, so the tree gets no
+# __pycache__), removed at the end. A prefix set by the caller is left as it is.
+
+_PYCACHE_ENV = "PYTHONPYCACHEPREFIX"
+_pycache_dir: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _pycache_dir
+    if os.environ.get(_PYCACHE_ENV):
+        return
+    _pycache_dir = tempfile.mkdtemp(prefix="ampsclient-tests-pycache-")
+    os.environ[_PYCACHE_ENV] = _pycache_dir
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _pycache_dir
+    if _pycache_dir is not None:
+        if os.environ.get(_PYCACHE_ENV) == _pycache_dir:
+            del os.environ[_PYCACHE_ENV]
+        shutil.rmtree(_pycache_dir, ignore_errors=True)
+        _pycache_dir = None
 
 
 @pytest.fixture
