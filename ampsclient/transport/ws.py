@@ -222,8 +222,19 @@ class WebSocketTransport(Transport):
         self._closed = True
         self._outq.put_nowait(None)
         with contextlib.suppress(Exception):
-            self._closer = asyncio.ensure_future(self._ws.close())
+            self._closer = asyncio.ensure_future(self._close_ws())
         self._on_close(error)
+
+    async def _close_ws(self) -> None:
+        """The closing handshake; the socket is cut if it is cancelled (the sync client's
+        loop stops right after ``close()``), rather than left open for the server to time out."""
+        try:
+            await self._ws.close()
+        except BaseException:
+            transport = self._ws.transport
+            if transport is not None:
+                transport.abort()
+            raise
 
     def close(self) -> None:
         if self._closed:
