@@ -135,6 +135,7 @@ def test_granularity_rounds_the_time_down(tmp_path: Path) -> None:
         ("q", "0", "invalid bookmark"),  # not a timestamp
         ("plain", stamp(time.time()), "invalid options"),  # no <History>
     ],
+    ids=["before-the-window", "not-a-timestamp", "no-history"],  # stable across processes
 )
 def test_queries_that_cannot_be_answered_fail(
     server: ServerThread, topic: str, bookmark: str, reason: str
