@@ -617,6 +617,11 @@ class QueueEngine:
                 found = journal.find_bookmark(int(pid), int(rest.partition("|")[0]))
                 # (not found: a bookmark of another log; keep the last point)
                 point = found if found is not None else self._points.get(key, point)
+            replica = self.replica_of(queue) if self.replica is not None else None
+            if replica is not None:
+                pending = replica.oldest_pending_index(queue)
+                if pending is not None:
+                    point = min(point, pending)
             held = held or point > limit
             points[key] = max(self._points.get(key, 0), min(point, limit))
         self._points = points

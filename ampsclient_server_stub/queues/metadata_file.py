@@ -20,8 +20,8 @@ With ``<FileBackedMetadata>enabled</FileBackedMetadata>`` a queue
   would do too, but a message can wait beyond the target depth for long, and a transfer for
   a message that never enters here stays pending for good: the file would stop following
   the queue. A rebuild from the transaction log starts at the ``queues.ack`` point, which
-  does not wait for pending transfers: one whose message has not arrived yet is lost there
-  when the queue held nothing older than its record.)
+  stays at the oldest pending transfer's record for ``DeferredAckExpiration``:
+  :meth:`.replicated.ReplicatedQueues.oldest_pending_index`.)
 
 The file is rewritten (a temporary file, ``fsync``, then renamed over it, with a CRC-32 over
 the contents) at most once a second, and only when everything the journal holds is durable

@@ -191,6 +191,12 @@ class ReplicatedQueues:
         self._clock = clock
         self._cursor = journal.last_index + 1
         self._pending: dict[tuple[str, str], str] = {}
+        self._pending_at: dict[tuple[str, str], tuple[int, float]] = {}
+        """Pending transfers whose record's journal index is known: ``(index, until)``; the
+        queue's ``queues.ack`` point stays at or before that index (a rebuild from the
+        transaction log reads the record again) until ``until`` (``DeferredAckExpiration``
+        after it arrived: a transfer whose message never comes does not pin the log for
+        ever)."""
         self._requested: dict[str, float] = {}
         self.proxied: set[str] = set()
         """Queue names with proxied transfer enabled."""
@@ -226,7 +232,7 @@ class ReplicatedQueues:
                 rows = self._journal.read_rows(index, max_records=1)
                 if rows:
                     fields = rows[0][7]
-        owner = self._pending.pop((queue.name, bookmark), None) or self.initial_owner(queue, fields)
+        owner = self._take_pending(queue, bookmark) or self.initial_owner(queue, fields)
         if owner != self.instance:
             return queue.enqueue(bookmark, data, x, now, owner=owner, expires=expires)
         if not queue.enqueue(bookmark, data, x, now, expires=expires):
@@ -240,12 +246,13 @@ class ReplicatedQueues:
         if record.command == "sow_delete":
             if record.topic == queue.name and "qown" in record.fields:
                 new_owner = str(record.fields["qown"])
-                self.apply_transfer(queue, split(record.fields.get("bm")), new_owner)
+                bookmarks = split(record.fields.get("bm"))
+                self.apply_transfer(queue, bookmarks, new_owner, index=record.index)
             return
         msg = queue.messages.get(record.bookmark)
         if msg is None or msg.owner is not None:
             return
-        owner = self._pending.pop((queue.name, record.bookmark), None) or self.initial_owner(
+        owner = self._take_pending(queue, record.bookmark) or self.initial_owner(
             queue, record.fields
         )
         if owner == self.instance or msg.barrier:
@@ -253,14 +260,21 @@ class ReplicatedQueues:
         else:
             queue.disown(msg, owner)
 
-    def apply_transfer(self, queue: Queue, bookmarks: Iterable[str], owner: str) -> int:
-        """``owner`` owns ``bookmarks`` from now on (a transfer record); the number that
-        became deliverable here."""
+    def apply_transfer(
+        self, queue: Queue, bookmarks: Iterable[str], owner: str, *, index: int | None = None
+    ) -> int:
+        """``owner`` owns ``bookmarks`` from now on (a transfer record, at journal ``index``
+        when known); the number that became deliverable here. A transfer of a message not in
+        the queue (yet) waits for it (:meth:`pending`)."""
         gained = 0
         for bookmark in bookmarks:
             msg = queue.messages.get(bookmark)
             if msg is None:
-                self._pending[(queue.name, bookmark)] = owner
+                key = (queue.name, bookmark)
+                self._pending[key] = owner
+                if index is not None:
+                    until = self._clock() + queue.config.deferred_ack_expiration
+                    self._pending_at[key] = (index, until)
                 continue
             if owner == self.instance:
                 if queue.own(msg, owner):
@@ -275,6 +289,29 @@ class ReplicatedQueues:
         a message waiting beyond ``TargetQueueDepth`` is one of them until it is active."""
         name = queue.name
         return {bookmark: owner for (q, bookmark), owner in self._pending.items() if q == name}
+
+    def oldest_pending_index(self, queue: Queue) -> int | None:
+        """The journal index of the oldest transfer record still pending for ``queue`` (the
+        queue's ``queues.ack`` point must not pass it); ``None``: none. Pins older than
+        ``DeferredAckExpiration`` are dropped (the transfer itself stays pending)."""
+        if not self._pending_at:
+            return None
+        now = self._clock()
+        oldest: int | None = None
+        for key, (index, until) in list(self._pending_at.items()):
+            if key[0] != queue.name:
+                continue
+            if until <= now:
+                del self._pending_at[key]
+            elif oldest is None or index < oldest:
+                oldest = index
+        return oldest
+
+    def _take_pending(self, queue: Queue, bookmark: str) -> str | None:
+        """The owner a pending transfer gives ``bookmark`` (taken out), ``None``: none."""
+        key = (queue.name, bookmark)
+        self._pending_at.pop(key, None)
+        return self._pending.pop(key, None)
 
     def restore_pending(self, queue: Queue, transfers: Mapping[str, str]) -> None:
         """Transfers pending for ``queue`` as :meth:`pending` gave them (a restart from a
@@ -314,7 +351,7 @@ class ReplicatedQueues:
                 bookmarks = split(fields.get("bm"))
                 if "qown" in fields:
                     owner = str(fields["qown"])
-                    gained = self.apply_transfer(queue, bookmarks, owner)
+                    gained = self.apply_transfer(queue, bookmarks, owner, index=index)
                     queue.counters["transferred_in"] += gained
                     touched.add(queue)
                 elif "queue" in fields:

@@ -148,7 +148,7 @@ class Instance:
     records of the other instances are applied the way the replication link applies them
     (:func:`apply_replicated`)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, deferred_ack_expiration: float = 86400.0) -> None:
         config = dataclasses.replace(
             default_config(tcp_port=0, ws_port=0, data_dir=data_dir, name="A"),
             queues=(
@@ -158,6 +158,7 @@ class Instance:
                     underlying=(TOPIC,),
                     max_per_subscription_backlog=10,
                     file_backed_metadata=True,
+                    deferred_ack_expiration=deferred_ack_expiration,
                 ),
             ),
             replication=ReplicationConfig(),
@@ -196,14 +197,7 @@ class Instance:
     [
         "none",
         "from the file",
-        pytest.param(
-            "without it",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a restart from the transaction log starts at the queues.ack point, "
-                "which an empty queue moves past the pending transfer's record",
-            ),
-        ),
+        "without it",
     ],
 )
 def test_a_transfer_that_arrives_before_its_message(
@@ -218,24 +212,11 @@ def test_a_transfer_that_arrives_before_its_message(
     ``A`` and replays M there, so on ``A`` M's own origin is ``A``. The transfer applies to
     M when it enters, whether ``A`` restarted in between (from the file written while the
     transfer was pending) or not: ``B`` owns M and ``A``'s subscriber never gets it. Without
-    the file (rebuilt from the transaction log) the transfer is lost: the queue is empty, so
-    its ``queues.ack`` point, where that rebuild starts, is past the transfer's record."""
+    the file (rebuilt from the transaction log) too: the queue is empty, but its
+    ``queues.ack`` point, where that rebuild starts, stays at the pending transfer's record."""
     bookmark = f"{publisher_id_for('pub')}|1|"
     a = Instance(tmp_path)
-    transfer = ReplicatedRecord(
-        publisher_id_for("C/queues"),
-        1,
-        "sow_delete",
-        QUEUE,
-        b"",
-        {
-            "mt": "json",
-            "bm": bookmark,
-            "qown": "B",
-            "qfrom": "C",
-            PATH_FIELD: encode_path([("C", "C"), ("A", "A")]),
-        },
-    )
+    transfer = _transfer(bookmark)
     assert apply_replicated(a.broker, transfer).record is not None
     assert bookmark not in a.queue.messages
     if restart != "none":
@@ -261,3 +242,45 @@ def test_a_transfer_that_arrives_before_its_message(
         assert "1 transfer(s) pending" in caplog.text
     elif restart == "without it":
         assert "rebuilt from the transaction log" in caplog.text
+
+
+def _transfer(bookmark: str) -> ReplicatedRecord:
+    """Instance ``C``'s transfer of ``bookmark`` to ``B``, as it reaches ``A``."""
+    return ReplicatedRecord(
+        publisher_id_for("C/queues"),
+        1,
+        "sow_delete",
+        QUEUE,
+        b"",
+        {
+            "mt": "json",
+            "bm": bookmark,
+            "qown": "B",
+            "qfrom": "C",
+            PATH_FIELD: encode_path([("C", "C"), ("A", "A")]),
+        },
+    )
+
+
+def test_a_pending_transfer_pins_the_ack_point_until_deferred_ack_expiration(
+    tmp_path: Path,
+) -> None:
+    """The ``queues.ack`` point stays at a pending transfer's record for
+    ``DeferredAckExpiration`` (a transfer whose message never comes does not pin the
+    transaction log for ever); after that the transfer itself still waits for its message."""
+    bookmark = f"{publisher_id_for('pub')}|1|"
+    for expiration, pinned in ((86400.0, True), (0.0, False)):
+        base = tmp_path / str(expiration)
+        a = Instance(base, deferred_ack_expiration=expiration)
+        try:
+            record = apply_replicated(a.broker, _transfer(bookmark)).record
+            assert record is not None
+            replica = a.broker.queues.replica if a.broker.queues is not None else None
+            assert replica is not None
+            assert replica.oldest_pending_index(a.queue) == (record.index if pinned else None)
+            assert replica.pending(a.queue) == {bookmark: "B"}
+            a.publish("pub", 1, {"n": 1})
+            assert a.queue.messages[bookmark].owner == "B"
+            assert replica.oldest_pending_index(a.queue) is None and not replica.pending(a.queue)
+        finally:
+            a.close()
