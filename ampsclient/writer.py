@@ -169,6 +169,14 @@ class FrameWriter:
         elif self._blocked:
             self._wait_writable()
 
+    def queue_frame_now(self, frame: bytes) -> bool:
+        """:meth:`queue_frame`, then, on the loop thread, write the queue at once (the HA
+        client's queue acknowledgements: see :meth:`send_now`)."""
+        queued = self.queue_frame(frame)
+        if queued and threading.get_ident() == self._loop_tid:
+            self._write_queued()
+        return queued
+
     def send_now(self, payload: bytes) -> None:
         """Queue one command payload and, on the loop thread, write the queue at once.
 

@@ -170,7 +170,7 @@ class AsyncHAClient(ConnectionFace):
         self._loop_tid: int | None = None
         client.set_disconnect_handler(self._disconnected)
         client.queue_acks.set_writer(  # queue acks: stored, persisted, replayed with options
-            persisted_ack_writer(self._store.store_parts, self._pub_lock, self._queue_frame)
+            persisted_ack_writer(self._store.store_parts, self._pub_lock, client.queue_frame_now)
         )
         self._lane: Any = None
         self._bind_publish_lane()

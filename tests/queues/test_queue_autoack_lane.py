@@ -84,13 +84,15 @@ def test_auto_ack_with_a_thread_flushing_acks_each_message_once(
     assert final["queue_depth"] == 0 and final["backlog"] == 0
 
 
+@pytest.mark.parametrize("kind", ["Client", "HAClient"])
 @pytest.mark.parametrize("implementation", ["c", "python"])
 def test_an_auto_ack_goes_out_while_the_next_message_is_handled(
-    server: ServerThread, implementation: str, monkeypatch: pytest.MonkeyPatch
+    server: ServerThread, implementation: str, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An ack a handler's return completes is written at once, not after the handlers of
     the rest of the read (the server leases the next messages meanwhile): the server has
-    the first message's ack while the second message's handler still runs."""
+    the first message's ack while the second message's handler still runs. The HA client's
+    acks (stored, asking for ``persisted``) go out the same way."""
     if implementation == "c" and _accel.AutoAck is None:
         pytest.skip("the C speedups are not in use here")
     if implementation == "python":
@@ -104,9 +106,20 @@ def test_an_auto_ack_goes_out_while_the_next_message_is_handled(
             wait_for(lambda: stats(server)["acked"] >= 1, 10, "the first ack at the server")
             acked_during_second.append(stats(server)["acked"])
 
-    with ampsclient.Client("autoack-now") as client:
-        client.connect(f"tcp://127.0.0.1:{server.tcp_port}/amps/json")
-        client.logon()
+    uri = f"tcp://127.0.0.1:{server.tcp_port}/amps/json"
+    client: Any
+    if kind == "HAClient":
+        client = ampsclient.HAClient("autoack-now-ha")
+        client.set_server_chooser(chooser := ampsclient.DefaultServerChooser())
+        chooser.add(uri)
+    else:
+        client = ampsclient.Client("autoack-now")
+    with client:
+        if kind == "HAClient":
+            client.connect_and_logon()
+        else:
+            client.connect(uri)
+            client.logon()
         client.set_auto_ack(True)
         client.set_ack_batch_size(1)
         publish(server, "work", [{"n": 0}, {"n": 1}])  # then both leased in one write
