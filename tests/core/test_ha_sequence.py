@@ -188,4 +188,6 @@ async def test_a_drop_right_after_a_resubscribe_ack_starts_the_sequence_again(
     seq = ha.publish("orders", b'{"n":1}')
     await wait_for_async(lambda: len(peer.logs[2]) == 3, what="the publish on the third connection")
     assert summary(peer.logs[2][2]) == ("p", seq)
-    await ha.close()
+    peer.conns[2].send(b'{"c":"ack","a":"persisted","s":%d,"status":"success"}' % seq)
+    await wait_for_async(lambda: ha.unpersisted_count == 0, what="the persisted ack of the publish")
+    assert await ha.close() == 0  # nothing left to flush: no wait for the flush timeout
