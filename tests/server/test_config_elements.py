@@ -22,7 +22,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -356,12 +356,18 @@ def probe_sow_key_domain(tmp_path: Path) -> None:
 
 
 def probe_sow_expiration(tmp_path: Path) -> None:
-    for n, (tag, section) in enumerate(SOW_SPELLINGS):
-        xml = config_xml(_sow_topic(tag, section, "<Expiration>1s</Expiration>"))
-        with serving(tmp_path / f"e{n}", xml) as server, client(server, "x") as raw:
+    # one server per spelling, all running at once: their records expire together
+    with ExitStack() as stack:
+        raws: list[RawClient] = []
+        for n, (tag, section) in enumerate(SOW_SPELLINGS):
+            xml = config_xml(_sow_topic(tag, section, "<Expiration>1s</Expiration>"))
+            server = stack.enter_context(serving(tmp_path / f"e{n}", xml))
+            raw = stack.enter_context(client(server, "x"))
             raw.send({"c": "subscribe", "cid": "S", "t": "s", "o": "oof", "a": "processed"})
             raw.wait_ack("processed")
             publish(raw, "s", [{"id": 1}])
+            raws.append(raw)
+        for raw in raws:
             hdr, _ = raw.recv_until(lambda h: h.get("c") == "oof", 15)
             assert hdr["reason"] == "expired"
             assert sow_query(raw, "s") == []
