@@ -34,6 +34,7 @@ class _Protocol(asyncio.Protocol):
                 owner._fail(exc)
             return
         framer = owner._framer
+        assert framer is not None  # made whenever there is no on_data
         try:
             framer.receive_data(data)
         except ProtocolError as exc:
@@ -72,7 +73,10 @@ class TcpTransport(Transport):
         self._on_data = on_data
         self._on_close = on_close
         self._on_writable = on_writable
-        self._framer = TcpFramer(max_frame_size=max_frame_size)
+        self._framer: TcpFramer | None = None
+        """Frames the bytes read, unless ``on_data`` takes them (then none is made)."""
+        if on_data is None:
+            self._framer = TcpFramer(max_frame_size=max_frame_size)
         self._transport: asyncio.Transport | None = None
         self._closed = False
         self._error: BaseException | None = None
