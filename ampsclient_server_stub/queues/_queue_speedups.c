@@ -10,6 +10,7 @@
  *   frame_run  the delivery frames start + bookmark + tail + body of a run of leases, each
  *              appended to its subscription's list; where the run ends (queues.framing.frame_run)
  *   ack_run    plain acks of leased messages for a run of bookmarks (queues.acking.ack_run)
+ *   QueueMessage  the queue's message type (queues.message.PyQueueMessage)
  *
  * Nothing here changes server state: plain_run reads lists, tuples, bytes and str; frame_run
  * reads the leases' messages (attributes) and appends to the lists it is given; ack_run
@@ -38,6 +39,131 @@ static Py_ssize_t find(const char *hay, Py_ssize_t len, const char *needle, Py_s
     }
     return -1;
 }
+
+/* ------------------------------------------------------------------ QueueMessage
+ *
+ * The C twin of queues.message.PyQueueMessage: the same sixteen fields (each an object, as a
+ * Python slot holds, unset until set: reading an unset one raises AttributeError), the same
+ * constructor and defaults. The type is subclassable: a subclass (with __slots__ of its own,
+ * or a property in place of a field) is built through setattr, field by field in the
+ * Python __init__'s order, so its properties' setters run; the exact type gets its fields
+ * set in place. No __dict__, no weak references (as the Python class).
+ */
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *barrier, *bookmark, *cancels, *data, *deliveries, *doc, *enqueued, *expires,
+        *lease_deadline, *leased_at, *lessee, *order, *owner, *rank, *state, *x;
+} QueueMessage;
+
+static PyTypeObject QueueMessageType;
+static PyObject *unparsed;         /* queues.message.UNPARSED */
+static PyObject *zero, *zero_float; /* 0 (AVAILABLE, rank, counts), 0.0 (leased_at) */
+
+#define QM(o) ((QueueMessage *)(o))
+#define QM_EXACT(o) Py_IS_TYPE((o), &QueueMessageType)
+#define QM_FIELDS(X)                                                                           \
+    X(barrier) X(bookmark) X(cancels) X(data) X(deliveries) X(doc) X(enqueued) X(expires)       \
+    X(lease_deadline) X(leased_at) X(lessee) X(order) X(owner) X(rank) X(state) X(x)
+
+static int qm_traverse(PyObject *self, visitproc visit, void *arg) {
+#define VISIT(f) Py_VISIT(QM(self)->f);
+    QM_FIELDS(VISIT)
+#undef VISIT
+    return 0;
+}
+
+static int qm_clear(PyObject *self) {
+#define CLEAR(f) Py_CLEAR(QM(self)->f);
+    QM_FIELDS(CLEAR)
+#undef CLEAR
+    return 0;
+}
+
+static void qm_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, qm_dealloc)
+    qm_clear(self);
+    Py_TYPE(self)->tp_free(self);
+    Py_TRASHCAN_END
+}
+
+/* The defaults of the fields the constructor does not take, in place (exact type). */
+static void qm_set_defaults(QueueMessage *m, PyObject *bookmark, PyObject *data, PyObject *x,
+                            PyObject *order, PyObject *enqueued) {
+    Py_XSETREF(m->bookmark, Py_NewRef(bookmark));
+    Py_XSETREF(m->data, Py_NewRef(data));
+    Py_XSETREF(m->x, Py_NewRef(x));
+    Py_XSETREF(m->order, Py_NewRef(order));
+    Py_XSETREF(m->rank, Py_NewRef(zero));
+    Py_XSETREF(m->barrier, Py_NewRef(Py_False));
+    Py_XSETREF(m->enqueued, Py_NewRef(enqueued));
+    Py_XSETREF(m->expires, Py_NewRef(Py_None));
+    Py_XSETREF(m->state, Py_NewRef(zero));
+    Py_XSETREF(m->lessee, Py_NewRef(Py_None));
+    Py_XSETREF(m->lease_deadline, Py_NewRef(Py_None));
+    Py_XSETREF(m->deliveries, Py_NewRef(zero));
+    Py_XSETREF(m->cancels, Py_NewRef(zero));
+    Py_XSETREF(m->doc, Py_NewRef(unparsed));
+    Py_XSETREF(m->owner, Py_NewRef(Py_None));
+    Py_XSETREF(m->leased_at, Py_NewRef(zero_float));
+}
+
+static PyObject *s_x, *s_barrier, *s_lease_deadline, *s_bookmark, *s_data;
+static PyObject *s_lessee, *s_state, *s_owner, *s_leased;
+static PyObject *s_order, *s_rank, *s_enqueued, *s_expires, *s_deliveries, *s_cancels, *s_doc,
+    *s_leased_at, *s_backlog;
+
+static int qm_init(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"bookmark", "data", "x", "order", "enqueued", NULL};
+    PyObject *bookmark, *data, *x, *order, *enqueued;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO:QueueMessage", kwlist, &bookmark,
+                                     &data, &x, &order, &enqueued))
+        return -1;
+    if (QM_EXACT(self)) {
+        qm_set_defaults(QM(self), bookmark, data, x, order, enqueued);
+        return 0;
+    }
+    /* a subclass: through its attributes, in the Python __init__'s order */
+    PyObject *names[] = {s_bookmark, s_data,  s_x,              s_order,      s_rank,
+                         s_barrier,  s_enqueued, s_expires,     s_state,      s_lessee,
+                         s_lease_deadline, s_deliveries, s_cancels, s_doc,    s_owner,
+                         s_leased_at};
+    PyObject *values[] = {bookmark, data,  x,       order, zero,    Py_False, enqueued, Py_None,
+                          zero,     Py_None, Py_None, zero, zero,   unparsed, Py_None, zero_float};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (PyObject_SetAttr(self, names[i], values[i]) < 0)
+            return -1;
+    return 0;
+}
+
+/* A new exact QueueMessage, as QueueMessage(bookmark, data, None, order, enqueued). */
+static QueueMessage *qm_new(PyObject *bookmark, PyObject *data, PyObject *order,
+                            PyObject *enqueued) {
+    QueueMessage *m = (QueueMessage *)QueueMessageType.tp_alloc(&QueueMessageType, 0);
+    if (m != NULL)
+        qm_set_defaults(m, bookmark, data, Py_None, order, enqueued);
+    return m;
+}
+
+#define MEMBER(f) {#f, T_OBJECT_EX, offsetof(QueueMessage, f), 0, NULL},
+static PyMemberDef qm_members[] = {QM_FIELDS(MEMBER){NULL, 0, 0, 0, NULL}};
+#undef MEMBER
+
+static PyTypeObject QueueMessageType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ampsclient_server_stub.queues._queue_speedups.QueueMessage",
+    .tp_basicsize = sizeof(QueueMessage),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "QueueMessage(bookmark, data, x, order, enqueued)\n--\n\nA message in the queue "
+              "(the C twin of queues.message.PyQueueMessage).",
+    .tp_traverse = qm_traverse,
+    .tp_clear = qm_clear,
+    .tp_dealloc = qm_dealloc,
+    .tp_members = qm_members,
+    .tp_init = qm_init,
+    .tp_new = PyType_GenericNew,
+};
 
 static PyObject *plain_run(PyObject *self, PyObject *args) {
     PyObject *frames;
@@ -106,8 +232,6 @@ error:
     Py_DECREF(out);
     return NULL;
 }
-
-static PyObject *s_x, *s_barrier, *s_lease_deadline, *s_bookmark, *s_data;
 
 /* msg.<name> is (not) `want`: 1 when it is not, 0 when it is, -1 on error. */
 static int attr_is_not(PyObject *msg, PyObject *name, PyObject *want) {
@@ -212,7 +336,6 @@ error:
     return NULL;
 }
 
-static PyObject *s_lessee, *s_state, *s_owner, *s_leased;
 static PyObject *state_leased, *state_gone; /* queues.states.LEASED, GONE */
 
 /* 1: msg is leased (a lessee, state LEASED, with strict: the lessee's owner is owner),
@@ -344,20 +467,41 @@ static struct PyModuleDef module = {
     "Optional C versions of the queue engine's per-message loops.", -1, methods,
 };
 
+#define INTERN(f) s_##f = PyUnicode_InternFromString(#f); if (s_##f == NULL) return NULL;
+
 PyMODINIT_FUNC PyInit__queue_speedups(void) {
-    s_x = PyUnicode_InternFromString("x");
-    s_barrier = PyUnicode_InternFromString("barrier");
-    s_lease_deadline = PyUnicode_InternFromString("lease_deadline");
-    s_bookmark = PyUnicode_InternFromString("bookmark");
-    s_data = PyUnicode_InternFromString("data");
-    s_lessee = PyUnicode_InternFromString("lessee");
-    s_state = PyUnicode_InternFromString("state");
-    s_owner = PyUnicode_InternFromString("owner");
-    s_leased = PyUnicode_InternFromString("leased");
+    INTERN(x) INTERN(barrier) INTERN(lease_deadline) INTERN(bookmark) INTERN(data)
+    INTERN(lessee) INTERN(state) INTERN(owner) INTERN(leased) INTERN(order) INTERN(rank)
+    INTERN(enqueued) INTERN(expires) INTERN(deliveries) INTERN(cancels) INTERN(doc)
+    INTERN(leased_at) INTERN(backlog)
     state_leased = PyLong_FromLong(1); /* queues.states.LEASED */
     state_gone = PyLong_FromLong(2);   /* queues.states.GONE */
-    if (!s_x || !s_barrier || !s_lease_deadline || !s_bookmark || !s_data || !s_lessee ||
-        !s_state || !s_owner || !s_leased || !state_leased || !state_gone)
+    zero = PyLong_FromLong(0);         /* queues.states.AVAILABLE, and the counts' start */
+    zero_float = PyFloat_FromDouble(0.0);
+    unparsed = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    if (!state_leased || !state_gone || !zero || !zero_float || !unparsed)
         return NULL;
-    return PyModule_Create(&module);
+    if (PyType_Ready(&QueueMessageType) < 0)
+        return NULL;
+    /* the Python class's __slots__, for what reads them (copy, pickle: copyreg._slotnames) */
+    PyObject *slots = Py_BuildValue("(ssssssssssssssss)", "barrier", "bookmark", "cancels",
+                                    "data", "deliveries", "doc", "enqueued", "expires",
+                                    "lease_deadline", "leased_at", "lessee", "order", "owner",
+                                    "rank", "state", "x");
+    if (slots == NULL)
+        return NULL;
+    int failed = PyDict_SetItemString(QueueMessageType.tp_dict, "__slots__", slots);
+    Py_DECREF(slots);
+    if (failed)
+        return NULL;
+    PyType_Modified(&QueueMessageType);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "QueueMessage", (PyObject *)&QueueMessageType) < 0 ||
+        PyModule_AddObjectRef(m, "UNPARSED", unparsed) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

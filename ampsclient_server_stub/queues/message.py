@@ -4,18 +4,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from . import speedups
 from .states import AVAILABLE
 
-__all__ = ["UNPARSED", "AckResult", "QueueMessage", "QueueSub"]
+__all__ = ["UNPARSED", "AckResult", "PyQueueMessage", "QueueMessage", "QueueSub"]
 
-UNPARSED: Final[Any] = object()
+UNPARSED: Final[Any] = speedups.UNPARSED
 """A message's ``doc`` until its payload is parsed (filters, priority, barriers)."""
 
 
-class QueueMessage:
-    """A message in the queue."""
+class PyQueueMessage:
+    """A message in the queue.
+
+    This is the pure-Python form, the reference; :data:`QueueMessage` is the C type of
+    :mod:`.speedups` when it is built (the same fields, defaults and behaviour), else this
+    class."""
 
     __slots__ = (
         "barrier",
@@ -59,6 +64,14 @@ class QueueMessage:
         """Replicated queues: the instance that owns the message (``None``: not tracked)."""
         self.leased_at = 0.0
         """When it was last leased."""
+
+
+if TYPE_CHECKING:
+    QueueMessage = PyQueueMessage
+else:
+    QueueMessage = speedups.QueueMessage or PyQueueMessage
+    """What a queue's messages are made of: the C type when built, else :class:`PyQueueMessage`
+    (subclasses work with either: ``queues.metadata_file``'s overrides ``data``)."""
 
 
 class QueueSub:

@@ -8,12 +8,15 @@ is then checked against the hand-written expectations alone (the suite's pure-Py
 
 from __future__ import annotations
 
+import copy
+import gc
 import importlib
 import importlib.util
 import os
 import random
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,8 +24,9 @@ from typing import Any
 import pytest
 from _queue_support import Consumer, start
 
-from ampsclient_server_stub.queues import acking, engine, framing, intake, speedups
+from ampsclient_server_stub.queues import acking, engine, framing, intake, message, speedups
 from ampsclient_server_stub.queues.config import QueueConfig
+from ampsclient_server_stub.queues.message import UNPARSED, PyQueueMessage
 from ampsclient_server_stub.queues.model import QueueMessage, QueueSub
 from ampsclient_server_stub.queues.states import AVAILABLE, GONE, LEASED, REMOTE
 
@@ -386,3 +390,181 @@ def test_ack_run_c_and_python_agree_on_random_states() -> None:
         assert results[0] == results[1], (seed, bookmarks, pos, strict)
         cases += 1
     assert cases == 2000
+
+
+# ---------------------------------------------------------------------- the message type
+
+SLOTS = PyQueueMessage.__slots__
+MISSING = object()
+
+
+def msg_class(name: str) -> Any:
+    if name == "c":
+        assert speedups.QueueMessage is not None
+        return speedups.QueueMessage
+    return PyQueueMessage
+
+
+def fields(msg: Any) -> dict[str, Any]:
+    return {name: getattr(msg, name, MISSING) for name in SLOTS}
+
+
+def test_the_bound_message_type_is_the_c_type_when_built() -> None:
+    expected = speedups.QueueMessage if speedups.SPEEDUPS else PyQueueMessage
+    assert QueueMessage is expected and message.QueueMessage is expected
+    assert message.UNPARSED is speedups.UNPARSED
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_message_fields_and_defaults(name: str) -> None:
+    cls = msg_class(name)
+    assert tuple(cls.__slots__) == SLOTS
+    msg = cls("1|2|", b"{}", "corr", 7, 1.5)
+    assert fields(msg) == {
+        "barrier": False,
+        "bookmark": "1|2|",
+        "cancels": 0,
+        "data": b"{}",
+        "deliveries": 0,
+        "doc": UNPARSED,
+        "enqueued": 1.5,
+        "expires": None,
+        "lease_deadline": None,
+        "leased_at": 0.0,
+        "lessee": None,
+        "order": 7,
+        "owner": None,
+        "rank": 0,
+        "state": AVAILABLE,
+        "x": "corr",
+    }
+    assert type(msg.leased_at) is float and type(msg.rank) is int
+    by_name = cls(bookmark="b", data=b"d", x=None, order=1, enqueued=0.0)
+    assert (by_name.bookmark, by_name.data, by_name.x) == ("b", b"d", None)
+    with pytest.raises(TypeError):
+        cls("b", b"d", None, 1)
+    with pytest.raises(TypeError):
+        cls("b", b"d", None, 1, 0.0, 9)
+    with pytest.raises(AttributeError):
+        msg.other = 1
+    assert not hasattr(msg, "__dict__")
+    with pytest.raises(TypeError):
+        weakref.ref(msg)
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_message_fields_set_get_and_delete_as_slots(name: str) -> None:
+    cls = msg_class(name)
+    msg = cls("b", b"d", None, 1, 0.0)
+    values = {slot: object() for slot in SLOTS}
+    for slot, value in values.items():
+        setattr(msg, slot, value)
+    assert fields(msg) == values
+    for slot in SLOTS:
+        delattr(msg, slot)
+        with pytest.raises(AttributeError, match=slot):
+            getattr(msg, slot)
+        with pytest.raises(AttributeError):
+            delattr(msg, slot)
+    assert fields(msg) == dict.fromkeys(SLOTS, MISSING)
+    bare = cls.__new__(cls)  # no __init__: nothing set, as Python slots
+    assert fields(bare) == dict.fromkeys(SLOTS, MISSING)
+
+
+@needs_c
+def test_c_and_python_messages_agree_on_random_assignments() -> None:
+    rng = random.Random(23)
+    c_cls = msg_class("c")
+    values = [None, 0, 1, -5, 2**70, 0.5, "s", b"b", True, False, UNPARSED]
+    for _ in range(500):
+        args = (
+            rng.choice(["1|1|", "ü"]),
+            rng.choice([b"", b"{}"]),
+            rng.choice([None, "x"]),
+            rng.randint(0, 10**6),
+            rng.random(),
+        )
+        pair = [c_cls(*args), PyQueueMessage(*args)]
+        for _ in range(rng.randint(0, 20)):
+            slot = rng.choice(SLOTS)
+            if rng.random() < 0.2:
+                outcome = []
+                for msg in pair:
+                    try:
+                        delattr(msg, slot)
+                        outcome.append("deleted")
+                    except AttributeError:
+                        outcome.append("unset")
+                assert outcome[0] == outcome[1]
+            else:
+                value = rng.choice(values)
+                for msg in pair:
+                    setattr(msg, slot, value)
+        assert fields(pair[0]) == fields(pair[1])
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_message_subclasses_with_slots_properties_and_init(name: str) -> None:
+    cls = msg_class(name)
+
+    class Extra(cls):  # type: ignore[valid-type,misc]
+        __slots__ = ("extra",)
+
+    msg = Extra("b", b"d", None, 3, 0.0)
+    msg.extra = 5
+    assert (msg.extra, msg.order, msg.data) == (5, 3, b"d") and not hasattr(msg, "__dict__")
+    with pytest.raises(AttributeError):
+        msg.other = 1
+
+    seen: list[tuple[str, bytes]] = []
+
+    class Stored(cls):  # type: ignore[valid-type,misc]
+        """Like queues.metadata_file's: ``data`` is a property, set at construction."""
+
+        __slots__ = ("_body",)
+
+        @property
+        def data(self) -> bytes:
+            return b"<" + self._body + b">"
+
+        @data.setter
+        def data(self, value: bytes) -> None:
+            seen.append((self.bookmark, value))  # the bookmark is set before the data
+            self._body = value
+
+    stored = Stored("1|9|", b"body", "corr", 4, 2.0)
+    assert seen == [("1|9|", b"body")]
+    assert stored.data == b"<body>"
+    stored.data = b"new"
+    assert stored.data == b"<new>" and seen[-1] == ("1|9|", b"new")
+    assert {k: v for k, v in fields(stored).items() if k != "data"} == {
+        k: v for k, v in fields(cls("1|9|", b"", "corr", 4, 2.0)).items() if k != "data"
+    }
+
+    class Init(cls):  # type: ignore[valid-type,misc]
+        def __init__(self, bookmark: str) -> None:
+            super().__init__(bookmark, b"", None, 0, 0.0)
+            self.state = LEASED
+
+    assert (Init("z").bookmark, Init("z").state, Init("z").doc) == ("z", LEASED, UNPARSED)
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_message_cycles_are_collected_and_copies_keep_the_fields(name: str) -> None:
+    cls = msg_class(name)
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    msg = cls("b", b"d", None, 1, 0.0)
+    msg.lessee = holder
+    holder.msg = msg  # type: ignore[attr-defined]
+    ref = weakref.ref(holder)
+    del holder, msg
+    gc.collect()
+    assert ref() is None
+    original = cls("b", b"d", "x", 2, 3.0)
+    original.state = LEASED
+    assert fields(copy.copy(original)) == fields(original)
+    assert fields(copy.deepcopy(original))["bookmark"] == "b"
