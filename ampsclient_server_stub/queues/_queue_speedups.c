@@ -273,11 +273,17 @@ static PyObject *frame_run(PyObject *self, PyObject *args) {
                 goto error;
             break; /* a subscription without its start yet: the caller makes it */
         }
-        int stop = attr_is_not(msg, s_x, Py_None);
-        if (stop == 0)
-            stop = attr_is_not(msg, s_barrier, Py_False);
-        if (stop == 0)
-            stop = attr_is_not(msg, s_lease_deadline, deadline);
+        QueueMessage *m = QM_EXACT(msg) ? QM(msg) : NULL; /* fields read in place */
+        int stop;
+        if (m != NULL && m->x != NULL && m->barrier != NULL && m->lease_deadline != NULL) {
+            stop = m->x != Py_None || m->barrier != Py_False || m->lease_deadline != deadline;
+        } else {
+            stop = attr_is_not(msg, s_x, Py_None);
+            if (stop == 0)
+                stop = attr_is_not(msg, s_barrier, Py_False);
+            if (stop == 0)
+                stop = attr_is_not(msg, s_lease_deadline, deadline);
+        }
         if (stop < 0)
             goto error;
         if (stop)
@@ -288,7 +294,8 @@ static PyObject *frame_run(PyObject *self, PyObject *args) {
             goto error;
         }
         PyObject *start = PyTuple_GET_ITEM(entry, 0);
-        PyObject *bookmark = PyObject_GetAttr(msg, s_bookmark);
+        PyObject *bookmark = m != NULL && m->bookmark != NULL ? Py_NewRef(m->bookmark)
+                                                              : PyObject_GetAttr(msg, s_bookmark);
         if (bookmark == NULL)
             goto error;
         Py_ssize_t bm_len;
@@ -300,7 +307,8 @@ static PyObject *frame_run(PyObject *self, PyObject *args) {
             Py_DECREF(bookmark);
             goto error;
         }
-        PyObject *data = PyObject_GetAttr(msg, s_data);
+        PyObject *data = m != NULL && m->data != NULL ? Py_NewRef(m->data)
+                                                      : PyObject_GetAttr(msg, s_data);
         if (data == NULL || !PyBytes_Check(data)) {
             if (data != NULL)
                 PyErr_SetString(PyExc_TypeError, "frame_run: data must be bytes");
@@ -341,14 +349,17 @@ static PyObject *state_leased, *state_gone; /* queues.states.LEASED, GONE */
 /* 1: msg is leased (a lessee, state LEASED, with strict: the lessee's owner is owner),
  * 0: not, -1: error. On 1, *lessee_out holds a new reference to the lessee. */
 static int leased_here(PyObject *msg, PyObject *owner, int strict, PyObject **lessee_out) {
-    PyObject *lessee = PyObject_GetAttr(msg, s_lessee);
+    QueueMessage *m = QM_EXACT(msg) ? QM(msg) : NULL; /* fields read in place */
+    PyObject *lessee = m != NULL && m->lessee != NULL ? Py_NewRef(m->lessee)
+                                                      : PyObject_GetAttr(msg, s_lessee);
     if (lessee == NULL)
         return -1;
     if (lessee == Py_None) {
         Py_DECREF(lessee);
         return 0;
     }
-    PyObject *state = PyObject_GetAttr(msg, s_state);
+    PyObject *state = m != NULL && m->state != NULL ? Py_NewRef(m->state)
+                                                    : PyObject_GetAttr(msg, s_state);
     if (state == NULL) {
         Py_DECREF(lessee);
         return -1;
@@ -393,6 +404,15 @@ static int ack_one(PyObject *messages, PyObject *bookmark, PyObject *msg, PyObje
         return -1;
     }
     Py_DECREF(leased);
+    if (QM_EXACT(msg)) { /* fields written in place (what setattr does for this type) */
+        QueueMessage *m = QM(msg);
+        Py_XSETREF(m->lessee, Py_NewRef(Py_None));
+        Py_XSETREF(m->lease_deadline, Py_NewRef(Py_None));
+        Py_XSETREF(m->state, Py_NewRef(state_gone));
+        if (PyDict_DelItem(messages, bookmark) < 0 || PyList_Append(removed, bookmark) < 0)
+            return -1;
+        return freed;
+    }
     if (PyObject_SetAttr(msg, s_lessee, Py_None) < 0 ||
         PyObject_SetAttr(msg, s_lease_deadline, Py_None) < 0 ||
         PyObject_SetAttr(msg, s_state, state_gone) < 0 || PyDict_DelItem(messages, bookmark) < 0 ||
