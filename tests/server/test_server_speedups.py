@@ -157,12 +157,12 @@ def test_delivery_frames_c_matches_its_twin(seed: int) -> None:
     assert accel.delivery_frames is not None
     rng = random.Random(seed)
     for _ in range(20):
-        head = bytes(rng.randrange(256) for _ in range(rng.randint(0, 40)))
+        head = rng.randbytes(rng.randint(0, 40))
         batch = [
             (
                 rng.choice([0, 1, 99, 2**63 - 1]),
                 "t",
-                bytes(rng.randrange(256) for _ in range(rng.randint(0, 300))),
+                rng.randbytes(rng.randint(0, 300)),
             )
             for _ in range(rng.randint(0, 30))
         ]
@@ -185,8 +185,7 @@ def test_frame_join_c_matches_its_twin(seed: int) -> None:
     rng = random.Random(seed)
     for _ in range(20):
         payloads: list[Any] = [
-            bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 255, 256, 70000])))
-            for _ in range(rng.randint(0, 8))
+            rng.randbytes(rng.choice([0, 1, 255, 256, 70000])) for _ in range(rng.randint(0, 8))
         ]
         if payloads and rng.random() < 0.5:
             payloads[0] = bytearray(payloads[0])
@@ -360,7 +359,7 @@ def test_replay_frames_c_matches_its_twin(seed: int) -> None:
         index = rng.randint(1, 1000)
         parts = []
         for k in range(rng.randint(0, 15)):
-            payload = bytes(rng.randrange(256) for _ in range(rng.choice([0, 5, 255, 256, 300])))
+            payload = rng.randbytes(rng.choice([0, 5, 255, 256, 300]))
             tail = _usual(payload) if len(payload) < 256 else PREFIX + b"\x01" + payload
             if rng.random() < 0.1:
                 tail = tail[: rng.randrange(len(tail) + 1)]
@@ -455,9 +454,7 @@ def test_client_frames_c_matches_its_twin(seed: int) -> None:
             payload = (
                 rng.choice(texts)
                 if opcode == 1
-                else bytes(
-                    rng.randrange(256) for _ in range(rng.choice([0, 4, 125, 126, 300, 70000]))
-                )
+                else rng.randbytes(rng.choice([0, 4, 125, 126, 300, 70000]))
             )
             frames.append(
                 _ws_frame(
@@ -734,9 +731,7 @@ def test_journal_frames_c_matches_its_twin(seed: int) -> None:
             seq += rng.choice([1, 1, 1, 2, 1000])
             if rng.random() < 0.05:
                 seq -= rng.choice([1, 2])  # a duplicate or a step back
-            payload = bytes(rng.randrange(256) for _ in range(rng.choice(sizes) % 400)) * (
-                rng.choice([1, 1, 200])
-            )
+            payload = rng.randbytes(rng.choice(sizes) % 400) * rng.choice([1, 1, 200])
             records.append((seq, rng.choice(topics), payload))
         start = rng.randint(0, len(records))
         if start and rng.random() < 0.7:
@@ -1016,7 +1011,7 @@ def _ws_stream(rng: random.Random) -> bytes:
         out += _ws_frame(
             1 if rng.random() < 0.05 else 2,
             count_frame,
-            mask=bytes(rng.randrange(256) for _ in range(4)),
+            mask=rng.randbytes(4),
             fin=rng.random() > 0.02,
         )
         for _p in range(count if rng.random() > 0.1 else 1):
@@ -1026,7 +1021,7 @@ def _ws_stream(rng: random.Random) -> bytes:
             out += _ws_frame(
                 1 if rng.random() < 0.7 else 2,
                 part,
-                mask=bytes(rng.randrange(256) for _ in range(4)) if rng.random() > 0.02 else b"",
+                mask=rng.randbytes(4) if rng.random() > 0.02 else b"",
             )
     return out[: rng.randint(0, len(out))] if rng.random() < 0.3 else out
 
@@ -1077,7 +1072,7 @@ from ampsclient_server_stub.engine import journal_append as ja
 assert accel.journal_frames is not None
 rng = random.Random(7)
 for n in list(range(0, 300)) + [1024, 65_536, 70_001]:
-    records = [(1, "t", bytes(rng.randrange(256) for _ in range(n)))]
+    records = [(1, "t", rng.randbytes(n))]
     args = (records, 0, 1, 1, 1, ja.record_prefix("p"), msgpack.packb({}), 0, 10**12, 0)
     c, py = bytearray(), bytearray()
     assert accel.journal_frames(c, *args) == ja.journal_frames(py, *args), n
