@@ -10,11 +10,15 @@
  *   frame_run  the delivery frames start + bookmark + tail + body of a run of leases, each
  *              appended to its subscription's list; where the run ends (queues.framing.frame_run)
  *   ack_run    plain acks of leased messages for a run of bookmarks (queues.acking.ack_run)
+ *   lease_run  the messages and leases of a run of new arrivals (queues.leasing.lease_run)
  *   QueueMessage  the queue's message type (queues.message.PyQueueMessage)
  *
- * Nothing here changes server state: plain_run reads lists, tuples, bytes and str; frame_run
- * reads the leases' messages (attributes) and appends to the lists it is given; ack_run
- * changes what its Python twin changes (the messages' attributes, the dicts, the list given).
+ * Nothing here changes server state but what the Python twin changes: plain_run reads lists,
+ * tuples, bytes and str; frame_run reads the leases' messages and appends to the lists it is
+ * given; ack_run changes the messages' fields, the dicts and the list given; lease_run makes
+ * messages and adds them to the dicts, the heap and the list given. The functions read and
+ * write a QueueMessage's fields in place when it is of the exact C type (a subclass, or the
+ * Python class, through its attributes).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -469,6 +473,141 @@ error:
     return NULL;
 }
 
+/* lease_run: the arrivals run[index:index + n] made messages and leased (the twin is
+ * queues.leasing.lease_run; the choice is queues.leasing.lowest_ratio's). */
+static PyObject *s_one;
+
+/* The subscription with the lowest leased/backlog ratio, ties to the first (the first of
+ * all when none has room): an index into leased/backlogs. */
+static Py_ssize_t lowest_ratio(PyObject **leased, const Py_ssize_t *backlogs, Py_ssize_t count) {
+    Py_ssize_t best = 0;
+    double best_ratio = 2.0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t used = PyDict_GET_SIZE(leased[k]);
+        if (used < backlogs[k]) {
+            double ratio = (double)used / (double)backlogs[k];
+            if (ratio < best_ratio) {
+                best = k;
+                best_ratio = ratio;
+            }
+        }
+    }
+    return best;
+}
+
+static PyObject *lease_run(PyObject *self, PyObject *args) {
+    PyObject *run, *enqueued, *subs, *messages, *now, *state, *deadline, *heappush, *heap, *out;
+    Py_ssize_t index, n, first;
+    if (!PyArg_ParseTuple(args, "O!nnnOOOOOOOOO!:lease_run", &PyList_Type, &run, &index, &n,
+                          &first, &enqueued, &subs, &messages, &now, &state, &deadline,
+                          &heappush, &heap, &PyList_Type, &out))
+        return NULL;
+    if (index < 0) {
+        PyErr_SetString(PyExc_ValueError, "lease_run: index must be >= 0");
+        return NULL;
+    }
+    if (n <= 0)
+        Py_RETURN_NONE;
+    if (index + n > PyList_GET_SIZE(run)) {
+        PyErr_SetString(PyExc_IndexError, "lease_run: the run has fewer arrivals");
+        return NULL;
+    }
+    if (messages != Py_None && !PyDict_CheckExact(messages)) {
+        PyErr_SetString(PyExc_TypeError, "lease_run: messages must be a dict or None");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(subs, "lease_run: subs must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **sub_items = PySequence_Fast_ITEMS(seq);
+    PyObject *result = NULL;
+    /* each subscription's leased dict (new references) and backlog, read once */
+    PyObject **leased = PyMem_Calloc((size_t)count + 1, sizeof(PyObject *));
+    Py_ssize_t *backlogs = PyMem_Calloc((size_t)count + 1, sizeof(Py_ssize_t));
+    if (leased == NULL || backlogs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (count == 0) {
+        PyErr_SetString(PyExc_IndexError, "lease_run: no subscription");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        leased[k] = PyObject_GetAttr(sub_items[k], s_leased);
+        if (leased[k] == NULL)
+            goto done;
+        if (!PyDict_CheckExact(leased[k])) {
+            PyErr_SetString(PyExc_TypeError, "lease_run: a subscription's leased must be a dict");
+            goto done;
+        }
+        if (count > 1) { /* (one subscription takes everything: no choice to make) */
+            PyObject *backlog = PyObject_GetAttr(sub_items[k], s_backlog);
+            if (backlog == NULL)
+                goto done;
+            backlogs[k] = PyLong_AsSsize_t(backlog);
+            Py_DECREF(backlog);
+            if (backlogs[k] == -1 && PyErr_Occurred())
+                goto done;
+        }
+    }
+    for (Py_ssize_t i = index; i < index + n; i++) {
+        PyObject *pair = PyList_GET_ITEM(run, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "lease_run: each arrival must be a 2-tuple");
+            goto done;
+        }
+        PyObject *bookmark = PyTuple_GET_ITEM(pair, 0);
+        PyObject *order = PyLong_FromSsize_t(first + i);
+        if (order == NULL)
+            goto done;
+        QueueMessage *msg = qm_new(bookmark, PyTuple_GET_ITEM(pair, 1), order, enqueued);
+        if (msg == NULL) {
+            Py_DECREF(order);
+            goto done;
+        }
+        Py_ssize_t k = count == 1 ? 0 : lowest_ratio(leased, backlogs, count);
+        PyObject *qsub = sub_items[k];
+        int failed =
+            (messages != Py_None && PyDict_SetItem(messages, bookmark, (PyObject *)msg) < 0) ||
+            PyDict_SetItem(leased[k], bookmark, (PyObject *)msg) < 0;
+        if (!failed) {
+            Py_SETREF(msg->deliveries, Py_NewRef(s_one));
+            Py_SETREF(msg->lessee, Py_NewRef(qsub));
+            Py_SETREF(msg->leased_at, Py_NewRef(now));
+            Py_SETREF(msg->state, Py_NewRef(state));
+            if (deadline != Py_None) {
+                Py_SETREF(msg->lease_deadline, Py_NewRef(deadline));
+                PyObject *item = PyTuple_Pack(3, deadline, order, (PyObject *)msg);
+                PyObject *call[2] = {heap, item};
+                PyObject *pushed =
+                    item == NULL ? NULL : PyObject_Vectorcall(heappush, call, 2, NULL);
+                Py_XDECREF(item);
+                failed = pushed == NULL;
+                Py_XDECREF(pushed);
+            }
+        }
+        Py_DECREF(order);
+        if (!failed) {
+            PyObject *lease = PyTuple_Pack(2, qsub, (PyObject *)msg);
+            failed = lease == NULL || PyList_Append(out, lease) < 0;
+            Py_XDECREF(lease);
+        }
+        Py_DECREF(msg);
+        if (failed)
+            goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    if (leased != NULL)
+        for (Py_ssize_t k = 0; k < count; k++)
+            Py_XDECREF(leased[k]);
+    PyMem_Free(leased);
+    PyMem_Free(backlogs);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"plain_run", plain_run, METH_VARARGS,
      "plain_run(frames, start, sow_keys) -> (end, [(bookmark, body), ...]): the run of plain "
@@ -479,6 +618,10 @@ static PyMethodDef methods[] = {
     {"ack_run", ack_run, METH_VARARGS,
      "ack_run(messages, bookmarks, pos, owner, strict, removed) -> (end, freed): plain acks of "
      "leased messages (twin of queues.acking.ack_run)."},
+    {"lease_run", lease_run, METH_VARARGS,
+     "lease_run(run, index, n, first, enqueued, subs, messages, now, state, lease_deadline, "
+     "heappush, lease_heap, out) -> None: the arrivals run[index:index + n] made messages and "
+     "leased (twin of queues.leasing.lease_run)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -494,6 +637,9 @@ PyMODINIT_FUNC PyInit__queue_speedups(void) {
     INTERN(lessee) INTERN(state) INTERN(owner) INTERN(leased) INTERN(order) INTERN(rank)
     INTERN(enqueued) INTERN(expires) INTERN(deliveries) INTERN(cancels) INTERN(doc)
     INTERN(leased_at) INTERN(backlog)
+    s_one = PyLong_FromLong(1); /* a new lease's deliveries */
+    if (s_one == NULL)
+        return NULL;
     state_leased = PyLong_FromLong(1); /* queues.states.LEASED */
     state_gone = PyLong_FromLong(2);   /* queues.states.GONE */
     zero = PyLong_FromLong(0);         /* queues.states.AVAILABLE, and the counts' start */

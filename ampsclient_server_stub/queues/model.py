@@ -31,10 +31,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-from . import acking, speedups
+from . import acking, leasing, speedups
 from .arrivals import Arrivals
 from .config import QueueConfig
 from .expiration import deadline
+from .leasing import lowest_ratio
 from .message import UNPARSED, AckResult, QueueMessage, QueueSub
 from .priority import unsigned_priority
 from .states import AVAILABLE, GONE, LEASED, REMOTE
@@ -53,6 +54,9 @@ __all__ = [
 
 _ack_run: Final = speedups.ack_run or acking.ack_run
 """Plain acks of leased messages, a run at a time (C when built, else its Python twin)."""
+
+_lease_run: Final = speedups.lease_run or leasing.lease_run
+"""The leases of a run of arrivals (C when built, else its Python twin)."""
 
 _ACK_TIME_WEIGHT: Final = 0.1
 """Weight of the newest acknowledgement in :attr:`Queue.ack_time`."""
@@ -417,7 +421,7 @@ class Queue:
         ``BarrierExpression`` or subscription filters, by one subscription or ``proportional``
         fairness: the same choice as :meth:`_choose` in one loop, and a message no one has
         room for stays at the FIFO's front (no heap entry). The FIFO is :attr:`_fresh`, then
-        :attr:`_arrivals` (made objects here, as they are leased)."""
+        :attr:`_arrivals` (made objects here, as they are leased: :func:`.leasing.lease_run`)."""
         out: list[tuple[QueueSub, QueueMessage]] = []
         subs = self.subs
         # without filters every message goes to a subscription with room while one has it
@@ -436,13 +440,16 @@ class Queue:
         messages = self._messages
         lease_heap = self._lease_heap
         fresh = self._fresh
+        arrivals = self._arrivals
+        if arrivals.count and self.message_class is not QueueMessage:
+            self._materialize()  # (arrivals are kept for that class only: not reached)
         while room > 0 and fresh:
             msg = fresh.popleft()
             if msg.state != AVAILABLE:
                 continue  # acknowledged or expired while waiting
             if at_most_once:
                 del messages[msg.bookmark]  # gone; the slot stays until acknowledged
-            qsub = single or _lowest_ratio(subs)
+            qsub = single or lowest_ratio(subs)
             msg.deliveries += 1
             qsub.leased[msg.bookmark] = msg
             msg.lessee = qsub
@@ -453,26 +460,25 @@ class Queue:
                 heapq.heappush(lease_heap, (lease_deadline, msg.order, msg))
             append((qsub, msg))
             room -= 1
-        arrivals = self._arrivals
-        new = self.message_class
+        kept = None if at_most_once else messages  # (at-most-once: gone as they are sent)
         while room > 0 and arrivals.count:
             run, index, first, enqueued = arrivals.head()
             n = min(room, len(run) - index)
-            for i in range(index, index + n):
-                bookmark, data = run[i]
-                msg = new(bookmark, data, None, first + i, enqueued)
-                if not at_most_once:
-                    messages[bookmark] = msg
-                qsub = single or _lowest_ratio(subs)
-                qsub.leased[bookmark] = msg
-                msg.deliveries = 1
-                msg.lessee = qsub
-                msg.leased_at = now
-                msg.state = state
-                if lease_deadline is not None:
-                    msg.lease_deadline = lease_deadline
-                    heapq.heappush(lease_heap, (lease_deadline, first + i, msg))
-                append((qsub, msg))
+            _lease_run(
+                run,
+                index,
+                n,
+                first,
+                enqueued,
+                subs,
+                kept,
+                now,
+                state,
+                lease_deadline,
+                heapq.heappush,
+                lease_heap,
+                out,
+            )
             arrivals.advance(n)
             room -= n
         self.leased += len(out)
@@ -741,20 +747,6 @@ class Queue:
             self.remote -= 1
         msg.state = GONE
         self._messages.pop(msg.bookmark, None)
-
-
-def _lowest_ratio(subs: list[QueueSub]) -> QueueSub:
-    """``proportional`` fairness without filters: the subscription with the lowest
-    leased/backlog ratio, ties to the first (one of them has room)."""
-    best = subs[0]
-    best_ratio = 2.0
-    for candidate in subs:
-        leased = len(candidate.leased)
-        if leased < candidate.backlog:
-            ratio = leased / candidate.backlog
-            if ratio < best_ratio:
-                best, best_ratio = candidate, ratio
-    return best
 
 
 def _item(msg: QueueMessage) -> tuple[int, int, QueueMessage]:

@@ -20,13 +20,23 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
-__all__ = ["SPEEDUPS", "TWINS", "UNPARSED", "QueueMessage", "ack_run", "frame_run", "plain_run"]
+__all__ = [
+    "SPEEDUPS",
+    "TWINS",
+    "UNPARSED",
+    "QueueMessage",
+    "ack_run",
+    "frame_run",
+    "lease_run",
+    "plain_run",
+]
 
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "plain_run": "ampsclient_server_stub.queues.intake.plain_run",
         "frame_run": "ampsclient_server_stub.queues.framing.frame_run",
         "ack_run": "ampsclient_server_stub.queues.acking.ack_run",
+        "lease_run": "ampsclient_server_stub.queues.leasing.lease_run",
         "QueueMessage": "ampsclient_server_stub.queues.message.PyQueueMessage",
     }
 )
@@ -37,6 +47,7 @@ frame_run: Callable[[Sequence[Any], int, dict[Any, Any], float | None, bytes], i
 ack_run: (
     Callable[[dict[str, Any], Sequence[str], int, object, bool, list[str]], tuple[int, int]] | None
 ) = None
+lease_run: Callable[..., None] | None = None
 QueueMessage: type[Any] | None = None
 """The C message type (``None``: the Python class, :class:`.message.PyQueueMessage`)."""
 
@@ -50,6 +61,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         plain_run = _module.plain_run
         frame_run = _module.frame_run
         ack_run = _module.ack_run
+        lease_run = _module.lease_run
         QueueMessage = _module.QueueMessage
 
 UNPARSED: Final[object] = object() if _module is None else _module.UNPARSED

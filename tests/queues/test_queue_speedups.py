@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import heapq
 import importlib
 import importlib.util
 import os
@@ -24,7 +25,15 @@ from typing import Any
 import pytest
 from _queue_support import Consumer, start
 
-from ampsclient_server_stub.queues import acking, engine, framing, intake, message, speedups
+from ampsclient_server_stub.queues import (
+    acking,
+    engine,
+    framing,
+    intake,
+    leasing,
+    message,
+    speedups,
+)
 from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.queues.message import UNPARSED, PyQueueMessage
 from ampsclient_server_stub.queues.model import QueueMessage, QueueSub
@@ -613,3 +622,162 @@ def test_message_cycles_are_collected_and_copies_keep_the_fields(name: str) -> N
     original.state = LEASED
     assert fields(copy.copy(original)) == fields(original)
     assert fields(copy.deepcopy(original))["bookmark"] == "b"
+
+
+# ---------------------------------------------------------------------- lease_run
+
+
+def lease_impl(name: str) -> Callable[..., None]:
+    if name == "c":
+        assert speedups.lease_run is not None
+        return speedups.lease_run
+    return leasing.lease_run
+
+
+def arrivals_run(count: int) -> list[tuple[str, bytes]]:
+    return [(f"4|{i}|", b'{"i":%d}' % i) for i in range(count)]
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_lease_run_makes_and_leases_each_arrival(name: str) -> None:
+    lease = lease_impl(name)
+    a = QueueSub(object(), object(), 4, None)
+    b = QueueSub(object(), object(), 2, None)
+    a.leased["old"] = QueueMessage("old", b"", None, 0, 0.0)  # a: 1/4, b: 0/2
+    run = arrivals_run(6)
+    messages: dict[str, QueueMessage] = {}
+    heap: list[Any] = []
+    out: list[tuple[QueueSub, QueueMessage]] = []
+    deadline = 1000.5
+    lease(run, 1, 4, 10, 2.5, [a, b], messages, 7.0, LEASED, deadline, heapq.heappush, heap, out)
+    # ratios a 1/4 b 0/2 -> b; a 1/4 b 1/2 -> a; a 2/4 b 1/2 -> a (tie: first); a 3/4 -> b
+    assert [(sub, msg.bookmark) for sub, msg in out] == [
+        (b, "4|1|"),
+        (a, "4|2|"),
+        (a, "4|3|"),
+        (b, "4|4|"),
+    ]
+    for i, (sub, msg) in enumerate(out, start=1):
+        assert type(msg) is QueueMessage
+        assert fields(msg) == {
+            **fields(QueueMessage(f"4|{i}|", b'{"i":%d}' % i, None, 10 + i, 2.5)),
+            "deliveries": 1,
+            "lessee": sub,
+            "leased_at": 7.0,
+            "state": LEASED,
+            "lease_deadline": deadline,
+        }
+        assert msg.lease_deadline is deadline  # one object for all (framing relies on it)
+        assert messages[msg.bookmark] is msg and sub.leased[msg.bookmark] is msg
+    assert list(messages) == ["4|1|", "4|2|", "4|3|", "4|4|"]
+    assert list(a.leased) == ["old", "4|2|", "4|3|"] and list(b.leased) == ["4|1|", "4|4|"]
+    assert sorted((d, order, msg.bookmark) for d, order, msg in heap) == [
+        (deadline, 10 + i, f"4|{i}|") for i in range(1, 5)
+    ]
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_lease_run_at_most_once_single_and_full_subscriptions(name: str) -> None:
+    lease = lease_impl(name)
+    only = QueueSub(object(), object(), 1, None)
+    out: list[tuple[QueueSub, QueueMessage]] = []
+    heap: list[Any] = []
+    # one subscription takes all it is given (the caller counts the room), at-most-once:
+    # no messages table, state GONE, no lease deadline (nothing pushed)
+    lease(arrivals_run(3), 0, 3, 1, 0.0, [only], None, 5.0, GONE, None, heapq.heappush, heap, out)
+    assert [(s, m.bookmark, m.state, m.order) for s, m in out] == [
+        (only, f"4|{i}|", GONE, 1 + i) for i in range(3)
+    ]
+    assert heap == [] and all(m.lease_deadline is None for _, m in out)
+    assert list(only.leased) == ["4|0|", "4|1|", "4|2|"]
+    # no subscription with room: the first (the caller never asks for more than the room)
+    full = [QueueSub(object(), object(), 0, None), QueueSub(object(), object(), 0, None)]
+    out.clear()
+    lease(arrivals_run(1), 0, 1, 1, 0.0, full, {}, 5.0, LEASED, None, heapq.heappush, heap, out)
+    assert out[0][0] is full[0]
+    # nothing to do, and the errors (nothing changed by them)
+    messages: dict[str, QueueMessage] = {}
+    out.clear()
+    before = [dict(qsub.leased) for qsub in full]
+    lease(arrivals_run(2), 5, 0, 1, 0.0, [], messages, 0.0, LEASED, None, heapq.heappush, heap, out)
+    with pytest.raises(ValueError, match="index"):
+        lease(arrivals_run(2), -1, 1, 1, 0.0, full, messages, 0.0, LEASED, None, None, heap, out)
+    with pytest.raises(IndexError):
+        lease(arrivals_run(2), 1, 2, 1, 0.0, full, messages, 0.0, LEASED, None, None, heap, out)
+    with pytest.raises(IndexError):
+        lease(arrivals_run(2), 0, 1, 1, 0.0, [], messages, 0.0, LEASED, None, None, heap, out)
+    assert out == [] and messages == {} and [dict(qsub.leased) for qsub in full] == before
+
+
+def _lease_case(seed: int) -> tuple[list[QueueSub], dict[str, Any]]:
+    """Subscriptions with random backlogs and leases (some under the run's bookmarks),
+    and lease_run's other arguments."""
+    rng = random.Random(seed)
+    subs = [QueueSub(object(), object(), rng.randint(0, 5), None) for _ in range(rng.randint(1, 4))]
+    for qsub in subs:
+        for j in rng.sample(range(12), rng.randint(0, 3)):
+            qsub.leased[f"4|{j}|"] = None  # type: ignore[assignment]
+    count = rng.randint(0, 10)
+    index = rng.randint(0, count)
+    return subs, {
+        "run": arrivals_run(count),
+        "index": index,
+        "n": rng.randint(0, count - index),
+        "first": rng.randint(0, 2**40),
+        "enqueued": rng.random(),
+        "messages": None if rng.random() < 0.3 else {"x": None},
+        "now": rng.random(),
+        "state": rng.choice([LEASED, GONE]),
+        "deadline": rng.choice([None, 3.5]),
+    }
+
+
+@needs_c
+def test_lease_run_c_and_python_agree_on_random_cases() -> None:
+    assert speedups.lease_run is not None
+
+    def view(
+        sub_list: list[QueueSub], args: dict[str, Any], heap: list[Any], out: list[Any]
+    ) -> Any:
+        def norm(value: Any) -> Any:
+            if isinstance(value, QueueSub):
+                return ("sub", sub_list.index(value))
+            return value
+
+        def msg_view(msg: Any) -> Any:
+            return msg if msg is None else (type(msg), {k: norm(v) for k, v in fields(msg).items()})
+
+        messages = args["messages"]
+        return (
+            [(sub_list.index(s), msg_view(m)) for s, m in out],
+            None if messages is None else {b: msg_view(m) for b, m in messages.items()},
+            [(d, order, msg.bookmark) for d, order, msg in heap],
+            [[(b, msg_view(m)) for b, m in s.leased.items()] for s in sub_list],
+        )
+
+    cases = 0
+    for seed in range(1500):
+        views = []
+        for fn in (speedups.lease_run, leasing.lease_run):
+            sub_list, args = _lease_case(seed)
+            heap: list[Any] = []
+            out: list[Any] = []
+            fn(
+                args["run"],
+                args["index"],
+                args["n"],
+                args["first"],
+                args["enqueued"],
+                sub_list,
+                args["messages"],
+                args["now"],
+                args["state"],
+                args["deadline"],
+                heapq.heappush,
+                heap,
+                out,
+            )
+            views.append(view(sub_list, args, heap, out))
+        assert views[0] == views[1], seed
+        cases += 1
+    assert cases == 1500

@@ -1,0 +1,96 @@
+"""The hot path of a queue's offer: leasing a run of new messages, as the intake read them.
+
+:meth:`.Queue.offer` with only new messages waiting (none went back), no filters and no
+``BarrierExpression``, by one subscription or ``proportional`` fairness, leases the queue's
+arrivals (:mod:`.arrivals`) a run at a time: :func:`lease_run` (C when built,
+:mod:`.speedups`) makes each message and its lease; :func:`lowest_ratio` is the choice it
+makes per message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .message import QueueMessage, QueueSub
+
+__all__ = ["lease_run", "lowest_ratio"]
+
+
+def lowest_ratio(subs: Sequence[QueueSub]) -> QueueSub:
+    """``proportional`` fairness without filters: the subscription with the lowest
+    leased/backlog ratio, ties to the first (the first of all when none has room: the
+    caller leases only while one has).
+
+    Raises:
+        IndexError: ``subs`` is empty.
+    """
+    best = subs[0]
+    best_ratio = 2.0
+    for candidate in subs:
+        leased = len(candidate.leased)
+        if leased < candidate.backlog:
+            ratio = leased / candidate.backlog
+            if ratio < best_ratio:
+                best, best_ratio = candidate, ratio
+    return best
+
+
+def lease_run(
+    run: Sequence[tuple[str, bytes]],
+    index: int,
+    n: int,
+    first: int,
+    enqueued: float,
+    subs: Sequence[QueueSub],
+    messages: dict[str, QueueMessage] | None,
+    now: float,
+    state: int,
+    lease_deadline: float | None,
+    heappush: Callable[[list[Any], tuple[float, int, QueueMessage]], None],
+    lease_heap: list[Any],
+    out: list[tuple[QueueSub, QueueMessage]],
+) -> None:
+    """Lease the ``n`` arrivals ``run[index:index + n]`` (``(bookmark, body)`` tuples; the
+    first of the run has the order number ``first``, all arrived at ``enqueued``).
+
+    Each becomes a ``QueueMessage(bookmark, body, None, first + i, enqueued)``, kept in
+    ``messages`` (``None``: at-most-once, it leaves the queue as it is sent), leased to
+    ``subs[0]`` when it is the only one, else to :func:`lowest_ratio`'s choice: it enters that
+    subscription's ``leased``, with ``deliveries`` 1, that ``lessee``, ``leased_at`` ``now``,
+    ``state`` ``state``; with a ``lease_deadline`` (one object for all: :mod:`.framing`
+    relies on it) it is set and ``(lease_deadline, order, msg)`` pushed on ``lease_heap``
+    with ``heappush``. ``(subscription, message)`` is appended to ``out`` for each. The twin
+    of the C ``lease_run`` (:mod:`.speedups`).
+
+    Raises:
+        ValueError: ``index`` is negative.
+        IndexError: the run has fewer than ``index + n`` arrivals, or there is no
+            subscription.
+    """
+    if index < 0:
+        raise ValueError("lease_run: index must be >= 0")
+    if n <= 0:
+        return
+    if index + n > len(run):
+        raise IndexError("lease_run: the run has fewer arrivals")
+    if not subs:
+        raise IndexError("lease_run: no subscription")
+    new = QueueMessage
+    append = out.append
+    single = subs[0] if len(subs) == 1 else None
+    for i in range(index, index + n):
+        bookmark, data = run[i]
+        msg = new(bookmark, data, None, first + i, enqueued)
+        if messages is not None:
+            messages[bookmark] = msg
+        qsub = single or lowest_ratio(subs)
+        qsub.leased[bookmark] = msg
+        msg.deliveries = 1
+        msg.lessee = qsub
+        msg.leased_at = now
+        msg.state = state
+        if lease_deadline is not None:
+            msg.lease_deadline = lease_deadline
+            heappush(lease_heap, (lease_deadline, first + i, msg))
+        append((qsub, msg))
