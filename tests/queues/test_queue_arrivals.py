@@ -10,7 +10,7 @@ import pytest
 
 from ampsclient_server_stub.queues.arrivals import Arrivals
 from ampsclient_server_stub.queues.config import QueueConfig
-from ampsclient_server_stub.queues.model import GONE, LEASED, Queue, QueueSub
+from ampsclient_server_stub.queues.model import GONE, LEASED, Queue, QueueMessage, QueueSub
 
 
 def run(first: int, count: int) -> list[tuple[str, bytes]]:
@@ -139,3 +139,37 @@ def test_other_queues_make_objects_at_once(options: dict[str, Any]) -> None:
     queue.enqueue_run(run(1, 3), 1.0)
     assert queue.enqueue_run(run(1, 3), 1.0) == 0  # duplicates are seen there
     assert queue.oldest_bookmark() == "7|1|" and len(queue) == 3
+
+
+def test_arrivals_leased_with_a_lease_period_share_one_deadline_and_come_back() -> None:
+    queue = make_queue(lease_period=5.0)
+    queue.enqueue_run(run(1, 4), 1.0)
+    a, b = subscribe(queue, 2), subscribe(queue, 2)
+    leases = queue.offer(10.0)
+    assert leased_ns(leases) == [1, 2, 3, 4]
+    assert [qsub for qsub, _ in leases] == [a, b, a, b]  # proportional, ties to the first
+    deadline = leases[0][1].lease_deadline
+    assert deadline == 15.0 and all(msg.lease_deadline is deadline for _, msg in leases)
+    assert queue.next_deadline() == 15.0
+    queue.ack(["7|2|"], option=None, owner=None, now=11.0, known=known_nothing)
+    assert queue.tick(14.9) == ([], 0)  # not yet
+    assert queue.tick(15.0) == ([], 3)  # the three still leased come back, in their order
+    assert not a.leased and not b.leased
+    again = queue.offer(16.0)
+    assert leased_ns(again) == [1, 3, 4]
+    assert [msg.deliveries for _, msg in again] == [2, 2, 2]
+
+
+def test_arrivals_become_the_queue_s_message_class_if_it_changes() -> None:
+    queue = make_queue()
+    queue.enqueue_run(run(1, 3), 1.0)  # kept as a run (the plain class)
+
+    class Tagged(QueueMessage):
+        __slots__ = ("tag",)
+
+    queue.message_class = Tagged
+    subscribe(queue, 10)
+    leases = queue.offer(2.0)
+    assert leased_ns(leases) == [1, 2, 3]
+    assert all(type(msg) is Tagged for _, msg in leases)
+    assert [msg.order for _, msg in leases] == [1, 2, 3]
