@@ -32,6 +32,7 @@ from ampsclient_server_stub.queues import (
     intake,
     leasing,
     message,
+    model,
     speedups,
 )
 from ampsclient_server_stub.queues.config import QueueConfig
@@ -63,6 +64,9 @@ def test_every_c_function_names_an_existing_twin() -> None:
             assert callable(getattr(speedups, name)), name
     expected = speedups.plain_run if speedups.SPEEDUPS else intake.plain_run
     assert engine.plain_run is expected
+    assert model._lease_run is (speedups.lease_run or leasing.lease_run)
+    assert model._ack_run is (speedups.ack_run or acking.ack_run)
+    assert model.QueueMessage is (speedups.QueueMessage or PyQueueMessage)
 
 
 def test_built_where_the_build_requires_it() -> None:
@@ -76,17 +80,19 @@ def test_built_where_the_build_requires_it() -> None:
 @pytest.mark.parametrize("pure", ["1", ""])
 def test_purepython_switch_selects_the_twin(pure: str) -> None:
     code = (
-        "from ampsclient_server_stub.queues import engine, intake, speedups\n"
+        "from ampsclient_server_stub.queues import engine, intake, leasing, message, model\n"
+        "from ampsclient_server_stub.queues import speedups\n"
         "print(speedups.SPEEDUPS, engine.plain_run is intake.plain_run)\n"
+        "print(model._lease_run is leasing.lease_run, model.QueueMessage is message.PyQueueMessage)"
     )
     env = {**os.environ, "AMPSCLIENT_PUREPYTHON": pure}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
     if pure:
-        assert out == ["False", "True"]
+        assert out == ["False", "True", "True", "True"]
     else:  # C when it was built (the other test asserts that it is where required)
-        assert out in (["True", "False"], ["False", "True"])
+        assert out in (["True", "False", "False", "False"], ["False", "True", "True", "True"])
         assert out[0] == str(importlib.util.find_spec(_EXT) is not None)
 
 
