@@ -442,7 +442,7 @@ class Queue:
         fresh = self._fresh
         arrivals = self._arrivals
         if arrivals.count and self.message_class is not QueueMessage:
-            self._materialize()  # (arrivals are kept for that class only: not reached)
+            self._materialize()  # (kept for the plain class: the class changed since)
         while room > 0 and fresh:
             msg = fresh.popleft()
             if msg.state != AVAILABLE:
