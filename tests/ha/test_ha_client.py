@@ -150,6 +150,12 @@ def test_failover_replays_unpersisted_on_the_second_server(
         ha.publish_flush(20_000)
         assert ha.get_unpersisted_count() == 0
         assert ha.uri is not None and str(b.tcp_port) in ha.uri
+        # every message not persisted by A when it died reaches B: wait for the observer's
+        # deliveries while it is still connected (B persisting them does not mean delivered)
+        first = lowest_at_drop[0]
+        base = ha.publish_store.last_persisted - 2999  # sequence of n=0
+        start_n = first - base if first - base > 0 else 0
+        wait_for(lambda: len(at_b.ns()) >= 3000 - start_n, what="the replayed messages on B")
     states = [e.state for e in events]
     assert ConnectionState.DISCONNECTED in states
     assert states[-1] is ConnectionState.SHUTDOWN
@@ -168,11 +174,7 @@ def test_failover_replays_unpersisted_on_the_second_server(
     again = [e for e in events[drop + 1 :] if e.state in up]
     assert [e.state for e in again[-4:]] == up
     assert all(str(b.tcp_port) in (e.uri or "") for e in again[-4:])
-    # every message not persisted by A when it died reached B exactly once, in order
-    first = lowest_at_drop[0]
-    base = ha.publish_store.last_persisted - 2999  # sequence of n=0
-    start_n = first - base if first - base > 0 else 0
-    wait_for(lambda: len(at_b.ns()) >= 3000 - start_n, what="the replayed messages on B")
+    # ... exactly once, in order
     assert at_b.ns() == list(range(start_n, 3000))
 
 
