@@ -744,10 +744,16 @@ class QueueEngine:
 def _bookmarks(value: Any) -> list[str]:
     """An acknowledgement's bookmark list: one ``split`` when the value has no whitespace
     and no empty item (the usual ``1|1|,1|2|``), else :func:`split_list`."""
-    if type(value) is str and len(value.split(None, 1)) == 1:
-        parts = value.split(",")
-        if "" not in parts:
-            return parts
+    if (
+        type(value) is str
+        and len(value.split(None, 1)) == 1  # (no whitespace inside: strip() is not needed
+        and not value[:1].isspace()  # ... nor at either end)
+        and not value[-1:].isspace()
+        and ",," not in value  # (no empty item)
+        and value[:1] != ","
+        and value[-1:] != ","
+    ):
+        return value.split(",")
     return split_list(value)
 
 

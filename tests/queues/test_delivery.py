@@ -93,6 +93,28 @@ def test_default_backlog_is_one_and_ack_forms(make: Make) -> None:
     assert stats(server)["acked"] == 5
 
 
+@pytest.mark.parametrize(
+    "spelling",
+    ["{0},{1},{2}", " {0} , {1},{2}\n", "{0},{1},{2}\n", ",{0},,{1},{2},", "{0},{1}\t,{2}"],
+    ids=["plain", "spaces-and-newline", "trailing-newline", "empty-items", "tab"],
+)
+def test_a_bookmark_list_acks_each_named_message_whatever_its_spacing(
+    make: Make, spelling: str
+) -> None:
+    server = make(max_per_subscription_backlog=10)
+    c = Consumer(server)
+    c.subscribe("work", o="max_backlog=3")
+    publish(server, "work", [{"n": i} for i in range(4)])
+    held = c.sync()
+    assert bodies(held) == [{"n": 0}, {"n": 1}, {"n": 2}]
+    ack = c.ack("work", spelling.format(*(h["bm"] for h, _ in held)), a="processed,stats")
+    assert ack is not None and ack["status"] == "success"
+    assert c.wait_ack(str(ack["cid"]), "stats")["records_deleted"] == 3
+    c.sync()
+    assert bodies(c.deliveries[3:]) == [{"n": 3}]  # the freed slots took the last one
+    assert stats(server)["acked"] == 3
+
+
 def test_cancel_returns_and_max_cancels_expires(make: Make) -> None:
     server = make(max_cancels=2)
     c = Consumer(server)
