@@ -440,7 +440,8 @@ class QueueEngine:
         self._expired(queue, result.expired, journaled=True)  # letters before the removals
         index = self.record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
         self.pump(queue)
-        self._arm()
+        if self._timed:  # (no queue has a lease period or an expiration: nothing to arm)
+            self._arm()
         return len(result.removed), matches, index
 
     # ------------------------------------------------------------------ queries
