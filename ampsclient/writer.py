@@ -196,11 +196,14 @@ class FrameWriter:
     def _write_queued(self) -> None:
         """Write everything queued now (loop only); the writer's schedule is left as it is
         (a drain already scheduled finds the queue empty)."""
+        transport = self._transport
+        if self._outq and transport is not None and not self._blocked:
+            self._write_all(transport)
+
+    def _write_all(self, transport: Transport) -> None:
+        """Hand every queued frame to ``transport`` in one write (a batch ends here)."""
         q = self._outq
         n = len(q)
-        transport = self._transport
-        if not n or transport is None or self._blocked:
-            return
         self._batch_since = None
         self._urgent = False
         pop = q.popleft
@@ -272,18 +275,7 @@ class FrameWriter:
         if self._batch_bytes and not self._urgent and self._hold_batch():
             self._loop.call_later(WRITE_LINGER, self._drain)  # type: ignore[union-attr]
             return
-        self._batch_since = None
-        self._urgent = False
-        pop = q.popleft
-        data = pop() if n == 1 else b"".join([pop() for _ in range(n)])
-        self._writer_core.stats["frames_sent"] += n
-        try:
-            tf = self._writer_core.transport_filter
-            if tf is not None:
-                tf(data, False)
-            transport.write(data)
-        except AMPSError as exc:
-            log.debug("write after close dropped: %s", exc)
+        self._write_all(transport)
         self._loop.call_later(WRITE_LINGER, self._drain)  # type: ignore[union-attr]
 
     def set_publish_batching(self, batch_size: int, batch_timeout: int) -> None:
