@@ -11,13 +11,22 @@ at once (:meth:`Arrivals.drain`).
 In a deep queue this saves the memory traffic of an object and of a hash-table entry per
 waiting message, and the collector's passes over them; the messages are read back in order,
 one run after another.
+
+A run that arrives within :data:`MERGE_WINDOW` of the newest run kept, and follows it in
+order, is added to that run instead of standing alone: a publisher sending one message at a
+time gives the intake runs of one message each, and the leases are made a run at a time.
+Its messages then carry the newest run's arrival time, earlier by less than the window.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Final
 
-__all__ = ["Arrivals"]
+__all__ = ["MERGE_WINDOW", "Arrivals"]
+
+MERGE_WINDOW: Final = 0.001
+"""Seconds within which a new run joins the newest run kept (see the module docstring)."""
 
 
 class Arrivals:
@@ -39,9 +48,17 @@ class Arrivals:
     def add(self, run: list[tuple[str, bytes]], now: float, first_order: int) -> None:
         """Keep ``run`` (the queue owns the list from now on), arrived at ``now``; its
         messages have the order numbers ``first_order``, ``first_order + 1``, ..."""
-        if run:
-            self._runs.append((run, now, first_order))
-            self.count += len(run)
+        if not run:
+            return
+        runs = self._runs
+        if runs:
+            last, when, first = runs[-1]
+            if now - when < MERGE_WINDOW and first + len(last) == first_order:
+                last.extend(run)
+                self.count += len(run)
+                return
+        runs.append((run, now, first_order))
+        self.count += len(run)
 
     def first_bookmark(self) -> str | None:
         """The bookmark of the oldest message here (``None``: none)."""

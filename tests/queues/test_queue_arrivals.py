@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ampsclient_server_stub.queues.arrivals import Arrivals
+from ampsclient_server_stub.queues.arrivals import MERGE_WINDOW, Arrivals
 from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.queues.model import GONE, LEASED, Queue, QueueMessage, QueueSub
 
@@ -54,6 +54,31 @@ def test_arrivals_keep_runs_in_order_and_count_them() -> None:
         ("7|5|", 5, 12.0),
     ]
     assert len(arrivals) == 0 and arrivals.first_bookmark() is None and arrivals.drain() == []
+
+
+def test_runs_within_the_merge_window_join_the_newest_run() -> None:
+    arrivals = Arrivals()
+    arrivals.add(run(1, 2), 10.0, 1)
+    arrivals.add(run(3, 1), 10.0 + MERGE_WINDOW / 2, 3)  # within the window, next in order
+    batch, index, first, when = arrivals.head()
+    assert ([b for b, _ in batch], index, first, when) == (["7|1|", "7|2|", "7|3|"], 0, 1, 10.0)
+    arrivals.add(run(4, 1), 10.0 + MERGE_WINDOW * 2, 4)  # after the window: a run of its own
+    arrivals.add(run(9, 1), 10.0 + MERGE_WINDOW * 2, 9)  # not next in order: its own too
+    arrivals.advance(3)
+    assert arrivals.head()[1:] == (0, 4, 10.0 + MERGE_WINDOW * 2)
+    rest = arrivals.drain()
+    assert [(b, order) for b, _, order, _ in rest] == [("7|4|", 4), ("7|9|", 9)]
+    assert len(arrivals) == 0
+
+
+def test_a_publisher_sending_one_message_at_a_time_is_leased_in_order() -> None:
+    queue = make_queue()
+    for n in range(1, 501):  # the intake's runs of one message, all within the window
+        assert queue.enqueue_run(run(n, 1), 1.0 + n * 1e-7) == 1
+    qsub = subscribe(queue, 300)
+    assert leased_ns(queue.offer(2.0)) == list(range(1, 301))
+    queue.ack(list(qsub.leased), option=None, owner=None, now=3.0, known=known_nothing)
+    assert leased_ns(queue.offer(4.0)) == list(range(301, 501))
 
 
 def test_a_run_is_kept_and_leased_in_publication_order() -> None:
