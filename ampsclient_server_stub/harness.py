@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["ServerProcess", "free_port"]
+__all__ = ["ServerProcess", "free_port", "port_range"]
 
 log = logging.getLogger("ampsclient_server_stub.harness")
 
@@ -59,6 +59,34 @@ def _ephemeral_start() -> int | None:
         return None
 
 
+def _worker_slice() -> tuple[int, int]:
+    """``(index, count)`` of this pytest-xdist worker (``PYTEST_XDIST_WORKER=gwN`` of
+    ``PYTEST_XDIST_WORKER_COUNT``), ``(0, 1)`` outside xdist or when they do not parse."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit():
+        index, total = int(worker[2:]), int(count)
+        if 0 <= index < total:
+            return index, total
+    return 0, 1
+
+
+def port_range() -> tuple[int, int]:
+    """``(low, high)``: the half-open range :func:`free_port` picks from, or ``(0, 0)`` when
+    the kernel's ephemeral range is unknown (then the kernel picks).
+
+    Under pytest-xdist each worker gets its own slice of the range, so two workers (and
+    the servers they start) never pick the same port.
+    """
+    start = _ephemeral_start()
+    if start is None or start <= 11024:
+        return 0, 0
+    index, count = _worker_slice()
+    width = 10000 // count
+    low = start - 10000 + index * width
+    return low, low + width
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago on ``host``.
 
@@ -66,13 +94,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     port from inside that range can be taken meanwhile as the local end of any outgoing
     connection, which would keep a server (or a restarted one, or a replication listener
     named in another instance's config) from binding it for as long as that connection
-    lives. A port is not handed out twice by one process.
+    lives. A port is not handed out twice by one process, and under pytest-xdist each
+    worker picks from its own slice (:func:`port_range`).
     """
-    start = _ephemeral_start()
-    if start is not None and start > 11024:
+    low, high = port_range()
+    if high > low:
         rng = random.Random()
         for _ in range(200):
-            port = rng.randrange(start - 10000, start)
+            port = rng.randrange(low, high)
             with _handed_lock:
                 if port in _handed_out:
                     continue
