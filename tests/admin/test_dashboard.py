@@ -62,6 +62,7 @@ def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, int]]:
         proc.stop()
 
 
+@pytest.mark.serial
 def test_dashboard_charts_show_the_traffic(server: tuple[ServerProcess, int]) -> None:
     proc, port = server
     stop = threading.Event()

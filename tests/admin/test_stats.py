@@ -149,6 +149,7 @@ def test_journal_and_bookmark_subscription_position(admin_server: ServerThread) 
             reader.close()
 
 
+@pytest.mark.serial
 def test_rates_follow_a_steady_publisher(admin_server: ServerThread) -> None:
     port = admin_port(admin_server)
     client = connect(admin_server, "steady")

@@ -37,6 +37,7 @@ def rss_mb(pid: int | None) -> float:
     return 0.0
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(120)
 async def test_fifty_clients_server_stays_responsive(tmp_path: Path) -> None:
     server = ServerProcess(data_dir=tmp_path / "server", extra_args=["--fsync", "interval"])

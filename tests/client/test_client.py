@@ -200,6 +200,7 @@ def test_execute_async_with_completed_ack(client: Client) -> None:
     assert got[0].get_command() == "group_begin"
 
 
+@pytest.mark.serial
 def test_heartbeats_keep_an_idle_connection(uri: str) -> None:
     beats = []
     with Client("hb") as c:

@@ -70,6 +70,7 @@ def test_last_chance_handler_gets_unrouted_acks(server: Any) -> None:
         assert ack.get_ack_type() == "persisted"
 
 
+@pytest.mark.serial
 def test_heartbeat_timeout_closes_a_connection_to_a_frozen_server(tmp_path: Path) -> None:
     events: list[ConnectionEvent] = []
     with ServerProcess(data_dir=tmp_path / "s") as server, Client("hb-timeout") as client:

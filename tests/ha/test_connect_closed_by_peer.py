@@ -64,6 +64,7 @@ def listener() -> Iterator[ClosingListener]:
         lst.stop()
 
 
+@pytest.mark.serial
 async def test_a_close_before_connect_returns_is_not_lost(listener: ClosingListener) -> None:
     uri = f"tcp://127.0.0.1:{listener.port}/amps/json"
     for attempt in range(5):

@@ -178,6 +178,7 @@ def test_failover_replays_unpersisted_on_the_second_server(
     assert at_b.ns() == list(range(start_n, 3000))
 
 
+@pytest.mark.serial
 def test_heartbeat_fails_over_from_a_frozen_server(
     two_servers: tuple[ServerProcess, ServerProcess],
 ) -> None:

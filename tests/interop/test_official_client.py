@@ -203,6 +203,7 @@ def test_failure_reasons_raise_the_official_exceptions(connect: Callable[..., An
         list(client.sow("orders", order_by="/x SIDEWAYS", timeout=5000))
 
 
+@pytest.mark.serial
 def test_heartbeat_keeps_idle_connection(
     connect: Callable[..., Any], amps_server: ServerThread
 ) -> None:

@@ -27,6 +27,7 @@ def ns(uri: str) -> list[int]:
     return [int(json.loads(data)["n"]) for _, data in epoch_replay(uri, "orders")]
 
 
+@pytest.mark.serial
 def test_async_ack_does_not_wait_and_a_failover_can_lose_a_message(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
     a = cluster.add("A", group="GA")

@@ -142,6 +142,7 @@ def test_slow_consumer_is_disconnected(tmp_path: Path) -> None:
             publisher.close()
 
 
+@pytest.mark.serial
 def test_heartbeats_sent_and_silent_client_dropped(
     server: ServerThread, tcp: Callable[[str], RawClient]
 ) -> None:
@@ -165,6 +166,7 @@ def test_heartbeats_sent_and_silent_client_dropped(
     assert closed_at is not None and 1.9 <= closed_at < 3.5
 
 
+@pytest.mark.serial
 def test_heartbeat_keeps_a_beating_client(
     server: ServerThread, tcp: Callable[[str], RawClient]
 ) -> None:

@@ -526,6 +526,7 @@ def test_conflating_threshold_is_per_subscription() -> None:
     adapter.close()  # idempotent
 
 
+@pytest.mark.serial
 def test_conflating_timeout_from_the_first_pending_update() -> None:
     delegate = RecordingDelegate()
     adapter = ConflatingRecoveryPointAdapter(delegate, 1000, 150, 10)

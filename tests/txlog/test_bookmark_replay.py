@@ -600,6 +600,7 @@ def test_a_shared_replay_survives_its_members_leaving_and_pausing(tmp_path: Path
     journal.close()
 
 
+@pytest.mark.serial
 @pytest.mark.integration
 def test_pausing_an_active_replay_holds_its_position(
     txserver: ServerThread, connect: Connect
@@ -636,6 +637,7 @@ def test_pausing_an_active_replay_holds_its_position(
 # --------------------------------------------------------------------------- options
 
 
+@pytest.mark.serial
 @pytest.mark.integration
 def test_rate_paces_the_replay(txserver: ServerThread, connect: Connect) -> None:
     pub = connect("pub")
@@ -658,6 +660,7 @@ def test_rate_paces_the_replay(txserver: ServerThread, connect: Connect) -> None
     assert 0.4 <= elapsed < 5.0, elapsed  # 99 intervals at 200/s = 0.495 s
 
 
+@pytest.mark.serial
 @pytest.mark.integration
 def test_rate_as_a_multiple_of_the_original_pace_with_a_max_gap(
     txserver: ServerThread, connect: Connect, monkeypatch: pytest.MonkeyPatch
