@@ -86,6 +86,7 @@ from .wire import (
     CommandFailure,
     format_timestamp,
     parse_plain_publish,
+    parse_queue_ack,
     parse_seq_publish,
 )
 
@@ -417,7 +418,7 @@ class Broker:
                 self._publishing.publish_one(conn, topic, seq, payload, end)
                 return
         try:
-            hdr, end = decode_header(payload)
+            hdr, end = parse_queue_ack(payload) or decode_header(payload)
         except MalformedFrameError as exc:
             logger.warning("malformed header from %r: %s", conn, exc)
             self.kick(conn, "malformed header")

@@ -238,6 +238,21 @@ class Publishing:
         if topic is None:
             raise CommandFailure("invalid topic", "sow_delete without a topic")
         flags = ack_flags(hdr)
+        state = conn.state
+        assert state is not None
+        seq = sequence_of(hdr, flags)
+        duplicate = seq is not None and seq <= state.last_seq
+        queues = self._hooks.queues
+        index = None
+        if queues is not None and queues.is_queue(conn.mt, topic):  # a queue acknowledgement
+            if duplicate:
+                self._counters["duplicates"] += 1
+                deleted = topic_matches = 0
+            else:
+                predicate = command_filter(hdr)[1]
+                deleted, topic_matches, index = queues.acknowledge(conn, hdr, predicate)
+            self._sow_delete_acks(conn, hdr, flags, seq, duplicate, index, deleted, topic_matches)
+            return
         matcher = command_matcher(topic)
         guard = self._hooks.guard
         if guard is not None:
@@ -245,18 +260,10 @@ class Publishing:
         body = payload[end:]
         filter_text, predicate = command_filter(hdr)
         keys = split_list(hdr.get("sow_keys")) if hdr.get("sow_keys") else None
-        state = conn.state
-        assert state is not None
-        seq = sequence_of(hdr, flags)
-        duplicate = seq is not None and seq <= state.last_seq
         queue_ack = text(hdr.get("bm")) is not None and filter_text is None and keys is None
         queue_ack = queue_ack and not body
         deleted = topic_matches = 0
-        index = None
-        queues = self._hooks.queues
-        if queues is not None and not duplicate and queues.is_queue(conn.mt, topic):
-            deleted, topic_matches, index = queues.acknowledge(conn, hdr, predicate)
-        elif queue_ack and not duplicate:  # the bookmark form is for queue topics only
+        if queue_ack and not duplicate:  # the bookmark form is for queue topics only
             raise CommandFailure("invalid topic", f"{topic!r} is not a queue (bookmark ack)")
         elif duplicate:
             self._counters["duplicates"] += 1
@@ -289,6 +296,22 @@ class Publishing:
             )
             deleted, topic_matches = done.deleted, done.topic_matches
             index = None if done.record is None else done.record.index
+        self._sow_delete_acks(conn, hdr, flags, seq, duplicate, index, deleted, topic_matches)
+
+    def _sow_delete_acks(
+        self,
+        conn: Connection,
+        hdr: Header,
+        flags: int,
+        seq: int | None,
+        duplicate: bool,
+        index: int | None,
+        deleted: int,
+        topic_matches: int,
+    ) -> None:
+        """A ``sow_delete``'s acks, and its sequence noted (``persisted`` acks are conflated)."""
+        state = conn.state
+        assert state is not None
         send_acks(conn.session.send, hdr, flags & (RECEIVED | PROCESSED))
         if seq is not None:
             if not duplicate:

@@ -44,6 +44,7 @@ __all__ = [
     "format_timestamp",
     "int_field",
     "parse_plain_publish",
+    "parse_queue_ack",
     "parse_seq_publish",
     "persisted_ack",
     "publish_header",
@@ -350,6 +351,48 @@ def parse_seq_publish(payload: bytes) -> tuple[str, int, int] | None:
         except UnicodeDecodeError:
             return None
     return None
+
+
+_FAST_ACK: Final = b'{"c":"sow_delete","t":"'
+_FAST_ACK_LEN: Final = len(_FAST_ACK)
+_FAST_ACK_CID: Final = b'","cid":"'
+_FAST_ACK_BM: Final = b'","bookmark":"'
+_FAST_ACK_END: Final = b'"}'
+
+
+def parse_queue_ack(payload: bytes) -> tuple[Header, int] | None:
+    """``(header, body offset)`` of a queue acknowledgement in the shape both clients send
+    (sheet §10), ``{"c":"sow_delete","t":"T","cid":"C","bookmark":"B"}`` with no body, else
+    None. The header is the one :func:`~ampsclient.protocol.header.decode_header` returns
+    (``bookmark`` under its short name ``bm``), found with four ``find`` calls instead of the
+    general parse: a consumer acknowledges every batch this way."""
+    if (
+        not payload.startswith(_FAST_ACK)
+        or not payload.endswith(_FAST_ACK_END)
+        or payload.find(b"\\", _FAST_ACK_LEN) >= 0
+    ):
+        return None
+    t_end = payload.find(b'"', _FAST_ACK_LEN)
+    if t_end <= _FAST_ACK_LEN or not payload.startswith(_FAST_ACK_CID, t_end):
+        return None
+    c_start = t_end + len(_FAST_ACK_CID)
+    c_end = payload.find(b'"', c_start)
+    if c_end < 0 or not payload.startswith(_FAST_ACK_BM, c_end):
+        return None
+    b_start = c_end + len(_FAST_ACK_BM)
+    end = len(payload)
+    if payload.find(b'"', b_start, end - 2) >= 0:
+        return None
+    try:
+        hdr: Header = {
+            "c": "sow_delete",
+            "t": payload[_FAST_ACK_LEN:t_end].decode(),
+            "cid": payload[c_start:c_end].decode(),
+            "bm": payload[b_start : end - 2].decode(),
+        }
+    except UnicodeDecodeError:
+        return None
+    return hdr, end
 
 
 # --------------------------------------------------------------------------- runs (C twins)
