@@ -247,6 +247,24 @@ static int attr_is_not(PyObject *msg, PyObject *name, PyObject *want) {
     return differs;
 }
 
+/* start + bm + tail + data as one new bytes object (a delivery frame). */
+static PyObject *join_frame(PyObject *start, const char *bm, Py_ssize_t bm_len, const char *tail,
+                            Py_ssize_t tail_len, PyObject *data) {
+    Py_ssize_t start_len = PyBytes_GET_SIZE(start), data_len = PyBytes_GET_SIZE(data);
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, start_len + bm_len + tail_len + data_len);
+    if (frame != NULL) {
+        char *out = PyBytes_AS_STRING(frame);
+        memcpy(out, PyBytes_AS_STRING(start), (size_t)start_len);
+        out += start_len;
+        memcpy(out, bm, (size_t)bm_len);
+        out += bm_len;
+        memcpy(out, tail, (size_t)tail_len);
+        out += tail_len;
+        memcpy(out, PyBytes_AS_STRING(data), (size_t)data_len);
+    }
+    return frame;
+}
+
 static PyObject *frame_run(PyObject *self, PyObject *args) {
     PyObject *leases, *starts, *deadline, *tail;
     Py_ssize_t pos;
@@ -320,18 +338,7 @@ static PyObject *frame_run(PyObject *self, PyObject *args) {
             Py_DECREF(bookmark);
             goto error;
         }
-        Py_ssize_t start_len = PyBytes_GET_SIZE(start), data_len = PyBytes_GET_SIZE(data);
-        PyObject *frame = PyBytes_FromStringAndSize(NULL, start_len + bm_len + tail_len + data_len);
-        if (frame != NULL) {
-            char *out = PyBytes_AS_STRING(frame);
-            memcpy(out, PyBytes_AS_STRING(start), (size_t)start_len);
-            out += start_len;
-            memcpy(out, bm, (size_t)bm_len);
-            out += bm_len;
-            memcpy(out, tail_buf, (size_t)tail_len);
-            out += tail_len;
-            memcpy(out, PyBytes_AS_STRING(data), (size_t)data_len);
-        }
+        PyObject *frame = join_frame(start, bm, bm_len, tail_buf, tail_len, data);
         Py_DECREF(bookmark);
         Py_DECREF(data);
         if (frame == NULL)
@@ -497,11 +504,16 @@ static Py_ssize_t lowest_ratio(PyObject **leased, const Py_ssize_t *backlogs, Py
 
 static PyObject *lease_run(PyObject *self, PyObject *args) {
     PyObject *run, *enqueued, *subs, *messages, *now, *state, *deadline, *heappush, *heap, *out;
+    PyObject *frames = Py_None, *tail = Py_None;
     Py_ssize_t index, n, first;
-    if (!PyArg_ParseTuple(args, "O!nnnOOOOOOOOO!:lease_run", &PyList_Type, &run, &index, &n,
+    if (!PyArg_ParseTuple(args, "O!nnnOOOOOOOOO!|OO:lease_run", &PyList_Type, &run, &index, &n,
                           &first, &enqueued, &subs, &messages, &now, &state, &deadline,
-                          &heappush, &heap, &PyList_Type, &out))
+                          &heappush, &heap, &PyList_Type, &out, &frames, &tail))
         return NULL;
+    if (frames != Py_None && !PyBytes_Check(tail)) {
+        PyErr_SetString(PyExc_TypeError, "lease_run: frames needs tail (bytes)");
+        return NULL;
+    }
     if (index < 0) {
         PyErr_SetString(PyExc_ValueError, "lease_run: index must be >= 0");
         return NULL;
@@ -522,6 +534,7 @@ static PyObject *lease_run(PyObject *self, PyObject *args) {
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     PyObject **sub_items = PySequence_Fast_ITEMS(seq);
     PyObject *result = NULL;
+    PyObject *targets = NULL; /* frames: each subscription's (start, list), as a sequence */
     /* each subscription's leased dict (new references) and backlog, read once */
     PyObject **leased = PyMem_Calloc((size_t)count + 1, sizeof(PyObject *));
     Py_ssize_t *backlogs = PyMem_Calloc((size_t)count + 1, sizeof(Py_ssize_t));
@@ -532,6 +545,24 @@ static PyObject *lease_run(PyObject *self, PyObject *args) {
     if (count == 0) {
         PyErr_SetString(PyExc_IndexError, "lease_run: no subscription");
         goto done;
+    }
+    if (frames != Py_None) {
+        targets = PySequence_Fast(frames, "lease_run: frames must be a sequence");
+        if (targets == NULL)
+            goto done;
+        if (PySequence_Fast_GET_SIZE(targets) != count) {
+            PyErr_SetString(PyExc_ValueError, "lease_run: frames must have one entry per subscription");
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < count; k++) {
+            PyObject *entry = PySequence_Fast_GET_ITEM(targets, k);
+            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+                !PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) ||
+                !PyList_Check(PyTuple_GET_ITEM(entry, 1))) {
+                PyErr_SetString(PyExc_TypeError, "lease_run: frames entries must be (bytes, list)");
+                goto done;
+            }
+        }
     }
     for (Py_ssize_t k = 0; k < count; k++) {
         leased[k] = PyObject_GetAttr(sub_items[k], s_leased);
@@ -588,7 +619,23 @@ static PyObject *lease_run(PyObject *self, PyObject *args) {
             }
         }
         Py_DECREF(order);
-        if (!failed) {
+        if (!failed && targets != NULL) { /* the delivery frame, to the subscription's list */
+            PyObject *entry = PySequence_Fast_GET_ITEM(targets, k);
+            PyObject *data = PyTuple_GET_ITEM(pair, 1);
+            Py_ssize_t bm_len;
+            const char *bm =
+                PyUnicode_Check(bookmark) ? PyUnicode_AsUTF8AndSize(bookmark, &bm_len) : NULL;
+            if (bm == NULL || !PyBytes_Check(data)) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "lease_run: a framed arrival must be (str, bytes)");
+                failed = 1;
+            } else {
+                PyObject *frame = join_frame(PyTuple_GET_ITEM(entry, 0), bm, bm_len,
+                                             PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail), data);
+                failed = frame == NULL || PyList_Append(PyTuple_GET_ITEM(entry, 1), frame) < 0;
+                Py_XDECREF(frame);
+            }
+        } else if (!failed) {
             PyObject *lease = PyTuple_Pack(2, qsub, (PyObject *)msg);
             failed = lease == NULL || PyList_Append(out, lease) < 0;
             Py_XDECREF(lease);
@@ -599,6 +646,7 @@ static PyObject *lease_run(PyObject *self, PyObject *args) {
     }
     result = Py_NewRef(Py_None);
 done:
+    Py_XDECREF(targets);
     if (leased != NULL)
         for (Py_ssize_t k = 0; k < count; k++)
             Py_XDECREF(leased[k]);

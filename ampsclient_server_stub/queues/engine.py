@@ -70,7 +70,7 @@ from .config import QueueConfig
 from .dead_letter import DeadLetters
 from .depth import Inactive, Waiting
 from .expiration import MessageExpiry
-from .framing import NEVER, lease_frames
+from .framing import NEVER, LeaseFrames
 from .intake import Parsed, parse_frame
 from .metadata_file import MetadataFiles
 from .model import Queue, QueueMessage, QueueSub
@@ -489,12 +489,11 @@ class QueueEngine:
         inactive = self.inactive.get(queue.name) if self.inactive else None
         if inactive is not None and inactive.waiting:
             inactive.refill()
-        leases = queue.offer(self._clock())
-        if not leases:
-            return
-        sends, gone = lease_frames(queue.name, leases, at_most_once=queue.at_most_once)
-        for send_many, frames in sends:
-            send_many(frames)
+        frames = LeaseFrames(queue.name, queue.subs, at_most_once=queue.at_most_once)
+        leases = queue.offer(self._clock(), frames)
+        gone = frames.add(leases) if leases else None
+        for send_many, batch in frames.sends():
+            send_many(batch)
         if gone:
             self.record(queue, gone)
         if inactive is not None and inactive.waiting and len(queue) < inactive.target:

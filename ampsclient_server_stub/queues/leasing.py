@@ -10,11 +10,21 @@ makes per message.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .message import QueueMessage, QueueSub
 
-__all__ = ["lease_run", "lowest_ratio"]
+__all__ = ["FrameTargets", "lease_run", "lowest_ratio"]
+
+
+class FrameTargets(Protocol):
+    """Where :func:`lease_run` frames the messages it leases (:class:`.framing.LeaseFrames`)."""
+
+    def targets(self, subs: Sequence[QueueSub]) -> list[tuple[bytes, list[bytes]]]:
+        """Per subscription: its frames' header start, and the list its frames go to."""
+
+    def tail(self, deadline: float | None) -> bytes:
+        """What follows the bookmark in the frame of a lease ending at ``deadline``."""
 
 
 def lowest_ratio(subs: Sequence[QueueSub]) -> QueueSub:
@@ -50,6 +60,8 @@ def lease_run(
     heappush: Callable[[list[Any], tuple[float, int, QueueMessage]], None],
     lease_heap: list[Any],
     out: list[tuple[QueueSub, QueueMessage]],
+    frames: Sequence[tuple[bytes, list[bytes]]] | None = None,
+    tail: bytes | None = None,
 ) -> None:
     """Lease the ``n`` arrivals ``run[index:index + n]`` (``(bookmark, body)`` tuples; the
     first of the run has the order number ``first``, all arrived at ``enqueued``).
@@ -60,14 +72,19 @@ def lease_run(
     subscription's ``leased``, with ``deliveries`` 1, that ``lessee``, ``leased_at`` ``now``,
     ``state`` ``state``; with a ``lease_deadline`` (one object for all: :mod:`.framing`
     relies on it) it is set and ``(lease_deadline, order, msg)`` pushed on ``lease_heap``
-    with ``heappush``. ``(subscription, message)`` is appended to ``out`` for each. The twin
-    of the C ``lease_run`` (:mod:`.speedups`).
+    with ``heappush``. ``(subscription, message)`` is appended to ``out`` for each; with
+    ``frames`` (one ``(start, list)`` per subscription, in ``subs``' order) the message's
+    delivery frame ``start + bookmark + tail + body`` is appended to its subscription's list
+    instead (:mod:`.framing`). The twin of the C ``lease_run`` (:mod:`.speedups`).
 
     Raises:
-        ValueError: ``index`` is negative.
+        ValueError: ``index`` is negative; ``frames`` has not one entry per subscription.
         IndexError: the run has fewer than ``index + n`` arrivals, or there is no
             subscription.
+        TypeError: ``frames`` without ``tail`` (bytes).
     """
+    if frames is not None and type(tail) is not bytes:
+        raise TypeError("lease_run: frames needs tail (bytes)")
     if index < 0:
         raise ValueError("lease_run: index must be >= 0")
     if n <= 0:
@@ -76,6 +93,18 @@ def lease_run(
         raise IndexError("lease_run: the run has fewer arrivals")
     if not subs:
         raise IndexError("lease_run: no subscription")
+    if frames is not None:
+        if len(frames) != len(subs):
+            raise ValueError("lease_run: frames must have one entry per subscription")
+        for entry in frames:
+            if not (
+                isinstance(entry, tuple)
+                and len(entry) == 2
+                and isinstance(entry[0], bytes)
+                and isinstance(entry[1], list)
+            ):
+                raise TypeError("lease_run: frames entries must be (bytes, list)")
+    targets = None if frames is None else dict(zip(map(id, subs), frames, strict=True))
     new = QueueMessage
     append = out.append
     single = subs[0] if len(subs) == 1 else None
@@ -93,4 +122,8 @@ def lease_run(
         if lease_deadline is not None:
             msg.lease_deadline = lease_deadline
             heappush(lease_heap, (lease_deadline, first + i, msg))
-        append((qsub, msg))
+        if targets is None:
+            append((qsub, msg))
+        else:
+            start, framed = targets[id(qsub)]
+            framed.append(b"".join((start, bookmark.encode(), tail or b"", data)))

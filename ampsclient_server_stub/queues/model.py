@@ -35,7 +35,7 @@ from . import acking, leasing, speedups
 from .arrivals import Arrivals
 from .config import QueueConfig
 from .expiration import deadline
-from .leasing import lowest_ratio
+from .leasing import FrameTargets, lowest_ratio
 from .message import UNPARSED, AckResult, QueueMessage, QueueSub
 from .priority import unsigned_priority
 from .states import AVAILABLE, GONE, LEASED, REMOTE
@@ -335,9 +335,15 @@ class Queue:
 
     # ------------------------------------------------------------------ delivery
 
-    def offer(self, now: float) -> list[tuple[QueueSub, QueueMessage]]:
+    def offer(
+        self, now: float, frames: FrameTargets | None = None
+    ) -> list[tuple[QueueSub, QueueMessage]]:
         """Lease what can be leased now; returns ``(subscription, message)`` in order (the
-        leases share one ``lease_deadline`` object: :mod:`.framing` relies on it)."""
+        leases share one ``lease_deadline`` object: :mod:`.framing` relies on it).
+
+        ``frames``: new messages leased when nothing was leased before them in this offer
+        are framed there as they are leased (:func:`.leasing.lease_run`) and are not in the
+        list returned; everything else is."""
         out: list[tuple[QueueSub, QueueMessage]] = []
         heap = self._heap
         fresh = self._fresh
@@ -352,7 +358,7 @@ class Queue:
             and (len(subs) == 1 or self.config.fairness == "proportional")
             and all(qsub.matches is None for qsub in subs)
         ):
-            return self._offer_fresh(now)
+            return self._offer_fresh(now, frames)
         if self._arrivals.count:
             self._materialize()
         first = fresh[0] if fresh and (not heap or fresh[0].order < heap[0][1]) else heap[0][2]
@@ -416,7 +422,9 @@ class Queue:
             heapq.heappush(heap, item)
         return out
 
-    def _offer_fresh(self, now: float) -> list[tuple[QueueSub, QueueMessage]]:
+    def _offer_fresh(
+        self, now: float, frames: FrameTargets | None
+    ) -> list[tuple[QueueSub, QueueMessage]]:
         """:meth:`offer` when only the FIFO holds messages (none went back), without a
         ``BarrierExpression`` or subscription filters, by one subscription or ``proportional``
         fairness: the same choice as :meth:`_choose` in one loop, and a message no one has
@@ -461,6 +469,12 @@ class Queue:
             append((qsub, msg))
             room -= 1
         kept = None if at_most_once else messages  # (at-most-once: gone as they are sent)
+        # framed as leased: only when nothing is in ``out`` (each session's frames in order),
+        # and not at-most-once (the caller journals those as they go)
+        direct = frames is not None and not out and not at_most_once
+        targets = frames.targets(subs) if frames is not None and direct else None
+        tail = frames.tail(lease_deadline) if frames is not None and direct else None
+        framed = 0
         while room > 0 and arrivals.count:
             run, index, first, enqueued = arrivals.head()
             n = min(room, len(run) - index)
@@ -478,11 +492,15 @@ class Queue:
                 heapq.heappush,
                 lease_heap,
                 out,
+                targets,
+                tail,
             )
             arrivals.advance(n)
             room -= n
-        self.leased += len(out)
-        self.counters["delivered"] += len(out)
+            if targets is not None:
+                framed += n
+        self.leased += len(out) + framed
+        self.counters["delivered"] += len(out) + framed
         return out
 
     def _release_barrier(self, msg: QueueMessage) -> list[tuple[QueueSub, QueueMessage]]:

@@ -715,6 +715,89 @@ def test_lease_run_at_most_once_single_and_full_subscriptions(name: str) -> None
     assert out == [] and messages == {} and [dict(qsub.leased) for qsub in full] == before
 
 
+@pytest.mark.parametrize("name", IMPLS)
+def test_lease_run_frames_each_lease_into_its_subscriptions_list(name: str) -> None:
+    lease = lease_impl(name)
+    a = QueueSub(object(), object(), 4, None)
+    b = QueueSub(object(), object(), 2, None)
+    a.leased["old"] = QueueMessage("old", b"", None, 0, 0.0)  # a: 1/4, b: 0/2
+    frames_a: list[bytes] = [b"earlier"]
+    frames_b: list[bytes] = []
+    targets = [(b"A[", frames_a), (b"B[", frames_b)]
+    messages: dict[str, QueueMessage] = {}
+    heap: list[Any] = []
+    out: list[tuple[QueueSub, QueueMessage]] = []
+    run = arrivals_run(6)
+    run[2] = ("4|\u00e9|", b"{}")  # a non-ASCII bookmark: framed as UTF-8
+    lease(
+        run,
+        1,
+        4,
+        10,
+        2.5,
+        [a, b],
+        messages,
+        7.0,
+        LEASED,
+        9.5,
+        heapq.heappush,
+        heap,
+        out,
+        targets,
+        b"]~",
+    )
+    # the same choice as without frames (b, a, a, b); the leases are framed, not listed
+    assert out == []
+    assert frames_a == [b"earlier", "A[4|\u00e9|]~{}".encode(), b'A[4|3|]~{"i":3}']
+    assert frames_b == [b'B[4|1|]~{"i":1}', b'B[4|4|]~{"i":4}']
+    assert list(a.leased) == ["old", "4|\u00e9|", "4|3|"] and list(b.leased) == ["4|1|", "4|4|"]
+    assert [m.lessee for m in messages.values()] == [b, a, a, b]
+    assert all(m.lease_deadline == 9.5 and m.deliveries == 1 for m in messages.values())
+    assert len(heap) == 4
+    # the errors: nothing leased by them
+    for bad, error in (
+        ((targets, None), TypeError),  # frames without a tail
+        ((targets[:1], b"]"), ValueError),  # not one entry per subscription
+        (([(b"A", frames_a), ("B", frames_b)], b"]"), TypeError),  # a start that is not bytes
+    ):
+        with pytest.raises(error):
+            lease(
+                run,
+                5,
+                1,
+                1,
+                0.0,
+                [a, b],
+                messages,
+                0.0,
+                LEASED,
+                None,
+                heapq.heappush,
+                heap,
+                out,
+                *bad,
+            )
+    assert "4|5|" not in messages and len(frames_a) + len(frames_b) == 5
+    with pytest.raises(TypeError):  # an arrival that cannot be framed
+        lease(
+            [("4|9|", "not bytes")],
+            0,
+            1,
+            1,
+            0.0,
+            [a],
+            None,
+            0.0,
+            GONE,
+            None,
+            heapq.heappush,
+            heap,
+            out,
+            [(b"A", frames_a)],
+            b"]",
+        )
+
+
 def _lease_case(seed: int) -> tuple[list[QueueSub], dict[str, Any]]:
     """Subscriptions with random backlogs and leases (some under the run's bookmarks),
     and lease_run's other arguments."""
@@ -768,6 +851,10 @@ def test_lease_run_c_and_python_agree_on_random_cases() -> None:
             sub_list, args = _lease_case(seed)
             heap: list[Any] = []
             out: list[Any] = []
+            # every third case frames the leases instead of listing them
+            framed: list[list[bytes]] = [[] for _ in sub_list]
+            targets = [(b"S%d:" % k, framed[k]) for k in range(len(sub_list))]
+            extra = (targets, b"|t|") if seed % 3 == 0 else ()
             fn(
                 args["run"],
                 args["index"],
@@ -782,8 +869,9 @@ def test_lease_run_c_and_python_agree_on_random_cases() -> None:
                 heapq.heappush,
                 heap,
                 out,
+                *extra,
             )
-            views.append(view(sub_list, args, heap, out))
+            views.append((view(sub_list, args, heap, out), framed))
         assert views[0] == views[1], seed
         cases += 1
     assert cases == 1500
