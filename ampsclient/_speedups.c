@@ -2404,7 +2404,8 @@ autoack_value_end(const char *p, const char *end)
 /* autoack_take's work on checked arguments (pending and caps exact dicts, the payload a
  * bytes object): a new reference to None, (topic, bookmarks) or the count; NULL on error */
 static PyObject *
-autoack_core(PyObject *pending, PyObject *caps, Py_ssize_t limit, PyObject *payload)
+autoack_core(PyObject *pending, PyObject *caps, Py_ssize_t limit, PyObject *payload,
+             PyObject **topic_cache)
 {
     static const char start[] = "{\"c\":\"p\",\"t\":\"";
     static const char sids[] = "\",\"sids\":\"";
@@ -2436,13 +2437,31 @@ autoack_core(PyObject *pending, PyObject *caps, Py_ssize_t limit, PyObject *payl
     if (lease == '"' || lease == '\\') {
         Py_RETURN_NONE;
     }
-    PyObject *t = PyUnicode_DecodeUTF8(topic, topic_end - topic, NULL);
-    if (t == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
+    /* the topic: the cached str when it is the same text (its hash is cached with it), so
+     * a subscription's deliveries decode and hash their topic once */
+    PyObject *t = NULL;
+    if (topic_cache != NULL && *topic_cache != NULL) {
+        Py_ssize_t cached_len;
+        const char *cached = PyUnicode_AsUTF8AndSize(*topic_cache, &cached_len);
+        if (cached == NULL) {
+            return NULL;
         }
-        return NULL;
+        if (cached_len == topic_end - topic && memcmp(cached, topic, (size_t)cached_len) == 0) {
+            t = Py_NewRef(*topic_cache);
+        }
+    }
+    if (t == NULL) {
+        t = PyUnicode_DecodeUTF8(topic, topic_end - topic, NULL);
+        if (t == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            return NULL;
+        }
+        if (topic_cache != NULL) {
+            Py_XSETREF(*topic_cache, Py_NewRef(t));
+        }
     }
     PyObject *b = PyUnicode_DecodeUTF8(mark, mark_end - mark, NULL);
     if (b == NULL) {
@@ -2531,7 +2550,7 @@ autoack_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (limit == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    return autoack_core(args[0], args[1], limit, args[3]);
+    return autoack_core(args[0], args[1], limit, args[3], NULL);
 }
 
 #ifndef Py_GIL_DISABLED
@@ -2564,8 +2583,27 @@ typedef struct {
     PyObject *after;
     PyObject *send_now;
     PyObject *arm;
+    PyObject *acks_dict; /* the acks object's __dict__ (NULL: read through getattr) */
+    PyObject *topic;     /* the last topic seen (see autoack_core) */
     unsigned long long fast;
 } AutoAck;
+
+/* acks.<role>: from its __dict__ when it is there (one lookup of an interned name), else
+ * getattr; a new reference, NULL on error */
+static PyObject *
+autoack_field(AutoAck *self, int role)
+{
+    if (self->acks_dict != NULL) {
+        PyObject *value = PyDict_GetItemWithError(self->acks_dict, NAME(role));
+        if (value != NULL) {
+            return Py_NewRef(value);
+        }
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    return PyObject_GetAttr(self->acks, NAME(role));
+}
 
 static PyObject *
 autoack_message(AutoAck *self, PyObject *message)
@@ -2592,10 +2630,17 @@ autoack_message(AutoAck *self, PyObject *message)
         return NULL;
     }
     if (PyDict_GET_SIZE(self->settled) == 0 && !((StoreLock *)self->lock)->held && layout_bound) {
-        PyObject *raw = PyObject_GetAttr(message, NAME(R_MSG_RAW));
-        PyObject *pending = PyObject_GetAttr(self->acks, NAME(R_QA_PENDING));
-        PyObject *caps = PyObject_GetAttr(self->acks, NAME(R_QA_CAPS));
-        PyObject *size = PyObject_GetAttr(self->acks, NAME(R_QA_BATCH_SIZE));
+        PyObject *raw = NULL;
+        if (message_base != NULL && PyObject_TypeCheck(message, message_base)) {
+            raw = *(PyObject **)((char *)message + off_raw); /* the slot, read in place */
+            Py_XINCREF(raw);
+        }
+        if (raw == NULL) {
+            raw = PyObject_GetAttr(message, NAME(R_MSG_RAW));
+        }
+        PyObject *pending = autoack_field(self, R_QA_PENDING);
+        PyObject *caps = autoack_field(self, R_QA_CAPS);
+        PyObject *size = autoack_field(self, R_QA_BATCH_SIZE);
         PyObject *done = NULL;
         int checked = raw != NULL && pending != NULL && caps != NULL && size != NULL
                       && PyBytes_Check(raw) && PyDict_CheckExact(pending)
@@ -2603,7 +2648,7 @@ autoack_message(AutoAck *self, PyObject *message)
         if (checked) {
             Py_ssize_t limit = PyLong_AsSsize_t(size);
             if (limit != -1 || !PyErr_Occurred()) {
-                done = autoack_core(pending, caps, limit, raw);
+                done = autoack_core(pending, caps, limit, raw, &self->topic);
             }
         }
         Py_XDECREF(raw);
@@ -2684,6 +2729,19 @@ autoack_init(AutoAck *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->after, Py_NewRef(a[6]));
     Py_XSETREF(self->send_now, Py_NewRef(a[7]));
     Py_XSETREF(self->arm, Py_NewRef(a[8]));
+    /* the acks object's attributes live in its __dict__ (a class with one: not a slot) */
+    Py_CLEAR(self->acks_dict);
+    self->acks_dict = PyObject_GenericGetDict(a[1], NULL);
+    if (self->acks_dict == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear(); /* no __dict__ (slots): getattr each time */
+    }
+    else if (!PyDict_CheckExact(self->acks_dict)) {
+        Py_CLEAR(self->acks_dict);
+    }
+    Py_CLEAR(self->topic);
     self->vectorcall = autoack_vectorcall;
     return 0;
 }
@@ -2725,6 +2783,8 @@ autoack_traverse(AutoAck *self, visitproc visit, void *arg)
     Py_VISIT(self->after);
     Py_VISIT(self->send_now);
     Py_VISIT(self->arm);
+    Py_VISIT(self->acks_dict);
+    Py_VISIT(self->topic);
     return 0;
 }
 
@@ -2741,6 +2801,8 @@ autoack_clear(AutoAck *self)
     Py_CLEAR(self->after);
     Py_CLEAR(self->send_now);
     Py_CLEAR(self->arm);
+    Py_CLEAR(self->acks_dict);
+    Py_CLEAR(self->topic);
     return 0;
 }
 

@@ -34,6 +34,7 @@ from ampsclient.core.routes import deliver_stream as routes_deliver_stream
 from ampsclient.exceptions import DisconnectedError, FrameTooLargeError
 from ampsclient.ha.client import AsyncHAClient
 from ampsclient.protocol.framing import TcpFramer, split_frames as split_py
+from ampsclient.protocol.header import decode_header
 from ampsclient.stores.bookmark import MemoryBookmarkStore
 from ampsclient.stores.publish import FilePublishStore, MemoryPublishStore
 from ampsclient.stores.publish.base import initial_sequence, join_seq as join_seq_py
@@ -1483,6 +1484,40 @@ def test_autoack_handler_is_what_a_client_routes_to() -> None:
     wrapped(Message(b'{"c":"p","t":"q","sids":"s","bm":"7|3|"}{}'))  # not leased: no ack
     assert wrapped.fast == 3
     assert client.queue_acks.pending == 3
+
+
+@needs_lane
+def test_autoack_handler_reads_the_settings_as_they_are_now() -> None:
+    """The C handler reads the acks object's batch size, backlog caps and batches on each
+    message (from the object's ``__dict__``), so a change made after it was created counts
+    from the next message; a new topic after another is its own batch."""
+    from ampsclient.acks import QueueAcks
+
+    sent: list[bytes] = []
+    acks = QueueAcks(sent.append, lambda seconds, fn: None)
+    acks.set_batch_size(10)
+    call = C.AutoAck(
+        lambda m: None,
+        acks,
+        acks._settled,
+        acks._lock,
+        acks.hand_out,
+        acks.settle,
+        acks.after_handler,
+        acks._send_now,
+        acks._arm,
+    )
+    for i in range(3):
+        call(Message(b'{"c":"p","t":"q","sids":"s","bm":"6|%d|","lp":"9"}{}' % i))
+    call(Message(b'{"c":"p","t":"r","sids":"s","bm":"6|9|","lp":"9"}{}'))
+    assert acks._pending == {"q": ["6|0|", "6|1|", "6|2|"], "r": ["6|9|"]} and sent == []
+    acks.set_batch_size(4)  # the fourth of q fills its batch now
+    call(Message(b'{"c":"p","t":"q","sids":"s","bm":"6|3|","lp":"9"}{}'))
+    assert [decode_header(f)[0]["bm"] for f in sent] == ["6|0|,6|1|,6|2|,6|3|"]
+    acks.subscribed("s", "r", "max_backlog=2")  # a cap below the batch size, for r
+    call(Message(b'{"c":"p","t":"r","sids":"s","bm":"6|10|","lp":"9"}{}'))
+    assert [decode_header(f)[0]["bm"] for f in sent][1:] == ["6|9|,6|10|"]
+    assert acks._pending == {} and call.fast == 6
 
 
 @needs_lane
