@@ -391,16 +391,24 @@ static int leased_here(PyObject *msg, PyObject *owner, int strict, PyObject **le
 }
 
 /* The lease of msg by lessee ends and msg leaves messages; 1: lessee.leased held it,
- * 0: it did not, -1: error. */
+ * 0: it did not, -1: error. cache holds the last lessee and its leased dict (new
+ * references, NULL at first): an ack's messages mostly share their lessee. */
 static int ack_one(PyObject *messages, PyObject *bookmark, PyObject *msg, PyObject *lessee,
-                   PyObject *removed) {
-    PyObject *leased = PyObject_GetAttr(lessee, s_leased);
-    if (leased == NULL)
-        return -1;
-    if (!PyDict_Check(leased)) {
-        PyErr_SetString(PyExc_TypeError, "ack_run: lessee.leased must be a dict");
-        Py_DECREF(leased);
-        return -1;
+                   PyObject *removed, PyObject *cache[2]) {
+    PyObject *leased;
+    if (cache[0] == lessee) {
+        leased = Py_NewRef(cache[1]);
+    } else {
+        leased = PyObject_GetAttr(lessee, s_leased);
+        if (leased == NULL)
+            return -1;
+        if (!PyDict_Check(leased)) {
+            PyErr_SetString(PyExc_TypeError, "ack_run: lessee.leased must be a dict");
+            Py_DECREF(leased);
+            return -1;
+        }
+        Py_XSETREF(cache[0], Py_NewRef(lessee));
+        Py_XSETREF(cache[1], Py_NewRef(leased));
     }
     PyObject *held = PyDict_GetItemWithError(leased, bookmark); /* borrowed */
     int freed = 0;
@@ -449,6 +457,7 @@ static PyObject *ack_run(PyObject *self, PyObject *args) {
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     Py_ssize_t freed = 0;
+    PyObject *cache[2] = {NULL, NULL};
     for (; pos < count; pos++) {
         PyObject *bookmark = items[pos];
         PyObject *msg = PyDict_GetItemWithError(messages, bookmark); /* borrowed */
@@ -466,16 +475,20 @@ static PyObject *ack_run(PyObject *self, PyObject *args) {
                 goto error;
             break;
         }
-        int held = ack_one(messages, bookmark, msg, lessee, removed);
+        int held = ack_one(messages, bookmark, msg, lessee, removed, cache);
         Py_DECREF(lessee);
         Py_DECREF(msg);
         if (held < 0)
             goto error;
         freed += held;
     }
+    Py_XDECREF(cache[0]);
+    Py_XDECREF(cache[1]);
     Py_DECREF(seq);
     return Py_BuildValue("(nn)", pos, freed);
 error:
+    Py_XDECREF(cache[0]);
+    Py_XDECREF(cache[1]);
     Py_DECREF(seq);
     return NULL;
 }
