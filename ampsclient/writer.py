@@ -172,6 +172,12 @@ class FrameWriter:
     def queue_frame_now(self, frame: bytes) -> bool:
         """:meth:`queue_frame`, then, on the loop thread, write the queue at once (the HA
         client's queue acknowledgements: see :meth:`send_now`)."""
+        if self._writes_now():
+            if not self._can_send:
+                return False
+            self._outq.append(frame)
+            self._write_queued()
+            return True
         queued = self.queue_frame(frame)
         if queued and threading.get_ident() == self._loop_tid:
             self._write_queued()
@@ -189,9 +195,22 @@ class FrameWriter:
         Raises:
             DisconnectedError: no transport is open.
         """
+        if self._writes_now():  # written below: the writer need not be woken for it
+            self._writer_core.send_payload(payload, notify=False)
+            self._write_queued()
+            return
         self._writer_core.send_payload(payload)
         if threading.get_ident() == self._loop_tid:
             self._write_queued()
+
+    def _writes_now(self) -> bool:
+        """On the loop thread with an open transport that takes writes: a frame queued now
+        can be written at once (otherwise the writer is scheduled as usual)."""
+        return (
+            threading.get_ident() == self._loop_tid
+            and self._transport is not None
+            and not self._blocked
+        )
 
     def _write_queued(self) -> None:
         """Write everything queued now (loop only); the writer's schedule is left as it is

@@ -200,8 +200,9 @@ class ClientCore:
         self._cid += 1
         return f"auto{self._cid}"
 
-    def send_payload(self, payload: bytes) -> None:
-        """Queue one payload as a frame.
+    def send_payload(self, payload: bytes, *, notify: bool = True) -> None:
+        """Queue one payload as a frame; ``notify``: call :attr:`on_send` (the writer's
+        wake-up; not needed by a caller that writes the queue itself right after).
 
         Raises:
             DisconnectedError: no transport is open.
@@ -209,7 +210,7 @@ class ClientCore:
         if self.state not in OPEN_STATES:
             raise DisconnectedError("not connected")
         self.outq.append(_pack_len(len(payload)) + payload)
-        if self.on_send is not None:
+        if notify and self.on_send is not None:
             self.on_send()
 
     def data_to_send(self) -> list[bytes]:
