@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from . import _accel
 from .exceptions import AMPSError, UsageError
-from .protocol.header import encode_header
+from .protocol.header import encode_header, escape
 from .protocol.message import Message
 
 __all__ = [
@@ -58,6 +58,11 @@ _pack_len = struct.Struct(">I").pack
 
 ACK_COMMAND_ID = "AMPS-queue-ack"
 """The command id of every queue ack (as the official client sends it)."""
+
+_ACK_HEAD: Final = b'{"c":"sow_delete","t":"'
+_ACK_MID: Final = '","cid":"' + ACK_COMMAND_ID + '","bookmark":"'
+"""A plain ack's header around its escaped topic and bookmarks (``encode_header``'s bytes for
+``{"c":"sow_delete","t":T,"cid":ACK_COMMAND_ID,"bookmark":B}``)."""
 
 Handler = Callable[[Message], Any]
 
@@ -255,6 +260,9 @@ class QueueAcks:
     def _write(self, topic: str, bookmark: str, options: str | None) -> None:
         if self._writer is not None:
             self._writer(topic, bookmark, options)
+            return
+        if options is None:  # the usual ack: encode_header's bytes, made directly
+            self._send(_ACK_HEAD + (escape(topic) + _ACK_MID + escape(bookmark)).encode() + b'"}')
             return
         self._send(
             encode_header(

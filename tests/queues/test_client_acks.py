@@ -241,3 +241,21 @@ async def test_quiet_async_stream_auto_ack_on_timeout(server: ServerThread) -> N
         stream.close()
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("topic", "bookmarks"),
+    [("work", "1|1|"), ("q", "1|1|,1|2|,1|3|"), ('a"b\\c', '2|"|,x\\y'), ("é/ü", "3|é|")],
+)
+def test_a_plain_ack_is_the_header_encode_header_makes(topic: str, bookmarks: str) -> None:
+    """The usual ack (no options) is built directly; its bytes are encode_header's for the
+    same fields, escapes and UTF-8 included; with options it is encode_header's own."""
+    from ampsclient.acks import QueueAcks
+    from ampsclient.protocol.header import encode_header
+
+    sent: list[bytes] = []
+    acks = QueueAcks(sent.append, lambda seconds, fn: None)
+    acks.ack(topic, bookmarks)
+    acks.ack(topic, bookmarks, "cancel")
+    fields = {"c": "sow_delete", "t": topic, "cid": "AMPS-queue-ack", "bookmark": bookmarks}
+    assert sent == [encode_header(fields), encode_header({**fields, "o": "cancel"})]
