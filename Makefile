@@ -27,13 +27,19 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/worker_grid/runner.py --mode both
 
+PYTEST := $(PY) -m pytest -p no:cacheprovider --cov --cov-append --cov-report=
+# two workers (pytest-xdist), then the tests marked serial (they assert on time) one at a time
+PARALLEL := -n 2 --dist worksteal -m "not serial"
+PURE_SUITES := tests/client tests/ha tests/stores tests/protocol tests/fuzz tests/test_speedups.py
+
 test: $(STAMP)
+	$(PY) -m coverage erase
 	@# coverage of the library (branches too, server processes included; pyproject [tool.coverage])
-	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PY) -m pytest -p no:cacheprovider --cov --cov-report=
+	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PYTEST) $(PARALLEL)
+	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PYTEST) -m serial
 	@# the pure-Python code the C speedups replace, on the suites that run through it
-	AMPSCLIENT_PUREPYTHON=1 $(PY) -m pytest -p no:cacheprovider -q --cov --cov-append \
-		--cov-report= tests/client tests/ha tests/stores tests/protocol tests/fuzz \
-		tests/test_speedups.py
+	AMPSCLIENT_PUREPYTHON=1 $(PYTEST) -q $(PARALLEL) $(PURE_SUITES)
+	AMPSCLIENT_PUREPYTHON=1 $(PYTEST) -q -m serial $(PURE_SUITES)
 	$(PY) -m coverage report
 
 docs: $(STAMP)
