@@ -83,8 +83,6 @@ def lease_run(
             subscription.
         TypeError: ``frames`` without ``tail`` (bytes).
     """
-    if frames is not None and type(tail) is not bytes:
-        raise TypeError("lease_run: frames needs tail (bytes)")
     if index < 0:
         raise ValueError("lease_run: index must be >= 0")
     if n <= 0:
@@ -94,16 +92,7 @@ def lease_run(
     if not subs:
         raise IndexError("lease_run: no subscription")
     if frames is not None:
-        if len(frames) != len(subs):
-            raise ValueError("lease_run: frames must have one entry per subscription")
-        for entry in frames:
-            if not (
-                isinstance(entry, tuple)
-                and len(entry) == 2
-                and isinstance(entry[0], bytes)
-                and isinstance(entry[1], list)
-            ):
-                raise TypeError("lease_run: frames entries must be (bytes, list)")
+        _check_frames(frames, tail, len(subs))
     targets = None if frames is None else dict(zip(map(id, subs), frames, strict=True))
     new = QueueMessage
     append = out.append
@@ -127,3 +116,21 @@ def lease_run(
         else:
             start, framed = targets[id(qsub)]
             framed.append(b"".join((start, bookmark.encode(), tail or b"", data)))
+
+
+def _check_frames(
+    frames: Sequence[tuple[bytes, list[bytes]]], tail: bytes | None, count: int
+) -> None:
+    """:func:`lease_run`'s checks of ``frames`` and ``tail`` (the C one's, in its order)."""
+    if type(tail) is not bytes:
+        raise TypeError("lease_run: frames needs tail (bytes)")
+    if len(frames) != count:
+        raise ValueError("lease_run: frames must have one entry per subscription")
+    for entry in frames:
+        if not (
+            isinstance(entry, tuple)
+            and len(entry) == 2
+            and isinstance(entry[0], bytes)
+            and isinstance(entry[1], list)
+        ):
+            raise TypeError("lease_run: frames entries must be (bytes, list)")

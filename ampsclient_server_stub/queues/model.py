@@ -359,6 +359,14 @@ class Queue:
             and all(qsub.matches is None for qsub in subs)
         ):
             return self._offer_fresh(now, frames)
+        return self._offer_scan(now)
+
+    def _offer_scan(self, now: float) -> list[tuple[QueueSub, QueueMessage]]:
+        """:meth:`offer` in general: the FIFO and the heap of returned messages merged in
+        order, barriers, each message's choice of subscription (:meth:`_choose`)."""
+        out: list[tuple[QueueSub, QueueMessage]] = []
+        heap = self._heap
+        fresh = self._fresh
         if self._arrivals.count:
             self._materialize()
         first = fresh[0] if fresh and (not heap or fresh[0].order < heap[0][1]) else heap[0][2]
