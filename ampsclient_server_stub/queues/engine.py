@@ -436,8 +436,10 @@ class QueueEngine:
             early = [b for b in bookmarks if inactive.remove(b)]
             bookmarks = [b for b in bookmarks if b not in early] if early else bookmarks
         result = queue.ack(bookmarks, option=option, owner=conn, now=now, known=self.in_journal)
-        result.removed.extend(early)
-        self._expired(queue, result.expired, journaled=True)  # letters before the removals
+        if early:
+            result.removed.extend(early)
+        if result.expired:
+            self._expired(queue, result.expired, journaled=True)  # letters before the removals
         index = self.record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
         self.pump(queue)
         if self._timed:  # (no queue has a lease period or an expiration: nothing to arm)

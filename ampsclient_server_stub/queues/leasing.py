@@ -9,12 +9,14 @@ makes per message.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from .arrivals import Arrivals
 from .message import QueueMessage, QueueSub
 
-__all__ = ["FrameTargets", "lease_run", "lowest_ratio"]
+__all__ = ["FrameTargets", "lease_arrivals", "lease_run", "lowest_ratio"]
 
 
 class FrameTargets(Protocol):
@@ -134,3 +136,51 @@ def _check_frames(
             and isinstance(entry[1], list)
         ):
             raise TypeError("lease_run: frames entries must be (bytes, list)")
+
+
+def lease_arrivals(
+    lease: Callable[..., None],
+    arrivals: Arrivals,
+    room: int,
+    subs: Sequence[QueueSub],
+    kept: dict[str, QueueMessage] | None,
+    now: float,
+    state: int,
+    lease_deadline: float | None,
+    lease_heap: list[Any],
+    out: list[tuple[QueueSub, QueueMessage]],
+    frames: FrameTargets | None,
+) -> int:
+    """Lease up to ``room`` of ``arrivals``, a run at a time with ``lease`` (:func:`lease_run`
+    or its C twin; the other arguments are its own): their leases appended to ``out``, or
+    with ``frames`` framed there as they are leased. Returns how many were framed."""
+    targets = tail = None
+    if frames is not None:
+        targets = frames.targets(subs)
+        tail = frames.tail(lease_deadline)
+    framed = 0
+    while room > 0 and arrivals.count:
+        run, index, first, enqueued = arrivals.head()
+        n = min(room, len(run) - index)
+        lease(
+            run,
+            index,
+            n,
+            first,
+            enqueued,
+            subs,
+            kept,
+            now,
+            state,
+            lease_deadline,
+            heapq.heappush,
+            lease_heap,
+            out,
+            targets,
+            tail,
+        )
+        arrivals.advance(n)
+        room -= n
+        if targets is not None:
+            framed += n
+    return framed

@@ -35,7 +35,7 @@ from . import acking, leasing, speedups
 from .arrivals import Arrivals
 from .config import QueueConfig
 from .expiration import deadline
-from .leasing import FrameTargets, lowest_ratio
+from .leasing import FrameTargets, lease_arrivals, lowest_ratio
 from .message import UNPARSED, AckResult, QueueMessage, QueueSub
 from .priority import unsigned_priority
 from .states import AVAILABLE, GONE, LEASED, REMOTE
@@ -441,15 +441,17 @@ class Queue:
         out: list[tuple[QueueSub, QueueMessage]] = []
         subs = self.subs
         # without filters every message goes to a subscription with room while one has it
-        room = sum(max(0, qsub.backlog - len(qsub.leased)) for qsub in subs)
-        limit = self.config.max_backlog
-        if limit is not None:
-            room = min(room, limit - self.leased)
+        single = subs[0] if len(subs) == 1 else None
+        if single is not None:
+            room = single.backlog - len(single.leased)
+        else:
+            room = sum(max(0, qsub.backlog - len(qsub.leased)) for qsub in subs)
+        config = self.config
+        if config.max_backlog is not None:
+            room = min(room, config.max_backlog - self.leased)
         if room <= 0:
             return out
-        append = out.append
-        single = subs[0] if len(subs) == 1 else None
-        lease_period = self.config.lease_period
+        lease_period = config.lease_period
         lease_deadline = None if lease_period is None else now + lease_period  # one object
         at_most_once = self.at_most_once
         state = GONE if at_most_once else LEASED
@@ -459,6 +461,7 @@ class Queue:
         arrivals = self._arrivals
         if arrivals.count and self.message_class is not QueueMessage:
             self._materialize()  # (kept for the plain class: the class changed since)
+        append = out.append
         while room > 0 and fresh:
             msg = fresh.popleft()
             if msg.state != AVAILABLE:
@@ -479,34 +482,20 @@ class Queue:
         kept = None if at_most_once else messages  # (at-most-once: gone as they are sent)
         # framed as leased: only when nothing is in ``out`` (each session's frames in order),
         # and not at-most-once (the caller journals those as they go)
-        direct = frames is not None and not out and not at_most_once
-        targets = frames.targets(subs) if frames is not None and direct else None
-        tail = frames.tail(lease_deadline) if frames is not None and direct else None
-        framed = 0
-        while room > 0 and arrivals.count:
-            run, index, first, enqueued = arrivals.head()
-            n = min(room, len(run) - index)
-            _lease_run(
-                run,
-                index,
-                n,
-                first,
-                enqueued,
-                subs,
-                kept,
-                now,
-                state,
-                lease_deadline,
-                heapq.heappush,
-                lease_heap,
-                out,
-                targets,
-                tail,
-            )
-            arrivals.advance(n)
-            room -= n
-            if targets is not None:
-                framed += n
+        direct = frames if frames is not None and not out and not at_most_once else None
+        framed = lease_arrivals(
+            _lease_run,
+            self._arrivals,
+            room,
+            self.subs,
+            kept,
+            now,
+            state,
+            lease_deadline,
+            self._lease_heap,
+            out,
+            direct,
+        )
         self.leased += len(out) + framed
         self.counters["delivered"] += len(out) + framed
         return out
