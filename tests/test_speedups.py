@@ -1383,6 +1383,22 @@ def test_autoack_take_fills_and_sends_batches_like_python() -> None:
         assert len(batch) - 1 <= (3 if batch[0] == "q2" else 7)
 
 
+def _c_autoack(handler: Any, acks: Any, *, after: Any = None) -> Any:
+    """The C auto-ack handler over ``acks`` (a ``QueueAcks``), wired as ``QueueAcks.wrap``
+    wires it; ``after``: its Python path (default the acks object's own)."""
+    return C.AutoAck(
+        handler,
+        acks,
+        acks._settled,
+        acks._lock,
+        acks.hand_out,
+        acks.settle,
+        after or acks.after_handler,
+        acks._send_now,
+        acks._arm,
+    )
+
+
 def _autoack_run(use_c: bool, steps: list[tuple[int, str, int]]) -> list[Any]:
     """Deliveries through one client's auto-ack handler, C ``AutoAck`` or its twin; what
     the handler returned or raised, every frame sent, every timer armed, the state after."""
@@ -1406,20 +1422,7 @@ def _autoack_run(use_c: bool, steps: list[tuple[int, str, int]]) -> list[Any]:
         return message.bookmark
 
     behaviour = ["ok"]
-    if use_c:
-        call = C.AutoAck(
-            handler,
-            acks,
-            acks._settled,
-            acks._lock,
-            acks.hand_out,
-            acks.settle,
-            acks.after_handler,
-            acks._send_now,
-            acks._arm,
-        )
-    else:
-        call = AutoAckCall(handler, acks).call
+    call = _c_autoack(handler, acks) if use_c else AutoAckCall(handler, acks).call
     forms = [
         b'{"c":"p","t":"%s","sids":"s1","bm":"1|%d|","lp":"1000"}{"n":1}',
         b'{"c":"p","t":"%s","sids":"s1","bm":"1|%d|","lp":"1000","x":"\\u0041"}{}',
@@ -1496,17 +1499,7 @@ def test_autoack_handler_reads_the_settings_as_they_are_now() -> None:
     sent: list[bytes] = []
     acks = QueueAcks(sent.append, lambda seconds, fn: None)
     acks.set_batch_size(10)
-    call = C.AutoAck(
-        lambda m: None,
-        acks,
-        acks._settled,
-        acks._lock,
-        acks.hand_out,
-        acks.settle,
-        acks.after_handler,
-        acks._send_now,
-        acks._arm,
-    )
+    call = _c_autoack(lambda m: None, acks)
     for i in range(3):
         call(Message(b'{"c":"p","t":"q","sids":"s","bm":"6|%d|","lp":"9"}{}' % i))
     call(Message(b'{"c":"p","t":"r","sids":"s","bm":"6|9|","lp":"9"}{}'))
@@ -1529,17 +1522,7 @@ def test_autoack_handler_leaves_the_batches_to_python_while_another_thread_holds
     acks = QueueAcks(lambda payload: None, lambda seconds, fn: None)
     acks.set_batch_size(10)
     to_python: list[Message] = []
-    call = C.AutoAck(
-        lambda m: None,
-        acks,
-        acks._settled,
-        acks._lock,
-        acks.hand_out,
-        acks.settle,
-        to_python.append,
-        acks._send_now,
-        acks._arm,
-    )
+    call = _c_autoack(lambda m: None, acks, after=to_python.append)
     held, release = threading.Event(), threading.Event()
 
     def holder() -> None:
