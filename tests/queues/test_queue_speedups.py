@@ -644,12 +644,18 @@ def arrivals_run(count: int) -> list[tuple[str, bytes]]:
     return [(f"4|{i}|", b'{"i":%d}' % i) for i in range(count)]
 
 
+def two_subs() -> tuple[QueueSub, QueueSub]:
+    """Two subscriptions for proportional choices: a with 1 of 4 leased, b with 0 of 2."""
+    a = QueueSub(object(), object(), 4, None)
+    b = QueueSub(object(), object(), 2, None)
+    a.leased["old"] = QueueMessage("old", b"", None, 0, 0.0)
+    return a, b
+
+
 @pytest.mark.parametrize("name", IMPLS)
 def test_lease_run_makes_and_leases_each_arrival(name: str) -> None:
     lease = lease_impl(name)
-    a = QueueSub(object(), object(), 4, None)
-    b = QueueSub(object(), object(), 2, None)
-    a.leased["old"] = QueueMessage("old", b"", None, 0, 0.0)  # a: 1/4, b: 0/2
+    a, b = two_subs()  # a: 1/4, b: 0/2
     run = arrivals_run(6)
     messages: dict[str, QueueMessage] = {}
     heap: list[Any] = []
@@ -718,9 +724,7 @@ def test_lease_run_at_most_once_single_and_full_subscriptions(name: str) -> None
 @pytest.mark.parametrize("name", IMPLS)
 def test_lease_run_frames_each_lease_into_its_subscriptions_list(name: str) -> None:
     lease = lease_impl(name)
-    a = QueueSub(object(), object(), 4, None)
-    b = QueueSub(object(), object(), 2, None)
-    a.leased["old"] = QueueMessage("old", b"", None, 0, 0.0)  # a: 1/4, b: 0/2
+    a, b = two_subs()  # a: 1/4, b: 0/2
     frames_a: list[bytes] = [b"earlier"]
     frames_b: list[bytes] = []
     targets = [(b"A[", frames_a), (b"B[", frames_b)]
