@@ -95,6 +95,9 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
         "client.transport": "_transport",
         "client.wake_pending": "_wake_pending",
         "client.blocked": "_blocked",
+        "client.outq": "_outq",
+        "client.caller_writes": "_caller_writes",
+        "client.caller_write": "write_from_caller",
         # an AsyncClient's publish gate, which the AsyncHAClient holding it drives (PublishLane)
         "ha_client.pub_lock": "_pub_lock",
         "ha_client.seq_suffix": "_seq_suffix",

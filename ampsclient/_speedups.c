@@ -38,7 +38,8 @@ enum {
     R_SEG_WRITE_GEN,
     /* a client's publish state (instance attributes) */
     R_CLIENT_PUB_PREFIX, R_CLIENT_ENQUEUE, R_CLIENT_WAKE, R_CLIENT_WAIT_WRITABLE,
-    R_CLIENT_TRANSPORT, R_CLIENT_WAKE_PENDING, R_CLIENT_BLOCKED,
+    R_CLIENT_TRANSPORT, R_CLIENT_WAKE_PENDING, R_CLIENT_BLOCKED, R_CLIENT_OUTQ,
+    R_CLIENT_CALLER_WRITES, R_CLIENT_CALLER_WRITE,
     /* an HA client's, on top (instance attributes) */
     R_HA_PUB_LOCK, R_HA_SEQ_SUFFIX, R_HA_CAN_SEND,
     /* a client's queue acks (instance attributes the auto-ack handler reads) */
@@ -60,7 +61,8 @@ static const char *const role_keys[R_COUNT] = {
     "segment_log.broken", "segment_log.mm", "segment_log.active_size", "segment_log.map_size",
     "segment_log.segment_size", "segment_log.write_gen",
     "client.pub_prefix", "client.enqueue", "client.wake", "client.wait_writable",
-    "client.transport", "client.wake_pending", "client.blocked",
+    "client.transport", "client.wake_pending", "client.blocked", "client.outq",
+    "client.caller_writes", "client.caller_write",
     "ha_client.pub_lock", "ha_client.seq_suffix", "ha_client.can_send",
     "queue_acks.pending", "queue_acks.caps", "queue_acks.batch_size",
 };
@@ -1777,18 +1779,38 @@ fast_body(PyObject *data, const char **body, Py_ssize_t *len)
     return 0;
 }
 
+/* ampsclient.writer.CALLER_WRITE_FRAMES (tests/test_speedups.py checks they are equal) */
+#define CALLER_WRITE_FRAMES 256
+
+/* The callables and the queue after_enqueue uses (borrowed from a lane). */
+typedef struct {
+    PyObject *wake;          /* role client.wake */
+    PyObject *wait_writable; /* role client.wait_writable */
+    PyObject *outq;          /* role client.outq (the write queue, a deque) */
+    PyObject *caller_write;  /* role client.caller_write */
+} Waker;
+
 /* After a frame was queued, what the Python publish paths do: wake the writer when it
  * sleeps (role client.wake, which also waits while the socket is full), else wait while
- * it is full (role client.wait_writable). ``dict`` is the client's __dict__. -1 on error. */
+ * it is full (role client.wait_writable), else, when the client lets publishes write
+ * (role client.caller_writes) and CALLER_WRITE_FRAMES frames are queued, write them from
+ * this thread (role client.caller_write). ``dict`` is the client's __dict__. -1 on error. */
 static int
-after_enqueue(PyObject *dict, PyObject *wake, PyObject *wait_writable)
+after_enqueue(PyObject *dict, const Waker *w)
 {
     PyObject *call = NULL;
     if (PyDict_GetItemWithError(dict, NAME(R_CLIENT_WAKE_PENDING)) != Py_True) {
-        call = wake;
+        call = w->wake;
     }
     else if (PyDict_GetItemWithError(dict, NAME(R_CLIENT_BLOCKED)) == Py_True) {
-        call = wait_writable;
+        call = w->wait_writable;
+    }
+    else if (!PyErr_Occurred()
+             && PyDict_GetItemWithError(dict, NAME(R_CLIENT_CALLER_WRITES)) == Py_True) {
+        Py_ssize_t queued = PyObject_Size(w->outq);
+        if (queued >= CALLER_WRITE_FRAMES) {
+            call = w->caller_write;
+        }
     }
     if (PyErr_Occurred()) {
         return -1;
@@ -1812,8 +1834,7 @@ typedef struct {
     PyObject *store_locked;   /* role publish_store.lock, its .locked */
     PyObject *suffixes;       /* role ha_client.seq_suffix: topic -> b',"a":"persisted","t":"..."}' */
     PyObject *enqueue;        /* role client.enqueue (the write queue's append) */
-    PyObject *wake;           /* role client.wake */
-    PyObject *wait_writable;  /* role client.wait_writable */
+    Waker w;                  /* roles client.wake, .wait_writable, .outq, .caller_write */
     PyObject *slow;           /* AsyncHAClient.publish, bound */
     int file;                 /* a FilePublishStore: write the record too */
     int enabled;
@@ -1836,8 +1857,10 @@ publane_traverse(PublishLane *self, visitproc visit, void *arg)
     Py_VISIT(self->store_locked);
     Py_VISIT(self->suffixes);
     Py_VISIT(self->enqueue);
-    Py_VISIT(self->wake);
-    Py_VISIT(self->wait_writable);
+    Py_VISIT(self->w.wake);
+    Py_VISIT(self->w.wait_writable);
+    Py_VISIT(self->w.outq);
+    Py_VISIT(self->w.caller_write);
     Py_VISIT(self->slow);
     return 0;
 }
@@ -1852,8 +1875,10 @@ publane_clear(PublishLane *self)
     Py_CLEAR(self->store_locked);
     Py_CLEAR(self->suffixes);
     Py_CLEAR(self->enqueue);
-    Py_CLEAR(self->wake);
-    Py_CLEAR(self->wait_writable);
+    Py_CLEAR(self->w.wake);
+    Py_CLEAR(self->w.wait_writable);
+    Py_CLEAR(self->w.outq);
+    Py_CLEAR(self->w.caller_write);
     Py_CLEAR(self->slow);
     self->enabled = 0;
     return 0;
@@ -1875,6 +1900,19 @@ take_attr(PyObject *obj, PyObject *name, PyObject **field)
         return -1;
     }
     Py_XSETREF(*field, value);
+    return 0;
+}
+
+/* A lane's Waker from the client's attributes. */
+static int
+take_waker(PyObject *client, Waker *w)
+{
+    if (take_attr(client, NAME(R_CLIENT_WAKE), &w->wake) < 0
+        || take_attr(client, NAME(R_CLIENT_WAIT_WRITABLE), &w->wait_writable) < 0
+        || take_attr(client, NAME(R_CLIENT_OUTQ), &w->outq) < 0
+        || take_attr(client, NAME(R_CLIENT_CALLER_WRITE), &w->caller_write) < 0) {
+        return -1;
+    }
     return 0;
 }
 
@@ -1920,8 +1958,7 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
                  || take_attr(lock, str_locked, &self->store_locked) < 0
                  || take_attr(client, NAME(R_HA_SEQ_SUFFIX), &self->suffixes) < 0
                  || take_attr(client, NAME(R_CLIENT_ENQUEUE), &self->enqueue) < 0
-                 || take_attr(client, NAME(R_CLIENT_WAKE), &self->wake) < 0
-                 || take_attr(client, NAME(R_CLIENT_WAIT_WRITABLE), &self->wait_writable) < 0;
+                 || take_waker(client, &self->w) < 0;
     Py_XDECREF(lock);
     if (failed) {
         return -1;
@@ -2109,7 +2146,7 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
         goto after_error;
     }
     Py_DECREF(r);
-    if (after_enqueue(dict, self->wake, self->wait_writable) < 0) {
+    if (after_enqueue(dict, &self->w) < 0) {
         goto after_error;
     }
     Py_DECREF(dict);
@@ -2198,8 +2235,7 @@ typedef struct {
     PyObject *client;
     PyObject *prefixes;      /* role client.pub_prefix: topic -> (b'{"c":"p","t":"..."}', length) */
     PyObject *enqueue;       /* role client.enqueue */
-    PyObject *wake;          /* role client.wake */
-    PyObject *wait_writable; /* role client.wait_writable */
+    Waker w;                 /* roles client.wake, .wait_writable, .outq, .caller_write */
     PyObject *slow;          /* AsyncClient.publish, bound */
     int enabled;
     unsigned long long fast;
@@ -2211,8 +2247,10 @@ plainlane_traverse(PlainLane *self, visitproc visit, void *arg)
     Py_VISIT(self->client);
     Py_VISIT(self->prefixes);
     Py_VISIT(self->enqueue);
-    Py_VISIT(self->wake);
-    Py_VISIT(self->wait_writable);
+    Py_VISIT(self->w.wake);
+    Py_VISIT(self->w.wait_writable);
+    Py_VISIT(self->w.outq);
+    Py_VISIT(self->w.caller_write);
     Py_VISIT(self->slow);
     return 0;
 }
@@ -2223,8 +2261,10 @@ plainlane_clear(PlainLane *self)
     Py_CLEAR(self->client);
     Py_CLEAR(self->prefixes);
     Py_CLEAR(self->enqueue);
-    Py_CLEAR(self->wake);
-    Py_CLEAR(self->wait_writable);
+    Py_CLEAR(self->w.wake);
+    Py_CLEAR(self->w.wait_writable);
+    Py_CLEAR(self->w.outq);
+    Py_CLEAR(self->w.caller_write);
     Py_CLEAR(self->slow);
     self->enabled = 0;
     return 0;
@@ -2247,8 +2287,7 @@ plainlane_init(PlainLane *self, PyObject *args, PyObject *kwds)
     }
     if (need_layout() < 0 || take_attr(client, NAME(R_CLIENT_PUB_PREFIX), &self->prefixes) < 0
         || take_attr(client, NAME(R_CLIENT_ENQUEUE), &self->enqueue) < 0
-        || take_attr(client, NAME(R_CLIENT_WAKE), &self->wake) < 0
-        || take_attr(client, NAME(R_CLIENT_WAIT_WRITABLE), &self->wait_writable) < 0) {
+        || take_waker(client, &self->w) < 0) {
         return -1;
     }
     if (!PyDict_CheckExact(self->prefixes)) {
@@ -2316,7 +2355,7 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     }
     Py_DECREF(r);
     self->fast++;
-    int done = after_enqueue(dict, self->wake, self->wait_writable);
+    int done = after_enqueue(dict, &self->w);
     Py_DECREF(dict);
     if (done < 0) {
         return NULL;
@@ -2897,6 +2936,7 @@ PyInit__speedups(void)
         || PyModule_AddObjectRef(module, "PublishLane", (PyObject *)&PublishLaneType) < 0
         || PyType_Ready(&PlainLaneType) < 0
         || PyModule_AddObjectRef(module, "PlainPublishLane", (PyObject *)&PlainLaneType) < 0
+        || PyModule_AddIntConstant(module, "CALLER_WRITE_FRAMES", CALLER_WRITE_FRAMES) < 0
         || PyType_Ready(&AutoAckType) < 0
         || PyModule_AddObjectRef(module, "AutoAck", (PyObject *)&AutoAckType) < 0) {
         Py_DECREF(module);

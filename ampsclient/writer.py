@@ -5,12 +5,20 @@ object: ``ampsclient._accel.LAYOUT``). It holds the write queue (the core's ``ou
 the writer on the loop, applies back-pressure to publisher threads, batches publishes
 (``set_publish_batching``), and offers the publish gate a store-and-forward wrapper (the HA
 client) drives. ``publish`` and ``delta_publish`` live here: they only build and queue frames.
+
+The loop thread writes the queue. A publisher on another thread that finds
+:data:`CALLER_WRITE_FRAMES` frames queued writes them itself
+(:meth:`FrameWriter.write_from_caller`): while it publishes it holds the GIL, and the loop
+thread gets it only every switch interval (5 ms), so without this the frames would reach the
+server in a few large bursts, most of them after the publishing loop ended, and the server
+would wait meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 import threading
 from collections.abc import Callable
@@ -22,10 +30,14 @@ from .exceptions import AMPSError, DisconnectedError, UsageError
 from .protocol.header import encode_header, escape
 from .transport.base import Transport
 
-__all__ = ["WRITE_LINGER", "FrameWriter"]
+__all__ = ["CALLER_WRITE_FRAMES", "WRITE_LINGER", "FrameWriter"]
 
 WRITE_LINGER: Final = 0.0005
 """After a write, the writer looks for more queued frames this many seconds later."""
+
+CALLER_WRITE_FRAMES: Final = 256
+"""A publish that leaves this many frames queued writes them from its own thread
+(:meth:`FrameWriter.write_from_caller`; the C lanes' ``CALLER_WRITE_FRAMES`` is the same)."""
 
 log = logging.getLogger("ampsclient.client")
 _pack_len = struct.Struct(">I").pack
@@ -64,6 +76,17 @@ class FrameWriter:
         """The publish gate (see :meth:`set_publish_gate`); the C ``PublishLane`` reads it."""
         self._pub_lock = threading.Lock()
         self._seq_suffix: dict[str, bytes] = {}
+        self._write_lock = threading.Lock()
+        """Held by whoever moves frames from the queue to the socket: the loop (never waiting
+        for it) or a publisher thread in :meth:`write_from_caller`."""
+        self._sender: socket.socket | None = None
+        """The transport's :meth:`~.Transport.caller_socket` while connected (plain TCP)."""
+        self._caller_writes = False
+        """Whether a publish that leaves :data:`CALLER_WRITE_FRAMES` frames queued writes them:
+        a caller socket is open and publishes are not batched (the C lanes read it)."""
+        self._caller_paused = False
+        """A caller's send found the socket full: callers leave writing to the loop until it
+        wrote the rest (so a full socket does not make every publish join the queue again)."""
 
     # ---------------------------------------------------------------------- the transport
 
@@ -87,13 +110,21 @@ class FrameWriter:
         self._transport = transport
         self._wake_pending = False
         self._blocked = False
+        self._caller_paused = False
         self._writable.set()
+        self._sender = transport.caller_socket()
+        self._caller_writes = self._sender is not None and not self._batch_bytes
 
     def detach(self) -> Transport | None:
         """The transport closed: stop writing (publisher threads waiting for room return)."""
         transport, self._transport = self._transport, None
         self._blocked = False
         self._writable.set()
+        sender, self._sender = self._sender, None
+        self._caller_writes = False
+        if sender is not None:
+            with self._write_lock:  # (held at most for one non-blocking send)
+                sender.close()
         return transport
 
     def drain_now(self) -> None:
@@ -220,21 +251,91 @@ class FrameWriter:
             self._write_all(transport)
 
     def _write_all(self, transport: Transport) -> None:
-        """Hand every queued frame to ``transport`` in one write (a batch ends here)."""
+        """Hand every queued frame to ``transport`` in one write (a batch ends here), unless a
+        publisher thread is writing the queue (then the loop comes back for what it leaves)."""
+        lock = self._write_lock
+        if not lock.acquire(blocking=False):
+            if not self._wake_pending:
+                self.schedule_drain()
+            return
+        try:
+            q = self._outq
+            n = len(q)
+            self._batch_since = None
+            self._urgent = False
+            self._caller_paused = False
+            pop = q.popleft
+            data = pop() if n == 1 else b"".join([pop() for _ in range(n)])
+            self._writer_core.stats["frames_sent"] += n
+            try:
+                tf = self._writer_core.transport_filter
+                if tf is not None:
+                    tf(data, False)
+                transport.write(data)
+            except AMPSError as exc:
+                log.debug("write after close dropped: %s", exc)
+        finally:
+            lock.release()
+
+    def write_from_caller(self) -> None:
+        """Write the queued frames now, from the calling thread (see the module docstring).
+
+        The publish paths (the C lanes' too) call it when a publish leaves
+        :data:`CALLER_WRITE_FRAMES` frames queued on a connection with a caller socket
+        (plain TCP) and publishes are not batched. On the loop thread it writes through the
+        transport. On another thread it sends them with one non-blocking ``send`` on the
+        transport's :meth:`~.Transport.caller_socket` (the GIL is released during the call);
+        what the socket does not take goes back to the head of the queue for the loop, and
+        callers leave writing to the loop until it has written that. It does nothing while
+        the socket is full, a transport filter is set, the transport holds unwritten bytes
+        (its buffer must go first), or another thread is writing.
+        """
+        if self._batch_bytes or self._blocked or self._writer_core.transport_filter is not None:
+            return
+        if threading.get_ident() == self._loop_tid:
+            self._write_queued()
+            return
+        sender = self._sender
+        if sender is None or self._caller_paused or not self._write_lock.acquire(blocking=False):
+            return
+        try:
+            transport = self._transport
+            if transport is not None and self._sender is sender and not transport.write_buffer_size:
+                self._send_queue(sender)
+        finally:
+            self._write_lock.release()
+
+    def _send_queue(self, sender: socket.socket) -> None:
+        """:meth:`write_from_caller`'s send (the write lock held)."""
         q = self._outq
         n = len(q)
-        self._batch_since = None
-        self._urgent = False
+        if not n:
+            return
         pop = q.popleft
         data = pop() if n == 1 else b"".join([pop() for _ in range(n)])
-        self._writer_core.stats["frames_sent"] += n
         try:
-            tf = self._writer_core.transport_filter
-            if tf is not None:
-                tf(data, False)
-            transport.write(data)
-        except AMPSError as exc:
-            log.debug("write after close dropped: %s", exc)
+            sent = sender.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:  # the connection broke: the loop reads that and reports it
+            log.debug("a publisher thread's write failed: %s", exc)
+            sent = 0
+        if sent < len(data):
+            q.appendleft(data[sent:] if sent else data)  # one frame for the loop to count
+            n -= 1
+            self._caller_paused = True
+            if not self._wake_pending:  # the loop's drain may have found the queue empty
+                self.schedule_drain()
+        stats = self._writer_core.stats
+        stats["frames_sent"] += n
+        stats["caller_writes"] += 1
+
+    def write_backlog(self) -> None:
+        """:meth:`write_from_caller` if a publish left :data:`CALLER_WRITE_FRAMES` frames
+        queued and the writer is scheduled (a store-and-forward wrapper calls it after
+        queueing a publish, with its lock released)."""
+        if self._caller_writes and self._wake_pending and len(self._outq) >= CALLER_WRITE_FRAMES:
+            self.write_from_caller()
 
     def _wake(self) -> None:
         """Schedule the writer (the queue went from idle to busy), then apply back-pressure."""
@@ -309,6 +410,7 @@ class FrameWriter:
             raise UsageError("set_publish_batching: the limits cannot be negative")
         self._batch_bytes = int(batch_size)
         self._batch_timeout = batch_timeout / 1000.0
+        self._caller_writes = self._sender is not None and not self._batch_bytes
 
     def _hold_batch(self) -> bool:
         """``True`` while the queued publishes are under the batch's size and time bounds."""
@@ -367,6 +469,8 @@ class FrameWriter:
                 self._wake()
             elif self._blocked:
                 self._wait_writable()
+            elif self._caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
+                self.write_from_caller()
             return
         header = encode_header(
             {"c": "p", **publish_fields(topic, expiration, correlation_id, sow_key)}
@@ -382,6 +486,8 @@ class FrameWriter:
             self._wake()
         elif self._blocked:
             self._wait_writable()
+        elif self._caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
+            self.write_from_caller()
 
     def delta_publish(
         self,

@@ -157,8 +157,14 @@ class ClientCore:
         """The last successful logon ack."""
         self.server_version: str | None = None
         """The ``version`` of the last logon ack."""
-        self.stats = {"messages_received": 0, "frames_received": 0, "frames_sent": 0}
-        """Counters (the wing counts ``frames_sent`` as it writes)."""
+        self.stats = {
+            "messages_received": 0,
+            "frames_received": 0,
+            "frames_sent": 0,
+            "caller_writes": 0,
+        }
+        """Counters (the writer counts ``frames_sent`` as it writes, and ``caller_writes``:
+        the sends a publisher thread made itself, ``FrameWriter.write_from_caller``)."""
         self.heartbeat = Heartbeat()
         """Heartbeat settings and schedule."""
         self.rx = False

@@ -564,6 +564,8 @@ class AsyncHAClient(ConnectionFace):
             lock.release()
         if not self._writable.is_set():
             self._client.wait_writable()
+        else:
+            self._client.write_backlog()
         return seq
 
     def _wait_connected(self) -> None:

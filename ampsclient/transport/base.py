@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import socket
 from collections.abc import Callable
 
 __all__ = ["OnClose", "OnPayload", "Transport"]
@@ -37,3 +38,10 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def write_buffer_size(self) -> int:
         """Bytes accepted by :meth:`write` but not yet handed to the OS."""
+
+    def caller_socket(self) -> socket.socket | None:
+        """A second handle on the connection's socket, non-blocking, for threads other than
+        the loop's to write the same byte stream (:meth:`.FrameWriter.write_from_caller`);
+        the caller owns it and closes it. ``None`` (the default): this transport cannot
+        (TLS, WebSocket framing, in-memory), so only the loop writes."""
+        return None

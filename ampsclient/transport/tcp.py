@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -78,6 +79,7 @@ class TcpTransport(Transport):
         if on_data is None:
             self._framer = TcpFramer(max_frame_size=max_frame_size)
         self._transport: asyncio.Transport | None = None
+        self._tls = False
         self._closed = False
         self._error: BaseException | None = None
 
@@ -127,6 +129,7 @@ class TcpTransport(Transport):
                 pass
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         self._transport = transport
+        self._tls = uri.tls
         if self._closed:
             # the peer closed it before this call returned: the close was reported to a
             # client that had not attached us yet, so nobody would ever hear of it again
@@ -141,6 +144,27 @@ class TcpTransport(Transport):
         if t is None or self._closed:
             raise DisconnectedError("the connection is closed")
         t.write(data)
+
+    def caller_socket(self) -> socket.socket | None:
+        """A duplicate of the socket's descriptor (plain TCP only: TLS records are the
+        loop's to write), non-blocking; the caller closes it."""
+        t = self._transport
+        sock = None if t is None or self._closed or self._tls else t.get_extra_info("socket")
+        if sock is None:
+            return None
+        try:
+            fd = os.dup(sock.fileno())
+        except OSError as exc:
+            log.debug("no caller socket: %s", exc)
+            return None
+        try:
+            dup = socket.socket(fileno=fd)
+        except OSError as exc:
+            os.close(fd)
+            log.debug("no caller socket: %s", exc)
+            return None
+        dup.setblocking(False)
+        return dup
 
     def close(self) -> None:
         if self._transport is not None and not self._closed:

@@ -42,6 +42,8 @@ WING_ONLY = {
     "wait_writable",
     "wake_pending",
     "writable",
+    "write_backlog",
+    "write_from_caller",
 }
 
 

@@ -1,0 +1,164 @@
+"""A publisher thread writes what it queued itself (``FrameWriter.write_from_caller``): the
+frames reach the server while the client's loop cannot run, in order, also when the socket
+is full; TLS-less TCP only; the second socket handle is closed with the connection."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ampsclient import Client, HAClient, _accel
+from ampsclient.client import AsyncClient
+from ampsclient.ha.client import AsyncHAClient
+from ampsclient.writer import CALLER_WRITE_FRAMES
+from ampsclient_server_stub.testing import LoopbackProxy, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def subscriber(uri: str, name: str, topic: str) -> tuple[Client, list[int]]:
+    got: list[int] = []
+    sub = Client(name)
+    sub.connect(uri)
+    sub.logon(5000)
+    sub.subscribe(lambda m: got.append(int(m.get_data().partition(":")[0])), topic, timeout=5000)
+    return sub, got
+
+
+def caller_writes(client: Client) -> int:
+    """The sends a publisher thread of ``client`` made itself."""
+    inner = client.async_client
+    core = (inner.client if isinstance(inner, AsyncHAClient) else inner).core
+    assert isinstance(inner, AsyncClient | AsyncHAClient)
+    return core.stats["caller_writes"]
+
+
+class LoopHeld:
+    """While entered, the client's loop thread waits in a callback: only a publisher
+    thread can write."""
+
+    def __init__(self, client: Client) -> None:
+        self._loop = client.loop
+        self._held = threading.Event()
+        self._release = threading.Event()
+
+    def _hold(self) -> None:
+        self._held.set()
+        self._release.wait(60)
+
+    def __enter__(self) -> LoopHeld:
+        self._loop.call_soon_threadsafe(self._hold)
+        assert self._held.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._release.set()
+
+
+@pytest.fixture(params=["client", "ha"])
+def publisher(request: Any, server: Any) -> Iterator[Client]:
+    if request.param == "client":
+        client: Client = Client("caller-pub")
+        client.connect(server.uri())
+        client.logon(5000)
+    else:
+        client = HAClient("caller-pub-ha")
+        client.get_server_chooser().add(server.uri())
+        client.connect_and_logon()
+    with client:
+        yield client
+
+
+def test_a_publisher_thread_writes_while_the_loop_cannot(server: Any, publisher: Client) -> None:
+    """With the publisher's loop held, the subscriber receives the first
+    ``CALLER_WRITE_FRAMES`` messages (the publish that queues that many writes them), then,
+    the loop released, every message once and in order."""
+    count = 3 * CALLER_WRITE_FRAMES + 17
+    sub, got = subscriber(server.uri(), "caller-sub", "caller-writes")
+    with sub:
+        writes = caller_writes(publisher)
+        with LoopHeld(publisher):
+            for n in range(count):
+                publisher.publish("caller-writes", str(n))
+            wait_for(lambda: len(got) >= 3 * CALLER_WRITE_FRAMES, what="the caller's writes")
+            assert caller_writes(publisher) >= writes + 3
+        publisher.flush(10_000)
+        wait_for(lambda: len(got) >= count, what="every message")
+    assert got == list(range(count))
+
+
+def test_a_full_socket_leaves_the_rest_to_the_loop(server: Any) -> None:
+    """The server side stops reading (a stalled proxy) while the loop is held: 13 MB of
+    publishes cannot all fit in the socket buffers, so the caller's sends fill the socket
+    and put what they could not send back in the queue; once both go on, everything
+    arrives once, in order."""
+    host, port = "127.0.0.1", server.tcp_port
+    count = 60_000
+    body = "x" * 200
+    sub, got = subscriber(server.uri(), "caller-full-sub", "caller-full")
+    with sub, LoopbackProxy(host, port) as proxy, Client("caller-full") as client:
+        client.connect(f"tcp://{host}:{proxy.port}/amps/json")
+        client.logon(5000)
+        proxy.stall(120)
+        with LoopHeld(client):
+            for n in range(count):
+                client.publish("caller-full", f"{n}:{body}")
+            assert caller_writes(client) > 0
+        proxy.resume()
+        client.flush(30_000)
+        wait_for(lambda: len(got) >= count, timeout=30, what="every message")
+    assert got == list(range(count))
+
+
+@pytest.mark.parametrize("how", ["websocket", "batched"])
+def test_only_the_loop_writes_websocket_or_batched_publishes(server: Any, how: str) -> None:
+    """WebSocket frames are the loop's to make, and batched publishes wait for their batch:
+    with the loop held, a marker published by another client reaches the subscriber and
+    none of the held publishes did."""
+    sub, got = subscriber(server.uri(), "caller-ws-sub", "caller-ws")
+    with sub, Client("caller-ws") as ws, Client("caller-ws-marker") as marker:
+        ws.connect(server.uri("ws", "json") if how == "websocket" else server.uri())
+        if how == "batched":
+            ws.set_publish_batching(10_000_000, 0)
+        ws.logon(5000)
+        marker.connect(server.uri())
+        marker.logon(5000)
+        with LoopHeld(ws):
+            for n in range(2 * CALLER_WRITE_FRAMES):
+                ws.publish("caller-ws", str(n))
+            marker.publish("caller-ws", "-1")
+            wait_for(lambda: -1 in got, what="the marker")
+            assert got == [-1]
+        ws.flush(10_000)
+        wait_for(lambda: len(got) > 2 * CALLER_WRITE_FRAMES, what="the held publishes")
+    assert got == [-1, *range(2 * CALLER_WRITE_FRAMES)]
+
+
+def test_the_caller_socket_closes_with_the_connection() -> None:
+    """Repeated connects and disconnects leave no descriptor open, and the peer sees each
+    close at once (a second handle left open would keep the connection up)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(10)
+        uri = f"tcp://127.0.0.1:{listener.getsockname()[1]}/amps/json"
+        fds = len(os.listdir("/proc/self/fd"))
+        for _ in range(20):
+            client = Client("caller-fd")
+            client.connect(uri)
+            peer, _ = listener.accept()
+            with peer:
+                peer.settimeout(10)
+                client.close()
+                assert peer.recv(1) == b""
+        assert len(os.listdir("/proc/self/fd")) == fds
+
+
+@pytest.mark.skipif(_accel.PlainPublishLane is None, reason="no C speedups")
+def test_the_c_lanes_use_the_same_threshold() -> None:
+    from ampsclient import _speedups  # type: ignore[attr-defined]
+
+    assert _speedups.CALLER_WRITE_FRAMES == CALLER_WRITE_FRAMES
