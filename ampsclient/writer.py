@@ -81,9 +81,11 @@ class FrameWriter:
         for it) or a publisher thread in :meth:`write_from_caller`."""
         self._sender: socket.socket | None = None
         """The transport's :meth:`~.Transport.caller_socket` while connected (plain TCP)."""
+        self._caller_writes_allowed = True
+        """See :meth:`set_caller_writes`."""
         self._caller_writes = False
         """Whether a publish that leaves :data:`CALLER_WRITE_FRAMES` frames queued writes them:
-        a caller socket is open and publishes are not batched (the C lanes read it)."""
+        allowed, a caller socket is open and publishes are not batched (the C lanes read it)."""
         self._caller_paused = False
         """A caller's send found the socket full: callers leave writing to the loop until it
         wrote the rest (so a full socket does not make every publish join the queue again)."""
@@ -112,8 +114,8 @@ class FrameWriter:
         self._blocked = False
         self._caller_paused = False
         self._writable.set()
-        self._sender = transport.caller_socket()
-        self._caller_writes = self._sender is not None and not self._batch_bytes
+        self._sender = transport.caller_socket() if self._caller_writes_allowed else None
+        self._update_caller_writes()
 
     def detach(self) -> Transport | None:
         """The transport closed: stop writing (publisher threads waiting for room return)."""
@@ -330,12 +332,14 @@ class FrameWriter:
         stats["frames_sent"] += n
         stats["caller_writes"] += 1
 
-    def write_backlog(self) -> None:
-        """:meth:`write_from_caller` if a publish left :data:`CALLER_WRITE_FRAMES` frames
-        queued and the writer is scheduled (a store-and-forward wrapper calls it after
-        queueing a publish, with its lock released)."""
-        if self._caller_writes and self._wake_pending and len(self._outq) >= CALLER_WRITE_FRAMES:
-            self.write_from_caller()
+    def set_caller_writes(self, enabled: bool) -> None:
+        """Let publisher threads write the queue themselves (the default) or leave all writing
+        to the loop; from the next connection on (the HA client turns it off: see
+        docs/design.md, "A busy publisher writes for itself")."""
+        self._caller_writes_allowed = bool(enabled)
+
+    def _update_caller_writes(self) -> None:
+        self._caller_writes = self._sender is not None and not self._batch_bytes
 
     def _wake(self) -> None:
         """Schedule the writer (the queue went from idle to busy), then apply back-pressure."""
@@ -410,7 +414,7 @@ class FrameWriter:
             raise UsageError("set_publish_batching: the limits cannot be negative")
         self._batch_bytes = int(batch_size)
         self._batch_timeout = batch_timeout / 1000.0
-        self._caller_writes = self._sender is not None and not self._batch_bytes
+        self._update_caller_writes()
 
     def _hold_batch(self) -> bool:
         """``True`` while the queued publishes are under the batch's size and time bounds."""

@@ -120,6 +120,7 @@ class AsyncHAClient(ConnectionFace):
             ssl_context=ssl_context,
         )
         super().__init__(client)
+        client.set_caller_writes(False)  # costs more than it gains here (docs/design.md)
         self._core = client.core
         self._owned: list[PublishStore | BookmarkStore] = []
         """Stores this client made from path strings: it closes them in :meth:`close`."""
@@ -564,8 +565,6 @@ class AsyncHAClient(ConnectionFace):
             lock.release()
         if not self._writable.is_set():
             self._client.wait_writable()
-        else:
-            self._client.write_backlog()
         return seq
 
     def _wait_connected(self) -> None:

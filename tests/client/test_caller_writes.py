@@ -1,20 +1,19 @@
 """A publisher thread writes what it queued itself (``FrameWriter.write_from_caller``): the
 frames reach the server while the client's loop cannot run, in order, also when the socket
-is full; TLS-less TCP only; the second socket handle is closed with the connection."""
+is full; plain TCP without batching only, and not for the HA client; the second socket
+handle is closed with the connection."""
 
 from __future__ import annotations
 
 import os
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from ampsclient import Client, HAClient, _accel
 from ampsclient.client import AsyncClient
-from ampsclient.ha.client import AsyncHAClient
 from ampsclient.writer import CALLER_WRITE_FRAMES
 from ampsclient_server_stub.testing import LoopbackProxy, wait_for
 
@@ -33,9 +32,8 @@ def subscriber(uri: str, name: str, topic: str) -> tuple[Client, list[int]]:
 def caller_writes(client: Client) -> int:
     """The sends a publisher thread of ``client`` made itself."""
     inner = client.async_client
-    core = (inner.client if isinstance(inner, AsyncHAClient) else inner).core
-    assert isinstance(inner, AsyncClient | AsyncHAClient)
-    return core.stats["caller_writes"]
+    assert isinstance(inner, AsyncClient)
+    return inner.core.stats["caller_writes"]
 
 
 class LoopHeld:
@@ -60,27 +58,15 @@ class LoopHeld:
         self._release.set()
 
 
-@pytest.fixture(params=["client", "ha"])
-def publisher(request: Any, server: Any) -> Iterator[Client]:
-    if request.param == "client":
-        client: Client = Client("caller-pub")
-        client.connect(server.uri())
-        client.logon(5000)
-    else:
-        client = HAClient("caller-pub-ha")
-        client.get_server_chooser().add(server.uri())
-        client.connect_and_logon()
-    with client:
-        yield client
-
-
-def test_a_publisher_thread_writes_while_the_loop_cannot(server: Any, publisher: Client) -> None:
+def test_a_publisher_thread_writes_while_the_loop_cannot(server: Any) -> None:
     """With the publisher's loop held, the subscriber receives the first
     ``CALLER_WRITE_FRAMES`` messages (the publish that queues that many writes them), then,
     the loop released, every message once and in order."""
     count = 3 * CALLER_WRITE_FRAMES + 17
     sub, got = subscriber(server.uri(), "caller-sub", "caller-writes")
-    with sub:
+    with sub, Client("caller-pub") as publisher:
+        publisher.connect(server.uri())
+        publisher.logon(5000)
         writes = caller_writes(publisher)
         with LoopHeld(publisher):
             for n in range(count):
@@ -115,17 +101,29 @@ def test_a_full_socket_leaves_the_rest_to_the_loop(server: Any) -> None:
     assert got == list(range(count))
 
 
-@pytest.mark.parametrize("how", ["websocket", "batched"])
-def test_only_the_loop_writes_websocket_or_batched_publishes(server: Any, how: str) -> None:
-    """WebSocket frames are the loop's to make, and batched publishes wait for their batch:
-    with the loop held, a marker published by another client reaches the subscriber and
-    none of the held publishes did."""
+def loop_writer(server: Any, how: str) -> Client:
+    """A connected client whose publishes only its loop writes."""
+    if how == "ha":
+        ha = HAClient("caller-ha")
+        ha.get_server_chooser().add(server.uri())
+        ha.connect_and_logon()
+        return ha
+    client = Client("caller-ws")
+    client.connect(server.uri("ws", "json") if how == "websocket" else server.uri())
+    if how == "batched":
+        client.set_publish_batching(10_000_000, 0)
+    client.logon(5000)
+    return client
+
+
+@pytest.mark.parametrize("how", ["websocket", "batched", "ha"])
+def test_only_the_loop_writes_websocket_batched_or_ha_publishes(server: Any, how: str) -> None:
+    """WebSocket frames are the loop's to make, batched publishes wait for their batch, and
+    the HA client leaves writing to the loop (a publish store's acks make the caller's
+    writes cost more than they gain): with the loop held, a marker published by another
+    client reaches the subscriber and none of the held publishes did."""
     sub, got = subscriber(server.uri(), "caller-ws-sub", "caller-ws")
-    with sub, Client("caller-ws") as ws, Client("caller-ws-marker") as marker:
-        ws.connect(server.uri("ws", "json") if how == "websocket" else server.uri())
-        if how == "batched":
-            ws.set_publish_batching(10_000_000, 0)
-        ws.logon(5000)
+    with sub, loop_writer(server, how) as ws, Client("caller-ws-marker") as marker:
         marker.connect(server.uri())
         marker.logon(5000)
         with LoopHeld(ws):

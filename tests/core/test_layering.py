@@ -42,7 +42,7 @@ WING_ONLY = {
     "wait_writable",
     "wake_pending",
     "writable",
-    "write_backlog",
+    "set_caller_writes",
     "write_from_caller",
 }
 
