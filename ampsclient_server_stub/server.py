@@ -59,7 +59,10 @@ class Committer:
 
     Requests arriving while a sync runs are covered by the next one, so one fsync serves every
     record appended meanwhile; when a sync returns, :meth:`Broker.on_durable` releases the
-    persisted acks and bookmark deliveries it made safe.
+    persisted acks and bookmark deliveries it made safe. With the ``never`` policy there is
+    nothing to wait for: the commit writes the buffer out on the loop
+    (:meth:`Journal.write_through`) and ``on_durable`` runs at the loop's next turn, unless
+    the journal has sealing or preallocation to do, which the thread does.
     """
 
     def __init__(
@@ -81,6 +84,8 @@ class Committer:
         self.again = False
         self.timer: asyncio.TimerHandle | None = None
         self.closed = False
+        self._announcing = False
+        """An ``on_durable`` of a commit made on the loop is scheduled."""
 
     def request(self) -> None:
         """Ask for a commit of everything appended so far."""
@@ -93,7 +98,17 @@ class Committer:
             if self.timer is None:
                 self.timer = self.loop.call_later(self.interval, self._start)
             return
+        if self.policy == "never" and self.journal.write_through() is not None:
+            if not self._announcing:
+                self._announcing = True
+                self.loop.call_soon(self._announce)
+            return
         self._start()
+
+    def _announce(self) -> None:
+        self._announcing = False
+        if not self.closed:
+            self.on_durable(self.journal.durable_index)
 
     def _start(self) -> None:
         self.timer = None

@@ -449,6 +449,35 @@ class Journal(JournalBase):
                     self._durable_index = target
                 return self._durable_index
 
+    def write_through(self) -> int | None:
+        """The commit of the ``never`` policy without a thread, when that is all it needs:
+        write the append buffer to the file and return :attr:`durable_index` (now the last
+        index). ``None`` when the commit has more to do (an fsync policy, segments to seal,
+        preallocated files to make), a :meth:`sync` is running, the journal is closed or the
+        write failed: call :meth:`sync` then (which reports the failure)."""
+        if not self._sync_lock.acquire(blocking=False):
+            return None
+        try:
+            with self._lock:
+                if (
+                    self._closed
+                    or self._durable_io
+                    or self._read_only
+                    or self._pending
+                    or len(self._spares) < self._prealloc - 1
+                ):
+                    return None
+                try:
+                    self._write_out()
+                except OSError:
+                    return None
+                self._stats["syncs"] += 1
+                if self._last_index > self._durable_index:
+                    self._durable_index = self._last_index
+                return self._durable_index
+        finally:
+            self._sync_lock.release()
+
     # ---------------------------------------------------------------- lookups
 
     def find_bookmark(self, publisher_id: int, sequence: int) -> int | None:

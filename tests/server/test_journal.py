@@ -218,6 +218,33 @@ def test_sync_policies_and_fsync_counts(tmp_path: Path) -> None:
         Journal(tmp_path / "bad", fsync="sometimes")  # type: ignore[arg-type]
 
 
+def test_write_through_is_the_never_policys_commit_without_a_thread(tmp_path: Path) -> None:
+    """``write_through`` writes the buffer out and makes the last index durable under the
+    ``never`` policy; it declines (``None``) what only ``sync`` does: an fsync policy,
+    segments awaiting their seal, a closed journal."""
+    with Journal(tmp_path / "never", fsync="never", journal_size=64 * 1024) as journal:
+        fill(journal, 50)
+        size = journal.statistics()["syncs"]
+        assert journal.write_through() == 50 == journal.durable_index
+        assert journal.statistics()["syncs"] == size + 1
+        # on disk: another reader of the directory sees every record
+        with Journal(tmp_path / "never", read_only=True) as reader:
+            assert [r.index for r in read_all(reader)] == list(range(1, 51))
+    with Journal(tmp_path / "seals", fsync="never", journal_size=1024) as journal:
+        fill(journal, 10)  # one rotation: its seal is left to sync
+        assert journal.statistics()["pending_seals"] == 1
+        assert journal.write_through() is None
+        assert journal.sync() == 10
+        fill(journal, 11)
+        assert journal.statistics()["pending_seals"] == 0
+        assert journal.write_through() == 11
+    assert journal.write_through() is None  # closed
+    with Journal(tmp_path / "always", fsync="always") as journal:
+        fill(journal, 10)
+        assert journal.write_through() is None
+        assert journal.durable_index == 0
+
+
 def test_group_commit_from_a_worker_thread(tmp_path: Path) -> None:
     """Appends go on while another thread syncs; every sync covers all appends before it."""
     journal = Journal(tmp_path, fsync="always", journal_size=64 * 1024)
