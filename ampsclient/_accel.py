@@ -7,7 +7,8 @@ case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
 ``discard_message``, the publish stores' payload and record building, and the common cases
 of ``AsyncHAClient.publish`` (``PublishLane``) and ``AsyncClient.publish``
 (``PlainPublishLane``), and a queue auto-ack's read of a delivery and batch append
-(``autoack_take``, and ``AutoAck``, the handler that does it). The Python code
+(``autoack_take``, and ``AutoAck``, the handler that does it), and a publisher thread's
+non-blocking send that keeps the GIL (``send_nowait``). The Python code
 they replace stays next to them and is the reference, tested with the same cases. The
 receive loops look their function up here on each call (tests switch them); the publish
 stores bind theirs at import. Set
@@ -43,6 +44,7 @@ __all__ = [
     "deliver",
     "deliver_stream",
     "join_seq",
+    "send_nowait",
     "split_frames",
     "write_record",
     "ws_encode",
@@ -116,6 +118,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "deliver": "ampsclient.core.routes.deliver",
         "deliver_stream": "ampsclient.core.routes.deliver_stream",
         "join_seq": "ampsclient.stores.publish.base.join_seq",
+        "send_nowait": "ampsclient.writer.send_nowait",
         "crc32": "zlib.crc32",
         "write_record": "ampsclient.stores.publish.record.write_record",
         "ws_encode": "ampsclient.transport.ws.ws_messages",
@@ -143,6 +146,7 @@ PublishLane: Callable[..., Any] | None = None
 PlainPublishLane: Callable[..., Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
+send_nowait: Callable[[int, bytes], int] | None = None
 write_record: Callable[[Any, int, int, bytes], int] | None = None
 ws_encode: Callable[[bytes, bool], bytes | None] | None = None
 autoack_take: Callable[[dict[str, list[str]], dict[str, int], int, bytes], Any] | None = None
@@ -163,6 +167,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
         AutoAck = getattr(_speedups, "AutoAck", None)
         join_seq = _speedups.join_seq
+        send_nowait = _speedups.send_nowait
         write_record = _speedups.write_record
         ws_encode = _speedups.ws_encode
         autoack_take = _speedups.autoack_take

@@ -9,8 +9,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* ------------------------------------------------------------------ the layout
  *
@@ -92,7 +94,7 @@ PyDoc_STRVAR(bind_doc,
 "name, exactly the roles of roles()). ampsclient/_accel.py calls it once with LAYOUT.");
 
 static PyObject *
-bind(PyObject *self, PyObject *layout)
+bind_layout(PyObject *self, PyObject *layout)
 {
     if (!PyDict_Check(layout)) {
         PyErr_SetString(PyExc_TypeError, "bind(): layout must be a dict of role -> name");
@@ -890,6 +892,44 @@ deliver_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     return Py_BuildValue("(nn)", pos, count);
+}
+
+/* ------------------------------------------------------------------ a publisher's write */
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0 /* (a platform without it: Python ignores SIGPIPE anyway) */
+#endif
+
+PyDoc_STRVAR(send_nowait_doc,
+"send_nowait(fd, data) -> int\n\n"
+"Send ``data`` on the socket ``fd`` without waiting: the bytes the socket took, 0 when it\n"
+"is full. Unlike ``socket.send`` it keeps the GIL: the call is short (it copies at most\n"
+"what fits in the socket's buffer), and a publisher that let go of the GIL for it would\n"
+"hand it to the client's other threads and wait to get it back\n"
+"(ampsclient.writer.FrameWriter.write_from_caller). Raises OSError for other errors.");
+
+static PyObject *
+send_nowait(PyObject *self, PyObject *args)
+{
+    int fd;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "iy*:send_nowait", &fd, &data)) {
+        return NULL;
+    }
+    ssize_t sent;
+    do {
+        sent = send(fd, data.buf, (size_t)data.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    int err = errno;
+    PyBuffer_Release(&data);
+    if (sent >= 0) {
+        return PyLong_FromSsize_t(sent);
+    }
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+        return PyLong_FromLong(0);
+    }
+    errno = err;
+    return PyErr_SetFromErrno(PyExc_OSError);
 }
 
 /* ------------------------------------------------------------------ publish stores */
@@ -2889,13 +2929,14 @@ static PyTypeObject AutoAckType = {
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef speedups_methods[] = {
-    {"bind", (PyCFunction)bind, METH_O, bind_doc},
+    {"bind", (PyCFunction)bind_layout, METH_O, bind_doc},
     {"roles", (PyCFunction)roles, METH_NOARGS, roles_doc},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL, split_frames_doc},
     {"deliver", (PyCFunction)(void (*)(void))deliver, METH_FASTCALL, deliver_doc},
     {"deliver_stream", (PyCFunction)(void (*)(void))deliver_stream, METH_FASTCALL,
      deliver_stream_doc},
     {"join_seq", (PyCFunction)(void (*)(void))join_seq, METH_FASTCALL, join_seq_doc},
+    {"send_nowait", send_nowait, METH_VARARGS, send_nowait_doc},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, crc32_doc},
     {"write_record", (PyCFunction)(void (*)(void))write_record, METH_FASTCALL, write_record_doc},
     {"ws_encode", (PyCFunction)(void (*)(void))ws_encode, METH_FASTCALL, ws_encode_doc},

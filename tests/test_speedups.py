@@ -16,6 +16,7 @@ import os
 import queue
 import random
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -1542,3 +1543,37 @@ def test_autoack_handler_leaves_the_batches_to_python_while_another_thread_holds
         thread.join(30)
     call(Message(b'{"c":"p","t":"q","sids":"s","bm":"5|2|","lp":"9"}{}'))
     assert call.fast == 1 and acks._pending == {"q": ["5|2|"]} and len(to_python) == 1
+
+
+# ------------------------------------------------------------------------- send_nowait
+
+
+@needs_c
+def test_send_nowait_matches_python() -> None:
+    """On a non-blocking socket pair: all of a small write; as much as fits, then 0, once the
+    peer stops reading (the same bytes arrive in order); OSError once the peer is gone."""
+    from ampsclient.writer import send_nowait as send_py
+
+    for send in (C.send_nowait, send_py):
+        a, b = socket.socketpair()
+        with a, b:
+            a.setblocking(False)
+            assert send(a.fileno(), b"hello") == 5
+            assert b.recv(5) == b"hello"
+            chunk = bytes(range(256)) * 256
+            sent = [send(a.fileno(), chunk) for _ in range(200)]
+            assert 0 < sum(sent) < 200 * len(chunk)  # the buffers filled up...
+            assert sent[-1] == 0  # ...and then it took nothing
+            got = bytearray()
+            b.setblocking(False)
+            while True:
+                try:
+                    part = b.recv(1 << 20)
+                except BlockingIOError:
+                    break
+                got += part
+            assert bytes(got) == b"".join(chunk[:n] for n in sent)
+            b.close()
+            with pytest.raises(OSError):
+                for _ in range(10):  # (the first send after the close may still be taken)
+                    send(a.fileno(), b"late")
