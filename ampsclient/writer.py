@@ -326,8 +326,8 @@ class FrameWriter:
         The publish paths (the C lanes' too) call it when a publish leaves
         :data:`CALLER_WRITE_FRAMES` frames queued on a connection with a caller socket
         (plain TCP) and publishes are not batched. On the loop thread it writes through the
-        transport. On another thread it sends them with one non-blocking ``send`` on the
-        transport's :meth:`~.Transport.caller_socket` (the GIL is released during the call);
+        transport. On another thread it sends them with one non-blocking send on the
+        transport's :meth:`~.Transport.caller_socket` (keeping the GIL: :meth:`_send_queue`);
         what the socket does not take goes back to the head of the queue for the loop, and
         callers leave writing to the loop until it has written that. It does nothing while
         the socket is full, a transport filter is set, the transport holds unwritten bytes
