@@ -904,9 +904,9 @@ PyDoc_STRVAR(send_nowait_doc,
 "send_nowait(fd, data) -> int\n\n"
 "Send ``data`` on the socket ``fd`` without waiting: the bytes the socket took, 0 when it\n"
 "is full. Unlike ``socket.send`` it keeps the GIL: the call is short (it copies at most\n"
-"what fits in the socket's buffer), and a publisher that let go of the GIL for it would\n"
-"hand it to the client's other threads and wait to get it back\n"
-"(ampsclient.writer.FrameWriter.write_from_caller). Raises OSError for other errors.");
+"what fits in the socket's buffer), and a thread that let go of the GIL for it would\n"
+"hand it to the process's other threads and wait to get it back (ampsclient.writer:\n"
+"a publisher thread's writes and the loop's). Raises OSError for other errors.");
 
 static PyObject *
 send_nowait(PyObject *self, PyObject *args)
