@@ -178,9 +178,13 @@ class Delivery:
                 s.predicate is None and s.conflation is None and not s.timestamp and not s.paused
                 for s in subs
             ):
-                conn.session.send_many(
-                    _frames((head + ",".join(s.sid for s in subs) + tail).encode(), stretch)
-                )
+                sink = conn.run_sink
+                if sink is not None:
+                    sink(pid, stretch)
+                else:
+                    conn.session.send_many(
+                        _frames((head + ",".join(s.sid for s in subs) + tail).encode(), stretch)
+                    )
                 sent += len(stretch)
                 continue
             one = ((conn, subs),)

@@ -76,6 +76,7 @@ class Connection:
         "persist_count",
         "persist_pending",
         "persist_timer",
+        "run_sink",
         "session",
         "state",
         "subs",
@@ -110,6 +111,10 @@ class Connection:
         self.persist_timer: TimerHandle | None = None
         self.deferred_flush: list[Header] = []
         """``flush`` commands waiting for this client's publishes to become durable."""
+        self.run_sink: Callable[[int, list[tuple[int, str, bytes]]], None] | None = None
+        """Takes a journaled run of plain publishes, ``(publisher id, [(sequence, topic,
+        body), ...])``, in place of their delivery frames (a queue's intake); ``None``: the
+        frames go to the session."""
 
     @property
     def mt(self) -> str:

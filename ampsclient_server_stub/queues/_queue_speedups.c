@@ -7,14 +7,15 @@
  *
  *   plain_run  the run of plain intake frames ...,"bm":"<bookmark>"}BODY from a position:
  *              (end, [(bookmark, body), ...])  (queues.intake.plain_run)
+ *   run_pairs  (bookmark, body) of each message of a journaled run (queues.intake.run_pairs)
  *   frame_run  the delivery frames start + bookmark + tail + body of a run of leases, each
  *              appended to its subscription's list; where the run ends (queues.framing.frame_run)
  *   ack_run    plain acks of leased messages for a run of bookmarks (queues.acking.ack_run)
  *   lease_run  the messages and leases of a run of new arrivals (queues.leasing.lease_run)
  *   QueueMessage  the queue's message type (queues.message.PyQueueMessage)
  *
- * Nothing here changes server state but what the Python twin changes: plain_run reads lists,
- * tuples, bytes and str; frame_run reads the leases' messages and appends to the lists it is
+ * Nothing here changes server state but what the Python twin changes: plain_run and
+ * run_pairs read lists, tuples, bytes and str; frame_run reads the leases' messages and appends to the lists it is
  * given; ack_run changes the messages' fields, the dicts and the list given; lease_run makes
  * messages and adds them to the dicts, the heap and the list given. The functions read and
  * write a QueueMessage's fields in place when it is of the exact C type (a subclass, or the
@@ -233,6 +234,60 @@ static PyObject *plain_run(PyObject *self, PyObject *args) {
     return result;
 error:
     Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* [(prefix + str(seq) + "|", body) for seq, _topic, body in batch]: a journaled run's
+ * bookmarks (prefix is "PID|", ASCII) and bodies, as plain_run reads them from its frames. */
+static PyObject *run_pairs(PyObject *self, PyObject *args) {
+    PyObject *prefix, *batch;
+    if (!PyArg_ParseTuple(args, "UO!:run_pairs", &prefix, &PyList_Type, &batch))
+        return NULL;
+    if (!PyUnicode_IS_ASCII(prefix)) {
+        PyErr_SetString(PyExc_ValueError, "run_pairs: the prefix must be ASCII");
+        return NULL;
+    }
+    const char *pre = (const char *)PyUnicode_1BYTE_DATA(prefix);
+    Py_ssize_t pl = PyUnicode_GET_LENGTH(prefix), n = PyList_GET_SIZE(batch);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3 ||
+            !PyLong_Check(PyTuple_GET_ITEM(item, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(item, 2))) {
+            PyErr_SetString(PyExc_TypeError, "run_pairs: batch items must be (int, str, bytes)");
+            goto error;
+        }
+        long long seq = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+        if (seq == -1 && PyErr_Occurred())
+            goto error;
+        char digits[24], *end = digits + sizeof digits, *d = end; /* "%lld|", backwards */
+        unsigned long long v = seq < 0 ? 0ULL - (unsigned long long)seq : (unsigned long long)seq;
+        *--d = '|';
+        do
+            *--d = (char)('0' + v % 10);
+        while ((v /= 10) != 0);
+        if (seq < 0)
+            *--d = '-';
+        Py_ssize_t dl = end - d;
+        PyObject *bookmark = PyUnicode_New(pl + dl, 127);
+        if (bookmark == NULL)
+            goto error;
+        memcpy(PyUnicode_1BYTE_DATA(bookmark), pre, (size_t)pl);
+        memcpy(PyUnicode_1BYTE_DATA(bookmark) + pl, d, (size_t)dl);
+        PyObject *pair = PyTuple_New(2);
+        if (pair == NULL) {
+            Py_DECREF(bookmark);
+            goto error;
+        }
+        PyTuple_SET_ITEM(pair, 0, bookmark);
+        PyTuple_SET_ITEM(pair, 1, Py_NewRef(PyTuple_GET_ITEM(item, 2)));
+        PyList_SET_ITEM(out, i, pair);
+    }
+    return out;
+error:
     Py_DECREF(out);
     return NULL;
 }
@@ -673,6 +728,10 @@ static PyMethodDef methods[] = {
     {"plain_run", plain_run, METH_VARARGS,
      "plain_run(frames, start, sow_keys) -> (end, [(bookmark, body), ...]): the run of plain "
      "intake frames from start (twin of queues.intake.plain_run)."},
+    {"run_pairs", run_pairs, METH_VARARGS,
+     "run_pairs(prefix, batch) -> [(bookmark, body), ...]: the bookmarks (prefix + sequence + "
+     "'|') and bodies of a journaled run [(sequence, topic, body), ...] (twin of "
+     "queues.intake.run_pairs)."},
     {"frame_run", frame_run, METH_VARARGS,
      "frame_run(leases, pos, starts, deadline, tail) -> end: the delivery frames of a run of "
      "leases (twin of queues.framing.frame_run)."},

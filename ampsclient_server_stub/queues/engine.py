@@ -87,6 +87,7 @@ _ACK: Final = {"queue": 1}
 logger = logging.getLogger(__name__)
 
 plain_run: Final = speedups.plain_run or intake.plain_run
+run_pairs: Final = speedups.run_pairs or intake.run_pairs
 """Reads a run of plain intake frames (C when built, else its Python twin)."""
 
 ACK_FILE: Final = "queues.ack"
@@ -117,6 +118,9 @@ class _Intake:
 
     def send_many(self, payloads: list[bytes]) -> None:
         self._engine.intake(self._queue, payloads)
+
+    def take_run(self, pid: int, batch: list[tuple[int, str, bytes]]) -> None:
+        self._engine.intake_run(self._queue, pid, batch)
 
     def backlog(self) -> int:
         return 0
@@ -250,10 +254,10 @@ class QueueEngine:
             )
         self._recover(queue)
         predicate = compile_filter(cfg.filter) if cfg.filter else None
-        conn = Connection(
-            conn_id, _Intake(self, queue), message_type=mt, transport="queue", peer=cfg.name
-        )
+        session = _Intake(self, queue)
+        conn = Connection(conn_id, session, message_type=mt, transport="queue", peer=cfg.name)
         conn.logged_on = True
+        conn.run_sink = session.take_run
         for n, topic in enumerate(cfg.topics()):
             table.add(
                 Subscription(
@@ -288,33 +292,52 @@ class QueueEngine:
         queue then offers what it can, once for the whole batch. Runs of plain frames go in
         with one call (:func:`.intake.plain_run`, :meth:`Queue.enqueue_run`)."""
         now = self._clock()
-        replica = self.replica_of(queue) if self.replica is not None else None
-        inactive = self.inactive.get(queue.name) if self.inactive else None
         expiry = self._expiry if queue.config.expiration_model != "queue" else None
         mt = queue.config.message_type
         added = False
         pos, count = 0, len(frames)
         while pos < count:
             pos, run = plain_run(frames, pos, expiry is not None)
-            parsed: list[Parsed] = []
-            if run and replica is None and inactive is None:
-                added = queue.enqueue_run(run, now) > 0 or added
-            elif run:
-                parsed = [(bookmark, data, None, None) for bookmark, data in run]
+            other = None
             if pos < count:  # a frame in another form
-                parsed.append(parse_frame(frames[pos], mt, expiry))
+                other = parse_frame(frames[pos], mt, expiry)
                 pos += 1
-            for bookmark, data, x, expires in parsed:
-                if bookmark is None:  # a topic a regex UnderlyingTopic matches, not journaled
-                    logger.warning(
-                        "queue %r: a message without a bookmark not enqueued", queue.name
-                    )
-                elif inactive is not None:  # TargetQueueDepth
-                    added = inactive.admit(Waiting(bookmark, data, x, now, expires)) or added
-                elif replica is not None:
-                    added = replica.enqueue(queue, bookmark, data, x, now, expires=expires) or added
-                else:
-                    added = queue.enqueue(bookmark, data, x, now, expires=expires) or added
+            added = self._enqueue(queue, run, other, now) or added
+        self._offer_new(queue, added)
+
+    def intake_run(self, queue: Queue, pid: int, batch: list[tuple[int, str, bytes]]) -> None:
+        """A journaled run of plain publishes ``(sequence, topic, body)`` of publisher ``pid``
+        to an underlying topic (the intake connection's ``run_sink``): what :meth:`intake`
+        does with their delivery frames, without making them and reading them back."""
+        run = run_pairs(f"{pid}|", batch)
+        self._offer_new(queue, self._enqueue(queue, run, None, self._clock()))
+
+    def _enqueue(
+        self, queue: Queue, run: list[tuple[str, bytes]], other: Parsed | None, now: float
+    ) -> bool:
+        """Enqueue a run of plain messages, then ``other``; whether any was added."""
+        replica = self.replica_of(queue) if self.replica is not None else None
+        inactive = self.inactive.get(queue.name) if self.inactive else None
+        added = False
+        parsed: list[Parsed] = []
+        if run and replica is None and inactive is None:
+            added = queue.enqueue_run(run, now) > 0
+        elif run:
+            parsed = [(bookmark, data, None, None) for bookmark, data in run]
+        if other is not None:
+            parsed.append(other)
+        for bookmark, data, x, expires in parsed:
+            if bookmark is None:  # a topic a regex UnderlyingTopic matches, not journaled
+                logger.warning("queue %r: a message without a bookmark not enqueued", queue.name)
+            elif inactive is not None:  # TargetQueueDepth
+                added = inactive.admit(Waiting(bookmark, data, x, now, expires)) or added
+            elif replica is not None:
+                added = replica.enqueue(queue, bookmark, data, x, now, expires=expires) or added
+            else:
+                added = queue.enqueue(bookmark, data, x, now, expires=expires) or added
+        return added
+
+    def _offer_new(self, queue: Queue, added: bool) -> None:
         if added:
             if queue.subs:
                 self.pump(queue)

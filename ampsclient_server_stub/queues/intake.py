@@ -15,7 +15,7 @@ from ampsclient.protocol.header import decode_header
 from ..engine.wire import text
 from .expiration import MessageExpiry
 
-__all__ = ["Parsed", "parse_frame", "plain_run"]
+__all__ = ["Parsed", "parse_frame", "plain_run", "run_pairs"]
 
 Parsed = tuple[str | None, bytes, str | None, float | None]
 """``(bookmark or None, body, x, own expiration)`` of one frame."""
@@ -65,3 +65,16 @@ def parse_frame(frame: bytes, mt: str, expiry: MessageExpiry | None) -> Parsed:
     if expiry is not None:  # a SOW record's expiration is the message's own
         expires = expiry.live(mt, str(hdr.get("t")), text(hdr.get("k")))
     return text(hdr.get("bm")), frame[end:], text(hdr.get("x")), expires
+
+
+def run_pairs(prefix: str, batch: list[tuple[int, str, bytes]]) -> list[tuple[str, bytes]]:
+    """``(bookmark, body)`` of each ``(sequence, topic, body)`` of a journaled run of one
+    publisher, ``prefix`` being its ``"PID|"``: what :func:`plain_run` reads from the run's
+    delivery frames, without making them. The twin of the C ``run_pairs``.
+
+    Raises:
+        ValueError: ``prefix`` is not ASCII (a publisher id is digits).
+    """
+    if not prefix.isascii():
+        raise ValueError("run_pairs: the prefix must be ASCII")
+    return [(f"{prefix}{seq}|", data) for seq, _topic, data in batch]

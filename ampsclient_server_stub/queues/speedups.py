@@ -29,11 +29,13 @@ __all__ = [
     "frame_run",
     "lease_run",
     "plain_run",
+    "run_pairs",
 ]
 
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "plain_run": "ampsclient_server_stub.queues.intake.plain_run",
+        "run_pairs": "ampsclient_server_stub.queues.intake.run_pairs",
         "frame_run": "ampsclient_server_stub.queues.framing.frame_run",
         "ack_run": "ampsclient_server_stub.queues.acking.ack_run",
         "lease_run": "ampsclient_server_stub.queues.leasing.lease_run",
@@ -43,6 +45,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
 """Each C function (and type) -> its pure-Python twin (the reference)."""
 
 plain_run: Callable[[Sequence[bytes], int, bool], tuple[int, list[tuple[str, bytes]]]] | None = None
+run_pairs: Callable[[str, list[tuple[int, str, bytes]]], list[tuple[str, bytes]]] | None = None
 frame_run: Callable[[Sequence[Any], int, dict[Any, Any], float | None, bytes], int] | None = None
 ack_run: (
     Callable[[dict[str, Any], Sequence[str], int, object, bool, list[str]], tuple[int, int]] | None
@@ -59,6 +62,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         _module = None
     if _module is not None:
         plain_run = _module.plain_run
+        run_pairs = _module.run_pairs
         frame_run = _module.frame_run
         ack_run = _module.ack_run
         lease_run = _module.lease_run
