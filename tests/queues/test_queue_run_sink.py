@@ -127,7 +127,7 @@ def test_queued_messages_carry_the_journal_bookmarks(
         pub = connect(server, "pub")
         try:
             for i in range(n):
-                pub.publish("orders", '{"id":%d}' % i)
+                pub.publish("orders", f'{{"id":{i}}}')
             pub.flush()
         finally:
             pub.close()
