@@ -79,7 +79,8 @@ def test_c_and_python_run_pairs_agree_on_random_runs() -> None:
 @needs_c
 def test_c_run_pairs_refuses_what_is_not_a_run() -> None:
     assert speedups.run_pairs is not None
-    for bad in ([(1, "t")], [(1, "t", "text")], [("1", "t", b"")], [[1, "t", b""]]):
+    bads: list[list[Any]] = [[(1, "t")], [(1, "t", "text")], [("1", "t", b"")], [[1, "t", b""]]]
+    for bad in bads:
         with pytest.raises(TypeError, match="run_pairs"):
             speedups.run_pairs("1|", bad)
     with pytest.raises(OverflowError):
