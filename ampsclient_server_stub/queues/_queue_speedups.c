@@ -8,14 +8,16 @@
  *   plain_run  the run of plain intake frames ...,"bm":"<bookmark>"}BODY from a position:
  *              (end, [(bookmark, body), ...])  (queues.intake.plain_run)
  *   run_pairs  (bookmark, body) of each message of a journaled run (queues.intake.run_pairs)
+ *   split_bookmarks  an acknowledgement's bookmark list in one pass, or None
+ *              (queues.acking.split_bookmarks)
  *   frame_run  the delivery frames start + bookmark + tail + body of a run of leases, each
  *              appended to its subscription's list; where the run ends (queues.framing.frame_run)
  *   ack_run    plain acks of leased messages for a run of bookmarks (queues.acking.ack_run)
  *   lease_run  the messages and leases of a run of new arrivals (queues.leasing.lease_run)
  *   QueueMessage  the queue's message type (queues.message.PyQueueMessage)
  *
- * Nothing here changes server state but what the Python twin changes: plain_run and
- * run_pairs read lists, tuples, bytes and str; frame_run reads the leases' messages and appends to the lists it is
+ * Nothing here changes server state but what the Python twin changes: plain_run,
+ * run_pairs and split_bookmarks read lists, tuples, bytes and str; frame_run reads the leases' messages and appends to the lists it is
  * given; ack_run changes the messages' fields, the dicts and the list given; lease_run makes
  * messages and adds them to the dicts, the heap and the list given. The functions read and
  * write a QueueMessage's fields in place when it is of the exact C type (a subclass, or the
@@ -290,6 +292,45 @@ static PyObject *run_pairs(PyObject *self, PyObject *args) {
 error:
     Py_DECREF(out);
     return NULL;
+}
+
+/* value.split(",") when value is a str with no whitespace and no empty item; else None. */
+static PyObject *split_bookmarks(PyObject *self, PyObject *value) {
+    if (!PyUnicode_CheckExact(value) || PyUnicode_GET_LENGTH(value) == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value), items = 1, start = 0;
+    int kind = PyUnicode_KIND(value);
+    const void *data = PyUnicode_DATA(value);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+        if (ch == ',') {
+            if (i == start)
+                Py_RETURN_NONE; /* an empty item */
+            items++;
+            start = i + 1;
+        } else if (Py_UNICODE_ISSPACE(ch)) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (start == n)
+        Py_RETURN_NONE; /* a trailing comma */
+    PyObject *out = PyList_New(items);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t k = 0;
+    start = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        if (i < n && PyUnicode_READ(kind, data, i) != ',')
+            continue;
+        PyObject *item = PyUnicode_Substring(value, start, i);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k++, item);
+        start = i + 1;
+    }
+    return out;
 }
 
 /* msg.<name> is (not) `want`: 1 when it is not, 0 when it is, -1 on error. */
@@ -732,6 +773,9 @@ static PyMethodDef methods[] = {
      "run_pairs(prefix, batch) -> [(bookmark, body), ...]: the bookmarks (prefix + sequence + "
      "'|') and bodies of a journaled run [(sequence, topic, body), ...] (twin of "
      "queues.intake.run_pairs)."},
+    {"split_bookmarks", split_bookmarks, METH_O,
+     "split_bookmarks(value) -> [bookmark, ...] or None: value.split(',') when value is a str "
+     "with no whitespace and no empty item, else None (twin of queues.acking.split_bookmarks)."},
     {"frame_run", frame_run, METH_VARARGS,
      "frame_run(leases, pos, starts, deadline, tail) -> end: the delivery frames of a run of "
      "leases (twin of queues.framing.frame_run)."},

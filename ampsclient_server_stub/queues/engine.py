@@ -65,7 +65,7 @@ from ..engine.wire import (
     send_acks,
     split_list,
 )
-from . import intake, speedups
+from . import acking, intake, speedups
 from .config import QueueConfig
 from .dead_letter import DeadLetters
 from .depth import Inactive, Waiting
@@ -88,6 +88,7 @@ logger = logging.getLogger(__name__)
 
 plain_run: Final = speedups.plain_run or intake.plain_run
 run_pairs: Final = speedups.run_pairs or intake.run_pairs
+split_bookmarks: Final = speedups.split_bookmarks or acking.split_bookmarks
 """Reads a run of plain intake frames (C when built, else its Python twin)."""
 
 ACK_FILE: Final = "queues.ack"
@@ -441,6 +442,7 @@ class QueueEngine:
                 raise CommandFailure("invalid options", f"queue acknowledgement option {name!r}")
         now = self._clock()
         matches = len(queue)
+        joined: str | None = None
         if predicate is not None:
             bookmarks = [
                 msg.bookmark
@@ -448,7 +450,10 @@ class QueueEngine:
                 if _matches(queue, msg, predicate)
             ]
         else:
-            bookmarks = _bookmarks(hdr.get("bm"))
+            value = hdr.get("bm")
+            split = split_bookmarks(value)  # (None: in some other form)
+            joined = value if split is not None else None
+            bookmarks = split if split is not None else split_list(value)
             if not bookmarks:
                 self.counters["bad_acks"] += 1
                 raise CommandFailure("invalid bookmark", "queue acknowledgement without bookmarks")
@@ -463,7 +468,10 @@ class QueueEngine:
             result.removed.extend(early)
         if result.expired:
             self._expired(queue, result.expired, journaled=True)  # letters before the removals
-        index = self.record(queue, result.removed, urgent=bool(ack_flags(hdr) & PERSISTED))
+        removed = result.removed
+        if early or removed != bookmarks:
+            joined = None  # (the journal gets what was removed; usually all, as they came)
+        index = self.record(queue, removed, urgent=bool(ack_flags(hdr) & PERSISTED), joined=joined)
         self.pump(queue)
         if self._timed:  # (no queue has a lease period or an expiration: nothing to arm)
             self._arm()
@@ -551,10 +559,17 @@ class QueueEngine:
     # ------------------------------------------------------------------ journal
 
     def record(
-        self, queue: Queue, bookmarks: Sequence[str], *, urgent: bool = False, extra: Any = None
+        self,
+        queue: Queue,
+        bookmarks: Sequence[str],
+        *,
+        urgent: bool = False,
+        extra: Any = None,
+        joined: str | None = None,
     ) -> int | None:
         """Journal the removal of ``bookmarks`` from ``queue`` (with ``extra``: a transfer
-        record of :mod:`.replicated` instead); its journal index.
+        record of :mod:`.replicated` instead); its journal index. ``joined``: the bookmarks
+        joined by commas already (an acknowledgement's own list).
 
         ``urgent``: someone waits for it to be durable (an ack asking for ``persisted``),
         so the group commit is requested now; otherwise within :data:`_COMMIT_DELAY` (or
@@ -570,7 +585,11 @@ class QueueEngine:
             topic=queue.name,
             command="sow_delete",
             payload=b"",
-            fields={"mt": queue.config.message_type, "bm": ",".join(bookmarks), **(extra or _ACK)},
+            fields={
+                "mt": queue.config.message_type,
+                "bm": ",".join(bookmarks) if joined is None else joined,
+                **(extra or _ACK),
+            },
         )
         self.counters["ack_records"] += 1
         if urgent or self._call_later is None:
@@ -764,22 +783,6 @@ class QueueEngine:
             logger.debug("journal closed: queue ack points as of the last acknowledgement")
         self._write_points()
         self.metadata.save(self.queues.values(), self.inactive, force=True)
-
-
-def _bookmarks(value: Any) -> list[str]:
-    """An acknowledgement's bookmark list: one ``split`` when the value has no whitespace
-    and no empty item (the usual ``1|1|,1|2|``), else :func:`split_list`."""
-    if (
-        type(value) is str
-        and len(value.split(None, 1)) == 1  # (no whitespace inside: strip() is not needed
-        and not value[:1].isspace()  # ... nor at either end)
-        and not value[-1:].isspace()
-        and ",," not in value  # (no empty item)
-        and value[:1] != ","
-        and value[-1:] != ","
-    ):
-        return value.split(",")
-    return split_list(value)
 
 
 def _lease_ends(messages: list[QueueMessage]) -> list[tuple[QueueMessage, str]]:

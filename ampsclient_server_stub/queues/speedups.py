@@ -30,6 +30,7 @@ __all__ = [
     "lease_run",
     "plain_run",
     "run_pairs",
+    "split_bookmarks",
 ]
 
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
@@ -38,6 +39,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "run_pairs": "ampsclient_server_stub.queues.intake.run_pairs",
         "frame_run": "ampsclient_server_stub.queues.framing.frame_run",
         "ack_run": "ampsclient_server_stub.queues.acking.ack_run",
+        "split_bookmarks": "ampsclient_server_stub.queues.acking.split_bookmarks",
         "lease_run": "ampsclient_server_stub.queues.leasing.lease_run",
         "QueueMessage": "ampsclient_server_stub.queues.message.PyQueueMessage",
     }
@@ -51,6 +53,7 @@ ack_run: (
     Callable[[dict[str, Any], Sequence[str], int, object, bool, list[str]], tuple[int, int]] | None
 ) = None
 lease_run: Callable[..., None] | None = None
+split_bookmarks: Callable[[object], list[str] | None] | None = None
 QueueMessage: type[Any] | None = None
 """The C message type (``None``: the Python class, :class:`.message.PyQueueMessage`)."""
 
@@ -66,6 +69,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         frame_run = _module.frame_run
         ack_run = _module.ack_run
         lease_run = _module.lease_run
+        split_bookmarks = _module.split_bookmarks
         QueueMessage = _module.QueueMessage
 
 UNPARSED: Final[object] = object() if _module is None else _module.UNPARSED
