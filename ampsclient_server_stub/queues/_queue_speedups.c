@@ -294,10 +294,48 @@ error:
     return NULL;
 }
 
+/* split_bookmarks for an ASCII str: bytes, with memchr and one test per byte. */
+static PyObject *split_ascii(PyObject *value) {
+    const char *data = (const char *)PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value), items = 1, start = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)data[i];
+        if (ch == ',') {
+            if (i == start)
+                Py_RETURN_NONE; /* an empty item */
+            items++;
+            start = i + 1;
+        } else if (ch <= ' ' && Py_UNICODE_ISSPACE(ch)) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (start == n)
+        Py_RETURN_NONE; /* a trailing comma */
+    PyObject *out = PyList_New(items);
+    if (out == NULL)
+        return NULL;
+    const char *p = data, *end = data + n;
+    for (Py_ssize_t k = 0; k < items; k++) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        Py_ssize_t len = (comma != NULL ? comma : end) - p;
+        PyObject *item = PyUnicode_New(len, 127);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        memcpy(PyUnicode_1BYTE_DATA(item), p, (size_t)len);
+        PyList_SET_ITEM(out, k, item);
+        p += len + 1;
+    }
+    return out;
+}
+
 /* value.split(",") when value is a str with no whitespace and no empty item; else None. */
 static PyObject *split_bookmarks(PyObject *self, PyObject *value) {
     if (!PyUnicode_CheckExact(value) || PyUnicode_GET_LENGTH(value) == 0)
         Py_RETURN_NONE;
+    if (PyUnicode_IS_ASCII(value))
+        return split_ascii(value);
     Py_ssize_t n = PyUnicode_GET_LENGTH(value), items = 1, start = 0;
     int kind = PyUnicode_KIND(value);
     const void *data = PyUnicode_DATA(value);

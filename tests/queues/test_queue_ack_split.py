@@ -37,6 +37,10 @@ def test_the_usual_form_is_split_and_every_other_is_left_to_split_list(name: str
     assert split("1|1|,1|2|") == ["1|1|", "1|2|"]
     assert split("1|1|") == ["1|1|"]
     assert split("ü|1|,é|2|,\U0001f600") == ["ü|1|", "é|2|", "\U0001f600"]
+    assert split("a\x00b,\x1b,!") == ["a\x00b", "\x1b", "!"]  # control characters, not spaces
+    for space in "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ":
+        assert split(f"1|1|,a{space}b") is None
+        assert split(f"ü,a{space}b") is None
     for other in [
         "",
         ",",
