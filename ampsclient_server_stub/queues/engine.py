@@ -5,7 +5,8 @@ How it plugs into the engine (small hooks, no queue logic in the engine's files)
 * **Intake.** Each queue owns an internal subscription, in the broker's routing index, to each
   of its underlying topics (with the queue's ``Filter``). Every message published to an
   underlying topic (a client's publish, a run, a replicated record) is therefore handed to
-  :meth:`QueueEngine.intake` by the ordinary delivery code, after it is journaled; the
+  :meth:`QueueEngine.intake` by the ordinary delivery code, after it is journaled (a run of
+  plain publishes to :meth:`QueueEngine.intake_run`, the connection's ``run_sink``); the
   plain publish path is unchanged and costs nothing when no queue is configured.
 * **Subscriptions.** ``subscribe`` to a queue topic (no bookmark) is taken by
   :meth:`QueueEngine.subscribe` (``BrokerHooks.queues``); the subscription is registered

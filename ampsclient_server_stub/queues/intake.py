@@ -1,9 +1,12 @@
-"""Reading the delivery frames of a queue's intake subscription: bookmark, body, ``x``.
+"""Reading what a queue's intake subscription receives: bookmark, body, ``x``.
 
 The ordinary delivery code hands a queue the frames it would send a subscriber of the
 underlying topic. Most are in one plain form, ``{...,"bm":"<bookmark>"}BODY`` (no correlation
 id, no SOW key): :func:`plain_run` reads a run of those with two ``find`` calls each and no
 header parse; :func:`parse_frame` reads any other frame (and a SOW record's own expiration).
+A journaled run of plain publishes that needs no filter skips the frames: the intake
+connection's ``run_sink`` takes the run itself, and :func:`run_pairs` makes the same pairs
+from its sequences.
 """
 
 from __future__ import annotations
