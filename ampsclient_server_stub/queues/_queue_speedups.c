@@ -294,24 +294,45 @@ error:
     return NULL;
 }
 
-/* split_bookmarks for an ASCII str: bytes, with memchr and one test per byte. */
-static PyObject *split_ascii(PyObject *value) {
-    const char *data = (const char *)PyUnicode_1BYTE_DATA(value);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(value), items = 1, start = 0;
+/* The items of a comma list of n characters, or 0 when one is empty or it has whitespace.
+ * Inlined with a constant kind for ASCII (one test per byte). */
+static inline Py_ssize_t count_items(int kind, const void *data, Py_ssize_t n) {
+    Py_ssize_t items = 1, start = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)data[i];
+        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
         if (ch == ',') {
             if (i == start)
-                Py_RETURN_NONE; /* an empty item */
+                return 0; /* an empty item */
             items++;
             start = i + 1;
-        } else if (ch <= ' ' && Py_UNICODE_ISSPACE(ch)) {
-            Py_RETURN_NONE;
+        } else if (ch <= ' ' || ch >= 0x80) {
+            if (Py_UNICODE_ISSPACE(ch))
+                return 0;
         }
     }
-    if (start == n)
-        Py_RETURN_NONE; /* a trailing comma */
-    PyObject *out = PyList_New(items);
+    return start == n ? 0 : items; /* (start == n: a trailing comma, or nothing) */
+}
+
+/* value.split(",") when value is a str with no whitespace and no empty item; else None. */
+static PyObject *split_bookmarks(PyObject *self, PyObject *value) {
+    if (!PyUnicode_CheckExact(value))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    if (!PyUnicode_IS_ASCII(value)) {
+        if (count_items(PyUnicode_KIND(value), PyUnicode_DATA(value), n) == 0)
+            Py_RETURN_NONE;
+        PyObject *comma = PyUnicode_FromOrdinal(',');
+        if (comma == NULL)
+            return NULL;
+        PyObject *out = PyUnicode_Split(value, comma, -1);
+        Py_DECREF(comma);
+        return out;
+    }
+    const char *data = (const char *)PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t items = count_items(PyUnicode_1BYTE_KIND, data, n);
+    if (items == 0)
+        Py_RETURN_NONE;
+    PyObject *out = PyList_New(items); /* the ASCII items: memchr and memcpy */
     if (out == NULL)
         return NULL;
     const char *p = data, *end = data + n;
@@ -326,47 +347,6 @@ static PyObject *split_ascii(PyObject *value) {
         memcpy(PyUnicode_1BYTE_DATA(item), p, (size_t)len);
         PyList_SET_ITEM(out, k, item);
         p += len + 1;
-    }
-    return out;
-}
-
-/* value.split(",") when value is a str with no whitespace and no empty item; else None. */
-static PyObject *split_bookmarks(PyObject *self, PyObject *value) {
-    if (!PyUnicode_CheckExact(value) || PyUnicode_GET_LENGTH(value) == 0)
-        Py_RETURN_NONE;
-    if (PyUnicode_IS_ASCII(value))
-        return split_ascii(value);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(value), items = 1, start = 0;
-    int kind = PyUnicode_KIND(value);
-    const void *data = PyUnicode_DATA(value);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
-        if (ch == ',') {
-            if (i == start)
-                Py_RETURN_NONE; /* an empty item */
-            items++;
-            start = i + 1;
-        } else if (Py_UNICODE_ISSPACE(ch)) {
-            Py_RETURN_NONE;
-        }
-    }
-    if (start == n)
-        Py_RETURN_NONE; /* a trailing comma */
-    PyObject *out = PyList_New(items);
-    if (out == NULL)
-        return NULL;
-    Py_ssize_t k = 0;
-    start = 0;
-    for (Py_ssize_t i = 0; i <= n; i++) {
-        if (i < n && PyUnicode_READ(kind, data, i) != ',')
-            continue;
-        PyObject *item = PyUnicode_Substring(value, start, i);
-        if (item == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, k++, item);
-        start = i + 1;
     }
     return out;
 }
