@@ -87,10 +87,10 @@ _ACK: Final = {"queue": 1}
 
 logger = logging.getLogger(__name__)
 
+# each C when built, else its Python twin
 plain_run: Final = speedups.plain_run or intake.plain_run
 run_pairs: Final = speedups.run_pairs or intake.run_pairs
 split_bookmarks: Final = speedups.split_bookmarks or acking.split_bookmarks
-"""Reads a run of plain intake frames (C when built, else its Python twin)."""
 
 ACK_FILE: Final = "queues.ack"
 """The ack-point file in the journal directory is ``<journal name>.queues.ack``."""
