@@ -7,16 +7,32 @@ import dataclasses
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import pytest
 
 import ampsclient
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ServerConfig, default_config
 from ampsclient_server_stub.harness import ServerProcess
+from ampsclient_server_stub.queues import speedups
 from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.testing import RawClient
 
 _ids = itertools.count(1)
+T = TypeVar("T")
+
+needs_c = pytest.mark.skipif(not speedups.SPEEDUPS, reason="queue C speedups not in use")
+IMPLS = ["python", pytest.param("c", marks=needs_c)]
+"""The ``name`` parameter of a test run on each implementation (:func:`implementation`)."""
+
+
+def implementation(name: str, c_version: T | None, twin: T) -> T:
+    """The C function when ``name`` is ``"c"`` (the speedups are built then), else its twin."""
+    if name == "c":
+        assert c_version is not None
+        return c_version
+    return twin
 
 
 def stats(server: ServerThread, name: str = "work") -> dict[str, Any]:

@@ -5,12 +5,12 @@ ack records a server writes for lists in every form."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _queue_support import Consumer, publish, start
+from _queue_support import IMPLS, Consumer, implementation, publish, start
 from hypothesis import given, settings, strategies as st
 
 from ampsclient_server_stub import ServerThread
@@ -18,22 +18,10 @@ from ampsclient_server_stub.engine.wire import split_list
 from ampsclient_server_stub.queues import acking, speedups
 from ampsclient_server_stub.queues.config import QueueConfig
 
-needs_c = pytest.mark.skipif(not speedups.SPEEDUPS, reason="queue C speedups not in use")
-IMPLS = ["python", pytest.param("c", marks=needs_c)]
-
-Split = Callable[[object], "list[str] | None"]
-
-
-def split_impl(name: str) -> Split:
-    if name == "c":
-        assert speedups.split_bookmarks is not None
-        return speedups.split_bookmarks
-    return acking.split_bookmarks
-
 
 @pytest.mark.parametrize("name", IMPLS)
 def test_the_usual_form_is_split_and_every_other_is_left_to_split_list(name: str) -> None:
-    split = split_impl(name)
+    split = implementation(name, speedups.split_bookmarks, acking.split_bookmarks)
     assert split("1|1|,1|2|") == ["1|1|", "1|2|"]
     assert split("1|1|") == ["1|1|"]
     assert split("ü|1|,é|2|,\U0001f600") == ["ü|1|", "é|2|", "\U0001f600"]

@@ -10,27 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _queue_support import Consumer, connect, start, stats
+from _queue_support import IMPLS, Consumer, connect, implementation, needs_c, start, stats
 
 from ampsclient_server_stub import accel
 from ampsclient_server_stub.engine.wire import delivery_frames
 from ampsclient_server_stub.queues import intake, speedups
 from ampsclient_server_stub.queues.config import QueueConfig
 
-needs_c = pytest.mark.skipif(not speedups.SPEEDUPS, reason="queue C speedups not in use")
-IMPLS = ["python", pytest.param("c", marks=needs_c)]
-
-
-def run_pairs(name: str) -> Any:
-    if name == "c":
-        assert speedups.run_pairs is not None
-        return speedups.run_pairs
-    return intake.run_pairs
-
 
 @pytest.mark.parametrize("name", IMPLS)
 def test_run_pairs_makes_each_bookmark_from_the_prefix_and_sequence(name: str) -> None:
-    fn = run_pairs(name)
+    fn = implementation(name, speedups.run_pairs, intake.run_pairs)
     batch = [(1, "orders", b'{"id":1}'), (10**15, "orders", b""), (2**63 - 1, "x", b'"}')]
     assert fn("42|", batch) == [
         ("42|1|", b'{"id":1}'),
@@ -60,7 +50,7 @@ def test_run_pairs_reads_what_plain_run_reads_from_the_frames(name: str) -> None
         head = f'{{"c":"p","t":"orders","sids":"queue-intake-0","bm":"{pid}|'.encode()
         end, read = plain_run(frames_of(head, batch), 0, False)
         assert end == len(batch)
-        assert run_pairs(name)(f"{pid}|", batch) == read
+        assert implementation(name, speedups.run_pairs, intake.run_pairs)(f"{pid}|", batch) == read
 
 
 @needs_c
