@@ -27,9 +27,9 @@ and ``shared/amps-semantics.md`` (server behaviour). Summary:
   ``ack_conflation=<duration>``) or after 256 messages, and always before a ``flush`` ack.
 * Topics are scoped by message type, as in AMPS: a json subscription never sees a msgpack
   publish to a topic of the same name.
-* Pause/resume of a plain (non-bookmark) subscription buffers at most
-  :data:`PAUSE_BUFFER_LIMIT` deliveries while paused, dropping the OLDEST beyond that (with a
-  warning); ``resume`` delivers the buffer in order.
+* Pause/resume apply to bookmark subscriptions only (their replay waits at its position in
+  the log); on a plain subscription, or with ``live``, they are refused with ``invalid
+  options`` (nothing is buffered, nothing is dropped).
 
 Queues live in :mod:`ampsclient_server_stub.queues` (plugged in through
 ``BrokerHooks.queues``). Not done: paginated subscriptions. Without a transaction log any
@@ -73,7 +73,6 @@ from .sow import SowTopic
 from .sow_service import SowService
 from .state import (
     DEFAULT_ACK_CONFLATION,
-    PAUSE_BUFFER_LIMIT,
     Clients,
     Connection,
     Subscription,
@@ -92,7 +91,6 @@ from .wire import (
 
 __all__ = [
     "DEFAULT_ACK_CONFLATION",
-    "PAUSE_BUFFER_LIMIT",
     "PERSISTED_ACK_BATCH",
     "SERVER_VERSION",
     "Authenticator",

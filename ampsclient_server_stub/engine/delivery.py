@@ -4,7 +4,6 @@
   subscriptions (filters are evaluated on a payload decoded at most once);
 * SOW publishes: full, delta (against the previous record) or ``oof`` frames;
 * ``oof`` for records deleted or expired from a SOW topic;
-* paused subscriptions get their frames into their pause buffer;
 * live conflation (options ``conflation``/``conflation_key``): frames are held per key and
   released by a timer (see :mod:`.conflation`).
 """
@@ -114,12 +113,7 @@ class Delivery:
                         ts_sids = []
                     if ts_tail is None:
                         ts_tail = tail[:-1] + ',"ts":"' + format_timestamp(self.clock()) + '"}'
-                    if sub.paused:
-                        sub.hold((head + sub.sid + ts_tail).encode() + data)
-                    else:
-                        ts_sids.append(sub.sid)
-                elif sub.paused:
-                    sub.hold((head + sub.sid + tail).encode() + data)
+                    ts_sids.append(sub.sid)
                 else:
                     sids.append(sub.sid)
             send = conn.session.send
@@ -174,10 +168,7 @@ class Delivery:
         tail = f'","bm":"{pid}|'
         sent = 0
         for conn, subs in route:
-            if all(
-                s.predicate is None and s.conflation is None and not s.timestamp and not s.paused
-                for s in subs
-            ):
+            if all(s.predicate is None and s.conflation is None and not s.timestamp for s in subs):
                 sink = conn.run_sink
                 if sink is not None:
                     sink(pid, stretch)
@@ -286,14 +277,8 @@ class Delivery:
     def send_group(
         conn: Connection, group: Sequence[Subscription], fields: dict[str, Any], body: bytes
     ) -> None:
-        live = [s.sid for s in group if not s.paused]
-        for sub in group:
-            if sub.paused:
-                fields["sids"] = sub.sub_id
-                sub.hold(encode_header(fields) + body)
-        if live:
-            fields["sids"] = ",".join(s.sub_id for s in group if not s.paused)
-            conn.session.send(encode_header(fields) + body)
+        fields["sids"] = ",".join(s.sub_id for s in group)
+        conn.session.send(encode_header(fields) + body)
 
     def sow_removed(self, sow: SowTopic, records: Sequence[SowRecord], reason: str) -> None:
         """Send oof ``reason`` (``deleted``/``expired``) for removed records to oof subscribers."""
@@ -366,13 +351,10 @@ class Delivery:
 
     @staticmethod
     def send_held(sub: Subscription, held: Iterable[LiveHeld]) -> None:
-        """Deliver released holds (into the pause buffer while the subscription is paused)."""
+        """Deliver released holds."""
         send = sub.conn.session.send
         for item in held:
-            if sub.paused:
-                sub.hold(item.frame)
-            else:
-                send(item.frame)
+            send(item.frame)
 
     def _conflate_sow(
         self,

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_ACK_CONFLATION",
-    "PAUSE_BUFFER_LIMIT",
     "ClientState",
     "Clients",
     "Connection",
@@ -39,9 +38,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ACK_CONFLATION: Final = 0.005
 """Seconds between conflated persisted acks unless the logon asks otherwise."""
-
-PAUSE_BUFFER_LIMIT: Final = 10_000
-"""Deliveries held for a paused plain subscription (the oldest are dropped beyond)."""
 
 
 class ClientState:
@@ -144,9 +140,7 @@ class Subscription:
         "conflation",
         "conn",
         "delta",
-        "dropped",
         "filter_text",
-        "held",
         "matcher",
         "message_type",
         "no_empties",
@@ -187,25 +181,12 @@ class Subscription:
         self.no_empties = "no_empties" in options
         self.send_keys = "send_keys" in options
         self.paused = "pause" in options
-        self.held: deque[bytes] = deque(maxlen=PAUSE_BUFFER_LIMIT)
-        self.dropped = 0
+        """A paused bookmark subscription (only those can be paused): its replay waits."""
         self.replay: Replay[Subscription] | None = None
         """For bookmark subscriptions: the cursor over the transaction log."""
         self.conflation: LiveConflation | None = None
         """Conflation holds of a regular subscription (options ``conflation``/``conflation_key``;
         a bookmark subscription's are on its :attr:`replay`)."""
-
-    def hold(self, payload: bytes) -> None:
-        """Buffer a delivery while paused (bounded; the oldest is dropped when full)."""
-        if len(self.held) == PAUSE_BUFFER_LIMIT:
-            if self.dropped == 0:
-                logger.warning(
-                    "paused subscription %r of %r: buffer full, dropping oldest deliveries",
-                    self.sub_id,
-                    self.conn,
-                )
-            self.dropped += 1
-        self.held.append(payload)
 
     def __repr__(self) -> str:
         return f"Subscription({self.sub_id!r}, {self.matcher.topic!r}, filter={self.filter_text!r})"

@@ -55,6 +55,26 @@ __all__ = ["Subscribing"]
 
 logger = logging.getLogger(__name__)
 
+_PAUSE_SCOPE = (
+    "pause and resume apply to bookmark subscriptions only (AMPS User Guide, transaction log "
+    "chapter: AMPS keeps a paused subscription's position in the log and replays from it)"
+)
+
+
+def check_pause_scope(options: Mapping[str, str], *, bookmark: str | None) -> None:
+    """Refuse ``pause``/``resume`` on a subscription that is not a bookmark subscription.
+
+    A paused subscription resumes from its position in the transaction log, so only a
+    bookmark subscription can be paused: a plain one would have to buffer, or drop, what
+    arrives meanwhile. (``live`` with ``pause``/``resume``/``rate`` is refused by the replay
+    itself, in :meth:`.txlog.Replay.start`.)
+
+    Raises:
+        CommandFailure: ``invalid options``.
+    """
+    if bookmark is None and ("pause" in options or "resume" in options):
+        raise CommandFailure("invalid options", _PAUSE_SCOPE)
+
 
 class Subscribing:
     """The subscription and SOW query commands."""
@@ -92,6 +112,7 @@ class Subscribing:
         existing = conn.subs.get(sub_id)
         if existing is not None and "replace" not in options:
             raise CommandFailure("subid in use", f"sub_id {sub_id!r} already exists")
+        check_pause_scope(options, bookmark=text(hdr.get("bm")))
         for name in ("top_n", "skip_n", "max_backlog"):
             if name in options:
                 value = int_field(options[name])
@@ -111,8 +132,6 @@ class Subscribing:
             sub.conflation = LiveConflation(conflation)
         if existing is not None:
             sub.paused = existing.paused if "pause" not in options else True
-            sub.held = existing.held
-            sub.dropped = existing.dropped
         return sub, existing
 
     def _conflation_spec(
@@ -144,10 +163,15 @@ class Subscribing:
         if not ids:
             raise CommandFailure("invalid subId", "pause/resume without sub_id")
         resumed: list[Replay[Subscription]] = []
-        for sub_id in ids:
-            sub = conn.subs.get(sub_id)
-            if sub is None:
-                continue
+        named = [sub for sub in map(conn.subs.get, ids) if sub is not None]
+        for sub in named:
+            if sub.replay is None:
+                raise CommandFailure("invalid options", f"{sub.sub_id!r}: {_PAUSE_SCOPE}")
+            if sub.replay.live:
+                raise CommandFailure(
+                    "invalid options", f"{sub.sub_id!r}: pause and resume do not go with live"
+                )
+        for sub in named:
             if "pause" in options:
                 sub.paused = True
                 if sub.replay is not None:
@@ -156,15 +180,7 @@ class Subscribing:
                         self._scheduler.pump(heir)
             elif sub.paused:
                 sub.paused = False
-                held = list(sub.held)
-                sub.held.clear()
-                if sub.dropped:
-                    logger.warning("%r: %d deliveries dropped while paused", sub, sub.dropped)
-                    sub.dropped = 0
-                for frame in held:
-                    conn.session.send(frame)
-                if sub.replay is not None:
-                    resumed.append(sub.replay)
+                resumed.append(sub.replay)
         if resumed:
             self._scheduler.group_resumed(resumed)
         return ",".join(ids)

@@ -14,7 +14,6 @@ from ampsclient.protocol.header import decode_header, encode_header
 from ampsclient.protocol.message import split_sow_batch
 from ampsclient_server_stub.config import SowTopicConfig, default_config
 from ampsclient_server_stub.engine.broker import (
-    PAUSE_BUFFER_LIMIT,
     PERSISTED_ACK_BATCH,
     SERVER_VERSION,
     Broker,
@@ -326,26 +325,42 @@ def test_unsubscribe_and_all(broker: Broker) -> None:
     assert c.take() == []
 
 
-def test_pause_and_resume_buffer_deliveries(broker: Broker) -> None:
+def test_pause_and_resume_are_refused_on_a_plain_subscription(broker: Broker) -> None:
+    """Only a bookmark subscription can be paused (its replay waits at its position in the
+    log): a plain one is refused with ``invalid options`` at creation and by ``sub_id``, so
+    nothing is ever buffered and then dropped (issue #28)."""
     c = Client(broker)
-    c.cmd({"c": "subscribe", "t": "t", "sub_id": "s1", "o": "pause"})
-    c.cmd({"c": "subscribe", "t": "t", "sub_id": "s2"})
-    pub(c, "t", {"n": 1})
-    assert [h["sids"] for h, _ in c.take()] == ["s2"]
-    c.cmd({"c": "subscribe", "sub_id": "s1,s2", "o": "resume", "cid": "r", "a": "processed"})
-    frames = c.take()
-    assert frames[0] == ({"c": "p", "t": "t", "sids": "s1"}, b'{"n":1}')
-    assert frames[1][0]["sub_id"] == "s1,s2"
-    pub(c, "t", {"n": 2})
-    assert [h["sids"] for h, _ in c.take()] == ["s1,s2"]
-    # bounded buffer: the oldest are dropped
-    c.cmd({"c": "subscribe", "sub_id": "s1", "o": "pause"})
-    for n in range(PAUSE_BUFFER_LIMIT + 5):
+
+    def reason(hdr: dict[str, Any]) -> tuple[str, str]:
+        c.cmd({**hdr, "cid": "x", "a": "processed"})
+        (ack,) = [h for h, _ in c.take() if h.get("c") == "ack"]
+        return ack["status"], ack.get("reason", "")
+
+    assert reason({"c": "subscribe", "t": "t", "sub_id": "p", "o": "pause"}) == (
+        "failure",
+        "invalid options",
+    )
+    assert "p" not in c.conn.subs  # nothing installed
+    assert reason({"c": "subscribe", "t": "t", "sub_id": "s1"}) == ("success", "")
+    assert reason({"c": "subscribe", "sub_id": "s1", "o": "pause"}) == (
+        "failure",
+        "invalid options",
+    )
+    assert reason({"c": "subscribe", "t": "t", "sub_id": "s1", "o": "pause"}) == (
+        "failure",
+        "invalid options",
+    )
+    assert reason({"c": "subscribe", "sub_id": "s1", "o": "resume"}) == (
+        "failure",
+        "invalid options",
+    )
+    for n in range(3):  # the refused pauses changed nothing: each publish is delivered
         c.cmd({"c": "p", "t": "t"}, str(n).encode())
-    c.take()
-    c.cmd({"c": "subscribe", "sub_id": "s1", "o": "resume"})
-    held = c.take()
-    assert len(held) == PAUSE_BUFFER_LIMIT and held[0][1] == b"5"
+    assert [(h["sids"], body) for h, body in c.take()] == [
+        ("s1", b"0"),
+        ("s1", b"1"),
+        ("s1", b"2"),
+    ]
 
 
 def test_bookmark_subscribe_without_txlog_fails(broker: Broker) -> None:

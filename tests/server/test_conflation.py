@@ -243,18 +243,21 @@ def test_memory_is_one_held_message_per_key(broker: Broker, manual: ManualTime) 
     assert sorted(b["n"] for b in session.bodies()) == list(range(4990, 5000))
 
 
-def test_a_paused_subscription_buffers_what_its_holds_release(
+def test_a_conflated_plain_subscription_cannot_be_paused(
     broker: Broker, manual: ManualTime
 ) -> None:
+    """Pausing is for bookmark subscriptions (issue #28): a conflated plain subscription is
+    refused with ``invalid options`` and its holds keep being released."""
     sub, session = logon(broker, "sub")
     publisher, _ = logon(broker, "pub")
     subscribe(broker, sub, "quotes", "conflation=1s")
     pub(broker, publisher, "quotes", {"sym": "A", "px": 1})
-    broker.handle(sub, encode_header({"c": "subscribe", "sub_id": "s1", "o": "pause"}))
+    pause = {"c": "subscribe", "sub_id": "s1", "o": "pause", "cid": "p", "a": "processed"}
+    broker.handle(sub, encode_header(pause))
+    (ack,) = [h for h in session.headers("ack") if h.get("cid") == "p"]
+    assert (ack["status"], ack["reason"]) == ("failure", "invalid options")
     pub(broker, publisher, "quotes", {"sym": "A", "px": 2})
     manual.advance(1.0)
-    assert session.bodies() == []
-    broker.handle(sub, encode_header({"c": "subscribe", "sub_id": "s1", "o": "resume"}))
     assert session.bodies() == [{"sym": "A", "px": 2}]
 
 
