@@ -163,24 +163,26 @@ class Subscribing:
         if not ids:
             raise CommandFailure("invalid subId", "pause/resume without sub_id")
         resumed: list[Replay[Subscription]] = []
-        named = [sub for sub in map(conn.subs.get, ids) if sub is not None]
-        for sub in named:
+        named: list[tuple[Subscription, Replay[Subscription]]] = []
+        for sub in map(conn.subs.get, ids):
+            if sub is None:
+                continue
             if sub.replay is None:
                 raise CommandFailure("invalid options", f"{sub.sub_id!r}: {_PAUSE_SCOPE}")
             if sub.replay.live:
                 raise CommandFailure(
                     "invalid options", f"{sub.sub_id!r}: pause and resume do not go with live"
                 )
-        for sub in named:
+            named.append((sub, sub.replay))
+        for sub, replay in named:
             if "pause" in options:
                 sub.paused = True
-                if sub.replay is not None:
-                    heir = self._scheduler.ungroup(sub.replay)
-                    if heir is not None:
-                        self._scheduler.pump(heir)
+                heir = self._scheduler.ungroup(replay)
+                if heir is not None:
+                    self._scheduler.pump(heir)
             elif sub.paused:
                 sub.paused = False
-                resumed.append(sub.replay)
+                resumed.append(replay)
         if resumed:
             self._scheduler.group_resumed(resumed)
         return ",".join(ids)
