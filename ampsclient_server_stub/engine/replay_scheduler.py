@@ -239,7 +239,10 @@ class ReplayScheduler:
             self._pump_later(replay, 0.0)
             self._sync_members(replay)
             return False
-        if session.backlog() > REPLAY_BACKLOG:
+        if session.backlog() > REPLAY_BACKLOG and not (replay.live and replay.completed_sent):
+            # A replay paces itself to its reader, except a live one past its replay: AMPS
+            # sends what follows as it comes, so that subscriber is subject to slow-client
+            # offlining (seed 000, "live" option) like a regular subscription.
             self._counters["replay_waits"] += 1
             self._pump_later(replay, 0.002)
             self._sync_members(replay)
