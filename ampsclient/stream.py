@@ -182,12 +182,23 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
         self._max_depth = depth
         return self
 
+    def _settle_held(self) -> None:
+        """Auto-ack: the application asks for the next message, so it is done with the one
+        it holds; ack that one now, before waiting (with a full backlog the next message
+        comes only once this ack is sent)."""
+        if self._settle is None:
+            return
+        with self._cond:
+            held, self._held = self._held, None
+        if held is not None:
+            self._settle(held)
+
     def _take(self) -> Message:
         item = self._items.popleft()
         if self._settle is not None:
             held, self._held = self._held, (None if item is _END else item)
             if held is not None:
-                self._settle(held)  # auto-ack: the application asked for the next one
+                self._settle(held)  # a held message left by a concurrent reader
             if item is not _END:
                 self._hold(item)
         if item is _END:
@@ -286,6 +297,7 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
         return self
 
     def __next__(self) -> Message:
+        self._settle_held()
         with self._cond:
             if not self._items:
                 if self._timeout is None:
@@ -302,6 +314,7 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
 
     def get(self, timeout: float | None = None) -> Message | None:
         """Blocking read with a timeout in seconds; ``None`` on timeout; raises at the end."""
+        self._settle_held()
         with self._cond:
             if not self._items:
                 deadline = None if timeout is None else time.monotonic() + timeout
@@ -319,6 +332,7 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
         return self
 
     async def __anext__(self) -> Message:
+        self._settle_held()
         while True:
             if self._items:
                 try:
