@@ -32,8 +32,8 @@ and ``shared/amps-semantics.md`` (server behaviour). Summary:
   options`` (nothing is buffered, nothing is dropped).
 
 Queues live in :mod:`ampsclient_server_stub.queues` (plugged in through
-``BrokerHooks.queues``). Not done: paginated subscriptions. Without a transaction log any
-bookmark is treated as NOW.
+``BrokerHooks.queues``). Not done: paginated subscriptions. Without a transaction log a
+bookmark subscription fails with ``invalid topic`` (the topic is not recorded).
 
 :class:`Broker` is a small facade over the engine's parts, one module each (docs/design.md
 draws them): :mod:`.wire` (header readers, ack writers, publish recognizers), :mod:`.state`
