@@ -3,9 +3,10 @@
 Pure functions, no I/O:
 
 * :func:`decode` / :func:`encode`: payload bytes <-> parsed document for the
-  message types the server understands (``json`` and ``msgpack``).  Every other
-  type (``binary``, ``fix``, ``nvfix``, ``xml``, ...) is opaque: :func:`decode`
-  returns ``None`` ("not parseable") and :func:`encode` only passes bytes through.
+  message types the server understands (``json``, ``msgpack``, and ``fix``/``nvfix``
+  through :mod:`.fix_codec`).  Every other type (``binary``, ``xml``, ``bson``, ...)
+  is opaque: :func:`decode` returns ``None`` ("not parseable") and :func:`encode`
+  only passes bytes through.
 * :func:`delta_merge`: the ``delta_publish`` merge (amps-semantics.md 2.2).
 * :func:`parse_select` / :func:`apply_select`: ``select=[...]`` projection (2.4).
 * :func:`parse_order_by`: ``/field [ASC|DESC] [TEXT]`` sort specification (2.3).
@@ -27,6 +28,8 @@ from typing import Any, Final
 import msgpack
 
 from ..errors import OptionError
+from .filter_values import parse_num
+from .fix_codec import FIX_TYPES, decode_fix, encode_fix
 
 __all__ = [
     "PARSEABLE_TYPES",
@@ -51,7 +54,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: Message types whose payloads :func:`decode` can parse (lower case).
-PARSEABLE_TYPES: Final = frozenset({"json", "msgpack"})
+PARSEABLE_TYPES: Final = frozenset({"json", "msgpack", *FIX_TYPES})
 
 
 # --------------------------------------------------------------------------- codecs
@@ -66,7 +69,7 @@ def decode(message_type: str, data: bytes) -> Any:
     """Parse ``data`` according to ``message_type``.
 
     Returns the parsed document, or ``None`` when the type is opaque (``binary``
-    and anything that is not json/msgpack) or the payload is malformed.  Never
+    and anything not in :data:`PARSEABLE_TYPES`) or the payload is malformed.  Never
     raises for bad input: a malformed payload is logged at debug level.
     """
     mtype = message_type.lower()
@@ -75,7 +78,9 @@ def decode(message_type: str, data: bytes) -> Any:
     try:
         if mtype == "json":
             return json.loads(data)
-        return msgpack.unpackb(data, raw=False)
+        if mtype == "msgpack":
+            return msgpack.unpackb(data, raw=False)
+        return decode_fix(data, numeric_tags=mtype == "fix")
     except Exception as exc:  # json: ValueError/UnicodeDecodeError; msgpack: many kinds
         _log.debug("unparseable %s payload (%d bytes): %s", mtype, len(data), exc)
         return None
@@ -96,6 +101,8 @@ def encode(message_type: str, doc: Any) -> bytes:
         if mtype == "msgpack":
             packed: bytes = msgpack.packb(doc, use_bin_type=True)
             return packed
+        if mtype in FIX_TYPES:
+            return encode_fix(doc)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"cannot encode document as {message_type}: {exc}") from exc
     if isinstance(doc, bytes | bytearray | memoryview):
@@ -358,6 +365,9 @@ def _normalise(value: Any, text: bool) -> tuple[int, Any]:
             return (_RANK_NUMBER, -math.inf)
         return (_RANK_NUMBER, value)
     if isinstance(value, str):
+        number = parse_num(value.strip())
+        if number is not None:  # a number written as text (every fix/nvfix value is text)
+            return (_RANK_NUMBER, number)
         return (_RANK_STRING, value)
     return (_RANK_OTHER, _as_text(value))
 
@@ -404,8 +414,9 @@ class OrderBy:
     """A parsed ``order_by``; use :meth:`key` as a ``sorted`` key over documents.
 
     Default (non-``TEXT``) ordering is a mixed-type sort: ``null``/absent first
-    (for ``ASC``), then booleans, numbers, strings, then other values by their
-    JSON text.  ``TEXT`` compares the string form.  ``DESC`` reverses a field.
+    (for ``ASC``), then booleans, numbers (a string that spells a number counts as
+    that number, as the filter language compares it), strings, then other values by
+    their JSON text.  ``TEXT`` compares the string form.  ``DESC`` reverses a field.
     Python's sort is stable, so ties keep the input order.
     """
 
