@@ -758,6 +758,7 @@ class ClientCore:
             self._logon_acked(pending, message)
             return
         outcome = ack_outcome(pending, message.ack_type)
+        pending.seen |= message.ack_type & pending.terminal
         if outcome.resolves:
             pending.wants_ack = False  # got it: a disconnect no longer fails it
             self.events.append(CommandAcked(pending.cid, message))

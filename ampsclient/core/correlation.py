@@ -18,6 +18,7 @@ from ..protocol.acks import AckType, format_ack_types
 from ..protocol.message import Message
 
 __all__ = [
+    "PUBLISH_COMMANDS",
     "QUERY_COMMANDS",
     "SUBSCRIBE_COMMANDS",
     "AckOutcome",
@@ -73,19 +74,31 @@ class Pending:
     """The subscription it placed."""
     query_id: str | None = None
     """The query it runs."""
+    seen: AckType = AckType.NONE
+    """The terminal acks that arrived (a ``sow`` asking for ``stats`` ends after both its
+    ``completed`` and its ``stats`` ack, in whichever order they come)."""
+
+
+PUBLISH_COMMANDS: Final = frozenset({"p", "delta_publish"})
+"""Publishes: their ``persisted`` ack is conflated by AMPS and names the client's sequence
+number, never the command id (user guide, *Acknowledgment Conflation and Publish
+Acknowledgements*), so it cannot end or reach the command."""
 
 
 def terminal_ack(name: str, acks: AckType) -> AckType:
-    """The ack that ends a command: ``completed`` for a ``sow``; ``stats`` (if asked) or
-    ``processed`` for a ``sow_delete``; none for a subscription (it lives until
-    unsubscribed); otherwise the last of the requested acks in stats, completed, persisted,
-    processed order."""
+    """The acks that end a command (all of them must arrive): ``completed``, and ``stats``
+    when asked, for a ``sow``; ``stats`` (if asked) or ``processed`` for a ``sow_delete``;
+    none for a subscription (it lives until unsubscribed); otherwise the last of the
+    requested acks in stats, completed, persisted, processed order (never ``persisted`` for a
+    publish: see :data:`PUBLISH_COMMANDS`)."""
     if name == "sow":
-        return AckType.COMPLETED
+        return AckType.COMPLETED | (acks & AckType.STATS)
     if name == "sow_delete":
         return AckType.STATS if acks & AckType.STATS else AckType.PROCESSED
     if name in SUBSCRIBE_COMMANDS:
         return AckType.NONE
+    if name in PUBLISH_COMMANDS:
+        acks &= ~AckType.PERSISTED
     for flag in (AckType.STATS, AckType.COMPLETED, AckType.PERSISTED, AckType.PROCESSED):
         if acks & flag:
             return flag
@@ -99,16 +112,20 @@ def track(
 
     ``cid`` and, for a subscription or a query, ``sub_id`` and ``query_id`` (default: the
     ``cid``) are filled in, and the acks: ``processed`` for every command but a publish,
-    ``completed`` for a ``sow``. A publish that asks for no ack is sent without ``cid`` and
-    has no entry (``None``).
+    ``completed`` for a ``sow``. A publish that asks for no ack that could reach it (none,
+    or only ``persisted``: :data:`PUBLISH_COMMANDS`) is sent without ``cid`` and has no entry
+    (``None``), as the official client sends it.
     """
     name = command.name
     fields: dict[str, Any] = {"c": name}
     fields.update(command.fields)
     user_acks = acks = command.ack_types
-    if name in ("p", "delta_publish") and not acks:
+    if name in PUBLISH_COMMANDS and not acks & ~AckType.PERSISTED:
         fields.pop("cid", None)
-        fields.pop("a", None)
+        if acks:
+            fields["a"] = format_ack_types(acks)
+        else:
+            fields.pop("a", None)
         return fields, None
     fields["cid"] = cid
     if name not in ("p", "delta_publish"):
@@ -158,5 +175,5 @@ def ack_outcome(pending: Pending, flag: AckType) -> AckOutcome:
             and pending.stream is not None
             and pending.name == "sow_delete"
         ),
-        ends=bool(flag & pending.terminal),
+        ends=bool(flag & pending.terminal) and not pending.terminal & ~(pending.seen | flag),
     )

@@ -52,7 +52,7 @@ from ..protocol.header import encode_header, escape
 from ..protocol.message import Message
 from ..stores.bookmark import BookmarkStore, MemoryBookmarkStore
 from ..stores.publish import MemoryPublishStore, PublishStore
-from ..stores.publish.official import PublishStore as NamedFilePublishStore
+from ..stores.publish.official import ClientOwned, PublishStore as NamedFilePublishStore
 from ..stream import MessageStream
 from ..uri import redact
 from .bookmarks import fast_discard, mark_live, resume_point
@@ -181,6 +181,9 @@ class AsyncHAClient(ConnectionFace):
         if isinstance(store, str):
             store = NamedFilePublishStore(store)  # official durability
             self._owned.append(store)
+        elif isinstance(store, ClientOwned):  # an official form: it has no close() of its own
+            store.reopen()
+            self._owned.append(store)
         return store or MemoryPublishStore()
 
     def _own_bookmark_store(self, store: BookmarkStore | str | None) -> BookmarkStore:
@@ -268,7 +271,7 @@ class AsyncHAClient(ConnectionFace):
             raise UsageError("set_publish_store: call it before connecting")
         if self._store.unpersisted_count:
             raise UsageError("set_publish_store: the current store holds unpersisted messages")
-        self._store = store if store is not None else MemoryPublishStore()
+        self._store = self._own_publish_store(store)
         self._seq.store = self._acks.store = self._store
         self.__dict__.pop("publish", None)  # unbind the C lane of the previous store
         self._lane = None
@@ -714,7 +717,9 @@ class AsyncHAClient(ConnectionFace):
         """Safe shutdown: flush the publish store (bounded by ``timeout`` ms), then close.
 
         Stores given as path strings (the official form) were made by this client, which
-        closes them here; stores passed as objects stay open (their owner closes them).
+        closes them here, and so are the official ``PublishStore`` and ``HybridPublishStore``
+        objects (they have no ``close()`` in the official API; given to a client again, they
+        reopen); other stores passed as objects stay open (their owner closes them).
 
         Returns:
             How many messages were left unpersisted (logged as a warning when not 0); a file

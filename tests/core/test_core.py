@@ -304,24 +304,22 @@ def test_publish_terminal_acks_persisted_acks_and_unrouted_acks() -> None:
     # no acks asked: nothing tracked, no cid on the wire
     assert core.send_command(Command("p").set_topic("t").set_data(b"x"), None, None) is None
     assert payloads(core) == [b'{"c":"p","t":"t"}x']
-    # persisted asked: no processed ack to wait for; the persisted ack ends it
+    # persisted asked: AMPS conflates a publish's persisted acks by sequence number, never by
+    # command id, so nothing is tracked and no cid is sent (as the official client sends it)
     acks: list[str | None] = []
     cmd = Command("p").set_topic("t").set_data(b"y").set_ack_type("persisted")
-    pending = core.send_command(cmd, lambda m: acks.append(m.header.get("a")), None)
-    assert pending is not None and not pending.wants_ack
-    # (the publish without acks used up auto2: ids are unique, not dense)
-    assert payloads(core) == [b'{"c":"p","t":"t","cid":"auto3","a":"persisted"}y']
+    assert core.send_command(cmd, lambda m: acks.append(m.header.get("a")), None) is None
+    assert payloads(core) == [b'{"c":"p","t":"t","a":"persisted"}y']
     unrouted: list[Any] = []
     core.last_chance = lambda m: unrouted.append(m.command_id)
     core.persisted_events = True  # as an HA wing sets it: it tracks them
     feed(
         core,
-        b'{"c":"ack","cid":"auto3","a":"persisted","status":"success"}',
         b'{"c":"ack","cid":"nobody","a":"processed"}',
         b'{"c":"ack","a":"persisted","s":7,"status":"success"}',
         b'{"c":"ack","a":"persisted","sub_id":"b1","bm":"1|2|"}',
     )
-    assert acks == ["persisted"]
+    assert acks == []
     assert core.pending == {}
     assert unrouted == ["nobody"]
     ev = events(core)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ...exceptions import StoreError
 from .base import Replayer, StoredMessage
@@ -26,6 +26,7 @@ from .sync import FsyncPolicy
 __all__ = [
     "DEFAULT_FSYNC",
     "DEFAULT_FSYNC_INTERVAL",
+    "ClientOwned",
     "HybridPublishStore",
     "PublishStore",
     "check_blocks",
@@ -45,7 +46,27 @@ def check_blocks(blocks_per_realloc: int, block_size: int) -> None:
         raise ValueError(f"blockSize must be a positive int, not {block_size!r}")
 
 
-class PublishStore(FilePublishStore):
+class ClientOwned(FilePublishStore):
+    """The official forms' lifetime: the official ``PublishStore`` and ``HybridPublishStore``
+    have no ``close()``, so the ``HAClient`` using one releases it when the client closes
+    (its file lock goes: the same path may be opened again in the process), and reopens it
+    when it is given to a client again (the official objects stay usable after their
+    client closed)."""
+
+    __slots__ = ("_opened_with",)
+
+    _opened_with: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def reopen(self) -> None:
+        """Open the store again after :meth:`close`, with the arguments it was made with
+        (nothing to do while it is open)."""
+        if not self.closed:
+            return
+        args, kwargs = self._opened_with
+        type(self).__init__(self, *args, **kwargs)
+
+
+class PublishStore(ClientOwned):
     """A file-backed publish store with the official client's constructor.
 
     Args:
@@ -81,6 +102,10 @@ class PublishStore(FilePublishStore):
         fsync_interval: float = DEFAULT_FSYNC_INTERVAL,
     ) -> None:
         check_blocks(blocksPerRealloc, blockSize)
+        self._opened_with = (
+            (filename, errorOnPublishGap, blocksPerRealloc, blockSize),
+            {"fsync": fsync, "fsync_interval": fsync_interval},
+        )
         path = Path(filename)
         if path.exists() and not path.is_dir():
             raise StoreError(
@@ -107,7 +132,7 @@ _SPILLED: Final = bytes(bytearray(b"\x00<spilled to disk>\x00"))
 """Stands in the memory index for a payload kept only on disk (compared by identity)."""
 
 
-class HybridPublishStore(FilePublishStore):
+class HybridPublishStore(ClientOwned):
     """The official ``HybridPublishStore(filename, maxMemoryCapacity, errorOnPublishGap,
     blockSize)``: messages in memory up to a byte budget, every message also on disk.
 
@@ -141,6 +166,10 @@ class HybridPublishStore(FilePublishStore):
         fsync_interval: float = DEFAULT_FSYNC_INTERVAL,
     ) -> None:
         check_blocks(10000, blockSize)
+        self._opened_with = (
+            (filename, maxMemoryCapacity, errorOnPublishGap, blockSize),
+            {"fsync": fsync, "fsync_interval": fsync_interval},
+        )
         if not isinstance(maxMemoryCapacity, int) or maxMemoryCapacity < 0:
             raise ValueError(
                 f"maxMemoryCapacity must be a non-negative int, not {maxMemoryCapacity!r}"
