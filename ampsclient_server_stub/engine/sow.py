@@ -46,7 +46,7 @@ import sqlite_utils
 
 from .payload import OrderBy, decode, delta_merge, encode, lookup_path, parse_path
 
-__all__ = ["SowRecord", "SowTopic"]
+__all__ = ["SowRecord", "SowTopic", "table_name"]
 
 _log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _record(row: _Row) -> SowRecord:
     )
 
 
-def _table_name(topic: str) -> str:
+def table_name(topic: str) -> str:
     """A safe, unique SQLite identifier for ``topic`` (several topics may share a file)."""
     readable = re.sub(r"[^A-Za-z0-9_]", "_", topic)[:48]
     digest = hashlib.blake2b(topic.encode("utf-8"), digest_size=4).hexdigest()
@@ -142,7 +142,7 @@ class SowTopic:
         self.message_type: Final = message_type.lower()
         self.key_domain: Final = topic if key_domain is None else key_domain
         self.filename: Final = None if filename is None else os.fspath(filename)
-        self._table: Final = _table_name(topic)
+        self._table: Final = table_name(topic)
         self._closed = False
 
         target = ":memory:" if self.filename is None else self.filename

@@ -3,7 +3,8 @@
 Writes (publish, delta publish, delete) come through the ingest pipeline (:mod:`.ingest`),
 which journals them and delivers what they change; this module owns the topics themselves:
 
-* the registry (by name and message type; opened from the configuration or passed in);
+* the registry (by name and message type; opened from the configuration or passed in; a
+  damaged SOW file is set aside and what is whole of it kept, :mod:`.sow_salvage`);
 * queries across one or several topics (``sow``, ``sow_and_subscribe``), batched by topic;
 * expiration sweeps (``oof`` ``expired`` through :class:`~.delivery.Delivery`);
 * recovery from the journal at start, and the periodic recovery checkpoints.
@@ -12,9 +13,11 @@ which journals them and delivers what they change; this module owns the topics t
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from ampsclient.protocol.header import Header
@@ -23,7 +26,8 @@ from ampsclient_server_stub.config import ServerConfig, SowTopicConfig
 from .delivery import Delivery
 from .journal import Journal, JournalRecord
 from .payload import OrderBy
-from .sow import SowRecord, SowTopic
+from .sow import SowRecord, SowTopic, table_name
+from .sow_salvage import quarantine, salvage
 from .topics import TopicError, TopicMatcher, compile_topic
 from .txlog import REPLAY_BATCH
 from .wire import CommandFailure
@@ -36,9 +40,7 @@ QueryResult = tuple[list[tuple[SowTopic, SowRecord]], int, int]
 """``(records, matches, topic_matches)`` of a query."""
 
 
-def _open_sow(cfg: SowTopicConfig) -> SowTopic:
-    if cfg.file_name is not None:
-        cfg.file_name.parent.mkdir(parents=True, exist_ok=True)
+def _new_sow(cfg: SowTopicConfig) -> SowTopic:
     return SowTopic(
         cfg.topic,
         keys=cfg.keys,
@@ -46,6 +48,48 @@ def _open_sow(cfg: SowTopicConfig) -> SowTopic:
         filename=cfg.file_name,
         key_domain=cfg.key_domain,
     )
+
+
+def _open_sow(cfg: SowTopicConfig, damaged: dict[Path, tuple[Path, str]]) -> SowTopic:
+    """Open a configured SOW topic. A file SQLite cannot read is set aside
+    (:mod:`.sow_salvage`), its whole records are written to a new file, and the error says
+    what was kept and what was dropped; ``damaged`` (file -> (set-aside name, damage))
+    serves the other topics of a shared file."""
+    if cfg.file_name is None:
+        return _new_sow(cfg)
+    cfg.file_name.parent.mkdir(parents=True, exist_ok=True)
+    found = damaged.get(cfg.file_name)
+    if found is None:
+        try:
+            return _new_sow(cfg)
+        except sqlite3.DatabaseError as exc:
+            found = damaged[cfg.file_name] = (quarantine(cfg.file_name), str(exc))
+    moved, damage = found
+    rescue = salvage(moved, table_name(cfg.topic), cfg.message_type)
+    sow = _new_sow(cfg)
+    with sow.batch():
+        for record in rescue.records:
+            sow.publish(
+                record.data,
+                doc=None,
+                sow_key=record.key,
+                bookmark=record.bookmark,
+                timestamp=record.timestamp,
+                correlation_id=record.correlation_id,
+                expiration=record.expiration,
+            )
+    logger.error(
+        "SOW %r: %s is damaged (%s) and was moved to %s; %d record(s) salvaged, %d damaged "
+        "record(s) dropped%s; records in the transaction log are re-applied from its start",
+        cfg.topic,
+        cfg.file_name,
+        damage,
+        moved.name,
+        len(rescue.records),
+        rescue.rejected,
+        "" if rescue.stopped is None else f", unreadable past the damage ({rescue.stopped})",
+    )
+    return sow
 
 
 class SowService:
@@ -74,8 +118,9 @@ class SowService:
         self._history: dict[int, tuple[float, float]] = {}
         self._owned: list[SowTopic] = []
         if config is not None:
+            damaged: dict[Path, tuple[Path, str]] = {}
             for topic_config in config.sow_topics:
-                opened = _open_sow(topic_config)
+                opened = _open_sow(topic_config, damaged)
                 self._owned.append(opened)
                 self.add(opened, expiration=topic_config.expiration)
                 if topic_config.history_window is not None:
