@@ -391,7 +391,8 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self.abort(DisconnectedError("heartbeat timeout: the server went silent"))
 
     def _connection_lost(self, event: ConnectionLost) -> None:
-        if event.by_user:
+        if event.by_user:  # as the official client reports a close: disconnected, shut down
+            self._emit(ConnectionState.DISCONNECTED)
             self._emit(ConnectionState.SHUTDOWN)
             return
         err = event.error
@@ -708,9 +709,13 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self.process_events()
 
     async def close(self) -> None:
-        """Flush queued writes and close the connection. Streams end; pending calls fail."""
+        """Flush queued writes and close the connection. Streams end; pending calls fail.
+
+        Connection state listeners hear ``DISCONNECTED`` then ``SHUTDOWN`` when a connection
+        was open, ``SHUTDOWN`` alone otherwise (the official client's sequence)."""
         transport = self.transport
         if transport is None:
+            self._emit(ConnectionState.SHUTDOWN)
             return
         self._closed_by_user = True
         self.queue_acks.flush()  # pending queue acks go out before the connection closes

@@ -12,6 +12,7 @@ handler table, and the few names that cannot apply here, which raise a
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -27,7 +28,13 @@ if TYPE_CHECKING:
     from .client import AsyncClient
     from .ha.client import AsyncHAClient
 
-__all__ = ["ConnectionStateListener", "OfficialClientMethods", "SubscribeHost", "name_hash"]
+__all__ = [
+    "ConnectionStateListener",
+    "OfficialClientMethods",
+    "SubscribeHost",
+    "name_hash",
+    "takes_error",
+]
 
 T = TypeVar("T")
 Handler = Callable[[Message], Any]
@@ -102,6 +109,27 @@ class SubscribeHost(Protocol):
     def sow_delete(
         self, on_message: Handler, topic: str, filter: str | None = None, timeout: int = 0
     ) -> str: ...
+
+
+def takes_error(handler: Callable[..., Any]) -> bool:
+    """Whether a disconnect handler takes the exception too: ``handler(client, exc)`` (two
+    positional parameters or ``*args``) or, as the official ``DisconnectHandler`` is called,
+    ``handler(client)``. Decided once, when the handler is set; a callable whose signature
+    cannot be read gets the official form."""
+    try:
+        params = inspect.signature(handler).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = 0
+    for param in params:
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if param.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            positional += 1
+    return positional >= 2
 
 
 def name_hash(name: str) -> int:

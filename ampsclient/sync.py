@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import ssl
 import threading
 from collections.abc import Callable, Coroutine
@@ -16,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypedDict, TypeVar, Unpack
 
 from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
-from .client import AsyncClient, ConnectionEvent, Handler
+from .client import AsyncClient, ConnectionEvent, ConnectionState, Handler
 from .command import Command
 from .exceptions import TimeoutError, UsageError
-from .official import ConnectionStateListener, OfficialClientMethods
+from .official import ConnectionStateListener, OfficialClientMethods, takes_error
 from .protocol.acks import AckType
 from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -35,6 +36,8 @@ if TYPE_CHECKING:  # the HA modules load when an HAClient is made
     from .stores.publish import PublishStore
 
 __all__ = ["Client", "HAClient", "HAClientOptions", "LoopThread"]
+
+log = logging.getLogger("ampsclient.sync")
 
 T = TypeVar("T")
 
@@ -247,11 +250,36 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         self._async.set_exception_listener(listener)
 
     def set_disconnect_handler(self, handler: Callable[..., Any] | None) -> None:
-        """Called when the connection drops."""
+        """Called when the connection drops (not when the application closes it).
+
+        ``handler(client)`` as the official ``DisconnectHandler`` is called, or
+        ``handler(client, exc)`` when it takes two positional arguments (decided here, once).
+        It runs on a thread of its own, so it may reconnect with the blocking methods
+        (``client.connect(uri); client.logon()``), as official handlers do on the receive
+        thread; an exception it raises goes to the exception listener.
+        """
         if handler is None:
             self._async.set_disconnect_handler(None)
-        else:
-            self._async.set_disconnect_handler(lambda _c, exc: handler(self, exc))
+            return
+        with_error = takes_error(handler)
+
+        def run(exc: BaseException | None) -> None:
+            try:
+                if with_error:
+                    handler(self, exc)
+                else:
+                    handler(self)
+            except Exception as error:
+                log.error("the disconnect handler raised %r", error, exc_info=error)
+                listener = self._async.get_exception_listener()
+                if listener is not None:
+                    listener(error)
+
+        def on_disconnect(_client: object, exc: BaseException | None) -> None:
+            name = f"ampsclient-disconnect-{self._async.name or 'client'}"
+            threading.Thread(target=run, args=(exc,), name=name, daemon=True).start()
+
+        self._async.set_disconnect_handler(on_disconnect)
 
     def add_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
         """Receives connection events."""
@@ -321,7 +349,9 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
     def close(self) -> None:
         """Close the connection and stop the client's thread."""
         lt = self._lt
-        if lt is None:
+        if lt is None:  # closed before: the listeners hear SHUTDOWN again (official)
+            if isinstance(self._async, AsyncClient):
+                self._async.emit_state(ConnectionState.SHUTDOWN)
             return
         try:
             if not lt.loop.is_closed():

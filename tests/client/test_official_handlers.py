@@ -1,0 +1,157 @@
+"""Disconnect handlers and connection state listeners written for the official client, run
+with ours and (where installed) with the official one against the reference server.
+
+* The official ``DisconnectHandler`` is called with the client only, on a thread where it may
+  reconnect with the blocking methods; ours calls a one-argument handler the same way (it
+  raised ``TypeError`` on the receive path) and a two-argument one with the exception too.
+* A state listener written for the official ``True``/``False`` hears the same sequence for
+  connect, logon, disconnect and close; a dropped connection differs (see docs/migration.md):
+  the official client reports it twice and once more per send that finds it down.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+import pytest
+
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.testing import LoopbackProxy, wait_for
+
+pytestmark = pytest.mark.integration
+
+CLIENTS = ["ampsclient", "AMPS"]
+
+
+def module(name: str) -> Any:
+    return pytest.importorskip("AMPS") if name == "AMPS" else importlib.import_module(name)
+
+
+@pytest.mark.parametrize("name", CLIENTS)
+def test_a_one_argument_disconnect_handler_runs_and_may_reconnect(
+    server: ServerThread, name: str
+) -> None:
+    amps = module(name)
+    with LoopbackProxy("127.0.0.1", server.tcp_port) as proxy:
+        uri = f"tcp://127.0.0.1:{proxy.port}/amps/json"
+        client = amps.Client(f"{name}-one-arg")
+        calls: list[tuple[bool, str]] = []
+        done = threading.Event()
+
+        def on_disconnect(c: Any) -> None:  # the official DisconnectHandler's form
+            try:
+                c.connect(uri)
+                c.logon()
+                calls.append((c is client, "reconnected"))
+            except Exception as exc:
+                calls.append((c is client, repr(exc)))
+            done.set()
+
+        client.set_disconnect_handler(on_disconnect)
+        client.connect(uri)
+        client.logon()
+        try:
+            proxy.cut()
+            assert done.wait(10), "the disconnect handler never ran"  # before: TypeError
+            assert calls == [(True, "reconnected")]
+            stream = client.subscribe("after", timeout=5000)
+            client.publish("after", '{"n":1}')
+            assert next(iter(stream.timeout(5000))).get_data() == '{"n":1}'
+        finally:
+            client.close()
+
+
+def test_a_two_argument_disconnect_handler_gets_the_error(server: ServerThread) -> None:
+    import ampsclient
+
+    with LoopbackProxy("127.0.0.1", server.tcp_port) as proxy:
+        client = ampsclient.Client("two-args")
+        seen: list[tuple[object, BaseException | None]] = []
+        client.set_disconnect_handler(lambda c, exc: seen.append((c, exc)))
+        client.connect(f"tcp://127.0.0.1:{proxy.port}/amps/json")
+        client.logon()
+        try:
+            proxy.cut()
+            wait_for(lambda: bool(seen), 10, "the disconnect handler")
+            assert seen[0][0] is client
+            assert isinstance(seen[0][1], ampsclient.DisconnectedException)
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("name", CLIENTS)
+def test_state_listener_sequence_of_connect_disconnect_and_close(
+    server: ServerThread, name: str
+) -> None:
+    amps = module(name)
+    uri = server.uri("tcp", "json")
+    states: list[bool] = []
+    steps: list[tuple[str, list[bool]]] = []
+
+    def step(label: str) -> None:
+        steps.append((label, states[:]))
+        states.clear()
+
+    never = amps.Client(f"{name}-never")
+    never.add_connection_state_listener(lambda s: states.append(bool(s)))
+    never.close()
+    step("close, never connected")
+    client = amps.Client(f"{name}-states")
+    client.add_connection_state_listener(lambda s: states.append(bool(s)))
+    client.disconnect()
+    step("disconnect, never connected")
+    client.connect(uri)
+    step("connect")
+    client.logon()
+    step("logon")
+    client.disconnect()
+    step("disconnect, connected")  # before: one False
+    client.disconnect()
+    step("disconnect again")  # before: nothing
+    client.connect(uri)
+    client.logon()
+    states.clear()
+    client.close()
+    step("close, connected")
+    client.close()
+    step("close again")
+    assert steps == [
+        ("close, never connected", [False]),
+        ("disconnect, never connected", [False]),
+        ("connect", [True]),
+        ("logon", [True]),
+        ("disconnect, connected", [False, False]),
+        ("disconnect again", [False]),
+        ("close, connected", [False, False]),
+        ("close again", [False]),
+    ]
+
+
+@pytest.mark.parametrize(("name", "on_drop"), [("ampsclient", 1), ("AMPS", 2)])
+def test_state_listener_on_a_dropped_connection(
+    server: ServerThread, name: str, on_drop: int
+) -> None:
+    """The documented difference: the official client reports a drop twice and once more for
+    each publish that finds the connection down; ours reports the drop once."""
+    amps = module(name)
+    with LoopbackProxy("127.0.0.1", server.tcp_port) as proxy:
+        uri = f"tcp://127.0.0.1:{proxy.port}/amps/json"
+        states: list[bool] = []
+        client = amps.Client(f"{name}-dropped")
+        client.add_connection_state_listener(lambda s: states.append(bool(s)))
+        client.connect(uri)
+        client.logon()
+        states.clear()
+        proxy.cut()
+        wait_for(lambda: len(states) >= on_drop, 10, "the drop")
+        for _ in range(2):
+            with pytest.raises(amps.DisconnectedException):
+                client.publish("t", "{}")
+        client.connect(uri)  # a marker: nothing reported after it belongs to the drop
+        expected = [False] * on_drop + [False] * (on_drop - 1) * 2 + [True]
+        try:
+            assert states == expected
+        finally:
+            client.close()
