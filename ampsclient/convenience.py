@@ -50,11 +50,11 @@ def build_command(name: str, p: dict[str, Any], bookmark: str | None) -> Command
         cmd.set_top_n(int(p["top_n"]))
     cmd.set_order_by(p.get("order_by"))
     cmd.set_bookmark(bookmark)
-    opts = [o for o in (join_options(p.get("options")),) if o]
-    if p.get("oof_enabled") or p.get("oof"):
-        opts.append("oof")
-    if name == "sow_and_delta_subscribe" and p.get("send_empties") is False:
-        opts.append("no_empties")
+    # the official order: oof, no_empties, then the caller's options
+    opts = ["oof"] if p.get("oof_enabled") or p.get("oof") else []
+    if name == "sow_and_delta_subscribe" and not p.get("send_empties"):
+        opts.append("no_empties")  # the official default (send_empties=False)
+    opts.extend(o for o in (join_options(p.get("options")),) if o)
     cmd.set_options(",".join(opts) or None)
     if p.get("sub_id") is not None:
         cmd.set_sub_id(p["sub_id"])
@@ -395,7 +395,7 @@ class AsyncCommands:
         filter: str | None = None,
         batch_size: int = 10,
         oof_enabled: bool = False,
-        send_empties: bool | None = None,
+        send_empties: bool = False,
         timeout: int = 0,
         top_n: int | None = None,
         order_by: str | None = None,
@@ -411,7 +411,7 @@ class AsyncCommands:
         filter: str | None = None,
         batch_size: int = 10,
         oof_enabled: bool = False,
-        send_empties: bool | None = None,
+        send_empties: bool = False,
         timeout: int = 0,
         top_n: int | None = None,
         order_by: str | None = None,
@@ -436,9 +436,9 @@ class AsyncCommands:
         sub_id: Any = UNSET,
         oof: Any = UNSET,
     ) -> str | MessageStream:
-        """Like :meth:`sow_and_subscribe` with delta updates. ``send_empties=False`` asks the
-        server to drop updates that changed nothing (``no_empties``); ``None`` (the
-        default) leaves the server's default, which sends them."""
+        """Like :meth:`sow_and_subscribe` with delta updates. ``send_empties=False`` (the
+        default, as in the official client) asks the server to drop updates that changed
+        nothing (``no_empties``); ``True`` lets them through."""
         handler, p = calls.bind(
             "sow_and_delta_subscribe",
             calls.SOW_AND_DELTA_SUBSCRIBE,

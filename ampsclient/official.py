@@ -99,7 +99,7 @@ class SubscribeHost(Protocol):
         filter: str | None = None,
         batch_size: int = 10,
         oof_enabled: bool = False,
-        send_empties: bool | None = None,
+        send_empties: bool = False,
         timeout: int = 0,
         top_n: int | None = None,
         *,

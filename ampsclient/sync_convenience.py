@@ -295,7 +295,7 @@ class SyncCommands:
         filter: str | None = None,
         batch_size: int = 10,
         oof_enabled: bool = False,
-        send_empties: bool | None = None,
+        send_empties: bool = False,
         timeout: int = 0,
         top_n: int | None = None,
         order_by: str | None = None,
@@ -311,7 +311,7 @@ class SyncCommands:
         filter: str | None = None,
         batch_size: int = 10,
         oof_enabled: bool = False,
-        send_empties: bool | None = None,
+        send_empties: bool = False,
         timeout: int = 0,
         top_n: int | None = None,
         order_by: str | None = None,
@@ -336,9 +336,9 @@ class SyncCommands:
         sub_id: Any = UNSET,
         oof: Any = UNSET,
     ) -> str | MessageStream:
-        """Like :meth:`sow_and_subscribe` with delta updates. ``send_empties=False`` asks the
-        server to drop updates that changed nothing (``no_empties``); ``None`` (the
-        default) leaves the server's default, which sends them."""
+        """Like :meth:`sow_and_subscribe` with delta updates. ``send_empties=False`` (the
+        default, as in the official client) asks the server to drop updates that changed
+        nothing (``no_empties``); ``True`` lets them through."""
         handler, p = calls.bind(
             "sow_and_delta_subscribe",
             calls.SOW_AND_DELTA_SUBSCRIBE,

@@ -142,3 +142,38 @@ def test_a_sow_handler_gets_its_stats_ack(
         assert got == expected
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("name", CLIENTS)
+def test_sow_and_delta_subscribe_drops_empty_deltas_by_default(
+    server: ServerThread, name: str
+) -> None:
+    """``send_empties`` defaults to ``False`` (``no_empties`` sent), as in the official client:
+    an unchanged re-publish yields nothing; ``send_empties=True`` lets its empty delta through."""
+    _amps, client = connect(name, server, f"{name}-no-empties")
+    try:
+        client.publish("orders", json.dumps({"id": 1, "v": 0}))
+        client.flush()
+        for send_empties, expected in ((None, ['{"id":1,"v":2}']), (True, 2)):
+            if send_empties is None:
+                stream = client.sow_and_delta_subscribe("orders", timeout=5000)
+            else:
+                stream = client.sow_and_delta_subscribe("orders", send_empties=True, timeout=5000)
+            client.publish("orders", json.dumps({"id": 1, "v": 0}))  # unchanged: an empty delta
+            client.publish("orders", json.dumps({"id": 1, "v": 2}))  # a change: the marker
+            updates = []
+            for message in stream.timeout(5000):
+                assert message is not None
+                if message.get_command() in ("p", "publish"):
+                    updates.append(message.get_data())
+                    if '"v":2' in message.get_data():
+                        break
+            stream.close()
+            if send_empties is None:
+                assert updates == expected  # before: the empty delta came first
+            else:
+                assert len(updates) == expected and '"v":2' not in updates[0]
+            client.publish("orders", json.dumps({"id": 1, "v": 0}))  # back for the next round
+            client.flush()
+    finally:
+        client.close()

@@ -137,7 +137,12 @@ def test_commands_built_from_the_official_positions() -> None:
     empties = build_command("sow_and_delta_subscribe", {"topic": "t", "send_empties": False}, None)
     assert empties.fields["o"] == "no_empties"
     default = build_command("sow_and_delta_subscribe", {"topic": "t"}, None)
-    assert default.fields.get("o") is None
+    assert default.fields["o"] == "no_empties"  # the official default
+    sent = build_command("sow_and_delta_subscribe", {"topic": "t", "send_empties": True}, None)
+    assert sent.fields.get("o") is None
+    both = {"topic": "t", "oof_enabled": True, "options": "conflation=1s"}
+    ordered = build_command("sow_and_delta_subscribe", both, None)
+    assert ordered.fields["o"] == "oof,no_empties,conflation=1s"  # the official order
     assert build_command("sow", {"topic": "t"}, None).fields["bs"] == 10
 
 
