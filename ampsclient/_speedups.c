@@ -2400,7 +2400,7 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     if (done < 0) {
         return NULL;
     }
-    Py_RETURN_NONE;
+    return PyLong_FromLong(0); /* the official publish's 0 (no store) */
 
 slow:
     if (self->slow == NULL) {

@@ -56,6 +56,7 @@ from .core.routes import deliver
 from .core.state import State
 from .core.values import version_number
 from .exceptions import DisconnectedError, TimeoutError, UsageError, error_for_reason
+from .protocol.acks import AckType
 from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.message import Message
@@ -526,10 +527,16 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         return self._uri
 
     async def _request(
-        self, name: str, fields: dict[str, Any], timeout_ms: int, data: bytes = b""
+        self,
+        name: str,
+        fields: dict[str, Any],
+        timeout_ms: int,
+        data: bytes = b"",
+        *,
+        awaited: AckType = AckType.PROCESSED,
     ) -> Message:
-        """Send a command that waits for its processed ack and return that ack."""
-        cid = self._core.request(name, fields, data)
+        """Send a command that waits for its ``awaited`` ack (processed) and return that ack."""
+        cid = self._core.request(name, fields, data, awaited=awaited)
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiting[cid] = fut
         try:
@@ -653,9 +660,17 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             self.process_events()
         self.queue_acks.unsubscribed(sub_id)
 
-    async def flush(self, timeout: int = 0) -> None:
-        """Wait until the server has processed every command sent before this one."""
-        ack = await self._request("flush", {"c": "flush", "a": "processed"}, timeout)
+    async def flush(self, timeout: int = 0, *, ack_type: AckType = AckType.PROCESSED) -> None:
+        """Wait until the server has processed every command sent before this one (with
+        ``ack_type=AckType.PERSISTED``: until everything published before it is persisted).
+
+        Raises:
+            UsageError: ``ack_type`` is neither processed nor persisted.
+        """
+        if ack_type not in (AckType.PROCESSED, AckType.PERSISTED):
+            raise UsageError("Flush can only be used with processed or persisted acks.")
+        a = "persisted" if ack_type == AckType.PERSISTED else "processed"
+        ack = await self._request("flush", {"c": "flush", "a": a}, timeout, awaited=ack_type)
         if ack.status == "failure":
             raise error_for_reason(ack.reason, ack=ack)
 

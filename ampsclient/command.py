@@ -23,7 +23,7 @@ class Command:
     like the official client.
     """
 
-    __slots__ = ("_acks", "data", "fields", "name", "timeout_ms")
+    __slots__ = ("_ack_text", "_acks", "data", "fields", "name", "timeout_ms")
 
     def __init__(self, command: str) -> None:
         self.name = "p" if command == "publish" else command
@@ -35,6 +35,7 @@ class Command:
         self.timeout_ms = 0
         """Client-side wait for the processed ack (ms, 0 = no limit)."""
         self._acks = AckType.NONE
+        self._ack_text = ""  # what get_ack_type() shows, built as the official client does
 
     # -- generic ---------------------------------------------------------------------------
 
@@ -136,23 +137,34 @@ class Command:
         """Replace the requested ack types (``"processed,completed"`` or flags)."""
         if ack_type is None:
             self._acks = AckType.NONE
+            self._ack_text = ""
         elif isinstance(ack_type, str):
             self._acks = parse_ack_types(ack_type)
+            self._ack_text = ack_type  # kept as given (official)
         else:
             self._acks = AckType(int(ack_type))
+            self._ack_text = format_ack_types(self._acks)
         return self
 
     set_ack_type_enum = set_ack_type
 
     def add_ack_type(self, ack_type: str | int | AckType) -> Command:
         """Request one more ack type."""
-        extra = parse_ack_types(ack_type) if isinstance(ack_type, str) else AckType(int(ack_type))
+        if isinstance(ack_type, str):
+            extra, text = parse_ack_types(ack_type), ack_type
+        else:
+            extra = AckType(int(ack_type))
+            text = format_ack_types(extra)
         self._acks |= extra
+        self._ack_text += "," + text  # the official text: appended, leading comma and all
         return self
 
     def get_ack_type(self) -> str:
-        """The requested ack types as the wire's comma list."""
-        return format_ack_types(self._acks)
+        """The requested ack types as the official client shows them: the string given to
+        :meth:`set_ack_type`, each :meth:`add_ack_type` appended after a comma (so
+        ``Command("sow").add_ack_type("processed")`` shows ``",processed"``); flags in the
+        wire's order. What is sent is the wire's comma list of :attr:`ack_types`."""
+        return self._ack_text
 
     def get_ack_type_enum(self) -> int:
         """The requested ack types as the official numeric flags (``processed`` = 4)."""
@@ -183,4 +195,4 @@ class Command:
         return None if v is None else str(v)
 
     def __repr__(self) -> str:
-        return f"Command({self.name!r}, {self.fields!r}, acks={self.get_ack_type()!r})"
+        return f"Command({self.name!r}, {self.fields!r}, acks={format_ack_types(self._acks)!r})"

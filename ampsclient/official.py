@@ -15,12 +15,12 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from .calls import OptionsArg
 from .command import Command
 from .compat import version_to_number
-from .exceptions import UsageError
+from .exceptions import CommandError, UsageError
 from .protocol.acks import AckType
 from .protocol.message import Message
 
@@ -109,6 +109,10 @@ class SubscribeHost(Protocol):
     def sow_delete(
         self, on_message: Handler, topic: str, filter: str | None = None, timeout: int = 0
     ) -> str: ...
+
+
+_FLUSH_ACKS = {"processed": AckType.PROCESSED, "persisted": AckType.PERSISTED}
+"""The ack types a ``flush`` may ask for, by name."""
 
 
 def takes_error(handler: Callable[..., Any]) -> bool:
@@ -446,11 +450,23 @@ class OfficialClientMethods:
         return 0
 
     def publish_flush(self, timeout: int = 0, ack_type: Any = AckType.PROCESSED) -> None:
-        """Without a publish store: wait until the server processed everything sent so far
-        (``timeout`` in ms). Only ``processed`` acks are possible here."""
-        if ack_type not in (AckType.PROCESSED, 4, "processed"):
-            raise UsageError(
-                "publish_flush(ack_type=...) without a publish store waits for the processed "
-                "ack only; for persisted acks use an HAClient (its publish_flush waits for them)"
-            )
-        self.flush(timeout)
+        """Without a publish store: send a ``flush`` asking for ``ack_type`` and wait for
+        that ack (``timeout`` in ms), as the official client does: ``processed`` (the
+        default) once the server processed everything sent before, ``persisted`` once it
+        is persisted. ``ack_type`` is ``Message.AckType.ProcessedEnum``/``PersistedEnum``
+        (4, 8), an :class:`AckType` or its name.
+
+        Raises:
+            CommandError: another ack type ("Flush can only be used with processed or
+                persisted acks.", the official message).
+        """
+        if isinstance(ack_type, str):
+            flag = _FLUSH_ACKS.get(ack_type.strip().lower(), AckType.NONE)
+        elif isinstance(ack_type, int) and not isinstance(ack_type, bool):
+            flag = AckType(ack_type) if 0 <= ack_type < 64 else AckType.NONE
+        else:
+            flag = AckType.NONE
+        if flag not in (AckType.PROCESSED, AckType.PERSISTED):
+            raise CommandError("Flush can only be used with processed or persisted acks.")
+        plain = cast("AsyncClient", self._async)  # an HAClient has its own publish_flush
+        self._run(plain.flush(timeout, ack_type=flag))

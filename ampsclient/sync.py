@@ -148,8 +148,8 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
 
     def _start(self) -> None:
         self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
-        self.publish = self._async.publish  # type: ignore[method-assign,assignment]
-        self.delta_publish = self._async.delta_publish  # type: ignore[method-assign,assignment]
+        self.publish = self._async.publish  # type: ignore[method-assign]
+        self.delta_publish = self._async.delta_publish  # type: ignore[method-assign]
 
     @property
     def async_client(self) -> AsyncClient | AsyncHAClient:
@@ -168,19 +168,21 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         expiration: int | None = None,
         correlation_id: str | None = None,
         sow_key: str | None = None,
-    ) -> None:
+    ) -> int:
         """Publish ``data`` to ``topic`` without waiting (any thread; see AsyncClient.publish).
+        Returns 0 (an ``HAClient``: the sequence number), as the official client does.
 
         The instance attribute set in ``_start`` (the asyncio client's own method, or its C
         lane) shadows this definition; it is here for the class's documented surface.
         """
-        self._async.publish(
+        return self._async.publish(
             topic, data, expiration=expiration, correlation_id=correlation_id, sow_key=sow_key
         )
 
-    def delta_publish(self, topic: str, data: object, expiration: int | None = None) -> None:
-        """Publish a delta of ``data`` to ``topic`` (shadowed like :meth:`publish`)."""
-        self._async.delta_publish(topic, data, expiration=expiration)
+    def delta_publish(self, topic: str, data: object, expiration: int | None = None) -> int:
+        """Publish a delta of ``data`` to ``topic`` (shadowed like :meth:`publish`); returns
+        0 (an ``HAClient``: the sequence number)."""
+        return self._async.delta_publish(topic, data, expiration=expiration)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -567,7 +569,7 @@ class HAClient(Client):
         """The duplicate message handler."""
         return self._ha.get_duplicate_message_handler()
 
-    def publish(  # type: ignore[override]
+    def publish(
         self,
         topic: str,
         data: object,
@@ -582,9 +584,7 @@ class HAClient(Client):
             topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key
         )
 
-    def delta_publish(  # type: ignore[override]
-        self, topic: str, data: object, expiration: int | None = None
-    ) -> int:
+    def delta_publish(self, topic: str, data: object, expiration: int | None = None) -> int:
         """Store and delta-publish; returns the sequence number (shadowed like :meth:`publish`)."""
         return self._ha.delta_publish(topic, data, expiration)
 

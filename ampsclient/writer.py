@@ -498,11 +498,15 @@ class FrameWriter:
         expiration: int | None = None,
         correlation_id: str | None = None,
         sow_key: str | None = None,
-    ) -> None:
+    ) -> int:
         """Publish ``data`` to ``topic`` (fire and forget). Thread-safe, not a coroutine.
 
         ``data`` may be ``bytes``, ``str``, or an object encoded for the connection's message
         type (JSON for ``json``, msgpack for ``msgpack``).
+
+        Returns:
+            0, as the official client's ``publish`` without a publish store (an HA client
+            returns the message's sequence number).
         """
         if type(data) is str:
             data = data.encode()
@@ -523,11 +527,12 @@ class FrameWriter:
                 self._wait_writable()
             elif self._caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
                 self.write_from_caller()
-            return
+            return 0
         header = encode_header(
             {"c": "p", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
         self._send_publish(header + data)
+        return 0
 
     def _send_publish(self, payload: bytes) -> None:
         """Queue a publish (held by publish batching, unlike the core's commands)."""
@@ -549,9 +554,11 @@ class FrameWriter:
         *,
         correlation_id: str | None = None,
         sow_key: str | None = None,
-    ) -> None:
-        """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics)."""
+    ) -> int:
+        """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics).
+        Returns 0, as :meth:`publish`."""
         header = encode_header(
             {"c": "delta_publish", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
         self._send_publish(header + self._encode_data(data))
+        return 0

@@ -352,15 +352,22 @@ class ClientCore:
 
     # ---------------------------------------------------------------------------- commands
 
-    def request(self, name: str, fields: dict[str, Any], data: bytes = b"") -> str:
-        """Send a command whose processed ack comes back as a :class:`CommandAcked`; returns
-        its command id.
+    def request(
+        self,
+        name: str,
+        fields: dict[str, Any],
+        data: bytes = b"",
+        *,
+        awaited: AckType = AckType.PROCESSED,
+    ) -> str:
+        """Send a command whose ``awaited`` ack (processed unless told) comes back as a
+        :class:`CommandAcked`; returns its command id.
 
         The wing calls :meth:`forget_command` once it stopped waiting.
         """
         cid = str(fields.get("cid") or self.next_cid())
         fields["cid"] = cid
-        self.pending[cid] = Pending(cid, name, True, None, AckType.NONE, AckType.PROCESSED)
+        self.pending[cid] = Pending(cid, name, True, None, AckType.NONE, awaited, awaited=awaited)
         try:
             self.send_payload(encode_header(fields) + data)
         except BaseException:

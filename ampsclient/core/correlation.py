@@ -74,6 +74,8 @@ class Pending:
     """The subscription it placed."""
     query_id: str | None = None
     """The query it runs."""
+    awaited: AckType = AckType.PROCESSED
+    """The ack the wing waits for (``persisted`` for a ``flush`` asking for it)."""
     seen: AckType = AckType.NONE
     """The terminal acks that arrived (a ``sow`` asking for ``stats`` ends after both its
     ``completed`` and its ``stats`` ack, in whichever order they come)."""
@@ -166,7 +168,7 @@ def ack_outcome(pending: Pending, flag: AckType) -> AckOutcome:
     """The terminal-ack and routing rules for an ack of type ``flag`` of ``pending``."""
     asked = bool(flag & pending.user_acks)
     return AckOutcome(
-        resolves=bool(flag & AckType.PROCESSED) and pending.wants_ack,
+        resolves=bool(flag & pending.awaited) and pending.wants_ack,
         to_handler=asked and pending.handler is not None,
         unrouted=asked and pending.handler is None and pending.stream is None,
         to_stream=(

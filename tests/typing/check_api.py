@@ -65,7 +65,7 @@ def sync_client(client: Client) -> None:
     assert_type(client.execute_async(Command("subscribe").set_topic("o"), on_message), str)
     assert_type(client.connect_and_logon("tcp://127.0.0.1:9007/amps/json"), str)
     assert_type(client.flush(), None)
-    assert_type(client.publish("orders", '{"id": 1}'), None)
+    assert_type(client.publish("orders", '{"id": 1}'), int)
     assert_type(client.unsubscribe("s1"), None)
     # streams: messages; with a timeout, None when nothing came in time
     stream = client.subscribe("orders")
@@ -89,7 +89,7 @@ async def async_client(client: AsyncClient) -> None:
     assert_type(await client.sow("orders"), MessageStream)
     assert_type(await client.sow_delete("orders", "/id = 1"), Message)
     assert_type(await client.sow_and_subscribe(on_message, "orders", timeout=5000), str)
-    assert_type(client.publish("orders", '{"id": 1}'), None)
+    assert_type(client.publish("orders", '{"id": 1}'), int)
     async with AsyncClient("a") as entered:
         assert_type(entered, AsyncClient)
     async with AsyncHAClient("ha") as ha:
