@@ -36,8 +36,10 @@ Every error raised by the library is an :class:`AMPSError`::
     │   └── CorruptStoreError
     └── UsageError                             (alias UsageException)
 
-The names ending in ``Exception`` are the official AMPS Python client's names, kept as
-aliases so that a script written for it runs after ``import ampsclient as AMPS``.
+The names ending in ``Exception`` are the official AMPS Python client's names, so that a script
+written for it runs after ``import ampsclient as AMPS``; where a class has one, it is also the
+class's own ``__name__`` (``type(exc).__name__`` reads ``BadFilterException`` as with the
+official client, see :data:`OFFICIAL_NAMES`), and the ``...Error`` name is an alias.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import builtins
 from typing import Any
 
 __all__ = [
+    "OFFICIAL_NAMES",
     "AMPSConnectionError",
     "AMPSError",
     "AMPSException",
@@ -355,6 +358,49 @@ TransportNotFound = InvalidURIError
 TransportTypeException = InvalidURIError
 # official name; not in __all__ (it would shadow the builtin on a star import)
 ConnectionError = AMPSConnectionError
+
+OFFICIAL_NAMES: dict[type[AMPSError], str] = {
+    AMPSError: "AMPSException",
+    AMPSConnectionError: "ConnectionException",
+    DisconnectedError: "DisconnectedException",
+    ConnectionRefusedError_: "ConnectionRefusedException",
+    AuthenticationError: "AuthenticationException",
+    NameInUseError: "NameInUseException",
+    NotEntitledError: "NotEntitledException",
+    InvalidURIError: "InvalidUriException",
+    TransportError: "TransportException",
+    RetryOperationError: "RetryOperationException",
+    TimeoutError: "TimedOutException",
+    ProtocolError: "StreamException",
+    CommandError: "CommandException",
+    BadFilterError: "BadFilterException",
+    BadRegexTopicError: "BadRegexTopicException",
+    BadSowKeyError: "BadSowKeyException",
+    InvalidBookmarkError: "InvalidBookmarkException",
+    InvalidOptionsError: "InvalidOptionsException",
+    InvalidOrderByError: "InvalidOrderByException",
+    InvalidSubIdError: "InvalidSubIdException",
+    InvalidTopicError: "InvalidTopicException",
+    LogonRequiredError: "LogonRequiredException",
+    SubidInUseError: "SubidInUseException",
+    DuplicateLogonError: "DuplicateLogonException",
+    MissingFieldsError: "MissingFieldsException",
+    PublishError: "PublishException",
+    UnknownError: "UnknownException",
+    StoreError: "StoreException",
+    PublishStoreGapError: "PublishStoreGapException",
+    UsageError: "UsageException",
+    SubscriptionAlreadyExistsError: "SubscriptionAlreadyExistsException",
+    ReplayFailedError: "ReplayFailedException",
+    MessageTypeError: "MessageTypeException",
+}
+"""Each class that has an official name gets it as its own ``__name__`` (what
+``type(exc).__name__``, tracebacks and ``repr`` show, as with the official client); the
+Pythonic name stays an alias of the same class. (Classes without an official counterpart,
+such as :class:`FrameTooLargeError` or :class:`CorruptStoreError`, keep theirs.)"""
+for _cls, _name in OFFICIAL_NAMES.items():
+    _cls.__name__ = _cls.__qualname__ = _name
+del _cls, _name
 
 
 _REASONS: dict[str, type[AMPSError]] = {

@@ -135,7 +135,7 @@ def test_bad_input_is_one_line_and_code_6(amps: ServerProcess) -> None:
     assert "envelope" in done.stderr
     done = cli("publish", "-s", amps.uri, stdin="raw line\n")  # raw lines need --topic
     assert done.returncode == 2
-    assert_one_line_error(done, "UsageError")
+    assert_one_line_error(done, "UsageException")
 
 
 def test_subscribe_receives_what_another_process_publishes(amps: ServerProcess) -> None:
@@ -306,13 +306,13 @@ def test_bad_server_is_one_line_and_code_3(dead_uri: str) -> None:
 def test_server_errors_and_usage_errors(amps: ServerProcess) -> None:
     done = cli("sow", "-s", amps.uri, "-t", "orders", "--filter", "/a = (((")
     assert done.returncode == 1
-    assert_one_line_error(done, "BadFilterError")
+    assert_one_line_error(done, "BadFilterException")
     done = cli("replay", "-s", amps.uri, "-t", "events", "-b", "yesterday")
     assert done.returncode == 2
-    assert_one_line_error(done, "UsageError")
+    assert_one_line_error(done, "UsageException")
     done = cli("ping", "-s", "http://example.com/")
     assert done.returncode == 2
-    assert_one_line_error(done, "UsageError")
+    assert_one_line_error(done, "UsageException")
     done = cli("subscribe", "-s", amps.uri)  # no --topic: argparse
     assert done.returncode == 2 and "--topic" in done.stderr
 
@@ -449,7 +449,7 @@ def test_a_frozen_server_times_out_with_code_4(amps: ServerProcess) -> None:
             amps.proc.send_signal(signal.SIGCONT)
         err = ping.stderr.read()  # type: ignore[union-attr]
         errors = [line for line in err.splitlines() if line.startswith("ampsclient ")]
-        assert errors == ["ampsclient ping: TimeoutError: timed out waiting for the flush ack"]
+        assert errors == ["ampsclient ping: TimedOutException: timed out waiting for the flush ack"]
     finally:
         if ping.poll() is None:
             ping.kill()
