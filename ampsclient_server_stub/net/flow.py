@@ -20,6 +20,14 @@ offlined client it is the enqueue time stored with the oldest unsent record.
 
 Offline file records: ``>I`` payload length, ``>d`` enqueue time (epoch seconds), payload.
 
+Offline files hold other clients' messages, so they are private: each pool makes its own
+directory under ``MessageDiskPath`` at first use (``ampsclient-offline-<pid>-XXXXXXXX``, made
+by :func:`tempfile.mkdtemp`, mode 0700), and creates every file in it with
+``O_CREAT|O_EXCL|O_NOFOLLOW`` and mode 0600: a file or symbolic link planted in advance is
+never opened or followed. The clean-up removes only such directories (of server processes that
+are gone) and only the ``*.offline`` regular files inside them; other programs' files under
+``MessageDiskPath`` are never touched.
+
 The configuration (which pool a transport uses, its limits) comes from the security policy
 (:class:`~ampsclient_server_stub.security.policy.PoolLimits`,
 :class:`~ampsclient_server_stub.security.policy.ClientLimits`); this module holds the running
@@ -35,7 +43,9 @@ import itertools
 import logging
 import os
 import re
+import stat
 import struct
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final, Protocol
@@ -52,6 +62,7 @@ __all__ = [
     "OutputQueue",
     "ResourcePool",
     "SlowClient",
+    "create_private_file",
     "remove_stale_files",
 ]
 
@@ -103,15 +114,53 @@ class OutputQueue(Protocol):
         """Drop the connection without writing what is queued."""
 
 
-def remove_stale_files(directory: Path) -> int:
-    """Remove offline files left by server processes that are gone (killed, crashed)."""
+PRIVATE_PREFIX: Final = "ampsclient-offline-"
+"""Start of the name of a pool's private directory under ``MessageDiskPath``."""
+
+_PRIVATE_DIR: Final = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
+
+
+def _remove_private_dir(directory: Path) -> int:
+    """Remove the ``*.offline`` regular files of one private directory, then the directory
+    (left in place if anything else is in it). Returns the number of files removed."""
     removed = 0
-    for path in directory.glob("*.offline"):
-        parts = path.stem.rsplit("-", 3)
-        try:
-            pid = int(parts[-3])
-        except (IndexError, ValueError):
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.name.endswith(".offline") and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed += 1
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
+    return removed
+
+
+def remove_stale_files(directory: Path) -> int:
+    """Remove the private offline directories (and their files) that server processes which
+    are gone (killed, crashed) left under ``directory``. Returns the number of files removed.
+
+    Only directories named ``ampsclient-offline-<pid>-...`` that are real directories (not
+    symbolic links), owned by this user, of a process that no longer runs are touched;
+    nothing else under ``directory`` is.
+    """
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        match = _PRIVATE_DIR.fullmatch(entry.name)
+        if match is None or not entry.is_dir(follow_symlinks=False):
             continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        pid = int(match[1])
         if pid == os.getpid():
             continue
         try:
@@ -119,14 +168,24 @@ def remove_stale_files(directory: Path) -> int:
             continue  # that server is still running
         except ProcessLookupError:
             pass
-        except PermissionError:
+        except (PermissionError, OverflowError):
             continue
-        with contextlib.suppress(OSError):
-            path.unlink()
-            removed += 1
+        removed += _remove_private_dir(Path(entry.path))
     if removed:
         logger.info("removed %d stale offline file(s) from %s", removed, directory)
     return removed
+
+
+def create_private_file(path: Path) -> BinaryIO:
+    """Create ``path`` for reading and writing, mode 0600; refuses (``OSError``) when anything,
+    a symbolic link included, already has that name."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        return os.fdopen(fd, "w+b")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class ResourcePool:
@@ -150,6 +209,23 @@ class ResourcePool:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.swept = False
+        self._private: Path | None = None
+
+    def private_dir(self) -> Path:
+        """This pool's own directory for offline files (made at first use, mode 0700)."""
+        if self._private is not None and self._private.is_dir():
+            return self._private
+        self.disk_path.mkdir(parents=True, exist_ok=True)
+        if not self.swept:
+            self.swept = True
+            remove_stale_files(self.disk_path)
+        self._private = Path(
+            tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-", dir=self.disk_path)
+        )
+        mode = stat.S_IMODE(os.lstat(self._private).st_mode)
+        if mode != 0o700:  # mkdtemp makes 0700; a umask can only remove bits
+            os.chmod(self._private, 0o700)
+        return self._private
 
     def add(self, client: SlowClient) -> None:
         """Track ``client`` (and start the periodic sweep)."""
@@ -203,6 +279,9 @@ class ResourcePool:
             self._timer = None
         for client in list(self.clients):
             client.close()
+        private, self._private = self._private, None
+        if private is not None:
+            _remove_private_dir(private)
 
 
 class SlowClient:
@@ -280,15 +359,12 @@ class SlowClient:
     # ------------------------------------------------------------------ offlining
 
     def _open_file(self) -> BinaryIO:
-        directory = self.pool.disk_path
-        directory.mkdir(parents=True, exist_ok=True)
-        if not self.pool.swept:
-            self.pool.swept = True
-            remove_stale_files(directory)
+        directory = self.pool.private_dir()
         name, conn_id = self.session.client_identity()
         safe = _SAFE_NAME.sub("_", name or "client")[:64] or "client"
-        self._path = directory / f"{safe}-{os.getpid()}-{conn_id}-{next(_file_ids)}.offline"
-        handle = open(self._path, "w+b")  # noqa: SIM115 - kept open while offline
+        path = directory / f"{safe}-{conn_id}-{next(_file_ids)}.offline"
+        handle = create_private_file(path)
+        self._path = path
         return handle
 
     def go_offline(self, reason: str) -> bool:

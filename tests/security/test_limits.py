@@ -57,7 +57,7 @@ def publish(server: ServerThread, count: int, topic: str = "t") -> None:
 
 
 def offline_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob("*.offline")) if directory.exists() else []
+    return sorted(directory.rglob("*.offline")) if directory.exists() else []
 
 
 def session_memory(server: ServerThread) -> int:

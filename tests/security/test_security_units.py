@@ -142,13 +142,17 @@ def test_challenge_for_unknown_users_is_stable(tmp_path: Path) -> None:
 
 
 def test_stale_offline_files_are_removed(tmp_path: Path) -> None:
-    dead = tmp_path / f"c-{2**22 + 12345}-1-1.offline"  # a pid above pid_max: not running
-    mine = tmp_path / f"c-{os.getpid()}-1-1.offline"
-    other = tmp_path / "notes.offline"
-    for path in (dead, mine, other):
-        path.write_bytes(b"x")
+    dead = tmp_path / f"ampsclient-offline-{2**22 + 12345}-abc"  # pid above pid_max: gone
+    mine = tmp_path / f"ampsclient-offline-{os.getpid()}-abc"
+    for directory in (dead, mine):
+        directory.mkdir(mode=0o700)
+        (directory / "c-1-1.offline").write_bytes(b"x")
+    (dead / "keep.txt").write_bytes(b"not an offline file")
+    other = tmp_path / f"c-{2**22 + 12345}-1-1.offline"  # another program's file
+    other.write_bytes(b"x")
     assert remove_stale_files(tmp_path) == 1
-    assert not dead.exists() and mine.exists() and other.exists()
+    assert not (dead / "c-1-1.offline").exists() and (dead / "keep.txt").exists()
+    assert (mine / "c-1-1.offline").exists() and other.exists()
 
 
 def test_proxy_refuses_non_loopback_addresses() -> None:
