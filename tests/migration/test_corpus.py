@@ -2,8 +2,9 @@
 
 Each script is written only against the official AMPS Python client's API and picks its module
 with ``AMPS_MODULE``. Each run gets a fresh journaled reference server (every topic recorded,
-so bookmark subscriptions replay). With our package the script always runs; where the official
-client is installed it runs too, and both must print exactly the same lines.
+so bookmark subscriptions replay) with a SOW topic and a queue (:func:`corpus_config`). With
+our package the script always runs; where the official client is installed it runs too, and
+both must print exactly the same lines.
 
 Two scripts exercise official classes that misbehave in 5.3.5.14 against any server we could
 check (``KNOWN_OFFICIAL_DEFECTS``): they run with our package only and must print what the
@@ -12,6 +13,7 @@ AMPS documentation says they should.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import pathlib
@@ -22,7 +24,9 @@ import pytest
 
 import ampsclient
 from ampsclient_server_stub import ServerThread
-from ampsclient_server_stub.config import default_config
+from ampsclient_server_stub.config import ServerConfig, default_config
+from ampsclient_server_stub.config_model import SowTopicConfig
+from ampsclient_server_stub.queues.config import QueueConfig
 
 pytestmark = pytest.mark.integration
 
@@ -52,11 +56,21 @@ NEEDS: dict[str, str] = {
 """Scripts that need a store class from ampsclient.stores (skipped, naming it, until then)."""
 
 
+def corpus_config(data_dir: pathlib.Path) -> ServerConfig:
+    """The zero config (every topic journaled) with what the scripts use besides: the SOW
+    topic ``orders`` (json, keyed by ``/id``) and the queue ``jobs`` (json, one message
+    leased per subscription, leases of 30 s)."""
+    config = default_config(tcp_port=0, ws_port=0, data_dir=data_dir)
+    orders = SowTopicConfig(topic="orders", message_type="json", keys=("/id",))
+    jobs = QueueConfig(
+        name="jobs", message_type="json", max_per_subscription_backlog=1, lease_period=30.0
+    )
+    return dataclasses.replace(config, sow_topics=(*config.sow_topics, orders), queues=(jobs,))
+
+
 def run(script: str, module: str, tmp: pathlib.Path) -> str:
     """Run ``script`` with ``module`` against a fresh journaled server; its standard output."""
-    server = ServerThread(
-        default_config(tcp_port=0, ws_port=0, data_dir=tmp / f"server-{module}"), fsync="never"
-    )
+    server = ServerThread(corpus_config(tmp / f"server-{module}"), fsync="never")
     server.start()
     try:
         work = tmp / f"work-{module}"
