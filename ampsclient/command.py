@@ -123,10 +123,10 @@ class Command:
         """``s``."""
         return self._set("s", sequence)
 
-    def get_sequence(self) -> int | None:
-        """``s``."""
+    def get_sequence(self) -> int:
+        """``s`` (0 when not set, as the official client reads it)."""
         v = self.fields.get("s")
-        return None if v is None else int(v)
+        return 0 if v is None else int(v)
 
     def set_timeout(self, timeout_ms: int) -> Command:
         """Client-side wait for the processed ack, in milliseconds."""

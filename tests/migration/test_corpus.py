@@ -90,7 +90,7 @@ def run(script: str, module: str, tmp: pathlib.Path) -> str:
 
 
 def test_the_corpus_is_large_enough() -> None:
-    assert len(SCRIPTS) >= 12
+    assert len(SCRIPTS) >= 40
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
