@@ -18,7 +18,12 @@ Follows AMPS' model (seed: *Slow Client Management and Capacity Limits*):
 The message age of an online client is the time since its queue was last (nearly) empty; for an
 offlined client it is the enqueue time stored with the oldest unsent record.
 
-Offline file records: ``>I`` payload length, ``>d`` enqueue time (epoch seconds), payload.
+Offline file records: ``>I`` payload length, ``>d`` enqueue time, payload.
+
+Ages are measured on the monotonic clock (``time.monotonic``: an offline file lives only as
+long as its connection, within one process), so a step of the wall clock neither ages every
+waiting message at once (a jump forward would disconnect every slow client for
+``ClientMessageAgeLimit``) nor rejuvenates them.
 
 Offline files hold other clients' messages, so they are private: each pool makes its own
 directory under ``MessageDiskPath`` at first use (``ampsclient-offline-<pid>-XXXXXXXX``, made
@@ -67,6 +72,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_now = time.monotonic
+"""The clock of message ages (see the module docstring)."""
 
 _REC: Final = struct.Struct(">Id")
 LOW_WATER: Final = 64 * 1024
@@ -244,7 +252,7 @@ class ResourcePool:
     def sweep(self) -> None:
         """Periodic check: totals, age limits, pool-level offlining and disconnection."""
         self._timer = None
-        now = time.time()
+        now = _now()
         total = 0
         for client in list(self.clients):
             if client.check_age(now):
@@ -294,7 +302,7 @@ class SlowClient:
         self.offline = False
         self.closed = False
         self.disk_bytes = 0
-        self.last_clear = time.time()
+        self.last_clear = _now()
         self._file: BinaryIO | None = None
         self._path: Path | None = None
         self._write_pos = 0
@@ -401,7 +409,7 @@ class SlowClient:
         handle = self._file
         if handle is None or self.closed:
             return
-        record = _REC.pack(len(payload), time.time())
+        record = _REC.pack(len(payload), _now())
         try:
             handle.write(record)
             handle.write(payload)
@@ -468,7 +476,7 @@ class SlowClient:
     def _back_online(self) -> None:
         self._drop_file()
         self.offline = False
-        self.last_clear = time.time()
+        self.last_clear = _now()
         logger.info(
             "%s client %s caught up: back online", self.session.transport_name, self.session.peer
         )

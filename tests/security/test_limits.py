@@ -14,6 +14,7 @@ from ampsclient import Client
 from ampsclient.exceptions import AMPSError
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
+from ampsclient_server_stub.net.flow import LOW_WATER
 from ampsclient_server_stub.testing import RawClient, wait_for
 
 pytestmark = pytest.mark.integration
@@ -230,4 +231,43 @@ def test_logon_required_before_anything(tmp_path: Path) -> None:
         assert raw.wait_closed(timeout=15.0)
         raw.close()
     finally:
+        server.stop()
+
+
+def test_a_wall_clock_step_does_not_age_waiting_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #32, clock steps: message ages are monotonic. The wall clock jumps an hour ahead
+    while a subscriber has a backlog; a sweep then finds it young (an hour over a 30 s
+    ``ClientMessageAgeLimit`` would have disconnected it), and it gets every message."""
+    server = start(
+        tmp_path,
+        "",
+        "<ClientMessageAgeLimit>30s</ClientMessageAgeLimit>"
+        "<MessageMemoryLimit>512MB</MessageMemoryLimit>",
+    )
+    sub = raw_sub(server.server.tcp_port)
+    try:
+        logon_and_subscribe(sub, "stepped", "t")
+        publish(server, 1000)  # ~8 MB towards a reader that reads nothing
+        flow = server.server.flow
+        assert flow is not None
+
+        def waiting() -> int:
+            return max((c.memory() for p in flow.pools for c in p.clients), default=0)
+
+        wait_for(lambda: server.call(waiting) > LOW_WATER, what="a backlog that ages")
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3600.0)  # the wall clock steps
+        server.call(lambda: [pool.sweep() for pool in flow.pools])  # a sweep, now
+        assert server.statistics().get("slow_disconnected", 0) == 0
+        monkeypatch.undo()
+        seen: list[int] = []
+        while len(seen) < 1000:
+            for hdr, body in sub.read_some(1 << 20, timeout=10):
+                if hdr.get("c") == "p":
+                    seen.append(json.loads(body)["i"])
+        assert seen == list(range(1000))
+    finally:
+        sub.close()
         server.stop()
