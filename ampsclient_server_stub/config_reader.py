@@ -43,6 +43,7 @@ from .config_xml import ElementReader, XmlDocument, flatten
 from .engine.filters import FilterError, compile_filter
 from .queues.config import QUEUE_TAGS, parse_queues
 from .queues.view_config import VIEW_TAGS, parse_views
+from .regexes import RegexError, compile_regex
 
 __all__ = ["ConfigReader", "build_config"]
 
@@ -329,8 +330,8 @@ class ConfigReader(ElementReader):
         for pt in elem.findall("PassThrough"):
             regex = self.elem_text(pt, elem)
             try:
-                re.compile(regex)
-            except re.error as exc:
+                compile_regex(regex)
+            except RegexError as exc:
                 self.fail(pt, f"{label}: invalid <PassThrough> regex {regex!r}: {exc}")
             passthrough.append(regex)
         inet_addrs: list[InetAddr] = []

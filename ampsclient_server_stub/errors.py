@@ -15,6 +15,7 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     ├── OptionError (ValueError)               an option or expression that does not parse
     │   ├── FilterError                        engine/filter_syntax.py reason "bad filter"
     │   ├── TopicError                         engine/topics.py   reason "bad regex topic"
+    │   ├── RegexError                         regexes.py         a regex that cannot run safely
     │   ├── SelectError                        engine/payload.py
     │   └── OrderByError                       engine/payload.py
     ├── StorageError                           the transaction log and its files

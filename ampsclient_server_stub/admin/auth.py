@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import re
 from typing import TYPE_CHECKING, Any
 
 from .http import HttpError, Request
 
 if TYPE_CHECKING:
+    from ..regexes import SafeRegex
     from ..security.auth import AuthenticationModule, EntitlementModule
     from ..security.policy import ServerSecurity
 
@@ -45,7 +45,7 @@ class AdminAuth:
         security: ServerSecurity | None,
         *,
         realm: str = "AMPS Admin",
-        anonymous: re.Pattern[str] | None = None,
+        anonymous: SafeRegex | None = None,
     ) -> None:
         self.auth: AuthenticationModule | None = None
         self.entitlements: EntitlementModule | None = None
@@ -78,7 +78,7 @@ class AdminAuth:
             HttpError: 401 (no or wrong credentials), 403 (not entitled to the path).
         """
         path = "/" + "/".join(request.path)
-        if not self.enabled or (self.anonymous is not None and self.anonymous.search(path)):
+        if not self.enabled or (self.anonymous is not None and self.anonymous.test(path)):
             return None
         user, password = self._credentials(request)
         if self.auth is not None:

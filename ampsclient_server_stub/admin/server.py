@@ -25,6 +25,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
 from ..config import AdminConfig, ConfigError
+from ..regexes import RegexError, compile_regex
 from .actions import ACTIONS, run_action
 from .auth import AdminAuth
 from .http import MAX_HEAD_BYTES, HttpError, Request, Response, serve_connection
@@ -97,8 +98,8 @@ class AdminServer:
         anonymous = None
         if options.get("AnonymousPaths"):
             try:
-                anonymous = re.compile(options["AnonymousPaths"])
-            except re.error as exc:
+                anonymous = compile_regex(options["AnonymousPaths"])
+            except RegexError as exc:
                 raise ConfigError(
                     f"<Admin><AnonymousPaths>: bad regular expression: {exc}"
                 ) from None

@@ -502,17 +502,17 @@ class Compiler:
         if node.regex is None:  # LIKE '' : the pattern is NULL
             return constant(None)
         get = self.value(node.operand)
-        search = node.regex.search
+        search = node.regex.test
         negated = node.negated
 
         def test(x: Any) -> bool | None:
             s = scalar_str(x)
-            return None if s is None else search(s) is not None
+            return None if s is None else search(s)
 
         def like(d: Any) -> bool | None:
             v = get(d)
             if type(v) is str and v:
-                r: bool | None = search(v) is not None
+                r: bool | None = search(v)
             else:
                 r = each_scalar(v, test)
             return negate3(r) if negated else r

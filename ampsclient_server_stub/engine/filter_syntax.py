@@ -9,11 +9,10 @@ raise ``FilterError`` with the offset of the problem. The language itself is des
 from __future__ import annotations
 
 import functools
-import re
-import warnings
 from typing import Any, Final
 
 from ..errors import OptionError
+from ..regexes import RegexError, SafeRegex, compile_regex
 from .filter_functions import FUNCTION_ARITY, VOLATILE_FUNCTIONS
 from .filter_values import Step, scalar, scalar_str
 
@@ -375,7 +374,7 @@ class Between(Node):
 class Like(Node):
     __slots__ = ("negated", "operand", "regex")
 
-    def __init__(self, operand: Node, regex: re.Pattern[str] | None, negated: bool) -> None:
+    def __init__(self, operand: Node, regex: SafeRegex | None, negated: bool) -> None:
         super().__init__(operand)
         self.operand = operand
         self.regex = regex
@@ -453,14 +452,12 @@ _WORD_BP: Final = {
 }
 
 
-def _compile_regex(pattern: str, pos: int) -> re.Pattern[str]:
-    """Compile a LIKE pattern (PCRE-ish, case-sensitive, not Unicode-aware) or raise."""
+def _compile_regex(pattern: str, pos: int) -> SafeRegex:
+    """Compile a LIKE pattern (AMPS' PCRE syntax, matched in bounded time) or raise."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return re.compile(pattern, re.ASCII)
-    except Exception as exc:  # re.error, OverflowError, RecursionError...: all mean 'bad'
-        raise FilterError(f"invalid LIKE pattern {pattern!r}: {exc}", pos) from exc
+        return compile_regex(pattern)
+    except RegexError as exc:
+        raise FilterError(f"invalid LIKE pattern {pattern!r}: {exc}", pos) from None
 
 
 class _Parser:

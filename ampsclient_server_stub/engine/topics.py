@@ -3,8 +3,9 @@
 AMPS treats a topic given to ``subscribe``/``sow``/``sow_delete`` as a regular expression
 when it contains a regex character (amps-semantics.md §3). The full trigger set is
 unconfirmed; this module uses any of ``. ^ $ * + ? ( ) [ ] { } | \\``. A regex topic is
-matched with :func:`re.search` (unanchored, like ``LIKE``): ``ORDERS`` as a regex would also
-match ``X_ORDERS_Y``; anchor with ``^...$`` for an exact match.
+searched (unanchored, like ``LIKE``): ``ORDERS`` as a regex would also match ``X_ORDERS_Y``;
+anchor with ``^...$`` for an exact match. Patterns are compiled by
+:func:`~ampsclient_server_stub.regexes.compile_regex`, so matching takes bounded time.
 
 Publishing always names one literal topic; only subscriptions and queries use patterns.
 """
@@ -16,6 +17,7 @@ from functools import lru_cache
 from typing import Final
 
 from ..errors import OptionError
+from ..regexes import RegexError, SafeRegex, compile_regex
 
 __all__ = ["REGEX_CHARS", "TopicError", "TopicMatcher", "compile_topic", "is_regex_topic"]
 
@@ -46,7 +48,7 @@ class TopicMatcher:
 
     __slots__ = ("pattern", "topic")
 
-    def __init__(self, topic: str, pattern: re.Pattern[str] | None) -> None:
+    def __init__(self, topic: str, pattern: SafeRegex | None) -> None:
         self.topic: Final = topic
         self.pattern: Final = pattern
 
@@ -60,7 +62,7 @@ class TopicMatcher:
         pattern = self.pattern
         if pattern is None:
             return topic == self.topic
-        return pattern.search(topic) is not None
+        return pattern.test(topic)
 
     def __repr__(self) -> str:
         kind = "regex" if self.pattern is not None else "exact"
@@ -77,7 +79,7 @@ def compile_topic(topic: str) -> TopicMatcher:
     if not is_regex_topic(topic):
         return TopicMatcher(topic, None)
     try:
-        pattern = re.compile(topic)
-    except (re.error, OverflowError, RecursionError) as exc:
+        pattern = compile_regex(topic)
+    except RegexError as exc:
         raise TopicError(f"bad regex topic {topic!r}: {exc}") from None
     return TopicMatcher(topic, pattern)

@@ -19,7 +19,6 @@ JSON list of ``[instance name, group]`` hops, origin first, this instance last.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -34,6 +33,7 @@ from ampsclient_server_stub.engine.filters import compile_filter
 from ampsclient_server_stub.engine.payload import decode
 from ampsclient_server_stub.engine.topics import TopicMatcher, compile_topic, is_regex_topic
 from ampsclient_server_stub.queues.replicated_actions import proxied_actions
+from ampsclient_server_stub.regexes import RegexError, compile_regex
 
 __all__ = [
     "CHECKS",
@@ -116,7 +116,7 @@ class DestinationRules:
             )
             for t in dest.topics
         ]
-        self._passthrough = [re.compile(p) for p in dest.passthrough]
+        self._passthrough = [compile_regex(p) for p in dest.passthrough]
         self._cache: dict[tuple[str, str], list[_TopicRule]] = {}
 
     def _rules_for(self, mt: str, topic: str) -> list[_TopicRule]:
@@ -166,7 +166,7 @@ class DestinationRules:
         if len(path) < 2:
             return True
         upstream_group = path[-2][1]
-        return any(p.search(upstream_group) for p in self._passthrough)
+        return any(p.test(upstream_group) for p in self._passthrough)
 
     @staticmethod
     def loop_free(path: Sequence[Hop], peer_name: str, peer_group: str, own_group: str) -> bool:
@@ -307,6 +307,14 @@ def _dest_topics(dest: Mapping[str, Any]) -> list[tuple[str, str | None, str | N
         name, mt, flt, excl = t
         out.append((str(name), mt, flt, [str(x) for x in excl or []]))
     return out
+
+
+def _passes(passthrough: object, group: str) -> bool:
+    """Whether a peer's ``<PassThrough>`` regex (as it describes it) admits ``group``."""
+    try:
+        return isinstance(passthrough, str) and compile_regex(passthrough).test(group)
+    except RegexError:
+        return False
 
 
 def _targets(dest: Mapping[str, Any], name: str, group: str) -> bool:
@@ -510,7 +518,7 @@ def _queue_problems(
                 and any(_covers([(r[0], r[1])], name, mt) for r in _dest_topics(d))
             ]
             for d in onward:
-                if not any(re.search(p, local.group) for p in d.get("passthrough") or []):
+                if not any(_passes(p, local.group) for p in d.get("passthrough") or []):
                     found.append(
                         (
                             "queue_passthrough",

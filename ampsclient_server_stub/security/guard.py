@@ -18,7 +18,6 @@ the instance's.
 from __future__ import annotations
 
 import logging
-import re
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -112,8 +111,8 @@ class EntitledTopicMatcher(TopicMatcher):
         self._cache: dict[str, bool] = {}
 
     def matches(self, topic: str) -> bool:
-        pattern: re.Pattern[str] | None = self.pattern
-        if pattern is None or pattern.search(topic) is None:
+        pattern = self.pattern
+        if pattern is None or not pattern.test(topic):
             return False
         hit = self._cache.get(topic)
         if hit is None:

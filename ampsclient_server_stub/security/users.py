@@ -36,7 +36,6 @@ import getpass
 import json
 import logging
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import SecurityError
+from ..regexes import RegexError, SafeRegex, compile_regex
 from .passwords import DEFAULT_PBKDF2_ITERATIONS, DEFAULT_SCRYPT_N, hash_password
 
 __all__ = [
@@ -70,7 +70,7 @@ class UsersFileError(SecurityError, ValueError):
     """A users file that cannot be read or understood."""
 
 
-def _compile(patterns: Any, where: str) -> tuple[re.Pattern[str], ...]:
+def _compile(patterns: Any, where: str) -> tuple[SafeRegex, ...]:
     if patterns is None:
         return ()
     if isinstance(patterns, str):
@@ -82,8 +82,8 @@ def _compile(patterns: Any, where: str) -> tuple[re.Pattern[str], ...]:
         if not isinstance(text, str) or len(text) > _MAX_PATTERN:
             raise UsersFileError(f"{where}: a pattern must be a string of at most 1000 chars")
         try:
-            out.append(re.compile(text))
-        except (re.error, RecursionError, OverflowError) as exc:
+            out.append(compile_regex(text))
+        except RegexError as exc:
             raise UsersFileError(f"{where}: bad regular expression {text!r}: {exc}") from None
     return tuple(out)
 
@@ -95,7 +95,7 @@ class UserEntry:
 
     name: str
     password: str | None
-    allow: Mapping[str, tuple[re.Pattern[str], ...]] = field(default_factory=dict)
+    allow: Mapping[str, tuple[SafeRegex, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, name: str, data: Any, where: str) -> UserEntry:
@@ -106,7 +106,7 @@ class UserEntry:
             raise UsersFileError(f"{where}: password must be a string")
         read = _compile(data.get("read"), f"{where}.read")
         write = _compile(data.get("write"), f"{where}.write")
-        allow: dict[str, tuple[re.Pattern[str], ...]] = {}
+        allow: dict[str, tuple[SafeRegex, ...]] = {}
         for op in OPERATIONS:
             own = data.get(op)
             if own is not None:
@@ -119,7 +119,7 @@ class UserEntry:
 
     def allowed(self, operation: str, topic: str) -> bool:
         """Whether the user may run ``operation`` on the literal ``topic``."""
-        return any(p.search(topic) is not None for p in self.allow.get(operation, ()))
+        return any(p.test(topic) for p in self.allow.get(operation, ()))
 
     def any_allowed(self, operation: str) -> bool:
         """Whether the user has any pattern for ``operation``."""
