@@ -22,8 +22,10 @@ from .subscriptions import SubscriptionTable
 from .wire import (
     ALL_ACKS,
     COMPLETED,
+    DETAILED_REASONS,
     PERSISTED,
     PROCESSED,
+    REASON_DETAIL,
     RECEIVED,
     SUBSCRIBE_COMMANDS,
     CommandFailure,
@@ -31,6 +33,7 @@ from .wire import (
     command_options,
     int_field,
     persisted_ack,
+    printable_detail,
     send_ack,
     send_acks,
     split_list,
@@ -92,14 +95,17 @@ class CommandHandlers:
         """Answer a command that raised ``exc`` (``internal error`` unless it was a
         :class:`CommandFailure`)."""
         self._counters["failures"] += 1
+        detail = None
         if isinstance(exc, CommandFailure):
             reason = exc.reason
             logger.info("%r: %s failed: %s (%s)", conn, hdr.get("c"), reason, exc)
+            if reason in DETAILED_REASONS and str(exc) != reason:
+                detail = str(exc)
         else:
             reason = "internal error"
             logger.exception("%r: error handling %r", conn, hdr.get("c"))
         try:
-            self.send_failure(conn, hdr, reason)
+            self.send_failure(conn, hdr, reason, detail=detail)
         except Exception:  # pragma: no cover - never let one client's error escape
             logger.exception("%r: sending a failure ack", conn)
 
@@ -113,9 +119,19 @@ class CommandHandlers:
             self._kick(conn, "logon required")
 
     def send_failure(
-        self, conn: Connection, hdr: Header, reason: str, *, always_processed: bool = False
+        self,
+        conn: Connection,
+        hdr: Header,
+        reason: str,
+        *,
+        always_processed: bool = False,
+        detail: str | None = None,
     ) -> None:
-        """The failure acks of a refused command (a persisted failure for a sequenced one)."""
+        """The failure acks of a refused command (a persisted failure for a sequenced one).
+
+        ``detail`` (what exactly is wrong) travels beside the exact AMPS ``reason`` in the
+        processed ack's :data:`REASON_DETAIL` field.
+        """
         flags = ack_flags(hdr)
         c = hdr.get("c")
         sub_id = text(hdr.get("sub_id"))
@@ -125,7 +141,10 @@ class CommandHandlers:
         if flags & RECEIVED:
             send_ack(send, hdr, "received", sub_id=sub_id)
         if flags & PROCESSED or always_processed:
-            send_ack(send, hdr, "processed", status="failure", reason=reason, sub_id=sub_id)
+            extra = None if detail is None else {REASON_DETAIL: printable_detail(detail)}
+            send_ack(
+                send, hdr, "processed", status="failure", reason=reason, sub_id=sub_id, extra=extra
+            )
         if flags & PERSISTED and c in ("p", "delta_publish", "sow_delete"):
             try:
                 seq = int_field(hdr.get("s"))

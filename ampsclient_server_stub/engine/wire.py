@@ -28,10 +28,12 @@ from .topics import TopicError, TopicMatcher, compile_topic
 __all__ = [
     "ALL_ACKS",
     "COMPLETED",
+    "DETAILED_REASONS",
     "FAST_PUBLISH_SHAPES",
     "MT_FIELDS",
     "PERSISTED",
     "PROCESSED",
+    "REASON_DETAIL",
     "RECEIVED",
     "STATS",
     "SUBSCRIBE_COMMANDS",
@@ -47,6 +49,7 @@ __all__ = [
     "parse_queue_ack",
     "parse_seq_publish",
     "persisted_ack",
+    "printable_detail",
     "publish_header",
     "replay_frames",
     "scan_publishes",
@@ -101,6 +104,23 @@ class CommandFailure(RequestError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(detail or reason)
         self.reason = reason
+
+
+REASON_DETAIL: Final = "reason_detail"
+"""Header field of a failure ack that says what exactly is wrong, beside the exact AMPS
+``reason``. Not an AMPS field: AMPS sends only ``reason``. The official Python client ignores
+it (its ``BadFilterException`` still reads ``bad filter '<filter>'``); probed with client 5.3.5.14,
+which, by contrast, took a field named ``detail`` for the reason and raised a plain
+``CommandException``, so the name matters."""
+DETAILED_REASONS: Final = frozenset({"bad filter", "bad regex topic"})
+"""Reasons whose detail is sent: it only describes the client's own filter or topic."""
+_MAX_DETAIL: Final = 512
+
+
+def printable_detail(detail: str) -> str:
+    """``detail`` as one line of at most 512 characters (control characters replaced)."""
+    clean = "".join(ch if ch.isprintable() else "?" for ch in detail)
+    return clean if len(clean) <= _MAX_DETAIL else clean[: _MAX_DETAIL - 3] + "..."
 
 
 # --------------------------------------------------------------------------- header fields
