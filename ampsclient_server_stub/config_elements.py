@@ -62,6 +62,7 @@ _ELEMENTS: dict[str, str] = {
     "Admin/FileName": ":memory: only (statistics are kept in memory); a file is refused",
     "Admin/WWWAuthenticate": "the admin interface's HTTP authentication realm (Basic only)",
     "Admin/AnonymousPaths": "admin paths served without authentication (a regex)",
+    "Admin/AllowedHosts": "extension: host names the admin Host field may carry (DNS rebinding)",
     "Transports/Transport/Name": "the transport's name (unique)",
     "Transports/Transport/Type": "tcp, tcps, ws/websocket, wss or amps-replication",
     "Transports/Transport/InetAddr": "the listening address",

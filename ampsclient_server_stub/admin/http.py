@@ -4,8 +4,12 @@
 fields, up to the blank line) into a :class:`Request`, or raises :class:`HttpError` with the
 status to answer (400 malformed, 405 is the router's, 413 body too large, 431 head too large,
 501 transfer codings, 505 version). :func:`serve_connection` runs one connection: keep-alive,
-bounded head and body sizes, a deadline for each request head (a client that sends half a
-request and stops is answered 408 and closed), and one :data:`Handler` call per request.
+bounded head and body sizes, a deadline for each request head and another for its body (a
+client that sends half a request and stops, or trickles it byte by byte, is answered 408 and
+closed), a deadline for each response to be taken by the client, and one :data:`Handler` call
+per request. A :class:`Slot` tells the listener whether the connection is running a request
+(``busy``) or only waiting for the client, so that a new connection can take the place of the
+connection that has waited longest when every place is taken.
 
 Nothing here touches the messaging ports: the admin listener is its own ``asyncio.Server``,
 and every wait is bounded, so a hostile or slow HTTP client costs one idle coroutine.
@@ -30,6 +34,7 @@ __all__ = [
     "HttpError",
     "Request",
     "Response",
+    "Slot",
     "parse_head",
     "serve_connection",
 ]
@@ -46,10 +51,30 @@ MAX_HEADER_FIELDS: Final = 100
 """Most header fields in one request (more: 431)."""
 
 HEAD_TIMEOUT: Final = 10.0
-"""Seconds a client has to send a whole request head (and its body) once it started one."""
+"""Seconds a client has to send a whole request head once it started one."""
+
+BODY_TIMEOUT: Final = 10.0
+"""Seconds a client has to send a request's body once its head arrived."""
 
 IDLE_TIMEOUT: Final = 30.0
-"""Seconds an idle keep-alive connection is kept open."""
+"""Seconds an idle keep-alive connection (or a new one that sends nothing) is kept open."""
+
+WRITE_TIMEOUT: Final = 10.0
+"""Seconds a client has to take a response (a client that does not read is dropped)."""
+
+
+@dataclass(slots=True)
+class Slot:
+    """The state of one admin connection, as the listener sees it.
+
+    Attributes:
+        busy: a request is being answered (the connection is not waiting for the client).
+        since: event-loop time the connection started waiting for the client.
+    """
+
+    busy: bool = False
+    since: float = 0.0
+
 
 REASONS: Final[Mapping[int, str]] = {
     200: "OK",
@@ -62,6 +87,7 @@ REASONS: Final[Mapping[int, str]] = {
     408: "Request Timeout",
     409: "Conflict",
     413: "Content Too Large",
+    421: "Misdirected Request",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
@@ -145,6 +171,7 @@ class Response:
             "Content-Length": str(len(self.body)),
             "Cache-Control": "no-store",
             "X-Content-Type-Options": "nosniff",
+            "X-Frame-Options": "DENY",
             "Connection": "keep-alive" if keep_alive else "close",
         }
         fields.update(self.headers)
@@ -233,7 +260,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 """Answers one request (raise :class:`HttpError` to refuse it)."""
 
 
-async def _read_request(reader: asyncio.StreamReader, idle: float) -> Request | None:
+async def _read_request(
+    reader: asyncio.StreamReader, idle: float, head_timeout: float, body_timeout: float
+) -> Request | None:
     """The next request, or ``None`` when the client closed or stayed idle."""
     try:
         first = await asyncio.wait_for(reader.read(1), idle)
@@ -241,36 +270,33 @@ async def _read_request(reader: asyncio.StreamReader, idle: float) -> Request | 
         return None
     if not first:
         return None
-
-    async def rest() -> Request:
-        try:
-            head = first + await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            raise HttpError(431, f"request head above {MAX_HEAD_BYTES} bytes") from None
-        except asyncio.IncompleteReadError:
-            raise HttpError(400, "connection closed inside the request head") from None
-        request = parse_head(head[:-4])
-        length = request.content_length
-        if length:
-            try:
-                body = await reader.readexactly(length)
-            except asyncio.IncompleteReadError:
-                raise HttpError(400, "connection closed inside the request body") from None
-            request = Request(
-                request.method,
-                request.target,
-                request.path,
-                request.query,
-                request.version,
-                request.headers,
-                body,
-            )
-        return request
-
     try:
-        return await asyncio.wait_for(rest(), HEAD_TIMEOUT)
+        head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), head_timeout)
     except TimeoutError:
-        raise HttpError(408, f"request not complete within {HEAD_TIMEOUT:g} s") from None
+        raise HttpError(408, f"request head not complete within {head_timeout:g} s") from None
+    except asyncio.LimitOverrunError:
+        raise HttpError(431, f"request head above {MAX_HEAD_BYTES} bytes") from None
+    except asyncio.IncompleteReadError:
+        raise HttpError(400, "connection closed inside the request head") from None
+    request = parse_head(head[:-4])
+    length = request.content_length
+    if not length:
+        return request
+    try:
+        body = await asyncio.wait_for(reader.readexactly(length), body_timeout)
+    except TimeoutError:
+        raise HttpError(408, f"request body not complete within {body_timeout:g} s") from None
+    except asyncio.IncompleteReadError:
+        raise HttpError(400, "connection closed inside the request body") from None
+    return Request(
+        request.method,
+        request.target,
+        request.path,
+        request.query,
+        request.version,
+        request.headers,
+        body,
+    )
 
 
 async def serve_connection(
@@ -278,20 +304,34 @@ async def serve_connection(
     writer: asyncio.StreamWriter,
     handler: Handler,
     *,
-    idle_timeout: float = IDLE_TIMEOUT,
+    idle_timeout: float | None = None,
+    head_timeout: float | None = None,
+    body_timeout: float | None = None,
+    write_timeout: float | None = None,
+    slot: Slot | None = None,
 ) -> None:
     """Serve requests on one connection until the client closes, asks to close, idles, or
-    sends something that cannot be answered on the same connection."""
+    sends something that cannot be answered on the same connection; ``slot`` (if given) is
+    kept up to date. A timeout left out is the module's constant of that name at call time."""
+    idle_timeout = IDLE_TIMEOUT if idle_timeout is None else idle_timeout
+    head_timeout = HEAD_TIMEOUT if head_timeout is None else head_timeout
+    body_timeout = BODY_TIMEOUT if body_timeout is None else body_timeout
+    write_timeout = WRITE_TIMEOUT if write_timeout is None else write_timeout
+    slot = slot if slot is not None else Slot()
+    loop = asyncio.get_running_loop()
     try:
         while True:
+            slot.busy = False
+            slot.since = loop.time()
             try:
-                request = await _read_request(reader, idle_timeout)
+                request = await _read_request(reader, idle_timeout, head_timeout, body_timeout)
             except HttpError as exc:
                 writer.write(error_response(exc).encode(keep_alive=False))
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), write_timeout)
                 return
             if request is None:
                 return
+            slot.busy = True
             try:
                 response = await handler(request)
             except HttpError as exc:
@@ -301,10 +341,10 @@ async def serve_connection(
                 response = Response(500, b"internal error\n", "text/plain; charset=utf-8")
             keep = request.keep_alive
             writer.write(response.encode(head_only=request.method == "HEAD", keep_alive=keep))
-            await writer.drain()
+            await asyncio.wait_for(writer.drain(), write_timeout)
             if not keep:
                 return
-    except (ConnectionError, OSError):
+    except (ConnectionError, OSError, TimeoutError):
         return
     finally:
         writer.close()

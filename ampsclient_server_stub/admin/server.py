@@ -7,11 +7,18 @@ Routes (``GET`` and ``HEAD`` unless said otherwise):
 * ``/amps/instance[/<part>[/<key>...]]``: the statistics tree or any node of it (an optional
   ``.json`` suffix on the last segment is accepted); ``/amps/instance/history``: the samples
   the dashboard draws;
-* ``/amps/administrator[/...]``: the admin actions (``GET`` or ``POST``, see :mod:`.actions`);
+* ``/amps/administrator[/...]``: the admin actions (``GET`` or ``POST``, see :mod:`.actions`),
+  each with the admin token (CSRF defence, see :mod:`.origin`);
 * ``/metrics``: Prometheus' text format.
 
 Other paths answer 404, other methods 405 (with ``Allow``), bad requests 400, oversized ones
-413/431, and without credentials (when security is configured) 401.
+413/431, without credentials (when security is configured) 401, an action without the admin
+token or from another site 403, and a ``Host`` that does not name this interface 421.
+
+At most :data:`MAX_CONNECTIONS` connections are open at once. When a new one arrives and every
+place is taken, the connection that has waited longest for its client (idle, or trickling a
+request) is closed to make room: slow or idle clients cannot lock the operator out. Only when
+every connection is running a request is the new one answered 503.
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ from ..config import AdminConfig, ConfigError
 from ..regexes import RegexError, compile_regex
 from .actions import ACTIONS, run_action
 from .auth import AdminAuth
-from .http import MAX_HEAD_BYTES, HttpError, Request, Response, serve_connection
+from .http import MAX_HEAD_BYTES, HttpError, Request, Response, Slot, serve_connection
 from .metrics import CONTENT_TYPE, render_metrics
+from .origin import TOKEN_FIELD, TOKEN_HEADER, RequestOrigin, is_loopback
 from .stats import HISTORY, StatisticsCollector
 
 if TYPE_CHECKING:
@@ -40,12 +48,13 @@ __all__ = ["MAX_CONNECTIONS", "AdminServer"]
 logger = logging.getLogger(__name__)
 
 MAX_CONNECTIONS: Final = 64
-"""Open admin connections at once; more are closed at once (the messaging ports are not
-affected either way)."""
+"""Open admin connections at once; beyond it the longest-waiting connection is closed (the
+messaging ports are not affected either way)."""
 
 _READ: Final = ("GET", "HEAD")
 _ACTION: Final = ("GET", "POST")
-_SUPPORTED_OPTIONS: Final = ("WWWAuthenticate", "AnonymousPaths")
+_SUPPORTED_OPTIONS: Final = ("WWWAuthenticate", "AnonymousPaths", "AllowedHosts")
+_TOKEN_PLACEHOLDER: Final = b"__AMPS_ADMIN_TOKEN__"
 _BASIC_REALM: Final = re.compile(r'\s*Basic(?:\s+realm="([^"]*)")?\s*', re.I)
 
 
@@ -61,8 +70,10 @@ class AdminServer:
         server: the running reference server (read on its event loop).
         host, port: the listening address (port 0 picks a free port).
         interval: seconds between statistics samples (AMPS ``<Admin><Interval>``, at least 1).
-        options: other ``<Admin>`` options: ``WWWAuthenticate`` (``Basic realm="..."``) and
-            ``AnonymousPaths`` (a regular expression); any other is refused.
+        options: other ``<Admin>`` options: ``WWWAuthenticate`` (``Basic realm="..."``),
+            ``AnonymousPaths`` (a regular expression) and ``AllowedHosts`` (host names, comma
+            separated, the ``Host`` field may carry besides IP addresses and ``localhost``);
+            any other is refused.
 
     Raises:
         ConfigError: an option this server does not support, or a bad value.
@@ -109,11 +120,15 @@ class AdminServer:
         self.interval = interval
         self.collector = StatisticsCollector(server, history=HISTORY)
         self.auth = AdminAuth(server.security, realm=realm, anonymous=anonymous)
+        allowed = [h for h in (options.get("AllowedHosts") or "").split(",") if h.strip()]
+        self.origin = RequestOrigin(bind_host=host, allowed_hosts=allowed)
         self.requests = 0
         """Requests answered."""
         self._listener: asyncio.Server | None = None
         self._sampler: asyncio.Task[None] | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], Slot] = {}
+        self.evicted = 0
+        """Waiting connections closed to make room for a new one."""
         self._dashboard: bytes | None = None
 
     @classmethod
@@ -147,6 +162,14 @@ class AdminServer:
         )
         self._sampler = asyncio.create_task(self._sample_loop())
         logger.info("admin interface at %s", self.url)
+        if not is_loopback(self.host) and not self.auth.enabled:
+            logger.warning(
+                "SECURITY WARNING: the admin interface listens on %s (beyond this machine) "
+                "without authentication: anyone who can reach it can read every client and "
+                "topic and run admin actions. Configure <Authentication> or listen on "
+                "127.0.0.1 (<Admin><InetAddr>127.0.0.1:PORT</InetAddr>).",
+                self.host or "every address",
+            )
 
     async def stop(self) -> None:
         """Close the listener and every admin connection."""
@@ -189,9 +212,21 @@ class AdminServer:
             except Exception:  # never let statistics stop the sampler
                 logger.exception("admin statistics sample failed")
 
+    def _make_room(self) -> bool:
+        """Close the connection that has waited longest for its client; ``False`` when every
+        connection is running a request."""
+        waiting = [(slot.since, task) for task, slot in self._connections.items() if not slot.busy]
+        if not waiting:
+            return False
+        _, task = min(waiting, key=lambda item: item[0])
+        del self._connections[task]
+        task.cancel()
+        self.evicted += 1
+        return True
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        if len(self._connections) >= MAX_CONNECTIONS or task is None:
+        if task is None or (len(self._connections) >= MAX_CONNECTIONS and not self._make_room()):
             writer.write(
                 Response(503, b"too many admin connections\n", "text/plain").encode(
                     keep_alive=False
@@ -199,17 +234,18 @@ class AdminServer:
             )
             writer.close()
             return
-        self._connections.add(task)
+        slot = self._connections[task] = Slot(since=asyncio.get_running_loop().time())
         try:
-            await serve_connection(reader, writer, self.handle)
+            await serve_connection(reader, writer, self.handle, slot=slot)
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
 
     # ------------------------------------------------------------------ routing
 
     async def handle(self, request: Request) -> Response:
         """Answer one request (the :data:`~.http.Handler` of every connection)."""
         self.requests += 1
+        self.origin.check_host(request)
         path = list(request.path)
         if path and path[-1].endswith(".json"):
             path[-1] = path[-1][: -len(".json")]
@@ -226,8 +262,11 @@ class AdminServer:
         if len(path) >= 2 and path[1] == "administrator":
             self._allow(request, _ACTION)
             await self.auth.check(request)
+            if len(path) == 2 and request.method in _READ:
+                return _json(self._action_list())
+            self.origin.check_action(request)
             if len(path) == 2:
-                return _json({"actions": dict(ACTIONS)})
+                return _json(self._action_list())
             return _json(await run_action(self.server, request))
         self._allow(request, _READ)
         if len(path) == 1:
@@ -245,6 +284,13 @@ class AdminServer:
             node = node[segment]
         return _json(node)
 
+    def _action_list(self) -> dict[str, Any]:
+        return {
+            "actions": dict(ACTIONS),
+            TOKEN_FIELD: self.origin.token,
+            "token_header": TOKEN_HEADER,
+        }
+
     @staticmethod
     def _allow(request: Request, methods: tuple[str, ...]) -> None:
         if request.method not in methods:
@@ -258,5 +304,6 @@ class AdminServer:
         """The dashboard page (read once from the package)."""
         if self._dashboard is None:
             source = resources.files(__package__ or "ampsclient_server_stub.admin")
-            self._dashboard = (source / "static" / "dashboard.html").read_bytes()
+            page = (source / "static" / "dashboard.html").read_bytes()
+            self._dashboard = page.replace(_TOKEN_PLACEHOLDER, self.origin.token.encode())
         return self._dashboard

@@ -53,3 +53,24 @@ def get_json(port: int, path: str, **kwargs: Any) -> Any:
     status, _, body = request(port, path, **kwargs)
     assert status == 200, f"{path}: {status} {body!r}"
     return json.loads(body)
+
+
+def admin_token(port: int, **kwargs: Any) -> str:
+    """The admin token actions must carry (``GET /amps/administrator``, field ``token``)."""
+    token: str = get_json(port, "/amps/administrator", **kwargs)["token"]
+    return token
+
+
+def action(port: int, path: str, *, method: str = "POST", **kwargs: Any) -> Any:
+    """Run an admin action as a script does: with the admin token in its header."""
+    auth = kwargs.get("auth")
+    headers = {"X-AMPS-Admin-Token": admin_token(port, auth=auth), **kwargs.pop("headers", {})}
+    return request(
+        port, path, method=method, headers=headers, body=b"" if method == "POST" else None, **kwargs
+    )
+
+
+def action_json(port: int, path: str, **kwargs: Any) -> Any:
+    status, _, body = action(port, path, **kwargs)
+    assert status == 200, f"{path}: {status} {body!r}"
+    return json.loads(body)

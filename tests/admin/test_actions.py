@@ -14,7 +14,7 @@ from ampsclient_server_stub.cluster import Cluster
 from ampsclient_server_stub.config import parse_config
 from ampsclient_server_stub.testing import wait_for
 
-from ._support import admin_port, get_json, request, with_admin
+from ._support import action, action_json, admin_port, get_json, with_admin
 
 pytestmark = pytest.mark.integration
 
@@ -47,17 +47,15 @@ def test_disconnect_a_client() -> None:
                 client.connect(thread.uri())
                 client.logon()
             assert set(get_json(port, "/amps/instance/clients")) == {"victim", "bystander"}
-            result = get_json(port, "/amps/administrator/clients/victim/disconnect")
+            result = action_json(port, "/amps/administrator/clients/victim/disconnect")
             assert result == {"action": "disconnect", "client": "victim", "result": True}
             wait_for(lambda: len(lost) == 1, what="the victim to see its disconnection")
             assert set(get_json(port, "/amps/instance/clients")) == {"bystander"}
             bystander.publish("still", "{}")
             bystander.flush()  # the other client is untouched
-            status, _, body = request(
-                port, "/amps/administrator/clients/victim/disconnect", method="POST", body=b""
-            )
+            status, _, body = action(port, "/amps/administrator/clients/victim/disconnect")
             assert status == 404 and b"no client" in body
-            status, _, body = request(port, "/amps/administrator/replication/x/downgrade")
+            status, _, body = action(port, "/amps/administrator/replication/x/downgrade")
             assert status == 404 and b"replication is not configured" in body
         finally:
             victim.close()
@@ -77,22 +75,22 @@ def test_journal_compress_remove_and_archive(tmp_path: Path) -> None:
         journal = get_json(port, "/amps/instance/journal")
         sealed = [n for n, s in journal["segments"].items() if s["state"] == "sealed"]
         assert len(sealed) >= 2, journal["segments"]
-        assert request(port, "/amps/administrator/journal/compress")[0] == 400  # no age
-        assert request(port, "/amps/administrator/journal/compress?age=soon")[0] == 400
-        assert get_json(port, "/amps/administrator/journal/compress?age=1d")["result"] == []
-        result = get_json(port, "/amps/administrator/journal/compress?age=0s")
+        assert action(port, "/amps/administrator/journal/compress")[0] == 400  # no age
+        assert action(port, "/amps/administrator/journal/compress?age=soon")[0] == 400
+        assert action_json(port, "/amps/administrator/journal/compress?age=1d")["result"] == []
+        result = action_json(port, "/amps/administrator/journal/compress?age=0s")
         assert sorted(result["result"]) == sorted(name + ".gz" for name in sealed)
         journal = get_json(port, "/amps/instance/journal")
         assert journal["compressed_files"] == len(sealed)
         first_before = journal["first_index"]
-        result = get_json(port, "/amps/administrator/journal/remove?age=0s", method="POST")
+        result = action_json(port, "/amps/administrator/journal/remove?age=0s")
         assert sorted(result["result"]) == sorted(name + ".gz" for name in sealed)
         journal = get_json(port, "/amps/instance/journal")
         assert journal["compressed_files"] == 0
         assert journal["first_index"] > first_before
         assert journal["files"] == 1  # the active file stays
         # no <JournalArchiveDirectory>: archiving is refused (tests/txlog: archiving with one)
-        status, _, body = request(port, "/amps/administrator/journal/archive?age=0s")
+        status, _, body = action(port, "/amps/administrator/journal/archive?age=0s")
         assert status == 409 and b"JournalArchiveDirectory" in body
         actions = get_json(port, "/amps/administrator")["actions"]
         assert "journal/archive?age=<duration>" in actions
@@ -132,18 +130,19 @@ def test_replication_downgrade_and_upgrade(tmp_path: Path) -> None:
         path = f"/amps/instance/replication/{name}"
         wait_for(lambda: get_json(port, path)["messages_behind"] == 0, what="B caught up")
         assert get_json(port, path)["messages_out"] >= 10
-        result = get_json(port, f"/amps/administrator/replication/{name}/downgrade")
+        result = action_json(port, f"/amps/administrator/replication/{name}/downgrade")
         assert result == {"action": "downgrade", "destination": name, "result": True}
         assert get_json(port, path)["replication_type"] == "async"
         assert get_json(port, path)["downgraded"] is True
         # downgrading again changes nothing
         assert (
-            get_json(port, f"/amps/administrator/replication/{name}/downgrade")["result"] is False
+            action_json(port, f"/amps/administrator/replication/{name}/downgrade")["result"]
+            is False
         )
-        result = get_json(port, f"/amps/administrator/replication/{name}/upgrade")
+        result = action_json(port, f"/amps/administrator/replication/{name}/upgrade")
         assert result["result"] is True
         assert get_json(port, path)["replication_type"] == "sync"
-        status, _, _ = request(port, "/amps/administrator/replication/nowhere/downgrade")
+        status, _, _ = action(port, "/amps/administrator/replication/nowhere/downgrade")
         assert status == 404
         # lag: B unreachable, one message waits for its acknowledgment
         manager = threads[0].server.replication

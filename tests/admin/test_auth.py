@@ -11,7 +11,7 @@ from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ConfigError, parse_config
 from ampsclient_server_stub.security.users import add_user
 
-from ._support import admin_port, get_json, request
+from ._support import action, admin_port, get_json, request
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def test_credentials_and_entitlements(tmp_path: Path) -> None:
         # an authenticated user without any admin pattern
         assert request(port, "/amps/instance", auth=("app", "app-secret"))[0] == 403
         # the ops user may run actions (this one is refused by the journal, not by security)
-        status, _, _ = request(
+        status, _, _ = action(
             port, "/amps/administrator/journal/archive?age=1d", auth=("ops", "ops-secret")
         )
         assert status == 409  # no <JournalArchiveDirectory>

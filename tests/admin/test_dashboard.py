@@ -139,3 +139,75 @@ def test_dashboard_charts_show_the_traffic(server: tuple[ServerProcess, int]) ->
         pub.close()
         sub.close()
     assert len(got) > 0
+
+
+ATTACK_PAGE = """<!doctype html><html><body>
+<img id="i" src="http://127.0.0.1:{port}/amps/administrator/clients/victim/disconnect">
+<script>
+const url = "http://127.0.0.1:{port}/amps/administrator/clients/victim/disconnect";
+const img = new Promise(r => {{ const i = document.getElementById("i");
+  i.onload = i.onerror = r; if (i.complete) r(); }});
+const post = fetch(url, {{method: "POST", mode: "no-cors"}}).catch(() => null);
+const form = fetch(url, {{method: "POST", mode: "no-cors",
+  headers: {{"Content-Type": "application/x-www-form-urlencoded"}}, body: "token=x"}})
+  .catch(() => null);
+Promise.all([img, post, form]).then(() => {{ document.body.dataset.done = "1"; }});
+</script></body></html>"""
+
+
+@pytest.mark.serial
+def test_cross_site_page_cannot_act_but_the_dashboard_button_can(
+    server: tuple[ServerProcess, int],
+) -> None:
+    """A page of another site (here http://localhost:<other port>) makes the browser send the
+    disconnect action by <img> and no-cors fetches: refused. The dashboard's own disconnect
+    button (a same-origin POST with the admin token) works."""
+    import http.server
+
+    proc, port = server
+    page = ATTACK_PAGE.format(port=port).encode()
+
+    class Attack(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attack)
+    serving = threading.Thread(target=attacker.serve_forever, daemon=True)
+    serving.start()
+    victim = Client("victim")
+    victim.connect(proc.uri())
+    victim.logon()
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                tab = browser.new_page()
+                tab.goto(f"http://localhost:{attacker.server_address[1]}/attack.html")
+                tab.wait_for_function("document.body.dataset.done === '1'", timeout=30_000)
+                assert "victim" in get_json(port, "/amps/instance/clients")  # still there
+                tab.goto(f"http://127.0.0.1:{port}/")
+                button = tab.locator('button[data-disconnect="victim"]')
+                button.wait_for(timeout=30_000)
+                button.click()
+                tab.wait_for_function(
+                    "document.getElementById('action-result').textContent"
+                    " === 'disconnected victim'",
+                    timeout=30_000,
+                )
+                wait_for(
+                    lambda: "victim" not in get_json(port, "/amps/instance/clients"),
+                    what="the victim disconnected by the dashboard's button",
+                )
+            finally:
+                browser.close()
+    finally:
+        victim.close()
+        attacker.shutdown()
+        attacker.server_close()

@@ -103,8 +103,8 @@ def test_status_codes_on_the_wire(admin_server: ServerThread) -> None:
 
 def test_keep_alive_serves_several_requests_on_one_connection(admin_server: ServerThread) -> None:
     port = admin_port(admin_server)
-    one = b"GET /amps/instance/client_count HTTP/1.1\r\nHost: x\r\n\r\n"
-    last = b"GET /amps/instance/name HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    one = b"GET /amps/instance/client_count HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    last = b"GET /amps/instance/name HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     answer = raw(port, one + one + last)
     assert answer.count(b"HTTP/1.1 200 OK") == 3
     assert answer.endswith(b'"ampsclient-server"\n')

@@ -43,8 +43,15 @@ def pair(base: Path, queue: str | None = None, *, b_queue: str | None = None) ->
 
 
 def http(node: ClusterNode, path: str) -> Any:
+    """GET ``path`` on ``node``'s admin port (an action with the admin token, as a script
+    does: read from ``/amps/administrator``, sent in the ``X-AMPS-Admin-Token`` header)."""
     port = node.admin_port  # type: ignore[attr-defined]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+    headers = {}
+    if path.startswith("/amps/administrator/"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/amps/administrator") as listing:
+            headers["X-AMPS-Admin-Token"] = json.loads(listing.read())["token"]
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
 

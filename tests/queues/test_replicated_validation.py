@@ -183,8 +183,14 @@ def test_proxied_transfer_admin_errors(tmp_path: Path) -> None:
     from ampsclient_server_stub.harness import free_port
 
     def get(path: str) -> tuple[int, Any]:
+        listing = f"http://127.0.0.1:{port}/amps/administrator"
+        with urllib.request.urlopen(listing, timeout=10) as r:
+            token = json.loads(r.read())["token"]  # actions carry the admin token
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", headers={"X-AMPS-Admin-Token": token}
+        )
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            with urllib.request.urlopen(request, timeout=10) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()

@@ -41,7 +41,13 @@ def remove_journal_files(admin_port: int) -> list[str]:
     """The admin action ``journal/remove`` with age 0: every sealed file no pin needs."""
     conn = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=30)
     try:
-        conn.request("POST", "/amps/administrator/journal/remove?age=0s")
+        conn.request("GET", "/amps/administrator")
+        token = json.loads(conn.getresponse().read())["token"]  # actions carry the admin token
+        conn.request(
+            "POST",
+            "/amps/administrator/journal/remove?age=0s",
+            headers={"X-AMPS-Admin-Token": token},
+        )
         response = conn.getresponse()
         body = response.read()
         assert response.status == 200, body

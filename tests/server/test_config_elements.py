@@ -464,6 +464,9 @@ PROOFS: dict[str, Probe | Covered] = {
     "Admin/FileName": Covered("admin/test_auth.py::test_unsupported_admin_options_are_refused"),
     "Admin/WWWAuthenticate": Covered("admin/test_auth.py::test_credentials_and_entitlements"),
     "Admin/AnonymousPaths": Covered("admin/test_auth.py::test_anonymous_paths"),
+    "Admin/AllowedHosts": Covered(
+        "admin/test_csrf.py::test_cross_site_actions_are_refused_and_the_journal_stays"
+    ),
     "Transports/Transport/Name": Probe(probe_transport_name_type_inetaddr),
     "Transports/Transport/Type": Probe(probe_transport_name_type_inetaddr),
     "Transports/Transport/InetAddr": Probe(probe_transport_name_type_inetaddr),
