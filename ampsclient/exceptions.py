@@ -427,6 +427,18 @@ _REASONS: dict[str, type[AMPSError]] = {
 }
 
 
+REASON_DETAIL = "reason_detail"
+"""The failure-ack field in which the reference server says what exactly is wrong (a bad
+filter's offset, a regex topic's error) beside the exact AMPS ``reason``; AMPS itself sends
+only ``reason``. Its text, when present, ends the exception's message."""
+
+
+def _detail(ack: Any) -> str | None:
+    header = getattr(ack, "header", None)
+    detail = header.get(REASON_DETAIL) if isinstance(header, dict) else None
+    return detail if isinstance(detail, str) and detail else None
+
+
 def error_for_reason(reason: str | None, *, ack: Any = None) -> AMPSError:
     """Build the exception that matches an AMPS failure reason string.
 
@@ -436,7 +448,9 @@ def error_for_reason(reason: str | None, *, ack: Any = None) -> AMPSError:
 
     Returns:
         An instance of the most specific class in the tree; unknown reasons give a
-        :class:`CommandError` with the official client's wording.
+        :class:`CommandError` with the official client's wording. A known reason's message
+        ends with the ack's :data:`REASON_DETAIL` when the server sent one (``bad filter:
+        unexpected end of filter (at offset 5)``); ``reason`` stays the exact string.
     """
     text = reason if reason is not None else "null"
     cls = _REASONS.get(text)
@@ -445,7 +459,8 @@ def error_for_reason(reason: str | None, *, ack: Any = None) -> AMPSError:
             f"Error from server while processing this command: '{text}'", reason=text, ack=ack
         )
     if issubclass(cls, CommandError):
-        return cls(text, reason=text, ack=ack)
+        detail = _detail(ack)
+        return cls(text if detail is None else f"{text}: {detail}", reason=text, ack=ack)
     exc = cls(text)
     exc.reason = text  # type: ignore[attr-defined]
     return exc

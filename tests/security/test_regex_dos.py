@@ -157,6 +157,7 @@ def test_a_bad_filter_says_what_is_wrong(server: ServerProcess) -> None:
             client.subscribe("t", "/x = ", timeout=5000)
         assert caught.value.reason == "bad filter"
         assert caught.value.ack.header["reason_detail"] == "unexpected end of filter (at offset 5)"
+        assert str(caught.value) == "bad filter: unexpected end of filter (at offset 5)"
         with pytest.raises(BadFilterError) as caught:
             client.subscribe("t", "/x LIKE '(?=b)(a{100}){100}'", timeout=5000)
         detail = caught.value.ack.header["reason_detail"]
