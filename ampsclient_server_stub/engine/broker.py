@@ -60,6 +60,7 @@ from ampsclient_server_stub.queues.dead_letter import ActionPublisher, DeadLette
 from ampsclient_server_stub.queues.engine import QueueEngine, QueueStartError
 from ampsclient_server_stub.queues.expiration import sow_expiry
 
+from .clocks import steady_clock
 from .commands import CommandHandlers, Handler
 from .delivery import Delivery
 from .durability import PERSISTED_ACK_BATCH, Durability
@@ -121,6 +122,9 @@ class Broker:
         call_later: timer scheduler used for conflated persisted acks; ``None`` sends every
             persisted ack at once (handy in unit tests).
         clock: wall clock (epoch seconds) for timestamps and expirations.
+        monotonic: the monotonic clock; with ``clock``, it makes the queues' steady clock
+            (:func:`.clocks.steady_clock`): leases and queue timers do not move when the wall
+            clock steps.
         version: server version reported in logon acks.
         txlog: the transaction log (bookmark subscriptions, durable publishes, SOW recovery).
         persisted_ack_interval: seconds between the periodic persisted acks to bookmark
@@ -135,6 +139,7 @@ class Broker:
         sow_topics: Iterable[SowTopic] = (),
         call_later: CallLater | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         version: str = SERVER_VERSION,
         txlog: TxLog | None = None,
         persisted_ack_interval: float = PERSISTED_ACK_INTERVAL,
@@ -202,7 +207,9 @@ class Broker:
         """The dispatch table: command name -> handler."""
         if txlog is not None:
             self.recover_sow_from_journal()
-        self.queues = self._start_queues(config, txlog, call_later, clock)
+        self.queues = self._start_queues(
+            config, txlog, call_later, steady_clock(wall=clock, monotonic=monotonic)
+        )
         """The message queues (``None`` without ``<Queue>`` definitions)."""
 
     def _command_handlers(
@@ -245,7 +252,7 @@ class Broker:
         clock: Callable[[], float],
     ) -> QueueEngine | None:
         """The queue engine, plugged into the hooks and the subscription table, with its
-        dead-letter actions (``queues.dead_letter``)."""
+        dead-letter actions (``queues.dead_letter``); ``clock`` is steady (leases, timers)."""
         actions = expire_actions(config) if config is not None else ()
         if config is None or not config.queues:
             return None
