@@ -19,7 +19,7 @@ from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
 from .client import AsyncClient, ConnectionEvent, ConnectionState, Handler
 from .command import Command
-from .exceptions import TimeoutError, UsageError
+from .exceptions import DisconnectedError, TimeoutError, UsageError
 from .official import ConnectionStateListener, OfficialClientMethods, takes_error
 from .protocol.acks import AckType
 from .protocol.bookmarks import Bookmarks
@@ -190,12 +190,17 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         return self._thread().loop
 
     def _thread(self) -> LoopThread:
-        if self._lt is None:
-            raise UsageError("the client is closed")
+        if self._lt is None:  # as the official client answers a closed client
+            raise DisconnectedError("the client is closed")
         return self._lt
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._thread().run(coro)
+        try:
+            lt = self._thread()
+        except DisconnectedError:
+            coro.close()  # never started: no "coroutine was never awaited" warning
+            raise
+        return lt.run(coro)
 
     # ---------------------------------------------------------------- state and settings
     @property
@@ -310,7 +315,12 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         timeout: float | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        """Connect to ``uri`` (``ssl_context``: TLS settings for ``tcps://``/``wss://``)."""
+        """Connect to ``uri`` (``ssl_context``: TLS settings for ``tcps://``/``wss://``).
+
+        A client that was closed connects again (its loop thread starts anew), as the
+        official client allows after ``close()``."""
+        if self._lt is None and type(self._async) is AsyncClient:
+            self._lt = LoopThread(f"ampsclient-{self._async.name or 'client'}")
         self._run(self._async.connect(uri, timeout=timeout, ssl_context=ssl_context))
 
     def logon(

@@ -155,3 +155,27 @@ def test_state_listener_on_a_dropped_connection(
             assert states == expected
         finally:
             client.close()
+
+
+@pytest.mark.parametrize("name", CLIENTS)
+def test_a_closed_client_connects_again(server: ServerThread, name: str) -> None:
+    """After ``close()`` the official client raises ``DisconnectedException`` for commands
+    and may connect again; ours did neither (``UsageError``, and a connect that failed)."""
+    amps = module(name)
+    uri = server.uri("tcp", "json")
+    client = amps.Client(f"{name}-reopened")
+    client.connect(uri)
+    client.logon()
+    client.close()
+    with pytest.raises(amps.DisconnectedException):
+        client.flush()
+    with pytest.raises(amps.DisconnectedException):
+        client.publish("t", "{}")
+    client.connect(uri)
+    client.logon()
+    try:
+        stream = client.subscribe("again", timeout=5000)
+        client.publish("again", '{"n":1}')
+        assert next(iter(stream.timeout(5000))).get_data() == '{"n":1}'
+    finally:
+        client.close()
