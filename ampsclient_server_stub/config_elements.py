@@ -43,6 +43,7 @@ _TRANSPORT_POLICY: Final = {
     "MessageDiskLimit": "the disk of the resource pool (disconnection beyond it)",
     "MaxFrameSize": "the largest inbound frame; a larger one closes the connection",
     "MaxConnections": "connections beyond this are refused",
+    "LogonTimeout": "extension: a connection not logged on within it is closed (0: never)",
     "Authentication/Module": "the authentication module checking logons",
     "Authentication/Options/*": "an option of the authentication module (it validates them)",
     "Entitlement/Module": "the entitlement module checking reads and writes",

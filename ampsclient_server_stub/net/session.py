@@ -82,6 +82,7 @@ class NetSession(abc.ABC):
         self._hb_interval = 0.0
         self._hb_next = 0.0
         self._hb_timer: asyncio.TimerHandle | None = None
+        self._logon_timer: asyncio.TimerHandle | None = None
         self.messages_in = 0
         """Payloads received (admin statistics); ``bytes_in``: their bytes, framing excluded."""
         self.bytes_in = 0
@@ -101,12 +102,30 @@ class NetSession(abc.ABC):
         if policy is not None:
             if not policy.attach(self):
                 self.broker.kick(self.conn, "connection limit reached")
-            elif policy.pool is not None and self.flow is not None:
+                return self.conn
+            if policy.logon_timeout is not None:
+                self._logon_timer = self.loop.call_later(
+                    policy.logon_timeout, self._logon_deadline, policy.logon_timeout
+                )
+            if policy.pool is not None and self.flow is not None:
                 slow = self.slow = self.flow.attach(self, policy.pool, policy.limits)
                 # offlined beyond its share of the pool, or beyond max_write_buffer if lower
                 self.max_write_buffer = min(self.max_write_buffer, slow.memory_cap)
         logger.debug("connection %r opened", self.conn)
         return self.conn
+
+    def _logon_deadline(self, timeout: float) -> None:
+        self._logon_timer = None
+        conn = self.conn
+        if conn is None or conn.closed or self._closing or conn.logged_on:
+            return
+        logger.warning(
+            "%s connection %s did not log on within %g s (LogonTimeout); closing it",
+            self.transport_name,
+            self.peer,
+            timeout,
+        )
+        self.broker.kick(conn, f"no logon within {timeout:g} s")
 
     @property
     def closing(self) -> bool:
@@ -119,6 +138,9 @@ class NetSession(abc.ABC):
         self._out = []
         self._out_bytes = 0
         self._cancel_heartbeat()
+        if self._logon_timer is not None:
+            self._logon_timer.cancel()
+            self._logon_timer = None
         if self.policy is not None:
             self.policy.detach(self)
         if self.slow is not None:

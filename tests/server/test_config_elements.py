@@ -455,6 +455,10 @@ PROOFS: dict[str, Probe | Covered] = {
     "MessageDiskLimit": Covered(LIMITS + "test_disk_limit_disconnects_and_removes_the_file"),
     "MaxFrameSize": Probe(probe_root_max_frame_size),
     "MaxConnections": Covered(LIMITS + "test_connection_cap_per_transport"),
+    "LogonTimeout": Covered(
+        "security/test_idle_connections.py::"
+        "test_connections_that_never_log_on_are_closed_and_free_their_places"
+    ),
     "Authentication/Module": _AUTH,
     "Authentication/Options/*": _AUTH,
     "Entitlement/Module": _ENT,
@@ -492,6 +496,9 @@ PROOFS: dict[str, Probe | Covered] = {
     "Transports/Transport/MessageDiskLimit": Probe(probe_transport_disk_limit),
     "Transports/Transport/MaxFrameSize": Covered(LIMITS + "test_max_frame_size_from_xml"),
     "Transports/Transport/MaxConnections": Covered(LIMITS + "test_connection_cap_per_transport"),
+    "Transports/Transport/LogonTimeout": Covered(
+        "security/test_idle_connections.py::test_defaults_and_zero_turns_the_deadline_off"
+    ),
     "Transports/Transport/Authentication/Module": _AUTH,
     "Transports/Transport/Authentication/Options/*": _AUTH,
     "Transports/Transport/Entitlement/Module": _ENT,
