@@ -122,9 +122,9 @@ class Broker:
         call_later: timer scheduler used for conflated persisted acks; ``None`` sends every
             persisted ack at once (handy in unit tests).
         clock: wall clock (epoch seconds) for timestamps and expirations.
-        monotonic: the monotonic clock; with ``clock``, it makes the queues' steady clock
-            (:func:`.clocks.steady_clock`): leases and queue timers do not move when the wall
-            clock steps.
+        monotonic: the monotonic clock of intervals: live conflation holds, and (with
+            ``clock``) the queues' steady clock (:func:`.clocks.steady_clock`), so leases,
+            queue timers and holds do not move when the wall clock steps.
         version: server version reported in logon acks.
         txlog: the transaction log (bookmark subscriptions, durable publishes, SOW recovery).
         persisted_ack_interval: seconds between the periodic persisted acks to bookmark
@@ -166,7 +166,7 @@ class Broker:
         self.clients = Clients(journal.last_sequence if journal is not None else None)
         """Connections and client states."""
         index = RoutingIndex()
-        delivery = Delivery(index, clock=clock, call_later=call_later)
+        delivery = Delivery(index, clock=clock, monotonic=monotonic, call_later=call_later)
         self.topic_counts = delivery.topics
         """Per-topic publish and delivery counts (the admin interface reads them)."""
         self.sows = SowService(config, sow_topics, delivery=delivery, clock=clock)

@@ -50,7 +50,9 @@ class Delivery:
 
     Args:
         index: the routing index (for ``oof`` deliveries).
-        clock: wall clock (epoch seconds) for ``timestamp`` and conflation intervals.
+        clock: wall clock (epoch seconds) for ``timestamp``.
+        monotonic: the clock of conflation intervals (a step of the wall clock must not hold
+            a conflated message for the length of the step).
         call_later: timers for conflation; ``None``: conflated frames go out at once.
     """
 
@@ -59,10 +61,12 @@ class Delivery:
         index: RoutingIndex,
         *,
         clock: Callable[[], float],
+        monotonic: Callable[[], float],
         call_later: CallLater | None,
     ) -> None:
         self._index = index
         self.clock = clock
+        self.monotonic = monotonic
         self.call_later = call_later
         self.topics = TopicCounts()
         """Per-topic publish and delivery counts (admin statistics; ingest counts publishes)."""
@@ -328,7 +332,7 @@ class Delivery:
         if self.call_later is None:  # no timers (unit tests): nothing could release it later
             self.send_held(sub, [held])
             return
-        started = conf.holds.hold(key, held, self.clock() + conf.spec.interval)
+        started = conf.holds.hold(key, held, self.monotonic() + conf.spec.interval)
         if started and conf.timer is None:
             self._arm_conflation(sub, conf)
 
@@ -337,7 +341,7 @@ class Delivery:
         deadline = conf.holds.next_deadline()
         if deadline is None or self.call_later is None:
             return
-        delay = max(0.0, deadline - self.clock())
+        delay = max(0.0, deadline - self.monotonic())
         conf.timer = self.call_later(delay, lambda: self._conflation_due(sub, conf))
 
     def _conflation_due(self, sub: Subscription, conf: LiveConflation) -> None:
@@ -346,7 +350,7 @@ class Delivery:
         if sub.conflation is not conf or sub.conn.closed:
             conf.close()
             return
-        self.send_held(sub, conf.holds.release(self.clock()))
+        self.send_held(sub, conf.holds.release(self.monotonic()))
         self._arm_conflation(sub, conf)
 
     @staticmethod

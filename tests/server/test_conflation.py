@@ -108,7 +108,13 @@ def manual() -> ManualTime:
 @pytest.fixture
 def broker(manual: ManualTime) -> Iterator[Broker]:
     sow = SowTopic("quotes", keys=("/sym",))
-    broker = Broker(None, sow_topics=[sow], call_later=manual.call_later, clock=manual.clock)
+    broker = Broker(
+        None,
+        sow_topics=[sow],
+        call_later=manual.call_later,
+        clock=manual.clock,
+        monotonic=manual.clock,
+    )
     yield broker
     broker.close()
     sow.close()
@@ -403,3 +409,28 @@ def test_disconnect_cancels_what_is_held_over_tcp(
         what="the server to notice the disconnect",
     )
     assert quote_server.call(status) == (0, True)
+
+
+def test_a_wall_clock_step_back_does_not_hold_a_conflated_message(manual: ManualTime) -> None:
+    """Issue #32, clock steps: conflation intervals are measured on the monotonic clock. The
+    wall clock steps an hour back during a hold; the hold still ends after its second."""
+    wall = [5_000.0]
+    sow = SowTopic("quotes", keys=("/sym",))
+    broker = Broker(
+        None,
+        sow_topics=[sow],
+        call_later=manual.call_later,
+        clock=lambda: wall[0],
+        monotonic=manual.clock,
+    )
+    try:
+        sub, session = logon(broker, "sub")
+        publisher, _ = logon(broker, "pub")
+        subscribe(broker, sub, "quotes", "conflation=1s")
+        pub(broker, publisher, "quotes", {"sym": "A", "px": 1})
+        wall[0] -= 3600.0  # the wall clock steps an hour back
+        manual.advance(1.0)
+        assert session.bodies() == [{"sym": "A", "px": 1}]
+    finally:
+        broker.close()
+        sow.close()
