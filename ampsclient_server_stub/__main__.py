@@ -11,9 +11,10 @@ recorded; a file without one records nothing, as AMPS does, and bookmark subscri
 With ``--config FILE`` (AMPS-style XML) the file's settings apply, and the flags given
 explicitly override them: ``--host``/``--tcp-port`` the first TCP transport,
 ``--host``/``--ws-port`` the first WebSocket transport, ``--name`` and ``--data-dir`` the
-instance name and data directory. ``--admin-port`` turns on the admin interface (statistics,
-admin actions, ``/metrics``, dashboard) on loopback, or on ``HOST:PORT``; it overrides the
-address of the file's ``<Admin>``.
+instance name and data directory (every relative path of the file for what the server writes
+resolves against ``--data-dir``, so two servers can share one file). ``--admin-port`` turns on
+the admin interface (statistics, admin actions, ``/metrics``, dashboard) on loopback, or on
+``HOST:PORT``; it overrides the address of the file's ``<Admin>``.
 """
 
 from __future__ import annotations
@@ -61,7 +62,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--ws-port", type=int, default=None, help="WebSocket port, 0 = any (default 9008)"
     )
-    parser.add_argument("--data-dir", type=Path, default=None, help="directory for SOW files")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data directory: journal and SOW files; with --config, every relative path the "
+        "file gives for what the server writes (journal, SOW files, MessageDiskPath) resolves "
+        "against it instead of the file's directory or <DataDirectory>",
+    )
     parser.add_argument("--name", default=None, help=f"instance name ({DEFAULT_SERVER_NAME})")
     parser.add_argument("--config", type=Path, default=None, help="AMPS-style XML config file")
     parser.add_argument(
@@ -144,7 +152,7 @@ def _build_config(args: argparse.Namespace) -> ServerConfig:
             data_dir=args.data_dir,
             name=args.name if args.name is not None else DEFAULT_SERVER_NAME,
         )
-    config = load_config(args.config)
+    config = load_config(args.config, data_dir=args.data_dir)
     transports: list[TransportConfig] = []
     seen_tcp = seen_ws = False
     for transport in config.transports:
@@ -160,8 +168,6 @@ def _build_config(args: argparse.Namespace) -> ServerConfig:
     changes: dict[str, object] = {"transports": tuple(transports)}
     if args.name is not None:
         changes["name"] = args.name
-    if args.data_dir is not None:
-        changes["data_dir"] = args.data_dir.expanduser().absolute()
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
 
 

@@ -18,9 +18,12 @@ Rules followed by the parser:
 * Message type names are lower-cased.
 * Sizes (``10MB``, ``1GB``, ``512KB``, ``4096``) are parsed by :func:`parse_size`, time
   intervals (``10s``, ``500ms``, ``2m``, ``1h``, ``1d``) by :func:`parse_duration`.
-* Relative paths (``JournalDirectory``, SOW ``FileName``, ...) are resolved against the
-  server data directory, which is the non-AMPS ``<DataDirectory>`` element if present,
-  otherwise the directory holding the configuration file (or the current directory).
+* Relative paths of what the server writes (``JournalDirectory``, SOW ``FileName``,
+  ``MessageDiskPath``, ...) are resolved against the server data directory: the
+  ``data_dir`` given to :func:`load_config` (``--data-dir``), else the non-AMPS
+  ``<DataDirectory>`` element, else the directory holding the configuration file (or the
+  current directory).  Files the configuration reads (certificates, users and password
+  files) are relative to the file's directory.
 * Documents containing a ``DOCTYPE`` or entity declarations are refused, so entity
   expansion attacks are impossible.  No ``${VAR}`` substitution is performed.
 
@@ -115,11 +118,17 @@ def parse_config(xml_text: str, *, base_dir: Path | None = None) -> ServerConfig
     return build_config(read_xml(xml_text), base_dir, None)
 
 
-def load_config(path: str | os.PathLike[str]) -> ServerConfig:
+def load_config(
+    path: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None
+) -> ServerConfig:
     """Read and parse the configuration file at ``path``.
 
-    Relative paths inside the file are resolved against the file's directory.  The
-    document's own encoding declaration is honoured.
+    Relative paths inside the file (journal, SOW files, ``MessageDiskPath``...) are resolved
+    against the data directory: ``data_dir`` when given (``--data-dir``; it replaces the
+    file's ``<DataDirectory>``), else the file's ``<DataDirectory>``, else the file's
+    directory.  The files the configuration reads (certificates, keys, users and password
+    files) stay relative to the file's directory.  The document's own encoding declaration
+    is honoured.
 
     Raises:
         ConfigError: if the file cannot be read or is invalid; the message starts with
@@ -131,7 +140,8 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read configuration file {file}: {exc}") from exc
     try:
-        return build_config(read_xml(data), file.absolute().parent, file.absolute())
+        override = Path(data_dir).expanduser().absolute() if data_dir is not None else None
+        return build_config(read_xml(data), file.absolute().parent, file.absolute(), override)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from exc
 

@@ -547,7 +547,12 @@ _ROOT_KNOWN = (
 )
 
 
-def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -> ServerConfig:
+def build_config(
+    doc: XmlDocument, base_dir: Path | None, source: Path | None, data_dir: Path | None = None
+) -> ServerConfig:
+    """The :class:`ServerConfig` of ``doc``; relative paths resolve against ``data_dir``
+    (absolute; it replaces ``<DataDirectory>``) when given, else ``<DataDirectory>``, else
+    ``base_dir``."""
     root = doc.root
     if root.tag != "AMPSConfig":
         doc.fail(root, f"root element must be <AMPSConfig>, found <{root.tag}>")
@@ -555,7 +560,9 @@ def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -
     base = (base_dir if base_dir is not None else Path.cwd()).expanduser().absolute()
     reader = ConfigReader(doc, base)
     data_dir_text = reader.text(root, "DataDirectory")
-    if data_dir_text is not None:
+    if data_dir is not None:
+        reader.data_dir = data_dir
+    elif data_dir_text is not None:
         reader.data_dir = reader.path(root, "DataDirectory", data_dir_text)
 
     transports_elem = reader.single(root, "Transports")
@@ -580,6 +587,9 @@ def build_config(doc: XmlDocument, base_dir: Path | None, source: Path | None) -
     admin = reader.admin(admin_elem) if admin_elem is not None else None
 
     extra = reader.extras(root, _ROOT_KNOWN)
+    disk_path = reader.text(root, "MessageDiskPath")
+    if disk_path is not None:  # written by the server: re-based on the data directory
+        extra["MessageDiskPath"] = str(reader.path(root, "MessageDiskPath", disk_path))
     memory_limit: int | None = None
     memory_text = reader.text(root, "MessageMemoryLimit")
     if memory_text is not None:

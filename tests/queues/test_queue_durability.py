@@ -117,7 +117,7 @@ def test_kill_9_twice_acknowledged_stays_acknowledged(tmp_path: Path) -> None:
     finally:
         server.kill()
     # the ack point file names the queue
-    saved = json.loads((tmp_path / "journal" / "Q.queues.ack").read_text())
+    saved = json.loads((tmp_path / "data" / "journal" / "Q.queues.ack").read_text())
     assert set(saved) == {"json/work"}
 
 
@@ -134,7 +134,7 @@ def test_graceful_restart_and_lost_ack_point(tmp_path: Path) -> None:
         c.ack_durably([bm for bm, _ in held])
         c.close()
         assert server.stop() == 0
-        ack_file = tmp_path / "journal" / "Q.queues.ack"
+        ack_file = tmp_path / "data" / "journal" / "Q.queues.ack"
         point = json.loads(ack_file.read_text())["json/work"]
         assert point > 4  # past the four acknowledged messages
         for lost in (False, True):

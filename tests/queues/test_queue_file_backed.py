@@ -57,7 +57,7 @@ def consume_rest(server: ServerProcess, expected: list[int]) -> None:
 
 def test_restart_with_the_file_and_after_kill_9(tmp_path: Path) -> None:
     server = server_at(tmp_path)
-    cache = tmp_path / "journal" / CACHE
+    cache = tmp_path / "data" / "journal" / CACHE
     server.start()
     try:
         publish_durably(server, 0, 50)
@@ -85,7 +85,7 @@ def test_restart_with_the_file_and_after_kill_9(tmp_path: Path) -> None:
 
 def test_deleted_or_damaged_file_is_rebuilt_from_the_journal(tmp_path: Path) -> None:
     server = server_at(tmp_path)
-    cache = tmp_path / "journal" / CACHE
+    cache = tmp_path / "data" / "journal" / CACHE
     server.start()
     try:
         publish_durably(server, 0, 30)
@@ -112,7 +112,7 @@ def test_a_file_of_the_first_format_is_still_read(tmp_path: Path) -> None:
     """A queue that is not replicated has no ownership transfers: a file written before
     they were kept (``AQC1``) says all there is, and a restart uses it."""
     server = server_at(tmp_path)
-    cache = tmp_path / "journal" / CACHE
+    cache = tmp_path / "data" / "journal" / CACHE
     server.start()
     try:
         publish_durably(server, 0, 20)

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from ampsclient import Client
+from ampsclient_server_stub.config import load_config
 from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.testing import RawClient
 
@@ -85,3 +87,72 @@ def test_help_says_what_is_recorded() -> None:
     flat = " ".join(out.split())
     assert "every topic is recorded" in flat
     assert "a file without one records nothing" in flat
+
+
+SHARED = """<AMPSConfig>
+  <Name>shared</Name>
+  <MessageDiskPath>offline</MessageDiskPath>
+  <Transports>
+    <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+    <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+  </Transports>
+  <TransactionLog>
+    <JournalDirectory>journal</JournalDirectory>
+    <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
+  </TransactionLog>
+  <SOW>
+    <Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
+      <FileName>sow/%n.sow</FileName></Topic>
+    <Queue><Name>work</Name><MessageType>json</MessageType>
+      <UnderlyingTopic>orders</UnderlyingTopic>
+      <FileBackedMetadata>enabled</FileBackedMetadata></Queue>
+  </SOW>
+</AMPSConfig>
+"""
+
+
+def sow_of(server: ServerProcess) -> list[str]:
+    with Client("reader") as client:
+        client.connect(f"tcp://127.0.0.1:{server.tcp_port}/amps/json")
+        client.logon(5000)
+        return [
+            m.get_data() for m in client.sow("orders", timeout=5000) if m.get_command() == "sow"
+        ]
+
+
+def test_two_servers_from_one_config_file_keep_apart_under_their_data_dirs(
+    tmp_path: Path,
+) -> None:
+    """``--data-dir`` re-bases every relative path the file gives for what the server writes
+    (journal, SOW file, queue cache, MessageDiskPath): two servers run from one file at once,
+    each with its own state, nothing next to the file (#27)."""
+    config = tmp_path / "conf" / "amps.xml"
+    config.parent.mkdir()
+    config.write_text(SHARED)
+    servers = {who: ServerProcess(data_dir=tmp_path / who, config=config) for who in "ab"}
+    try:
+        for server in servers.values():
+            server.start()  # both running at once: before, b found a's journal locked
+        for who, server in servers.items():
+            with RawClient(server.tcp_port) as client:
+                client.logon(f"pub-{who}")
+                body = f'{{"id": 1, "who": "{who}"}}'.encode()
+                client.send({"c": "p", "t": "orders", "s": 1, "a": "persisted"}, body)
+                client.recv_until(lambda h: h.get("a") == "persisted", 10)
+        for server in servers.values():
+            assert server.stop() == 0
+        for who, server in servers.items():
+            server.start()  # each recovers its own state
+            assert sow_of(server) == [f'{{"id": 1, "who": "{who}"}}']
+    finally:
+        for server in servers.values():
+            server.kill()
+    assert sorted(p.name for p in config.parent.iterdir()) == ["amps.xml"]
+    for who in "ab":
+        data = tmp_path / who
+        assert list((data / "journal").glob("ampsclient-server-*.journal*"))
+        assert (data / "journal" / "ampsclient-server.work.json.queue.cache").exists()
+        assert (data / "sow" / "orders.sow").exists()
+    parsed = load_config(config, data_dir=tmp_path / "a")
+    assert parsed.extra["MessageDiskPath"] == str(tmp_path / "a" / "offline")
+    assert load_config(config).extra["MessageDiskPath"] == str(config.parent / "offline")
