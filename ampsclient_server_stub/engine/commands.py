@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Final
 
 from ampsclient.protocol.header import Header, encode_header
 from ampsclient_server_stub.config import parse_duration
@@ -46,6 +47,26 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[Connection, Header, bytes, int], None]
 """``handler(conn, header, payload, body offset)``; refuses by raising."""
+
+
+MAX_CLIENT_NAME: Final = 1024
+"""Longest ``client_name`` (and ``user_id``) a logon may carry, in bytes (UTF-8)."""
+
+MAX_PASSWORD: Final = 64 * 1024
+"""Longest ``pw`` a logon may carry, in bytes (room for tokens such as Kerberos or JWT)."""
+
+
+def check_logon_sizes(name: str | None, user: str, password: str) -> None:
+    """Refuse a logon whose client name, user or password is beyond its documented bound
+    (``client name too long``, ``user id too long``, ``password too long``)."""
+    for value, limit, what in (
+        (name or "", MAX_CLIENT_NAME, "client name"),
+        (user, MAX_CLIENT_NAME, "user id"),
+        (password, MAX_PASSWORD, "password"),
+    ):
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise CommandFailure(f"{what} too long", f"{what} of {size} bytes (at most {limit})")
 
 
 class CommandHandlers:
@@ -162,6 +183,7 @@ class CommandHandlers:
         name = text(hdr.get("client_name"))
         user = str(hdr.get("user_id") or "")
         password = str(hdr.get("pw") or "")
+        check_logon_sizes(name, user, password)
         if conn.logged_on:
             if name is not None and name != conn.client_name:
                 raise CommandFailure("name in use", "a connection can log on only once")
