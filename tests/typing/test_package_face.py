@@ -35,7 +35,7 @@ def _loaded_after(statement: str) -> set[str]:
         "import ampsclient.protocol",
         "from ampsclient.protocol import TcpFramer, Message",
         "import ampsclient",
-        "import ampsclient_server_stub",
+        "from ampsclient_server_stub import ServerThread",
     ],
 )
 def test_protocol_import_loads_no_client(statement: str) -> None:
