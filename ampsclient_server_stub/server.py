@@ -553,6 +553,12 @@ class ReferenceServer:
         scheme = base + ("s" if transport.is_tls else "")
         return f"{scheme}://{host}:{self._port(server)}/amps/{message_type}"
 
+    def listener_ports(self) -> list[tuple[TransportConfig, int]]:
+        """``(transport, bound port)`` of every client listener: the tcp ones, then the ws
+        ones, each in configuration order (a port 0 in the config shows the one picked)."""
+        tcp = [(t, self._port(s)) for t, s in self._tcp]
+        return tcp + [(t, self._port(s)) for t, s in self._ws]
+
     def listening_line(self) -> str:
         """``listening tcp://HOST:PORT ws://HOST:PORT`` for every listener."""
         parts = [f"tcp{'s' if t.is_tls else ''}://{t.host}:{self._port(s)}" for t, s in self._tcp]

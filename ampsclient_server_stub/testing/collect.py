@@ -100,6 +100,17 @@ class Inbox:
                     )
                 self._cond.wait(min(left, 0.05))
 
+    def wait_for_count(self, count: int, timeout: float = 10.0) -> list[Any]:
+        """Block until at least ``count`` items were kept (whatever their command: with a
+        ``keep`` filter, what it lets through); return them all, in arrival order.
+
+        Raises:
+            AssertionError: fewer than ``count`` after ``timeout`` seconds (the message
+                names how many arrived and the last ones).
+        """
+        self.wait(lambda box: len(box) >= count, timeout)
+        return self.snapshot()
+
     def wait_messages(self, count: int, timeout: float = 10.0) -> list[Any]:
         """Block until at least ``count`` deliveries arrived; return :attr:`messages`."""
         self.wait(lambda box: len(box.messages) >= count, timeout)
