@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
+from ..net.exposure import is_loopback
 from .http import HttpError, Request
 
 __all__ = ["TOKEN_FIELD", "TOKEN_HEADER", "RequestOrigin", "is_loopback"]
@@ -43,17 +44,6 @@ TOKEN_FIELD: Final = "token"
 
 _WILDCARDS: Final = ("", "0.0.0.0", "::", "*")
 _LOCAL_NAMES: Final = ("localhost", "127.0.0.1", "::1")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listening address reaches this machine only (``localhost``, 127.0.0.0/8,
-    ``::1``); a wildcard address is not."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _host_name(value: str) -> str | None:

@@ -20,6 +20,7 @@ from ampsclient.protocol.framing import TcpFramer
 from ampsclient_server_stub import accel
 from ampsclient_server_stub.engine.broker import Broker
 
+from .exposure import warn_if_exposed
 from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
 
 if TYPE_CHECKING:
@@ -160,7 +161,14 @@ async def start_tcp_listener(
         return session
 
     if ssl_context is None:
-        return await loop.create_server(factory, host, port, reuse_address=True)
-    return await loop.create_server(
-        factory, host, port, reuse_address=True, ssl=ssl_context, ssl_handshake_timeout=10
+        server = await loop.create_server(factory, host, port, reuse_address=True)
+    else:
+        server = await loop.create_server(
+            factory, host, port, reuse_address=True, ssl=ssl_context, ssl_handshake_timeout=10
+        )
+    bound: int = server.sockets[0].getsockname()[1] if server.sockets else port
+    authenticated = (policy is not None and policy.auth is not None) or (
+        broker.hooks.authenticate is not None
     )
+    warn_if_exposed("tcp", host, bound, authenticated=authenticated)
+    return server

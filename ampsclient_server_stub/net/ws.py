@@ -32,6 +32,7 @@ from ampsclient.transport.wsconn import BatchingMixin, frame_header
 from ampsclient_server_stub import accel
 from ampsclient_server_stub.engine.broker import Broker
 
+from .exposure import warn_if_exposed
 from .session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER, NetSession
 
 if TYPE_CHECKING:
@@ -519,7 +520,7 @@ async def start_ws_listener(
         session.flow = flow
         await session.run()
 
-    return await serve(
+    server = await serve(
         handler,
         host,
         port,
@@ -531,3 +532,10 @@ async def start_ws_listener(
         ssl=ssl_context,
         create_connection=_Connection,
     )
+    sockets = list(server.sockets)
+    bound: int = sockets[0].getsockname()[1] if sockets else port
+    authenticated = (policy is not None and policy.auth is not None) or (
+        broker.hooks.authenticate is not None
+    )
+    warn_if_exposed("ws", host, bound, authenticated=authenticated)
+    return server

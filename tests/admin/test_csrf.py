@@ -13,6 +13,7 @@ from ampsclient import HAClient
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.admin.origin import RequestOrigin, is_loopback
 from ampsclient_server_stub.config import parse_config
+from ampsclient_server_stub.net.exposure import warn_if_exposed
 
 from ._support import admin_port, admin_token, get_json, request, with_admin
 
@@ -129,9 +130,15 @@ def test_token_is_on_the_dashboard_page_and_differs_per_instance() -> None:
         assert admin_token(admin_port(two)) != token
 
 
-def test_loopback_and_names() -> None:
+def test_loopback_and_names(caplog: pytest.LogCaptureFixture) -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert is_loopback("127.0.0.5")
     assert not is_loopback("0.0.0.0") and not is_loopback("") and not is_loopback("10.0.0.1")
     origin = RequestOrigin(bind_host="127.0.0.1", allowed_hosts=[" Ops.Example.org. "])
     assert "ops.example.org" in origin.names and "localhost" in origin.names
+    # the start-up warning of a messaging listener (the tests never bind beyond loopback)
+    assert not warn_if_exposed("tcp", "127.0.0.1", 9007, authenticated=False)
+    assert not warn_if_exposed("tcp", "0.0.0.0", 9007, authenticated=True)
+    with caplog.at_level("WARNING"):
+        assert warn_if_exposed("ws", "0.0.0.0", 9008, authenticated=False)
+    assert "SECURITY WARNING" in caplog.text and "0.0.0.0:9008" in caplog.text
