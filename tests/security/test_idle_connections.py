@@ -68,3 +68,19 @@ def test_defaults_and_zero_turns_the_deadline_off(tmp_path: Path) -> None:
         idle.close()
     finally:
         server.stop()
+
+
+def test_websocket_connections_that_never_log_on_are_closed(tmp_path: Path) -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    xml = """<AMPSConfig><Name>idle-ws</Name><LogonTimeout>1s</LogonTimeout>
+      <Transports><Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr>
+      </Transport></Transports></AMPSConfig>"""
+    server = ServerThread(parse_config(xml, base_dir=tmp_path), record_all_topics=False).start()
+    try:
+        url = server.uri("ws").split("?")[0]
+        with connect(url, open_timeout=10) as ws, pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)  # nothing arrives; the server closes at the deadline
+    finally:
+        server.stop()
