@@ -17,16 +17,8 @@ from ampsclient.protocol.header import Header, encode_header
 from ..queues.sow_subscribe import queue_sow_and_subscribe
 from .conflation import ConflationError, ConflationSpec, LiveConflation, parse_conflation
 from .hooks import BrokerHooks
-from .payload import (
-    OrderBy,
-    OrderByError,
-    Select,
-    SelectError,
-    apply_select,
-    encode,
-    parse_order_by,
-    parse_select,
-)
+from .payload import Select, apply_select, encode
+from .query_options import query_options
 from .replay_scheduler import ReplayScheduler
 from .sow import SowRecord, SowTopic
 from .sow_history import HistoryError, historical_sows
@@ -283,7 +275,8 @@ class Subscribing:
         """Run the query over ``sows``, send its results and acks, install the subscription."""
         flags = ack_flags(hdr)
         _filter_text, predicate = command_filter(hdr)
-        order_by, top_n, skip_n, select = _query_options(hdr, options)
+        spec = query_options(hdr, options)
+        order_by, top_n, skip_n, select = spec.order_by, spec.top_n, spec.skip_n, spec.select
         batch_size = int_field(hdr.get("bs")) or 1
         if batch_size < 1:
             batch_size = 1
@@ -316,32 +309,6 @@ class Subscribing:
         send_acks(
             send, hdr, flags & (COMPLETED | STATS), sub_id=sub_id, query_id=query_id, extra=stats
         )
-
-
-def _query_options(
-    hdr: Header, options: Mapping[str, str]
-) -> tuple[OrderBy | None, int | None, int, Select | None]:
-    """``(order_by, top_n, skip_n, select)`` of a SOW query."""
-    order_by: OrderBy | None = None
-    order_text = text(hdr.get("orderby")) or options.get("orderby") or None
-    if order_text:
-        try:
-            order_by = parse_order_by(order_text)
-        except OrderByError as exc:
-            raise CommandFailure("invalid order by", str(exc)) from None
-    top_n = int_field(hdr.get("top_n"))
-    if top_n is None:
-        top_n = int_field(options.get("top_n"))
-    skip_n = int_field(options.get("skip_n")) or 0
-    if (top_n is not None and top_n < 0) or skip_n < 0:
-        raise CommandFailure("invalid options", "top_n/skip_n must be >= 0")
-    select: Select | None = None
-    if options.get("select"):
-        try:
-            select = parse_select(options["select"])
-        except SelectError as exc:
-            raise CommandFailure("invalid options", str(exc)) from None
-    return order_by, top_n, skip_n, select
 
 
 def _sow_batch(

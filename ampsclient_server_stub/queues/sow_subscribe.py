@@ -28,7 +28,8 @@ from typing import Any
 from ampsclient.protocol.header import Header, encode_header
 
 from ..engine.hooks import QueueHooks
-from ..engine.payload import decode
+from ..engine.payload import apply_select, decode, encode
+from ..engine.query_options import QueryOptions, query_options
 from ..engine.state import Connection, Subscription
 from ..engine.topics import TopicMatcher
 from ..engine.wire import (
@@ -66,6 +67,7 @@ def queue_sow_and_subscribe(
     """
     if text(hdr.get("bm")) is not None:
         raise CommandFailure("invalid options", "a queue keeps no history (bookmark on sow)")
+    query_options(hdr, command_options(hdr))  # a bad orderby... refused before any ack
     backlog: int | None = None
     if queues.is_queue(conn.mt, matcher.topic):  # (else a view over a queue)
         queue = queues.queues[(conn.mt, matcher.topic)]
@@ -100,19 +102,18 @@ def queue_sow_and_subscribe(
 
 def answer_query(queue: Queue, conn: Connection, hdr: Header) -> None:
     """A ``sow`` query of ``queue``: the messages available now (leased ones are not shown),
-    oldest (or highest priority) first, in the usual ``group_begin`` / ``sow`` /
-    ``group_end`` frames; nothing is leased.
+    oldest (or highest priority) first unless ``orderby`` says otherwise, with ``filter``,
+    ``skip_n``, ``top_n`` and ``select`` as on a SOW topic, in the usual ``group_begin`` /
+    ``sow`` / ``group_end`` frames; nothing is leased.
 
     Raises:
-        CommandFailure: ``bad filter``, ``invalid options`` (a bookmark: no history).
+        CommandFailure: ``bad filter``, ``invalid order by``, ``invalid options`` (a
+            bookmark: no history; ``top_n``/``skip_n`` below 0; a bad ``select``).
     """
     if text(hdr.get("bm")) is not None:
         raise CommandFailure("invalid options", "a queue keeps no history (bookmark on sow)")
     _text, predicate = command_filter(hdr)
-    options = command_options(hdr)
-    top_n = int_field(hdr.get("top_n"))
-    if top_n is None:
-        top_n = int_field(options.get("top_n"))
+    spec = query_options(hdr, command_options(hdr))
     batch = max(1, int_field(hdr.get("bs")) or 1)
     waiting = sorted(
         (m for m in queue.messages.values() if m.state == AVAILABLE),
@@ -121,8 +122,7 @@ def answer_query(queue: Queue, conn: Connection, hdr: Header) -> None:
     mt = queue.config.message_type
     selected = [m for m in waiting if predicate is None or _matches(mt, m, predicate)]
     matches = len(selected)
-    if top_n is not None and top_n >= 0:
-        selected = selected[:top_n]
+    selected = spec.arrange(selected, lambda m: decode(mt, m.data))
     flags = ack_flags(hdr)
     query_id = text(hdr.get("query_id")) or text(hdr.get("cid")) or ""
     send = conn.session.send
@@ -130,15 +130,24 @@ def answer_query(queue: Queue, conn: Connection, hdr: Header) -> None:
     send(encode_header({"c": "group_begin", "query_id": query_id}))
     for start in range(0, len(selected), batch):
         part = selected[start : start + batch]
+        datas = [_projected(mt, m.data, spec) for m in part]
         body = b"".join(
-            encode_header({"k": m.bookmark, "bm": m.bookmark, "l": len(m.data)}) + m.data
-            for m in part
+            encode_header({"k": m.bookmark, "bm": m.bookmark, "l": len(data)}) + data
+            for m, data in zip(part, datas, strict=True)
         )
         outer = {"c": "sow", "t": queue.name, "query_id": query_id, "bs": len(part)}
         send(encode_header(outer) + body)
     send(encode_header({"c": "group_end", "query_id": query_id}))
     stats = {"records_returned": len(selected), "topic_matches": len(queue), "matches": matches}
     send_acks(send, hdr, flags & (COMPLETED | STATS), query_id=query_id, extra=stats)
+
+
+def _projected(mt: str, data: bytes, spec: QueryOptions) -> bytes:
+    """``data`` as the query's ``select`` projects it (as it is without one)."""
+    if spec.select is None:
+        return data
+    doc = decode(mt, data)
+    return data if doc is None else encode(mt, apply_select(doc, spec.select))
 
 
 def _matches(mt: str, msg: QueueMessage, predicate: Any) -> bool:

@@ -23,6 +23,8 @@ from typing import Any, Final
 from ampsclient.protocol.header import Header, encode_header
 
 from ..engine.filters import compile_expression, compile_filter
+from ..engine.payload import apply_select, encode
+from ..engine.query_options import query_options
 from ..engine.session import CallLater, TimerHandle
 from ..engine.state import Connection, Subscription
 from ..engine.topics import TopicMatcher
@@ -34,6 +36,7 @@ from ..engine.wire import (
     CommandFailure,
     ack_flags,
     command_filter,
+    command_options,
     send_acks,
     text,
 )
@@ -237,10 +240,17 @@ class QueueViews:
             raise CommandFailure("invalid options", "a view of a queue keeps no history")
         self.flush()  # (a change of this turn first)
         _text, predicate = command_filter(hdr)
-        selected = [
-            (key, body)
+        spec = query_options(hdr, command_options(hdr))
+        found = [
+            (key, body, doc)
             for key, (body, doc) in view.records.items()
             if predicate is None or predicate(doc)
+        ]
+        matches = len(found)
+        mt = view.config.message_type
+        selected = [
+            (key, body if spec.select is None else encode(mt, apply_select(doc, spec.select)))
+            for key, body, doc in spec.arrange(found, lambda item: item[2])
         ]
         flags = ack_flags(hdr)
         query_id = text(hdr.get("query_id")) or text(hdr.get("cid")) or ""
@@ -254,7 +264,7 @@ class QueueViews:
         stats = {
             "records_returned": len(selected),
             "topic_matches": len(view.records),
-            "matches": len(selected),
+            "matches": matches,
         }
         send_acks(send, hdr, flags & (COMPLETED | STATS), query_id=query_id, extra=stats)
         return True

@@ -140,6 +140,19 @@ def test_the_view_follows_what_is_available_and_leases_nothing(tmp_path: Path) -
             "a": {"kind": "a", "waiting": 1, "qty": 30, "newest": 4}
         }
         assert stats(server)["backlog"] == 0
+        # orderby as on a SOW topic: a bad one refused, a good one orders the records (#27)
+        query.raw.send({"c": "sow", "t": "by_kind", "cid": "o", "a": "processed", "orderby": "/"})
+        hdr, _ = query.raw.recv(10.0)
+        assert (hdr["status"], hdr["reason"]) == ("failure", "invalid order by")
+        query.raw.send(
+            {"c": "sow", "t": "by_kind", "query_id": "o", "orderby": "/qty", "o": "top_n=2"}
+        )
+        kinds = [
+            json.loads(b[decode_header(b)[1] :])["kind"]
+            for h, b in frames_until_marker(query)
+            if h.get("c") == "sow"
+        ]
+        assert kinds == ["c", "b"]  # qty 1, 5 (a: 30 is third)
     finally:
         server.stop()
 

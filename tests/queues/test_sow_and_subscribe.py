@@ -96,7 +96,12 @@ def test_available_messages_first_then_leases(server: ServerThread) -> None:
 
 @pytest.mark.parametrize(
     ("fields", "reason"),
-    [({"bm": "0"}, "invalid options"), ({"o": "max_backlog=0"}, "invalid options")],
+    [
+        ({"bm": "0"}, "invalid options"),
+        ({"o": "max_backlog=0"}, "invalid options"),
+        ({"orderby": "/n SIDEWAYS"}, "invalid order by"),  # as on a SOW topic (#27)
+        ({"o": "skip_n=-1"}, "invalid options"),
+    ],
 )
 def test_refusals_place_nothing(server: ServerThread, fields: dict[str, Any], reason: str) -> None:
     publish(server, "work", [{"n": 0}])
@@ -161,3 +166,47 @@ def test_auto_ack_client_acks_the_leased_deliveries_only(server: ServerThread, k
     assert order == [True] * 3 + [False] * 3  # the view first
     s = stats(server)
     assert (s["acked"], s["backlog"], s["queue_depth"]) == (3, 0, 0)
+
+
+def _query(q: Consumer, fields: dict[str, Any]) -> list[tuple[dict[str, Any], bytes]]:
+    """A ``sow`` of ``work`` with ``fields``: its frames up to the processed ack's failure or
+    the completed ack."""
+    q.raw.send({"c": "sow", "t": "work", "cid": "q", "a": "processed,completed"} | fields)
+    frames = [q.raw.recv(10.0)]
+    while frames[-1][0].get("c") != "ack" or frames[-1][0].get("a") == "processed":
+        if frames[-1][0].get("status") == "failure":
+            break
+        frames.append(q.raw.recv(10.0))
+    return frames
+
+
+def test_a_queue_query_reads_orderby_as_a_sow_topic_does(server: ServerThread) -> None:
+    """A bad ``orderby`` on a queue ``sow`` is refused with ``invalid order by``, as on a SOW
+    topic (it used to be accepted and ignored); a good one orders the view, with ``skip_n``,
+    ``top_n`` and ``select`` applied after it (AMPS User Guide, "Managing Result Sets")."""
+    publish(server, "work", [{"n": n, "x": n % 3, "pad": "p"} for n in range(6)])
+    q = Consumer(server)
+    for bad in ("/n SIDEWAYS", "n DESC", "/n,,/x"):
+        frames = _query(q, {"orderby": bad})
+        assert len(frames) == 1
+        hdr = frames[0][0]
+        assert (hdr["a"], hdr["status"], hdr["reason"]) == (
+            "processed",
+            "failure",
+            "invalid order by",
+        )
+    frames = _query(q, {"orderby": "/x DESC, /n", "o": "skip_n=1,top_n=3,select=[-/pad]"})
+    kinds = [h["c"] if h["c"] != "ack" else "ack:" + h["a"] for h, _ in frames]
+    assert kinds == [
+        "ack:processed",
+        "group_begin",
+        "sow",
+        "sow",
+        "sow",
+        "group_end",
+        "ack:completed",
+    ]
+    shown = [json.loads(d) for h, b in frames if h["c"] == "sow" for _, d in records(b)]
+    # x desc, then n: (2,2) (5,2) (1,1) (4,1) (0,0) (3,0); skip 1, keep 3
+    assert shown == [{"n": 5, "x": 2}, {"n": 1, "x": 1}, {"n": 4, "x": 1}]
+    assert stats(server)["backlog"] == 0  # a query leases nothing
