@@ -91,6 +91,7 @@ class FaultProxyFactory(Protocol):
         *,
         kind: Literal["tcp", "ws"] = "tcp",
         message_type: str | None = None,
+        seed: int | None = None,
     ) -> FaultProxy: ...
 
 
@@ -250,9 +251,9 @@ def amps_replicated_pair(
 @pytest.fixture
 def amps_fault_proxy_factory() -> Iterator[FaultProxyFactory]:
     """Start fault proxies: ``amps_fault_proxy_factory(target, kind="tcp",
-    message_type=None)``, where ``target`` is an :class:`AmpsServer`, a pair's node or a port
-    (``message_type``: the default of the proxy's ``uri()``, the server's own by default);
-    each stops at the end of the test."""
+    message_type=None, seed=None)``, where ``target`` is an :class:`AmpsServer`, a pair's
+    node or a port (``message_type``: the default of the proxy's ``uri()``, the server's own
+    by default; ``seed``: of its random draws); each stops at the end of the test."""
     from ampsclient_server_stub.cluster import ClusterNode
     from ampsclient_server_stub.testing.fault_proxy import FaultProxy
 
@@ -263,6 +264,7 @@ def amps_fault_proxy_factory() -> Iterator[FaultProxyFactory]:
         *,
         kind: Literal["tcp", "ws"] = "tcp",
         message_type: str | None = None,
+        seed: int | None = None,
     ) -> FaultProxy:
         default_type = "json"
         if isinstance(target, int):
@@ -272,7 +274,7 @@ def amps_fault_proxy_factory() -> Iterator[FaultProxyFactory]:
         else:
             port = target.port(kind)
             default_type = target.message_types[0]
-        proxy = FaultProxy(port, kind=kind, message_type=message_type or default_type)
+        proxy = FaultProxy(port, kind=kind, message_type=message_type or default_type, seed=seed)
         proxies.append(proxy)
         proxy.start()
         return proxy
@@ -289,7 +291,8 @@ def amps_fault_proxy(
     amps_server: AmpsServer, amps_fault_proxy_factory: FaultProxyFactory
 ) -> FaultProxy:
     """A :class:`FaultProxy` in front of ``amps_server``'s TCP listener: connect to
-    ``amps_fault_proxy.uri()``, then ``cut()``, ``stall(seconds)``, ``resume()``..."""
+    ``amps_fault_proxy.uri()``, then ``cut()``, ``stall(seconds)``, ``latency(seconds)``,
+    ``fragment(max_bytes)``, ``bandwidth(bytes_per_second)``, ``partition(direction)``..."""
     return amps_fault_proxy_factory(amps_server)
 
 

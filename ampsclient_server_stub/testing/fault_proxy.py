@@ -1,8 +1,8 @@
 """A fault proxy in front of one server's listener: what ``amps_fault_proxy`` yields.
 
 A :class:`~ampsclient_server_stub.testing.proxy.LoopbackProxy` (every fault it offers:
-``cut()``, ``stall(seconds)``, ``resume()``, ...) that also knows the client URI leading
-through it::
+``cut()``, ``stall()``, ``latency()``, ``fragment()``, ``bandwidth()``, one-way
+``partition()``...) that also knows the client URI leading through it::
 
     with FaultProxy(server.port("tcp")) as proxy:
         client.connect(proxy.uri())     # tcp://127.0.0.1:<proxy port>/amps/json
@@ -27,6 +27,8 @@ class FaultProxy(LoopbackProxy):
         kind: the URI scheme of :meth:`uri`.
         message_type: the default message type of :meth:`uri`.
         record: keep a copy of what clients send (``upstream``).
+        seed: the seed of the proxy's random draws (jitter, fragment sizes); ``None``: a
+            fresh one.
     """
 
     def __init__(
@@ -36,8 +38,9 @@ class FaultProxy(LoopbackProxy):
         kind: Literal["tcp", "ws"] = "tcp",
         message_type: str = "json",
         record: bool = False,
+        seed: int | None = None,
     ) -> None:
-        super().__init__("127.0.0.1", target_port, record=record)
+        super().__init__("127.0.0.1", target_port, record=record, seed=seed)
         self.kind = kind
         """The URI scheme of :meth:`uri`."""
         self.message_type = message_type

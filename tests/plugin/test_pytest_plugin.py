@@ -336,6 +336,51 @@ def test_the_fault_proxy_stalls_and_cuts_between_client_and_server(
     run(pytester).assert_outcomes(passed=2)
 
 
+def test_the_fault_proxy_shapes_the_link_and_partitions_one_way(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import json
+        from ampsclient import Client
+        from ampsclient_server_stub.testing import wait_for
+
+        def test_byte_by_byte_with_latency(
+            amps_server, amps_fault_proxy_factory, amps_collector
+        ):
+            proxy = amps_fault_proxy_factory(amps_server, seed=7)
+            sub = Client("subscriber-through-the-proxy")
+            sub.connect(proxy.uri())
+            sub.logon(5000)
+            proxy.fragment(1, direction="to_client")  # every delivery cut byte by byte
+            proxy.latency(0.005, jitter=0.002, direction="to_client")
+            sub.subscribe(amps_collector, "orders")
+            amps_server.publish_many("orders", [json.dumps({"n": n}) for n in range(20)])
+            got = amps_collector.wait_for_count(20, timeout=20)
+            assert [json.loads(m.get_data())["n"] for m in got] == list(range(20))
+            sub.close()
+
+        def test_a_one_way_partition_then_heal(amps_server, amps_fault_proxy, amps_collector):
+            sub = Client("subscriber-through-the-proxy")
+            sub.connect(amps_fault_proxy.uri())
+            sub.logon(5000)
+            sub.subscribe(amps_collector, "orders")
+            amps_server.publish("orders", '{"n": 0}')
+            amps_collector.wait_for_count(1, timeout=10)
+            amps_fault_proxy.partition("to_client")
+            amps_server.publish("orders", '{"n": 1}')  # dropped on the way to the client
+            stats = amps_fault_proxy.stats["to_client"]
+            wait_for(lambda: stats.dropped > 0, timeout=10, what="the delivery dropped")
+            assert sub.connected  # half-open: nothing tells the client
+            assert amps_fault_proxy.heal() == 1  # the connection with a gap is aborted
+            wait_for(lambda: not sub.connected, timeout=10, what="the client sees the abort")
+            assert [m.get_data() for m in amps_collector.snapshot()] == ['{"n": 0}']
+            sub.close()
+        """
+    )
+    run(pytester).assert_outcomes(passed=2)
+
+
 # --------------------------------------------------------------------------- replicated pair
 
 
