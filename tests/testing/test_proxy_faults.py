@@ -224,6 +224,56 @@ def test_one_way_partition_is_found_by_heartbeats_and_fails_over(
     assert proxy.heal() == 0  # the client closed the half-open connection itself
 
 
+@pytest.mark.serial
+def test_client_to_server_partition_is_found_by_the_server(proxy: LoopbackProxy) -> None:
+    """The other way round: the client's bytes vanish, the server's still arrive (so the
+    client hears the server's heartbeats). The server drops the client after two silent
+    heartbeat intervals; the proxy passes the close on and the client sees it."""
+    events: list[tuple[float, ConnectionEvent]] = []
+    with Client("half-open-up") as client:
+        client.add_connection_state_listener(lambda e: events.append((time.monotonic(), e)))
+        client.set_heartbeat(1)
+        client.connect(_uri(proxy))
+        client.logon(5000)
+        proxy.partition("to_server")
+        cut_at = time.monotonic()
+        wait_for(
+            lambda: any(e.state is ConnectionState.DISCONNECTED for _, e in events),
+            timeout=6,
+            what="the server dropping the silent client",
+        )
+    detected = next(t for t, e in events if e.state is ConnectionState.DISCONNECTED) - cut_at
+    assert 1.5 <= detected <= 4.0, detected  # two 1 s intervals on the server's clock
+    assert proxy.stats["to_server"].dropped > 0  # the client's beats
+    assert proxy.stats["to_client"].dropped == 0
+
+
+def test_heal_aborts_a_connection_whose_stream_lost_bytes(proxy: LoopbackProxy) -> None:
+    """Bytes dropped by a partition leave a gap TCP would never deliver: on heal() such a
+    connection is aborted (the client sees a disconnect) instead of reading a torn frame; a
+    connection that lost nothing carries on."""
+    inbox = Inbox()
+    events: list[ConnectionEvent] = []
+    with Client("gap") as gap, Client("no-gap") as clean:
+        gap.add_connection_state_listener(events.append)
+        gap.connect(_uri(proxy))
+        gap.logon(5000)
+        gap.subscribe(inbox, "gap")
+        clean.connect(_uri(proxy))
+        clean.logon(5000)
+        proxy.partition("to_client")
+        gap.publish("gap", json.dumps({"n": 1}))  # its delivery back to us is dropped
+        wait_for(lambda: proxy.stats["to_client"].dropped > 0, what="a dropped delivery")
+        assert proxy.heal() == 1  # the idle connection lost nothing
+        wait_for(
+            lambda: any(e.state is ConnectionState.DISCONNECTED for e in events),
+            what="the aborted connection",
+        )
+        assert proxy.open_connections == 1
+        clean.flush(5000)  # the healed path works both ways
+    assert inbox.ns() == []
+
+
 # ------------------------------------------------------------------------ (d) bandwidth
 
 
