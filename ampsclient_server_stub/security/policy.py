@@ -80,19 +80,60 @@ def _host_memory() -> int:
         return 8 * 1024**3
 
 
-def default_memory_limit() -> int:
-    """The guide's default ``MessageMemoryLimit``: 10% of the host's memory or 10% of what the
-    process may use (``ulimit -m``), whichever is lower."""
+def _cgroup_memory_limit(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> int | None:
+    """The memory limit of this process's cgroup (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), ``None`` when there is none or it cannot be read."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    found: list[int] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _id, controllers, path = parts
+        if controllers == "":
+            files = [root / path.lstrip("/") / "memory.max"]
+        elif "memory" in controllers.split(","):
+            files = [root / "memory" / path.lstrip("/") / "memory.limit_in_bytes"]
+        else:
+            continue
+        for file in files:
+            try:
+                text = file.read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) < 1 << 60:  # v1 writes "no limit" as ~2**63
+                found.append(int(text))
+    return min(found) if found else None
+
+
+def process_memory_limit() -> int:
+    """What this process may use: the host's memory, lowered by ``ulimit -m`` (RSS),
+    ``ulimit -v`` (address space) and the memory limit of its cgroup."""
     limit = _host_memory()
     try:
         import resource
 
-        soft, _hard = resource.getrlimit(resource.RLIMIT_RSS)
-        if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
-            limit = min(limit, int(soft))
+        for which in (resource.RLIMIT_RSS, resource.RLIMIT_AS):
+            soft, _hard = resource.getrlimit(which)
+            if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
+                limit = min(limit, int(soft))
     except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX
         pass
-    return limit // 10
+    cgroup = _cgroup_memory_limit()
+    return limit if cgroup is None else min(limit, cgroup)
+
+
+def default_memory_limit() -> int:
+    """The guide's default ``MessageMemoryLimit``: 10% of the host's memory, or of what the
+    process may use when that is lower (:func:`process_memory_limit`: a container's or a
+    cgroup's limit, ``ulimit``), so that a stalled consumer is offlined to disk before the
+    process is killed for memory."""
+    return process_memory_limit() // 10
 
 
 DEFAULT_DISK_PATH = Path("/var/tmp")
