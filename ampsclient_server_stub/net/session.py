@@ -43,6 +43,34 @@ DEFAULT_MAX_WRITE_BUFFER: Final = 64 * 1024 * 1024
 HEARTBEAT: Final = b'{"c":"heartbeat"}'
 
 
+class _LogonTimeouts:
+    """Connections closed for not logging on: one warning a minute at most, with the count
+    (a flood of idle connections must not flood the log)."""
+
+    PERIOD: Final = 60.0
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._pending = 0
+        self._last = float("-inf")
+
+    def closed(self, now: float, timeout: float) -> None:
+        self.count += 1
+        self._pending += 1
+        if now - self._last >= self.PERIOD:
+            logger.warning(
+                "%d connection(s) closed for not logging on within %g s (LogonTimeout)%s",
+                self._pending,
+                timeout,
+                "" if self._last == float("-inf") else f" in the last {self.PERIOD:g} s",
+            )
+            self._pending = 0
+            self._last = now
+
+
+_LOGON_TIMEOUTS: Final = _LogonTimeouts()
+
+
 class NetSession(abc.ABC):
     """Base class of the TCP and WebSocket sessions.
 
@@ -119,12 +147,10 @@ class NetSession(abc.ABC):
         conn = self.conn
         if conn is None or conn.closed or self._closing or conn.logged_on:
             return
-        logger.warning(
-            "%s connection %s did not log on within %g s (LogonTimeout); closing it",
-            self.transport_name,
-            self.peer,
-            timeout,
+        logger.debug(
+            "%s connection %s did not log on within %g s", self.transport_name, self.peer, timeout
         )
+        _LOGON_TIMEOUTS.closed(self.loop.time(), timeout)
         self.broker.kick(conn, f"no logon within {timeout:g} s")
 
     @property
