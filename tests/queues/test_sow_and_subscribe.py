@@ -210,3 +210,20 @@ def test_a_queue_query_reads_orderby_as_a_sow_topic_does(server: ServerThread) -
     # x desc, then n: (2,2) (5,2) (1,1) (4,1) (0,0) (3,0); skip 1, keep 3
     assert shown == [{"n": 5, "x": 2}, {"n": 1, "x": 1}, {"n": 4, "x": 1}]
     assert stats(server)["backlog"] == 0  # a query leases nothing
+
+
+def test_completed_comes_before_stats_whatever_the_order_asked(server: ServerThread) -> None:
+    """``completed`` then ``stats``, on a SOW topic and on a queue, even asked as
+    ``stats,completed`` (AMPS Command Reference, Ack Messages: stats "is typically produced
+    after the command has fully completed")."""
+    publish(server, "work", [{"n": 0}])
+    publish(server, "/ADMIN/bookmark_store", [{"clientName": "c", "subId": "s"}])
+    q = Consumer(server)
+    for topic in ("work", "/ADMIN/bookmark_store"):
+        q.raw.send({"c": "sow", "t": topic, "cid": topic, "a": "stats,completed"})
+        frames = [q.raw.recv(10.0)]
+        while frames[-1][0].get("a") != "stats":
+            frames.append(q.raw.recv(10.0))
+        kinds = [h["c"] if h["c"] != "ack" else "ack:" + h["a"] for h, _ in frames]
+        assert kinds == ["group_begin", "sow", "group_end", "ack:completed", "ack:stats"]
+        assert frames[-1][0]["records_returned"] == 1
