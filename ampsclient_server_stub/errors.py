@@ -18,6 +18,8 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     │   ├── RegexError                         regexes.py         a regex that cannot run safely
     │   ├── SelectError                        engine/payload.py
     │   └── OrderByError                       engine/payload.py
+    ├── PayloadError (ValueError)              a payload that is not a document of its type
+    │   └── FixFormatError                     engine/fix_codec.py
     ├── StorageError                           the transaction log and its files
     │   ├── JournalError                       engine/journal.py
     │   │   ├── JournalClosedError (ValueError)
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 __all__ = [
     "OptionError",
+    "PayloadError",
     "ReplicationError",
     "RequestError",
     "SecurityError",
@@ -65,6 +68,11 @@ class RequestError(ServerError):
 class OptionError(ServerError, ValueError):
     """An option or expression of a command (filter, topic, ``select``, ``order_by``) that
     does not parse."""
+
+
+class PayloadError(ServerError, ValueError):
+    """A message payload (or a document to write as one) that is not valid for its message
+    type."""
 
 
 class StorageError(ServerError):

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from ..errors import PayloadError
+
 __all__ = ["FIX_TYPES", "FixFormatError", "decode_fix", "encode_fix"]
 
 FIX_TYPES: Final = frozenset({"fix", "nvfix"})
@@ -33,7 +35,7 @@ _SOH: Final = "\x01"
 FixDocument = dict[str, "str | list[str]"]
 
 
-class FixFormatError(ValueError):
+class FixFormatError(PayloadError):
     """A payload or a document that is not ``name=value`` fields."""
 
 
