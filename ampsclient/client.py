@@ -536,6 +536,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         awaited: AckType = AckType.PROCESSED,
     ) -> Message:
         """Send a command that waits for its ``awaited`` ack (processed) and return that ack."""
+        await self._retry_if_dropped()
         cid = self._core.request(name, fields, data, awaited=awaited)
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiting[cid] = fut
@@ -544,6 +545,14 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         finally:
             self._waiting.pop(cid, None)
             self._core.forget_command(cid)
+
+    async def _retry_if_dropped(self) -> None:
+        """No connection and a :attr:`send_retry`: ask it on a worker thread (it may run a
+        disconnect handler that reconnects through this loop); the command then goes out,
+        or fails as usual when still not connected."""
+        retry = self.send_retry
+        if self.transport is None and retry is not None:
+            await asyncio.get_running_loop().run_in_executor(None, retry)
 
     async def _wait(self, fut: asyncio.Future[_T], timeout_ms: int, what: str) -> _T:
         if not timeout_ms:
@@ -611,6 +620,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         Raises:
             CommandError: the server refused it. TimeoutError: no ack within its timeout.
         """
+        await self._retry_if_dropped()
         route = None
         qa = self.queue_acks
         if (

@@ -240,23 +240,22 @@ class OfficialClientMethods:
         if errors:
             raise errors[0]
 
-    def set_retry_on_disconnect(self, enabled: bool) -> None:
-        """Only ``False`` is possible: an in-flight command is never re-sent by itself.
+    _retry_on_disconnect = True
 
-        (An ``HAClient`` replays its publish store and re-places its subscriptions after a
-        reconnect whatever this says, as the official one does.)
+    def set_retry_on_disconnect(self, enabled: bool) -> None:
+        """Official ``retry_on_disconnect`` (default ``True``): a send (a publish or a
+        command) that finds the connection dropped reports ``DISCONNECTED`` to the state
+        listeners and calls the disconnect handler again, on the sender's thread; if that
+        reconnected, the send goes on, else it raises ``DisconnectedException``. With
+        ``False`` it raises at once. A connection the application closed is never retried.
+        (An ``HAClient`` stores its publishes and re-places its subscriptions whatever this
+        says, as the official one does.)
         """
-        if enabled:
-            raise UsageError(
-                "set_retry_on_disconnect(True): ampsclient does not re-send a command that "
-                "was in flight when the connection dropped (it fails with "
-                "DisconnectedException); use an HAClient, which replays publishes and "
-                "re-places subscriptions, and retry other commands yourself"
-            )
+        self._retry_on_disconnect = bool(enabled)
 
     def get_retry_on_disconnect(self) -> bool:
-        """Always ``False`` (see :meth:`set_retry_on_disconnect`)."""
-        return False
+        """See :meth:`set_retry_on_disconnect`."""
+        return self._retry_on_disconnect
 
     def set_publish_batching(self, batchSize: int, batchTimeoutMillis: int) -> None:
         """Hold publishes until ``batchSize`` bytes are queued or the oldest has waited

@@ -127,6 +127,10 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
 
     _async: AsyncClient | AsyncHAClient
     """The asyncio client driven (an :class:`AsyncHAClient` holds its own AsyncClient)."""
+    _user_disconnect: tuple[Callable[..., Any], bool] | None = None
+    """The application's disconnect handler and whether it takes the exception."""
+    _dropped = False
+    """The connection was lost (not closed by the application) and not made again."""
 
     def __init__(
         self,
@@ -145,6 +149,7 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
             ssl_context=ssl_context,
         )
         self._start()
+        self._install_retry()
 
     def _start(self) -> None:
         self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
@@ -263,30 +268,75 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         ``handler(client, exc)`` when it takes two positional arguments (decided here, once).
         It runs on a thread of its own, so it may reconnect with the blocking methods
         (``client.connect(uri); client.logon()``), as official handlers do on the receive
-        thread; an exception it raises goes to the exception listener.
+        thread; an exception it raises goes to the exception listener. With
+        ``retry_on_disconnect`` (the default) a send that finds the connection dropped calls
+        it again, on the sender's thread, and goes on if it reconnected.
         """
         if handler is None:
-            self._async.set_disconnect_handler(None)
+            self._user_disconnect = None
+        else:
+            self._user_disconnect = (handler, takes_error(handler))
+
+    def _install_retry(self) -> None:
+        """The plain client's drop handling: remember the drop, run the application's
+        disconnect handler on a thread of its own, let sends ask for a reconnect."""
+        client = self._async
+        assert isinstance(client, AsyncClient)
+        self._user_disconnect = None
+        self._dropped = False
+        self._reconnect_lock = threading.Lock()
+        client.set_disconnect_handler(self._on_drop)
+        client.send_retry = self._retry_send
+
+    def _on_drop(self, _client: object, exc: BaseException | None) -> None:
+        self._dropped = True
+        if self._user_disconnect is None:
+            self._still_down(exc)
             return
-        with_error = takes_error(handler)
+        name = f"ampsclient-disconnect-{self._async.name or 'client'}"
+        threading.Thread(target=self._call_handler, args=(exc,), name=name, daemon=True).start()
 
-        def run(exc: BaseException | None) -> None:
-            try:
-                if with_error:
-                    handler(self, exc)
-                else:
-                    handler(self)
-            except Exception as error:
-                log.error("the disconnect handler raised %r", error, exc_info=error)
-                listener = self._async.get_exception_listener()
-                if listener is not None:
-                    listener(error)
+    def _call_handler(self, exc: BaseException | None) -> None:
+        """Run the application's disconnect handler (one at a time; not once reconnected);
+        a drop it left unrepaired is reported again, as the official client does."""
+        with self._reconnect_lock:
+            if self._async.connected:
+                return
+            user = self._user_disconnect
+            if user is not None:
+                self._run_handler(user, exc)
+            if not self._async.connected:
+                self._still_down(exc)
 
-        def on_disconnect(_client: object, exc: BaseException | None) -> None:
-            name = f"ampsclient-disconnect-{self._async.name or 'client'}"
-            threading.Thread(target=run, args=(exc,), name=name, daemon=True).start()
+    def _still_down(self, exc: BaseException | None) -> None:
+        client = self._async
+        if isinstance(client, AsyncClient):
+            client.emit_state(ConnectionState.DISCONNECTED, exc)
 
-        self._async.set_disconnect_handler(on_disconnect)
+    def _run_handler(
+        self, user: tuple[Callable[..., Any], bool], exc: BaseException | None
+    ) -> None:
+        handler, with_error = user
+        try:
+            if with_error:
+                handler(self, exc)
+            else:
+                handler(self)
+        except Exception as error:
+            log.error("the disconnect handler raised %r", error, exc_info=error)
+            listener = self._async.get_exception_listener()
+            if listener is not None:
+                listener(error)
+
+    def _retry_send(self) -> bool:
+        """A send found no connection (on the sender's thread): after a drop, with
+        ``retry_on_disconnect``, call the disconnect handler again (a drop it leaves
+        unrepaired is reported to the state listeners again), as the official client does;
+        whether the client is connected now."""
+        if not (self._dropped and self._retry_on_disconnect):
+            return False
+        self._call_handler(None)
+        return self._async.connected
 
     def add_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
         """Receives connection events."""
@@ -322,6 +372,7 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         if self._lt is None and type(self._async) is AsyncClient:
             self._lt = LoopThread(f"ampsclient-{self._async.name or 'client'}")
         self._run(self._async.connect(uri, timeout=timeout, ssl_context=ssl_context))
+        self._dropped = False
 
     def logon(
         self,
@@ -360,6 +411,7 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
     # ---------------------------------------------------------------------------- closing
     def close(self) -> None:
         """Close the connection and stop the client's thread."""
+        self._dropped = False  # closed by the application: sends do not retry
         lt = self._lt
         if lt is None:  # closed before: the listeners hear SHUTDOWN again (official)
             if isinstance(self._async, AsyncClient):
@@ -374,6 +426,7 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
 
     def disconnect(self) -> None:
         """Close the connection; the client may connect again (official API)."""
+        self._dropped = False
         lt = self._lt
         if lt is not None and not lt.loop.is_closed():
             lt.run(self._async.close())
@@ -454,6 +507,23 @@ class HAClient(Client):
         self._start()
 
     # -- official settings ------------------------------------------------------------------
+
+    def set_disconnect_handler(self, handler: Callable[..., Any] | None) -> None:
+        """Called when the connection drops, in addition to the HA client's own reconnect
+        (``handler(client)`` or ``handler(client, exc)``, as :meth:`Client.set_disconnect_handler`
+        decides; on a thread of its own)."""
+        if handler is None:
+            self._ha.set_disconnect_handler(None)
+            return
+        user = (handler, takes_error(handler))
+
+        def on_drop(_client: object, exc: BaseException | None) -> None:
+            name = f"ampsclient-disconnect-{self._ha.name or 'client'}"
+            threading.Thread(
+                target=self._run_handler, args=(user, exc), name=name, daemon=True
+            ).start()
+
+        self._ha.set_disconnect_handler(on_drop)
 
     def set_publish_store(self, publish_store: Any) -> None:
         """Use ``publish_store`` (a store object, or ``None`` for a memory store); before

@@ -84,6 +84,10 @@ class FrameWriter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_tid: int | None = None
         self._transport: Transport | None = None
+        self.send_retry: Callable[[], bool] | None = None
+        """Asked (on the sender's thread, never the loop's) when a send finds no connection:
+        ``True`` once it connected again, and the send goes on (the sync client's official
+        ``retry_on_disconnect``); ``None``: the send raises ``DisconnectedError``."""
         self._pub_prefix: dict[str, tuple[bytes, int]] = {}
         self._outq = core.outq
         self._enqueue = self._outq.append
@@ -518,7 +522,7 @@ class FrameWriter:
                 prefix = ('{"c":"p","t":"' + escape(topic) + '"}').encode()
                 cached = self._pub_prefix[topic] = (prefix, len(prefix))
             # _send_publish, inlined: this is the hottest path of the library
-            if self._transport is None:
+            if self._transport is None and not self._retried():
                 raise DisconnectedError("not connected")
             self._enqueue(_pack_len(cached[1] + len(data)) + cached[0] + data)
             if not self._wake_pending:
@@ -534,9 +538,16 @@ class FrameWriter:
         self._send_publish(header + data)
         return 0
 
+    def _retried(self) -> bool:
+        """No connection: whether :attr:`send_retry` made one again (never on the loop)."""
+        retry = self.send_retry
+        if retry is None or threading.get_ident() == self._loop_tid:
+            return False
+        return retry() and self._transport is not None
+
     def _send_publish(self, payload: bytes) -> None:
         """Queue a publish (held by publish batching, unlike the core's commands)."""
-        if self._transport is None:
+        if self._transport is None and not self._retried():
             raise DisconnectedError("not connected")
         self._enqueue(_pack_len(len(payload)) + payload)
         if not self._wake_pending:

@@ -5,8 +5,10 @@ with ours and (where installed) with the official one against the reference serv
   reconnect with the blocking methods; ours calls a one-argument handler the same way (it
   raised ``TypeError`` on the receive path) and a two-argument one with the exception too.
 * A state listener written for the official ``True``/``False`` hears the same sequence for
-  connect, logon, disconnect and close; a dropped connection differs (see docs/migration.md):
-  the official client reports it twice and once more per send that finds it down.
+  connect, logon, disconnect, close and a dropped connection (reported twice, and once more
+  per send that finds it down).
+* ``retry_on_disconnect`` (default ``True``): a send after a drop calls the disconnect
+  handler again and goes out if it reconnected.
 """
 
 from __future__ import annotations
@@ -129,30 +131,76 @@ def test_state_listener_sequence_of_connect_disconnect_and_close(
     ]
 
 
-@pytest.mark.parametrize(("name", "on_drop"), [("ampsclient", 1), ("AMPS", 2)])
+@pytest.mark.parametrize("name", CLIENTS)
+@pytest.mark.parametrize("with_handler", [False, True])
 def test_state_listener_on_a_dropped_connection(
-    server: ServerThread, name: str, on_drop: int
+    server: ServerThread, name: str, with_handler: bool
 ) -> None:
-    """The documented difference: the official client reports a drop twice and once more for
-    each publish that finds the connection down; ours reports the drop once."""
+    """A drop is reported twice (again after a disconnect handler that did not reconnect, or
+    at once without one) and once more for each send that finds the connection down."""
     amps = module(name)
     with LoopbackProxy("127.0.0.1", server.tcp_port) as proxy:
         uri = f"tcp://127.0.0.1:{proxy.port}/amps/json"
         states: list[bool] = []
+        calls: list[int] = []
         client = amps.Client(f"{name}-dropped")
         client.add_connection_state_listener(lambda s: states.append(bool(s)))
+        if with_handler:
+            client.set_disconnect_handler(lambda c: calls.append(1))
         client.connect(uri)
         client.logon()
         states.clear()
         proxy.cut()
-        wait_for(lambda: len(states) >= on_drop, 10, "the drop")
+        wait_for(lambda: len(states) >= 2, 10, "the drop")  # before: one False
         for _ in range(2):
             with pytest.raises(amps.DisconnectedException):
                 client.publish("t", "{}")
         client.connect(uri)  # a marker: nothing reported after it belongs to the drop
-        expected = [False] * on_drop + [False] * (on_drop - 1) * 2 + [True]
         try:
-            assert states == expected
+            assert states == [False, False, False, False, True]  # before: [False, True]
+            assert calls == ([1, 1, 1] if with_handler else [])  # the drop, then each send
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("name", CLIENTS)
+@pytest.mark.parametrize("retry", [True, False])
+def test_retry_on_disconnect_calls_the_handler_again_and_sends(
+    server: ServerThread, name: str, retry: bool
+) -> None:
+    """The official default (``True``): a publish after a drop calls the disconnect handler
+    again, which reconnects this time, and the publish goes out; with ``False`` it raises."""
+    amps = module(name)
+    with LoopbackProxy("127.0.0.1", server.tcp_port) as proxy:
+        uri = f"tcp://127.0.0.1:{proxy.port}/amps/json"
+        client = amps.Client(f"{name}-retry-{retry}")
+        assert client.get_retry_on_disconnect() is True  # before: False
+        client.set_retry_on_disconnect(retry)  # before: True raised UsageError
+        calls: list[int] = []
+        first_call = threading.Event()
+
+        def on_disconnect(c: Any) -> None:
+            calls.append(1)
+            if len(calls) == 2:  # not on the drop itself: on the publish's call
+                c.connect(uri)
+                c.logon()
+            first_call.set()
+
+        client.set_disconnect_handler(on_disconnect)
+        client.connect(uri)
+        client.logon()
+        try:
+            proxy.cut()
+            assert first_call.wait(10)
+            if retry:
+                stream = client.subscribe("retried", timeout=5000)  # after the reconnect
+                client.publish("retried", '{"n":1}')
+                assert next(iter(stream.timeout(5000))).get_data() == '{"n":1}'
+                assert len(calls) == 2
+            else:
+                with pytest.raises(amps.DisconnectedException):
+                    client.publish("retried", '{"n":1}')
+                assert calls == [1]
         finally:
             client.close()
 

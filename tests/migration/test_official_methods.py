@@ -107,9 +107,9 @@ def test_settings_with_effect_and_refusals(server_uri: str) -> None:
         assert client.getName() == "official-settings" == client.get_name()
         assert client.get_name_hash() == str(client.get_name_hash_value())
         assert AMPS.Client.convert_version_to_number("5.3.5.14") == 5030514
+        assert client.get_retry_on_disconnect() is True  # the official default
+        client.set_retry_on_disconnect(False)
         assert client.get_retry_on_disconnect() is False
-        with pytest.raises(AMPS.UsageError, match="HAClient"):
-            client.set_retry_on_disconnect(True)
         with pytest.raises(AMPS.UsageError, match="HAClient"):
             client.set_publish_store(AMPS.MemoryPublishStore())
         with pytest.raises(AMPS.UsageError, match="HAClient"):
