@@ -35,6 +35,29 @@ def _logging(verbosity: int, stderr: TextIO) -> None:
     logger.setLevel(logging.INFO if verbosity == 1 else logging.DEBUG)
 
 
+def _publish_outcome(session: Session, code: ExitCode) -> ExitCode:
+    """``publish``'s summary facts and exit status: what the server refused (each reason once,
+    exit 1), what was not persisted in time (exit 5), the rest persisted."""
+    left = session.unpersisted
+    refused = dict(session.refused)
+    failed = sum(refused.values())
+    session.extra = f"{session.progress.count - left - failed:,} persisted"
+    if failed:
+        session.extra += f", {failed:,} refused"
+        for reason, count in refused.items():
+            session.stderr.write(
+                f"ampsclient publish: the server refused {count:,} message(s): {reason}\n"
+            )
+        session.stderr.flush()
+        if code == ExitCode.OK:
+            code = ExitCode.COMMAND_FAILED
+    if left:
+        session.extra += f", {left:,} NOT persisted"
+        if code == ExitCode.OK:
+            code = ExitCode.UNPERSISTED
+    return code
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -89,12 +112,7 @@ def main(
         interrupted = True
         code = ExitCode.INTERRUPTED
     if args.command == "publish" and session.connected:
-        left = session.unpersisted
-        session.extra = f"{session.progress.count - left:,} persisted"
-        if left:
-            session.extra += f", {left:,} NOT persisted"
-            if code == ExitCode.OK:
-                code = ExitCode.UNPERSISTED
+        code = _publish_outcome(session, code)
     if (not failed and args.command not in _NO_SUMMARY) or (
         args.command == "publish" and session.connected
     ):

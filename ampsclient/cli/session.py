@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import threading
 from collections.abc import Callable
 from typing import IO, Any, TextIO
 
 from ..exceptions import AMPSConnectionError, InvalidBookmarkError, UsageError
 from ..ha import DefaultServerChooser, ExponentialDelayStrategy, RetryLimitError
 from ..protocol.bookmarks import parse_bookmark
+from ..protocol.message import Message
 from ..stream import MessageStream
 from ..sync import HAClient
 from ..uri import parse_uri
@@ -101,6 +103,21 @@ class Session:
         """The stream being written out (closed when the client gives up reconnecting)."""
         self.lost: RetryLimitError | None = None
         """Why the client gave up reconnecting, after a connection was made."""
+        self.refused: dict[str, int] = {}
+        """``publish``: how many messages the server refused, by reason (failed writes)."""
+        self._refused_lock = threading.Lock()
+
+    def _failed_write(self, _message: Message, reason: str) -> None:
+        """On the client's thread: the server refused a stored publish (persisted failure)."""
+        with self._refused_lock:
+            key = reason or "no reason given"
+            self.refused[key] = self.refused.get(key, 0) + 1
+
+    @property
+    def refused_count(self) -> int:
+        """How many published messages the server refused."""
+        with self._refused_lock:
+            return sum(self.refused.values())
 
     def _gave_up(self, exc: RetryLimitError) -> None:
         """On the client's thread: no server came back within ``--retry-time``."""
@@ -127,6 +144,7 @@ class Session:
         )
         self.client = client
         self.connected = True
+        client.set_failed_write_handler(self._failed_write)
         if self.args.heartbeat:
             client.set_heartbeat(self.args.heartbeat)
         client.connect_and_logon()
