@@ -116,24 +116,21 @@ _FLUSH_ACKS = {"processed": AckType.PROCESSED, "persisted": AckType.PERSISTED}
 
 
 def takes_error(handler: Callable[..., Any]) -> bool:
-    """Whether a disconnect handler takes the exception too: ``handler(client, exc)`` (two
-    positional parameters or ``*args``) or, as the official ``DisconnectHandler`` is called,
-    ``handler(client)``. Decided once, when the handler is set; a callable whose signature
-    cannot be read gets the official form."""
+    """Whether a disconnect handler takes the exception too: ``handler(client, exc)`` when it
+    has two positional parameters without defaults, else ``handler(client)`` as the official
+    ``DisconnectHandler`` is called (so ``def h(client, exc=None)``, ``def h(c, state=s)`` and
+    ``def h(*args)`` get the client only, as with the official client). Decided once, when
+    the handler is set; a callable whose signature cannot be read gets the official form."""
     try:
         params = inspect.signature(handler).parameters.values()
     except (TypeError, ValueError):
         return False
-    positional = 0
-    for param in params:
-        if param.kind is inspect.Parameter.VAR_POSITIONAL:
-            return True
-        if param.kind in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        ):
-            positional += 1
-    return positional >= 2
+    required = [
+        p
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(required) >= 2
 
 
 def name_hash(name: str) -> int:

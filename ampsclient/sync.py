@@ -265,7 +265,8 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
         """Called when the connection drops (not when the application closes it).
 
         ``handler(client)`` as the official ``DisconnectHandler`` is called, or
-        ``handler(client, exc)`` when it takes two positional arguments (decided here, once).
+        ``handler(client, exc)`` when it has two positional parameters without defaults (decided
+        here, once: :func:`~ampsclient.official.takes_error`).
         It runs on a thread of its own, so it may reconnect with the blocking methods
         (``client.connect(uri); client.logon()``), as official handlers do on the receive
         thread; an exception it raises goes to the exception listener. With

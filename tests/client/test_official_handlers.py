@@ -227,3 +227,37 @@ def test_a_closed_client_connects_again(server: ServerThread, name: str) -> None
         assert next(iter(stream.timeout(5000))).get_data() == '{"n":1}'
     finally:
         client.close()
+
+
+def _one(client: Any) -> None: ...
+def _two(client: Any, exc: Any) -> None: ...
+def _optional(client: Any, exc: Any = None) -> None: ...
+def _bound_defaults(client: Any, calls: Any = (), first: Any = None) -> None: ...
+def _star(*args: Any) -> None: ...
+
+
+class _Handler:
+    def __call__(self, client: Any) -> None: ...
+
+    def method(self, client: Any, exc: Any) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("handler", "with_error"),
+    [
+        (_one, False),
+        (_two, True),
+        (_optional, False),  # the official form: defaults are the script's own
+        (_bound_defaults, False),  # (a loop's values bound as defaults: before, exc went there)
+        (_star, False),
+        (_Handler(), False),
+        (_Handler().method, True),
+        (print, False),
+    ],
+)
+def test_the_disconnect_handler_form_is_read_from_required_parameters(
+    handler: Any, with_error: bool
+) -> None:
+    from ampsclient.official import takes_error
+
+    assert takes_error(handler) is with_error
