@@ -9,7 +9,13 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any, TextIO
 
-from ..exceptions import AMPSConnectionError, InvalidBookmarkError, UsageError
+from ..exceptions import (
+    AMPSConnectionError,
+    AMPSError,
+    AuthenticationError,
+    InvalidBookmarkError,
+    UsageError,
+)
 from ..ha import DefaultServerChooser, ExponentialDelayStrategy, RetryLimitError
 from ..protocol.bookmarks import parse_bookmark
 from ..protocol.message import Message
@@ -52,16 +58,40 @@ def redact(uri: str | None) -> str:
     return uri
 
 
+class _Chooser(DefaultServerChooser):
+    """The ``--server`` URIs, round-robin; it keeps a logon refused for its credentials (an
+    authentication failure is not a server to retry: the command stops at once)."""
+
+    def __init__(self, *uris: str) -> None:
+        super().__init__(*uris)
+        self.refused: AuthenticationError | None = None
+
+    def report_failure(self, exception: BaseException, info: object = None) -> None:
+        if isinstance(exception, AuthenticationError) and self.refused is None:
+            self.refused = exception
+        super().report_failure(exception, info)
+
+
 class _GivingUpDelay(ExponentialDelayStrategy):
     """The HA client's delay strategy, telling the session when it gives up reconnecting
-    (the HA client then stops trying; a subscription's stream would wait forever)."""
+    (the HA client then stops trying; a subscription's stream would wait forever). It gives
+    up at once after an authentication failure (the official HA client retries those as any
+    failure; the command does not, the user is told at once)."""
 
-    def __init__(self, on_give_up: Callable[[RetryLimitError], None], **options: Any) -> None:
+    def __init__(
+        self,
+        on_give_up: Callable[[RetryLimitError], None],
+        chooser: _Chooser,
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
         self._on_give_up = on_give_up
+        self._chooser = chooser
 
     def get_connect_wait_duration(self, uri: str) -> int:
         try:
+            if self._chooser.refused is not None:
+                raise RetryLimitError(f"logon refused: {self._chooser.refused}")
             return super().get_connect_wait_duration(uri)
         except RetryLimitError as exc:
             self._on_give_up(exc)
@@ -98,11 +128,12 @@ class Session:
         """Messages ``publish`` left unpersisted when the client closed."""
         self.connected = False
         """Whether a client was made (and so closed)."""
-        self.chooser = DefaultServerChooser(*self.servers)
+        self.chooser = _Chooser(*self.servers)
         self.stream: MessageStream | None = None
         """The stream being written out (closed when the client gives up reconnecting)."""
-        self.lost: RetryLimitError | None = None
-        """Why the client gave up reconnecting, after a connection was made."""
+        self.lost: AMPSError | None = None
+        """Why the client gave up reconnecting, after a connection was made (the
+        authentication error when a logon was refused)."""
         self.refused: dict[str, int] = {}
         """``publish``: how many messages the server refused, by reason (failed writes)."""
         self._refused_lock = threading.Lock()
@@ -120,8 +151,9 @@ class Session:
             return sum(self.refused.values())
 
     def _gave_up(self, exc: RetryLimitError) -> None:
-        """On the client's thread: no server came back within ``--retry-time``."""
-        self.lost = exc
+        """On the client's thread: no server came back within ``--retry-time`` (or one
+        refused the logon)."""
+        self.lost = self.chooser.refused or exc
         if self.stream is not None:
             self.stream.close()  # the command's loop ends and raises ``lost``
 
@@ -133,6 +165,7 @@ class Session:
             server_chooser=self.chooser,
             reconnect_delay_strategy=_GivingUpDelay(
                 self._gave_up,
+                self.chooser,
                 initial_delay=100,
                 maximum_delay=2000,
                 maximum_retry_time=self.args.retry_time,
@@ -147,7 +180,12 @@ class Session:
         client.set_failed_write_handler(self._failed_write)
         if self.args.heartbeat:
             client.set_heartbeat(self.args.heartbeat)
-        client.connect_and_logon()
+        try:
+            client.connect_and_logon()
+        except RetryLimitError:
+            if self.chooser.refused is not None:
+                raise self.chooser.refused from None  # the authentication error, at once
+            raise
         self.progress.restart()
         return client
 
@@ -164,7 +202,12 @@ class Session:
         """Show an error as one line on stderr."""
         text = " ".join(str(exc).split()) or type(exc).__name__
         last = self.chooser.get_error()
-        if isinstance(exc, AMPSConnectionError) and last and last not in text:
+        if (
+            isinstance(exc, AMPSConnectionError)
+            and not isinstance(exc, AuthenticationError)
+            and last
+            and last not in text
+        ):
             text += f" (last failure: {last})"
         self.stderr.write(f"ampsclient {self.command}: {type(exc).__name__}: {text}\n")
         self.stderr.flush()

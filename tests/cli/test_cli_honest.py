@@ -5,11 +5,16 @@ of the command line. A real command process against real server processes."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from cli_helpers import ServerProcess, cli
 
 from ampsclient import Client
+from ampsclient_server_stub.harness import ServerProcess as HarnessProcess
+from ampsclient_server_stub.security.users import add_user
 
 pytestmark = pytest.mark.integration
 
@@ -36,3 +41,49 @@ def test_refused_publishes_are_counted_each_reason_once_exit_1(amps: ServerProce
             if m.get_command() == "sow"
         ]
     assert kept == [{"id": 1, "ok": True}]
+
+
+FAST = {"scheme": "pbkdf2-sha256", "iterations": 1000}
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[HarnessProcess]:
+    """A server process whose tcp transport checks a users file (alice / right-secret)."""
+    users = tmp_path / "users.json"
+    add_user(users, "alice", "right-secret", read=[".*"], write=[".*"], **FAST)
+    config = tmp_path / "amps.xml"
+    config.write_text(
+        f"""<AMPSConfig><Name>sec</Name><Transports>
+        <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+          <Authentication><Module>users-file</Module>
+            <Options><UsersFile>{users}</UsersFile></Options></Authentication></Transport>
+        <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+        </Transports></AMPSConfig>"""
+    )
+    server = HarnessProcess(data_dir=tmp_path / "data", config=config)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_wrong_password_fails_at_once_with_the_authentication_error(
+    secured: HarnessProcess,
+) -> None:
+    """One refused logon ends the command with the authentication error (it used to be
+    retried for --retry-time and end as "no server reachable"); the password is in no output."""
+    uri = f"tcp://alice:wrong-secret@127.0.0.1:{secured.tcp_port}/amps/json"
+    start = time.monotonic()
+    done = cli("ping", "-s", uri, "--retry-time", "20000", "-v")
+    took = time.monotonic() - start
+    assert done.returncode == 3, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ampsclient ")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "ampsclient ping: AuthenticationException: "
+    ), done.stderr
+    assert took < 10, took  # not --retry-time (20 s); start-up of the interpreter included
+    assert "wrong-secret" not in done.stderr + done.stdout
+    good = f"tcp://alice:right-secret@127.0.0.1:{secured.tcp_port}/amps/json"
+    ok = cli("ping", "-s", good, "-q")
+    assert ok.returncode == 0, ok.stderr
