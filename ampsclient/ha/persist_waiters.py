@@ -113,6 +113,9 @@ class PersistedAcks:
         """Called with ``(message, reason)`` for each stored publish the server refused."""
         self._report = report
         self._unrouted = unrouted
+        self._refusals: dict[str, tuple[int, int, int]] = {}
+        """Refusals not handed to a failed-write handler, by reason: ``(count, first s, last
+        s)``; logged once when a reason first appears and once when the episode ends."""
 
     def apply(self, ack: Message) -> None:
         """A persisted ack: ``success`` persists everything up to its ``s``; ``failure``
@@ -133,12 +136,42 @@ class PersistedAcks:
                 except Exception as exc:
                     self._report(exc)
             elif handler is None:
-                log.warning("the server refused publish s=%d: %s", seq, reason)
+                self._refused(seq, reason)
                 self._unrouted(ack)
         else:
+            if self._refusals:
+                self._refusals_over()
             store.discard_up_to(seq)
             self.waiters.persisted_up_to(seq)
         self.waiters.check_flushes(store.lowest_unpersisted)
+
+
+    def _refused(self, seq: int, reason: str) -> None:
+        """Log a refusal once per reason and episode (a full disk on the server refuses
+        every publish: one line, not one per message)."""
+        seen = self._refusals.get(reason)
+        if seen is None:
+            log.warning(
+                "the server refused publish s=%d: %s (further refusals for this reason are "
+                "counted until a publish is persisted again)",
+                seq,
+                reason,
+            )
+            self._refusals[reason] = (1, seq, seq)
+        else:
+            self._refusals[reason] = (seen[0] + 1, seen[1], seq)
+
+    def _refusals_over(self) -> None:
+        for reason, (count, first, last) in self._refusals.items():
+            log.warning(
+                "the server refused %d publish(es) for %r, s=%d..%d; publishes are persisted "
+                "again",
+                count,
+                reason,
+                first,
+                last,
+            )
+        self._refusals.clear()
 
 
 def publish_lane_store_kind(store: PublishStore) -> Literal["memory", "file"] | None:
