@@ -536,7 +536,8 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         awaited: AckType = AckType.PROCESSED,
     ) -> Message:
         """Send a command that waits for its ``awaited`` ack (processed) and return that ack."""
-        await self._retry_if_dropped()
+        if self.transport is None and self.send_retry is not None:
+            await self._retry_if_dropped()
         cid = self._core.request(name, fields, data, awaited=awaited)
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiting[cid] = fut
@@ -620,7 +621,8 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         Raises:
             CommandError: the server refused it. TimeoutError: no ack within its timeout.
         """
-        await self._retry_if_dropped()
+        if self.transport is None and self.send_retry is not None:
+            await self._retry_if_dropped()
         route = None
         qa = self.queue_acks
         if (
