@@ -58,9 +58,19 @@ _TOKEN_PLACEHOLDER: Final = b"__AMPS_ADMIN_TOKEN__"
 _BASIC_REALM: Final = re.compile(r'\s*Basic(?:\s+realm="([^"]*)")?\s*', re.I)
 
 
+def _encode(value: Any) -> bytes:
+    return json.dumps(value, indent=1, sort_keys=True, default=str).encode() + b"\n"
+
+
 def _json(value: Any, status: int = 200) -> Response:
-    body = json.dumps(value, indent=1, sort_keys=True, default=str).encode() + b"\n"
-    return Response(status, body, "application/json")
+    return Response(status, _encode(value), "application/json")
+
+
+async def _json_off_loop(value: Any) -> Response:
+    """:func:`_json` encoded in a worker thread (a tree of thousands of clients takes a
+    fifth of a second to encode; the loop keeps serving meanwhile). ``value`` is a fresh tree
+    nobody else holds, so the thread reads it safely."""
+    return Response(200, await asyncio.to_thread(_encode, value), "application/json")
 
 
 class AdminServer:
@@ -256,7 +266,9 @@ class AdminServer:
         if path == ["metrics"]:
             self._allow(request, _READ)
             await self.auth.check(request)
-            return Response(200, render_metrics(self.collector.instance()).encode(), CONTENT_TYPE)
+            tree = await self.collector.build()
+            text = await asyncio.to_thread(render_metrics, tree)
+            return Response(200, text.encode(), CONTENT_TYPE)
         if path[0] != "amps":
             raise HttpError(404, f"not found: {request.target}")
         if len(path) >= 2 and path[1] == "administrator":
@@ -271,18 +283,22 @@ class AdminServer:
         self._allow(request, _READ)
         if len(path) == 1:
             await self.auth.check(request)
-            return _json({"instance": self.collector.instance(), "administrator": dict(ACTIONS)})
+            tree = await self.collector.build()
+            return await _json_off_loop({"instance": tree, "administrator": dict(ACTIONS)})
         if path[1] != "instance":
             raise HttpError(404, f"not found: {request.target}")
         await self.auth.check(request)
         if path[2:] == ["history"]:
             return _json(self.collector.history())
-        node: Any = self.collector.instance()
-        for segment in path[2:]:
+        try:
+            node: Any = await self.collector.build(path[2] if len(path) > 2 else None)
+        except KeyError:
+            raise HttpError(404, f"not found: {request.target}") from None
+        for segment in path[3:]:
             if not isinstance(node, dict) or segment not in node:
                 raise HttpError(404, f"not found: {request.target}")
             node = node[segment]
-        return _json(node)
+        return await _json_off_loop(node)
 
     def _action_list(self) -> dict[str, Any]:
         return {

@@ -11,13 +11,20 @@ The tree follows the AMPS monitoring guide's instance layout and metric names wh
 describes one (``/amps/instance/clients/<name>/messages_in_per_sec``, ``queue_depth_out``,
 ``/amps/instance/replication/<destination>/seconds_behind``...); ``journal`` stands for the
 transaction log.
+
+Building the tree must not stall messaging (it runs on the server's loop): the per-client
+rates are computed in one pass over the rate window, :meth:`StatisticsCollector.build` builds
+only the part a request asks for, and its per-connection loops hand the loop back every
+:data:`CHUNK` connections, so with thousands of clients a poll costs the other clients a few
+milliseconds at a time, not the whole build at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -38,6 +45,20 @@ RATE_SPAN: Final = 5.0
 """Seconds of samples a ``*_per_sec`` figure averages over (fewer right after start)."""
 
 _CLIENT_FIELDS: Final = ("messages_in", "bytes_in", "messages_out", "bytes_out")
+
+CHUNK: Final = 200
+"""Connections handled between two hand-backs of the loop while a tree is built."""
+
+PARTS: Final = (
+    "clients",
+    "subscriptions",
+    "topics",
+    "sow",
+    "queues",
+    "journal",
+    "replication",
+)
+"""The parts of the tree that are built on their own (the rest is a few scalars)."""
 
 
 def client_key(conn: Connection) -> str:
@@ -149,23 +170,29 @@ class StatisticsCollector:
         old, new = window
         return max(0.0, new.totals.get(name, 0.0) - old.totals.get(name, 0.0)) / (new.at - old.at)
 
-    def _client_rates(self, conn_id: int) -> tuple[float, ...]:
+    def _client_rates(self) -> dict[int, tuple[float, ...]]:
+        """Per connection id, its counters' rates over the window (from the oldest sample in
+        the window that has the connection), in one pass over the window's samples."""
         window = self._window()
-        zero = (0.0,) * len(_CLIENT_FIELDS)
         if window is None:
-            return zero
-        newest = window[1]
-        now_values = newest.clients.get(conn_id)
-        if now_values is None:
-            return zero
-        for old in self.samples:  # the oldest sample in the window that has this client
-            if old.at >= window[0].at and old is not newest and conn_id in old.clients:
-                dt = newest.at - old.at
-                return tuple(
-                    max(0, a - b) / dt
-                    for a, b in zip(now_values, old.clients[conn_id], strict=True)
-                )
-        return zero
+            return {}
+        oldest, newest = window
+        first: dict[int, Sample] = {}
+        for sample in self.samples:
+            if sample.at < oldest.at or sample is newest:
+                continue
+            for conn_id in sample.clients:
+                first.setdefault(conn_id, sample)
+        rates: dict[int, tuple[float, ...]] = {}
+        for conn_id, now_values in newest.clients.items():
+            old = first.get(conn_id)
+            if old is None:
+                continue
+            dt = newest.at - old.at
+            rates[conn_id] = tuple(
+                max(0, a - b) / dt for a, b in zip(now_values, old.clients[conn_id], strict=True)
+            )
+        return rates
 
     def _topic_rates(self, topic: str) -> tuple[float, float]:
         window = self._window()
@@ -255,11 +282,15 @@ class StatisticsCollector:
 
     def clients(self) -> dict[str, Any]:
         """``/amps/instance/clients``: one entry per connection."""
+        return dict(self._client_entries())
+
+    def _client_entries(self) -> Iterator[tuple[str, Any]]:
         broker = self.server.broker
-        out: dict[str, Any] = {}
         if broker is None:
-            return out
+            return
         now = time.time()
+        all_rates = self._client_rates()
+        zero = (0.0,) * len(_CLIENT_FIELDS)
         for conn in broker.connections:
             session = conn.session
             entry: dict[str, Any] = {
@@ -274,7 +305,7 @@ class StatisticsCollector:
                 "subscription_count": len(conn.subs),
             }
             if isinstance(session, NetSession):
-                rates = self._client_rates(conn.id)
+                rates = all_rates.get(conn.id, zero)
                 for i, name in enumerate(_CLIENT_FIELDS):
                     entry[name] = getattr(session, name)
                     entry[f"{name}_per_sec"] = round(rates[i], 3)
@@ -284,15 +315,18 @@ class StatisticsCollector:
                 entry["offline"] = bool(slow is not None and slow.offline)
                 entry["offline_bytes"] = slow.pending_disk if slow is not None else 0
                 entry["queue_max_latency"] = round(slow.oldest(now), 3) if slow is not None else 0
-            out[client_key(conn)] = entry
-        return out
+            yield client_key(conn), entry
 
     def subscriptions(self) -> dict[str, Any]:
         """``/amps/instance/subscriptions/<client>/<sub id>``."""
+        return {key: subs for key, subs in self._subscription_entries() if subs}
+
+    def _subscription_entries(self) -> Iterator[tuple[str, Any]]:
+        """Per connection (all of them, so that a caller may pause between them), its
+        subscriptions (``{}`` for none)."""
         broker = self.server.broker
-        out: dict[str, Any] = {}
         if broker is None:
-            return out
+            return
         journal = self.server.journal
         last = journal.last_index if journal is not None and not journal.closed else 0
         for conn in broker.connections:
@@ -317,9 +351,7 @@ class StatisticsCollector:
                         "bookmark": self._bookmark_at(position - 1),
                     }
                 subs[sub_id] = entry
-            if subs:
-                out[client_key(conn)] = subs
-        return out
+            yield client_key(conn), subs
 
     def sow(self) -> dict[str, Any]:
         """``/amps/instance/sow/<topic>``: record counts of the SOW topics."""
@@ -349,6 +381,25 @@ class StatisticsCollector:
         """``/amps/instance/topics/<topic>``: the topics published to, subscribed to or kept in
         a SOW: publishes and deliveries (messages sent, one per connection) with their rates,
         subscription counts, SOW records."""
+        out = self._topic_base()
+        if self.server.broker is None:
+            return out
+        for _ in self._count_subscriptions(out):
+            pass
+        self._add_sow_records(out)
+        return out
+
+    def _count_subscriptions(self, out: dict[str, dict[str, Any]]) -> Iterator[None]:
+        """Add the subscription counts to the topics of ``out``, one step per connection."""
+        broker = self.server.broker
+        for conn in broker.connections if broker is not None else []:
+            for sub in conn.subs.values():
+                entry = out.setdefault(sub.matcher.topic, {"subscriptions": 0})
+                entry["regex"] = sub.matcher.is_regex
+                entry["subscriptions"] += 1
+            yield None
+
+    def _topic_base(self) -> dict[str, dict[str, Any]]:
         broker = self.server.broker
         out: dict[str, dict[str, Any]] = {}
         if broker is None:
@@ -371,15 +422,15 @@ class StatisticsCollector:
                 "publishes": counts.other_publishes,
                 "deliveries": counts.other_deliveries,
             }
-        for conn in broker.connections:
-            for sub in conn.subs.values():
-                entry = out.setdefault(sub.matcher.topic, {"subscriptions": 0})
-                entry["regex"] = sub.matcher.is_regex
-                entry["subscriptions"] += 1
+        return out
+
+    def _add_sow_records(self, out: dict[str, dict[str, Any]]) -> None:
+        broker = self.server.broker
+        if broker is None:
+            return
         for sow in broker.sow_topics:
             entry = out.setdefault(sow.topic, {"subscriptions": 0, "regex": False})
             entry["sow_records"] = entry.get("sow_records", 0) + len(sow)
-        return out
 
     def replication(self) -> dict[str, Any]:
         """``/amps/instance/replication/<destination>`` with AMPS' metric names."""
@@ -409,11 +460,8 @@ class StatisticsCollector:
             }
         return out
 
-    def instance(self) -> dict[str, Any]:
-        """The whole ``/amps/instance`` tree."""
-        server = self.server
-        stats = server.statistics()
-        latest = self.samples[-1] if self.samples else None
+    def _journal(self) -> dict[str, Any]:
+        """``/amps/instance/journal``: :meth:`journal_figures` with the fsync rates."""
         journal = self.journal_figures()
         window = self._window()
         fsync_avg_us = 0.0
@@ -428,6 +476,13 @@ class StatisticsCollector:
             journal["fsync_avg_us"] = round(fsync_avg_us, 1)
             journal["fsyncs_per_sec"] = round(self.rate("journal_fsyncs"), 3)
             journal["bytes_per_sec"] = round(self.rate("journal_bytes"), 1)
+        return journal
+
+    def _head(self) -> dict[str, Any]:
+        """The scalars of the tree and its ``statistics``."""
+        server = self.server
+        stats = server.statistics()
+        latest = self.samples[-1] if self.samples else None
         summary = {
             "publishes": stats.get("publishes", 0),
             "publishes_per_sec": round(self.rate("publishes"), 3),
@@ -449,14 +504,54 @@ class StatisticsCollector:
             "uptime": round(time.time() - self.started, 3),
             "client_count": len(broker.connections) if broker is not None else 0,
             "statistics": {**stats, **summary},
+        }
+
+    def instance(self) -> dict[str, Any]:
+        """The whole ``/amps/instance`` tree (built at once; see :meth:`build`)."""
+        return {
+            **self._head(),
             "clients": self.clients(),
             "subscriptions": self.subscriptions(),
             "topics": self.topics(),
             "sow": self.sow(),
             "queues": self.queues(),
-            "journal": journal,
+            "journal": self._journal(),
             "replication": self.replication(),
         }
+
+    async def build(self, part: str | None = None) -> Any:
+        """The whole tree (``part`` ``None``) or one top-level part of it, handing the loop
+        back every :data:`CHUNK` connections while it goes through them.
+
+        Raises:
+            KeyError: ``part`` is not a part of the tree.
+        """
+        if part is not None and part not in PARTS:
+            return self._head()[part]
+        if part is None:
+            tree = self._head()
+            for name in PARTS:
+                tree[name] = await self._part(name)
+            return tree
+        return await self._part(part)
+
+    async def _part(self, name: str) -> Any:
+        if name == "clients":
+            return await _gather(self._client_entries())
+        if name == "subscriptions":
+            entries = await _gather(self._subscription_entries())
+            return {key: subs for key, subs in entries.items() if subs}
+        if name == "topics":
+            out = self._topic_base()
+            for n, _ in enumerate(self._count_subscriptions(out), 1):
+                if n % CHUNK == 0:
+                    await asyncio.sleep(0)
+            self._add_sow_records(out)
+            return out
+        if name == "journal":
+            return self._journal()
+        part: dict[str, Any] = getattr(self, name)()  # sow, queues, replication
+        return part
 
     def history(self) -> list[dict[str, Any]]:
         """``/amps/instance/history``: per sample, the figures the dashboard draws (rates from
@@ -480,3 +575,13 @@ class StatisticsCollector:
             out.append(entry)
             previous = sample
         return out
+
+
+async def _gather(entries: Iterator[tuple[str, Any]]) -> dict[str, Any]:
+    """A dict of ``entries``, handing the loop back every :data:`CHUNK` of them."""
+    out: dict[str, Any] = {}
+    for n, (key, value) in enumerate(entries, 1):
+        out[key] = value
+        if n % CHUNK == 0:
+            await asyncio.sleep(0)
+    return out
