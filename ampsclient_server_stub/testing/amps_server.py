@@ -150,11 +150,10 @@ class AmpsServer:
         listeners = [t for t in self.config.transports if t.type in _CLIENT_KINDS]
         if not listeners:
             raise ConfigError("the configuration has no client transport (tcp, tcps, ws, wss)")
-        if wanted is None or isinstance(wanted, str):
-            if isinstance(wanted, str):
-                raise TypeError("message_types is a list of names, e.g. ['json']")
-            named = [t.message_type or "json" for t in listeners]
-            return tuple(dict.fromkeys(named))
+        if isinstance(wanted, str):
+            raise TypeError("message_types is a list of names, e.g. ['json']")
+        if wanted is None:
+            return tuple(dict.fromkeys(t.message_type or "json" for t in listeners))
         types = tuple(dict.fromkeys(m.lower() for m in wanted))
         if not types:
             raise ValueError("message_types is empty")
@@ -187,13 +186,36 @@ class AmpsServer:
                 "process=True needs the configuration as XML text or a file, "
                 "not a ServerConfig object"
             )
+        self._check_process_listeners()
+        extra = ["--fsync", self.fsync]
+        if self.config.admin is not None:
+            extra += ["--admin-port", "127.0.0.1:0"]
         return ServerProcess(
             data_dir=self.data_dir,
             name=self.name,
             config=config_file,
-            extra_args=["--fsync", self.fsync],
+            extra_args=extra,
             die_with_parent=True,
         )
+
+    def _check_process_listeners(self) -> None:
+        """The child moves its first ``tcp`` and first WebSocket transport to free loopback
+        ports (``--tcp-port``/``--ws-port``) and no other: refuse a configuration with more,
+        which would listen on the file's fixed ports."""
+        tcp = [t for t in self.config.transports if t.type == "tcp" and not t.is_websocket]
+        ws = [
+            t
+            for t in self.config.transports
+            if t.type == "ws" or (t.type == "tcp" and t.is_websocket)
+        ]
+        tls = [t.name for t in self.config.transports if t.type in ("tcps", "wss")]
+        if len(tcp) > 1 or len(ws) > 1 or tls:
+            raise ConfigError(
+                "process=True runs a configuration with at most one tcp and one ws transport "
+                "and no tcps/wss (the child moves those two to free ports, not others: "
+                f"{[t.name for t in self.config.transports if t.type in _CLIENT_KINDS]}); "
+                "run this one in this process (process=False)"
+            )
 
     def stop(self) -> None:
         """Close the clients it handed out, stop the server, remove a temporary data

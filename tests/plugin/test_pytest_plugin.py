@@ -223,6 +223,45 @@ def test_a_process_server_survives_kill_9_with_its_journal(pytester: pytest.Pyte
     run(pytester).assert_outcomes(passed=1)
 
 
+ONE_LISTENER = """\
+<AMPSConfig>
+  <Name>single</Name>
+  <Transports>
+    <Transport><Name>fix-tcp</Name><Type>tcp</Type><InetAddr>9007</InetAddr>
+      <MessageType>nvfix</MessageType><Protocol>amps</Protocol></Transport>
+  </Transports>
+  <TransactionLog><JournalDirectory>journal</JournalDirectory>
+    <Topic><Name>fills</Name><MessageType>nvfix</MessageType></Topic></TransactionLog>
+</AMPSConfig>
+"""
+
+
+def test_a_process_server_runs_an_xml_config_on_free_ports_or_refuses_naming_why(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        f"""
+        import pytest
+        from ampsclient_server_stub.config import ConfigError
+        from ampsclient_server_stub.testing import read_log
+
+        def test_one_listener(amps_server_factory):
+            server = amps_server_factory(config={ONE_LISTENER!r}, process=True)
+            assert server.name == "single" and server.message_types == ("nvfix",)
+            assert ":9007/" not in server.tcp and server.tcp.endswith("/amps/nvfix")
+            server.publish("fills", "Id=1\\x01")
+            server.restart()
+            assert [b for _, b in read_log(server.tcp, "fills")] == [b"Id=1\\x01"]
+            assert (server.data_dir / "journal").is_dir()  # relative paths: the data dir
+
+        def test_two_tcp_listeners_are_refused(amps_server_factory):
+            with pytest.raises(ConfigError, match="at most one tcp and one ws transport"):
+                amps_server_factory(config={CONFIG!r}, process=True)
+        """
+    )
+    run(pytester).assert_outcomes(passed=2)
+
+
 def test_kill_needs_a_process_server(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
