@@ -12,7 +12,6 @@ handler table, and the few names that cannot apply here, which raise a
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -33,7 +32,6 @@ __all__ = [
     "OfficialClientMethods",
     "SubscribeHost",
     "name_hash",
-    "takes_error",
 ]
 
 T = TypeVar("T")
@@ -113,24 +111,6 @@ class SubscribeHost(Protocol):
 
 _FLUSH_ACKS = {"processed": AckType.PROCESSED, "persisted": AckType.PERSISTED}
 """The ack types a ``flush`` may ask for, by name."""
-
-
-def takes_error(handler: Callable[..., Any]) -> bool:
-    """Whether a disconnect handler takes the exception too: ``handler(client, exc)`` when it
-    has two positional parameters without defaults, else ``handler(client)`` as the official
-    ``DisconnectHandler`` is called (so ``def h(client, exc=None)``, ``def h(c, state=s)`` and
-    ``def h(*args)`` get the client only, as with the official client). Decided once, when
-    the handler is set; a callable whose signature cannot be read gets the official form."""
-    try:
-        params = inspect.signature(handler).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    required = [
-        p
-        for p in params
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-    ]
-    return len(required) >= 2
 
 
 def name_hash(name: str) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import ssl
 import threading
 from collections.abc import Callable, Coroutine
@@ -19,8 +18,9 @@ from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
 from .client import AsyncClient, ConnectionEvent, ConnectionState, Handler
 from .command import Command
+from .disconnects import DisconnectHandling, takes_error
 from .exceptions import DisconnectedError, TimeoutError, UsageError
-from .official import ConnectionStateListener, OfficialClientMethods, takes_error
+from .official import ConnectionStateListener, OfficialClientMethods
 from .protocol.acks import AckType
 from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # the HA modules load when an HAClient is made
 
 __all__ = ["Client", "HAClient", "HAClientOptions", "LoopThread"]
 
-log = logging.getLogger("ampsclient.sync")
 
 T = TypeVar("T")
 
@@ -104,7 +103,7 @@ class LoopThread:
         self._thread.join(10)
 
 
-class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
+class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMethods):
     """A synchronous AMPS client with the official client's method names.
 
     Example::
@@ -127,10 +126,6 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
 
     _async: AsyncClient | AsyncHAClient
     """The asyncio client driven (an :class:`AsyncHAClient` holds its own AsyncClient)."""
-    _user_disconnect: tuple[Callable[..., Any], bool] | None = None
-    """The application's disconnect handler and whether it takes the exception."""
-    _dropped = False
-    """The connection was lost (not closed by the application) and not made again."""
 
     def __init__(
         self,
@@ -260,84 +255,6 @@ class Client(SyncCommands, QueueAckMethods, OfficialClientMethods):
     def set_exception_listener(self, listener: Callable[[BaseException], Any] | None) -> None:
         """Receives exceptions raised by handlers."""
         self._async.set_exception_listener(listener)
-
-    def set_disconnect_handler(self, handler: Callable[..., Any] | None) -> None:
-        """Called when the connection drops (not when the application closes it).
-
-        ``handler(client)`` as the official ``DisconnectHandler`` is called, or
-        ``handler(client, exc)`` when it has two positional parameters without defaults (decided
-        here, once: :func:`~ampsclient.official.takes_error`).
-        It runs on a thread of its own, so it may reconnect with the blocking methods
-        (``client.connect(uri); client.logon()``), as official handlers do on the receive
-        thread; an exception it raises goes to the exception listener. With
-        ``retry_on_disconnect`` (the default) a send that finds the connection dropped calls
-        it again, on the sender's thread, and goes on if it reconnected.
-        """
-        if handler is None:
-            self._user_disconnect = None
-        else:
-            self._user_disconnect = (handler, takes_error(handler))
-
-    def _install_retry(self) -> None:
-        """The plain client's drop handling: remember the drop, run the application's
-        disconnect handler on a thread of its own, let sends ask for a reconnect."""
-        client = self._async
-        assert isinstance(client, AsyncClient)
-        self._user_disconnect = None
-        self._dropped = False
-        self._reconnect_lock = threading.Lock()
-        client.set_disconnect_handler(self._on_drop)
-        client.send_retry = self._retry_send
-
-    def _on_drop(self, _client: object, exc: BaseException | None) -> None:
-        self._dropped = True
-        if self._user_disconnect is None:
-            self._still_down(exc)
-            return
-        name = f"ampsclient-disconnect-{self._async.name or 'client'}"
-        threading.Thread(target=self._call_handler, args=(exc,), name=name, daemon=True).start()
-
-    def _call_handler(self, exc: BaseException | None) -> None:
-        """Run the application's disconnect handler (one at a time; not once reconnected);
-        a drop it left unrepaired is reported again, as the official client does."""
-        with self._reconnect_lock:
-            if self._async.connected:
-                return
-            user = self._user_disconnect
-            if user is not None:
-                self._run_handler(user, exc)
-            if not self._async.connected:
-                self._still_down(exc)
-
-    def _still_down(self, exc: BaseException | None) -> None:
-        client = self._async
-        if isinstance(client, AsyncClient):
-            client.emit_state(ConnectionState.DISCONNECTED, exc)
-
-    def _run_handler(
-        self, user: tuple[Callable[..., Any], bool], exc: BaseException | None
-    ) -> None:
-        handler, with_error = user
-        try:
-            if with_error:
-                handler(self, exc)
-            else:
-                handler(self)
-        except Exception as error:
-            log.error("the disconnect handler raised %r", error, exc_info=error)
-            listener = self._async.get_exception_listener()
-            if listener is not None:
-                listener(error)
-
-    def _retry_send(self) -> bool:
-        """A send found no connection (on the sender's thread): after a drop, with
-        ``retry_on_disconnect``, call the disconnect handler again (a drop it leaves
-        unrepaired is reported to the state listeners again), as the official client does;
-        whether the client is connected now."""
-        if not (self._dropped and self._retry_on_disconnect):
-            return False
-        self._call_handler(None)
-        return self._async.connected
 
     def add_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
         """Receives connection events."""

@@ -258,6 +258,6 @@ class _Handler:
 def test_the_disconnect_handler_form_is_read_from_required_parameters(
     handler: Any, with_error: bool
 ) -> None:
-    from ampsclient.official import takes_error
+    from ampsclient.disconnects import takes_error
 
     assert takes_error(handler) is with_error
