@@ -63,6 +63,8 @@ _ELEMENTS: dict[str, str] = {
     "Admin/FileName": ":memory: only (statistics are kept in memory); a file is refused",
     "Admin/WWWAuthenticate": "the admin interface's HTTP authentication realm (Basic only)",
     "Admin/AnonymousPaths": "admin paths served without authentication (a regex)",
+    "Admin/Certificate": "the admin interface's certificate: it is served over HTTPS",
+    "Admin/PrivateKey": "the key of the admin interface's certificate",
     "Admin/AllowedHosts": "extension: host names the admin Host field may carry (DNS rebinding)",
     "Transports/Transport/Name": "the transport's name (unique)",
     "Transports/Transport/Type": "tcp, tcps, ws/websocket, wss or amps-replication",

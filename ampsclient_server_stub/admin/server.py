@@ -28,8 +28,12 @@ import contextlib
 import json
 import logging
 import re
+import ssl
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+
+from ampsclient.tls import server_context
 
 from ..config import AdminConfig, ConfigError
 from ..regexes import RegexError, compile_regex
@@ -53,9 +57,44 @@ messaging ports are not affected either way)."""
 
 _READ: Final = ("GET", "HEAD")
 _ACTION: Final = ("GET", "POST")
-_SUPPORTED_OPTIONS: Final = ("WWWAuthenticate", "AnonymousPaths", "AllowedHosts")
+_SUPPORTED_OPTIONS: Final = (
+    "WWWAuthenticate",
+    "AnonymousPaths",
+    "AllowedHosts",
+    "Certificate",
+    "PrivateKey",
+)
 _TOKEN_PLACEHOLDER: Final = b"__AMPS_ADMIN_TOKEN__"
 _BASIC_REALM: Final = re.compile(r'\s*Basic(?:\s+realm="([^"]*)")?\s*', re.I)
+
+
+def _tls_context(server: AdminHost, options: dict[str, str]) -> ssl.SSLContext | None:
+    """The HTTPS context of ``<Admin><Certificate>``/``<PrivateKey>`` (``None`` without).
+
+    Raises:
+        ConfigError: a key without a certificate, or files that cannot be loaded.
+    """
+    cert, key = options.get("Certificate"), options.get("PrivateKey")
+    if not cert:
+        if key:
+            raise ConfigError("<Admin><PrivateKey> needs a <Certificate>")
+        return None
+    config = server.config
+    if config.source is not None:
+        base = config.source.parent
+    elif config.data_dir is not None:
+        base = config.data_dir
+    else:
+        base = Path.cwd()
+
+    def resolve(text: str) -> Path:
+        path = Path(text).expanduser()
+        return path if path.is_absolute() else base / path
+
+    try:
+        return server_context(certfile=resolve(cert), keyfile=resolve(key) if key else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"<Admin><Certificate>/<PrivateKey>: cannot load them: {exc}") from None
 
 
 def _encode(value: Any) -> bytes:
@@ -81,9 +120,10 @@ class AdminServer:
         host, port: the listening address (port 0 picks a free port).
         interval: seconds between statistics samples (AMPS ``<Admin><Interval>``, at least 1).
         options: other ``<Admin>`` options: ``WWWAuthenticate`` (``Basic realm="..."``),
-            ``AnonymousPaths`` (a regular expression) and ``AllowedHosts`` (host names, comma
-            separated, the ``Host`` field may carry besides IP addresses and ``localhost``);
-            any other is refused.
+            ``AnonymousPaths`` (a regular expression), ``AllowedHosts`` (host names, comma
+            separated, the ``Host`` field may carry besides IP addresses and ``localhost``),
+            ``Certificate`` and ``PrivateKey`` (PEM files: the interface is served over
+            HTTPS, as AMPS does with them); any other is refused.
 
     Raises:
         ConfigError: an option this server does not support, or a bad value.
@@ -130,6 +170,7 @@ class AdminServer:
         self.interval = interval
         self.collector = StatisticsCollector(server, history=HISTORY)
         self.auth = AdminAuth(server.security, realm=realm, anonymous=anonymous)
+        self.ssl_context = _tls_context(server, options)
         allowed = [h for h in (options.get("AllowedHosts") or "").split(",") if h.strip()]
         self.origin = RequestOrigin(bind_host=host, allowed_hosts=allowed)
         self.requests = 0
@@ -168,7 +209,12 @@ class AdminServer:
         """Bind the listener and start sampling."""
         self.collector.sample()
         self._listener = await asyncio.start_server(
-            self._accept, self.host, self.requested_port, limit=MAX_HEAD_BYTES
+            self._accept,
+            self.host,
+            self.requested_port,
+            limit=MAX_HEAD_BYTES,
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=10 if self.ssl_context is not None else None,
         )
         self._sampler = asyncio.create_task(self._sample_loop())
         logger.info("admin interface at %s", self.url)
@@ -208,11 +254,12 @@ class AdminServer:
 
     @property
     def url(self) -> str:
-        """``http://HOST:PORT/`` of the listener."""
+        """``http://HOST:PORT/`` (``https`` with a certificate) of the listener."""
         host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}/"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{host}:{self.port}/"
 
     async def _sample_loop(self) -> None:
         while True:

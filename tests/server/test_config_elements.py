@@ -468,6 +468,8 @@ PROOFS: dict[str, Probe | Covered] = {
     "Admin/FileName": Covered("admin/test_auth.py::test_unsupported_admin_options_are_refused"),
     "Admin/WWWAuthenticate": Covered("admin/test_auth.py::test_credentials_and_entitlements"),
     "Admin/AnonymousPaths": Covered("admin/test_auth.py::test_anonymous_paths"),
+    "Admin/Certificate": Covered("security/test_admin_https.py::test_admin_over_https"),
+    "Admin/PrivateKey": Covered("security/test_admin_https.py::test_admin_over_https"),
     "Admin/AllowedHosts": Covered(
         "admin/test_csrf.py::test_cross_site_actions_are_refused_and_the_journal_stays"
     ),
