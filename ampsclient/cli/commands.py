@@ -61,8 +61,8 @@ def publish(session: Session) -> ExitCode:
             )
             progress.tick(message.size)
             message = next(messages, None)
-        try:
-            client.publish_flush(args.timeout)
+        try:  # --timeout bounds this wait and the close's together
+            client.publish_flush(session.remaining())
         except TimeoutError:
             pass  # the summary counts what is not persisted; the exit status is 5
     finally:
@@ -184,7 +184,7 @@ def ping(session: Session) -> ExitCode:
     session.writer.begin()
     for _ in range(session.args.count):
         start = progress.elapsed
-        client.flush(session.args.timeout)
+        client.flush(session.args.timeout)  # --timeout bounds each round trip
         rtt = (progress.elapsed - start) * 1000
         progress.tick()
         version = client.get_server_version_info() or "unknown version"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import builtins
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import IO, Any, TextIO
 
@@ -14,6 +16,7 @@ from ..exceptions import (
     AMPSError,
     AuthenticationError,
     InvalidBookmarkError,
+    TimeoutError,
     UsageError,
 )
 from ..ha import DefaultServerChooser, ExponentialDelayStrategy, RetryLimitError
@@ -134,6 +137,9 @@ class Session:
         self.lost: AMPSError | None = None
         """Why the client gave up reconnecting, after a connection was made (the
         authentication error when a logon was refused)."""
+        self.deadline: float | None = None
+        """``time.monotonic()`` by which the command's waits for acks end (``--timeout``
+        from the first wait; ``None``: no limit, or no wait yet)."""
         self.refused: dict[str, int] = {}
         """``publish``: how many messages the server refused, by reason (failed writes)."""
         self._refused_lock = threading.Lock()
@@ -143,6 +149,24 @@ class Session:
         with self._refused_lock:
             key = reason or "no reason given"
             self.refused[key] = self.refused.get(key, 0) + 1
+
+    def remaining(self) -> int:
+        """Milliseconds left of ``--timeout`` (its deadline starts at the first call); 0 when
+        ``--timeout 0`` (no limit).
+
+        Raises:
+            TimeoutError: the deadline has passed.
+        """
+        timeout: int = self.args.timeout
+        if not timeout:
+            return 0
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + timeout / 1000
+        left = int((self.deadline - now) * 1000)
+        if left <= 0:
+            raise TimeoutError(f"--timeout {timeout} ms passed")
+        return left
 
     @property
     def refused_count(self) -> int:
@@ -158,8 +182,19 @@ class Session:
             self.stream.close()  # the command's loop ends and raises ``lost``
 
     def connect(self) -> HAClient:
-        """An HA client logged on to the first server that answers (see ``--retry-time``)."""
+        """An HA client logged on to the first server that answers.
+
+        ``--retry-time`` bounds the whole of it (every connect and logon attempt included:
+        a server that accepts connections and never answers does not hold it longer), and
+        ``--timeout`` each attempt.
+
+        Raises:
+            AuthenticationError: a server refused the logon (at once, not retried).
+            RetryLimitError: no server logged on within ``--retry-time``.
+        """
         timeout: int = self.args.timeout
+        retry: int = self.args.retry_time
+        attempt = min(t for t in (timeout, retry) if t) if (timeout or retry) else 0
         client = HAClient(
             self.name,
             server_chooser=self.chooser,
@@ -171,8 +206,8 @@ class Session:
                 maximum_retry_time=self.args.retry_time,
                 jitter=0.5,
             ),
-            logon_timeout=timeout,
-            connect_timeout=timeout / 1000 if timeout else None,
+            logon_timeout=attempt,
+            connect_timeout=attempt / 1000 if attempt else None,
             close_timeout=timeout or 5000,
         )
         self.client = client
@@ -180,23 +215,37 @@ class Session:
         client.set_failed_write_handler(self._failed_write)
         if self.args.heartbeat:
             client.set_heartbeat(self.args.heartbeat)
+        start = time.monotonic()
         try:
-            client.connect_and_logon()
+            client.connect_and_logon(timeout=retry)
         except RetryLimitError:
             if self.chooser.refused is not None:
                 raise self.chooser.refused from None  # the authentication error, at once
             raise
+        except builtins.TimeoutError:  # (AMPS' TimeoutError is a subclass)
+            if self.chooser.refused is not None:
+                raise self.chooser.refused from None
+            spent = (time.monotonic() - start) * 1000
+            last = self.chooser.get_error() or "a logon that did not complete"
+            raise RetryLimitError(
+                f"gave up reconnecting after {spent:.0f} ms (--retry-time {retry}) "
+                f"without success (last failure: {last})"
+            ) from None
         self.progress.restart()
         return client
 
     def close(self) -> None:
-        """Finish the output and close the client (flushing what ``publish`` stored)."""
+        """Finish the output and close the client (flushing what ``publish`` stored, within
+        what is left of ``--timeout``)."""
         try:
             self.writer.end()
         finally:
             client, self.client = self.client, None
             if client is not None:
-                self.unpersisted = client.close()
+                budget = None
+                if self.deadline is not None:
+                    budget = max(1, int((self.deadline - time.monotonic()) * 1000))
+                self.unpersisted = client.close(budget)
 
     def error(self, exc: BaseException) -> None:
         """Show an error as one line on stderr."""

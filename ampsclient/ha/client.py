@@ -645,6 +645,7 @@ class AsyncHAClient(ConnectionFace):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._waiters.add_flush(target, fut)
+        deadline = loop.time() + timeout / 1000.0  # one bound for the flush and the wait
         if self.logged_on:
             try:
                 await self._client.flush(timeout)
@@ -653,7 +654,10 @@ class AsyncHAClient(ConnectionFace):
         self._waiters.check_flushes(store.lowest_unpersisted)
         try:
             if timeout:
-                await asyncio.wait_for(asyncio.shield(fut), timeout / 1000.0)
+                left = deadline - loop.time()
+                if left <= 0 and not fut.done():
+                    raise builtins.TimeoutError
+                await asyncio.wait_for(asyncio.shield(fut), max(left, 0.0))
             else:
                 await fut
         except builtins.TimeoutError:

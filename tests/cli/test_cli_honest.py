@@ -5,12 +5,13 @@ of the command line. A real command process against real server processes."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import ServerProcess, cli
+from cli_helpers import ServerProcess, cli, start_cli
 
 from ampsclient import Client
 from ampsclient_server_stub.harness import ServerProcess as HarnessProcess
@@ -87,3 +88,54 @@ def test_a_wrong_password_fails_at_once_with_the_authentication_error(
     good = f"tcp://alice:right-secret@127.0.0.1:{secured.tcp_port}/amps/json"
     ok = cli("ping", "-s", good, "-q")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_ping_to_a_frozen_server_ends_within_retry_time(amps: ServerProcess) -> None:
+    """A server that accepts connections and never answers (SIGSTOP): ``ping`` gives up
+    after ``--retry-time`` (2 s here), not after ``--timeout`` (30 s) per logon attempt, and
+    says how long it tried (it used to take 30 s and then say 5000 ms)."""
+    amps.proc.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        done = cli("ping", "-s", amps.uri, "--retry-time", "2000", "--timeout", "30000")
+        took = time.monotonic() - start
+    finally:
+        amps.proc.send_signal(signal.SIGCONT)
+    assert done.returncode == 3, done.stderr
+    assert took < 2 + 4, took  # 2 s bound; the margin is the interpreter's start-up
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ampsclient ")]
+    assert len(errors) == 1, done.stderr
+    assert errors[0].startswith("ampsclient ping: RetryLimitError: gave up reconnecting after ")
+    spent = int(errors[0].split("gave up reconnecting after ")[1].split()[0])
+    assert 2000 <= spent < 3000, errors[0]
+
+
+def test_publish_timeout_bounds_the_flush_and_the_close_together(amps: ServerProcess) -> None:
+    """``publish --timeout 3000`` to a server that froze after the first message: the
+    persisted-ack wait and the close's flush share the 3 s (it used to wait 3 s, then 3 s
+    more while closing)."""
+    with Client("watcher-bound") as watcher:
+        watcher.connect(amps.uri)
+        watcher.logon(5000)
+        stream = watcher.subscribe("bound", timeout=5000)
+        pub = start_cli("publish", "-s", amps.uri, "-t", "bound", "--timeout", "3000")
+        try:
+            assert pub.stdin is not None
+            pub.stdin.write(json.dumps({"n": 0}) + "\n")
+            pub.stdin.flush()
+            got = [m.json()["n"] for _, m in zip(range(1), stream.timeout(20_000), strict=False)]
+            assert got == [0]  # the command is connected and publishing
+            amps.proc.send_signal(signal.SIGSTOP)
+            try:
+                start = time.monotonic()
+                _, err = pub.communicate(json.dumps({"n": 1}) + "\n", timeout=60)
+                took = time.monotonic() - start
+            finally:
+                amps.proc.send_signal(signal.SIGCONT)
+        finally:
+            if pub.poll() is None:
+                pub.kill()
+                pub.communicate()
+        stream.close()
+    assert pub.returncode == 5, err
+    assert 3 <= took < 3 + 1.5, took  # before: 6 s
