@@ -450,7 +450,7 @@ def test_state_temp_file_and_unknown_files(tmp_path: Path) -> None:
     assert inspect_store(tmp_path / "s").unknown_files == ["notes.txt"]
     with FilePublishStore(tmp_path / "s", fsync="never") as store:
         assert store.unpersisted_count == 1
-    assert not (tmp_path / "s" / "state.tmp").exists()
+    assert not (tmp_path / "s" / "state.tmp").exists()  # (an open store keeps a block there)
     assert (tmp_path / "s" / "notes.txt").exists()
 
 

@@ -258,6 +258,10 @@ class FilePublishStore(IndexedPublishStore):
         generation to sync to. The one write path of :meth:`store`, :meth:`store_parts`
         and :meth:`store_many`."""
         log = self._log
+        if log.roll_blocked is not None and log.active_size >= log.segment_size:
+            # the last roll found the disk full: try again before growing the full segment
+            # (the roll first reclaims segments whose messages were persisted meanwhile)
+            log.roll(first, self._low(), self._last_persisted)
         log.write_stores(first, payloads)
         self._index_extend(first, payloads)
         if log.active_size >= log.segment_size:

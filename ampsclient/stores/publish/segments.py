@@ -15,6 +15,7 @@ The C speedups' ``PublishLane`` writes records into the mapping through the publ
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import mmap
@@ -71,8 +72,17 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+_STATE_RESERVE: Final = 4096
+"""Bytes kept for the state file's next write (one block; the state is far smaller)."""
+
+
 def write_state(directory: Path, last_persisted: int, last_sequence: int, sync: bool) -> None:
-    """Replace ``<dir>/state`` atomically (write a temp file, fsync it, rename, fsync the dir)."""
+    """Replace ``<dir>/state`` atomically (write a temp file, fsync it, rename, fsync the dir).
+
+    The temp file is kept between writes, preallocated (:func:`reserve_state_block`): the
+    ``O_TRUNC`` that starts a write frees its block, so the state can be written on a full
+    disk, and it must be, before segments are deleted to make room (:meth:`SegmentLog.roll`).
+    """
     tmp = directory / STATE_TMP
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -84,6 +94,22 @@ def write_state(directory: Path, last_persisted: int, last_sequence: int, sync: 
     os.replace(tmp, directory / STATE_NAME)
     if sync:
         fsync_dir(directory)
+    reserve_state_block(directory)
+
+
+def reserve_state_block(directory: Path) -> None:
+    """Keep ``<dir>/state.tmp`` as a preallocated block for the next :func:`write_state`
+    (best effort: on a disk already full it is simply not there)."""
+    try:
+        fd = os.open(directory / STATE_TMP, os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        preallocate(fd, _STATE_RESERVE)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -116,6 +142,7 @@ class SegmentLog:
         "mm",
         "resize_check",
         "retired",
+        "roll_blocked",
         "segment_size",
         "segments",
         "segments_deleted",
@@ -155,6 +182,9 @@ class SegmentLog:
         """Leave the fsync of a full segment to the next :meth:`sync_to` (``fsync="interval"``
         on Linux, where an fsync of the file covers the pages written through the unmapped
         mapping): a roll then costs the storing thread no fsync of up to a whole segment."""
+        self.roll_blocked: str | None = None
+        """Why the last :meth:`roll` could not start a new segment (logged once, when it
+        starts to fail; ``None`` when rolling works)."""
         self.retired: list[int] = []
         """Descriptors of full segments written since the last sync: :meth:`sync_to` and
         :meth:`close` fsync and close them."""
@@ -163,6 +193,7 @@ class SegmentLog:
 
     def open(self, found: list[SegmentInfo], next_sequence: int) -> None:
         """Adopt the segments a scan found (mapping the newest), or create the first one."""
+        reserve_state_block(self.directory)
         self.segments = [Segment(s.path, s.size, s.high) for s in found]
         if not self.segments:
             fd, mm, segment = self._new_segment_file(next_sequence)
@@ -352,14 +383,26 @@ class SegmentLog:
             return
         try:
             fd, mm, segment = self._new_segment_file(next_sequence)
-        except OSError as exc:
-            logger.warning(
-                "publish store %s: cannot start a new segment (%s); still appending to %s",
-                self.directory,
-                exc,
-                active.path.name,
-            )
-            return
+        except OSError:
+            # A full disk: the segments whose messages were all persisted meanwhile may be
+            # what fills it. Delete them, then try once more.
+            try:
+                self.compact(low, last_persisted, next_sequence - 1)
+                fd, mm, segment = self._new_segment_file(next_sequence)
+            except OSError as exc:
+                if self.roll_blocked is None:
+                    logger.warning(
+                        "publish store %s: cannot start a new segment (%s); still appending "
+                        "to %s (said once until a new segment can be made)",
+                        self.directory,
+                        exc,
+                        active.path.name,
+                    )
+                self.roll_blocked = str(exc)
+                return
+        if self.roll_blocked is not None:
+            logger.warning("publish store %s: new segments can be made again", self.directory)
+            self.roll_blocked = None
         with self.sync_cond:
             self._wait_no_sync()
             retire = self.defer_roll_sync and _LINUX and self.write_gen > self.synced_gen
@@ -471,6 +514,8 @@ class SegmentLog:
             if self.broken is None:
                 self.compact(low, last_persisted, last_sequence)
                 write_state(self.directory, last_persisted, last_sequence, self.sync_files)
+            with contextlib.suppress(FileNotFoundError):  # the reserved block: not needed now
+                (self.directory / STATE_TMP).unlink()
         finally:
             with self.sync_cond:
                 self.release_active(trim=True)

@@ -1,0 +1,131 @@
+"""Issue #32, a full disk under the client's file stores: a real size-limited tmpfs the test
+mounts (skipped where it may not). The publish that cannot be stored raises a typed
+``StoreError`` (never a ``SIGBUS``: segments are preallocated before they are mapped) and is
+not sent; messages stored before it are delivered; once the server's acks free the store's
+segments, publishing works again; every message is delivered exactly once, in order."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsclient import Client, HAClient
+from ampsclient.exceptions import StoreError
+from ampsclient.stores.publish import FilePublishStore
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import default_config
+from ampsclient_server_stub.testing import wait_for
+
+pytestmark = pytest.mark.integration
+
+PAD = "x" * 1000
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path`` for the block (skips the test where mounting
+    is not allowed)."""
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[int] = []
+
+    def __call__(self, message: Any) -> None:
+        with self.lock:
+            self.seen.append(json.loads(message.get_data())["i"])
+
+
+def fill(directory: Path) -> Path:
+    """Fill the filesystem of ``directory`` with one file; return it."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 4096):
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_full_disk_refuses_the_publish_and_publishing_resumes(tmp_path: Path) -> None:
+    """The disk fills up with another file: the publish that cannot be stored raises
+    ``StoreError`` and is not sent; what was stored is delivered; once the file is removed,
+    publishing goes on where it stopped."""
+    inbox = Inbox()
+    with (
+        small_filesystem(tmp_path / "fs", "8m") as fs,
+        ServerThread(default_config(tcp_port=0, ws_port=0)) as server,
+        Client("full-disk-sub") as sub,
+    ):
+        sub.connect(server.uri("tcp", "json"))
+        sub.logon(5000)
+        sub.subscribe(inbox, "t")
+        store = FilePublishStore(fs / "store", fsync="never", segment_size=1 << 20)
+        filler = fill(fs)
+        publisher = HAClient("full-disk-pub")
+        publisher.set_publish_store(store)
+        publisher.get_server_chooser().add(server.uri("tcp", "json"))
+        try:
+            publisher.connect_and_logon()
+            stored = 0
+            with pytest.raises(StoreError, match="No space left on device"):
+                for i in range(50_000):
+                    publisher.publish("t", json.dumps({"i": i, "pad": PAD}))
+                    stored += 1
+            assert 0 < stored < 50_000
+            publisher.publish_flush(30_000)  # what was stored is persisted...
+            wait_for(lambda: len(inbox.seen) >= stored, what="the stored messages")
+            assert inbox.seen == list(range(stored))  # ...and the refused one was not sent
+            filler.unlink()  # space returns
+            for i in range(stored, stored + 3_000):
+                publisher.publish("t", json.dumps({"i": i, "pad": PAD}))
+            publisher.publish_flush(30_000)
+            wait_for(lambda: len(inbox.seen) >= stored + 3_000, what="every message")
+            assert inbox.seen == list(range(stored + 3_000))  # once each, in order
+        finally:
+            publisher.close()
+
+
+def test_persisted_segments_are_reclaimed_when_the_disk_is_full(tmp_path: Path) -> None:
+    """The store itself fills the disk with messages not yet persisted. Once they are
+    persisted, the next store reclaims their segments to make a new one (it used to keep
+    refusing: old segments were deleted only after a new one had been made)."""
+    with small_filesystem(tmp_path / "fs", "3584k") as fs:
+        store = FilePublishStore(fs / "store", fsync="never", segment_size=1 << 20)
+        try:
+            payload = b"x" * 1000
+            last = 0
+            with pytest.raises(StoreError, match="No space left on device"):
+                for _ in range(10_000):
+                    last = store.store(lambda _s: payload)
+            assert last > 2_000  # a few segments' worth
+            store.discard_up_to(last)  # the server's persisted acks
+            for _ in range(5_000):  # more than the disk holds, one segment at a time
+                store.discard_up_to(store.store(lambda _s: payload))
+            assert store.unpersisted_count == 0
+        finally:
+            store.close()
