@@ -11,6 +11,7 @@ Every error raised by the library is an :class:`AMPSError`::
     │   ├── NotEntitledError                   (NotEntitledException)    reason "not entitled"
     │   ├── InvalidURIError                    (alias InvalidUriException)
     │   ├── TransportError                     (alias TransportException)
+    │   │   └── NotAmpsPortError               an HTTP answer on tcp:// (a ws or admin port)
     │   └── RetryOperationError                (alias RetryOperationException)
     ├── TimeoutError                           (alias TimedOutException; also builtins.TimeoutError)
     ├── ProtocolError
@@ -108,6 +109,7 @@ __all__ = [
     "MissingFieldsException",
     "NameInUseError",
     "NameInUseException",
+    "NotAmpsPortError",
     "NotEntitledError",
     "NotEntitledException",
     "ProtocolError",
@@ -178,6 +180,11 @@ class InvalidURIError(AMPSConnectionError):
 
 class TransportError(AMPSConnectionError):
     """A transport-level failure other than a plain disconnect."""
+
+
+class NotAmpsPortError(TransportError):
+    """The address answered, but not as an AMPS ``tcp://`` transport: it sent an HTTP response
+    (a WebSocket transport, use ``ws://``; or an admin/HTTP port). Retrying cannot help."""
 
 
 class RetryOperationError(AMPSConnectionError):

@@ -16,6 +16,7 @@ from ..exceptions import (
     AMPSError,
     AuthenticationError,
     InvalidBookmarkError,
+    NotAmpsPortError,
     TimeoutError,
     UsageError,
 )
@@ -62,15 +63,16 @@ def redact(uri: str | None) -> str:
 
 
 class _Chooser(DefaultServerChooser):
-    """The ``--server`` URIs, round-robin; it keeps a logon refused for its credentials (an
-    authentication failure is not a server to retry: the command stops at once)."""
+    """The ``--server`` URIs, round-robin; it keeps the failures no retry can mend, and the
+    command stops at once on them: a logon refused for its credentials, a ``tcp://`` URI
+    that reached an HTTP port (a WebSocket or admin port)."""
 
     def __init__(self, *uris: str) -> None:
         super().__init__(*uris)
-        self.refused: AuthenticationError | None = None
+        self.refused: AuthenticationError | NotAmpsPortError | None = None
 
     def report_failure(self, exception: BaseException, info: object = None) -> None:
-        if isinstance(exception, AuthenticationError) and self.refused is None:
+        if isinstance(exception, AuthenticationError | NotAmpsPortError) and self.refused is None:
             self.refused = exception
         super().report_failure(exception, info)
 
@@ -253,7 +255,7 @@ class Session:
         last = self.chooser.get_error()
         if (
             isinstance(exc, AMPSConnectionError)
-            and not isinstance(exc, AuthenticationError)
+            and not isinstance(exc, AuthenticationError | NotAmpsPortError)
             and last
             and last not in text
         ):

@@ -47,9 +47,9 @@ from typing import Any, Final
 from .. import _accel
 from ..calls import Handler
 from ..command import Command
-from ..exceptions import AMPSError, DisconnectedError, FrameTooLargeError, error_for_reason
+from ..exceptions import AMPSError, DisconnectedError, error_for_reason
 from ..protocol.acks import AckType, parse_ack_types
-from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE, TcpFramer
+from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE, TcpFramer, oversized
 from ..protocol.header import encode_header
 from ..protocol.message import Message, split_sow_batch
 from .correlation import SUBSCRIBE_COMMANDS, Pending, Sink, ack_outcome, track
@@ -600,7 +600,7 @@ class ClientCore:
         self.stats["frames_received"] += count
         if pos < 0:
             (n,) = struct.unpack_from(">I", data, -1 - pos)
-            raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
+            raise oversized(data, -1 - pos, n, limit)
         if pos < end:
             framer.receive_data(data[pos:])  # the incomplete tail: held for the next read
 

@@ -24,7 +24,7 @@ import struct
 from typing import Final
 
 from .. import _accel
-from ..exceptions import FrameTooLargeError, MalformedFrameError
+from ..exceptions import AMPSError, FrameTooLargeError, MalformedFrameError, NotAmpsPortError
 from .header import decode_header
 from .message import body_offset
 
@@ -35,6 +35,7 @@ __all__ = [
     "WsServerFramer",
     "encode_ws_from_client",
     "encode_ws_from_server",
+    "oversized",
     "tcp_frame",
 ]
 
@@ -74,6 +75,20 @@ def split_frames(data: bytes, pos: int, limit: int, out: list[bytes]) -> int:
         append(data[pos + 4 : stop])
         pos = stop
     return pos
+
+
+def oversized(data: bytes | bytearray, at: int, n: int, limit: int) -> AMPSError:
+    """The error for a length prefix ``n`` over ``limit`` at ``data[at:]``: an HTTP response
+    where a frame was expected (its first bytes read ``HTTP/``, a length of 1213486160) is a
+    :class:`NotAmpsPortError` quoting the status line; anything else a
+    :class:`FrameTooLargeError`."""
+    if bytes(data[at : at + 5]) == b"HTTP/":
+        line = bytes(data[at : at + 200]).split(b"\r\n", 1)[0].decode("latin-1")
+        return NotAmpsPortError(
+            f"the server answered with HTTP ({line!r}), not AMPS framing: this is a WebSocket "
+            "port (connect with ws://) or an HTTP (admin) port, not an AMPS tcp:// port"
+        )
+    return FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
 
 
 class TcpFramer:
@@ -116,7 +131,7 @@ class TcpFramer:
         pos = (_accel.split_frames or split_frames)(view, pos, limit, ready)
         if pos < 0:
             (n,) = _unpack_len(view, -1 - pos)
-            raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {limit}")
+            raise oversized(view, -1 - pos, n, limit)
         if pos < end:
             buf += view[pos:end]
 
@@ -147,7 +162,7 @@ class TcpFramer:
                 return pos
         (n,) = _unpack_len(buf, 0)
         if n > self._max:
-            raise FrameTooLargeError(f"frame of {n} bytes exceeds the maximum of {self._max}")
+            raise oversized(bytes(buf) + bytes(data[pos : pos + 200]), 0, n, self._max)
         missing: int = 4 + n - len(buf)
         if missing > end - pos:
             buf += data[pos:] if pos else data

@@ -10,7 +10,13 @@ import socket
 import ssl
 from collections.abc import Callable
 
-from ..exceptions import AMPSConnectionError, DisconnectedError, ProtocolError, TimeoutError
+from ..exceptions import (
+    AMPSConnectionError,
+    DisconnectedError,
+    NotAmpsPortError,
+    ProtocolError,
+    TimeoutError,
+)
 from ..protocol.framing import TcpFramer
 from ..uri import URI
 from .base import OnClose, OnPayload, Transport
@@ -30,7 +36,7 @@ class _Protocol(asyncio.Protocol):
         if on_data is not None:  # the receiver frames the bytes itself (one pass)
             try:
                 on_data(data)
-            except ProtocolError as exc:
+            except (ProtocolError, NotAmpsPortError) as exc:
                 log.warning("closing connection: %s", exc)
                 owner._fail(exc)
             return
@@ -38,7 +44,7 @@ class _Protocol(asyncio.Protocol):
         assert framer is not None  # made whenever there is no on_data
         try:
             framer.receive_data(data)
-        except ProtocolError as exc:
+        except (ProtocolError, NotAmpsPortError) as exc:
             log.warning("closing connection: %s", exc)
             owner._fail(exc)
             return
@@ -185,7 +191,7 @@ class TcpTransport(Transport):
             return
         self._closed = True
         err = self._error or exc
-        if err is not None and not isinstance(err, DisconnectedError):
+        if err is not None and not isinstance(err, (DisconnectedError, NotAmpsPortError)):
             wrapped: BaseException = DisconnectedError(f"connection lost: {err}")
             wrapped.__cause__ = err
             err = wrapped

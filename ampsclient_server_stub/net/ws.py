@@ -235,6 +235,21 @@ def client_commands(data: bytes, max_message: int, max_size: int) -> tuple[int, 
 
 _client_commands: Final = accel.ws_client_commands or client_commands
 
+_NOT_HTTP_BODY: Final = (
+    b"This is an AMPS WebSocket port: connect with ws://HOST:PORT/amps/<message type>, "
+    b"not tcp://.\n"
+)
+_NOT_HTTP_RESPONSE: Final = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    b"Content-Length: " + str(len(_NOT_HTTP_BODY)).encode() + b"\r\n\r\n" + _NOT_HTTP_BODY
+)
+
+
+def _looks_like_http(first: bytes) -> bool:
+    """An HTTP request starts with its method's upper-case letters (``GET ...``); an AMPS
+    tcp:// client's first byte is the high byte of a frame length (0 for any sane frame)."""
+    return 0x41 <= first[0] <= 0x5A
+
 
 class _Connection(BatchingMixin, ServerConnection):
     """websockets' server connection with direct delivery and batched writes.
@@ -252,6 +267,17 @@ class _Connection(BatchingMixin, ServerConnection):
     idle); returns how many bytes it took."""
     _open_bytes = 0
     """Bytes received while the connection was open and websockets parsed them."""
+    _seen_bytes = False
+    """Whether the first bytes of the connection (the HTTP request) were received."""
+
+    def _not_http(self) -> None:
+        """The client spoke something else than HTTP (an AMPS ``tcp://`` client, whose
+        first byte is a frame length): answer at once with a 400 it can read, and close,
+        rather than wait for a request until the handshake times out."""
+        logger.info("ws: a connection sent no HTTP request (an AMPS tcp:// client?): closed")
+        transport = self.transport
+        transport.write(_NOT_HTTP_RESPONSE)
+        transport.close()
 
     def parse_frames_here(self) -> bool:
         """Take over the parsing of data frames, when websockets' parser holds nothing (no
@@ -272,8 +298,14 @@ class _Connection(BatchingMixin, ServerConnection):
 
     def data_received(self, data: bytes) -> None:
         if not self._fast:
-            if self.protocol.state is State.OPEN:
+            state = self.protocol.state
+            if state is State.OPEN:
                 self._open_bytes += len(data)
+            elif state is State.CONNECTING and not self._seen_bytes and data:
+                self._seen_bytes = True
+                if not _looks_like_http(data):
+                    self._not_http()
+                    return
             super().data_received(data)
             return
         buf = self._fast_buf + data if self._fast_buf else data

@@ -14,6 +14,8 @@ import pytest
 from cli_helpers import ServerProcess, cli, start_cli
 
 from ampsclient import Client
+from ampsclient.exceptions import FrameTooLargeError, NotAmpsPortError
+from ampsclient.protocol.framing import TcpFramer
 from ampsclient_server_stub.harness import ServerProcess as HarnessProcess
 from ampsclient_server_stub.security.users import add_user
 
@@ -139,3 +141,42 @@ def test_publish_timeout_bounds_the_flush_and_the_close_together(amps: ServerPro
         stream.close()
     assert pub.returncode == 5, err
     assert 3 <= took < 3 + 1.5, took  # before: 6 s
+
+
+def ws_port_of(amps: ServerProcess) -> int:
+    for line in amps.log:
+        if "listening " in line and " ws://" in line:
+            return int(line.split(" ws://")[1].split()[0].rsplit(":", 1)[1])
+    raise AssertionError("".join(amps.log))
+
+
+def test_tcp_to_a_websocket_port_says_what_was_reached_at_once(amps: ServerProcess) -> None:
+    """tcp:// to the server's ws port: the ws listener answers a non-HTTP first byte with an
+    HTTP 400 at once, the client reads ``HTTP/`` where a frame length was expected and raises
+    :class:`NotAmpsPortError`, and the command stops at once (it used to wait for the
+    listener's 10 s handshake timeout, retry, and say "connection closed")."""
+    uri = f"tcp://127.0.0.1:{ws_port_of(amps)}/amps/json"
+    with Client("wrong-port") as client:
+        start = time.monotonic()
+        with pytest.raises(NotAmpsPortError, match=r"HTTP/1\.1 400 Bad Request"):
+            client.connect(uri)
+            client.logon(20_000)
+        assert time.monotonic() - start < 5
+    start = time.monotonic()
+    done = cli("ping", "-s", uri, "--retry-time", "20000")
+    took = time.monotonic() - start
+    assert done.returncode == 3, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ampsclient ")]
+    assert len(errors) == 1, done.stderr
+    assert errors[0].startswith("ampsclient ping: NotAmpsPortError: the server answered with HTTP")
+    assert "WebSocket port" in errors[0]
+    assert took < 8, took  # not --retry-time (20 s); the interpreter's start-up included
+
+
+def test_an_http_answer_split_across_reads_is_recognised() -> None:
+    framer = TcpFramer()
+    framer.receive_data(b"HT")
+    with pytest.raises(NotAmpsPortError, match=r"HTTP/1\.1 408"):
+        framer.receive_data(b"TP/1.1 408 Request Timeout\r\n\r\n")
+    with pytest.raises(FrameTooLargeError):  # any other oversized length stays what it was
+        TcpFramer(max_frame_size=10).receive_data(b"\x00\x00\x01\x00rest")
