@@ -91,6 +91,8 @@ def run_consumer(args: argparse.Namespace) -> int:
     seen = [0]
     client = HAClient(args.name)
     client.set_reconnect_delay(100)
+    if args.heartbeat:
+        client.set_heartbeat(args.heartbeat)
     delay = args.delay
 
     def on_message(message: Message) -> None:

@@ -32,6 +32,12 @@ faults also kill -9 A or B (never both: the killed one is restarted and caught u
 next server kill) and partition/heal the A-B link; clients list both instances in their
 chooser and some connect over WebSocket (``ws://`` through the byte-level proxy). After the
 ledger check, both instances' journals are compared (EPOCH replays by bookmark and payload).
+
+With ``--net-faults latency,fragment,coalesce,bandwidth,half_open`` (or ``all``; off by
+default) the proxies also do what ``netem`` would (:mod:`tests.chaos.net_faults`): latency
+with jitter, fragmented and coalesced byte streams, bandwidth limits, and one-way partitions
+(``half_open`` connections) that the clients' heartbeats (``--heartbeat``, 1 s when
+``half_open`` is on) and the server's detect; detection and failover times are reported.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.chaos.net_faults import NetReport, inject, parse_net_faults  # noqa: E402
 from tests.chaos.queue_workers import (  # noqa: E402  (needs ROOT on the path)
     QUEUE_XML,
     QueueAudit,
@@ -159,6 +166,8 @@ def run_publisher(args: argparse.Namespace) -> int:
         args.name, publish_store=FilePublishStore(path, fsync="never") if odd else path
     )
     client.set_reconnect_delay(100)
+    if args.heartbeat:
+        client.set_heartbeat(args.heartbeat)
     for uri in args.uri.split(","):  # replicated mode: every instance, in preference order
         client.get_server_chooser().add(uri)
     client.connect_and_logon()
@@ -226,6 +235,8 @@ def run_subscriber(args: argparse.Namespace) -> int:
         stats["duplicates_discarded"] += 1
 
     client.set_duplicate_message_handler(on_duplicate)
+    if args.heartbeat:
+        client.set_heartbeat(args.heartbeat)
     for uri in args.uri.split(","):
         client.get_server_chooser().add(uri)
     client.connect_and_logon()
@@ -313,6 +324,8 @@ class Report:
     ws_clients: int = 0
     # queue consumers (single-server mode)
     queue: QueueAudit = field(default_factory=QueueAudit)
+    # --net-faults
+    net: NetReport = field(default_factory=NetReport)
 
     @property
     def ok(self) -> bool:
@@ -348,6 +361,7 @@ class Report:
             f"queue consumers {self.drain_parts[1]:.1f} s)",
         ]
         lines += self.queue.lines()
+        lines += self.net.lines()
         if self.replicated:
             a, b = self.journal_records
             lines += [
@@ -516,6 +530,8 @@ def orchestrate(args: argparse.Namespace) -> Report:
     kinds = ["kill_publisher", "kill_subscriber", "kill_server", "cut", "stall"]
     if consumers:
         kinds.append("kill_consumer")
+    kinds += args.net_faults
+    _add_heartbeat(workers, args)
     stop_rss = threading.Event()
 
     def sample() -> None:
@@ -555,8 +571,10 @@ def orchestrate(args: argparse.Namespace) -> Report:
                 server.start()
             elif fault == "cut":
                 proxy.cut()
-            else:
+            elif fault == "stall":
                 proxy.stall(rng.uniform(0.2, 1.5))
+            else:
+                inject(fault, [proxy], rng, report.net, heartbeat=args.heartbeat, failover=False)
             report.faults[fault] += 1
         _drain(work, workers, pubs, subs, args.drain, report, consumers)
     finally:
@@ -571,6 +589,14 @@ def orchestrate(args: argparse.Namespace) -> Report:
     lease = parse_duration(args.lease)
     report.queue = check_queue(work, consumers, _expected(work, pubs), lease_period=lease)
     return report
+
+
+def _add_heartbeat(workers: list[Worker], args: argparse.Namespace) -> None:
+    """``--heartbeat``: every worker's client asks for heartbeats (so a half-open connection
+    is noticed by both ends)."""
+    if args.heartbeat:
+        for w in workers:
+            w.args += ["--heartbeat", str(args.heartbeat)]
 
 
 def _drain(
@@ -724,6 +750,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
             )
         for w in workers:
             w.log = work / f"{w.name}.log"
+        _add_heartbeat(workers, args)
         stop_rss = threading.Event()
 
         def sample() -> None:
@@ -745,7 +772,9 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                 "partition",
                 "cut",
                 "stall",
+                *args.net_faults,
             ]
+            report.net.failover = True
             bag: list[str] = []
             rounds = 0
             # go on past the deadline until one full round is done (every kind at least once)
@@ -785,10 +814,12 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                 elif fault == "cut":
                     for proxy in proxies:
                         proxy.cut()
-                else:
+                elif fault == "stall":
                     seconds = rng.uniform(0.2, 1.5)
                     for proxy in proxies:
                         proxy.stall(seconds)
+                else:
+                    inject(fault, proxies, rng, report.net, heartbeat=args.heartbeat, failover=True)
                 report.faults[fault] += 1
             _drain(work, workers, pubs, subs, args.drain, report)
         finally:
@@ -860,7 +891,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease", default="3s", help="the queue's LeasePeriod")
     parser.add_argument("--stall-every", type=int, default=5000)
     parser.add_argument("--stall-for", type=float, default=1.5)
+    parser.add_argument(
+        "--net-faults",
+        type=parse_net_faults,
+        default=[],
+        help="also inject these proxy faults: latency,fragment,coalesce,bandwidth,half_open "
+        "(comma-separated) or all; none by default (see tests/chaos/net_faults.py)",
+    )
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=0.0,
+        help="clients' heartbeat interval in seconds (0: none; 1 with --net-faults half_open)",
+    )
     args = parser.parse_args(argv)
+    if "half_open" in args.net_faults and not args.heartbeat:
+        args.heartbeat = 1.0
     if args.role == "publisher":
         return run_publisher(args)
     if args.role == "subscriber":
