@@ -74,6 +74,22 @@ def _common() -> argparse.ArgumentParser:
     group.add_argument(
         "--quiet", "-q", action="store_true", help="no progress line and no summary on stderr"
     )
+    tls = common.add_argument_group("TLS (tcps:// and wss:// servers)")
+    tls.add_argument(
+        "--cafile",
+        metavar="PEM",
+        help="the CAs to trust for the server's certificate (default: the system's trust store)",
+    )
+    tls.add_argument(
+        "--cert", metavar="PEM", help="client certificate, for servers that require one"
+    )
+    tls.add_argument("--key", metavar="PEM", help="the client certificate's key, if not in --cert")
+    tls.add_argument(
+        "--insecure",
+        action="store_true",
+        help="do not verify the server's certificate (throwaway tests only: anyone in the "
+        "path can read and change the traffic)",
+    )
     group.add_argument(
         "--verbose", "-v", action="count", default=0, help="log the client's events (-vv: debug)"
     )

@@ -6,6 +6,7 @@ import argparse
 import builtins
 import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from ..protocol.bookmarks import parse_bookmark
 from ..protocol.message import Message
 from ..stream import MessageStream
 from ..sync import HAClient
+from ..tls import client_context
 from ..uri import parse_uri
 from .formats import Format, Writer
 from .parser import default_servers
@@ -60,6 +62,32 @@ def redact(uri: str | None) -> str:
         scheme, rest = uri.split("://", 1)
         return scheme + "://" + rest.split("@", 1)[1]
     return uri
+
+
+def tls_context(args: argparse.Namespace, servers: list[str]) -> ssl.SSLContext | None:
+    """The TLS settings of ``--cafile``/``--cert``/``--key``/``--insecure`` (``None``: none
+    given, the client's default: the system's trust store, verification on).
+
+    Raises:
+        UsageError: a TLS option without a ``tcps://``/``wss://`` server, ``--key`` without
+            ``--cert``, or a file that cannot be loaded.
+    """
+    cafile = getattr(args, "cafile", None)
+    cert = getattr(args, "cert", None)
+    key = getattr(args, "key", None)
+    insecure = bool(getattr(args, "insecure", False))
+    if cafile is None and cert is None and key is None and not insecure:
+        return None
+    if not any(uri.split("://", 1)[0].lower() in ("tcps", "wss") for uri in servers):
+        raise UsageError(
+            "--cafile, --cert, --key and --insecure apply to tcps:// and wss:// servers"
+        )
+    if key is not None and cert is None:
+        raise UsageError("--key needs --cert (the certificate the key belongs to)")
+    try:
+        return client_context(cafile=cafile, certfile=cert, keyfile=key, verify=not insecure)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise UsageError(f"TLS options: {exc}") from None
 
 
 class _Chooser(DefaultServerChooser):
@@ -123,6 +151,7 @@ class Session:
             except AMPSConnectionError as exc:
                 raise UsageError(f"--server {redact(uri)!r}: {exc}") from None
         self.name: str = args.name or f"ampsclient-cli-{socket.gethostname()}-{os.getpid()}"
+        self.ssl_context = tls_context(args, self.servers)
         fmt: Format = args.format
         self.writer = Writer(stdout, fmt, live=self.command != "sow")
         self.progress = Progress(self.command, stream=stderr, enabled=not args.quiet)
@@ -211,6 +240,7 @@ class Session:
             logon_timeout=attempt,
             connect_timeout=attempt / 1000 if attempt else None,
             close_timeout=timeout or 5000,
+            ssl_context=self.ssl_context,
         )
         self.client = client
         self.connected = True

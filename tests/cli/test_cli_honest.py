@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,9 @@ from ampsclient.exceptions import FrameTooLargeError, NotAmpsPortError
 from ampsclient.protocol.framing import TcpFramer
 from ampsclient_server_stub.harness import ServerProcess as HarnessProcess
 from ampsclient_server_stub.security.users import add_user
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+from _tls_certs import Certs, make_certs  # the suite's test certificates
 
 pytestmark = pytest.mark.integration
 
@@ -180,3 +184,54 @@ def test_an_http_answer_split_across_reads_is_recognised() -> None:
         framer.receive_data(b"TP/1.1 408 Request Timeout\r\n\r\n")
     with pytest.raises(FrameTooLargeError):  # any other oversized length stays what it was
         TcpFramer(max_frame_size=10).receive_data(b"\x00\x00\x01\x00rest")
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[HarnessProcess, Certs, int, int]]:
+    """A server process with a tcps transport and one that requires a client certificate:
+    ``(server, certs, tcps port, mutual tcps port)``."""
+    certs = make_certs(tmp_path / "certs")
+    config = tmp_path / "amps.xml"
+    own = (
+        f"<Certificate>{certs.server_cert}</Certificate><PrivateKey>{certs.server_key}</PrivateKey>"
+    )
+    config.write_text(
+        f"""<AMPSConfig><Name>tls</Name><Transports>
+        <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+        <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+        <Transport><Name>tls</Name><Type>tcps</Type><InetAddr>127.0.0.1:0</InetAddr>{own}
+        </Transport>
+        <Transport><Name>mtls</Name><Type>tcps</Type><InetAddr>127.0.0.1:0</InetAddr>{own}
+          <CAFile>{certs.ca}</CAFile><RequireClientCertificate>true</RequireClientCertificate>
+        </Transport></Transports></AMPSConfig>"""
+    )
+    server = HarnessProcess(data_dir=tmp_path / "data", config=config)
+    server.start()
+    try:
+        line = next(x for x in server.stderr_lines if "listening" in x and "tcps://" in x)
+        ports = [int(p.split(":")[-1]) for p in line.split() if p.startswith("tcps://")]
+        yield server, certs, ports[0], ports[1]
+    finally:
+        server.stop()
+
+
+def test_tls_options(tls_server: tuple[HarnessProcess, Certs, int, int]) -> None:
+    """``--cafile`` trusts the test CA, ``--cert``/``--key`` answer a server that requires a
+    client certificate, ``--insecure`` skips verification; without them verification fails
+    (the test CA is in no trust store); TLS options without a tcps:// server are refused."""
+    _, certs, port, mutual = tls_server
+    uri = f"tcps://127.0.0.1:{port}/amps/json"
+    fast = ("--retry-time", "1000", "-q")
+    assert cli("ping", "-s", uri, "--cafile", str(certs.ca), *fast).returncode == 0
+    refused = cli("ping", "-s", uri, *fast)  # verification on by default
+    assert refused.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr
+    assert cli("ping", "-s", uri, "--insecure", *fast).returncode == 0
+    muri = f"tcps://127.0.0.1:{mutual}/amps/json"
+    assert cli("ping", "-s", muri, "--cafile", str(certs.ca), *fast).returncode == 3
+    cert = ("--cert", str(certs.client_cert), "--key", str(certs.client_key))
+    done = cli("ping", "-s", muri, "--cafile", str(certs.ca), *cert, *fast)
+    assert done.returncode == 0, done.stderr
+    plain = cli("ping", "-s", "tcp://127.0.0.1:1/amps/json", "--cafile", str(certs.ca))
+    assert plain.returncode == 2 and "apply to tcps:// and wss://" in plain.stderr
+    missing = cli("ping", "-s", uri, "--cafile", str(certs.ca) + ".missing")
+    assert missing.returncode == 2 and "TLS options" in missing.stderr
