@@ -74,6 +74,21 @@ def _common() -> argparse.ArgumentParser:
     group.add_argument(
         "--quiet", "-q", action="store_true", help="no progress line and no summary on stderr"
     )
+    creds = common.add_argument_group(
+        "credentials (for --server URIs with a user and no password: tcp://USER@host:port/...)"
+    )
+    secret = creds.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="read the password from the first line of FILE (keep it chmod 600), so it is not "
+        "in the command line (visible in ps) nor in the shell's history",
+    )
+    secret.add_argument(
+        "--ask-password",
+        action="store_true",
+        help="prompt for the password on the terminal (not echoed)",
+    )
     tls = common.add_argument_group("TLS (tcps:// and wss:// servers)")
     tls.add_argument(
         "--cafile",

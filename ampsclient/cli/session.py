@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import getpass
 import os
 import socket
 import ssl
@@ -62,6 +63,67 @@ def redact(uri: str | None) -> str:
         scheme, rest = uri.split("://", 1)
         return scheme + "://" + rest.split("@", 1)[1]
     return uri
+
+
+class _Password:
+    """An authenticator that sends the password read from ``--password-file`` or the prompt
+    (it is never put into a URI, so it cannot be logged with one)."""
+
+    def __init__(self, password: str) -> None:
+        self._password = password
+
+    def authenticate(self, user: str | None, password: str | None) -> str | None:
+        return self._password
+
+    def retry(self, user: str | None, password: str | None) -> str | None:
+        raise AuthenticationError("the server asked to retry the logon (a challenge)")
+
+    def completed(self, user: str | None, password: str | None, reason: str | None) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "_Password(<hidden>)"
+
+
+def supplied_password(args: argparse.Namespace, servers: list[str], stderr: TextIO) -> str | None:
+    """The password of ``--password-file`` (its first line) or ``--ask-password`` (read on the
+    terminal, not echoed); ``None`` without either.
+
+    Raises:
+        UsageError: no ``--server`` URI names a user, one already carries a password, the
+            file cannot be read, or there is no terminal to prompt on.
+    """
+    path = getattr(args, "password_file", None)
+    ask = bool(getattr(args, "ask_password", False))
+    if path is None and not ask:
+        return None
+    option = "--password-file" if path is not None else "--ask-password"
+    uris = [parse_uri(uri) for uri in servers]
+    if not any(uri.user for uri in uris):
+        raise UsageError(f"{option} needs a user in the --server URI (tcp://USER@host:port/...)")
+    if any(uri.password is not None for uri in uris):
+        raise UsageError(f"{option}: a --server URI already carries a password")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as file:
+                lines = file.read().splitlines()
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise UsageError(f"--password-file {path!r}: {exc.strerror}") from None
+        if mode & 0o077:
+            stderr.write(
+                f"ampsclient: warning: --password-file {path!r} can be read by other users "
+                "(chmod 600 it)\n"
+            )
+        if not lines or not lines[0]:
+            raise UsageError(f"--password-file {path!r}: the first line is empty")
+        return lines[0]
+    user = next(uri.user for uri in uris if uri.user)
+    try:  # getpass reads /dev/tty, and would fall back to stdin (publish's input) without it
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        raise UsageError("--ask-password needs a terminal (use --password-file)") from None
+    return getpass.getpass(f"password for {user}: ")
 
 
 def tls_context(args: argparse.Namespace, servers: list[str]) -> ssl.SSLContext | None:
@@ -150,6 +212,7 @@ class Session:
                 parse_uri(uri)
             except AMPSConnectionError as exc:
                 raise UsageError(f"--server {redact(uri)!r}: {exc}") from None
+        password = supplied_password(args, self.servers, stderr)
         self.name: str = args.name or f"ampsclient-cli-{socket.gethostname()}-{os.getpid()}"
         self.ssl_context = tls_context(args, self.servers)
         fmt: Format = args.format
@@ -162,7 +225,10 @@ class Session:
         """Messages ``publish`` left unpersisted when the client closed."""
         self.connected = False
         """Whether a client was made (and so closed)."""
-        self.chooser = _Chooser(*self.servers)
+        self.chooser = _Chooser()
+        for uri in self.servers:  # a supplied password goes with the URIs that name a user
+            named = password is not None and parse_uri(uri).user is not None
+            self.chooser.add(uri, _Password(password) if named and password else None)
         self.stream: MessageStream | None = None
         """The stream being written out (closed when the client gives up reconnecting)."""
         self.lost: AMPSError | None = None

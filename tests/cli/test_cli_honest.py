@@ -5,6 +5,9 @@ of the command line. A real command process against real server processes."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
 import signal
 import sys
 import time
@@ -12,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import ServerProcess, cli, start_cli
+from cli_helpers import ROOT, ServerProcess, cli, start_cli
 
 from ampsclient import Client
 from ampsclient.exceptions import FrameTooLargeError, NotAmpsPortError
@@ -235,3 +238,74 @@ def test_tls_options(tls_server: tuple[HarnessProcess, Certs, int, int]) -> None
     assert plain.returncode == 2 and "apply to tcps:// and wss://" in plain.stderr
     missing = cli("ping", "-s", uri, "--cafile", str(certs.ca) + ".missing")
     assert missing.returncode == 2 and "TLS options" in missing.stderr
+
+
+def test_password_file_keeps_the_password_out_of_the_command_line_and_logs(
+    secured: HarnessProcess, tmp_path: Path
+) -> None:
+    """``--password-file`` gives the password of a URI that names only the user: the logon
+    works, the password is in no output even at ``-vv``, and a file others can read is
+    warned about; a wrong one fails at once with the authentication error."""
+    uri = f"tcp://alice@127.0.0.1:{secured.tcp_port}/amps/json"
+    secret = tmp_path / "alice.pw"
+    secret.write_text("right-secret\n")
+    secret.chmod(0o600)
+    done = cli("ping", "-s", uri, "--password-file", str(secret), "-vv")
+    assert done.returncode == 0, done.stderr
+    assert "right-secret" not in done.stdout + done.stderr
+    assert "warning" not in done.stderr
+    secret.chmod(0o644)
+    done = cli("ping", "-s", uri, "--password-file", str(secret), "-q")
+    assert done.returncode == 0, done.stderr
+    assert "can be read by other users" in done.stderr
+    wrong = tmp_path / "wrong.pw"
+    wrong.write_text("wrong-secret\n")
+    wrong.chmod(0o600)
+    done = cli("ping", "-s", uri, "--password-file", str(wrong), "-vv")
+    assert done.returncode == 3 and "AuthenticationException" in done.stderr
+    assert "wrong-secret" not in done.stdout + done.stderr
+    bare = f"tcp://127.0.0.1:{secured.tcp_port}/amps/json"  # no user to give it to
+    done = cli("ping", "-s", bare, "--password-file", str(secret))
+    assert done.returncode == 2 and "needs a user" in done.stderr
+
+
+def run_on_a_terminal(argv: list[str], answer: str, timeout: float = 60) -> tuple[int, str]:
+    """Run ``python -m ampsclient ARGV`` on a pseudo-terminal, answer its password prompt with
+    ``answer``; ``(exit status, everything it wrote on the terminal)``."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the terminal is its controlling terminal
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "ampsclient", *argv])
+    out = b""
+    answered = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not answered and b"password for alice: " in out:
+                os.write(fd, answer.encode() + b"\n")
+                answered = True
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def test_ask_password_prompts_on_the_terminal_without_echo(secured: HarnessProcess) -> None:
+    uri = f"tcp://alice@127.0.0.1:{secured.tcp_port}/amps/json"
+    code, shown = run_on_a_terminal(["ping", "-s", uri, "--ask-password"], "right-secret")
+    assert code == 0, shown
+    assert "password for alice: " in shown and "pong from" in shown
+    assert "right-secret" not in shown  # not echoed, not printed
+    code, shown = run_on_a_terminal(["ping", "-s", uri, "--ask-password"], "wrong-secret")
+    assert code == 3 and "AuthenticationException" in shown, shown
+    assert "wrong-secret" not in shown
