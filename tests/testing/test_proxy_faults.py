@@ -125,6 +125,14 @@ def test_latency_with_jitter_bounds_the_round_trip(proxy: LoopbackProxy) -> None
         proxy.latency(0.0)
         again = _round_trips(client, 3)
         got = inbox.wait_messages(17, timeout=10)
+    print(
+        "round trips (ms): plain",
+        [round(r * 1000, 1) for r in plain + again],
+        "50 +- 10 ms",
+        [round(r * 1000, 1) for r in jittered],
+        "50 ms",
+        [round(r * 1000, 1) for r in fixed],
+    )
     assert all(rtt >= 0.080 for rtt in jittered), jittered
     assert all(rtt >= 0.100 for rtt in fixed), fixed
     assert statistics.median(jittered) < 1.0 and max(fixed) < 1.0  # loose upper bound
@@ -218,6 +226,10 @@ def test_one_way_partition_is_found_by_heartbeats_and_fails_over(
     assert 1.8 <= detected <= 3.0, detected  # timeout 2 s, checked every 0.1 s
     on_b = [t for t, e in events if e.state is ConnectionState.LOGGED_ON and t > drop_at]
     assert on_b and on_b[0] - drop_at < 1.0  # the failover itself
+    print(
+        f"to_client partition: detected {detected:.3f} s, "
+        f"logged on to B {on_b[0] - drop_at:.3f} s later"
+    )
     assert at_b.ns() == list(range(20, 220))
     assert at_a.ns() == list(range(220))
     assert dropped > 0  # acks and heartbeats that vanished
@@ -243,6 +255,7 @@ def test_client_to_server_partition_is_found_by_the_server(proxy: LoopbackProxy)
             what="the server dropping the silent client",
         )
     detected = next(t for t, e in events if e.state is ConnectionState.DISCONNECTED) - cut_at
+    print(f"to_server partition: the server dropped the client after {detected:.3f} s")
     assert 1.5 <= detected <= 4.0, detected  # two 1 s intervals on the server's clock
     assert proxy.stats["to_server"].dropped > 0  # the client's beats
     assert proxy.stats["to_client"].dropped == 0
@@ -299,6 +312,7 @@ def test_bandwidth_limit_paces_the_stream(server: ServerThread, proxy: LoopbackP
         published = time.monotonic() - t0
         inbox.wait_messages(count, timeout=10)
         elapsed = time.monotonic() - t0
+    print(f"bandwidth: {total} B of payload at {rate:.0f} B/s in {elapsed:.2f} s")
     assert published < 1.0  # the limit is on the subscriber's side only
     assert elapsed >= total / rate * 0.8, elapsed
     assert elapsed < total / rate * 3
