@@ -55,14 +55,16 @@ def _common() -> argparse.ArgumentParser:
         type=_positive_int,
         default=30_000,
         metavar="MS",
-        help="wait at most this long for a logon, an ack or a flush (0 = no limit; default 30000)",
+        help="wait at most this long for an ack, for publish's persisted acks in all, and for "
+        "each logon attempt (0 = no limit; default 30000)",
     )
     group.add_argument(
         "--retry-time",
         type=_positive_int,
         default=5_000,
         metavar="MS",
-        help="give up when no server could be reached for this long (0 = never; default 5000)",
+        help="the whole time allowed to reach and log on to a server, every attempt included "
+        "(0 = never give up; default 5000)",
     )
     group.add_argument(
         "--heartbeat",
@@ -74,6 +76,15 @@ def _common() -> argparse.ArgumentParser:
     group.add_argument(
         "--quiet", "-q", action="store_true", help="no progress line and no summary on stderr"
     )
+    group.add_argument(
+        "--verbose", "-v", action="count", default=0, help="log the client's events (-vv: debug)"
+    )
+    _security(common)
+    return common
+
+
+def _security(common: argparse.ArgumentParser) -> None:
+    """The credentials and TLS options."""
     creds = common.add_argument_group(
         "credentials (for --server URIs with a user and no password: tcp://USER@host:port/...)"
     )
@@ -105,10 +116,6 @@ def _common() -> argparse.ArgumentParser:
         help="do not verify the server's certificate (throwaway tests only: anyone in the "
         "path can read and change the traffic)",
     )
-    group.add_argument(
-        "--verbose", "-v", action="count", default=0, help="log the client's events (-vv: debug)"
-    )
-    return common
 
 
 def _query(p: argparse.ArgumentParser, *, topic_required: bool = True) -> None:
