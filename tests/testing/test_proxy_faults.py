@@ -136,7 +136,8 @@ def test_latency_with_jitter_bounds_the_round_trip(proxy: LoopbackProxy) -> None
     assert all(rtt >= 0.080 for rtt in jittered), jittered
     assert all(rtt >= 0.100 for rtt in fixed), fixed
     assert statistics.median(jittered) < 1.0 and max(fixed) < 1.0  # loose upper bound
-    assert max(plain + again) < 0.08  # switched on and off with the connection open
+    # switched on and off with the connections open (medians: a loaded machine may pause one)
+    assert statistics.median(plain) < 0.05 and statistics.median(again) < 0.05
     # the subscriber (delayed, jittered) saw every message once, in order
     assert inbox.ns() == [*range(3), *range(8), *range(3), *range(3)]
     assert len(got) == 17
@@ -223,7 +224,9 @@ def test_one_way_partition_is_found_by_heartbeats_and_fails_over(
     drop_at, drop = drops[0]
     assert "heartbeat" in str(drop.cause) and str(proxy.port) in (drop.uri or "")
     detected = drop_at - cut_at
-    assert 1.8 <= detected <= 3.0, detected  # timeout 2 s, checked every 0.1 s
+    # the timeout is 2 s, checked every 0.1 s (about 2.1 s); the bound leaves room for a
+    # loaded machine: within twice the timeout
+    assert 1.8 <= detected <= 4.0, detected
     on_b = [t for t, e in events if e.state is ConnectionState.LOGGED_ON and t > drop_at]
     assert on_b and on_b[0] - drop_at < 1.0  # the failover itself
     print(
