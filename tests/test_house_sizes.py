@@ -1,6 +1,11 @@
-"""The house's size limits, checked on the source (style.md; issues #14 and #15): no library
-file over 800 lines and no function over 80 lines, in both packages. Unit test: parses files
-with ``ast``, imports nothing of the library.
+"""The house's size ceilings, checked on the source: no library file over 1,500 lines and no
+function over 150 lines, in both packages. Unit test: parses files with ``ast``, imports
+nothing of the library.
+
+Size is a smell, not a goal (style.md; issue #29 retired the 800/80 limits of issues #14 and
+#15, which were being met by cutting modules and classes apart rather than by design). A module
+holds one concept and a class stays in one file; these ceilings only catch a blob: websockets'
+largest module, which reads well, is 1,254 lines.
 
 A function's length counts from its ``def`` line (decorators excluded) to its last line,
 docstring and nested functions included: a long function does not become short by defining
@@ -16,8 +21,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("ampsclient", "ampsclient_server_stub")
-MAX_FILE_LINES = 800
-MAX_FUNCTION_LINES = 80
+MAX_FILE_LINES = 1_500
+MAX_FUNCTION_LINES = 150
 
 
 def library_files() -> list[pathlib.Path]:
@@ -66,14 +71,14 @@ def test_the_function_scan_measures_def_to_last_line() -> None:
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-def test_no_library_file_over_800_lines(package: str) -> None:
+def test_no_library_file_over_the_ceiling(package: str) -> None:
     files = [p for p in library_files() if p.relative_to(ROOT).parts[0] == package]
     over = {name: n for name, n in file_lengths(files).items() if n > MAX_FILE_LINES}
     assert over == {}, f"files over {MAX_FILE_LINES} lines: {over}"
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-def test_no_function_over_80_lines(package: str) -> None:
+def test_no_function_over_the_ceiling(package: str) -> None:
     over: dict[str, int] = {}
     for path in library_files():
         if path.relative_to(ROOT).parts[0] != package:

@@ -489,6 +489,7 @@ class ReplicationManager:
     async def _dial_loop(self, out: Outbound) -> None:
         event = self._changed[out.name]
         backoff = DIAL_BACKOFF_START
+        unreachable = False
         while not self._stopping:
             if out.attached():
                 event.clear()
@@ -499,17 +500,24 @@ class ReplicationManager:
             if out.attached():
                 continue
             connected = False
+            errors: list[str] = []
             for addr in out.dest.inet_addrs:
                 if out.attached() or self._stopping:
                     connected = out.attached()
                     break
-                link = await self._dial(out, addr.host, addr.port)
+                link = await self._dial(out, addr.host, addr.port, errors)
                 if link is not None:
                     connected = True
                     break
             if connected:
+                if unreachable:
+                    logger.warning("replication: destination %r is reachable again", out.name)
+                    unreachable = False
                 backoff = DIAL_BACKOFF_START
                 continue
+            if errors and not unreachable and not self._stopping:
+                unreachable = True  # said once per outage, not per attempt
+                self._report_unreachable(out, errors)
             event.clear()
             try:
                 await asyncio.wait_for(event.wait(), backoff)
@@ -517,7 +525,29 @@ class ReplicationManager:
                 pass
             backoff = min(backoff * 2, DIAL_BACKOFF_MAX)
 
-    async def _dial(self, out: Outbound, host: str, port: int) -> Link | None:
+    @staticmethod
+    def _report_unreachable(out: Outbound, errors: list[str]) -> None:
+        """Say once that a destination cannot be reached, and what that holds up."""
+        if out.sync_configured and not out.downgraded:
+            logger.warning(
+                "replication: sync destination %r is unreachable (%s); persisted acks for the "
+                "topics it replicates are held until it connects or is downgraded to async",
+                out.name,
+                "; ".join(errors),
+            )
+        else:
+            logger.warning(
+                "replication: destination %r is unreachable (%s); its records wait in the "
+                "transaction log until it connects",
+                out.name,
+                "; ".join(errors),
+            )
+
+    async def _dial(
+        self, out: Outbound, host: str, port: int, errors: list[str] | None = None
+    ) -> Link | None:
+        """Connect to one address of ``out``; ``None`` (and the reason in ``errors``) when it
+        cannot be reached or the handshake fails."""
         secret = secret_for(self.transport, out.dest)
         addr = f"{host}:{port}"
         try:
@@ -533,6 +563,8 @@ class ReplicationManager:
             )
         except (OSError, TimeoutError) as exc:
             logger.debug("replication: cannot reach %r at %s: %s", out.name, addr, exc)
+            if errors is not None:
+                errors.append(f"{addr}: {exc or type(exc).__name__}")
             return None
         try:
             ok = await asyncio.wait_for(asyncio.shield(link.ready), DIAL_TIMEOUT + 5)
