@@ -3,10 +3,12 @@
 Routes (``GET`` and ``HEAD`` unless said otherwise):
 
 * ``/``: the live dashboard (HTML and JavaScript, no build step);
-* ``/amps``: the instance tree and the list of admin actions;
-* ``/amps/instance[/<part>[/<key>...]]``: the statistics tree or any node of it (an optional
-  ``.json`` suffix on the last segment is accepted); ``/amps/instance/history``: the samples
-  the dashboard draws;
+* ``/amps``: the host and instance trees and the list of admin actions;
+* ``/amps/host[/...]`` and ``/amps/instance[/<part>[/<key>...]]``: the statistics tree or any
+  node of it, bare (collections as objects keyed by id), or with a ``.json`` or ``.xml``
+  suffix in AMPS' documented form (a document rooted at ``amps``, collections as lists of
+  entries with an ``id``; ``/amps.json`` is the whole tree); ``/amps/instance/history``: the
+  samples the dashboard draws;
 * ``/amps/administrator[/...]``: the admin actions (``GET`` or ``POST``, see :mod:`.actions`),
   each with the admin token (CSRF defence, see :mod:`.origin`);
 * ``/metrics``: Prometheus' text format.
@@ -43,6 +45,7 @@ from .http import MAX_HEAD_BYTES, HttpError, Request, Response, Slot, serve_conn
 from .metrics import CONTENT_TYPE, render_metrics
 from .origin import TOKEN_FIELD, TOKEN_HEADER, RequestOrigin, is_loopback
 from .stats import HISTORY, StatisticsCollector
+from .tree import NotFound, amps_document, find, to_xml
 
 if TYPE_CHECKING:
     from .host import AdminHost
@@ -103,6 +106,10 @@ def _encode(value: Any) -> bytes:
 
 def _json(value: Any, status: int = 200) -> Response:
     return Response(status, _encode(value), "application/json")
+
+
+def _xml_bytes(document: dict[str, Any]) -> bytes:
+    return to_xml(document).encode()
 
 
 async def _json_off_loop(value: Any) -> Response:
@@ -304,13 +311,17 @@ class AdminServer:
         self.requests += 1
         self.origin.check_host(request)
         path = list(request.path)
-        if path and path[-1].endswith(".json"):
-            path[-1] = path[-1][: -len(".json")]
+        form: str | None = None
+        for suffix in (".json", ".xml"):
+            if path and path[-1].endswith(suffix):
+                path[-1] = path[-1][: -len(suffix)]
+                form = suffix[1:]
+                break
         if not path:
             self._allow(request, _READ)
             await self.auth.check(request)
             return Response(200, self.dashboard(), "text/html; charset=utf-8")
-        if path == ["metrics"]:
+        if path == ["metrics"] and form is None:
             self._allow(request, _READ)
             await self.auth.check(request)
             tree = await self.collector.build()
@@ -328,24 +339,42 @@ class AdminServer:
                 return _json(self._action_list())
             return _json(await run_action(self.server, request))
         self._allow(request, _READ)
-        if len(path) == 1:
-            await self.auth.check(request)
-            tree = await self.collector.build()
-            return await _json_off_loop({"instance": tree, "administrator": dict(ACTIONS)})
-        if path[1] != "instance":
+        if len(path) > 1 and path[1] not in ("host", "instance"):
             raise HttpError(404, f"not found: {request.target}")
         await self.auth.check(request)
-        if path[2:] == ["history"]:
+        if path[1:] == ["instance", "history"] and form is None:
             return _json(self.collector.history())
         try:
-            node: Any = await self.collector.build(path[2] if len(path) > 2 else None)
-        except KeyError:
+            node, steps = find(await self._root(path), path[1:])
+        except (KeyError, NotFound):
             raise HttpError(404, f"not found: {request.target}") from None
-        for segment in path[3:]:
-            if not isinstance(node, dict) or segment not in node:
-                raise HttpError(404, f"not found: {request.target}")
-            node = node[segment]
-        return await _json_off_loop(node)
+        if form is None:
+            return await _json_off_loop(node)
+        document = amps_document(path, node, [False, *steps])
+        if form == "json":
+            return await _json_off_loop(document)
+        body = await asyncio.to_thread(_xml_bytes, document)
+        return Response(200, body, "application/xml; charset=utf-8")
+
+    async def _root(self, path: list[str]) -> dict[str, Any]:
+        """As much of the tree below ``/amps`` as ``path`` needs (an instance request builds
+        only the part it names).
+
+        Raises:
+            KeyError: the instance has no such part.
+        """
+        collector = self.collector
+        if len(path) == 1:
+            return {
+                "host": collector.host.tree(),
+                "instance": await collector.build(),
+                "administrator": dict(ACTIONS),
+            }
+        if path[1] == "host":
+            return {"host": collector.host.tree()}
+        if len(path) == 2:
+            return {"instance": await collector.build()}
+        return {"instance": {path[2]: await collector.build(path[2])}}
 
     def _action_list(self) -> dict[str, Any]:
         return {

@@ -7,10 +7,13 @@ takes one :class:`Sample` of every cumulative counter (the admin server calls it
 ``<Admin><Interval>``, one second by default) and keeps the last :data:`HISTORY` of them;
 ``*_per_sec`` figures are the change over the last :data:`RATE_SPAN` seconds of samples.
 
-The tree follows the AMPS monitoring guide's instance layout and metric names where it
-describes one (``/amps/instance/clients/<name>/messages_in_per_sec``, ``queue_depth_out``,
-``/amps/instance/replication/<destination>/seconds_behind``...); ``journal`` stands for the
-transaction log.
+The tree follows the AMPS monitoring guide's layout and metric names (``/amps/host/cpus``,
+``/amps/instance/clients/<name>/messages_in_per_sec``, ``queue_depth_out``,
+``/amps/instance/processors/all/messages_received_per_sec``,
+``/amps/instance/replication/<destination>/seconds_behind``...); collections AMPS lists with
+an ``id`` are :class:`~.system.Entries` (see :mod:`.tree` for AMPS' JSON and XML forms).
+``statistics``, ``topics``, ``subscriptions``, ``journal`` (the transaction log) and
+``history`` are this server's additions. The host part comes from :class:`~.system.HostSampler`.
 
 Building the tree must not stall messaging (it runs on the server's loop): the per-client
 rates are computed in one pass over the rate window, :meth:`StatisticsCollector.build` builds
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..engine.broker import SERVER_VERSION
 from ..net.session import NetSession
+from .system import Entries, HostSampler, process_memory
 
 if TYPE_CHECKING:
     from ..engine.broker import Connection
@@ -50,6 +54,8 @@ CHUNK: Final = 200
 """Connections handled between two hand-backs of the loop while a tree is built."""
 
 PARTS: Final = (
+    "processors",
+    "memory",
     "clients",
     "subscriptions",
     "topics",
@@ -104,6 +110,9 @@ class StatisticsCollector:
         self._totals = dict.fromkeys(_CLIENT_FIELDS, 0)
         self._last_clients: dict[int, tuple[int, ...]] = {}
         self._connected_at: dict[int, float] = {}
+        journal = server.journal
+        self.host = HostSampler(paths=[journal.directory] if journal is not None else [])
+        """The ``/amps/host`` part (sampled with the rest)."""
 
     # ------------------------------------------------------------------ sampling
 
@@ -143,6 +152,8 @@ class StatisticsCollector:
             lag = max(lag, float(dest.get("oldest_unacked_age") or 0.0))
         totals["replication_lag"] = lag
         topics = broker.topic_counts.snapshot() if broker is not None else {}
+        totals["deliveries"] = float(self._deliveries())
+        self.host.sample()
         sample = Sample(now, wall, totals, clients, destinations, topics)
         self.samples.append(sample)
         return sample
@@ -160,6 +171,14 @@ class StatisticsCollector:
         if oldest is newest:
             oldest = self.samples[-2]
         return oldest, newest
+
+    def _deliveries(self) -> int:
+        """Messages sent to subscribers so far (one per connection and message)."""
+        broker = self.server.broker
+        if broker is None:
+            return 0
+        counts = broker.topic_counts
+        return sum(counts.deliveries.values()) + counts.other_deliveries
 
     def rate(self, name: str) -> float:
         """Per-second change of an instance counter over the rate window (0 before two
@@ -244,19 +263,22 @@ class StatisticsCollector:
             "fsync_ns": counters.get("fsync_ns", 0),
             "fsync_last_us": counters.get("fsync_last_ns", 0) / 1000,
             "compressed_files": sum(1 for s in segments if s.state == "compressed"),
-            "segments": {
-                s.path.name: {
-                    "state": s.state,
-                    "first_index": s.first_index,
-                    "last_index": s.last_index,
-                    "records": s.records,
-                    "file_bytes": s.file_bytes,
-                    "data_bytes": s.data_bytes,
-                    "first_timestamp": _iso(s.first_timestamp / 1e6) if s.records else None,
-                    "last_timestamp": _iso(s.last_timestamp / 1e6) if s.records else None,
-                }
+            "segments": Entries(
+                (
+                    s.path.name,
+                    {
+                        "state": s.state,
+                        "first_index": s.first_index,
+                        "last_index": s.last_index,
+                        "records": s.records,
+                        "file_bytes": s.file_bytes,
+                        "data_bytes": s.data_bytes,
+                        "first_timestamp": _iso(s.first_timestamp / 1e6) if s.records else None,
+                        "last_timestamp": _iso(s.last_timestamp / 1e6) if s.records else None,
+                    },
+                )
                 for s in segments
-            },
+            ),
         }
         if bookmarks:
             out["first_bookmark"] = self._bookmark_at(journal.first_index)
@@ -280,9 +302,9 @@ class StatisticsCollector:
 
     # ------------------------------------------------------------------ the tree
 
-    def clients(self) -> dict[str, Any]:
+    def clients(self) -> Entries:
         """``/amps/instance/clients``: one entry per connection."""
-        return dict(self._client_entries())
+        return Entries(self._client_entries())
 
     def _client_entries(self) -> Iterator[tuple[str, Any]]:
         broker = self.server.broker
@@ -317,9 +339,9 @@ class StatisticsCollector:
                 entry["queue_max_latency"] = round(slow.oldest(now), 3) if slow is not None else 0
             yield client_key(conn), entry
 
-    def subscriptions(self) -> dict[str, Any]:
+    def subscriptions(self) -> Entries:
         """``/amps/instance/subscriptions/<client>/<sub id>``."""
-        return {key: subs for key, subs in self._subscription_entries() if subs}
+        return Entries((key, subs) for key, subs in self._subscription_entries() if subs)
 
     def _subscription_entries(self) -> Iterator[tuple[str, Any]]:
         """Per connection (all of them, so that a caller may pause between them), its
@@ -330,7 +352,7 @@ class StatisticsCollector:
         journal = self.server.journal
         last = journal.last_index if journal is not None and not journal.closed else 0
         for conn in broker.connections:
-            subs: dict[str, Any] = {}
+            subs = Entries()
             for sub_id, sub in conn.subs.items():
                 entry: dict[str, Any] = {
                     "topic": sub.matcher.topic,
@@ -353,10 +375,11 @@ class StatisticsCollector:
                 subs[sub_id] = entry
             yield client_key(conn), subs
 
-    def sow(self) -> dict[str, Any]:
-        """``/amps/instance/sow/<topic>``: record counts of the SOW topics."""
+    def sow(self) -> Entries:
+        """``/amps/instance/sow/<topic>``: record counts of the SOW topics (``valid_keys``,
+        AMPS' name, and ``records``)."""
         broker = self.server.broker
-        out: dict[str, Any] = {}
+        out = Entries()
         if broker is None:
             return out
         for sow in broker.sow_topics:
@@ -365,19 +388,20 @@ class StatisticsCollector:
                 "topic": sow.topic,
                 "message_type": sow.message_type,
                 "keys": list(sow.keys),
+                "valid_keys": len(sow),
                 "records": len(sow),
             }
         return out
 
-    def queues(self) -> dict[str, Any]:
+    def queues(self) -> Entries:
         """``/amps/instance/queues/<topic>``: per message queue, its depth, backlog (leased),
         expired leases, age of the oldest lease, owned messages and running totals."""
         broker = self.server.broker
         if broker is None or broker.queues is None:
-            return {}
-        return dict(broker.queues.statistics())
+            return Entries()
+        return Entries(broker.queues.statistics())
 
-    def topics(self) -> dict[str, Any]:
+    def topics(self) -> Entries:
         """``/amps/instance/topics/<topic>``: the topics published to, subscribed to or kept in
         a SOW: publishes and deliveries (messages sent, one per connection) with their rates,
         subscription counts, SOW records."""
@@ -399,9 +423,9 @@ class StatisticsCollector:
                 entry["subscriptions"] += 1
             yield None
 
-    def _topic_base(self) -> dict[str, dict[str, Any]]:
+    def _topic_base(self) -> Entries:
         broker = self.server.broker
-        out: dict[str, dict[str, Any]] = {}
+        out = Entries()
         if broker is None:
             return out
         counts = broker.topic_counts
@@ -432,14 +456,14 @@ class StatisticsCollector:
             entry = out.setdefault(sow.topic, {"subscriptions": 0, "regex": False})
             entry["sow_records"] = entry.get("sow_records", 0) + len(sow)
 
-    def replication(self) -> dict[str, Any]:
+    def replication(self) -> Entries:
         """``/amps/instance/replication/<destination>`` with AMPS' metric names."""
         status = self.replication_status()
         if not status:
-            return {}
+            return Entries()
         journal = self.server.journal
         last = journal.last_index if journal is not None and not journal.closed else 0
-        out: dict[str, Any] = {}
+        out = Entries()
         for dest in status.get("destinations", []):
             name = str(dest["name"])
             acked = int(dest.get("acked_through") or 0)
@@ -459,6 +483,39 @@ class StatisticsCollector:
                 "seconds_behind": round(float(dest.get("oldest_unacked_age") or 0.0), 3),
             }
         return out
+
+    def processors(self) -> Entries:
+        """``/amps/instance/processors``: AMPS' message processors as this server's stages,
+        ``ingest`` (publishes taken in: de-duplicated, journaled, applied to the SOW),
+        ``delivery`` (each accepted publish routed to the subscriptions it matches) and their
+        ``all`` aggregate."""
+        publishes = int(self.server.statistics().get("publishes", 0))
+        deliveries = self._deliveries()
+        received = {
+            "messages_received": publishes,
+            "messages_received_per_sec": round(self.rate("publishes"), 3),
+        }
+        matched = {
+            "matches_found": deliveries,
+            "matches_found_per_sec": round(self.rate("deliveries"), 3),
+        }
+        out = Entries()
+        out["all"] = {"description": "every stage", **received, **matched}
+        out["ingest"] = {
+            "description": "publishes accepted (de-duplicated, journaled, SOW applied)",
+            **received,
+        }
+        out["delivery"] = {
+            "description": "accepted publishes routed to matching subscriptions",
+            **received,
+            **matched,
+        }
+        return out
+
+    @staticmethod
+    def memory() -> dict[str, Any]:
+        """``/amps/instance/memory``: ``rss`` and ``vmsize`` of the server process (bytes)."""
+        return process_memory()
 
     def _journal(self) -> dict[str, Any]:
         """``/amps/instance/journal``: :meth:`journal_figures` with the fsync rates."""
@@ -510,6 +567,8 @@ class StatisticsCollector:
         """The whole ``/amps/instance`` tree (built at once; see :meth:`build`)."""
         return {
             **self._head(),
+            "processors": self.processors(),
+            "memory": self.memory(),
             "clients": self.clients(),
             "subscriptions": self.subscriptions(),
             "topics": self.topics(),
@@ -540,7 +599,7 @@ class StatisticsCollector:
             return await _gather(self._client_entries())
         if name == "subscriptions":
             entries = await _gather(self._subscription_entries())
-            return {key: subs for key, subs in entries.items() if subs}
+            return Entries((key, subs) for key, subs in entries.items() if subs)
         if name == "topics":
             out = self._topic_base()
             for n, _ in enumerate(self._count_subscriptions(out), 1):
@@ -550,7 +609,7 @@ class StatisticsCollector:
             return out
         if name == "journal":
             return self._journal()
-        part: dict[str, Any] = getattr(self, name)()  # sow, queues, replication
+        part: dict[str, Any] = getattr(self, name)()  # processors, memory, sow, queues...
         return part
 
     def history(self) -> list[dict[str, Any]]:
@@ -577,9 +636,9 @@ class StatisticsCollector:
         return out
 
 
-async def _gather(entries: Iterator[tuple[str, Any]]) -> dict[str, Any]:
-    """A dict of ``entries``, handing the loop back every :data:`CHUNK` of them."""
-    out: dict[str, Any] = {}
+async def _gather(entries: Iterator[tuple[str, Any]]) -> Entries:
+    """The collection of ``entries``, handing the loop back every :data:`CHUNK` of them."""
+    out = Entries()
     for n, (key, value) in enumerate(entries, 1):
         out[key] = value
         if n % CHUNK == 0:

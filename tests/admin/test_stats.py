@@ -76,7 +76,11 @@ def test_client_counters_count_each_message(admin_server: ServerThread) -> None:
         assert orders["deliveries"] == 5  # the 5 that passed the filter, to one connection
         assert orders["subscriptions"] == 1
         # one metric on its own, by path
-        assert get_json(port, "/amps/instance/clients/pub/messages_in.json") == pub_before + 10
+        assert get_json(port, "/amps/instance/clients/pub/messages_in") == pub_before + 10
+        # with .json, AMPS' form: rooted at "amps", the client as a one-entry list with its id
+        assert get_json(port, "/amps/instance/clients/pub/messages_in.json") == {
+            "amps": {"instance": {"clients": [{"id": "pub", "messages_in": pub_before + 10}]}}
+        }
     finally:
         pub.close()
         sub.close()
