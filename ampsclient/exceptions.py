@@ -16,7 +16,8 @@ Every error raised by the library is an :class:`AMPSError`::
     ├── TimeoutError                           (alias TimedOutException; also builtins.TimeoutError)
     ├── ProtocolError
     │   ├── FrameTooLargeError
-    │   └── MalformedFrameError
+    │   ├── MalformedFrameError
+    │   └── CompressionError                   a compression=zlib stream that does not inflate
     ├── CommandError                           (alias CommandException)           carries .reason
     │   ├── BadFilterError                     reason "bad filter"
     │   ├── BadRegexTopicError                 reason "bad regex topic"
@@ -70,6 +71,7 @@ __all__ = [
     "CommandException",
     "CommandTimedOut",
     "CommandTypeError",
+    "CompressionError",
     "ConnectionException",
     "ConnectionRefused",
     "ConnectionRefusedError_",
@@ -205,6 +207,10 @@ class FrameTooLargeError(ProtocolError):
 
 class MalformedFrameError(ProtocolError):
     """A frame or header that cannot be parsed."""
+
+
+class CompressionError(ProtocolError):
+    """Bytes of a ``compression=zlib`` connection that are not a valid deflate stream."""
 
 
 class CommandError(AMPSError):

@@ -55,7 +55,7 @@ SCHEDULE_MODULE = "amps-action-on-schedule"
 DOWNGRADE_REPLICATION_MODULE = "amps-action-do-downgrade-replication"
 UPGRADE_REPLICATION_MODULE = "amps-action-do-upgrade-replication"
 
-TransportType = Literal["tcp", "tcps", "ws", "wss", "amps-replication"]
+TransportType = Literal["tcp", "tcps", "ws", "wss", "unix", "amps-replication"]
 SyncType = Literal["sync", "async"]
 
 TRANSPORT_TYPES: Mapping[str, TransportType] = MappingProxyType(
@@ -65,6 +65,7 @@ TRANSPORT_TYPES: Mapping[str, TransportType] = MappingProxyType(
         "ws": "ws",
         "websocket": "ws",
         "wss": "wss",
+        "unix": "unix",
         "amps-replication": "amps-replication",
     }
 )
@@ -85,7 +86,9 @@ class TransportConfig:
     ``type`` is normalised (``websocket`` becomes ``ws``).  ``message_type`` is ``None``
     when the transport accepts any message type.  ``extra`` holds the other accepted child
     elements (TLS, limits, pools, ``Authentication``/``Entitlement``, ``Secret``) verbatim,
-    for the security and network layers.
+    for the security and network layers.  ``path`` is the socket file of a ``unix``
+    transport (``host``/``port`` are then empty); ``compression`` is ``"zlib"`` when the
+    transport accepts compressed connections (``<Compression>zlib</Compression>``).
     """
 
     name: str
@@ -95,6 +98,8 @@ class TransportConfig:
     protocol: str = "amps"
     message_type: str | None = None
     extra: Mapping[str, str] = field(default_factory=_empty_mapping)
+    path: str | None = None
+    compression: str | None = None
 
     @property
     def address(self) -> InetAddr:

@@ -105,6 +105,8 @@ class ConfigReader(ElementReader):
                 self.child(elem, "Type"),
                 f"{label} has unsupported <Type> {raw_type!r} (expected one of {allowed})",
             )
+        if ttype == "unix":
+            return self.unix_transport(elem, name, label, index)
         addr_elems = elem.findall("InetAddr")
         if not addr_elems:
             self.fail(elem, f"{label} has no <InetAddr>")
@@ -121,7 +123,11 @@ class ConfigReader(ElementReader):
             )
         self.check_transport_extras(elem, ttype, label)
         message_type = self.text(elem, "MessageType")
-        known = ("Name", "Type", "InetAddr", "Protocol", "MessageType")
+        known: tuple[str, ...] = ("Name", "Type", "InetAddr", "Protocol", "MessageType")
+        compression = None
+        if ttype != "amps-replication":  # (a replication transport keeps its own reading)
+            compression = self.compression(elem, None, label)
+            known += ("Compression",)
         return TransportConfig(
             name=name or f"{ttype}-{index}",
             type=ttype,
@@ -130,6 +136,32 @@ class ConfigReader(ElementReader):
             protocol=protocol,
             message_type=message_type.lower() if message_type else None,
             extra=MappingProxyType(self.extras(elem, known)),
+            compression=compression,
+        )
+
+    def unix_transport(
+        self, elem: ET.Element, name: str | None, label: str, index: int
+    ) -> TransportConfig:
+        """``<Type>unix</Type>``: a Unix domain socket at ``<Path>`` (amps protocol)."""
+        if elem.find("InetAddr") is not None:
+            self.fail(self.child(elem, "InetAddr"), f"{label}: a unix transport has a <Path>")
+        path = self.required(elem, "Path", label)
+        protocol = (self.text(elem, "Protocol") or "amps").lower()
+        if protocol != "amps":
+            self.fail(self.child(elem, "Protocol"), f"{label}: a unix transport speaks amps")
+        if self.compression(elem, None, label) is not None:
+            self.fail(self.child(elem, "Compression"), f"{label}: no compression on unix")
+        self.check_transport_extras(elem, "unix", label)
+        message_type = self.text(elem, "MessageType")
+        known = ("Name", "Type", "Path", "Protocol", "MessageType", "Compression")
+        return TransportConfig(
+            name=name or f"unix-{index}",
+            type="unix",
+            host="",
+            port=0,
+            message_type=message_type.lower() if message_type else None,
+            extra=MappingProxyType(self.extras(elem, known)),
+            path=str(self.path(elem, "Path", path)),
         )
 
     def check_transport_extras(self, elem: ET.Element, ttype: str, label: str) -> None:

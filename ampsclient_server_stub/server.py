@@ -34,9 +34,11 @@ from ampsclient_server_stub.engine.txlog import PERSISTED_ACK_INTERVAL, TxLog
 
 from .admin.server import AdminServer
 from .journal_actions import JournalActionRunner, journal_actions, open_journal
+from .net.compressed import ZlibTcpSession
 from .net.flow import FlowControl
 from .net.session import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_WRITE_BUFFER
 from .net.tcp import start_tcp_listener
+from .net.unix import UnixListener, start_unix_listener
 from .net.ws import start_ws_listener
 from .replication.manager import ReplicationManager, start_replication
 from .security.policy import ServerSecurity
@@ -212,6 +214,7 @@ class ReferenceServer:
         """The running resource pools: slow-client offlining (``net.flow``)."""
         self._tcp: list[tuple[TransportConfig, asyncio.Server]] = []
         self._ws: list[tuple[TransportConfig, WsServer]] = []
+        self._unix: list[tuple[TransportConfig, UnixListener]] = []
         self._expiry: asyncio.Task[None] | None = None
         self._started = False
         self.replication: ReplicationManager | None = None
@@ -285,7 +288,24 @@ class ReferenceServer:
                     f"transport {transport.name!r}: <Protocol> {transport.protocol!r} is "
                     "not supported by the reference server (amps, websocket)"
                 )
-            if transport.type in ("ws", "wss") or (
+            if transport.compression is not None and transport.is_websocket:
+                raise ConfigError(
+                    f"transport {transport.name!r}: <Compression> is supported on tcp and "
+                    "tcps transports by the reference server, not on websocket ones"
+                )
+            if transport.type == "unix":
+                assert transport.path is not None
+                unix = await start_unix_listener(
+                    broker,
+                    transport.path,
+                    message_type=transport.message_type,
+                    max_frame_size=frame,
+                    max_write_buffer=self.max_write_buffer,
+                    policy=policy,
+                    flow=flow,
+                )
+                self._unix.append((transport, unix))
+            elif transport.type in ("ws", "wss") or (
                 transport.type in ("tcp", "tcps") and transport.is_websocket
             ):
                 ws = await start_ws_listener(
@@ -311,6 +331,7 @@ class ReferenceServer:
                     ssl_context=tls,
                     policy=policy,
                     flow=flow,
+                    session_class=ZlibTcpSession if transport.compression else None,
                 )
                 self._tcp.append((transport, tcp))
             elif transport.type != "amps-replication":  # that one: self.replication
@@ -429,6 +450,8 @@ class ReferenceServer:
             self._expiry = None
         for _, tcp in self._tcp:
             tcp.close()
+        for _, unix in self._unix:
+            unix.close()
         for _, ws in self._ws:
             ws.close(close_connections=False)
         broker = self.broker
@@ -453,8 +476,14 @@ class ReferenceServer:
                     await asyncio.wait_for(ws.wait_closed(), 2)
                 except TimeoutError:  # pragma: no cover
                     logger.warning("ws listener did not close in time")
+        for _, unix in self._unix:
+            try:
+                await asyncio.wait_for(unix.wait_closed(), 5)
+            except TimeoutError:  # pragma: no cover
+                logger.warning("unix listener did not close in time")
         self._tcp.clear()
         self._ws.clear()
+        self._unix.clear()
         if self.replication is not None:
             await self.replication.stop()
             self.replication = None
@@ -553,6 +582,12 @@ class ReferenceServer:
         scheme = base + ("s" if transport.is_tls else "")
         return f"{scheme}://{host}:{self._port(server)}/amps/{message_type}"
 
+    def unix_uri(self, message_type: str = "json") -> str:
+        """``unix://localhost:0/amps/<type>?path=<socket>`` of the first unix listener."""
+        if not self._unix:
+            raise RuntimeError("no unix listener is running")
+        return f"unix://localhost:0/amps/{message_type}?path={self._unix[0][1].path}"
+
     def listener_ports(self) -> list[tuple[TransportConfig, int]]:
         """``(transport, bound port)`` of every client listener: the tcp ones, then the ws
         ones, each in configuration order (a port 0 in the config shows the one picked)."""
@@ -563,6 +598,7 @@ class ReferenceServer:
         """``listening tcp://HOST:PORT ws://HOST:PORT`` for every listener."""
         parts = [f"tcp{'s' if t.is_tls else ''}://{t.host}:{self._port(s)}" for t, s in self._tcp]
         parts += [f"ws{'s' if t.is_tls else ''}://{t.host}:{self._port(s)}" for t, s in self._ws]
+        parts += [f"unix://{u.path}" for _, u in self._unix]
         return "listening " + " ".join(parts)
 
     def replication_admin(self, cmd: str, **args: Any) -> Any:

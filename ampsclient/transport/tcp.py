@@ -1,4 +1,9 @@
-"""tcp:// (and tcps://): an asyncio Protocol feeding a :class:`TcpFramer`."""
+"""tcp:// (and tcps://, unix://): an asyncio Protocol feeding a :class:`TcpFramer`.
+
+``compression=zlib`` picks :class:`ZlibTcpTransport`, whose protocol inflates before framing
+and whose writes are deflated (:mod:`ampsclient.protocol.compression`); the plain classes
+carry no test for it.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +22,12 @@ from ..exceptions import (
     ProtocolError,
     TimeoutError,
 )
+from ..protocol.compression import ZlibStream
 from ..protocol.framing import TcpFramer
 from ..uri import URI
 from .base import OnClose, OnPayload, Transport
 
-__all__ = ["TcpTransport"]
+__all__ = ["TcpTransport", "ZlibTcpTransport"]
 
 log = logging.getLogger("ampsclient.transport")
 
@@ -64,8 +70,28 @@ class _Protocol(asyncio.Protocol):
             self.owner._on_writable(True)
 
 
+class _ZlibProtocol(_Protocol):
+    """Inflates what a compression=zlib connection reads, then frames it as plain bytes."""
+
+    owner: ZlibTcpTransport
+
+    def data_received(self, data: bytes) -> None:
+        owner = self.owner
+        owner._received = True
+        try:
+            plain = owner._zlib.decompress(data)
+        except ProtocolError as exc:
+            log.warning("closing connection: %s", exc)
+            owner._fail(exc)
+            return
+        if plain:
+            super().data_received(plain)
+
+
 class TcpTransport(Transport):
-    """A TCP connection carrying 4-byte-length-framed payloads."""
+    """A TCP (or Unix domain socket) connection carrying 4-byte-length-framed payloads."""
+
+    _protocol_class: type[_Protocol] = _Protocol
 
     def __init__(
         self,
@@ -105,7 +131,8 @@ class TcpTransport(Transport):
         """Open a connection to ``uri``. With ``on_data``, the bytes read go to it as they
         come (it frames them, as ``ClientCore.receive_data`` does) instead of being split into
         payloads for ``on_payload``."""
-        self = cls(
+        kind = ZlibTcpTransport if uri.compression else cls
+        self = kind(
             on_payload=on_payload,
             on_close=on_close,
             on_writable=on_writable,
@@ -115,20 +142,29 @@ class TcpTransport(Transport):
         loop = asyncio.get_running_loop()
         if uri.tls and ssl_context is None:
             ssl_context = ssl.create_default_context()
+        protocol = self._protocol_class
+        unix_path = uri.unix_path
         try:
-            coro = loop.create_connection(
-                lambda: _Protocol(self),
-                uri.host,
-                uri.port,
-                ssl=ssl_context if uri.tls else None,
-            )
+            if unix_path is not None:
+                coro = loop.create_unix_connection(lambda: protocol(self), unix_path)
+            else:
+                coro = loop.create_connection(
+                    lambda: protocol(self),
+                    uri.host,
+                    uri.port,
+                    ssl=ssl_context if uri.tls else None,
+                )
             transport, _ = await asyncio.wait_for(coro, connect_timeout)
         except builtins.TimeoutError:
             raise TimeoutError(f"timed out connecting to {uri.redacted()}") from None
         except OSError as exc:
             raise AMPSConnectionError(f"cannot connect to {uri.redacted()}: {exc}") from exc
         sock = transport.get_extra_info("socket")
-        if sock is not None and uri.options.get("tcp_nodelay", "true").lower() != "false":
+        if (
+            sock is not None
+            and unix_path is None
+            and uri.options.get("tcp_nodelay", "true").lower() != "false"
+        ):
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
@@ -209,3 +245,49 @@ class TcpTransport(Transport):
     def write_buffer_size(self) -> int:
         t = self._transport
         return 0 if t is None else t.get_write_buffer_size()
+
+
+class ZlibTcpTransport(TcpTransport):
+    """A ``compression=zlib`` connection: one raw deflate stream each way, from the first
+    byte (docs/protocol.md, "Transport compression")."""
+
+    _protocol_class = _ZlibProtocol
+
+    def __init__(
+        self,
+        *,
+        on_payload: OnPayload,
+        on_close: OnClose,
+        on_writable: Callable[[bool], None] | None,
+        max_frame_size: int,
+        on_data: Callable[[bytes], None] | None = None,
+    ) -> None:
+        super().__init__(
+            on_payload=on_payload,
+            on_close=on_close,
+            on_writable=on_writable,
+            max_frame_size=max_frame_size,
+            on_data=on_data,
+        )
+        self._zlib = ZlibStream()
+        self._received = False
+        """Whether the peer sent anything: a server that closes a compressed connection
+        before answering most likely does not accept compression on that transport."""
+
+    def write(self, data: bytes) -> None:
+        t = self._transport
+        if t is None or self._closed:
+            raise DisconnectedError("the connection is closed")
+        t.write(self._zlib.compress(data))
+
+    def caller_socket(self) -> socket.socket | None:
+        """None: the bytes must go through the deflater, in order."""
+        return None
+
+    def _lost(self, exc: BaseException | None) -> None:
+        if not self._closed and not self._received and self._error is None:
+            self._error = DisconnectedError(
+                "the server closed the compressed connection before answering: does its "
+                "transport accept compression=zlib (<Compression>zlib</Compression>)?"
+            )
+        super()._lost(exc)

@@ -16,6 +16,7 @@ import struct
 from typing import TYPE_CHECKING, Any, Final
 
 from ampsclient.exceptions import FrameTooLargeError
+from ampsclient.protocol.compression import looks_compressed
 from ampsclient.protocol.framing import TcpFramer
 from ampsclient_server_stub import accel
 from ampsclient_server_stub.engine.broker import Broker
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from .flow import FlowControl
 
-__all__ = ["TcpSession", "frame_join", "start_tcp_listener"]
+__all__ = ["TcpSession", "frame_join", "frame_join_any", "start_tcp_listener"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ def frame_join(payloads: list[bytes]) -> bytes:
 
 
 _frame_join: Final = accel.frame_join or frame_join
+frame_join_any: Final = _frame_join
+"""The fastest ``frame_join`` there is (C when built)."""
 
 
 class TcpSession(NetSession, asyncio.Protocol):
@@ -89,12 +92,19 @@ class TcpSession(NetSession, asyncio.Protocol):
         try:
             framer.receive_data(data)
         except FrameTooLargeError as exc:
-            logger.warning("tcp client %s: %s; disconnecting", self.peer, exc)
+            reason, problem = "frame too large", str(exc)
+            if self.messages_in == 0 and looks_compressed(data):
+                reason = "compression not accepted"
+                problem = (
+                    "a compressed connection (compression=zlib) on a transport that does not "
+                    "accept compression (add <Compression>zlib</Compression> to it)"
+                )
+            logger.warning("tcp client %s: %s; disconnecting", self.peer, problem)
             self.handle_payloads(framer.frames())
             if self.conn is not None:
-                self.broker.kick(self.conn, "frame too large")
+                self.broker.kick(self.conn, reason)
             else:  # pragma: no cover
-                self.disconnect("frame too large")
+                self.disconnect(reason)
             return
         self.handle_payloads(framer.frames())
 
@@ -139,17 +149,20 @@ async def start_tcp_listener(
     ssl_context: ssl.SSLContext | None = None,
     policy: TransportPolicy | None = None,
     flow: FlowControl | None = None,
+    session_class: type[TcpSession] | None = None,
 ) -> asyncio.Server:
     """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over TCP.
 
     ``ssl_context`` makes it a ``tcps`` listener; ``policy`` (security package) applies
     connection caps to its sessions, and slow-client management with ``flow``
-    (the server's running resource pools).
+    (the server's running resource pools). ``session_class`` (a :class:`TcpSession`, the
+    default) is ``ZlibTcpSession`` on a transport that accepts compressed connections.
     """
     loop = asyncio.get_running_loop()
+    session_factory = session_class or TcpSession
 
     def factory() -> TcpSession:
-        session = TcpSession(
+        session = session_factory(
             broker,
             loop,
             message_type=message_type,
