@@ -489,7 +489,8 @@ class StatisticsCollector:
         ``ingest`` (publishes taken in: de-duplicated, journaled, applied to the SOW),
         ``delivery`` (each accepted publish routed to the subscriptions it matches) and their
         ``all`` aggregate."""
-        publishes = int(self.server.statistics().get("publishes", 0))
+        stats = self.server.statistics()
+        publishes = int(stats.get("publishes", 0))
         deliveries = self._deliveries()
         received = {
             "messages_received": publishes,
@@ -500,15 +501,18 @@ class StatisticsCollector:
             "matches_found_per_sec": round(self.rate("deliveries"), 3),
         }
         out = Entries()
-        out["all"] = {"description": "every stage", **received, **matched}
+        denied = {name: int(stats.get(name, 0)) for name in ("denied_reads", "denied_writes")}
+        out["all"] = {"description": "every stage", **received, **matched, **denied}
         out["ingest"] = {
             "description": "publishes accepted (de-duplicated, journaled, SOW applied)",
             **received,
+            "denied_writes": denied["denied_writes"],
         }
         out["delivery"] = {
             "description": "accepted publishes routed to matching subscriptions",
             **received,
             **matched,
+            "denied_reads": denied["denied_reads"],
         }
         return out
 

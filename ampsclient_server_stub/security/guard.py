@@ -129,7 +129,15 @@ class SecurityGuard:
     def __init__(self, security: Policies) -> None:
         self.security = security
         self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
-        self.counters: dict[str, int] = {"auth_failures": 0, "not_entitled": 0, "challenges": 0}
+        self.counters: dict[str, int] = {
+            "auth_failures": 0,
+            "not_entitled": 0,
+            "challenges": 0,
+            "denied_reads": 0,
+            "denied_writes": 0,
+        }
+        """``not_entitled`` split as AMPS' monitoring names it: ``denied_writes`` (publish,
+        sow_delete) and ``denied_reads`` (subscribe, sow)."""
 
     def policy(self, conn: Connection) -> Policy:
         """The policy of ``conn``'s transport."""
@@ -166,6 +174,7 @@ class SecurityGuard:
 
     def _refuse(self, conn: Connection, op: str, topic: str) -> None:
         self.counters["not_entitled"] += 1
+        self.counters["denied_writes" if op in ("publish", "sow_delete") else "denied_reads"] += 1
         raise CommandFailure(NOT_ENTITLED, f"user {conn.user_id!r} may not {op} topic {topic!r}")
 
     def check(self, conn: Connection, command: object, hdr: Header) -> None:

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from ampsclient import AMPSError, Client
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ConfigError, parse_config
 from ampsclient_server_stub.security.users import add_user
+from ampsclient_server_stub.testing import wait_for
 
 from ._support import action, admin_port, get_json, request
 
@@ -60,6 +62,40 @@ def test_credentials_and_entitlements(tmp_path: Path) -> None:
         )
         assert status == 409  # no <JournalArchiveDirectory>
         assert request(port, "/", auth=("ops", "ops-secret"))[0] == 200
+    finally:
+        thread.stop()
+
+
+def test_denied_reads_and_writes_are_counted_as_amps_names_them(tmp_path: Path) -> None:
+    """/amps/instance/processors/all: ``denied_reads`` (a subscribe, a sow query) and
+    ``denied_writes`` (a publish) refused by the entitlements, each counted once."""
+    thread = secured(tmp_path)
+    ops = ("ops", "ops-secret")
+    try:
+        port = admin_port(thread)
+        client = Client("no-rights")
+        client.connect(thread.uri().replace("tcp://", "tcp://viewer:viewer-secret@"))
+        client.logon()
+        try:
+            for refused in (
+                lambda: client.subscribe(lambda _m: None, "orders"),
+                lambda: client.sow(lambda _m: None, "orders"),
+            ):
+                with pytest.raises(AMPSError, match="not entitled"):
+                    refused()
+            client.publish("orders", "{}")
+            client.flush()
+        finally:
+            client.close()
+
+        def figures() -> tuple[int, int]:
+            node = get_json(port, "/amps/instance/processors/all.json", auth=ops)
+            (entry,) = node["amps"]["instance"]["processors"]
+            return entry["denied_reads"], entry["denied_writes"]
+
+        wait_for(lambda: figures() == (2, 1), what="2 denied reads, 1 denied write")
+        ingest = get_json(port, "/amps/instance/processors/ingest", auth=ops)
+        assert ingest["denied_writes"] == 1
     finally:
         thread.stop()
 
