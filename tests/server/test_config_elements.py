@@ -489,6 +489,12 @@ PROOFS: dict[str, Probe | Covered] = {
     "Transports/Transport/RequireClientCertificate": Covered(
         SECURITY + "test_tls_client_certificate_required"
     ),
+    "Transports/Transport/Path": Covered(
+        "server/test_unix_listener.py::test_stale_socket_is_replaced_and_removed_on_stop"
+    ),
+    "Transports/Transport/Compression": Covered(
+        "client/test_unix_zlib.py::test_compressed_round_trip_message_by_message"
+    ),
     "Transports/Transport/Secret": Covered(
         REPL + "test_wrong_secret_is_refused_with_logs_on_both_sides"
     ),

@@ -1,0 +1,196 @@
+"""unix:// and compression=zlib against a reference server in a child process (issue 33).
+
+The server's config has a compressed tcp transport (the first one, so ``--tcp-port`` lands on
+it), a ws one, a plain tcp one and a unix one; every test talks to it over real sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ampsclient import AsyncClient, Client
+from ampsclient.exceptions import CompressionError, DisconnectedError, InvalidURIError
+from ampsclient.ha import DefaultServerChooser
+from ampsclient.protocol.compression import ZlibStream, looks_compressed
+from ampsclient.sync import HAClient
+from ampsclient.uri import parse_uri
+from ampsclient_server_stub.harness import ServerProcess, free_port
+from ampsclient_server_stub.testing import Inbox
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """<AMPSConfig>
+  <Name>transports</Name>
+  <SOW><Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key></Topic></SOW>
+  <Transports>
+    <Transport><Name>zipped</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+      <Protocol>amps</Protocol><Compression>zlib</Compression></Transport>
+    <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
+    <Transport><Name>plain</Name><Type>tcp</Type><InetAddr>127.0.0.1:{plain}</InetAddr>
+      <Protocol>amps</Protocol></Transport>
+    <Transport><Name>local</Name><Type>unix</Type><Path>{sock}</Path></Transport>
+  </Transports>
+</AMPSConfig>
+"""
+
+
+class Servers:
+    def __init__(self, proc: ServerProcess, sock: Path, plain_port: int) -> None:
+        self.proc = proc
+        self.sock = sock
+        self.zipped = proc.uri("tcp") + "?compression=zlib"
+        self.zipped_plain = proc.uri("tcp")
+        self.plain = f"tcp://127.0.0.1:{plain_port}/amps/json"
+        self.unix = f"unix://localhost:0/amps/json?path={sock}"
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    base = tmp_path_factory.mktemp("unixzlib")
+    sock = base / "amps.sock"
+    plain = free_port()
+    config = base / "config.xml"
+    config.write_text(CONFIG.format(plain=plain, sock=sock))
+    proc = ServerProcess(config=config, data_dir=base / "data")
+    with proc:
+        yield Servers(proc, sock, plain)
+
+
+def _round_trip(uri: str, name: str, count: int) -> None:
+    inbox = Inbox()
+    with Client(f"{name}-sub") as sub, Client(f"{name}-pub") as pub:
+        sub.connect(uri)
+        sub.logon(5000)
+        pub.connect(uri)
+        pub.logon(5000)
+        topic = f"rt-{name}"
+        sub.subscribe(inbox, topic)
+        for i in range(count):
+            pub.publish(topic, json.dumps({"n": i, "pad": "x" * (i % 50)}))
+        pub.publish_flush(10_000)
+        inbox.wait_messages(count, timeout=20)
+        assert inbox.ns() == list(range(count))  # every message, once, in order
+
+
+# ------------------------------------------------------------------ unix://
+
+
+def test_unix_socket_file_is_owner_only(servers: Servers) -> None:
+    mode = servers.sock.stat().st_mode
+    assert mode & 0o777 == 0o600
+
+
+def test_unix_publish_subscribe_sow(servers: Servers) -> None:
+    _round_trip(servers.unix, "unix", 500)
+    with Client("unix-sow") as c:
+        c.connect(servers.unix)
+        c.logon(5000)
+        for i in range(5):
+            c.publish("orders", json.dumps({"id": i, "v": f"u{i}"}))
+        c.publish_flush(5000)
+        found = c.sow("orders", "/v LIKE '^u'")
+        rows = sorted(json.loads(m.data)["id"] for m in found if m.get_command() == "sow")
+    assert rows == [0, 1, 2, 3, 4]
+
+
+async def test_async_client_over_unix(servers: Servers) -> None:
+    async with AsyncClient("async-unix") as c:
+        await c.connect(servers.unix)
+        await c.logon(5000)
+        stream = await c.subscribe("async-unix")
+        for i in range(20):
+            c.publish("async-unix", {"n": i})
+        await c.flush(5000)
+        got = []
+        async for message in stream:
+            got.append(message.json()["n"])
+            if len(got) == 20:
+                break
+    assert got == list(range(20))
+
+
+def test_ha_chooser_mixes_unix_and_tcp(servers: Servers, tmp_path: Path) -> None:
+    dead = tmp_path / "nobody.sock"  # no listener: the chooser moves on to the next URI
+    with HAClient("ha-mixed") as ha:
+        chooser = ha.get_server_chooser()
+        assert isinstance(chooser, DefaultServerChooser)
+        chooser.add(f"unix://localhost:0/amps/json?path={dead}")
+        chooser.add(servers.unix)
+        chooser.add(servers.plain)
+        ha.connect_and_logon()
+        assert chooser.get_current_uri() == servers.unix
+        ha.publish("ha-mixed", json.dumps({"n": 1}))
+        ha.publish_flush(5000)
+
+
+def test_unix_uri_forms() -> None:
+    uri = parse_uri("unix://localhost:0/amps/json?path=/run/amps.sock")
+    assert uri.unix_path == "/run/amps.sock"
+    assert uri.redacted() == "unix://localhost:0/amps/json?path=/run/amps.sock"
+    with pytest.raises(InvalidURIError, match="path option"):
+        parse_uri("unix://localhost:0/amps/json")
+    with pytest.raises(InvalidURIError, match="not supported on unix"):
+        parse_uri("unix://localhost:0/amps/json?path=/x.sock&compression=zlib")
+
+
+# ------------------------------------------------------------------ compression=zlib
+
+
+def test_compressed_round_trip_message_by_message(servers: Servers) -> None:
+    _round_trip(servers.zipped, "zlib", 3000)
+
+
+def test_plain_client_on_a_compression_transport(servers: Servers) -> None:
+    _round_trip(servers.zipped_plain, "plain-on-zip", 200)
+
+
+def test_compressed_bytes_really_are_deflated(servers: Servers) -> None:
+    """A raw socket speaking the documented wire format: the server's answer is raw deflate."""
+    stream = ZlibStream()
+    logon = b'{"c":"logon","cid":"1","client_name":"raw-zlib","a":"processed","version":"5.3"}'
+    with socket.create_connection(("127.0.0.1", servers.proc.tcp_port), timeout=10) as s:
+        s.sendall(stream.compress(len(logon).to_bytes(4, "big") + logon))
+        data = s.recv(65536)
+    assert data[:4] != b"\x00\x00\x00" and looks_compressed(data)
+    plain = zlib.decompressobj(-15).decompress(data)
+    ack = json.loads(plain[4 : 4 + int.from_bytes(plain[:4], "big")])
+    assert (ack["c"], ack["cid"], ack["status"]) == ("ack", "1", "success")
+
+
+def test_compressed_client_on_a_plain_transport_gets_a_clear_error(servers: Servers) -> None:
+    with Client("zlib-refused") as c:
+        c.connect(servers.plain + "?compression=zlib")
+        with pytest.raises(DisconnectedError, match="accept compression=zlib"):
+            c.logon(5000)
+    _round_trip(servers.plain, "after-refusal", 10)  # the server is still up
+
+
+def test_garbage_compressed_input_is_refused_and_the_server_stays_up(servers: Servers) -> None:
+    with socket.create_connection(("127.0.0.1", servers.proc.tcp_port), timeout=10) as s:
+        s.sendall(b"\xff\xfe\xfd\xfc garbage that is no deflate stream" * 4)
+        assert s.recv(65536) == b""  # closed by the server, nothing answered
+    assert servers.proc.running
+    assert any("invalid compressed data" in line for line in servers.proc.stderr_lines)
+    _round_trip(servers.zipped, "after-garbage", 10)
+
+
+def test_zlib_stream_refuses_garbage_with_a_typed_error() -> None:
+    with pytest.raises(CompressionError, match="compression=zlib"):
+        ZlibStream().decompress(b"\xff\xfe\xfd\xfc not deflate")
+    ended = zlib.compressobj(6, zlib.DEFLATED, -15)
+    whole = ended.compress(b"abc") + ended.flush()  # a finished stream: never from AMPS
+    with pytest.raises(CompressionError, match="ended"):
+        ZlibStream().decompress(whole)
+
+
+def test_compression_uri_option() -> None:
+    assert parse_uri("tcp://h:1/amps/json?compression=ZLIB").compression == "zlib"
+    assert parse_uri("tcp://h:1/amps/json").compression is None
+    with pytest.raises(InvalidURIError, match="unsupported compression 'lz4'"):
+        parse_uri("tcp://h:1/amps/json?compression=lz4")
