@@ -61,6 +61,35 @@ _JOURNAL: Final = (
     ("compressed_files", "amps_journal_compressed_files", "gauge", "Compressed files."),
 )
 
+_PROCESSOR: Final = (
+    ("messages_received", "amps_processor_messages_received_total", "counter", "Messages in."),
+    ("matches_found", "amps_processor_matches_found_total", "counter", "Matches found."),
+    ("denied_reads", "amps_processor_denied_reads_total", "counter", "Reads refused."),
+    ("denied_writes", "amps_processor_denied_writes_total", "counter", "Writes refused."),
+)
+
+_CPU: Final = (
+    ("user_percent", "amps_host_cpu_user_percent", "gauge", "User time, last interval."),
+    ("system_percent", "amps_host_cpu_system_percent", "gauge", "System time, last interval."),
+    ("idle_percent", "amps_host_cpu_idle_percent", "gauge", "Idle time, last interval."),
+    ("iowait_percent", "amps_host_cpu_iowait_percent", "gauge", "I/O wait, last interval."),
+)
+
+_DISK: Final = (
+    (
+        "filesystem_free_percent",
+        "amps_host_disk_filesystem_free_percent",
+        "gauge",
+        "Free share of the file system.",
+    ),
+    ("in_progress", "amps_host_disk_in_progress", "gauge", "I/O requests in progress."),
+)
+
+_NETWORK: Final = (
+    ("bytes_in", "amps_host_network_bytes_in_total", "counter", "Bytes received."),
+    ("bytes_out", "amps_host_network_bytes_out_total", "counter", "Bytes sent."),
+)
+
 _REPLICATION: Final = (
     ("messages_out", "amps_replication_messages_out_total", "counter", "Messages sent."),
     ("messages_out_per_sec", "amps_replication_messages_out_per_second", "gauge", "Send rate."),
@@ -124,8 +153,9 @@ class _Writer:
                 self.sample(name, value, {label: row_name})
 
 
-def render_metrics(instance: Mapping[str, Any]) -> str:
-    """The exposition text of an ``/amps/instance`` tree (see :mod:`.stats`)."""
+def render_metrics(instance: Mapping[str, Any], host: Mapping[str, Any] | None = None) -> str:
+    """The exposition text of an ``/amps/instance`` tree and an ``/amps/host`` one (see
+    :mod:`.stats` and :mod:`.system`)."""
     out = _Writer()
     stats: Mapping[str, Any] = instance.get("statistics", {})
     out.family("amps_instance_info", "gauge", "The instance (always 1).")
@@ -147,6 +177,25 @@ def render_metrics(instance: Mapping[str, Any]) -> str:
     for key in sorted(stats):
         if key not in derived:
             out.sample("amps_server_statistic", stats[key], {"name": key})
+    out.table(_PROCESSOR, instance.get("processors", {}), "processor")
+    memory: Mapping[str, Any] = instance.get("memory", {})
+    for key, name in (
+        ("rss", "amps_instance_memory_rss_bytes"),
+        ("vmsize", "amps_instance_memory_vmsize_bytes"),
+    ):
+        if key in memory:
+            out.family(name, "gauge", f"The server process' {key} (bytes).")
+            out.sample(name, memory[key])
+    if host is not None:
+        out.table(_CPU, host.get("cpus", {}), "cpu")
+        out.table(_DISK, host.get("disks", {}), "disk")
+        out.table(_NETWORK, host.get("network", {}), "interface")
+        host_memory: Mapping[str, Any] = host.get("memory", {})
+        if host_memory:
+            out.family("amps_host_memory_bytes", "gauge", "Host memory (/proc/meminfo).")
+            for key in sorted(host_memory):
+                if key != "in_use_percent":
+                    out.sample("amps_host_memory_bytes", host_memory[key], {"kind": key})
     out.table(_CLIENT, instance.get("clients", {}), "client")
     topics: Mapping[str, Mapping[str, Any]] = instance.get("topics", {})
     out.table(_TOPIC, topics, "topic")

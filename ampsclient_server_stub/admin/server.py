@@ -325,7 +325,8 @@ class AdminServer:
             self._allow(request, _READ)
             await self.auth.check(request)
             tree = await self.collector.build()
-            text = await asyncio.to_thread(render_metrics, tree)
+            host = self.collector.host.tree()
+            text = await asyncio.to_thread(render_metrics, tree, host)
             return Response(200, text.encode(), CONTENT_TYPE)
         if path[0] != "amps":
             raise HttpError(404, f"not found: {request.target}")

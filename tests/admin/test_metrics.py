@@ -74,6 +74,21 @@ def test_metrics_parse_and_match_the_json_tree() -> None:
             assert values[info] == 1
             server_stat = ("amps_server_statistic", (("name", "logons"),))
             assert values[server_stat] == thread.statistics()["logons"]
+            # the AMPS parts of the same tree: processors, process memory, host
+            key = ("amps_processor_matches_found_total", (("processor", "all"),))
+            assert values[key] == tree["processors"]["all"]["matches_found"] == 25
+            key = ("amps_processor_messages_received_total", (("processor", "ingest"),))
+            assert values[key] == 25
+            assert values[("amps_instance_memory_rss_bytes", ())] > 0
+            host = get_json(port, "/amps/host")
+            disk, entry = next(iter(host["disks"].items()))
+            key = (
+                "amps_host_disk_filesystem_free_percent",
+                (("disk", disk),),
+            )
+            assert abs(values[key] - entry["filesystem_free_percent"]) < 1.0
+            assert values[("amps_host_memory_bytes", (("kind", "total"),))] > 0
+            assert ("amps_host_network_bytes_in_total", (("interface", "lo"),)) in values
         finally:
             pub.close()
             sub.close()
