@@ -194,3 +194,5 @@ def test_compression_uri_option() -> None:
     assert parse_uri("tcp://h:1/amps/json").compression is None
     with pytest.raises(InvalidURIError, match="unsupported compression 'lz4'"):
         parse_uri("tcp://h:1/amps/json?compression=lz4")
+    with pytest.raises(InvalidURIError, match="not supported on ws://"):
+        parse_uri("ws://h:1/amps/json?compression=zlib")
