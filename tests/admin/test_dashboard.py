@@ -126,6 +126,12 @@ def test_dashboard_charts_show_the_traffic(server: tuple[ServerProcess, int]) ->
                 assert any(r.startswith("dash-pub") for r in rows)
                 assert any(r.startswith("dash-sub") for r in rows)
                 assert "dash" in page.locator("#topics tbody").inner_text()
+                # the host and process figures of the AMPS tree (/amps/host/cpus/all, memory)
+                meta = page.locator("#meta")
+                assert 0 <= float(meta.get_attribute("data-host-busy") or "-1") <= 100
+                rss = get_json(port, "/amps/instance/memory/rss")
+                assert 0.5 * rss <= float(meta.get_attribute("data-rss") or "0") <= 2 * rss
+                assert "% busy" in meta.inner_text() and "MB resident" in meta.inner_text()
                 shot = page.screenshot(full_page=True)
                 assert shot.startswith(b"\x89PNG")
                 if os.environ.get("AMPSCLIENT_UPDATE_SCREENSHOT") == "1":
