@@ -38,6 +38,7 @@ from .system import Entries, HostSampler, process_memory
 
 if TYPE_CHECKING:
     from ..engine.broker import Connection
+    from ..engine.journal_types import JournalRecord
     from .host import AdminHost
 
 __all__ = ["HISTORY", "RATE_SPAN", "Sample", "StatisticsCollector", "client_key"]
@@ -286,14 +287,32 @@ class StatisticsCollector:
         return out
 
     def _bookmark_at(self, index: int) -> str | None:
+        record = self._record_at(index)
+        return record.bookmark if record is not None else None
+
+    def _record_at(self, index: int) -> JournalRecord | None:
         journal = self.server.journal
         if journal is None or index < 1 or index > journal.last_index:
             return None
         try:
             records = journal.read(index, max_records=1)
-        except Exception:  # a file pruned meanwhile: no bookmark this time
+        except Exception:  # a file pruned meanwhile: nothing this time
             return None
-        return records[0].bookmark if records else None
+        return records[0] if records else None
+
+    def _seconds_behind(self, acked: int, last: int) -> float | None:
+        """AMPS' ``seconds_behind`` of a destination: the journal time of the newest record
+        less that of the newest one the destination acknowledged (the oldest retained record
+        when that one is gone); 0 when it acknowledged everything, ``None`` when a record
+        cannot be read."""
+        if acked >= last:
+            return 0.0
+        journal = self.server.journal
+        first = journal.first_index if journal is not None else 0
+        newest, behind = self._record_at(last), self._record_at(max(acked, first, 1))
+        if newest is None or behind is None:
+            return None
+        return max(0, newest.timestamp - behind.timestamp) / 1e6
 
     def replication_status(self) -> Mapping[str, Any]:
         """The replication manager's status (``{}`` without replication)."""
@@ -480,8 +499,11 @@ class StatisticsCollector:
                 "acked_through": acked,
                 "messages_behind": max(0, last - acked),
                 "in_flight": dest.get("in_flight"),
-                "seconds_behind": round(float(dest.get("oldest_unacked_age") or 0.0), 3),
+                "oldest_unacked_age": round(float(dest.get("oldest_unacked_age") or 0.0), 3),
             }
+            behind = self._seconds_behind(acked, last)
+            if behind is not None:
+                out[name]["seconds_behind"] = round(behind, 3)
         return out
 
     def processors(self) -> Entries:

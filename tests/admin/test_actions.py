@@ -4,6 +4,7 @@ replication downgrade/upgrade between two real instances."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -124,9 +125,11 @@ def test_replication_downgrade_and_upgrade(tmp_path: Path) -> None:
         with HAClient("repl-pub") as pub:
             pub.get_server_chooser().add(threads[0].uri())
             pub.connect_and_logon()
+            acked_from = time.time()  # the journal time of n=9 lies between these two
             for n in range(10):
                 pub.publish("orders", json.dumps({"n": n}))
             pub.publish_flush(10_000)  # sync: B acknowledged them
+            acked_to = time.time()
         path = f"/amps/instance/replication/{name}"
         wait_for(lambda: get_json(port, path)["messages_behind"] == 0, what="B caught up")
         assert get_json(port, path)["messages_out"] >= 10
@@ -151,13 +154,29 @@ def test_replication_downgrade_and_upgrade(tmp_path: Path) -> None:
         with Client("lagging-pub") as pub:
             pub.connect(threads[0].uri())
             pub.logon(5000)
+            newest_from = time.time()
             pub.publish("orders", json.dumps({"n": 99}))
             pub.flush(5000)
+            newest_to = time.time()
         wait_for(
-            lambda: get_json(port, path)["seconds_behind"] > 0.3,
+            lambda: get_json(port, path)["messages_behind"] >= 1,
             what="the destination to fall behind",
         )
-        assert get_json(port, path)["messages_behind"] >= 1
+        # AMPS' seconds_behind: journal time of the newest record less that of the newest one
+        # the destination acknowledged (n=9); it does not grow while nothing new is written,
+        # the age of the oldest unacknowledged message (our extra field) does
+        behind = get_json(port, path)["seconds_behind"]
+        assert newest_from - acked_to - 0.002 <= behind <= newest_to - acked_from + 0.002
+        wait_for(
+            lambda: get_json(port, path)["oldest_unacked_age"] > behind + 0.3,
+            what="the unacknowledged message to age",
+        )
+        assert get_json(port, path)["seconds_behind"] == behind
+        (entry,) = get_json(port, "/amps/instance/replication.json")["amps"]["instance"][
+            "replication"
+        ]
+        assert (entry["id"], entry["name"], entry["seconds_behind"]) == (name, name, behind)
+        assert isinstance(entry["is_connected"], bool)
         wait_for(
             lambda: get_json(port, "/amps/instance/history")[-1]["replication_lag"] > 0.3,
             what="the lag in the dashboard's samples",
