@@ -6,7 +6,8 @@ last path segment and is sent in the logon as ``mt``.
 ``unix://host:port/amps/json?path=/run/amps.sock`` reaches a Unix domain socket, as AMPS'
 clients spell it: host and port must be present to form a valid URI but are ignored, the
 socket file is the ``path`` option (by convention ``localhost:0``).  ``compression=zlib``
-(tcp and tcps) compresses the whole connection (see docs/protocol.md).
+compresses the connection: on tcp/tcps one deflate stream, on ws/wss permessage-deflate
+(see docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -131,7 +132,5 @@ def _check_options(scheme: str, options: dict[str, str]) -> None:
             f"unsupported compression {compression!r} (AMPS clients support compression=zlib)"
         )
     options["compression"] = compression.lower()
-    if scheme not in ("tcp", "tcps"):
-        raise InvalidURIError(
-            f"compression is not supported on {scheme}:// connections (tcp:// and tcps:// only)"
-        )
+    if scheme in ("unix", "memory"):
+        raise InvalidURIError(f"compression is not supported on {scheme}:// connections")

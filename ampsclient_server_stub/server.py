@@ -288,11 +288,6 @@ class ReferenceServer:
                     f"transport {transport.name!r}: <Protocol> {transport.protocol!r} is "
                     "not supported by the reference server (amps, websocket)"
                 )
-            if transport.compression is not None and transport.is_websocket:
-                raise ConfigError(
-                    f"transport {transport.name!r}: <Compression> is supported on tcp and "
-                    "tcps transports by the reference server, not on websocket ones"
-                )
             if transport.type == "unix":
                 assert transport.path is not None
                 unix = await start_unix_listener(
@@ -318,6 +313,7 @@ class ReferenceServer:
                     ssl_context=tls,
                     policy=policy,
                     flow=flow,
+                    compression=transport.compression,
                 )
                 self._ws.append((transport, ws))
             elif transport.type in ("tcp", "tcps"):

@@ -86,6 +86,8 @@ class WebSocketTransport(Transport):
         self._on_writable = on_writable
         self._framer = WsClientFramer(max_frame_size=max_frame_size)
         self._text = text
+        self._encode = None if ws.protocol.extensions else _accel.ws_encode
+        """The C frame encoder, unless the frames are compressed (websockets does that)."""
         self._outq: asyncio.Queue[bytes | None] = asyncio.Queue()
         """Complete WebSocket frames, in write order (``None``: stop)."""
         self._pending_bytes = 0
@@ -121,7 +123,7 @@ class WebSocketTransport(Transport):
                     url,
                     additional_headers=headers,
                     max_size=max_frame_size,
-                    compression=None,
+                    compression="deflate" if uri.compression else None,
                     ssl=ssl_context if uri.tls else None,
                     open_timeout=None,
                     ping_interval=None,
@@ -133,6 +135,12 @@ class WebSocketTransport(Transport):
             raise TimeoutError(f"timed out connecting to {uri.redacted()}") from None
         except (OSError, WebSocketException) as exc:
             raise AMPSConnectionError(f"cannot connect to {uri.redacted()}: {exc}") from exc
+        if uri.compression and not ws.protocol.extensions:
+            await ws.close()
+            raise AMPSConnectionError(
+                f"{uri.redacted()} does not accept compressed WebSocket connections "
+                "(compression=zlib: permessage-deflate was not agreed)"
+            )
         text = uri.message_type == "json"
         try:
             await ws.send("text" if text else "binary")
@@ -151,7 +159,7 @@ class WebSocketTransport(Transport):
     def write(self, data: bytes) -> None:
         if self._closed:
             raise DisconnectedError("the connection is closed")
-        encode = _accel.ws_encode
+        encode = self._encode
         frames = encode(data, self._text) if encode is not None else None
         if frames is None:
             frames = self._ws.frame_many(ws_messages(data, self._text))

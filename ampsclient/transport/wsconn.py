@@ -10,7 +10,9 @@ about the WebSocket protocol, the handshake, pings or closing (still ``websocket
   fragmented message is joined first); nothing waits on ``recv()``;
 * :meth:`BatchingMixin.send_many` frames several messages and writes them with one
   ``transport.write`` (:meth:`~BatchingMixin.frame_many` builds the bytes,
-  :meth:`~BatchingMixin.send_frames` writes bytes built elsewhere).
+  :meth:`~BatchingMixin.send_frames` writes bytes built elsewhere). On a connection that
+  negotiated permessage-deflate (``compression=zlib``), the frames are websockets' own,
+  compressed by the extension.
 
 Used as ``class C(BatchingMixin, ClientConnection)`` (or ``ServerConnection``); it relies on
 ``process_event``, ``send_context``, ``send_data``, ``protocol`` and ``transport`` of
@@ -140,6 +142,8 @@ class BatchingMixin:
         (about 5 µs each: a Frame object, a BytesIO, a urandom call per mask): unfragmented
         data frames carry no state the protocol tracks.
         """
+        if self.protocol.extensions:  # permessage-deflate: websockets compresses and frames
+            return self._frame_with_extensions(messages)
         out: list[bytes] = []
         append = out.append
         if self._mask_frames:
@@ -154,6 +158,17 @@ class BatchingMixin:
                 append(frame_header(0x81 if text else 0x82, len(data), 0))
                 append(data)
         return b"".join(out)
+
+    def _frame_with_extensions(self, messages: Sequence[tuple[bytes, bool]]) -> bytes:
+        """The frames of ``messages`` as websockets' protocol writes them: through the
+        negotiated extensions (permessage-deflate, ``compression=zlib``), in order."""
+        protocol = self.protocol
+        for data, text in messages:
+            if text:
+                protocol.send_text(data)
+            else:
+                protocol.send_binary(data)
+        return b"".join(protocol.data_to_send())
 
     async def send_many(self, messages: Sequence[tuple[bytes, bool]]) -> None:
         """Send ``(data, is_text)`` messages, each its own WebSocket message, in one write.

@@ -372,6 +372,8 @@ class WsSession(NetSession):
         self.framer = WsServerFramer(max_frame_size=max_frame_size)
         self.text: bool = message_type == "json"
         """Send text messages (else binary)."""
+        self.compressed = bool(ws.protocol.extensions)
+        """permessage-deflate was agreed: websockets frames (and compresses) the replies."""
         self._first = True
         self._idle = False
         """The framer has assembled a command and holds nothing (``ws_commands`` may run)."""
@@ -449,8 +451,9 @@ class WsSession(NetSession):
         self._writer = asyncio.create_task(self._write_loop())
         try:
             self.ws.set_message_handler(self.receive_many)
-            self.ws.set_command_taker(self.take_commands)
-            self.ws.parse_frames_here()
+            if not self.compressed:  # compressed frames: websockets' parser inflates them
+                self.ws.set_command_taker(self.take_commands)
+                self.ws.parse_frames_here()
             await self.ws.wait_closed()
         finally:
             self.connection_closed()
@@ -465,7 +468,8 @@ class WsSession(NetSession):
 
     def _write(self, payloads: list[bytes]) -> None:
         text = self.text
-        frames = _server_frames(payloads, text)  # deliveries only (C or its twin)
+        # deliveries only (C or its twin); a compressed connection's frames are websockets'
+        frames = None if self.compressed else _server_frames(payloads, text)
         if frames is None:
             messages: list[tuple[bytes, bool]] = []
             append = messages.append
@@ -521,8 +525,12 @@ async def start_ws_listener(
     ssl_context: ssl.SSLContext | None = None,
     policy: TransportPolicy | None = None,
     flow: FlowControl | None = None,
+    compression: str | None = None,
 ) -> Server:
     """Listen on ``host:port`` (port 0 picks a free port) and serve AMPS over WebSocket.
+
+    ``compression="zlib"`` (``<Compression>zlib</Compression>``) agrees to permessage-deflate
+    (RFC 7692) with the clients that ask for it (ours with ``compression=zlib``).
 
     ``message_type``, when set, is the only type the transport accepts (other paths → 404).
     ``ssl_context`` makes it a ``wss`` listener; ``policy`` (security package) applies
@@ -558,7 +566,7 @@ async def start_ws_listener(
         port,
         process_request=process_request,
         max_size=max_frame_size,
-        compression=None,
+        compression="deflate" if compression else None,
         ping_interval=None,
         close_timeout=2,
         ssl=ssl_context,

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from ampsclient import AsyncClient, Client
-from ampsclient.exceptions import CompressionError, DisconnectedError, InvalidURIError
+from ampsclient.exceptions import (
+    AMPSConnectionError,
+    CompressionError,
+    DisconnectedError,
+    InvalidURIError,
+)
 from ampsclient.ha import DefaultServerChooser
 from ampsclient.protocol.compression import ZlibStream, looks_compressed
 from ampsclient.sync import HAClient
@@ -35,19 +40,24 @@ CONFIG = """<AMPSConfig>
     <Transport><Name>plain</Name><Type>tcp</Type><InetAddr>127.0.0.1:{plain}</InetAddr>
       <Protocol>amps</Protocol></Transport>
     <Transport><Name>local</Name><Type>unix</Type><Path>{sock}</Path></Transport>
+    <Transport><Name>wz</Name><Type>ws</Type><InetAddr>127.0.0.1:{wz}</InetAddr>
+      <Compression>zlib</Compression></Transport>
   </Transports>
 </AMPSConfig>
 """
 
 
 class Servers:
-    def __init__(self, proc: ServerProcess, sock: Path, plain_port: int) -> None:
+    def __init__(self, proc: ServerProcess, sock: Path, plain_port: int, wz: int) -> None:
         self.proc = proc
         self.sock = sock
         self.zipped = proc.uri("tcp") + "?compression=zlib"
         self.zipped_plain = proc.uri("tcp")
         self.plain = f"tcp://127.0.0.1:{plain_port}/amps/json"
         self.unix = f"unix://localhost:0/amps/json?path={sock}"
+        self.ws_zipped = f"ws://127.0.0.1:{wz}/amps/json?compression=zlib"
+        self.ws_plain = proc.uri("ws")
+        self.wz_port = wz
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +65,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     base = tmp_path_factory.mktemp("unixzlib")
     sock = base / "amps.sock"
     plain = free_port()
+    wz = free_port()
     config = base / "config.xml"
-    config.write_text(CONFIG.format(plain=plain, sock=sock))
+    config.write_text(CONFIG.format(plain=plain, sock=sock, wz=wz))
     proc = ServerProcess(config=config, data_dir=base / "data")
     with proc:
-        yield Servers(proc, sock, plain)
+        yield Servers(proc, sock, plain, wz)
 
 
 def _round_trip(uri: str, name: str, count: int) -> None:
@@ -194,5 +205,47 @@ def test_compression_uri_option() -> None:
     assert parse_uri("tcp://h:1/amps/json").compression is None
     with pytest.raises(InvalidURIError, match="unsupported compression 'lz4'"):
         parse_uri("tcp://h:1/amps/json?compression=lz4")
-    with pytest.raises(InvalidURIError, match="not supported on ws://"):
-        parse_uri("ws://h:1/amps/json?compression=zlib")
+    assert parse_uri("wss://h:1/amps/json?compression=zlib").compression == "zlib"
+
+
+# ------------------------------------------------------------------ ws:// with compression=zlib
+
+
+@pytest.mark.parametrize("message_type", ["json", "binary"])
+def test_compressed_websocket_round_trip(servers: Servers, message_type: str) -> None:
+    uri = servers.ws_zipped.replace("/amps/json", f"/amps/{message_type}")
+    _round_trip(uri, f"ws-zlib-{message_type}", 2000)
+
+
+def test_websocket_compression_is_permessage_deflate(servers: Servers) -> None:
+    """The handshake agrees permessage-deflate on the compression transport only."""
+
+    def extensions(port: int) -> str:
+        request = (
+            f"GET /amps/json HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(request.encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = s.recv(4096)
+                assert chunk, "closed during the handshake"
+                head += chunk
+        assert head.startswith(b"HTTP/1.1 101")
+        lines = head.decode().lower().split("\r\n")
+        return ";".join(v for v in lines if v.startswith("sec-websocket-extensions"))
+
+    assert "permessage-deflate" in extensions(servers.wz_port)
+    assert "permessage-deflate" not in extensions(servers.proc.ws_port)
+
+
+def test_compressed_websocket_client_on_a_plain_transport_gets_a_clear_error(
+    servers: Servers,
+) -> None:
+    refused = pytest.raises(AMPSConnectionError, match="permessage-deflate was not agreed")
+    with Client("ws-zlib-refused") as c, refused:
+        c.connect(servers.ws_plain + "?compression=zlib")
+    _round_trip(servers.ws_plain, "ws-after-refusal", 10)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import socket
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 from ampsclient import Client
 from ampsclient_server_stub import ServerThread
-from ampsclient_server_stub.config import ConfigError, TransportConfig, parse_config
+from ampsclient_server_stub.config import ConfigError, parse_config
 from ampsclient_server_stub.testing import Inbox
 
 pytestmark = pytest.mark.integration
@@ -95,8 +94,9 @@ def test_a_socket_in_use_is_not_stolen(tmp_path: Path) -> None:
         _ping(f"unix://localhost:0/amps/json?path={sock}")  # the first one still serves
 
 
-def test_compression_on_a_websocket_transport_is_refused(tmp_path: Path) -> None:
-    config = parse_config("<AMPSConfig><Name>w</Name></AMPSConfig>", base_dir=tmp_path)
-    ws = TransportConfig("w", "ws", "127.0.0.1", 0, compression="zlib")
-    with pytest.raises(ConfigError, match="not on websocket"):
-        ServerThread(dataclasses.replace(config, transports=(ws,))).start()
+def test_compression_is_read_on_websocket_transports(tmp_path: Path) -> None:
+    xml = """<AMPSConfig><Name>w</Name><Transports><Transport><Name>w</Name><Type>ws</Type>
+      <InetAddr>127.0.0.1:0</InetAddr><Compression>zlib</Compression></Transport>
+      </Transports></AMPSConfig>"""
+    (ws,) = parse_config(xml, base_dir=tmp_path).transports
+    assert (ws.type, ws.compression) == ("ws", "zlib")
