@@ -3,6 +3,8 @@ and a live dashboard over HTTP, at the ``<Admin><InetAddr>`` address (or ``--adm
 
 * :mod:`.http`: a small, strict HTTP/1.1 server core (limits, deadlines, status codes);
 * :mod:`.stats`: the ``/amps/instance`` statistics tree and its sampler (rates over a window);
+* :mod:`.system`: the ``/amps/host`` part (CPUs, memory, disks, network from ``/proc``);
+* :mod:`.tree`: walking the tree by path, AMPS' JSON and XML forms of a node;
 * :mod:`.actions`: ``/amps/administrator`` actions (disconnect, replication downgrade/upgrade,
   journal compress/remove);
 * :mod:`.metrics`: ``/metrics`` in Prometheus' text format;

@@ -11,7 +11,7 @@ The tree follows the AMPS monitoring guide's layout and metric names (``/amps/ho
 ``/amps/instance/clients/<name>/messages_in_per_sec``, ``queue_depth_out``,
 ``/amps/instance/processors/all/messages_received_per_sec``,
 ``/amps/instance/replication/<destination>/seconds_behind``...); collections AMPS lists with
-an ``id`` are :class:`~.system.Entries` (see :mod:`.tree` for AMPS' JSON and XML forms).
+an ``id`` are :class:`~.tree.Entries` (see :mod:`.tree` for AMPS' JSON and XML forms).
 ``statistics``, ``topics``, ``subscriptions``, ``journal`` (the transaction log) and
 ``history`` are this server's additions. The host part comes from :class:`~.system.HostSampler`.
 
@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..engine.broker import SERVER_VERSION
 from ..net.session import NetSession
-from .system import Entries, HostSampler, process_memory
+from .system import HostSampler, process_memory
+from .tree import Entries
 
 if TYPE_CHECKING:
     from ..engine.broker import Connection

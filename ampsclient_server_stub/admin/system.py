@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from .tree import Entries
+
 __all__ = [
-    "Entries",
     "HostSampler",
     "parse_cpu_times",
     "parse_diskstats",
@@ -44,12 +45,6 @@ _NET_FIELDS: Final = (
     "errors_out",
     "drops_out",
 )
-
-
-class Entries(dict[str, Any]):
-    """A collection of the tree whose entries AMPS lists with an ``id`` (clients, cpus,
-    processors, sow topics...): a dict keyed by id here, a list of ``{"id": ..., ...}`` in
-    AMPS' JSON and XML forms (see :func:`~.tree.amps_form`)."""
 
 
 def _read(path: Path) -> str | None:

@@ -1,6 +1,6 @@
 """Walking the statistics tree by path and writing it in AMPS' output forms (no I/O).
 
-The tree is built of plain dicts and :class:`~.system.Entries` (collections whose entries
+The tree is built of plain dicts and :class:`Entries` (collections whose entries
 AMPS lists with an ``id``). The AMPS monitoring guide ("Output Formatting") serves a node
 "along with all child nodes" as a JSON document when ``.json`` is appended to its URI, and as
 an XML document with ``.xml``; its example (``/amps/host/cpus.json``) shows the document
@@ -20,11 +20,15 @@ from collections.abc import Sequence
 from typing import Any, Final
 from xml.sax.saxutils import escape, quoteattr
 
-from .system import Entries
-
-__all__ = ["NotFound", "amps_document", "amps_form", "find", "to_xml"]
+__all__ = ["Entries", "NotFound", "amps_document", "amps_form", "find", "to_xml"]
 
 _NAME_BAD: Final = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class Entries(dict[str, Any]):
+    """A collection of the tree whose entries AMPS lists with an ``id`` (clients, cpus,
+    processors, sow topics...): a dict keyed by id here, a list of ``{"id": ..., ...}`` in
+    AMPS' JSON and XML forms (see :func:`amps_form`)."""
 
 
 class NotFound(LookupError):
