@@ -82,6 +82,8 @@ class TcpSession(NetSession, asyncio.Protocol):
         self.transport = transport
         peername: Any = transport.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        if not peer:  # a unix socket's client has no address: name the socket file
+            peer = f"unix:{transport.get_extra_info('sockname')}"
         self.attach(message_type=self.message_type, peer=peer)
 
     def data_received(self, data: bytes) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,3 +250,29 @@ def test_compressed_websocket_client_on_a_plain_transport_gets_a_clear_error(
     with Client("ws-zlib-refused") as c, refused:
         c.connect(servers.ws_plain + "?compression=zlib")
     _round_trip(servers.ws_plain, "ws-after-refusal", 10)
+
+
+def test_garbage_from_the_server_is_a_typed_error_on_the_client() -> None:
+    """A listener that answers a compressed logon with bytes that do not inflate."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"\xff\xfe\xfd\xfc not a deflate stream")
+            conn.recv(65536)  # until the client closes
+
+    worker = threading.Thread(target=serve, daemon=True)
+    worker.start()
+    try:
+        with Client("zlib-garbage") as c:
+            c.connect(f"tcp://127.0.0.1:{port}/amps/json?compression=zlib")
+            with pytest.raises(DisconnectedError) as info:
+                c.logon(5000)
+        assert isinstance(info.value.__cause__, CompressionError)
+        worker.join(10)
+        assert not worker.is_alive()
+    finally:
+        listener.close()

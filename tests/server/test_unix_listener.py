@@ -74,6 +74,13 @@ def test_stale_socket_is_replaced_and_removed_on_stop(tmp_path: Path) -> None:
     with _server(sock) as thread:
         _ping(f"unix://localhost:0/amps/json?path={sock}")
         assert thread.server.listening_line().endswith(f"unix://{sock}")
+        with Client("unix-peer") as c:
+            c.connect(f"unix://localhost:0/amps/json?path={sock}")
+            c.logon(5000)
+            broker = thread.server.broker
+            assert broker is not None
+            peers = [(conn.transport, conn.peer) for conn in broker.connections]
+            assert ("unix", f"unix:{sock}") in peers
     assert not sock.exists()
 
 
