@@ -317,6 +317,8 @@ class AdminServer:
                 path[-1] = path[-1][: -len(suffix)]
                 form = suffix[1:]
                 break
+        if path[:3] == ["amps", "host", "cpu"]:
+            path[2] = "cpus"  # the guide's "Admin path: /amps/host/cpu/<id>/<metric>"
         if not path:
             self._allow(request, _READ)
             await self.auth.check(request)

@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -182,6 +183,7 @@ class HostSampler:
         """The whole ``/amps/host`` node."""
         return {
             "name": socket.gethostname(),
+            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "cpus": self.cpus(),
             "memory": self.memory(),
             "disks": self.disks(),

@@ -181,6 +181,8 @@ def test_documented_paths_with_traffic(server: ServerThread) -> None:
             "amps": {"instance": {"sow": [{"id": "/ADMIN/bookmark_store", "valid_keys": 3}]}}
         }
         assert "amps" in get_json(port, "/amps/host/cpus.json")
+        assert get_json(port, "/amps/host/cpu/all/idle_percent") <= 100  # the guide's path
+        assert isinstance(tree["host"]["name"], str) and tree["host"]["timestamp"][:2] == "20"
         # the bare form (what the dashboard reads): the same figures, collections keyed by id
         assert get_json(port, "/amps/instance/clients/sub/messages_out") == sub["messages_out"]
         assert get_json(port, "/amps/host/disks")[next(iter(disks))]["mount_point"]
