@@ -10,14 +10,17 @@ accept compressed connections.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from typing import Final
 
 from ..exceptions import CompressionError
 
-__all__ = ["ZLIB", "ZlibStream", "looks_compressed"]
+__all__ = ["INFLATE_CHUNK", "ZLIB", "ZlibStream", "looks_compressed"]
 
 ZLIB: Final = "zlib"
 _WBITS: Final = -15  # raw deflate: what the official client sends and accepts
+INFLATE_CHUNK: Final = 256 * 1024
+"""The most :meth:`ZlibStream.inflate` hands over at once."""
 
 
 class ZlibStream:
@@ -33,6 +36,31 @@ class ZlibStream:
     def compress(self, data: bytes) -> bytes:
         """``data`` deflated and sync-flushed: the peer can inflate all of it at once."""
         return self._deflate.compress(data) + self._deflate.flush(self._flush)
+
+    def inflate(self, data: bytes, chunk: int = INFLATE_CHUNK) -> Iterator[bytes]:
+        """What ``data`` inflates to, ``chunk`` bytes at most at a time: a small input that
+        inflates a thousandfold (a "zip bomb") is never held whole (the caller's framer
+        refuses an oversized frame after its first chunk).
+
+        Raises:
+            CompressionError: as :meth:`decompress`.
+        """
+        inflater = self._inflate
+        pending = data
+        while True:
+            try:
+                out = inflater.decompress(pending, chunk)
+            except zlib.error as exc:
+                raise CompressionError(
+                    f"invalid compressed data (compression=zlib): {exc}"
+                ) from None
+            if inflater.eof:
+                raise CompressionError("the compressed stream ended (compression=zlib)")
+            if out:
+                yield out
+            pending = inflater.unconsumed_tail
+            if not pending:
+                return
 
     def decompress(self, data: bytes) -> bytes:
         """The bytes ``data`` inflates to (possibly none yet).

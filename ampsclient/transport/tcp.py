@@ -79,13 +79,13 @@ class _ZlibProtocol(_Protocol):
         owner = self.owner
         owner._received = True
         try:
-            plain = owner._zlib.decompress(data)
+            for plain in owner._zlib.inflate(data):  # a bounded chunk at a time
+                super().data_received(plain)
+                if owner._error is not None:  # the framer refused it: read no further
+                    return
         except ProtocolError as exc:
             log.warning("closing connection: %s", exc)
             owner._fail(exc)
-            return
-        if plain:
-            super().data_received(plain)
 
 
 class TcpTransport(Transport):

@@ -63,16 +63,16 @@ class ZlibTcpSession(TcpSession):
         if self._closing:
             return
         try:
-            plain = zlib.decompress(data)
+            for plain in zlib.inflate(data):  # a bounded chunk at a time
+                TcpSession.data_received(self, plain)
+                if self.closing:  # e.g. a frame too large: the rest is not read
+                    return
         except CompressionError as exc:
             logger.warning("tcp client %s: %s; disconnecting", self.peer, exc)
             if self.conn is not None:
                 self.broker.kick(self.conn, "invalid compressed data")
             else:  # pragma: no cover
                 self.disconnect("invalid compressed data")
-            return
-        if plain:
-            TcpSession.data_received(self, plain)
 
     def _write(self, payloads: list[bytes]) -> None:
         zlib = self.zlib

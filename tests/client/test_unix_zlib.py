@@ -23,7 +23,7 @@ from ampsclient.exceptions import (
     InvalidURIError,
 )
 from ampsclient.ha import DefaultServerChooser
-from ampsclient.protocol.compression import ZlibStream, looks_compressed
+from ampsclient.protocol.compression import INFLATE_CHUNK, ZlibStream, looks_compressed
 from ampsclient.sync import HAClient
 from ampsclient.uri import parse_uri
 from ampsclient_server_stub.harness import ServerProcess, free_port
@@ -276,3 +276,20 @@ def test_garbage_from_the_server_is_a_typed_error_on_the_client() -> None:
         assert not worker.is_alive()
     finally:
         listener.close()
+
+
+def test_a_compressed_bomb_is_refused_after_one_bounded_chunk(servers: Servers) -> None:
+    """64 MiB inflating from ~64 KiB: the first frame length (2 GiB) is refused at once."""
+    stream = ZlibStream()
+    bomb = stream.compress(b"\x7f" + b"\x00" * (64 * 1024 * 1024))
+    assert len(bomb) < 128 * 1024
+    chunks = list(ZlibStream().inflate(bomb))
+    assert max(map(len, chunks)) <= INFLATE_CHUNK and sum(map(len, chunks)) == 64 * 1024 * 1024 + 1
+    with socket.create_connection(("127.0.0.1", servers.proc.tcp_port), timeout=10) as s:
+        s.sendall(bomb)
+        try:
+            answer = s.recv(65536)
+        except ConnectionResetError:  # closed with some of the bomb unread: a reset
+            answer = b""
+        assert answer == b""  # closed, nothing answered
+    _round_trip(servers.zipped, "after-bomb", 10)
