@@ -301,6 +301,12 @@ class AdminServer:
         slot = self._connections[task] = Slot(since=asyncio.get_running_loop().time())
         try:
             await serve_connection(reader, writer, self.handle, slot=slot)
+        except asyncio.CancelledError:
+            # closed by stop() or to make room (serve_connection closed the socket): end
+            # quietly, as asyncio's stream callback (3.11) calls exception() on this task
+            # and logs the CancelledError of a cancelled one as an unhandled error
+            if task.cancelling() == 0:
+                raise
         finally:
             self._connections.pop(task, None)
 

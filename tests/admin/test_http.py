@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -153,3 +154,27 @@ def test_hostile_http_clients_do_not_disturb_messaging(
         garbage.close()
         sub.close()
         pub.close()
+
+
+def test_stop_with_open_keep_alive_connections_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A keep-alive connection still open when the server stops (or evicted) is closed
+    quietly: no 'Exception in callback ... CancelledError' from asyncio."""
+    thread = ServerThread(with_admin()).start()
+    sock = socket.create_connection(("127.0.0.1", admin_port(thread)), timeout=10)
+    try:
+        sock.sendall(b"GET /amps/instance/name HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b'"ampsclient-server"\n'):
+            chunk = sock.recv(65536)
+            assert chunk, "closed before the answer"
+            answer += chunk
+        with caplog.at_level(logging.ERROR):
+            thread.stop()
+        assert sock.recv(65536) == b""  # closed by the stop
+    finally:
+        sock.close()
+        thread.stop()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
