@@ -778,6 +778,10 @@ class ServerThread:
         """Client URI, see :meth:`ReferenceServer.uri`."""
         return self.server.uri(kind, message_type)
 
+    def unix_uri(self, message_type: str = "json") -> str:
+        """``unix://`` URI of the first unix transport, see :meth:`ReferenceServer.unix_uri`."""
+        return self.server.unix_uri(message_type)
+
     def statistics(self) -> dict[str, int]:
         """Broker counters, read on the loop thread."""
         return self.call(self.server.statistics)

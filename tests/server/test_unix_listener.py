@@ -74,6 +74,7 @@ def test_stale_socket_is_replaced_and_removed_on_stop(tmp_path: Path) -> None:
     with _server(sock) as thread:
         _ping(f"unix://localhost:0/amps/json?path={sock}")
         assert thread.server.listening_line().endswith(f"unix://{sock}")
+        assert thread.unix_uri("binary") == f"unix://localhost:0/amps/binary?path={sock}"
         with Client("unix-peer") as c:
             c.connect(f"unix://localhost:0/amps/json?path={sock}")
             c.logon(5000)
