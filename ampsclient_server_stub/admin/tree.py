@@ -52,28 +52,34 @@ def find(root: Any, path: Sequence[str]) -> tuple[Any, list[bool]]:
     return node, steps
 
 
-def amps_form(node: Any) -> Any:
-    """``node`` with every collection as a list of ``{"id": ..., ...}`` (AMPS' form)."""
+def amps_form(node: Any, name: str = "value") -> Any:
+    """``node`` (named ``name``) with every collection as a list of ``{"id": ..., ...}``
+    (AMPS' form)."""
     if isinstance(node, Entries):
-        return [_entry(key, amps_form(value)) for key, value in node.items()]
+        return [_entry(key, amps_form(value, name), name) for key, value in node.items()]
     if isinstance(node, dict):
-        return {key: amps_form(value) for key, value in node.items()}
+        return {key: amps_form(value, key) for key, value in node.items()}
     return node
 
 
-def _entry(key: str, value: Any) -> dict[str, Any]:
+def _entry(key: str, value: Any, name: str) -> dict[str, Any]:
+    """An entry of the collection ``name``: its fields with its ``id``; an entry that is not
+    an object (a collection in a collection, such as a client's subscriptions) under
+    ``name``."""
     if isinstance(value, dict):
         return {"id": key, **{k: v for k, v in value.items() if k != "id"}}
-    return {"id": key, "value": value}
+    return {"id": key, name: value}
 
 
 def amps_document(path: Sequence[str], node: Any, steps: Sequence[bool]) -> dict[str, Any]:
     """The document AMPS serves for ``path`` (``path[0]`` is ``amps``): the node in AMPS'
     form, wrapped in the path from the root; an entry of a collection stays in a one-entry
     list with its ``id``."""
-    value = amps_form(node)
-    for segment, in_collection in zip(reversed(path[1:]), reversed(steps[1:]), strict=True):
-        value = [_entry(segment, value)] if in_collection else {segment: value}
+    names = ["amps", *path[1:]]
+    value = amps_form(node, names[-1])
+    for depth in range(len(path) - 1, 0, -1):
+        segment = path[depth]  # in a collection: an entry of the one named a step up
+        value = [_entry(segment, value, names[depth - 1])] if steps[depth] else {segment: value}
     return {"amps": value}
 
 

@@ -20,6 +20,7 @@ import pytest
 from ampsclient import Client, Message
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.admin.system import HostSampler, parse_cpu_times
+from ampsclient_server_stub.admin.tree import Entries, amps_document, amps_form, find, to_xml
 from ampsclient_server_stub.config import AdminConfig, default_config
 from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.testing import wait_for
@@ -274,3 +275,35 @@ def test_cpu_and_disk_figures_from_proc_files(tmp_path: Path) -> None:
     }
     assert sampler.network()["lo"]["errors_out"] == 1
     assert parse_cpu_times("intr 1 2\n") == {}
+
+
+def test_amps_form_of_nested_collections() -> None:
+    """A collection in a collection (a client's subscriptions) keeps its name in AMPS' form;
+    a node's document is rooted at amps with the path down to it."""
+    subs = Entries({"s1": {"topic": "t"}})
+    tree = {"instance": {"subscriptions": Entries({"watcher": subs}), "name": "n"}}
+    assert amps_form(tree["instance"]["subscriptions"], "subscriptions") == [
+        {"id": "watcher", "subscriptions": [{"id": "s1", "topic": "t"}]}
+    ]
+    path = ["amps", "instance", "subscriptions", "watcher"]
+    node, steps = find(tree, path[1:])
+    assert amps_document(path, node, [False, *steps]) == {
+        "amps": {
+            "instance": {
+                "subscriptions": [{"id": "watcher", "subscriptions": [{"id": "s1", "topic": "t"}]}]
+            }
+        }
+    }
+    path = ["amps", "instance", "subscriptions", "watcher", "s1", "topic"]
+    node, steps = find(tree, path[1:])
+    assert amps_document(path, node, [False, *steps]) == {
+        "amps": {
+            "instance": {
+                "subscriptions": [{"id": "watcher", "subscriptions": [{"id": "s1", "topic": "t"}]}]
+            }
+        }
+    }
+    xml = ET.fromstring(to_xml(amps_document(["amps"], tree, [False])))
+    (element,) = xml.findall("instance/subscriptions/subscriptions")
+    assert element.get("id") == "s1" and element.findtext("topic") == "t"
+    assert xml.findtext("instance/name") == "n"
