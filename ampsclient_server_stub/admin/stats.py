@@ -333,6 +333,8 @@ class StatisticsCollector:
         now = time.time()
         all_rates = self._client_rates()
         zero = (0.0,) * len(_CLIENT_FIELDS)
+        security = self.server.security
+        guard = security.guard if security is not None else None
         for conn in broker.connections:
             session = conn.session
             entry: dict[str, Any] = {
@@ -346,6 +348,8 @@ class StatisticsCollector:
                 "connect_time": _iso(self._connected_at.get(conn.id, now)),
                 "subscription_count": len(conn.subs),
             }
+            denied = guard.denied(conn.id) if guard is not None else (0, 0)
+            entry["denied_reads"], entry["denied_writes"] = denied
             if isinstance(session, NetSession):
                 rates = all_rates.get(conn.id, zero)
                 for i, name in enumerate(_CLIENT_FIELDS):

@@ -138,6 +138,9 @@ class SecurityGuard:
         }
         """``not_entitled`` split as AMPS' monitoring names it: ``denied_writes`` (publish,
         sow_delete) and ``denied_reads`` (subscribe, sow)."""
+        self._denied: OrderedDict[int, list[int]] = OrderedDict()
+        """Per connection id, ``[denied reads, denied writes]`` (the most recent
+        :data:`_STATE_LIMIT` connections refused anything)."""
 
     def policy(self, conn: Connection) -> Policy:
         """The policy of ``conn``'s transport."""
@@ -174,8 +177,20 @@ class SecurityGuard:
 
     def _refuse(self, conn: Connection, op: str, topic: str) -> None:
         self.counters["not_entitled"] += 1
-        self.counters["denied_writes" if op in ("publish", "sow_delete") else "denied_reads"] += 1
+        write = op in ("publish", "sow_delete")
+        self.counters["denied_writes" if write else "denied_reads"] += 1
+        counts = self._denied.get(conn.id)
+        if counts is None:
+            counts = self._denied[conn.id] = [0, 0]
+            if len(self._denied) > _STATE_LIMIT:
+                self._denied.popitem(last=False)
+        counts[write] += 1
         raise CommandFailure(NOT_ENTITLED, f"user {conn.user_id!r} may not {op} topic {topic!r}")
+
+    def denied(self, conn_id: int) -> tuple[int, int]:
+        """``(denied reads, denied writes)`` of a connection."""
+        counts = self._denied.get(conn_id)
+        return (counts[0], counts[1]) if counts is not None else (0, 0)
 
     def check(self, conn: Connection, command: object, hdr: Header) -> None:
         """Refuse (``CommandFailure('not entitled')``) a command on a topic the user may not

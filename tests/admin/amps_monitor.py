@@ -74,6 +74,8 @@ def collect(base: str) -> list[str]:
             "queue_depth_out",
             "queued_bytes_out",
             "queue_max_latency",
+            "denied_reads",
+            "denied_writes",
         ):
             out.append(f"amps_client_{field}{{{labels}}} {float(client[field])}")
     for topic in instance["sow"]:

@@ -73,6 +73,10 @@ def test_denied_reads_and_writes_are_counted_as_amps_names_them(tmp_path: Path) 
     ops = ("ops", "ops-secret")
     try:
         port = admin_port(thread)
+        watcher = Client("ops-watch")
+        watcher.connect(thread.uri().replace("tcp://", "tcp://ops:ops-secret@"))
+        watcher.logon()
+        watcher.subscribe(lambda _m: None, "orders")  # entitled: nothing denied
         client = Client("no-rights")
         client.connect(thread.uri().replace("tcp://", "tcp://viewer:viewer-secret@"))
         client.logon()
@@ -85,8 +89,16 @@ def test_denied_reads_and_writes_are_counted_as_amps_names_them(tmp_path: Path) 
                     refused()
             client.publish("orders", "{}")
             client.flush()
+            me = "/amps/instance/clients/no-rights"
+            wait_for(
+                lambda: get_json(port, me + "/denied_writes", auth=ops) == 1,
+                what="the client's denied write",
+            )
+            assert get_json(port, me + "/denied_reads", auth=ops) == 2
+            assert get_json(port, "/amps/instance/clients/ops-watch/denied_reads", auth=ops) == 0
         finally:
             client.close()
+            watcher.close()
 
         def figures() -> tuple[int, int]:
             node = get_json(port, "/amps/instance/processors/all.json", auth=ops)
