@@ -744,13 +744,16 @@ class QueueEngine:
 
     def statistics(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``queue_depth``, ``backlog`` (leased), ``max_backlog``,
-        ``expired_leases``, ``age_of_oldest_lease``, ``owned``, ``deferred_ack_count``,
+        ``expired_leases``, ``age_of_oldest_lease``, ``seconds_behind`` (AMPS: the age of the
+        oldest unacknowledged message, since this start), ``owned``, ``deferred_ack_count``,
         ``subscriptions`` and the running totals."""
         now = self._clock()
         out: dict[str, dict[str, Any]] = {}
         for queue in self.queues.values():
             cfg = queue.config
-            available = sum(1 for m in queue.messages.values() if m.lessee is None)
+            messages = queue.messages.values()
+            available = sum(1 for m in messages if m.lessee is None)
+            oldest = min((m.enqueued for m in messages), default=now)
             out[cfg.name] = {
                 "topic": cfg.name,
                 "message_type": cfg.message_type,
@@ -762,6 +765,7 @@ class QueueEngine:
                 "owned": len(queue) - queue.remote if queue.owner else 0,
                 "proxied_transfer": self.replica is not None and cfg.name in self.replica.proxied,
                 "age_of_oldest_lease": round(queue.oldest_lease_age(now), 3),
+                "seconds_behind": round(max(0.0, now - oldest), 3),
                 "deferred_ack_count": len(queue.deferred),
                 "subscriptions": len(queue.subs),
                 "target_queue_depth": cfg.target_queue_depth,

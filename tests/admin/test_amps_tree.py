@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,6 +104,7 @@ def test_documented_paths_with_traffic(server: ServerThread) -> None:
     port = admin_port(server)
     opened: list[Client] = []
     try:
+        traffic_from = time.monotonic()
         before, _ = with_traffic(server, port, opened)
         # interval figures need two samples (one per <Interval>, 1 s)
         wait_for(
@@ -169,6 +171,15 @@ def test_documented_paths_with_traffic(server: ServerThread) -> None:
         assert sow["topic"] == "/ADMIN/bookmark_store" and sow["valid_keys"] == 3
         queue = by_id(instance["queues"])["work"]
         assert queue["topic"] == "work" and queue["queue_depth"] == 2 and queue["backlog"] == 0
+        # seconds_behind: the age of the oldest unacknowledged message, growing while it waits
+        assert 0 <= queue["seconds_behind"] <= time.monotonic() - traffic_from
+        wait_for(
+            lambda: (
+                by_id(amps(port)["instance"]["queues"])["work"]["seconds_behind"]
+                > queue["seconds_behind"]
+            ),
+            what="the queued messages to age",
+        )
         # /amps/instance/memory, /amps/instance/replication (none configured)
         assert 0 < instance["memory"]["rss"] <= instance["memory"]["vmsize"]
         assert instance["replication"] == []
