@@ -83,7 +83,7 @@ def collect(base: str) -> list[str]:
         out.append(f"amps_sow_valid_keys{{{labels}}} {float(topic['valid_keys'])}")
     for queue in instance["queues"]:
         labels = f'topic="{label(queue["topic"])}"'
-        for field in ("queue_depth", "backlog"):
+        for field in ("queue_depth", "backlog", "seconds_behind"):
             out.append(f"amps_queue_{field}{{{labels}}} {float(queue[field])}")
     for link in instance["replication"]:
         labels = f'destination="{label(link["name"])}"'
