@@ -40,6 +40,7 @@ from .tree import Entries
 if TYPE_CHECKING:
     from ..engine.broker import Connection
     from ..engine.journal_types import JournalRecord
+    from ..engine.sow import SowTopic
     from .host import AdminHost
 
 __all__ = ["HISTORY", "RATE_SPAN", "Sample", "StatisticsCollector", "client_key"]
@@ -51,6 +52,13 @@ RATE_SPAN: Final = 5.0
 """Seconds of samples a ``*_per_sec`` figure averages over (fewer right after start)."""
 
 _CLIENT_FIELDS: Final = ("messages_in", "bytes_in", "messages_out", "bytes_out")
+
+_SOW_COUNTS: Final = (
+    ("insert_count", "inserts_per_sec"),
+    ("update_count", "updates_per_sec"),
+    ("delete_count", "deletes_per_sec"),
+)
+"""A SOW topic's counters and the names of their rates (AMPS' names)."""
 
 CHUNK: Final = 200
 """Connections handled between two hand-backs of the loop while a tree is built."""
@@ -91,6 +99,7 @@ class Sample:
         clients: per connection id, the session counters (``messages_in``, ...).
         destinations: per replication destination, messages sent.
         topics: per topic, ``(publishes, deliveries)``.
+        sow: per SOW topic entry, its :data:`_SOW_COUNTS`.
     """
 
     at: float
@@ -99,6 +108,7 @@ class Sample:
     clients: dict[int, tuple[int, ...]] = field(default_factory=dict)
     destinations: dict[str, int] = field(default_factory=dict)
     topics: dict[str, tuple[int, int]] = field(default_factory=dict)
+    sow: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class StatisticsCollector:
@@ -156,7 +166,8 @@ class StatisticsCollector:
         topics = broker.topic_counts.snapshot() if broker is not None else {}
         totals["deliveries"] = float(self._deliveries())
         self.host.sample()
-        sample = Sample(now, wall, totals, clients, destinations, topics)
+        sow_counts = {name: counts for name, _sow, counts in self._sow_topics()}
+        sample = Sample(now, wall, totals, clients, destinations, topics, sow_counts)
         self.samples.append(sample)
         return sample
 
@@ -399,22 +410,40 @@ class StatisticsCollector:
                 subs[sub_id] = entry
             yield client_key(conn), subs
 
-    def sow(self) -> Entries:
-        """``/amps/instance/sow/<topic>``: record counts of the SOW topics (``valid_keys``,
-        AMPS' name, and ``records``)."""
+    def _sow_topics(self) -> Iterator[tuple[str, SowTopic, tuple[int, ...]]]:
+        """Per SOW topic: the name it is listed under, the topic, its counters."""
         broker = self.server.broker
+        seen: set[str] = set()
+        for sow in broker.sow_topics if broker is not None else []:
+            name = sow.topic if sow.topic not in seen else f"{sow.topic} ({sow.message_type})"
+            seen.add(name)
+            yield name, sow, tuple(sow.counters[count] for count, _ in _SOW_COUNTS)
+
+    def sow(self) -> Entries:
+        """``/amps/instance/sow/<topic>``: the SOW topics with AMPS' names: ``valid_keys``
+        (distinct records; ``records`` too), ``insert_count``, ``update_count``,
+        ``delete_count`` and their rates."""
         out = Entries()
-        if broker is None:
-            return out
-        for sow in broker.sow_topics:
-            name = sow.topic if sow.topic not in out else f"{sow.topic} ({sow.message_type})"
-            out[name] = {
+        window = self._window()
+        for name, sow, counts in self._sow_topics():
+            entry: dict[str, Any] = {
                 "topic": sow.topic,
                 "message_type": sow.message_type,
                 "keys": list(sow.keys),
                 "valid_keys": len(sow),
                 "records": len(sow),
             }
+            for (count, rate_name), value in zip(_SOW_COUNTS, counts, strict=True):
+                entry[count] = value
+                entry[rate_name] = 0.0
+            if window is not None:
+                old, new = window
+                before, after = old.sow.get(name), new.sow.get(name)
+                if before is not None and after is not None:
+                    for i, (_, rate_name) in enumerate(_SOW_COUNTS):
+                        rate = max(0, after[i] - before[i]) / (new.at - old.at)
+                        entry[rate_name] = round(rate, 3)
+            out[name] = entry
         return out
 
     def queues(self) -> Entries:

@@ -185,6 +185,9 @@ class SowTopic:
         self._docs: dict[str, Any] = {}
         self._next_seq = 1
         self._batching = False
+        self.counters: dict[str, int] = {"insert_count": 0, "update_count": 0, "delete_count": 0}
+        """Since this start (AMPS' SOW statistics): records inserted, records replaced, records
+        removed (deleted or expired); a rolled-back batch may leave them a little ahead."""
         self._load_docs()
         if self._docs:
             _log.info("SOW %r: loaded %d records from %s", topic, len(self._docs), target)
@@ -343,8 +346,10 @@ class SowTopic:
         if journal_index is not None:
             self._journal_index = journal_index
         self._next_seq += 1
+        existed = key in self._docs
         self._docs.pop(key, None)  # re-insert at the end: dict order tracks seq
         self._docs[key] = doc
+        self.counters["update_count" if existed else "insert_count"] += 1
         return record
 
     # ------------------------------------------------------------------ reads
@@ -494,6 +499,7 @@ class SowTopic:
             self._journal_index = journal_index
         for key in keys:
             self._docs.pop(key, None)
+        self.counters["delete_count"] += len(keys)
 
     # ------------------------------------------------------------------ recovery checkpoint
 

@@ -81,6 +81,8 @@ def collect(base: str) -> list[str]:
     for topic in instance["sow"]:
         labels = f'topic="{label(topic["topic"])}",message_type="{label(topic["message_type"])}"'
         out.append(f"amps_sow_valid_keys{{{labels}}} {float(topic['valid_keys'])}")
+        for field in ("insert_count", "update_count", "delete_count"):
+            out.append(f"amps_sow_{field}{{{labels}}} {float(topic[field])}")
     for queue in instance["queues"]:
         labels = f'topic="{label(queue["topic"])}"'
         for field in ("queue_depth", "backlog", "seconds_behind"):

@@ -69,8 +69,9 @@ def with_traffic(
     server: ServerThread, port: int, clients: list[Client]
 ) -> tuple[dict[str, int], list[Message]]:
     """Clients ``pub`` and ``sub`` (added to ``clients``); N publishes to ``orders`` (all
-    delivered to ``sub``), 3 to the SOW topic, 2 to the queue. The figures read before the
-    traffic, and the deliveries."""
+    delivered to ``sub``), 4 to the SOW topic (3 inserts, 1 update) and one of its records
+    deleted, 2 publishes to the queue. The figures read before the traffic, and the
+    deliveries."""
     pub, sub = Client("pub"), Client("sub")
     clients += (pub, sub)
     got: list[Message] = []
@@ -90,9 +91,11 @@ def with_traffic(
     }
     for n in range(N):
         pub.publish("orders", json.dumps({"n": n}))
-    for client_name in ("a", "b", "c"):
+    for client_name in ("a", "b", "c", "a"):
         doc = json.dumps({"clientName": client_name, "subId": "1", "bookmark": "x"})
         pub.publish("/ADMIN/bookmark_store", doc)
+    deleted = pub.sow_delete("/ADMIN/bookmark_store", "/clientName = 'b'", 5000)
+    assert deleted.get_records_deleted() == 1
     for n in range(2):
         pub.publish("work", json.dumps({"job": n}))
     pub.flush()
@@ -146,7 +149,8 @@ def test_documented_paths_with_traffic(server: ServerThread) -> None:
         clients = by_id(instance["clients"])
         pub, sub = clients["pub"], clients["sub"]
         assert pub["client_name"] == "pub" and pub["remote_address"].startswith("127.0.0.1:")
-        assert pub["messages_in"] == before["pub_in"] + N + 3 + 2 + 1  # publishes, flush
+        # publishes, the sow_delete, the flush
+        assert pub["messages_in"] == before["pub_in"] + N + 4 + 2 + 1 + 1
         assert sub["messages_out"] == before["sub_out"] + N
         for client in (pub, sub):
             for field in ("bytes_in", "bytes_out", "queue_depth_out", "queued_bytes_out"):
@@ -159,7 +163,7 @@ def test_documented_paths_with_traffic(server: ServerThread) -> None:
         assert set(processors) == {"all", "ingest", "delivery"}
         assert instance["processors"][0]["id"] == "all"
         everything = processors["all"]
-        assert everything["messages_received"] == before["received"] + N + 3 + 2
+        assert everything["messages_received"] == before["received"] + N + 4 + 2
         # matches: the N deliveries to sub, and the queue taking in its 2 messages
         assert everything["matches_found"] == before["matched"] + N + 2
         assert processors["delivery"]["matches_found"] == everything["matches_found"]
@@ -168,7 +172,11 @@ def test_documented_paths_with_traffic(server: ServerThread) -> None:
         assert isinstance(everything["messages_received_per_sec"], float | int)
         # /amps/instance/sow and /amps/instance/queues
         sow = by_id(instance["sow"])["/ADMIN/bookmark_store"]
-        assert sow["topic"] == "/ADMIN/bookmark_store" and sow["valid_keys"] == 3
+        assert sow["topic"] == "/ADMIN/bookmark_store" and sow["valid_keys"] == 2
+        counts = (sow["insert_count"], sow["update_count"], sow["delete_count"])
+        assert counts == (3, 1, 1)
+        assert all(isinstance(sow[f"{k}s_per_sec"], float | int) for k in ("insert", "update"))
+        assert isinstance(sow["deletes_per_sec"], float | int)
         queue = by_id(instance["queues"])["work"]
         assert queue["topic"] == "work" and queue["queue_depth"] == 2 and queue["backlog"] == 0
         # seconds_behind: the age of the oldest unacknowledged message, growing while it waits
@@ -190,7 +198,7 @@ def test_documented_paths_with_traffic(server: ServerThread) -> None:
         assert entry["id"] == "all" and entry["matches_found"] == everything["matches_found"]
         leaf = get_json(port, "/amps/instance/sow/%2FADMIN%2Fbookmark_store/valid_keys.json")
         assert leaf == {
-            "amps": {"instance": {"sow": [{"id": "/ADMIN/bookmark_store", "valid_keys": 3}]}}
+            "amps": {"instance": {"sow": [{"id": "/ADMIN/bookmark_store", "valid_keys": 2}]}}
         }
         assert "amps" in get_json(port, "/amps/host/cpus.json")
         assert get_json(port, "/amps/host/cpu/all/idle_percent") <= 100  # the guide's path
@@ -239,7 +247,8 @@ def test_a_monitoring_tool_written_for_amps_runs_unchanged(server: ServerThread)
         assert float(metrics['amps_client_messages_out{client="sub"}']) == before["sub_out"] + N
         assert float(metrics["amps_processors_all_matches_found"]) == before["matched"] + N + 2
         topic = 'amps_sow_valid_keys{topic="/ADMIN/bookmark_store",message_type="json"}'
-        assert float(metrics[topic]) == 3
+        assert float(metrics[topic]) == 2
+        assert float(metrics[topic.replace("valid_keys", "update_count")]) == 1
         assert float(metrics['amps_queue_queue_depth{topic="work"}']) == 2
         assert 0 <= float(metrics["amps_host_cpu_idle_percent"]) <= 100
         assert any(k.startswith("amps_host_disk_filesystem_free_percent{") for k in metrics)
