@@ -145,7 +145,6 @@ class PersistedAcks:
             self.waiters.persisted_up_to(seq)
         self.waiters.check_flushes(store.lowest_unpersisted)
 
-
     def _refused(self, seq: int, reason: str) -> None:
         """Log a refusal once per reason and episode (a full disk on the server refuses
         every publish: one line, not one per message)."""
@@ -164,8 +163,7 @@ class PersistedAcks:
     def _refusals_over(self) -> None:
         for reason, (count, first, last) in self._refusals.items():
             log.warning(
-                "the server refused %d publish(es) for %r, s=%d..%d; publishes are persisted "
-                "again",
+                "the server refused %d publish(es) for %r, s=%d..%d; publishes are persisted again",
                 count,
                 reason,
                 first,
