@@ -241,6 +241,7 @@ class Broker:
             counters=self.counters,
             kick=self.kick,
             version=version,
+            unique_names=txlog is not None,
         )
         return publishing, handlers
 

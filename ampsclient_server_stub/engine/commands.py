@@ -84,8 +84,11 @@ class CommandHandlers:
         counters: dict[str, int],
         kick: Callable[[Connection, str], None],
         version: str,
+        unique_names: bool = True,
     ) -> None:
         self._clients = clients
+        self._unique_names = unique_names
+        """A transaction log is configured: one connection per client name (AMPS)."""
         self._hooks = hooks
         self._durability = durability
         self._table = table
@@ -178,8 +181,14 @@ class CommandHandlers:
     # ------------------------------------------------------------------ logon
 
     def logon(self, conn: Connection, hdr: Header, payload: bytes, end: int) -> None:
-        """``logon``: authentication, options, client name (an older connection of the same
-        name is disconnected)."""
+        """``logon``: authentication, options, client name.
+
+        A client name belongs to the first authenticated user that logs on with it: another
+        user's logon with that name (or an unauthenticated one) fails with ``name in use``.
+        With a transaction log, an older connection of the same name (and user) is
+        disconnected; without one, both stay connected (AMPS enforces unique client names
+        only when a transaction log is configured).
+        """
         name = text(hdr.get("client_name"))
         user = str(hdr.get("user_id") or "")
         password = str(hdr.get("pw") or "")
@@ -189,7 +198,10 @@ class CommandHandlers:
                 raise CommandFailure("name in use", "a connection can log on only once")
             self._logon_ack(conn, hdr)
             return
-        if not self._authenticated(conn, hdr, user, password):
+        vouched = self._authenticated(conn, hdr, user, password)
+        if vouched is None:
+            return
+        if name is not None and not self._may_use_name(conn, hdr, name, user if vouched else None):
             return
         conflation = command_options(hdr).get("ack_conflation")
         if conflation is not None:
@@ -204,35 +216,58 @@ class CommandHandlers:
         if name is None:
             name = f"anonymous-{conn.id}"
         older = self._clients.connection(name)
-        if older is not None and older is not conn:
+        if older is not None and older is not conn and self._unique_names:
             self._kick(older, f"client name {name!r} logged on again from {conn.peer}")
         conn.user_id = user or None
         conn.logged_on = True
-        self._clients.log_on(conn, name)
+        self._clients.log_on(conn, name, owner=user if vouched else None)
         self._counters["logons"] += 1
         logger.info("%r logged on (mt=%s)", conn, conn.mt)
         self._logon_ack(conn, hdr)
 
-    def _authenticated(self, conn: Connection, hdr: Header, user: str, password: str) -> bool:
-        """Run the authentication hooks; answers a refusal or a challenge itself."""
+    def _may_use_name(self, conn: Connection, hdr: Header, name: str, user: str | None) -> bool:
+        """``name`` is free or belongs to ``user`` (the authenticated user, ``None`` when no
+        authentication vouched for one); else the logon fails with ``name in use`` and the
+        connection is closed (AMPS: a logon with an existing client name and a different
+        authenticated user fails)."""
+        owner = self._clients.owner(name)
+        if owner is None or owner == user:
+            return True
+        self._counters["failures"] += 1
+        logger.warning(
+            "%r: client name %r belongs to another user; logon of user %r refused",
+            conn,
+            name,
+            user,
+        )
+        send_ack(conn.session.send, hdr, "processed", status="failure", reason="name in use")
+        self._kick(conn, "name in use")
+        return False
+
+    def _authenticated(
+        self, conn: Connection, hdr: Header, user: str, password: str
+    ) -> bool | None:
+        """Run the authentication hooks; answers a refusal or a challenge itself (``None``).
+        ``True``: an authentication module vouched for ``user``; ``False``: none is
+        configured."""
         guard = self._hooks.guard
         verdict = guard.authenticate(conn, user, password) if guard is not None else None
         send = conn.session.send
         if verdict is not None and verdict.status == "retry":
             extra = {"user_id": user, "pw": verdict.challenge}
             send_ack(send, hdr, "processed", status="retry", extra=extra)
-            return False
+            return None
+        authenticate = self._hooks.authenticate
         if verdict is not None:
             ok = verdict.ok
         else:
-            authenticate = self._hooks.authenticate
             ok = authenticate is None or authenticate(user, password)
         if not ok:
             reason = verdict.reason if verdict is not None else "auth failure"
             send_ack(send, hdr, "processed", status="failure", reason=reason or "auth failure")
             self._kick(conn, "authentication failure")
-            return False
-        return True
+            return None
+        return verdict is not None or authenticate is not None
 
     def _logon_ack(self, conn: Connection, hdr: Header) -> None:
         state = conn.state

@@ -24,6 +24,7 @@ from .state import Connection
 from .txlog import TxLog
 from .wire import (
     COMPLETED,
+    PERSISTED,
     PROCESSED,
     RECEIVED,
     STATS,
@@ -87,13 +88,14 @@ class Publishing:
         if topic is None:
             raise CommandFailure("invalid topic", "publish without a topic")
         flags = ack_flags(hdr)
-        seq = sequence_of(hdr, flags)
+        seq = sequence_of(hdr)
         state = conn.state
         assert state is not None
         if seq is not None and seq <= state.last_seq:
             self._counters["duplicates"] += 1
             send_acks(conn.session.send, hdr, flags & (RECEIVED | PROCESSED))
-            self._durability.note_persisted(conn)
+            if flags & PERSISTED:
+                self._durability.note_persisted(conn)
             return
         done = self._ingest.ingest(ClientPublish(conn, topic, hdr, payload, end, delta, seq))
         if flags:
@@ -101,7 +103,19 @@ class Publishing:
         if seq is not None:
             state.last_seq = seq
             index = None if done.record is None else done.record.index
+            self._sequenced(conn, flags, index, seq)
+
+    def _sequenced(self, conn: Connection, flags: int, index: int | None, seq: int) -> None:
+        """Accepted sequence ``seq`` (journal record ``index``, if recorded): acknowledged as
+        persisted when asked for, else only noted for the logon ack's ``s`` (no ack is sent
+        that the client did not ask for)."""
+        if flags & PERSISTED:
             self._durability.note_persisted(conn, index, seq)
+            return
+        state = conn.state
+        assert state is not None
+        if not state.durable_wait:  # else the pending group commit's ack brings it up
+            state.ack_seq = state.last_seq
 
     def publish_one(
         self, conn: Connection, topic: str, seq: int | None, payload: bytes, end: int
@@ -240,7 +254,7 @@ class Publishing:
         flags = ack_flags(hdr)
         state = conn.state
         assert state is not None
-        seq = sequence_of(hdr, flags)
+        seq = sequence_of(hdr)
         duplicate = seq is not None and seq <= state.last_seq
         queues = self._hooks.queues
         index = None
@@ -316,6 +330,8 @@ class Publishing:
         if seq is not None:
             if not duplicate:
                 state.last_seq = seq
-            self._durability.note_persisted(conn, index, seq)
+                self._sequenced(conn, flags, index, seq)
+            elif flags & PERSISTED:
+                self._durability.note_persisted(conn)
         stats = {"records_deleted": deleted, "matches": deleted, "topic_matches": topic_matches}
         send_acks(conn.session.send, hdr, flags & (COMPLETED | STATS), extra=stats)

@@ -211,6 +211,8 @@ class Clients:
         self._by_name: dict[str, Connection] = {}
         self._states: dict[str, ClientState] = {}
         self._by_publisher: dict[int, ClientState] = {}
+        self._owners: dict[str, str] = {}
+        """Client name -> the authenticated user it belongs to (its first one)."""
 
     def connect(
         self, session: Session, *, message_type: str | None, transport: str, peer: str
@@ -229,10 +231,13 @@ class Clients:
         if conn.client_name is not None and self._by_name.get(conn.client_name) is conn:
             del self._by_name[conn.client_name]
 
-    def log_on(self, conn: Connection, name: str) -> None:
+    def log_on(self, conn: Connection, name: str, *, owner: str | None = None) -> None:
         """``conn`` is now the connection of client name ``name``, with that name's state
-        (created on its first logon, starting at the journal's last sequence for it)."""
+        (created on its first logon, starting at the journal's last sequence for it);
+        ``owner``, an authenticated user, owns the name from now on if nobody did."""
         conn.client_name = name
+        if owner is not None:
+            self._owners.setdefault(name, owner)
         state = self._states.get(name)
         if state is None:
             pid = publisher_id_for(name)
@@ -241,6 +246,10 @@ class Clients:
             self._by_publisher[state.publisher_id] = state
         conn.state = state
         self._by_name[name] = conn
+
+    def owner(self, client_name: str) -> str | None:
+        """The authenticated user ``client_name`` belongs to, if any."""
+        return self._owners.get(client_name)
 
     def connection(self, client_name: str) -> Connection | None:
         """The connection logged on as ``client_name``, if any."""

@@ -185,10 +185,9 @@ def split_list(value: Any) -> list[str]:
     return [part for part in (p.strip() for p in str(value).split(",")) if part]
 
 
-def sequence_of(hdr: Header, flags: int) -> int | None:
-    """The publish sequence to track (``s`` with a persisted ack requested), else None."""
-    if not flags & PERSISTED:
-        return None
+def sequence_of(hdr: Header) -> int | None:
+    """The publish sequence to track for duplicate detection: ``s``, whatever acks were
+    asked for (AMPS detects duplicates by client name and sequence), else None."""
     seq = hdr.get("s")
     if seq is None or seq == "":
         return None

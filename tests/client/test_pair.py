@@ -40,7 +40,7 @@ class _Session:
 
 
 @pytest.fixture
-async def broker_uri() -> AsyncIterator[str]:
+async def paired() -> AsyncIterator[tuple[str, Broker]]:
     loop = asyncio.get_running_loop()
     broker = Broker(default_config(tcp_port=0, ws_port=0), call_later=loop.call_later)
     name = f"broker{next(_names)}"
@@ -52,10 +52,15 @@ async def broker_uri() -> AsyncIterator[str]:
 
     stop = serve_memory(name, accept)
     try:
-        yield f"memory://{name}/amps/json"
+        yield f"memory://{name}/amps/json", broker
     finally:
         stop()
         broker.close()
+
+
+@pytest.fixture
+def broker_uri(paired: tuple[str, Broker]) -> str:
+    return paired[0]
 
 
 async def test_pair_publish_subscribe_sow(broker_uri: str) -> None:
@@ -80,13 +85,17 @@ async def test_pair_publish_subscribe_sow(broker_uri: str) -> None:
         assert kinds == ["group_begin", "sow", "group_end"]
 
 
-async def test_pair_server_kick_ends_streams(broker_uri: str) -> None:
+async def test_pair_server_kick_ends_streams(paired: tuple[str, Broker]) -> None:
+    broker_uri, broker = paired
     async with AsyncClient("same") as first, AsyncClient("same") as second:
         await first.connect(broker_uri)
         await first.logon(1000)
         stream = await first.subscribe("x")
         await second.connect(broker_uri)
-        await second.logon(1000)  # the broker kicks the first connection (same name)
+        await second.logon(1000)  # no transaction log: both stay connected (AMPS)
+        assert first.connected and second.connected
+        oldest = min((c for c in broker.clients if c.client_name == "same"), key=lambda c: c.id)
+        broker.kick(oldest, "test: kicked")  # what a transaction log's name rule would do
         with pytest.raises(DisconnectedError):
             async for _ in stream:
                 pass
