@@ -35,7 +35,8 @@ Every error raised by the library is an :class:`AMPSError`::
     │   └── UnknownError
     ├── StoreError                             (alias StoreException)
     │   ├── PublishStoreGapError               (alias PublishStoreGapException)
-    │   └── CorruptStoreError
+    │   ├── CorruptStoreError
+    │   └── ForeignSequenceError
     └── UsageError                             (alias UsageException)
 
 The names ending in ``Exception`` are the official AMPS Python client's names, so that a script
@@ -83,6 +84,7 @@ __all__ = [
     "DisconnectedException",
     "DuplicateLogonError",
     "DuplicateLogonException",
+    "ForeignSequenceError",
     "FrameTooLargeError",
     "InvalidBookmarkError",
     "InvalidBookmarkException",
@@ -294,6 +296,13 @@ class PublishStoreGapError(StoreError):
 
 class CorruptStoreError(StoreError):
     """A store file is damaged beyond what recovery can repair."""
+
+
+class ForeignSequenceError(StoreError):
+    """The logon ack's last sequence for this client name is one this publish store never
+    issued, while it holds unpersisted messages: another publisher used the name (or its
+    sequences), and those messages would be taken as duplicates and lost. The HA client
+    fails loudly with this rather than report them persisted."""
 
 
 class UsageError(AMPSError):

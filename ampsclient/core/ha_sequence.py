@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
 from ..command import Command
-from ..exceptions import DisconnectedError, UsageError
+from ..exceptions import DisconnectedError, ForeignSequenceError, UsageError
 from .connection import ClientCore
 from .state import State
 
@@ -112,6 +112,13 @@ class HAStore(Protocol):
 
     def replay(self, replayer: Callable[[_Stored], None]) -> int:
         """Call ``replayer`` with each stored message, in sequence order."""
+
+    def next_sequence(self) -> int:
+        """The sequence number the next stored message gets."""
+
+    @property
+    def unpersisted_count(self) -> int:
+        """How many messages are stored and not yet discarded."""
 
 
 class HASubscription(Protocol):
@@ -267,9 +274,21 @@ class HASequence(Generic[S]):
             DisconnectedError: the core is not logged on (the connection went away since the
                 ack), or it went away during the replay (the phase is DISCONNECTED; the next
                 logon replays again from the store).
+            ForeignSequenceError: ``persisted`` is a sequence the store never issued (at or
+                above its next one) while it holds unpersisted messages: discarding them
+                would report persisted what the server will drop as duplicates of someone
+                else's sequence. Nothing is discarded or sent.
         """
         if self.core.state is not State.LOGGED_ON:  # lost between the ack and this call
             raise DisconnectedError("the connection was lost before the reconnect sequence")
+        store = self.store
+        if persisted and persisted >= store.next_sequence() and store.unpersisted_count:
+            raise ForeignSequenceError(
+                f"the server's last sequence for this client name ({persisted}) is one this "
+                f"publish store never issued (next: {store.next_sequence()}); another "
+                f"publisher used the name: {store.unpersisted_count} unpersisted message(s) "
+                "kept, not replayed"
+            )
         self._move(HAPhase.REPLAYING)
         if persisted:
             self.store.discard_up_to(persisted)

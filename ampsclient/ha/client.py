@@ -43,6 +43,7 @@ from ..core.ha_sequence import HASequence, PublishesReplayed, SequenceOpened, St
 from ..exceptions import (
     AMPSError,
     DisconnectedError,
+    ForeignSequenceError,
     TimeoutError,
     UsageError,
 )
@@ -388,6 +389,11 @@ class AsyncHAClient(ConnectionFace):
                     await self._after_logon()
                 except AMPSError as exc:
                     if isinstance(exc, UsageError):
+                        raise
+                    if isinstance(exc, ForeignSequenceError):  # retrying cannot help
+                        log.error("logon to %s: %s", redact(uri), exc)
+                        self._client.abort(exc)
+                        self._seq.connection_lost()
                         raise
                     log.info("connection to %s failed: %s", redact(uri), exc)
                     self._client.abort(exc)  # a half-made connection; subscriptions stay

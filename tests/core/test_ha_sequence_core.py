@@ -28,7 +28,7 @@ from ampsclient.core.ha_sequence import (
     StoreDiscarded,
     SubscriptionDropped,
 )
-from ampsclient.exceptions import DisconnectedError, NotEntitledError
+from ampsclient.exceptions import DisconnectedError, ForeignSequenceError, NotEntitledError
 from ampsclient.ha.bookmarks import logging_handler, resume_point
 from ampsclient.ha.subscriptions import Subscription, SubscriptionManager
 from ampsclient.protocol.bookmarks import NOW
@@ -273,7 +273,6 @@ def test_normal_reconnect_discard_replay_resubscribe_then_new_publishes() -> Non
         (0, [1, 2, 3, 4, 5], 5),  # the server has none of them
         (2, [3, 4, 5], 3),  # part of the store
         (5, [], 0),  # all of it
-        (9, [], 0),  # more than the store holds (another process published too)
     ],
 )
 def test_the_logon_acks_s_covers_part_of_the_store(s: int, replayed: list[int], left: int) -> None:
@@ -291,6 +290,24 @@ def test_the_logon_acks_s_covers_part_of_the_store(s: int, replayed: list[int], 
     ]
     assert store.unpersisted_count == left
     assert store.lowest_unpersisted == (replayed[0] if replayed else None)
+
+
+def test_a_logon_ack_s_the_store_never_issued_raises_and_keeps_everything() -> None:
+    """``s`` at or above the store's next sequence (another publisher used the name): the
+    unpersisted messages would be dropped by the server as duplicates, so nothing is
+    discarded or replayed and :class:`ForeignSequenceError` is raised (issue 31)."""
+    store = MemoryPublishStore(next_sequence=1)
+    for n in range(1, 6):
+        store.store_parts(b'{"c":"p","s":', b',"a":"persisted","t":"orders"}{"n":%d}' % n)
+    wing = Wing(store)
+    with pytest.raises(ForeignSequenceError, match="never issued"):
+        wing.logon(6)
+    assert payloads(wing.core) == []
+    assert store.unpersisted_count == 5
+    empty = MemoryPublishStore(next_sequence=1)  # nothing to lose: the store moves past s
+    wing = Wing(empty)
+    wing.logon(9)
+    assert empty.next_sequence() == 10
 
 
 def test_a_failure_mid_replay_then_the_next_logon_replays_again() -> None:
