@@ -17,7 +17,7 @@ import asyncio
 import collections
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Protocol
 
 from .exceptions import AMPSError
@@ -100,29 +100,34 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
     # -- producer side (loop thread) ------------------------------------------------------
 
     def _put(self, message: Message) -> None:
-        if self._ended:
-            return
         with self._cond:
+            # under the lock with _finish: a stream closed by another thread while this
+            # message arrives is either seen ended here, or sees the pause in _release
+            if self._ended:
+                return
             if self._conflate and self._replace(message):
                 return
             self._items.append(message)
             self._cond.notify()
+            pause = (
+                bool(self._max_depth) and not self._paused and len(self._items) >= self._max_depth
+            )
+            if pause:
+                self._paused = True
         self._wake()
-        if self._max_depth and not self._paused and len(self._items) >= self._max_depth:
-            self._paused = True
-            if self._pause is not None:
-                self._pause()
+        if pause and self._pause is not None:
+            self._pause()  # a resume _release schedules from now on runs after this
 
     def _finish(self, error: BaseException | None = None) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        self._error = error
         with self._cond:
+            if self._ended:
+                return
+            self._ended = True
+            self._error = error
             self._items.append(_END)
             self._cond.notify_all()
+            self._release()
         self._wake()
-        self._release()
 
     put = _put
     """Add a message (the client's receive path, on the loop thread)."""
@@ -145,6 +150,7 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
             self._loop.call_soon_threadsafe(_set_done, w)
 
     def _release(self) -> None:
+        """Resume the socket if this stream paused it (the caller holds ``_cond``)."""
         if self._paused:
             self._paused = False
             if self._resume is not None:
@@ -328,8 +334,16 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
             except StopIteration:
                 raise AMPSError("the stream has ended") from None
 
-    def __aiter__(self) -> MessageStream:
-        return self
+    def __aiter__(self) -> _AsyncIteration:
+        """An ``async for`` over the stream: leaving the loop early (``break``, ``return``,
+        an exception) closes the stream (a subscription is unsubscribed), as leaving an async
+        generator's loop finalizes it; :meth:`aclose` closes it explicitly."""
+        return _AsyncIteration(self)
+
+    async def aclose(self) -> None:
+        """Close the stream (a subscription is unsubscribed): the async iterator protocol's
+        ``aclose``, as :func:`contextlib.aclosing` calls it."""
+        self.close()
 
     async def __anext__(self) -> Message:
         self._settle_held()
@@ -389,3 +403,31 @@ class MessageStream(Iterator[Message], AsyncIterator[Message]):
                 self._loop.call_soon_threadsafe(self.close)
             except RuntimeError:
                 pass
+
+
+class _AsyncIteration(AsyncIterator[Message]):
+    """One ``async for`` over a :class:`MessageStream`: dropped before the stream ended (the
+    loop was left by ``break``, ``return`` or an exception), it closes the stream."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: MessageStream) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> _AsyncIteration:
+        return self
+
+    def __anext__(self) -> Coroutine[Any, Any, Message]:
+        return self._stream.__anext__()
+
+    async def aclose(self) -> None:
+        self._stream.close()
+
+    def __del__(self) -> None:
+        stream = self._stream
+        if stream._ended or stream._closed:
+            return
+        try:
+            stream._loop.call_soon_threadsafe(stream.close)
+        except RuntimeError:  # the loop is closed
+            pass
