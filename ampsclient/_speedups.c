@@ -2277,6 +2277,7 @@ typedef struct {
     PyObject *enqueue;       /* role client.enqueue */
     Waker w;                 /* roles client.wake, .wait_writable, .outq, .caller_write */
     PyObject *slow;          /* AsyncClient.publish, bound */
+    PyObject *result;        /* what publish returns: the official 0 (one awaitable int) */
     int enabled;
     unsigned long long fast;
 } PlainLane;
@@ -2292,6 +2293,7 @@ plainlane_traverse(PlainLane *self, visitproc visit, void *arg)
     Py_VISIT(self->w.outq);
     Py_VISIT(self->w.caller_write);
     Py_VISIT(self->slow);
+    Py_VISIT(self->result);
     return 0;
 }
 
@@ -2306,6 +2308,7 @@ plainlane_clear(PlainLane *self)
     Py_CLEAR(self->w.outq);
     Py_CLEAR(self->w.caller_write);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->result);
     self->enabled = 0;
     return 0;
 }
@@ -2321,8 +2324,8 @@ plainlane_dealloc(PlainLane *self)
 static int
 plainlane_init(PlainLane *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *client, *slow;
-    if (!PyArg_ParseTuple(args, "OO:PlainPublishLane", &client, &slow)) {
+    PyObject *client, *slow, *result = NULL;
+    if (!PyArg_ParseTuple(args, "OO|O:PlainPublishLane", &client, &slow, &result)) {
         return -1;
     }
     if (need_layout() < 0 || take_attr(client, NAME(R_CLIENT_PUB_PREFIX), &self->prefixes) < 0
@@ -2339,6 +2342,10 @@ plainlane_init(PlainLane *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->client, client);
     Py_INCREF(slow);
     Py_XSETREF(self->slow, slow);
+    Py_XSETREF(self->result, result != NULL ? Py_NewRef(result) : PyLong_FromLong(0));
+    if (self->result == NULL) {
+        return -1;
+    }
     self->enabled = 1;
     return 0;
 }
@@ -2400,7 +2407,11 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     if (done < 0) {
         return NULL;
     }
-    return PyLong_FromLong(0); /* the official publish's 0 (no store) */
+    if (self->result == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "PlainPublishLane is cleared");
+        return NULL;
+    }
+    return Py_NewRef(self->result); /* the official publish's 0 (no store), awaitable */
 
 slow:
     if (self->slow == NULL) {
@@ -2437,7 +2448,7 @@ static PyTypeObject PlainLaneType = {
     .tp_name = "ampsclient._speedups.PlainPublishLane",
     .tp_basicsize = sizeof(PlainLane),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "PlainPublishLane(client, publish)\n\nAsyncClient.publish's common case in C "
+    .tp_doc = "PlainPublishLane(client, publish, result=0)\n\nAsyncClient.publish's common case in C "
               "(see the C source).",
     .tp_traverse = (traverseproc)plainlane_traverse,
     .tp_clear = (inquiry)plainlane_clear,

@@ -63,7 +63,7 @@ from .protocol.message import Message
 from .stream import MessageStream
 from .transport.factory import open_transport
 from .uri import URI, parse_uri
-from .writer import FrameWriter
+from .writer import PUBLISHED, FrameWriter
 
 __all__ = [
     "CLIENT_VERSION",
@@ -142,7 +142,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         lane = _accel.PlainPublishLane
         if lane is not None and type(self).publish is AsyncClient.publish:
             # the C speedups do publish()'s common case and call the method below otherwise
-            self._plain_lane = lane(self, types.MethodType(AsyncClient.publish, self))
+            self._plain_lane = lane(self, types.MethodType(AsyncClient.publish, self), PUBLISHED)
             self.publish = self._plain_lane.publish  # type: ignore[method-assign]
 
     Bookmarks = Bookmarks

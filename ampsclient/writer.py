@@ -22,7 +22,7 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, Final
 
 from . import _accel
@@ -32,7 +32,14 @@ from .exceptions import AMPSError, DisconnectedError, UsageError
 from .protocol.header import encode_header, escape
 from .transport.base import Transport
 
-__all__ = ["CALLER_WRITE_FRAMES", "WRITE_LINGER", "FrameWriter", "send_nowait"]
+__all__ = [
+    "CALLER_WRITE_FRAMES",
+    "PUBLISHED",
+    "WRITE_LINGER",
+    "FrameWriter",
+    "Published",
+    "send_nowait",
+]
 
 WRITE_LINGER: Final = 0.0005
 """After a write, the writer looks for more queued frames this many seconds later."""
@@ -47,6 +54,24 @@ socket does not take is copied back to the queue: the copy stays small)."""
 
 log = logging.getLogger("ampsclient.client")
 _pack_len = struct.Struct(">I").pack
+
+
+class Published(int):
+    """What a plain client's ``publish`` returns: the official ``0``, which ``await`` also
+    accepts. ``publish`` queues the message before it returns (as nats.py's ``publish``
+    buffers), so ``await client.publish(...)`` returns at once, with 0; :meth:`flush` (or a
+    persisted-ack flush) waits for the server. One shared instance: the hot path allocates
+    nothing."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, int]:
+        yield from ()
+        return int(self)
+
+
+PUBLISHED: Final = Published(0)
+"""The one :class:`Published` value publish returns."""
 
 
 def send_nowait(fd: int, data: bytes) -> int:
@@ -503,14 +528,17 @@ class FrameWriter:
         correlation_id: str | None = None,
         sow_key: str | None = None,
     ) -> int:
-        """Publish ``data`` to ``topic`` (fire and forget). Thread-safe, not a coroutine.
+        """Publish ``data`` to ``topic`` (fire and forget). Thread-safe; not a coroutine, yet
+        ``await`` of its result works.
 
         ``data`` may be ``bytes``, ``str``, or an object encoded for the connection's message
         type (JSON for ``json``, msgpack for ``msgpack``).
 
         Returns:
             0, as the official client's ``publish`` without a publish store (an HA client
-            returns the message's sequence number).
+            returns the message's sequence number); an ``int`` that ``await`` also accepts
+            (:class:`Published`): ``await client.publish(...)`` returns 0 once the message
+            is queued.
         """
         if type(data) is str:
             data = data.encode()
@@ -531,12 +559,12 @@ class FrameWriter:
                 self._wait_writable()
             elif self._caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
                 self.write_from_caller()
-            return 0
+            return PUBLISHED
         header = encode_header(
             {"c": "p", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
         self._send_publish(header + data)
-        return 0
+        return PUBLISHED
 
     def _retried(self) -> bool:
         """No connection: whether :attr:`send_retry` made one again (never on the loop)."""
@@ -572,4 +600,4 @@ class FrameWriter:
             {"c": "delta_publish", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
         self._send_publish(header + self._encode_data(data))
-        return 0
+        return PUBLISHED
