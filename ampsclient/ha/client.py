@@ -349,7 +349,9 @@ class AsyncHAClient(ConnectionFace):
         """Connect to the chooser's current server (trying the others on failure) and log on.
 
         A ``uri`` argument is added to the chooser first (a convenience beyond the official
-        API). Raises :class:`RetryLimitError` when the delay strategy gives up.
+        API). ``timeout`` (ms, 0 = none) bounds the whole call, every attempt and every wait
+        between them: past it, :class:`TimeoutError`. Raises :class:`RetryLimitError` when the
+        delay strategy gives up.
         """
         if uri is not None:
             if isinstance(self._chooser, DefaultServerChooser):
@@ -361,8 +363,11 @@ class AsyncHAClient(ConnectionFace):
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._loop_tid = threading.get_ident()
-        if timeout:
-            return await asyncio.wait_for(self._connect_loop(), timeout / 1000.0)
+        if timeout:  # the bound of the whole loop: every attempt, every wait between them
+            try:
+                return await asyncio.wait_for(self._connect_loop(), timeout / 1000.0)
+            except builtins.TimeoutError:
+                raise TimeoutError(f"no server logged on within {timeout} ms") from None
         return await self._connect_loop()
 
     async def _connect_loop(self) -> str:
