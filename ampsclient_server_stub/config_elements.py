@@ -58,6 +58,8 @@ _ELEMENTS: dict[str, str] = {
     "Authenticator/Module": "the credentials module of outgoing replication links",
     "Authenticator/Options/*": "an option of the authenticator module (it validates them)",
     **_TRANSPORT_POLICY,
+    "LogonFailureLimit": "extension: failed logons of a user that lock it out (0: never)",
+    "LogonLockout": "extension: how long a lockout lasts (and the window failures count in)",
     "Admin/InetAddr": "the admin interface's address",
     "Admin/Interval": "the statistics sampling period (at least 1s)",
     "Admin/FileName": ":memory: only (statistics are kept in memory); a file is refused",

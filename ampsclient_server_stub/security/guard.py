@@ -26,6 +26,7 @@ from ampsclient_server_stub.engine.topics import TopicMatcher, is_regex_topic
 from ampsclient_server_stub.engine.wire import CommandFailure
 
 from .auth import AuthVerdict
+from .throttle import LogonThrottle
 
 if TYPE_CHECKING:
     from .auth import AuthenticationModule, EntitlementModule
@@ -74,6 +75,10 @@ class Policies(Protocol):
     def default(self) -> Policy:
         """The instance-level policy."""
 
+    @property
+    def logon_throttle(self) -> LogonThrottle:
+        """Failed-logon lockouts (``<LogonFailureLimit>``, ``<LogonLockout>``)."""
+
 
 class Connection(Protocol):
     """What the guard reads of a connection (the engine's ``Connection`` fits)."""
@@ -89,6 +94,12 @@ class Connection(Protocol):
     @property
     def session(self) -> object:
         """The transport session (its ``policy`` attribute, when set, applies)."""
+
+
+def _peer_host(conn: Connection) -> str:
+    """The host part of the connection's peer address (``""`` when unknown)."""
+    peer = str(getattr(conn.session, "peer", "") or "")
+    return peer.rsplit(":", 1)[0] if ":" in peer else peer
 
 
 class EntitledTopicMatcher(TopicMatcher):
@@ -135,6 +146,7 @@ class SecurityGuard:
             "challenges": 0,
             "denied_reads": 0,
             "denied_writes": 0,
+            "logons_locked_out": 0,
         }
         """``not_entitled`` split as AMPS' monitoring names it: ``denied_writes`` (publish,
         sow_delete) and ``denied_reads`` (subscribe, sow)."""
@@ -154,6 +166,12 @@ class SecurityGuard:
         module = self.policy(conn).auth
         if module is None:
             return None
+        throttle = self.security.logon_throttle
+        host = _peer_host(conn)
+        if throttle.locked(user, host) is not None:  # guessing gains nothing meanwhile
+            self.counters["auth_failures"] += 1
+            self.counters["logons_locked_out"] += 1
+            return AuthVerdict("failure", "auth failure")
         state = self._states.get(conn.id)
         if state is None:
             state = self._states[conn.id] = {}
@@ -171,6 +189,15 @@ class SecurityGuard:
             if not verdict.ok:
                 self.counters["auth_failures"] += 1
                 logger.warning("%r: logon refused for user %r", conn, user)
+                for what in throttle.failed(user, host):
+                    logger.warning(
+                        "%s locked out for %g s after %d failed logons (LogonFailureLimit)",
+                        what,
+                        throttle.lockout,
+                        throttle.limit,
+                    )
+            else:
+                throttle.succeeded(user)
         return verdict
 
     # ------------------------------------------------------------------ entitlements

@@ -56,6 +56,7 @@ from .auth import (
     build_authentication,
     build_entitlements,
 )
+from .throttle import DEFAULT_LOCKOUT, DEFAULT_LOGON_FAILURE_LIMIT, LogonThrottle
 from .users import UsersFile
 
 if TYPE_CHECKING:
@@ -308,6 +309,8 @@ class ServerSecurity:
         """Every resource pool configured (the network layer's ``net.flow`` runs them)."""
         self.users_files: dict[Path, UsersFile] = {}
         self.guard: SecurityGuard | None = None
+        self.logon_throttle = LogonThrottle()
+        """Failed-logon lockouts (``<LogonFailureLimit>``, ``<LogonLockout>``: :mod:`.throttle`)."""
 
     @property
     def connection_count(self) -> int:
@@ -335,6 +338,12 @@ class ServerSecurity:
         root = dict(config.extra)
         if config.message_memory_limit is not None:
             root["MessageMemoryLimit"] = str(config.message_memory_limit)
+        limit = _count(root.get("LogonFailureLimit"), "LogonFailureLimit")
+        lockout = _duration(root.get("LogonLockout"), "LogonLockout")
+        self.logon_throttle = LogonThrottle(
+            limit=DEFAULT_LOGON_FAILURE_LIMIT if limit is None else limit,
+            lockout=DEFAULT_LOCKOUT if lockout is None else lockout,
+        )
         self.max_connections = _count(root.get("MaxConnections"), "MaxConnections")
         if self.max_connections is None:
             self.max_connections = default_max_connections()

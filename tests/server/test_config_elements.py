@@ -459,6 +459,12 @@ PROOFS: dict[str, Probe | Covered] = {
         "security/test_idle_connections.py::"
         "test_connections_that_never_log_on_are_closed_and_free_their_places"
     ),
+    "LogonFailureLimit": Covered(
+        "security/test_logon_lockout.py::test_a_guessed_user_is_locked_out_on_a_real_server"
+    ),
+    "LogonLockout": Covered(
+        "security/test_logon_lockout.py::test_a_guessed_user_is_locked_out_on_a_real_server"
+    ),
     "Authentication/Module": _AUTH,
     "Authentication/Options/*": _AUTH,
     "Entitlement/Module": _ENT,
