@@ -8,6 +8,10 @@ otherwise): in a users file, ``"admin": ["^/amps/instance"]`` allows the statist
 ``"admin": [".*"]`` everything. ``<Admin><AnonymousPaths>`` (a regular expression searched in
 the path, as in AMPS) skips both checks for the paths it matches.
 
+Failed logons count towards the messaging logons' lockout (``LogonFailureLimit``,
+:mod:`..security.throttle`): a user locked out there is refused here too, and guessing here
+locks it out.
+
 A ``challenge-response`` module cannot work over Basic authentication: its users are refused
 (``401``). Password checks run in a worker thread, one at a time, so a client guessing
 passwords never stalls the messaging ports.
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     from ..regexes import SafeRegex
     from ..security.auth import AuthenticationModule, EntitlementModule
     from ..security.policy import ServerSecurity
+    from ..security.throttle import LogonThrottle
 
 __all__ = ["AdminAuth"]
 
@@ -49,7 +54,10 @@ class AdminAuth:
     ) -> None:
         self.auth: AuthenticationModule | None = None
         self.entitlements: EntitlementModule | None = None
+        self.throttle: LogonThrottle | None = None
+        """The messaging logons' lockout, shared: guessing here locks the user out there too."""
         if security is not None:
+            self.throttle = security.logon_throttle
             policies = [security.default, *security.policies.values()]
             self.auth = next((p.auth for p in policies if p.auth is not None), None)
             self.entitlements = next(
@@ -84,12 +92,19 @@ class AdminAuth:
         if self.auth is not None:
             if user is None:
                 raise self._challenge("authentication required")
+            throttle = self.throttle
+            if throttle is not None and throttle.locked(user, None) is not None:
+                raise self._challenge("authentication failed")  # locked out: not checked
             state: dict[str, Any] = {}
             auth = self.auth
             async with self._lock:
                 verdict = await asyncio.to_thread(auth.authenticate, user, password, state)
             if verdict.status != "success":
+                if throttle is not None:
+                    throttle.failed(user, None)
                 raise self._challenge("authentication failed")
+            if throttle is not None:
+                throttle.succeeded(user)
         if self.entitlements is not None and not self.entitlements.allowed(user, "admin", path):
             self.failures += 1
             raise HttpError(403, f"user {user!r} is not entitled to {path}")

@@ -53,13 +53,16 @@ class LogonThrottle:
         self._locked: dict[tuple[str, str], float] = {}
         """``(kind, key)`` -> the end of its lockout."""
 
-    def locked(self, user: str, host: str) -> float | None:
-        """Seconds left of the lockout of ``user`` or ``host``; ``None`` when neither is."""
+    def locked(self, user: str, host: str | None) -> float | None:
+        """Seconds left of the lockout of ``user`` or ``host`` (``None``: unknown, not
+        counted); ``None`` when neither is locked out."""
         if not self.limit:
             return None
         now = self._clock()
         left = 0.0
-        for key in (("user", user), ("host", host)):
+        for key in (("user", user), ("host", host or "")):
+            if key == ("host", ""):
+                continue
             until = self._locked.get(key)
             if until is None:
                 continue
@@ -70,13 +73,15 @@ class LogonThrottle:
                 left = max(left, until - now)
         return left or None
 
-    def failed(self, user: str, host: str) -> list[str]:
+    def failed(self, user: str, host: str | None) -> list[str]:
         """Count a failed logon; returns what it locked out now (``user 'x'``, ``host h``)."""
         if not self.limit:
             return []
         now = self._clock()
         started: list[str] = []
-        limits = (("user", user, self.limit), ("host", host, self.limit * HOST_FACTOR))
+        limits = [("user", user, self.limit)]
+        if host:
+            limits.append(("host", host, self.limit * HOST_FACTOR))
         for kind, key, limit in limits:
             times = self._failures.pop((kind, key), [])
             times = [t for t in times if now - t < self.lockout]

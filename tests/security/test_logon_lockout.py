@@ -95,3 +95,51 @@ def test_a_guessed_user_is_locked_out_on_a_real_server(tmp_path: Path) -> None:
         assert server.statistics()["logons_locked_out"] >= 1
         wait_for(lambda: logon("alice", "alice-secret-1"), timeout=10.0, what="the lockout's end")
         assert time.monotonic() - locked_at >= 1.5  # not before (about) the 2 s lockout
+
+
+@pytest.mark.integration
+def test_guessing_on_the_admin_port_locks_the_user_out_everywhere(tmp_path: Path) -> None:
+    """The admin interface's Basic logons share the lockout: three wrong admin passwords lock
+    alice out of the admin port and of messaging, until the lockout ends."""
+    import base64
+    import http.client
+
+    users = tmp_path / "users.json"
+    add_user(users, "alice", "alice-secret-1", read=[".*"], write=[".*"], **FAST)  # type: ignore[arg-type]
+    xml = f"""<AMPSConfig><Name>lockout-admin</Name>
+      <LogonFailureLimit>3</LogonFailureLimit><LogonLockout>2s</LogonLockout>
+      <Authentication><Module>users-file</Module>
+        <Options><UsersFile>{users}</UsersFile></Options></Authentication>
+      <Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>
+      <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+      </Transport></Transports></AMPSConfig>"""
+    with ServerThread(parse_config(xml, base_dir=tmp_path)) as server:
+        admin = server.server.admin
+        assert admin is not None
+
+        def admin_status(password: str) -> int:
+            token = base64.b64encode(f"alice:{password}".encode()).decode()
+            conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=10)
+            try:
+                conn.request("GET", "/amps/instance", headers={"Authorization": f"Basic {token}"})
+                return conn.getresponse().status
+            finally:
+                conn.close()
+
+        def messaging(password: str) -> bool:
+            uri = server.uri("tcp").replace("://", f"://alice:{password}@", 1)
+            with Client(f"alice-{time.monotonic_ns()}") as client:
+                client.connect(uri)
+                try:
+                    client.logon(5000)
+                except AuthenticationError:
+                    return False
+                return True
+
+        assert admin_status("alice-secret-1") == 200
+        for _ in range(3):
+            assert admin_status("guess") == 401
+        assert admin_status("alice-secret-1") == 401  # locked out of the admin port...
+        assert not messaging("alice-secret-1")  # ...and of messaging
+        wait_for(lambda: admin_status("alice-secret-1") == 200, timeout=10.0, what="the end")
+        assert messaging("alice-secret-1")
