@@ -34,6 +34,7 @@ from ..exceptions import (
     CommandError,
     DisconnectedError,
     InvalidBookmarkError,
+    TimeoutError,
     error_for_reason,
 )
 from ..protocol.acks import AckType
@@ -103,6 +104,10 @@ log does not hold is an error (``invalid bookmark``) rather than a silent empty 
 
 UNTIMED_REPLAY_OPTIONS: Final = "bookmark_not_found=fail"
 """:data:`REPLAY_OPTIONS` without server times (for reads that need no ``timestamp``)."""
+
+WAIT_MS: Final = 60_000
+"""How long a planning or reading step waits for the server's next ack or message before it
+raises :class:`~ampsclient.exceptions.TimeoutError` naming what it waited for."""
 
 _EPOCH_DT: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US: Final = timedelta(microseconds=1)
@@ -494,6 +499,7 @@ def replay(
     *,
     max_depth: int = 20_000,
     options: str = REPLAY_OPTIONS,
+    wait_ms: int = WAIT_MS,
 ) -> Generator[Message, None, None]:
     """The messages of a bounded bookmark replay, up to the server's ``completed`` ack
     (with server times unless ``options`` is :data:`UNTIMED_REPLAY_OPTIONS`).
@@ -503,6 +509,8 @@ def replay(
     Raises:
         CommandError: the server refused the subscription (``invalid bookmark``...).
         DisconnectedError: the connection dropped before the replay completed.
+        TimeoutError: the server sent nothing for ``wait_ms`` (the subscription's ack, or
+            the next message or ack of the replay).
     """
     cmd = (
         Command("subscribe")
@@ -511,11 +519,18 @@ def replay(
         .set_bookmark(bookmark)
         .set_options(options)
         .add_ack_type("completed")
+        .set_timeout(wait_ms)
     )
-    stream = client.execute(cmd)
+    what = f"the replay of {topic!r} {bookmark}"
+    try:
+        stream = client.execute(cmd)
+    except TimeoutError as exc:
+        raise TimeoutError(f"no processed ack within {wait_ms} ms for {what}") from exc
     stream.max_depth(max_depth)
     try:
-        for message in stream:
+        for message in stream.timeout(wait_ms):
+            if message is None:
+                raise TimeoutError(f"nothing arrived within {wait_ms} ms during {what}")
             if message.command == "ack":
                 if message.status == "failure":
                     raise error_for_reason(message.reason, ack=message)
@@ -658,7 +673,10 @@ def scan(
     try:
         sub_id = client.execute_async(cmd, counter.on_message)
         try:
-            counter.done.wait()
+            if not counter.done.wait(WAIT_MS / 1000.0):
+                raise TimeoutError(
+                    f"counting the replay of {topic!r} {bookmark} did not end within {WAIT_MS} ms"
+                )
         finally:
             with contextlib.suppress(AMPSError):
                 client.unsubscribe(sub_id)
