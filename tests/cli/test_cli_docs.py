@@ -45,3 +45,11 @@ def test_cli_page_examples_run(amps: ServerProcess, tmp_path: Path) -> None:
     assert any(line.startswith(f"pong from {amps.uri}") for line in out)
     assert "sow failed with status 1" in out
     assert "publish: 3 messages in " in done.stderr and "3 persisted" in done.stderr
+
+
+def test_the_page_shows_the_configuration_its_examples_run_against() -> None:
+    """docs/cli.md's ``cli.xml`` is the test's configuration, on the default ports."""
+    from cli_helpers import CONFIG
+
+    (shown,) = re.findall(r"```xml\n(.*?)```", PAGE.read_text(), re.S)
+    assert shown.replace(":9007", ":0").replace(":9008", ":0").strip() == CONFIG.strip()
