@@ -1,9 +1,12 @@
 """Build the optional C speedups (``ampsclient/_speedups.c`` for the client,
-``ampsclient_server_stub/_speedups.c`` for the reference server).
+``ampsclient_server_stub/_speedups.c`` and ``ampsclient_server_stub/queues/_queue_speedups.c``
+for the reference server). ``python -m build`` makes the sdist and the wheel: docs/release.md.
 
 Everything else is in ``pyproject.toml``. The extensions are optional, as websockets' is:
 without a C compiler the install succeeds and the pure-Python code runs
-(``ampsclient._accel.SPEEDUPS`` / ``ampsclient_server_stub.accel.SPEEDUPS`` are then ``False``).
+(``ampsclient._accel.SPEEDUPS``, ``ampsclient_server_stub.accel.SPEEDUPS`` and
+``ampsclient_server_stub.queues.speedups.SPEEDUPS`` are then ``False``).
+``AMPSCLIENT_NO_EXTENSIONS=1`` skips them on purpose.
 """
 
 import os

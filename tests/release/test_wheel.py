@@ -205,6 +205,7 @@ def test_wheel_carries_types_extensions_and_its_tags(dist: Dist) -> None:
     ):
         assert f"{root}/{name}" in members, name
     assert not any(m.endswith(".so") for m in members)
+    assert not any(m.startswith(f"{root}/tests") for m in members)
 
 
 def test_auditwheel_repair_gives_a_manylinux_wheel(dist: Dist, tmp_path: Path) -> None:
