@@ -527,7 +527,7 @@ class FrameWriter:
         expiration: int | None = None,
         correlation_id: str | None = None,
         sow_key: str | None = None,
-    ) -> int:
+    ) -> Published:
         """Publish ``data`` to ``topic`` (fire and forget). Thread-safe; not a coroutine, yet
         ``await`` of its result works.
 
@@ -593,7 +593,7 @@ class FrameWriter:
         *,
         correlation_id: str | None = None,
         sow_key: str | None = None,
-    ) -> int:
+    ) -> Published:
         """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics).
         Returns 0, as :meth:`publish`."""
         header = encode_header(
