@@ -27,6 +27,7 @@ from ampsclient.stores.bookmark import BookmarkStore, MemoryBookmarkStore
 from ampsclient.stores.publish import MemoryPublishStore, PublishStore
 from ampsclient.stream import TimeoutMessageStream
 from ampsclient.sync import HAClient
+from ampsclient.writer import Published
 
 
 def on_message(message: Message) -> None:
@@ -89,7 +90,8 @@ async def async_client(client: AsyncClient) -> None:
     assert_type(await client.sow("orders"), MessageStream)
     assert_type(await client.sow_delete("orders", "/id = 1"), Message)
     assert_type(await client.sow_and_subscribe(on_message, "orders", timeout=5000), str)
-    assert_type(client.publish("orders", '{"id": 1}'), int)
+    assert_type(client.publish("orders", '{"id": 1}'), Published)  # an int ...
+    assert_type(await client.publish("orders", '{"id": 1}'), int)  # ... await accepts
     async with AsyncClient("a") as entered:
         assert_type(entered, AsyncClient)
     async with AsyncHAClient("ha") as ha:
