@@ -323,6 +323,51 @@ def normalize(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
+READ_OPTIONS: Final = (
+    "uri",
+    "topic",
+    "filter",
+    "bookmark",
+    "begin",
+    "end",
+    "message_type",
+    "parse",
+    "schema",
+    "metadataColumns",
+    "numPartitions",
+    "maxRowsPerBatch",
+    "fenceTopic",
+    "mode",
+    "connectTimeout",
+    "clientNamePrefix",
+)
+"""The options a read accepts (batch and streaming)."""
+
+WRITE_OPTIONS: Final = (
+    "uri",
+    "topic",
+    "message_type",
+    "writeId",
+    "clientNamePrefix",
+    "connectTimeout",
+    "flushTimeout",
+)
+"""The options a write accepts (batch and streaming)."""
+
+_SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "messagetype"})
+"""Options Spark itself adds (``load(path)``, a stream's checkpoint), and a spelling kept."""
+
+
+def _refuse_unknown(options: Mapping[str, str], known: Sequence[str], what: str) -> None:
+    """Refuse an option this source does not know (a misspelling would be silently ignored)."""
+    names = {k.lower() for k in known} | _SPARK_OPTIONS
+    unknown = sorted(k for k in options if k not in names)
+    if unknown:
+        raise AMPSSparkError(
+            f"unknown {what} option(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
+
+
 def _uris(options: Mapping[str, str]) -> tuple[str, ...]:
     raw = options.get("uri") or options.get("path") or ""
     uris = tuple(u.strip() for u in raw.split(",") if u.strip())
@@ -367,6 +412,7 @@ class ReadOptions:
     def parse_options(cls, raw: Mapping[str, Any], *, streaming: bool = False) -> ReadOptions:
         """Validate Spark's options (every value is a string)."""
         options = normalize(raw)
+        _refuse_unknown(options, READ_OPTIONS, "read")
         uris = _uris(options)
         topic = options.get("topic", "").strip()
         if not topic:
@@ -449,6 +495,7 @@ class WriteOptions:
     def parse_options(cls, raw: Mapping[str, Any]) -> WriteOptions:
         """Validate Spark's options."""
         options = normalize(raw)
+        _refuse_unknown(options, WRITE_OPTIONS, "write")
         uris = _uris(options)
         mt = (options.get("message_type") or options.get("messagetype") or "").strip().lower()
         return cls(

@@ -94,6 +94,27 @@ def test_read_options_are_validated() -> None:
     assert WriteOptions.parse_options({"uri": URI, "writeId": "w"}).write_id == "w"
 
 
+def test_unknown_options_are_refused_with_the_known_ones() -> None:
+    for streaming in (False, True):
+        with pytest.raises(
+            AMPSSparkError, match=r"unknown read option\(s\) command; known: uri, topic"
+        ):
+            ReadOptions.parse_options(
+                {"uri": URI, "topic": "t", "command": "sow"}, streaming=streaming
+            )
+    with pytest.raises(
+        AMPSSparkError, match=r"unknown read option\(s\) numpartition;.*numPartitions"
+    ):
+        ReadOptions.parse_options({"uri": URI, "topic": "t", "numPartition": "2"})
+    with pytest.raises(
+        AMPSSparkError, match=r"unknown write option\(s\) writeid2; known: .*writeId"
+    ):
+        WriteOptions.parse_options({"uri": URI, "writeId2": "w"})
+    # what Spark adds itself is accepted: load(path), a stream's checkpointLocation
+    assert ReadOptions.parse_options({"path": URI, "topic": "t"}).uris == (URI,)
+    assert WriteOptions.parse_options({"uri": URI, "checkpointLocation": "/tmp/x"}).uris == (URI,)
+
+
 def test_ddl_field_names() -> None:
     ddl = "id BIGINT, `odd, name` STRING, m MAP<STRING, INT>, s STRUCT<a: INT, b: DECIMAL(10,2)>"
     assert _ddl_field_names(ddl) == ["id", "odd, name", "m", "s"]
