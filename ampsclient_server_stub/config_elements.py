@@ -145,6 +145,8 @@ DELEGATED: Final[Mapping[str, str]] = MappingProxyType(
         "SOW/GroupLocalQueue": "a group-local message queue (validated by queues.config)",
         "SOW/View": "a view over a queue (validated by queues.view_config)",
         "SOW/ViewDefinition": "a view over a queue (validated by queues.view_config)",
+        "SOW/ConflatedTopic": "a conflated copy of a SOW topic (validated by conflated_config)",
+        "SOW/ReplicaDefinition": "a conflated topic, old name (validated by conflated_config)",
     }
 )
 """Subtrees another reader validates element by element."""

@@ -29,6 +29,7 @@ __all__ = [
     "ActionConfig",
     "ActionStep",
     "AdminConfig",
+    "ConflatedTopicConfig",
     "DestinationConfig",
     "ReplicationActionConfig",
     "ReplicationConfig",
@@ -139,6 +140,18 @@ class SowTopicConfig:
     history_granularity: float = 0.0
     """``<History><Granularity>`` in seconds: historical states are kept at this spacing (a
     query's time is rounded down to a multiple of it; 0: every change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConflatedTopicConfig:
+    """A conflated topic (``<SOW>/<ConflatedTopic>``, ``conflated_config``); ``interval`` in
+    seconds (AMPS default 5s)."""
+
+    name: str
+    message_type: str
+    underlying: str
+    interval: float = 5.0
+    filter: str | None = None
 
 
 class TxlogTopic(NamedTuple):
@@ -285,6 +298,8 @@ class ServerConfig:
     """``<SOW>/<Queue>``, ``<LocalQueue>``, ``<GroupLocalQueue>`` (``queues.config``)."""
     views: tuple[ViewConfig, ...] = ()
     """``<SOW>/<View>`` over queues (``queues.view_config``)."""
+    conflated_topics: tuple[ConflatedTopicConfig, ...] = ()
+    """``<SOW>/<ConflatedTopic>`` (``conflated_config``)."""
     transaction_log: TransactionLogConfig | None = None
     replication: ReplicationConfig | None = None
     admin: AdminConfig | None = None

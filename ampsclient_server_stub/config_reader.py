@@ -40,6 +40,7 @@ from .config_model import (
 )
 from .config_values import InetAddr, parse_duration, parse_inet_addr, parse_size
 from .config_xml import ElementReader, XmlDocument, flatten
+from .conflated_config import CONFLATED_TAGS, parse_conflated_topics
 from .engine.filters import FilterError, compile_filter
 from .queues.config import QUEUE_TAGS, parse_queues
 from .queues.view_config import VIEW_TAGS, parse_views
@@ -178,7 +179,9 @@ class ConfigReader(ElementReader):
         sow = self.single(root, "SOW")
         if sow is not None:
             elems += [c for c in sow if c.tag in ("Topic", "TopicDefinition")]
-            self.ignore_unknown(sow, ["Topic", "TopicDefinition", *QUEUE_TAGS, *VIEW_TAGS])
+            self.ignore_unknown(
+                sow, ["Topic", "TopicDefinition", *QUEUE_TAGS, *VIEW_TAGS, *CONFLATED_TAGS]
+            )
         # Pre-5.0 AMPS spelled the SOW section <TopicMetaData><TopicDefinition>.
         meta = self.single(root, "TopicMetaData")
         if meta is not None:
@@ -602,6 +605,7 @@ def build_config(
     sow_topics = reader.sow_topics(root)
     queues = parse_queues(reader.single(root, "SOW"), fail=doc.fail)
     views = parse_views(reader.single(root, "SOW"), queues, fail=doc.fail)
+    conflated = parse_conflated_topics(reader.single(root, "SOW"), sow_topics, fail=doc.fail)
     txlog_elem = reader.single(root, "TransactionLog")
     txlog = reader.transaction_log(txlog_elem) if txlog_elem is not None else None
 
@@ -639,6 +643,7 @@ def build_config(
         sow_topics=sow_topics,
         queues=queues,
         views=views,
+        conflated_topics=conflated,
         transaction_log=txlog,
         replication=replication,
         admin=admin,

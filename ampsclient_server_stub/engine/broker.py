@@ -62,6 +62,7 @@ from ampsclient_server_stub.queues.expiration import sow_expiry
 
 from .clocks import steady_clock
 from .commands import CommandHandlers, Handler
+from .conflated_topics import ConflatedTopics
 from .delivery import Delivery
 from .durability import PERSISTED_ACK_BATCH, Durability
 from .hooks import BrokerHooks
@@ -207,6 +208,15 @@ class Broker:
         """The dispatch table: command name -> handler."""
         if txlog is not None:
             self.recover_sow_from_journal()
+        self.conflated = ConflatedTopics(
+            config.conflated_topics if config is not None else (),
+            sows=self.sows,
+            delivery=delivery,
+            index=index,
+        )
+        """The conflated topics (copied every interval once ``call_later`` is given)."""
+        if call_later is not None:
+            self.conflated.start(call_later)
         self.queues = self._start_queues(
             config, txlog, call_later, steady_clock(wall=clock, monotonic=monotonic)
         )
@@ -345,6 +355,7 @@ class Broker:
         self.replays.close()
         if self.queues is not None:
             self.queues.close()
+        self.conflated.close()
         self.checkpoint_sows()
         self.sows.close()
 

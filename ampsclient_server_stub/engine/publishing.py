@@ -283,6 +283,7 @@ class Publishing:
             self._counters["duplicates"] += 1
         else:
             sows = self._sows.for_query(conn.mt, matcher)
+            self._sows.check_writable(sows)
             txlog = self._txlog
             recorded = txlog is not None and any(
                 txlog.records(s.message_type, s.topic) for s in sows

@@ -354,6 +354,17 @@ class SowTopic:
 
     # ------------------------------------------------------------------ reads
 
+    @property
+    def last_seq(self) -> int:
+        """The write counter of the latest insert or replace (0: none yet)."""
+        return self._next_seq - 1
+
+    def written_since(self, seq: int) -> list[SowRecord]:
+        """The records inserted or replaced after write counter ``seq``, in write order."""
+        self._check_open()
+        sql = f'SELECT {_COLUMNS} FROM "{self._table}" WHERE seq > ? ORDER BY seq'
+        return [_record(row) for row in self._conn.execute(sql, (seq,))]
+
     def get(self, key: str) -> SowRecord | None:
         """The record stored under ``key``, or ``None``."""
         self._check_open()

@@ -117,6 +117,7 @@ class SowService:
         self._expiration: dict[int, float] = {}
         self._history: dict[int, tuple[float, float]] = {}
         self._owned: list[SowTopic] = []
+        self._read_only: dict[int, str] = {}
         if config is not None:
             damaged: dict[Path, tuple[Path, str]] = {}
             for topic_config in config.sow_topics:
@@ -136,6 +137,23 @@ class SowService:
         self.by_name.setdefault(sow.topic, []).append(sow)
         if expiration is not None:
             self._expiration[id(sow)] = expiration
+
+    def add_read_only(self, sow: SowTopic, why: str) -> None:
+        """Make ``sow`` a SOW topic that clients query and subscribe to but never write (a
+        conflated topic): their publish and ``sow_delete`` fail ``invalid topic`` with ``why``."""
+        self.add(sow)
+        self._read_only[id(sow)] = why
+
+    def check_writable(self, sows: Iterable[SowTopic]) -> None:
+        """Refuse a client's write to a read-only SOW topic (:meth:`add_read_only`).
+
+        Raises:
+            CommandFailure: ``invalid topic``, with the topic's reason.
+        """
+        for sow in sows:
+            why = self._read_only.get(id(sow))
+            if why is not None:
+                raise CommandFailure("invalid topic", why)
 
     def history_of(self, sow: SowTopic) -> tuple[float, float] | None:
         """``(window, granularity)`` in seconds of a topic's ``<History>``, or ``None``."""
@@ -157,13 +175,16 @@ class SowService:
         """The SOW topic a publish of type ``mt`` to ``topic`` writes to (``None``: none).
 
         Raises:
-            CommandFailure: ``invalid message type`` for a SOW topic of another type.
+            CommandFailure: ``invalid message type`` for a SOW topic of another type;
+                ``invalid topic`` for a read-only one (a conflated topic).
         """
         group = self.by_name.get(topic)
         if group is None:
             return None
         for sow in group:
             if sow.message_type == mt:
+                if self._read_only:
+                    self.check_writable((sow,))
                 return sow
         raise CommandFailure(
             "invalid message type", f"topic {topic!r} is a SOW topic of another message type"
