@@ -38,9 +38,11 @@ from ampsclient_server_stub.config import (
     TransportConfig,
     default_config,
     load_config,
+    load_document,
     parse_duration,
     parse_inet_addr,
 )
+from ampsclient_server_stub.config_expand import SAMPLE_CONFIG, expanded_xml
 
 from .server import ReferenceServer
 
@@ -109,6 +111,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "recorded, so bookmark subscriptions work with zero configuration); with --config the "
         "file's <TransactionLog> decides what is recorded, and a file without one records "
         "nothing, as AMPS does",
+    )
+    tooling = parser.add_mutually_exclusive_group()
+    tooling.add_argument(
+        "--verify-config",
+        action="store_true",
+        help="check the --config file (variables, includes, every element) and exit: 0 when "
+        "it is valid, 2 with the error otherwise",
+    )
+    tooling.add_argument(
+        "--dump-config",
+        action="store_true",
+        help="print the --config file with its environment variables expanded and its "
+        "<Include> files inlined (what the server runs with), then exit",
+    )
+    tooling.add_argument(
+        "--sample-config",
+        action="store_true",
+        help="print a minimal configuration the server starts with, then exit",
     )
     return parser.parse_args(argv)
 
@@ -220,8 +240,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.sample_config:
+        sys.stdout.write(SAMPLE_CONFIG)
+        return 0
+    if (args.verify_config or args.dump_config) and args.config is None:
+        logger.error("configuration error: --verify-config and --dump-config need --config")
+        return 2
     try:
+        if args.dump_config:
+            sys.stdout.write(expanded_xml(load_document(args.config)))
+            return 0
         config = build_config(args)
+        if args.verify_config:
+            sys.stdout.write(f"{args.config}: configuration is valid\n")
+            return 0
     except ConfigError as exc:
         logger.error("configuration error: %s", exc)
         return 2

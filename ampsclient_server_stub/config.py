@@ -25,7 +25,10 @@ Rules followed by the parser:
   current directory).  Files the configuration reads (certificates, users and password
   files) are relative to the file's directory.
 * Documents containing a ``DOCTYPE`` or entity declarations are refused, so entity
-  expansion attacks are impossible.  No ``${VAR}`` substitution is performed.
+  expansion attacks are impossible.
+* ``${VAR}`` / ``$VAR`` environment variables are expanded in texts and attributes (an
+  undefined one is an error naming it) and ``<Include>`` elements are replaced by the
+  elements of the file they name, before anything else is read (:mod:`.config_expand`).
 
 The modules: :mod:`.config_values` (value syntax), :mod:`.config_model` (the dataclasses),
 :mod:`.config_xml` (safe XML reading), :mod:`.config_reader` (the sections); this module is
@@ -40,6 +43,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .config_expand import expand_document
 from .config_model import (
     DEFAULT_JOURNAL_SIZE,
     DEFAULT_PREALLOCATED_JOURNAL_FILES,
@@ -70,7 +74,7 @@ from .config_values import (
     parse_inet_addr,
     parse_size,
 )
-from .config_xml import read_xml
+from .config_xml import XmlDocument, read_xml
 
 __all__ = [
     "DEFAULT_HOST",
@@ -97,6 +101,7 @@ __all__ = [
     "TxlogTopic",
     "default_config",
     "load_config",
+    "load_document",
     "parse_config",
     "parse_duration",
     "parse_inet_addr",
@@ -115,7 +120,27 @@ def parse_config(xml_text: str, *, base_dir: Path | None = None) -> ServerConfig
     Raises:
         ConfigError: on malformed XML, a DOCTYPE/entity declaration, or invalid content.
     """
-    return build_config(read_xml(xml_text), base_dir, None)
+    doc = expand_document(read_xml(xml_text), None)
+    return build_config(doc, base_dir, None)
+
+
+def load_document(path: str | os.PathLike[str]) -> XmlDocument:
+    """The configuration file at ``path``, parsed, its environment variables expanded and
+    its ``<Include>`` files inlined (what AMPS keeps and shows).
+
+    Raises:
+        ConfigError: if a file cannot be read or is invalid; the message starts with the
+            file name.
+    """
+    file = Path(path).expanduser()
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {file}: {exc}") from exc
+    try:
+        return expand_document(read_xml(data), file.absolute())
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}") from exc
 
 
 def load_config(
@@ -135,13 +160,10 @@ def load_config(
             the file name.
     """
     file = Path(path).expanduser()
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {file}: {exc}") from exc
+    doc = load_document(file)
     try:
         override = Path(data_dir).expanduser().absolute() if data_dir is not None else None
-        return build_config(read_xml(data), file.absolute().parent, file.absolute(), override)
+        return build_config(doc, file.absolute().parent, file.absolute(), override)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from exc
 
