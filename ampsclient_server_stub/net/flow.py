@@ -26,7 +26,7 @@ waiting message at once (a jump forward would disconnect every slow client for
 ``ClientMessageAgeLimit``) nor rejuvenates them.
 
 Offline files hold other clients' messages, so they are private: each pool makes its own
-directory under ``MessageDiskPath`` at first use (``ampsclient-offline-<pid>-XXXXXXXX``, made
+directory under ``MessageDiskPath`` at first use (``ampsclient-offline-<pid>-<random>``, made
 by :func:`tempfile.mkdtemp`, mode 0700), and creates every file in it with
 ``O_CREAT|O_EXCL|O_NOFOLLOW`` and mode 0600: a file or symbolic link planted in advance is
 never opened or followed. The clean-up removes only such directories (of server processes that
