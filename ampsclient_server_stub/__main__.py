@@ -44,6 +44,7 @@ from ampsclient_server_stub.config import (
 )
 from ampsclient_server_stub.config_expand import SAMPLE_CONFIG, expanded_xml
 
+from .security.policy import ServerSecurity
 from .server import ReferenceServer
 
 __all__ = ["build_config", "main", "parse_args"]
@@ -252,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         config = build_config(args)
         if args.verify_config:
+            ServerSecurity.from_config(config)  # modules, their options, users files, TLS
             sys.stdout.write(f"{args.config}: configuration is valid\n")
             return 0
     except ConfigError as exc:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .action_options import check_action_options
 from .config_expand import expand_document
 from .config_model import (
     DEFAULT_JOURNAL_SIZE,
@@ -121,7 +122,9 @@ def parse_config(xml_text: str, *, base_dir: Path | None = None) -> ServerConfig
         ConfigError: on malformed XML, a DOCTYPE/entity declaration, or invalid content.
     """
     doc = expand_document(read_xml(xml_text), None)
-    return build_config(doc, base_dir, None)
+    config = build_config(doc, base_dir, None)
+    check_action_options(config.actions)
+    return config
 
 
 def load_document(path: str | os.PathLike[str]) -> XmlDocument:
@@ -163,7 +166,9 @@ def load_config(
     doc = load_document(file)
     try:
         override = Path(data_dir).expanduser().absolute() if data_dir is not None else None
-        return build_config(doc, file.absolute().parent, file.absolute(), override)
+        config = build_config(doc, file.absolute().parent, file.absolute(), override)
+        check_action_options(config.actions)
+        return config
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from exc
 

@@ -272,6 +272,22 @@ def _users_file(
     return found
 
 
+_BUILTIN_AUTHENTICATION = ("amps-default-authentication-module", "users-file", "challenge-response")
+_BUILTIN_ENTITLEMENT = ("amps-default-entitlement-module", "users-file")
+
+
+def _refuse_unused(kind: str, name: str, options: Mapping[str, str], used: tuple[str, ...]) -> None:
+    """A built-in module uses only ``used``: any other option is refused by name (issue 28:
+    nothing is accepted and ignored)."""
+    for option in options:
+        if option not in used:
+            uses = f"uses only <{'>, <'.join(used)}>" if used else "takes no options"
+            raise SecurityConfigError(
+                f"<{kind}><Options><{option}> is not an option of the built-in {kind.lower()} "
+                f"module {name!r} (it {uses})"
+            )
+
+
 def _import_factory(spec: str) -> Callable[[Mapping[str, str]], Any]:
     module_name, _, attr = spec.partition(":")
     try:
@@ -303,9 +319,12 @@ def build_authentication(
     files = cache if cache is not None else {}
     name = module.strip()
     if name in ("allow-all", "none", ""):
+        _refuse_unused("Authentication", name, options, ())
         return AllowAll()
     if ":" in name:
         return _custom_module(name, options, "authenticate", "an authentication")  # type: ignore[no-any-return]
+    if name in _BUILTIN_AUTHENTICATION:
+        _refuse_unused("Authentication", name, options, ("UsersFile",))
     users = _users_file(options, base_dir, files)
     if name == "amps-default-authentication-module":
         return AllowAll() if users is None else UsersFileAuthentication(users)
@@ -329,9 +348,12 @@ def build_entitlements(
     files = cache if cache is not None else {}
     name = module.strip()
     if name in ("allow-all", "none", ""):
+        _refuse_unused("Entitlement", name, options, ())
         return AllowAll()
     if ":" in name:
         return _custom_module(name, options, "allowed", "an entitlement")  # type: ignore[no-any-return]
+    if name in _BUILTIN_ENTITLEMENT:
+        _refuse_unused("Entitlement", name, options, ("UsersFile",))
     users = _users_file(options, base_dir, files)
     if name == "amps-default-entitlement-module":
         return AllowAll() if users is None else UsersFileEntitlements(users)
