@@ -61,16 +61,22 @@ def expand_variables(text: str, env: Mapping[str, str], where: str) -> str:
     return _VARIABLE.sub(replace, text)
 
 
-def _where(doc: XmlDocument, elem: ET.Element, source: Path | None) -> str:
+def _where(doc: XmlDocument, elem: ET.Element, source: Path | None, top: Path | None) -> str:
+    """``line N`` in the top file (its name prefixes every error), ``FILE, line N`` in an
+    included one."""
     line = doc.line(elem)
     place = f"line {line}" if line is not None else "unknown line"
-    return f"{source}, {place}" if source is not None else place
+    return f"{source}, {place}" if source is not None and source != top else place
 
 
 def _expand_element(
-    doc: XmlDocument, elem: ET.Element, env: Mapping[str, str], source: Path | None
+    doc: XmlDocument,
+    elem: ET.Element,
+    env: Mapping[str, str],
+    source: Path | None,
+    top: Path | None,
 ) -> None:
-    where = _where(doc, elem, source)
+    where = _where(doc, elem, source, top)
     if elem.text and "$" in elem.text:
         elem.text = expand_variables(elem.text, env, f"{where}: <{elem.tag}>")
     for key, value in list(elem.attrib.items()):
@@ -99,6 +105,7 @@ def _process(
     source: Path | None,
     chain: tuple[Path, ...],
     lines: dict[int, int],
+    top: Path | None,
 ) -> None:
     index = 0
     while index < len(parent):
@@ -106,12 +113,12 @@ def _process(
         line = doc.line(child)
         if line is not None:
             lines[id(child)] = line
-        _expand_element(doc, child, env, source)
+        _expand_element(doc, child, env, source, top)
         if child.tag != INCLUDE_TAG:
-            _process(doc, child, env, source, chain, lines)
+            _process(doc, child, env, source, chain, lines, top)
             index += 1
             continue
-        where = _where(doc, child, source)
+        where = _where(doc, child, source, top)
         if len(child) or not (child.text or "").strip():
             raise ConfigError(f"{where}: <Include> must contain a file name")
         target = Path((child.text or "").strip()).expanduser()
@@ -125,7 +132,7 @@ def _process(
         if len(chain) >= _MAX_DEPTH:
             raise ConfigError(f"{where}: <Include> nested more than {_MAX_DEPTH} deep")
         fragment = _read_fragment(target, where)
-        _process(fragment, fragment.root, env, target, (*chain, target), lines)
+        _process(fragment, fragment.root, env, target, (*chain, target), lines, top)
         included = list(fragment.root)
         parent.remove(child)
         for offset, elem in enumerate(included):
@@ -148,8 +155,9 @@ def expand_document(
     root_line = doc.line(doc.root)
     if root_line is not None:
         lines[id(doc.root)] = root_line
-    _expand_element(doc, doc.root, environ, start)
-    _process(doc, doc.root, environ, start, (start,) if start is not None else (), lines)
+    _expand_element(doc, doc.root, environ, start, start)
+    chain = (start,) if start is not None else ()
+    _process(doc, doc.root, environ, start, chain, lines, start)
     return XmlDocument(doc.root, lines)
 
 

@@ -118,7 +118,7 @@ def test_a_missing_include_names_the_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     message = str(err.value)
-    assert f"{cfg.absolute()}, line 4" in message
+    assert message.startswith(f"{cfg}: line 4: ")
     assert str(tmp_path / "nowhere.xml") in message
 
 
