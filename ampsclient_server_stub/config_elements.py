@@ -52,6 +52,7 @@ _TRANSPORT_POLICY: Final = {
 
 _ELEMENTS: dict[str, str] = {
     "Name": "the instance name (logon ack, replication, journal file prefix)",
+    "SOWStatsInterval": "publish /AMPS/SOWStats (one message per SOW topic) at this interval",
     "Group": "the replication group (default: the instance name)",
     "DataDirectory": "extension: the directory relative paths resolve against",
     "MessageDiskPath": "where offlined slow clients' messages are written",

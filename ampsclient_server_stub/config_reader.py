@@ -623,6 +623,9 @@ def build_config(
     admin = reader.admin(admin_elem) if admin_elem is not None else None
 
     extra = reader.extras(root, _ROOT_KNOWN)
+    stats_text = reader.text(root, "SOWStatsInterval")
+    if stats_text is not None:  # kept verbatim in extra; checked here, with its line
+        reader.convert(reader.child(root, "SOWStatsInterval"), parse_duration, stats_text)
     disk_path = reader.text(root, "MessageDiskPath")
     if disk_path is not None:  # written by the server: re-based on the data directory
         extra["MessageDiskPath"] = str(reader.path(root, "MessageDiskPath", disk_path))

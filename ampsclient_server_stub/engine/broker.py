@@ -55,7 +55,7 @@ from typing import Final
 
 from ampsclient.exceptions import MalformedFrameError
 from ampsclient.protocol.header import decode_header
-from ampsclient_server_stub.config import ServerConfig
+from ampsclient_server_stub.config import DEFAULT_SERVER_NAME, ServerConfig, parse_duration
 from ampsclient_server_stub.queues.dead_letter import ActionPublisher, DeadLetters, expire_actions
 from ampsclient_server_stub.queues.engine import QueueEngine, QueueStartError
 from ampsclient_server_stub.queues.expiration import sow_expiry
@@ -65,6 +65,7 @@ from .commands import CommandHandlers, Handler
 from .conflated_topics import ConflatedTopics
 from .delivery import Delivery
 from .durability import PERSISTED_ACK_BATCH, Durability
+from .event_topics import EventTopics
 from .hooks import BrokerHooks
 from .ingest import Incoming, Ingest, Ingested, Journaled
 from .publishing import Publishing
@@ -203,6 +204,15 @@ class Broker:
             clock=clock,
         )
         self._subscriptions = SubscriptionTable(index, self.replays, delivery)
+        self.events = EventTopics(
+            index,
+            delivery,
+            clock=clock,
+            server_name=config.name if config is not None else DEFAULT_SERVER_NAME,
+        )
+        """``/AMPS/ClientStatus`` and ``/AMPS/SOWStats``."""
+        self._subscriptions.events = self.events.subscription_event
+        self.hooks.client_status = self.events.client_event
         self._publishing, self._handlers = self._command_handlers(txlog, version)
         self.commands: dict[str, Handler] = self._handlers.table
         """The dispatch table: command name -> handler."""
@@ -217,6 +227,11 @@ class Broker:
         """The conflated topics (copied every interval once ``call_later`` is given)."""
         if call_later is not None:
             self.conflated.start(call_later)
+        stats_text = config.extra.get("SOWStatsInterval") if config is not None else None
+        if stats_text is not None and call_later is not None:
+            self.events.start_sow_stats(
+                parse_duration(stats_text), lambda: self.sows.topics, call_later
+            )
         self.queues = self._start_queues(
             config, txlog, call_later, steady_clock(wall=clock, monotonic=monotonic)
         )
@@ -356,6 +371,7 @@ class Broker:
         if self.queues is not None:
             self.queues.close()
         self.conflated.close()
+        self.events.close()
         self.checkpoint_sows()
         self.sows.close()
 
@@ -375,8 +391,9 @@ class Broker:
             session, message_type=message_type, transport=transport, peer=peer
         )
 
-    def disconnect(self, conn: Connection) -> None:
-        """The connection is gone: forget its subscriptions (idempotent)."""
+    def disconnect(self, conn: Connection, *, reason: str | None = None) -> None:
+        """The connection is gone: forget its subscriptions (idempotent); ``reason``: why the
+        server closed it (``/AMPS/ClientStatus``)."""
         if conn.closed:
             return
         conn.closed = True
@@ -384,6 +401,9 @@ class Broker:
             conn.persist_timer.cancel()
             conn.persist_timer = None
         self._subscriptions.remove_all(conn)
+        if conn.logged_on:
+            fields = {} if reason is None else {"reason": reason}
+            self.events.client_event(conn, "disconnect", **fields)
         self.clients.forget(conn)
 
     def kick(self, conn: Connection, reason: str) -> None:
@@ -391,7 +411,7 @@ class Broker:
         if conn.closed:
             return
         logger.info("disconnecting %r: %s", conn, reason)
-        self.disconnect(conn)
+        self.disconnect(conn, reason=reason)
         try:
             conn.session.disconnect(reason)
         except Exception:  # pragma: no cover - a broken session must not hurt others

@@ -139,3 +139,5 @@ class BrokerHooks:
     """Called with the durable index at the end of ``Broker.on_durable``."""
     queues: QueueHooks | None = None
     """The message queues, when the configuration defines any."""
+    client_status: Callable[[Connection, str], None] | None = None
+    """Told of a client's ``logon`` (the broker publishes ``/AMPS/ClientStatus``)."""

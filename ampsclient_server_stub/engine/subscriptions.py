@@ -27,6 +27,8 @@ class SubscriptionTable:
         self._delivery = delivery
         self.on_remove: Callable[[Subscription], None] | None = None
         """Told of every subscription removed (the message queues return its leases)."""
+        self.events: Callable[[str, Subscription], None] | None = None
+        """Told ``("subscribe", sub)`` and ``("unsubscribe", sub)`` (``/AMPS/ClientStatus``)."""
 
     def add(self, sub: Subscription) -> None:
         """Register ``sub`` with its connection and its feeder."""
@@ -36,6 +38,8 @@ class SubscriptionTable:
             self._scheduler.add(sub.replay)
         else:
             self._index.add(sub)
+        if self.events is not None:
+            self.events("subscribe", sub)
 
     def remove(self, sub: Subscription) -> None:
         """Forget ``sub`` (held conflated messages are dropped, its replay stops)."""
@@ -49,6 +53,8 @@ class SubscriptionTable:
             self._index.remove(sub)
         if self.on_remove is not None:
             self.on_remove(sub)
+        if self.events is not None:
+            self.events("unsubscribe", sub)
 
     def install(self, sub: Subscription, replaced: Subscription | None) -> None:
         """Add ``sub``, taking over the ``sub_id`` of ``replaced`` (if any)."""

@@ -449,6 +449,9 @@ PROOFS: dict[str, Probe | Covered] = {
     "ClientMaxCapacity": Covered(
         LIMITS + "test_slow_subscriber_is_offlined_then_catches_up_in_order"
     ),
+    "SOWStatsInterval": Covered(
+        "server/test_event_topics.py::test_sow_stats_every_interval_one_message_per_sow_topic"
+    ),
     "MessageMemoryLimit": Covered(
         LIMITS + "test_slow_subscriber_is_offlined_then_catches_up_in_order"
     ),
