@@ -167,7 +167,10 @@ class Link(asyncio.Protocol):
 
     def describe(self) -> str:
         who = self.peer_name or "?"
-        return f"{who}@{self.remote}" + (" (dialed)" if self.dialer else " (incoming)")
+        if not self.dialer:
+            return f"{who}@{self.remote} (incoming)"
+        name = self.dialed_for.dest.extra.get("Transport/Name") if self.dialed_for else None
+        return f"{who}@{self.remote} (dialed" + (f" over transport {name!r})" if name else ")")
 
     # ------------------------------------------------------------------ asyncio.Protocol
 

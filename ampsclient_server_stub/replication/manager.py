@@ -43,7 +43,7 @@ from .holds import SAVE_DELAY, HoldFile
 from .link import Link
 from .origins import IndexRuns
 from .rules import InstanceSummary, queue_config_problems, summarize, validate_destination
-from .streams import Inbound, Outbound
+from .streams import Inbound, Outbound, link_label
 
 __all__ = [
     "DIAL_BACKOFF_MAX",
@@ -530,16 +530,18 @@ class ReplicationManager:
         """Say once that a destination cannot be reached, and what that holds up."""
         if out.sync_configured and not out.downgraded:
             logger.warning(
-                "replication: sync destination %r is unreachable (%s); persisted acks for the "
+                "replication: sync destination %r%s is unreachable (%s); persisted acks for the "
                 "topics it replicates are held until it connects or is downgraded to async",
                 out.name,
+                link_label(out),
                 "; ".join(errors),
             )
         else:
             logger.warning(
-                "replication: destination %r is unreachable (%s); its records wait in the "
+                "replication: destination %r%s is unreachable (%s); its records wait in the "
                 "transaction log until it connects",
                 out.name,
+                link_label(out),
                 "; ".join(errors),
             )
 
@@ -562,7 +564,9 @@ class ReplicationManager:
                 DIAL_TIMEOUT,
             )
         except (OSError, TimeoutError) as exc:
-            logger.debug("replication: cannot reach %r at %s: %s", out.name, addr, exc)
+            logger.debug(
+                "replication: cannot reach %r%s at %s: %s", out.name, link_label(out), addr, exc
+            )
             if errors is not None:
                 errors.append(f"{addr}: {exc or type(exc).__name__}")
             return None

@@ -55,6 +55,7 @@ __all__ = [
     "Outbound",
     "StreamHost",
     "StreamLink",
+    "link_label",
     "resync_start",
 ]
 
@@ -151,6 +152,13 @@ class StreamHost(Protocol):
 
     def not_entitled(self, link: Any, topic: str, operation: str) -> None:
         """A replicated message the link's user may not write was refused."""
+
+
+def link_label(out: Outbound) -> str:
+    """`` (transport 'NAME')`` when the destination's ``<Transport>`` has a ``<Name>``: as in
+    AMPS, the link's name in logs; else empty."""
+    name = out.dest.extra.get("Transport/Name")
+    return f" (transport {name!r})" if name else ""
 
 
 class Outbound:
