@@ -408,6 +408,14 @@ class ServerSecurity:
             return value if value not in (None, "") else root.get(key)
 
         policy = TransportPolicy(name, self)
+        for section in ("Authentication", "Entitlement"):
+            for src in (own, root):
+                if src.get(f"{section}/Module") is None and _options(src, section):
+                    option = next(iter(_options(src, section)))
+                    raise SecurityConfigError(
+                        f"<{section}><Options><{option}> without a <{section}><Module>: no "
+                        "module would read it"
+                    )
         section_src = own if own.get("Authentication/Module") is not None else root
         module = section_src.get("Authentication/Module")
         if module is not None:

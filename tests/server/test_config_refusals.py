@@ -120,3 +120,13 @@ def test_the_options_a_builtin_module_reads_are_accepted(tmp_path: Path) -> None
     )
     res = cli("--config", str(path), "--verify-config")
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("section", ["Authentication", "Entitlement"])
+def test_options_without_a_module_are_refused(tmp_path: Path, section: str) -> None:
+    path = config(
+        tmp_path, f"<{section}><Options><UsersFile>u.json</UsersFile></Options></{section}>"
+    )
+    res = cli("--config", str(path), "--verify-config")
+    assert res.returncode == 2
+    assert f"<{section}><Options><UsersFile> without a <{section}><Module>" in res.stderr

@@ -213,3 +213,22 @@ def test_sample_config_is_a_configuration_the_server_starts_with(tmp_path: Path)
         client.send({"c": "p", "t": "orders"}, b'{"n": 1}')
         _, body = client.recv_until(lambda h: h.get("c") == "p", 10)
         assert body == b'{"n": 1}'
+
+
+def test_the_docs_example_runs_as_shown(tmp_path: Path) -> None:
+    """docs/configuration.md's console example: the files it shows, the output it shows."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    text = doc.read_text(encoding="utf-8")
+    start = text.index("$ cat parts/transports.xml\n")
+    block = text[start : text.index("```", start)]
+    part = block.split("$ cat parts/transports.xml\n")[1].split("$ cat amps.xml\n")[0]
+    main = block.split("$ cat amps.xml\n")[1].split("$ INSTANCE=")[0]
+    dumped = block.split("--dump-config\n")[1]
+    write(tmp_path / "parts" / "transports.xml", part)
+    cfg = write(tmp_path / "amps.xml", main)
+    env = {"INSTANCE": "east", "TCP_PORT": "9007"}
+    verify = cli("--config", str(cfg), "--verify-config", env=env)
+    assert verify.returncode == 0, verify.stderr
+    res = cli("--config", str(cfg), "--dump-config", env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == dumped
