@@ -42,7 +42,7 @@ from ampsclient_server_stub.config import (
     parse_duration,
     parse_inet_addr,
 )
-from ampsclient_server_stub.config_expand import SAMPLE_CONFIG, expanded_xml
+from ampsclient_server_stub.config_expand import SAMPLE_CONFIG, add_defaults, expanded_xml
 
 from .security.policy import ServerSecurity
 from .server import ReferenceServer
@@ -123,8 +123,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     tooling.add_argument(
         "--dump-config",
         action="store_true",
-        help="print the --config file with its environment variables expanded and its "
-        "<Include> files inlined (what the server runs with), then exit",
+        help="print the --config file with its environment variables expanded, its <Include> "
+        "files inlined and the defaults of <Group>, <Protocol>, <JournalSize> and "
+        "<PreallocatedJournalFiles> filled in (what the server runs with), then exit",
     )
     tooling.add_argument(
         "--sample-config",
@@ -249,7 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.dump_config:
-            sys.stdout.write(expanded_xml(load_document(args.config)))
+            build_config(args)  # only a valid configuration is printed
+            doc = load_document(args.config)
+            add_defaults(doc)
+            sys.stdout.write(expanded_xml(doc))
             return 0
         config = build_config(args)
         if args.verify_config:

@@ -24,13 +24,16 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Final
 
+from .config_model import DEFAULT_JOURNAL_SIZE, DEFAULT_PREALLOCATED_JOURNAL_FILES
 from .config_values import ConfigError
 from .config_xml import XmlDocument, read_xml
 
 __all__ = [
     "INCLUDE_TAG",
     "SAMPLE_CONFIG",
+    "add_defaults",
     "expand_document",
     "expand_variables",
     "expanded_xml",
@@ -159,6 +162,32 @@ def expand_document(
     chain = (start,) if start is not None else ()
     _process(doc, doc.root, environ, start, chain, lines, start)
     return XmlDocument(doc.root, lines)
+
+
+_DEFAULT_PROTOCOL_TYPES: Final = ("tcp", "tcps", "ws", "wss")
+
+
+def _default(parent: ET.Element, tag: str, value: str) -> None:
+    if parent.find(tag) is None:
+        ET.SubElement(parent, tag).text = value
+
+
+def add_defaults(doc: XmlDocument) -> None:
+    """Write the defaults the server applies into ``doc`` where the file leaves them out:
+    ``<Group>`` (the instance ``<Name>``), a client transport's ``<Protocol>`` (``amps``), the
+    transaction log's ``<JournalSize>`` and ``<PreallocatedJournalFiles>``."""
+    root = doc.root
+    name = root.find("Name")
+    if name is not None and name.text and root.find("Group") is None:
+        group = ET.Element("Group")
+        group.text = name.text.strip()
+        root.insert(list(root).index(name) + 1, group)
+    for transport in root.iterfind("Transports/Transport"):
+        if (transport.findtext("Type") or "").strip().lower() in _DEFAULT_PROTOCOL_TYPES:
+            _default(transport, "Protocol", "amps")
+    for txlog in root.iterfind("TransactionLog"):
+        _default(txlog, "JournalSize", str(DEFAULT_JOURNAL_SIZE))
+        _default(txlog, "PreallocatedJournalFiles", str(DEFAULT_PREALLOCATED_JOURNAL_FILES))
 
 
 def expanded_xml(doc: XmlDocument) -> str:

@@ -192,6 +192,31 @@ def test_dump_config_prints_includes_and_variables_resolved(tmp_path: Path) -> N
     assert [t.name for t in load_config(out).transports] == ["dumped"]
 
 
+def test_dump_config_fills_in_the_defaults(tmp_path: Path) -> None:
+    cfg = write(
+        tmp_path / "main.xml",
+        "<AMPSConfig><Name>d</Name><Transports>"
+        + TRANSPORT.format(name="t")
+        + "</Transports><TransactionLog><JournalDirectory>j</JournalDirectory>"
+        "<Topic><Name>.*</Name><MessageType>json</MessageType></Topic></TransactionLog>"
+        "</AMPSConfig>",
+    )
+    res = cli("--config", str(cfg), "--dump-config")
+    assert res.returncode == 0, res.stderr
+    for line in (
+        "<Group>d</Group>",
+        "<Protocol>amps</Protocol>",
+        f"<JournalSize>{1024**3}</JournalSize>",
+        "<PreallocatedJournalFiles>2</PreallocatedJournalFiles>",
+    ):
+        assert line in res.stdout
+    out = write(tmp_path / "dumped.xml", res.stdout)
+    assert load_config(out).group == "d"
+    bad = write(tmp_path / "bad.xml", "<AMPSConfig><Name>n</Name><Bogus/></AMPSConfig>")
+    res = cli("--config", str(bad), "--dump-config")
+    assert res.returncode == 2 and "Bogus" in res.stderr and not res.stdout
+
+
 def test_verify_and_dump_need_a_config_file() -> None:
     res = cli("--verify-config")
     assert res.returncode == 2
