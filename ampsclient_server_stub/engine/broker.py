@@ -212,7 +212,7 @@ class Broker:
         )
         """``/AMPS/ClientStatus`` and ``/AMPS/SOWStats``."""
         self._subscriptions.events = self.events.subscription_event
-        self.hooks.client_status = self.events.client_event
+        self.hooks.client_status = self.events.command_event
         self._publishing, self._handlers = self._command_handlers(txlog, version)
         self.commands: dict[str, Handler] = self._handlers.table
         """The dispatch table: command name -> handler."""

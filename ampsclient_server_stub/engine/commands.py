@@ -225,7 +225,7 @@ class CommandHandlers:
         logger.info("%r logged on (mt=%s)", conn, conn.mt)
         self._logon_ack(conn, hdr)
         if self._hooks.client_status is not None:
-            self._hooks.client_status(conn, "logon")
+            self._hooks.client_status(conn, "logon", {"correlation_id": text(hdr.get("x"))})
 
     def _may_use_name(self, conn: Connection, hdr: Header, name: str, user: str | None) -> bool:
         """``name`` is free or belongs to ``user`` (the authenticated user, ``None`` when no

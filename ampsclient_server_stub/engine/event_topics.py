@@ -2,10 +2,11 @@
 
 AMPS User Guide, "Event Topics": client status events
 (https://docs.crankuptheamps.com/amps-user-guide/events/client-status) are published whenever a
-client logs on, disconnects, or enters or removes a subscription (on a disconnect, one for each
-subscription it had); each is ``{"ClientStatus": {...}}`` with ``timestamp``, ``event``,
-``client_name``, ``connection_name``, ``auth_id`` and, when they apply, ``topic``, ``filter``,
-``options``, ``sub_id``, ``correlation_id`` and ``reason``. SOW statistics events
+client logs on, disconnects, enters or removes a subscription (on a disconnect, one for each
+subscription it had) or queries a SOW; each is ``{"ClientStatus": {...}}`` with
+``timestamp``, ``event``, ``client_name``, ``connection_name``, ``auth_id`` and, when they
+apply, ``topic``, ``filter``, ``options``, ``sub_id``, ``query_id``, ``correlation_id`` and
+``reason``. SOW statistics events
 (https://docs.crankuptheamps.com/amps-user-guide/events/sow-stats) are published every
 ``SOWStatsInterval``, one per SOW topic: ``{"SOWStats": {message_type, topic, record_count,
 timestamp}}``.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from .delivery import Delivery
@@ -108,6 +109,10 @@ class EventTopics:
         }
         status.update(fields)
         self._publish(CLIENT_STATUS, {"ClientStatus": status})
+
+    def command_event(self, conn: Connection, event: str, fields: Mapping[str, str | None]) -> None:
+        """A command's event (``logon``, ``sow``), for :attr:`.hooks.BrokerHooks.client_status`."""
+        self.client_event(conn, event, **fields)
 
     def subscription_event(self, event: str, sub: Subscription) -> None:
         """``subscribe`` / ``unsubscribe`` of ``sub``."""

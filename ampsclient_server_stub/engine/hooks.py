@@ -139,5 +139,6 @@ class BrokerHooks:
     """Called with the durable index at the end of ``Broker.on_durable``."""
     queues: QueueHooks | None = None
     """The message queues, when the configuration defines any."""
-    client_status: Callable[[Connection, str], None] | None = None
-    """Told of a client's ``logon`` (the broker publishes ``/AMPS/ClientStatus``)."""
+    client_status: Callable[[Connection, str, Mapping[str, str | None]], None] | None = None
+    """Told ``(conn, event, fields)`` of a client's ``logon`` and ``sow`` (the broker publishes
+    ``/AMPS/ClientStatus``)."""

@@ -261,6 +261,16 @@ class Subscribing:
                     copy.close()
             return
         self._answer(conn, hdr, options, sows, subscribe=subscribe, delta=delta)
+        if self._hooks.client_status is not None:
+            fields = {
+                "query_id": text(hdr.get("query_id")),
+                "topic": topic,
+                "filter": text(hdr.get("filter")),
+                "options": text(hdr.get("o")),
+                "sub_id": text(hdr.get("sub_id")),
+                "correlation_id": text(hdr.get("x")),
+            }
+            self._hooks.client_status(conn, "sow", fields)
 
     def _answer(
         self,

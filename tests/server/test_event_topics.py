@@ -88,6 +88,18 @@ def test_logon_subscribe_unsubscribe_and_disconnect_are_published(broker: Broker
     assert all(e["timestamp"].endswith("Z") for e in events)
 
 
+def test_a_sow_query_is_published_with_its_query(broker: Broker) -> None:
+    watcher, session = logon(broker, "watcher")
+    command(broker, watcher, c="subscribe", cid="w", t="/AMPS/ClientStatus", sub_id="w")
+    app, _ = logon(broker, "app", x="logon-1")
+    command(broker, app, c="sow", cid="q", t="orders", query_id="q1", filter="/id > 0", o="")
+    events = [e for e in statuses(session) if e["client_name"] == "app"]
+    assert [e["event"] for e in events] == ["logon", "sow"]
+    assert events[0]["correlation_id"] == "logon-1"
+    sow = events[1]
+    assert (sow["topic"], sow["filter"], sow["query_id"]) == ("orders", "/id > 0", "q1")
+
+
 def test_a_kick_gives_its_reason_and_filters_apply(broker: Broker) -> None:
     watcher, session = logon(broker, "watcher")
     command(
