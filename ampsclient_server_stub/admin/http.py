@@ -270,6 +270,8 @@ async def _read_request(
         return None
     if not first:
         return None
+    if not first.isalpha():  # every method is a word; an AMPS frame starts with its length
+        raise HttpError(400, "not an HTTP request (an AMPS client connected to the admin port?)")
     try:
         head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), head_timeout)
     except TimeoutError:

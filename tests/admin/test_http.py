@@ -178,3 +178,24 @@ def test_stop_with_open_keep_alive_connections_logs_no_error(
         thread.stop()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
+
+
+def test_an_amps_client_on_the_admin_port_is_told_at_once(admin_server: ServerThread) -> None:
+    """Issue #31, honest answers: an AMPS frame is not an HTTP request; the admin port answers
+    400 at once (it waited for its 10 s head deadline), and our client says what it reached."""
+    import time
+
+    from ampsclient.exceptions import NotAmpsPortError
+
+    port = admin_port(admin_server)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        started = time.monotonic()
+        raw.sendall(b"\x00\x00\x00\x10" + b'{"c":"logon"}   ')
+        answer = raw.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 400 ")
+        assert time.monotonic() - started < 2.0
+    started = time.monotonic()
+    with Client("lost") as client, pytest.raises(NotAmpsPortError):
+        client.connect(f"tcp://127.0.0.1:{port}/amps/json")
+        client.logon(5000)
+    assert time.monotonic() - started < 3.0
