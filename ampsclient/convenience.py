@@ -12,6 +12,7 @@ has the same methods for the synchronous facade.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, overload
 
@@ -124,17 +125,21 @@ class AsyncCommands:
         if handler is not None:
             return await self.execute_async(cmd, handler)
         timeout = int(p.get("timeout") or 0)
-        stream = await self.execute(cmd)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout / 1000.0 if timeout else None
         try:
-            async for message in stream:
-                if message.command == "ack" and message.ack_type & AckType.STATS:
-                    return message
-                if deadline is not None and loop.time() > deadline:
-                    break
-        finally:
-            stream.close()
+            async with asyncio.timeout_at(deadline):  # one bound for the command and its acks
+                stream = await self.execute(cmd)
+                try:
+                    async for message in stream:
+                        if message.command == "ack" and message.ack_type & AckType.STATS:
+                            return message
+                finally:
+                    stream.close()
+        except TimeoutError:
+            raise
+        except builtins.TimeoutError:  # the deadline (the builtin, not ours)
+            pass
         raise TimeoutError(f"timed out waiting for the {name} stats ack")
 
     # ------------------------------------------------------------------------ subscribe
