@@ -263,7 +263,7 @@ class Publishing:
                 self._counters["duplicates"] += 1
                 deleted = topic_matches = 0
             else:
-                predicate = command_filter(hdr)[1]
+                predicate = command_filter(hdr, message_type=conn.mt)[1]
                 deleted, topic_matches, index = queues.acknowledge(conn, hdr, predicate)
             self._sow_delete_acks(conn, hdr, flags, seq, duplicate, index, deleted, topic_matches)
             return
@@ -272,7 +272,7 @@ class Publishing:
         if guard is not None:
             matcher = guard.matcher(conn, hdr, matcher)
         body = payload[end:]
-        filter_text, predicate = command_filter(hdr)
+        filter_text, predicate = command_filter(hdr, message_type=conn.mt)
         keys = split_list(hdr.get("sow_keys")) if hdr.get("sow_keys") else None
         queue_ack = text(hdr.get("bm")) is not None and filter_text is None and keys is None
         queue_ack = queue_ack and not body

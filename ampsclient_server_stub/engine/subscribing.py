@@ -97,7 +97,7 @@ class Subscribing:
         if self._hooks.guard is not None:
             matcher = self._hooks.guard.matcher(conn, hdr, matcher)
         self._sows.check_type(conn.mt, matcher)
-        filter_text, predicate = command_filter(hdr)
+        filter_text, predicate = command_filter(hdr, message_type=conn.mt)
         sub_id = text(hdr.get("sub_id")) or text(hdr.get("cid"))
         if sub_id is None or "," in sub_id:
             raise CommandFailure("invalid subId", f"bad sub_id {sub_id!r}")
@@ -284,7 +284,7 @@ class Subscribing:
     ) -> None:
         """Run the query over ``sows``, send its results and acks, install the subscription."""
         flags = ack_flags(hdr)
-        _filter_text, predicate = command_filter(hdr)
+        _filter_text, predicate = command_filter(hdr, message_type=conn.mt)
         spec = query_options(hdr, options)
         order_by, top_n, skip_n, select = spec.order_by, spec.top_n, spec.skip_n, spec.select
         batch_size = int_field(hdr.get("bs")) or 1

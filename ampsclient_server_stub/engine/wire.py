@@ -22,7 +22,7 @@ from ampsclient.protocol.header import Header, encode_header
 from ..errors import RequestError
 from .filters import FilterError, compile_filter
 from .journal_format import FRAME_OVERHEAD, MIN_BODY
-from .payload import parse_options
+from .payload import is_parseable, parse_options
 from .topics import TopicError, TopicMatcher, compile_topic
 
 __all__ = [
@@ -227,15 +227,25 @@ def publish_header(topic: str, seq: int | None) -> Header:
     return {"c": "p", "t": topic, "s": seq, "a": "persisted"}
 
 
-def command_filter(hdr: Header) -> tuple[str | None, Callable[[Any], bool] | None]:
-    """``(filter text, predicate)`` of a command (``(None, None)`` without a filter).
+def command_filter(
+    hdr: Header, *, message_type: str
+) -> tuple[str | None, Callable[[Any], bool] | None]:
+    """``(filter text, predicate)`` of a command (``(None, None)`` without a filter) on a
+    connection of ``message_type``.
 
     Raises:
-        CommandFailure: ``bad filter``.
+        CommandFailure: ``bad filter``, also for a message type whose payloads the server
+            does not parse (a filter there would match nothing, silently).
     """
     source = text(hdr.get("filter"))
     if source is None or not source.strip():
         return None, None
+    if not is_parseable(message_type):
+        raise CommandFailure(
+            "bad filter",
+            f"content filters need a message type the server parses (json, msgpack, fix, "
+            f"nvfix); {message_type!r} payloads are carried as they are",
+        )
     try:
         return source, compile_filter(source)
     except FilterError as exc:

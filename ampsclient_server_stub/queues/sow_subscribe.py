@@ -112,7 +112,7 @@ def answer_query(queue: Queue, conn: Connection, hdr: Header) -> None:
     """
     if text(hdr.get("bm")) is not None:
         raise CommandFailure("invalid options", "a queue keeps no history (bookmark on sow)")
-    _text, predicate = command_filter(hdr)
+    _text, predicate = command_filter(hdr, message_type=conn.mt)
     spec = query_options(hdr, command_options(hdr))
     batch = max(1, int_field(hdr.get("bs")) or 1)
     waiting = sorted(

@@ -239,7 +239,7 @@ class QueueViews:
         if text(hdr.get("bm")) is not None:
             raise CommandFailure("invalid options", "a view of a queue keeps no history")
         self.flush()  # (a change of this turn first)
-        _text, predicate = command_filter(hdr)
+        _text, predicate = command_filter(hdr, message_type=conn.mt)
         spec = query_options(hdr, command_options(hdr))
         found = [
             (key, body, doc)

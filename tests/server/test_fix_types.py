@@ -298,3 +298,23 @@ def test_the_clients_fix_builder_and_shredder_round_trip_through_a_filtered_sow(
             if m.get_command() == "sow"
         ]
     assert shredded == [{5: "o3", 38: "75"}, {5: "o2", 38: "500"}]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("message_type", ["xml", "binary", "bson"])
+def test_a_filter_on_a_type_the_server_does_not_parse_is_refused(
+    server: ServerThread, message_type: str
+) -> None:
+    """Issue #28: a content filter on an opaque type used to be accepted and then match
+    nothing; it is refused with ``bad filter`` naming the type (the one check,
+    ``engine.wire.command_filter``, serves every command that takes a filter), and the
+    connection goes on (an unfiltered subscription still works)."""
+    from ampsclient.exceptions import BadFilterError
+
+    with client(server, message_type) as c:
+        with pytest.raises(BadFilterError, match=message_type):
+            c.subscribe(Inbox(), "opaque", "/a = 1")
+        inbox = Inbox()
+        c.subscribe(inbox, "opaque")
+        c.publish("opaque", "<a>1</a>")
+        wait_for(lambda: inbox.data == ["<a>1</a>"], what="the unfiltered delivery")
