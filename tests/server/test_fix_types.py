@@ -318,3 +318,16 @@ def test_a_filter_on_a_type_the_server_does_not_parse_is_refused(
         c.subscribe(inbox, "opaque")
         c.publish("opaque", "<a>1</a>")
         wait_for(lambda: inbox.data == ["<a>1</a>"], what="the unfiltered delivery")
+
+
+def test_a_transaction_log_filter_on_an_unparsed_type_is_refused_at_start(
+    tmp_path: Path,
+) -> None:
+    from ampsclient_server_stub.config import ConfigError
+
+    xml = f"""<AMPSConfig><Name>x</Name><TransactionLog>
+      <JournalDirectory>{tmp_path / "j"}</JournalDirectory>
+      <Topic><Name>t</Name><MessageType>xml</MessageType><Filter>/a = 1</Filter></Topic>
+      </TransactionLog></AMPSConfig>"""
+    with pytest.raises(ConfigError, match="needs a message type the server parses.*'xml'"):
+        parse_config(xml, base_dir=tmp_path)
