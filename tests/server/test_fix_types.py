@@ -329,5 +329,5 @@ def test_a_transaction_log_filter_on_an_unparsed_type_is_refused_at_start(
       <JournalDirectory>{tmp_path / "j"}</JournalDirectory>
       <Topic><Name>t</Name><MessageType>xml</MessageType><Filter>/a = 1</Filter></Topic>
       </TransactionLog></AMPSConfig>"""
-    with pytest.raises(ConfigError, match="needs a message type the server parses.*'xml'"):
+    with pytest.raises(ConfigError, match=r"needs a message type the server parses.*'xml'"):
         parse_config(xml, base_dir=tmp_path)
