@@ -29,8 +29,9 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     ├── SecurityError                          users and password files
     │   ├── UsersFileError (ValueError)        security/users.py
     │   └── PasswordHashError (ValueError)     security/passwords.py
-    └── ReplicationError
-        └── AdminError (RuntimeError)          replication/admin.py
+    ├── ReplicationError
+    │   └── AdminError (RuntimeError)          replication/admin.py
+    └── NotFound (LookupError)                 admin/tree.py      no statistics node at a path
 
 The builtin bases in parentheses are kept as mixins, so code that catches ``ValueError``,
 ``OSError`` or ``RuntimeError`` still catches what it did before the tree existed. The

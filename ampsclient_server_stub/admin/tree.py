@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from typing import Any, Final
 from xml.sax.saxutils import escape, quoteattr
 
+from ..errors import ServerError
+
 __all__ = ["Entries", "NotFound", "amps_document", "amps_form", "find", "to_xml"]
 
 _NAME_BAD: Final = re.compile(r"[^A-Za-z0-9_.-]")
@@ -31,7 +33,7 @@ class Entries(dict[str, Any]):
     AMPS' JSON and XML forms (see :func:`amps_form`)."""
 
 
-class NotFound(LookupError):
+class NotFound(ServerError, LookupError):
     """No node at that path."""
 
 
