@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 IDLE = 3000
 MESSAGES = 300
-P99_BOUND = 0.5  # seconds; generous for a shared 2-core machine (measured 1.5 s before)
+P50_BOUND = 0.3  # seconds: measured 0.68 s before the fix, 0.03-0.13 s after
+P99_BOUND = 1.2  # seconds: measured 1.5 s before, 0.13-0.70 s after (the tail moves with
+# whatever else the 2-core machine does; the median is the steadier witness)
 
 
 @pytest.fixture
@@ -98,6 +100,7 @@ def test_messaging_latency_holds_under_admin_polling(server: tuple[ServerProcess
         p99 = ordered[int(len(ordered) * 0.99) - 1]
         print(f"polls {polls[0]} in {elapsed:.1f} s, latency p50 {p50:.4f} s p99 {p99:.4f} s")
         assert polls[0] >= 8  # the admin kept answering meanwhile
+        assert p50 < P50_BOUND, (p50, p99, polls[0])
         assert p99 < P99_BOUND, (p50, p99, polls[0])
     finally:
         stop.set()
