@@ -27,7 +27,7 @@ from ampsclient.protocol.compression import INFLATE_CHUNK, ZlibStream, looks_com
 from ampsclient.sync import HAClient
 from ampsclient.uri import parse_uri
 from ampsclient_server_stub.harness import ServerProcess, free_port
-from ampsclient_server_stub.testing import Inbox
+from ampsclient_server_stub.testing import Inbox, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -188,7 +188,10 @@ def test_garbage_compressed_input_is_refused_and_the_server_stays_up(servers: Se
         s.sendall(b"\xff\xfe\xfd\xfc garbage that is no deflate stream" * 4)
         assert s.recv(65536) == b""  # closed by the server, nothing answered
     assert servers.proc.running
-    assert any("invalid compressed data" in line for line in servers.proc.stderr_lines)
+    wait_for(  # the server's log line reaches us through a reader thread: wait for it
+        lambda: any("invalid compressed data" in line for line in servers.proc.stderr_lines),
+        what="the server's log of the refused connection",
+    )
     _round_trip(servers.zipped, "after-garbage", 10)
 
 
