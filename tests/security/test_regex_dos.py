@@ -24,7 +24,7 @@ import pytest
 from ampsclient.exceptions import BadFilterError, BadRegexTopicError
 from ampsclient.sync import Client
 from ampsclient_server_stub.harness import ServerProcess
-from ampsclient_server_stub.testing import Inbox
+from ampsclient_server_stub.testing import Inbox, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -181,4 +181,9 @@ def test_a_bad_filter_says_what_is_wrong(server: ServerProcess) -> None:
     finally:
         official.disconnect()
     # logged once per refused subscription (ours and the official client's)
+    # (the lines reach us through a reader thread: wait for them, then check there are 2)
+    wait_for(
+        lambda: sum("unexpected end of filter" in line for line in server.stderr_lines) >= 2,
+        what="the two log lines",
+    )
     assert sum("unexpected end of filter" in line for line in server.stderr_lines) == 2
