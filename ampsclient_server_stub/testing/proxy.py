@@ -403,15 +403,52 @@ class LoopbackProxy:
         self, shape: LinkShape, *, direction: Direction | Literal["both"] = "both"
     ) -> None:
         """Make ``direction`` (or both) behave as ``shape`` from now on (open connections
-        included; chunks already held keep their release times)."""
-        for d in _directions(direction):
-            self._shapes[d] = shape
+        included; chunks already held keep their release times). Applied on the proxy's
+        loop, so once this returns no write decided under the old shape is still to come."""
+
+        def apply() -> None:
+            for d in _directions(direction):
+                self._shapes[d] = shape
+
+        self._apply(apply)
 
     def _change(
         self, direction: Direction | Literal["both"], **changes: float | int | bool
     ) -> None:
-        for d in _directions(direction):
-            self._shapes[d] = dataclasses.replace(self._shapes[d], **changes)  # type: ignore[arg-type]
+        def apply() -> None:
+            for d in _directions(direction):
+                self._shapes[d] = dataclasses.replace(self._shapes[d], **changes)  # type: ignore[arg-type]
+
+        self._apply(apply)
+
+    def _apply(self, change: Callable[[], None]) -> None:
+        """Run ``change`` on the proxy's loop (between two of its steps) when it runs, else
+        here: a link reads its shape and writes in one step, never across a change."""
+        loop = self._loop
+        thread = self._thread
+        if (
+            loop is None
+            or loop.is_closed()
+            or thread is None
+            or not thread.is_alive()
+            or thread is threading.current_thread()
+        ):
+            change()
+            return
+        def run() -> bool:
+            change()
+            return True
+
+        if not self._on_loop(run, False):
+            change()
+
+    def stats_snapshot(self) -> dict[Direction, DirectionStats]:
+        """A consistent copy of :attr:`stats`, taken on the proxy's loop between two steps."""
+
+        def copy() -> dict[Direction, DirectionStats]:
+            return {d: dataclasses.replace(s) for d, s in self.stats.items()}
+
+        return self._on_loop(copy, {d: dataclasses.replace(s) for d, s in self.stats.items()})
 
     def latency(
         self,

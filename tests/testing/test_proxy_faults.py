@@ -73,11 +73,11 @@ def test_fragmented_and_coalesced_streams_carry_every_message(
         for i in range(n):
             if i == 40:
                 proxy.set_shape(shape)
-                before = {d: (s.forwarded, s.writes) for d, s in proxy.stats.items()}
+                before = {d: (s.forwarded, s.writes) for d, s in proxy.stats_snapshot().items()}
             if i == 200:
                 pub.flush(10_000)
                 inbox.wait(lambda box: len(box.messages) >= 200, timeout=10)
-                after = {d: (s.forwarded, s.writes) for d, s in proxy.stats.items()}
+                after = {d: (s.forwarded, s.writes) for d, s in proxy.stats_snapshot().items()}
                 proxy.set_shape(LinkShape())
             pub.publish("frag", _body(i))
         pub.flush(10_000)
