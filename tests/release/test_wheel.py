@@ -41,10 +41,14 @@ QUICKSTART_URI = "tcp://127.0.0.1:9007/amps/json"
 def run(
     *args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
 ) -> str:
+    # a clean install sees none of this checkout: another test in this worker (the Spark
+    # session fixture) may have put the source tree on PYTHONPATH
+    base = dict(os.environ if env is None else env)
+    base.pop("PYTHONPATH", None)
     done = subprocess.run(
         [str(a) for a in args],
         cwd=cwd,
-        env=env,
+        env=base,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -93,7 +97,7 @@ def server(python: Path, bindir: Path, cwd: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONUNBUFFERED": "1"},
     )
     found = threading.Event()
     lines: list[str] = []
