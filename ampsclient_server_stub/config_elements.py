@@ -144,8 +144,9 @@ DELEGATED: Final[Mapping[str, str]] = MappingProxyType(
         "SOW/QueueDefinition": "a message queue (validated by queues.config)",
         "SOW/LocalQueue": "a local message queue (validated by queues.config)",
         "SOW/GroupLocalQueue": "a group-local message queue (validated by queues.config)",
-        "SOW/View": "a view over a queue (validated by queues.view_config)",
-        "SOW/ViewDefinition": "a view over a queue (validated by queues.view_config)",
+        "SOW/View": "a view over a queue or SOW topics (queues.view_config, views.config)",
+        "SOW/ViewDefinition": "a view over a queue or SOW topics (queues.view_config, "
+        "views.config)",
         "SOW/ConflatedTopic": "a conflated copy of a SOW topic (validated by conflated_config)",
         "SOW/ReplicaDefinition": "a conflated topic, old name (validated by conflated_config)",
     }

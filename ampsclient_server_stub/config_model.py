@@ -12,11 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .config_values import InetAddr
 from .queues.config import QueueConfig
 from .queues.view_config import ViewConfig
+
+if TYPE_CHECKING:
+    from .views.config import SowViewConfig
 
 __all__ = [
     "DEFAULT_JOURNAL_SIZE",
@@ -298,6 +301,8 @@ class ServerConfig:
     """``<SOW>/<Queue>``, ``<LocalQueue>``, ``<GroupLocalQueue>`` (``queues.config``)."""
     views: tuple[ViewConfig, ...] = ()
     """``<SOW>/<View>`` over queues (``queues.view_config``)."""
+    sow_views: tuple[SowViewConfig, ...] = ()
+    """``<SOW>/<View>`` over SOW topics, with joins (``views.config``)."""
     conflated_topics: tuple[ConflatedTopicConfig, ...] = ()
     """``<SOW>/<ConflatedTopic>`` (``conflated_config``)."""
     transaction_log: TransactionLogConfig | None = None

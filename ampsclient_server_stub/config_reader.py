@@ -44,8 +44,9 @@ from .conflated_config import CONFLATED_TAGS, parse_conflated_topics
 from .engine.filters import FilterError, compile_filter
 from .engine.payload import is_parseable
 from .queues.config import QUEUE_TAGS, parse_queues
-from .queues.view_config import VIEW_TAGS, parse_views
+from .queues.view_config import VIEW_TAGS, is_queue_view, parse_views
 from .regexes import RegexError, compile_regex
+from .views.config import parse_sow_views
 
 __all__ = ["ConfigReader", "build_config"]
 
@@ -612,6 +613,12 @@ def build_config(
     sow_topics = reader.sow_topics(root)
     queues = parse_queues(reader.single(root, "SOW"), fail=doc.fail)
     views = parse_views(reader.single(root, "SOW"), queues, fail=doc.fail)
+    sow_views = parse_sow_views(
+        reader.single(root, "SOW"),
+        sow_topics,
+        skip=lambda elem: is_queue_view(elem, queues),
+        fail=doc.fail,
+    )
     conflated = parse_conflated_topics(reader.single(root, "SOW"), sow_topics, fail=doc.fail)
     txlog_elem = reader.single(root, "TransactionLog")
     txlog = reader.transaction_log(txlog_elem) if txlog_elem is not None else None
@@ -653,6 +660,7 @@ def build_config(
         sow_topics=sow_topics,
         queues=queues,
         views=views,
+        sow_views=sow_views,
         conflated_topics=conflated,
         transaction_log=txlog,
         replication=replication,

@@ -59,6 +59,7 @@ from ampsclient_server_stub.config import DEFAULT_SERVER_NAME, ServerConfig, par
 from ampsclient_server_stub.queues.dead_letter import ActionPublisher, DeadLetters, expire_actions
 from ampsclient_server_stub.queues.engine import QueueEngine, QueueStartError
 from ampsclient_server_stub.queues.expiration import sow_expiry
+from ampsclient_server_stub.views.engine import SowViews
 
 from .clocks import steady_clock
 from .commands import CommandHandlers, Handler
@@ -225,6 +226,13 @@ class Broker:
             index=index,
         )
         """The conflated topics (copied every interval once ``call_later`` is given)."""
+        self.views = SowViews(
+            config.sow_views if config is not None else (),
+            sows=self.sows,
+            delivery=delivery,
+            index=index,
+        )
+        """The views over SOW topics (``views``), computed now from their underlying topics."""
         if call_later is not None:
             self.conflated.start(call_later)
         stats_text = config.extra.get("SOWStatsInterval") if config is not None else None
@@ -371,6 +379,7 @@ class Broker:
         if self.queues is not None:
             self.queues.close()
         self.conflated.close()
+        self.views.close()
         self.events.close()
         self.checkpoint_sows()
         self.sows.close()

@@ -40,13 +40,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Protocol, Self
 
 import sqlite_utils
 
 from .payload import OrderBy, decode, delta_merge, encode, lookup_path, parse_path
 
-__all__ = ["SowRecord", "SowTopic", "table_name"]
+__all__ = ["SowRecord", "SowTopic", "SowWatcher", "table_name"]
 
 _log = logging.getLogger(__name__)
 
@@ -71,6 +71,17 @@ class SowRecord:
     correlation_id: str | None
     expiration: float | None  # absolute epoch seconds or None
     seq: int  # monotonically increasing write counter (insertion/update order)
+
+
+class SowWatcher(Protocol):
+    """Told of every change of a SOW topic's records (views over SOW topics, ``views``)."""
+
+    def record_changed(self, sow: SowTopic, key: str, before: Any, after: Any) -> None:
+        """Record ``key`` went from ``before`` to ``after`` (parsed documents; ``None``:
+        absent or unparseable)."""
+
+    def records_reloaded(self, sow: SowTopic) -> None:
+        """A rolled-back batch reloaded every record: recompute from its records."""
 
 
 def _record(row: _Row) -> SowRecord:
@@ -188,6 +199,8 @@ class SowTopic:
         self.counters: dict[str, int] = {"insert_count": 0, "update_count": 0, "delete_count": 0}
         """Since this start (AMPS' SOW statistics): records inserted, records replaced, records
         removed (deleted or expired); a rolled-back batch may leave them a little ahead."""
+        self.watchers: list[SowWatcher] = []
+        """Told of every record change (insert, replace, delete, expiration)."""
         self._load_docs()
         if self._docs:
             _log.info("SOW %r: loaded %d records from %s", topic, len(self._docs), target)
@@ -347,9 +360,11 @@ class SowTopic:
             self._journal_index = journal_index
         self._next_seq += 1
         existed = key in self._docs
-        self._docs.pop(key, None)  # re-insert at the end: dict order tracks seq
+        before = self._docs.pop(key, None)  # re-insert at the end: dict order tracks seq
         self._docs[key] = doc
         self.counters["update_count" if existed else "insert_count"] += 1
+        for watcher in self.watchers:
+            watcher.record_changed(self, key, before, doc)
         return record
 
     # ------------------------------------------------------------------ reads
@@ -509,7 +524,9 @@ class SowTopic:
         if journal_index is not None:
             self._journal_index = journal_index
         for key in keys:
-            self._docs.pop(key, None)
+            before = self._docs.pop(key, None)
+            for watcher in self.watchers:
+                watcher.record_changed(self, key, before, None)
         self.counters["delete_count"] += len(keys)
 
     # ------------------------------------------------------------------ recovery checkpoint
@@ -534,6 +551,8 @@ class SowTopic:
             self._conn.rollback()
             self._load_docs()
             self._journal_index = self._load_journal_index()
+            for watcher in self.watchers:
+                watcher.records_reloaded(self)
             raise
         finally:
             self._batching = False

@@ -4,33 +4,40 @@
 The reference server builds views over queues only: ``UnderlyingTopic`` must name a queue of
 the view's message type (json). ``Projection`` holds ``Field`` elements, each ``expr AS /path``
 (a bare ``/path`` stands for ``/path AS /path``), where ``expr`` is an AMPS expression or one
-aggregate over one, ``COUNT``, ``SUM``, ``AVG``, ``MIN`` or ``MAX`` (``NULL`` values are left
-out, as AMPS does); ``Grouping`` holds the ``Field`` expressions that make a group (required);
-``Filter`` selects the messages that count. A view over a SOW topic, ``Join``,
-``KeyDomain``, ``Conflation``, ``FileName``, ``HashIndex`` and other message types are refused
-by name.
+aggregate over one (``views.aggregates``; ``NULL`` values are left out, as AMPS does);
+``Grouping`` holds the ``Field`` expressions that make a group (required); ``Filter`` selects the
+messages that count. ``KeyDomain``, ``Conflation``, ``FileName``, ``HashIndex`` and other message
+types are refused by name. A view whose ``UnderlyingTopic`` is not a queue (a SOW topic, a
+``Join``) is a view over SOW topics (``views.config``).
 """
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn
+from typing import Final
 
+from ..views.aggregates import AGGREGATES
+from ..views.fields import (
+    ANY_AGGREGATE,
+    Fail,
+    Field,
+    check_compiles,
+    field_elements,
+    first_child,
+    one_text,
+    parse_field,
+)
 from .config import QueueConfig
 
-__all__ = ["AGGREGATES", "VIEW_TAGS", "Field", "ViewConfig", "parse_views"]
+__all__ = ["AGGREGATES", "VIEW_TAGS", "Field", "ViewConfig", "is_queue_view", "parse_views"]
 
 VIEW_TAGS: Final = ("View", "ViewDefinition")
 """The ``<SOW>`` children that define a view."""
 
-AGGREGATES: Final = ("COUNT", "SUM", "AVG", "MIN", "MAX")
-"""The aggregate functions a projected field may use."""
-
 _REFUSED: Final = {
-    "Join": "views over several topics",
+    "Join": "a view over a queue has one underlying queue",
     "KeyDomain": "view keys are the grouping values",
     "Conflation": "every change of the view is published",
     "ConflationInterval": "every change of the view is published",
@@ -40,21 +47,6 @@ _REFUSED: Final = {
 _KNOWN: Final = frozenset(
     {"Name", "Topic", "MessageType", "UnderlyingTopic", "Projection", "Grouping", "Filter"}
 )
-_FIELD: Final = re.compile(r"^(?P<expr>.+?)\s+AS\s+(?P<path>/\S+)\s*$", re.I | re.S)
-_AGGREGATE: Final = re.compile(r"^\s*(?P<fn>[A-Za-z_]+)\s*\((?P<arg>.*)\)\s*$", re.S)
-_ANY_AGGREGATE: Final = re.compile(r"\b(COUNT|SUM|AVG|MIN|MAX)\s*\(", re.I)
-
-Fail = Callable[[ET.Element, str], NoReturn]
-
-
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One projected field: ``aggregate(expression) AS path`` (``aggregate`` ``None``: the
-    expression's value on the group's newest message)."""
-
-    path: str
-    expression: str
-    aggregate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,20 +62,29 @@ class ViewConfig:
     filter: str | None = None
 
 
+def is_queue_view(elem: ET.Element, queues: Sequence[QueueConfig]) -> bool:
+    """``elem`` (a ``<View>``) names a queue as its ``UnderlyingTopic``."""
+    under = elem.find("UnderlyingTopic")
+    if under is None or len(under):
+        return False
+    name = (under.text or "").strip()
+    return any(q.name == name for q in queues)
+
+
 def parse_views(
     section: ET.Element | None, queues: Sequence[QueueConfig], *, fail: Fail
 ) -> tuple[ViewConfig, ...]:
-    """The views of a ``<SOW>`` section (``()`` for ``None``).
+    """The views over queues of a ``<SOW>`` section (``()`` for ``None``).
 
     Raises:
-        ConfigError: through ``fail``: an unknown, refused or invalid element, a view over
-            something that is not a queue, a duplicate name.
+        ConfigError: through ``fail``: an unknown, refused or invalid element, a duplicate
+            name.
     """
     if section is None:
         return ()
     views: list[ViewConfig] = []
     for elem in section:
-        if elem.tag in VIEW_TAGS:
+        if elem.tag in VIEW_TAGS and is_queue_view(elem, queues):
             view = _parse_view(elem, queues, fail)
             if any(v.name == view.name and v.message_type == view.message_type for v in views):
                 fail(elem, f"duplicate view {view.name!r}")
@@ -105,104 +106,39 @@ def _parse_view(elem: ET.Element, queues: Sequence[QueueConfig], fail: Fail) -> 
             )
         if child.tag not in _KNOWN:
             fail(child, f"<{child.tag}> is not a view element (in <{elem.tag}>)")
-    name = _one(elem, "Name", fail) or _one(elem, "Topic", fail)
+    name = one_text(elem, "Name", fail) or one_text(elem, "Topic", fail)
     if name is None:
         fail(elem, f"<{elem.tag}> has no <Name>")
     label = f"view {name!r}"
-    mt = (_one(elem, "MessageType", fail) or "").lower()
+    mt = (one_text(elem, "MessageType", fail) or "").lower()
     if not mt:
         fail(elem, f"{label} has no <MessageType>")
     if mt != "json":
-        fail(_first(elem, "MessageType"), f"{label}: only json views are implemented")
-    underlying = _one(elem, "UnderlyingTopic", fail)
+        fail(first_child(elem, "MessageType"), f"{label}: only json views are implemented")
+    underlying = one_text(elem, "UnderlyingTopic", fail)
     if underlying is None:
         fail(elem, f"{label} has no <UnderlyingTopic>")
     if not any(q.name == underlying and q.message_type == mt for q in queues):
         fail(
-            _first(elem, "UnderlyingTopic"),
-            f"{label}: <UnderlyingTopic> {underlying!r} is not a json queue; the reference "
-            "server builds views over queues only",
+            first_child(elem, "UnderlyingTopic"),
+            f"{label}: <UnderlyingTopic> {underlying!r} is not a json queue",
         )
     projection = tuple(
-        _field(child, label, fail, compile_expression)
-        for child in _fields(elem, "Projection", fail)
+        parse_field(child, label, fail, compile_expression)
+        for child in field_elements(elem, "Projection", fail)
     )
     if not projection:
         fail(elem, f"{label} has no <Projection> fields")
     grouping: list[str] = []
-    for child in _fields(elem, "Grouping", fail):
+    for child in field_elements(elem, "Grouping", fail):
         text = (child.text or "").strip()
-        if _ANY_AGGREGATE.search(text):
+        if ANY_AGGREGATE.search(text):
             fail(child, f"{label}: a <Grouping> field cannot aggregate: {text!r}")
-        _compile(child, text, label, fail, compile_expression)
+        check_compiles(child, text, label, fail, compile_expression)
         grouping.append(text)
     if not grouping:
         fail(elem, f"{label} has no <Grouping> fields")
-    filter_text = _one(elem, "Filter", fail)
+    filter_text = one_text(elem, "Filter", fail)
     if filter_text is not None:
-        _compile(_first(elem, "Filter"), filter_text, label, fail, compile_filter)
+        check_compiles(first_child(elem, "Filter"), filter_text, label, fail, compile_filter)
     return ViewConfig(name, mt, underlying, projection, tuple(grouping), filter_text)
-
-
-def _field(child: ET.Element, label: str, fail: Fail, compile_: Callable[[str], Any]) -> Field:
-    text = (child.text or "").strip()
-    match = _FIELD.match(text)
-    if match is None:
-        if not re.fullmatch(r"/[^\s()]+", text):
-            fail(child, f"{label}: <Field> {text!r} needs 'AS /path'")
-        expr, path = text, text
-    else:
-        expr, path = match["expr"].strip(), match["path"]
-    aggregate = _AGGREGATE.match(expr)
-    if aggregate is not None and aggregate["fn"].upper() in AGGREGATES:
-        fn, arg = aggregate["fn"].upper(), aggregate["arg"].strip()
-        if _ANY_AGGREGATE.search(arg):
-            fail(child, f"{label}: nested aggregates are not implemented: {text!r}")
-        _compile(child, arg, label, fail, compile_)
-        return Field(path, arg, fn)
-    if _ANY_AGGREGATE.search(expr):
-        fail(
-            child,
-            f"{label}: <Field> {text!r}: an aggregate inside a larger expression is not "
-            "implemented by the reference server (one aggregate per field)",
-        )
-    _compile(child, expr, label, fail, compile_)
-    return Field(path, expr, None)
-
-
-def _compile(
-    elem: ET.Element, text: str, label: str, fail: Fail, compile_: Callable[[str], Any]
-) -> None:
-    try:
-        compile_(text)
-    except (ValueError, RecursionError) as exc:
-        fail(elem, f"{label}: <{elem.tag}> {text!r}: {exc}")
-
-
-def _fields(elem: ET.Element, tag: str, fail: Fail) -> list[ET.Element]:
-    """The ``Field`` children of every ``tag`` element (``Projection`` may repeat)."""
-    out = []
-    for group in elem.findall(tag):
-        for child in group:
-            if child.tag != "Field":
-                fail(child, f"<{child.tag}> in <{tag}> is not a <Field>")
-            out.append(child)
-    return out
-
-
-def _first(elem: ET.Element, tag: str) -> ET.Element:
-    found = elem.find(tag)
-    assert found is not None
-    return found
-
-
-def _one(elem: ET.Element, tag: str, fail: Fail) -> str | None:
-    found = elem.findall(tag)
-    if len(found) > 1:
-        fail(found[1], f"duplicate <{tag}> in <{elem.tag}>")
-    if not found:
-        return None
-    value = (found[0].text or "").strip()
-    if not value:
-        fail(found[0], f"<{tag}> in <{elem.tag}> is empty")
-    return value

@@ -40,6 +40,7 @@ from ..engine.wire import (
     send_acks,
     text,
 )
+from ..views.aggregates import aggregate as aggregate_values
 from .model import AVAILABLE, Queue
 from .view_config import ViewConfig
 
@@ -90,48 +91,13 @@ class _View:
             record: dict[str, Any] = {}
             for path, expr, aggregate in self._fields:
                 value = (
-                    _aggregate(aggregate, [expr(d) for d in docs]) if aggregate else expr(docs[-1])
+                    aggregate_values(aggregate, [expr(d) for d in docs])
+                    if aggregate
+                    else expr(docs[-1])
                 )
                 _put(record, path, value)
             out[key] = (json.dumps(record, separators=(",", ":")).encode(), record)
         return out
-
-
-def _aggregate(name: str, values: Sequence[Any]) -> Any:
-    """``COUNT``/``SUM``/``AVG``/``MIN``/``MAX`` of the non-NULL values (AMPS leaves NULL
-    out; SUM/AVG over non-numbers: NULL)."""
-    present = [v for v in values if v is not None]
-    if name == "COUNT":
-        return len(present)
-    if not present:
-        return None
-    if name in ("MIN", "MAX"):
-        numbers = [v for v in present if isinstance(v, int | float) and not isinstance(v, bool)]
-        strings = [str(v) for v in present if isinstance(v, str)]
-        if name == "MIN":
-            return min(numbers) if numbers else min(strings) if strings else None
-        return max(strings) if strings else max(numbers) if numbers else None
-    numbers = [
-        float(v) if isinstance(v, str) else v
-        for v in present
-        if (isinstance(v, int | float) and not isinstance(v, bool)) or _numeric(v)
-    ]
-    if not numbers:
-        return None
-    total = sum(numbers)
-    if name == "SUM":
-        return total
-    return total / len(numbers)
-
-
-def _numeric(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _put(record: dict[str, Any], path: list[str], value: Any) -> None:

@@ -1,0 +1,171 @@
+"""AMPS aggregate functions, for views (over queues and SOW topics) and aggregated
+subscriptions.
+
+AMPS User Guide, "Aggregate Functions"
+(https://docs.crankuptheamps.com/amps-user-guide/amps-functions/aggregate_functions): each
+function takes one value per message of a group; ``NULL`` values are left out (``COUNT``
+counts non-null values, ``SUM``/``AVG`` add and average the non-null ones, ``MIN``/``MAX``
+ignore ``NULL``); ``MIN``/``MAX`` compare numbers numerically, strings in ASCII order, and a
+string is greater than a number (so ``MIN`` prefers numbers, ``MAX`` strings).
+
+:func:`aggregate` computes one function over a list of values (queue views recompute their
+groups); :class:`Accumulator` keeps one function's state as values come and go, so a view
+over a SOW topic updates a group in constant time (``SUM``/``AVG``/``STDDEV_*`` keep exact
+running totals, ``MIN``/``MAX`` rescan only when the current extreme leaves).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from fractions import Fraction
+from typing import Any, Final
+
+__all__ = ["AGGREGATES", "Accumulator", "aggregate"]
+
+AGGREGATES: Final = (
+    "ANY",
+    "AVG",
+    "COUNT",
+    "COUNT_DISTINCT",
+    "MAX",
+    "MIN",
+    "STDDEV_POP",
+    "STDDEV_SAMP",
+    "SUM",
+)
+"""The aggregate functions a projected field may use."""
+
+
+def _number(value: Any) -> int | float | None:
+    """``value`` as a number (numeric strings convert, as AMPS' arithmetic does)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _hashable(value: Any) -> Hashable:
+    if isinstance(value, list | dict):
+        return repr(value)
+    return value  # type: ignore[no-any-return]
+
+
+def _order(value: Any) -> tuple[int, Any]:
+    """MIN/MAX order: numbers before strings (a string is greater than a number)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, value)
+    return (1, str(value))
+
+
+class Accumulator:
+    """One aggregate function's state over a group's values (``add``/``remove`` a value)."""
+
+    __slots__ = ("_count", "_extreme", "_floats", "_fn", "_n", "_sq", "_total", "_values")
+
+    def __init__(self, fn: str) -> None:
+        if fn not in AGGREGATES:
+            raise ValueError(f"unknown aggregate function {fn!r}")
+        self._fn = fn
+        self._count = 0  # non-null values
+        self._values: Counter[Hashable] = Counter()
+        self._n = 0  # numeric values
+        self._total = Fraction(0)
+        self._sq = Fraction(0)
+        self._floats = 0  # numeric values that were floats (the result is then a float)
+        self._extreme: Any = _UNSET
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            return
+        self._count += 1
+        self._values[_hashable(value)] += 1
+        self._numeric(value, 1)
+        extreme = self._extreme
+        if self._fn in ("MIN", "MAX") and extreme is not _UNSET and self._better(value, extreme):
+            self._extreme = value
+
+    def remove(self, value: Any) -> None:
+        if value is None:
+            return
+        self._count -= 1
+        key = _hashable(value)
+        left = self._values[key] - 1
+        if left > 0:
+            self._values[key] = left
+        else:
+            del self._values[key]
+            if self._extreme is not _UNSET and _hashable(self._extreme) == key:
+                self._extreme = _UNSET  # rescanned on the next result()
+        self._numeric(value, -1)
+
+    def _numeric(self, value: Any, sign: int) -> None:
+        if self._fn not in ("SUM", "AVG", "STDDEV_POP", "STDDEV_SAMP"):
+            return
+        number = _number(value)
+        if number is None or (isinstance(number, float) and not math.isfinite(number)):
+            return
+        exact = Fraction(number)
+        self._n += sign
+        self._total += sign * exact
+        self._sq += sign * exact * exact
+        if isinstance(number, float):
+            self._floats += sign
+
+    def _better(self, value: Any, than: Any) -> bool:
+        if self._fn == "MIN":
+            return _order(value) < _order(than)
+        return _order(value) > _order(than)
+
+    def result(self) -> Any:
+        """The function's value now (``None``: NULL)."""
+        fn = self._fn
+        if fn == "COUNT":
+            return self._count
+        if fn == "COUNT_DISTINCT":
+            return len(self._values)
+        if self._count == 0:
+            return None
+        if fn == "ANY":
+            return next(iter(self._values))
+        if fn in ("MIN", "MAX"):
+            if self._extreme is _UNSET:
+                pick = min if fn == "MIN" else max
+                self._extreme = pick(self._values, key=_order)
+            return self._extreme
+        if self._n == 0:
+            return None
+        if fn == "SUM":
+            if self._floats or self._total.denominator != 1:
+                return float(self._total)
+            return int(self._total)
+        if fn == "AVG":
+            return float(self._total / self._n)
+        mean = self._total / self._n
+        variance = self._sq / self._n - mean * mean
+        if fn == "STDDEV_SAMP":
+            if self._n < 2:
+                return None
+            variance = variance * self._n / (self._n - 1)
+        return math.sqrt(float(variance))
+
+
+_UNSET: Final = object()
+
+
+def aggregate(fn: str, values: Sequence[Any]) -> Any:
+    """``fn`` over ``values`` (``NULL`` values left out)."""
+    acc = Accumulator(fn)
+    for value in values:
+        acc.add(value)
+    return acc.result()

@@ -1,0 +1,198 @@
+"""Views over SOW topics (``views.config``): each view is an in-memory SOW topic of its own,
+written by the server, that clients read like any SOW topic.
+
+AMPS User Guide, "Understanding Views" (https://docs.crankuptheamps.com/amps-user-guide/views/
+understanding-views): view topics are part of the State of the World, so ``sow``,
+``subscribe``, ``sow_and_subscribe``, ``delta_subscribe``, ``top_n``, ``orderby`` and
+out-of-focus (``oof``) tracking work on them as on any SOW topic; a view can be the underlying
+topic of another view; publishing to a view is refused.
+
+Every change of an underlying record (publish, delta publish, ``sow_delete``, expiration,
+replication, journal recovery) reaches the view through :class:`~..engine.sow.SowWatcher` in
+the same turn: the affected group(s) are updated (:class:`~.groups.GroupTable`), the view's
+record is rewritten and delivered to its subscribers (``p``, a delta, or ``oof`` ``match`` when
+it left a subscriber's filter), an emptied group is deleted (``oof`` ``deleted``). At start each
+view is computed from its underlying topics' current records (a file-backed underlying SOW
+persists; the view does not need to).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from ..engine.delivery import NO_PREVIOUS, Delivery
+from ..engine.routing import RoutingIndex
+from ..engine.sow import SowTopic
+from ..engine.sow_service import SowService
+from ..engine.wire import format_timestamp
+from .config import SowViewConfig, qualify
+from .groups import GroupTable
+from .joins import JoinRows
+
+__all__ = ["SowView", "SowViews"]
+
+logger = logging.getLogger(__name__)
+
+
+class SowView:
+    """One view: its groups, its join (if any) and its own SOW topic (the records clients read).
+
+    Args:
+        config: the definition.
+        underlying: its underlying SOW topics, in ``config.topics`` order.
+    """
+
+    def __init__(self, config: SowViewConfig, underlying: Sequence[SowTopic]) -> None:
+        self.config: Final = config
+        self.underlying: Final = tuple(underlying)
+        self.table, self.join = self._empty()
+        self.sow: Final = SowTopic(config.name, keys=(), message_type=config.message_type)
+        """The view's records (keyed by their group)."""
+
+    def _empty(self) -> tuple[GroupTable, JoinRows | None]:
+        config = self.config
+        topics = config.topics
+        table = GroupTable(
+            config.projection,
+            config.grouping,
+            filter_text=config.filter,
+            key_domain=config.key_domain or config.name,
+            rewrite=lambda text: qualify(text, topics),
+        )
+        return table, None if config.join is None else JoinRows(config.join)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def changed(self, side: int, key: str, doc: Any) -> set[str]:
+        """Record ``key`` of underlying topic ``side`` is now ``doc`` (``None``: gone): the
+        groups this changed."""
+        table = self.table
+        if self.join is None:
+            if doc is None:
+                return table.drop(key)
+            return table.put(key, doc)
+        gone, now = self.join.change(side, key, doc)
+        touched: set[str] = set()
+        for row in gone:
+            touched |= table.drop(row)
+        for row, row_doc in now.items():
+            touched |= table.put(row, row_doc)
+        return touched
+
+    def rebuild(self) -> None:
+        """Compute the groups from the underlying topics' current records."""
+        self.table, self.join = self._empty()
+        for side, under in enumerate(self.underlying):
+            for key in list(under):
+                doc = under.doc(key)
+                if doc is not None:
+                    self.changed(side, key, doc)
+
+
+class _Link:
+    """Tells one view of the changes of one of its underlying topics (a ``SowWatcher``)."""
+
+    def __init__(self, views: SowViews, view: SowView, side: int) -> None:
+        self._views = views
+        self._view = view
+        self._side = side
+
+    def record_changed(self, sow: SowTopic, key: str, before: Any, after: Any) -> None:
+        if before is None and after is None:
+            return
+        self._views.apply(self._view, self._view.changed(self._side, key, after))
+
+    def records_reloaded(self, sow: SowTopic) -> None:
+        self._views.recompute(self._view)
+
+
+class SowViews:
+    """The views over SOW topics of a broker, registered as read-only SOW topics.
+
+    Args:
+        configs: the definitions (their underlying topics are in ``sows``, or earlier views).
+        sows: the broker's SOW topics.
+        delivery: sends the views' changes.
+        index: the subscriptions' routing index.
+    """
+
+    def __init__(
+        self,
+        configs: Sequence[SowViewConfig],
+        *,
+        sows: SowService,
+        delivery: Delivery,
+        index: RoutingIndex,
+    ) -> None:
+        self._delivery = delivery
+        self._index = index
+        self.views: dict[str, SowView] = {}
+        for config in configs:
+            underlying = []
+            for topic in config.topics:
+                sow = sows.topic(topic, "json")
+                if sow is None:  # the configuration reader checked it
+                    raise ValueError(f"view {config.name!r}: no SOW topic {topic!r}")
+                underlying.append(sow)
+            view = SowView(config, underlying)
+            view.rebuild()
+            self._write(view, set(view.table.groups))
+            sows.add_read_only(
+                view.sow,
+                f"{config.name!r} is a view: publish to its underlying topic"
+                + ("s " if len(config.topics) > 1 else " ")
+                + ", ".join(repr(t) for t in config.topics),
+            )
+            for side, sow in enumerate(underlying):
+                sow.watchers.append(_Link(self, view, side))
+            self.views[config.name] = view
+            logger.info("view %r: %d records at start", config.name, len(view.sow))
+
+    def apply(self, view: SowView, touched: set[str]) -> None:
+        """Write the records of the groups in ``touched`` and deliver the changes."""
+        if touched:
+            self._write(view, touched)
+
+    def recompute(self, view: SowView) -> None:
+        """Recompute ``view`` from scratch (an underlying topic reloaded after a rollback)."""
+        old = set(view.table.groups)
+        view.rebuild()
+        self._write(view, old | set(view.table.groups))
+
+    def _write(self, view: SowView, touched: set[str]) -> None:
+        sow = view.sow
+        mt = sow.message_type
+        removed = []
+        stamp: str | None = None
+        for key in touched:
+            record = view.table.record(key)
+            if record is None:
+                if key in sow:
+                    removed.extend(sow.delete(keys=[key]))
+                continue
+            body = json.dumps(record, separators=(",", ":")).encode()
+            existing = sow.get(key) if key in sow else None
+            if existing is not None and existing.data == body:
+                continue
+            prev_doc: Any = sow.doc(key) if existing is not None else NO_PREVIOUS
+            if stamp is None:
+                stamp = format_timestamp(time.time())
+            written, _previous = sow.publish(
+                body, doc=record, sow_key=key, bookmark="", timestamp=stamp
+            )
+            route = self._index.route(mt, sow.topic)
+            if route:
+                self._delivery.deliver_sow(route, sow, written, record, prev_doc)
+        if removed:
+            self._delivery.sow_removed(sow, removed, "deleted")
+
+    def close(self) -> None:
+        """Close the views' SOW topics."""
+        for view in self.views.values():
+            view.sow.close()
