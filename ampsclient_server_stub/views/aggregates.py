@@ -11,7 +11,7 @@ string is greater than a number (so ``MIN`` prefers numbers, ``MAX`` strings).
 :func:`aggregate` computes one function over a list of values (queue views recompute their
 groups); :class:`Accumulator` keeps one function's state as values come and go, so a view
 over a SOW topic updates a group in constant time (``SUM``/``AVG``/``STDDEV_*`` keep exact
-running totals, ``MIN``/``MAX`` rescan only when the current extreme leaves).
+running totals as scaled integers, ``MIN``/``MAX`` rescan only when the current extreme leaves).
 """
 
 from __future__ import annotations
@@ -68,6 +68,19 @@ def _order(value: Any) -> tuple[int, Any]:
     return (1, str(value))
 
 
+_SCALE: Final = 1074
+"""Numbers are summed exactly as integers in units of 2**-1074 (the smallest float step)."""
+_DISTINCT: Final = frozenset({"ANY", "COUNT_DISTINCT", "MIN", "MAX"})
+_SUMS: Final = frozenset({"SUM", "AVG", "STDDEV_POP", "STDDEV_SAMP"})
+
+
+def _scaled(number: int | float) -> int:
+    if isinstance(number, int):
+        return number << _SCALE
+    n, d = number.as_integer_ratio()
+    return n << (_SCALE - d.bit_length() + 1)
+
+
 class Accumulator:
     """One aggregate function's state over a group's values (``add``/``remove`` a value)."""
 
@@ -78,10 +91,10 @@ class Accumulator:
             raise ValueError(f"unknown aggregate function {fn!r}")
         self._fn = fn
         self._count = 0  # non-null values
-        self._values: Counter[Hashable] = Counter()
+        self._values: Counter[Hashable] | None = Counter() if fn in _DISTINCT else None
         self._n = 0  # numeric values
-        self._total = Fraction(0)
-        self._sq = Fraction(0)
+        self._total = 0  # their exact sum, scaled
+        self._sq = 0  # the exact sum of their squares, scaled twice (STDDEV_* only)
         self._floats = 0  # numeric values that were floats (the result is then a float)
         self._extreme: Any = _UNSET
 
@@ -89,70 +102,82 @@ class Accumulator:
         if value is None:
             return
         self._count += 1
-        self._values[_hashable(value)] += 1
-        self._numeric(value, 1)
-        extreme = self._extreme
-        if self._fn in ("MIN", "MAX") and extreme is not _UNSET and self._better(value, extreme):
-            self._extreme = value
+        values = self._values
+        if values is not None:
+            values[_hashable(value)] += 1
+            extreme = self._extreme
+            if extreme is not _UNSET and self._better(value, extreme):
+                self._extreme = value
+        elif self._fn in _SUMS:
+            self._numeric(value, 1)
 
     def remove(self, value: Any) -> None:
         if value is None:
             return
         self._count -= 1
-        key = _hashable(value)
-        left = self._values[key] - 1
-        if left > 0:
-            self._values[key] = left
-        else:
-            del self._values[key]
-            if self._extreme is not _UNSET and _hashable(self._extreme) == key:
-                self._extreme = _UNSET  # rescanned on the next result()
-        self._numeric(value, -1)
+        values = self._values
+        if values is not None:
+            key = _hashable(value)
+            left = values[key] - 1
+            if left > 0:
+                values[key] = left
+            else:
+                del values[key]
+                if self._extreme is not _UNSET and _hashable(self._extreme) == key:
+                    self._extreme = _UNSET  # rescanned on the next result()
+        elif self._fn in _SUMS:
+            self._numeric(value, -1)
 
     def _numeric(self, value: Any, sign: int) -> None:
-        if self._fn not in ("SUM", "AVG", "STDDEV_POP", "STDDEV_SAMP"):
-            return
         number = _number(value)
         if number is None or (isinstance(number, float) and not math.isfinite(number)):
             return
-        exact = Fraction(number)
+        scaled = _scaled(number)
         self._n += sign
-        self._total += sign * exact
-        self._sq += sign * exact * exact
+        if sign > 0:
+            self._total += scaled
+        else:
+            self._total -= scaled
+        if self._fn.startswith("STDDEV"):
+            self._sq += sign * scaled * scaled
         if isinstance(number, float):
             self._floats += sign
 
     def _better(self, value: Any, than: Any) -> bool:
         if self._fn == "MIN":
             return _order(value) < _order(than)
-        return _order(value) > _order(than)
+        if self._fn == "MAX":
+            return _order(value) > _order(than)
+        return False
 
     def result(self) -> Any:
         """The function's value now (``None``: NULL)."""
         fn = self._fn
         if fn == "COUNT":
             return self._count
-        if fn == "COUNT_DISTINCT":
-            return len(self._values)
-        if self._count == 0:
-            return None
-        if fn == "ANY":
-            return next(iter(self._values))
-        if fn in ("MIN", "MAX"):
+        values = self._values
+        if values is not None:
+            if fn == "COUNT_DISTINCT":
+                return len(values)
+            if not values:
+                return None
+            if fn == "ANY":
+                return next(iter(values))
             if self._extreme is _UNSET:
                 pick = min if fn == "MIN" else max
-                self._extreme = pick(self._values, key=_order)
+                self._extreme = pick(values, key=_order)
             return self._extreme
         if self._n == 0:
             return None
+        total = Fraction(self._total, 1 << _SCALE)
         if fn == "SUM":
-            if self._floats or self._total.denominator != 1:
-                return float(self._total)
-            return int(self._total)
+            if self._floats or total.denominator != 1:
+                return float(total)
+            return int(total)
         if fn == "AVG":
-            return float(self._total / self._n)
-        mean = self._total / self._n
-        variance = self._sq / self._n - mean * mean
+            return float(total / self._n)
+        mean = total / self._n
+        variance = Fraction(self._sq, 1 << (2 * _SCALE)) / self._n - mean * mean
         if fn == "STDDEV_SAMP":
             if self._n < 2:
                 return None

@@ -26,12 +26,13 @@ from typing import Any, Final
 
 from ..engine.delivery import NO_PREVIOUS, Delivery
 from ..engine.routing import RoutingIndex
-from ..engine.sow import SowTopic
+from ..engine.sow import SowRecord, SowTopic
 from ..engine.sow_service import SowService
 from ..engine.wire import format_timestamp
 from .config import SowViewConfig, qualify
 from .groups import GroupTable
 from .joins import JoinRows
+from .view_sow import ViewSow
 
 __all__ = ["SowView", "SowViews"]
 
@@ -50,7 +51,7 @@ class SowView:
         self.config: Final = config
         self.underlying: Final = tuple(underlying)
         self.table, self.join = self._empty()
-        self.sow: Final = SowTopic(config.name, keys=(), message_type=config.message_type)
+        self.sow: Final = ViewSow(config.name, message_type=config.message_type)
         """The view's records (keyed by their group)."""
 
     def _empty(self) -> tuple[GroupTable, JoinRows | None]:
@@ -132,6 +133,8 @@ class SowViews:
     ) -> None:
         self._delivery = delivery
         self._index = index
+        self._stamp_at = -1
+        self._stamp_text = ""
         self.views: dict[str, SowView] = {}
         for config in configs:
             underlying = []
@@ -165,30 +168,38 @@ class SowViews:
         view.rebuild()
         self._write(view, old | set(view.table.groups))
 
+    def _stamp(self) -> str:
+        """The timestamp of a view record written now (formatted once per millisecond)."""
+        now = time.time()
+        milli = int(now * 1000)
+        if milli != self._stamp_at:
+            self._stamp_at = milli
+            self._stamp_text = format_timestamp(milli / 1000)
+        return self._stamp_text
+
     def _write(self, view: SowView, touched: set[str]) -> None:
         sow = view.sow
-        mt = sow.message_type
+        current = sow.records
         removed = []
-        stamp: str | None = None
+        route = None
         for key in touched:
-            record = view.table.record(key)
-            if record is None:
-                if key in sow:
-                    removed.extend(sow.delete(keys=[key]))
+            doc = view.table.record(key)
+            entry = current.get(key)
+            if doc is None:
+                if entry is not None:
+                    removed.append(entry[0])
+                    sow.stage(key, None)
                 continue
-            body = json.dumps(record, separators=(",", ":")).encode()
-            existing = sow.get(key) if key in sow else None
-            if existing is not None and existing.data == body:
+            body = json.dumps(doc, separators=(",", ":")).encode()
+            if entry is not None and entry[0].data == body:
                 continue
-            prev_doc: Any = sow.doc(key) if existing is not None else NO_PREVIOUS
-            if stamp is None:
-                stamp = format_timestamp(time.time())
-            written, _previous = sow.publish(
-                body, doc=record, sow_key=key, bookmark="", timestamp=stamp
-            )
-            route = self._index.route(mt, sow.topic)
+            record = SowRecord(key, body, "", self._stamp(), None, None, 0)
+            sow.stage(key, record, doc)
+            if route is None:
+                route = self._index.route(sow.message_type, sow.topic)
             if route:
-                self._delivery.deliver_sow(route, sow, written, record, prev_doc)
+                prev_doc = entry[1] if entry is not None else NO_PREVIOUS
+                self._delivery.deliver_sow(route, sow, record, doc, prev_doc)
         if removed:
             self._delivery.sow_removed(sow, removed, "deleted")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..engine.filters import compile_expression, compile_filter
 from .aggregates import Accumulator
@@ -22,6 +22,9 @@ from .fields import Field
 
 __all__ = ["GroupTable", "put_path"]
 
+
+_KEY_CACHE: Final = 100_000
+_CACHEABLE: Final = frozenset({str, type(None)})
 
 _FieldSpec = tuple[list[str], Callable[[Any], Any], str | None]
 """A compiled projected field: (path parts, expression, aggregate function or None)."""
@@ -73,6 +76,7 @@ class GroupTable:
         ]
         self._filter = None if filter_text is None else compile_filter(rewrite(filter_text))
         self._seed = key_domain.encode()
+        self._keys: dict[tuple[Any, ...], str] = {}  # grouping values -> group key (a cache)
         self._rows: dict[Hashable, tuple[str, tuple[Any, ...]]] = {}  # row -> (group, args)
         self.groups: dict[str, _Group] = {}
 
@@ -81,9 +85,18 @@ class GroupTable:
 
     def group_of(self, doc: Any) -> str:
         """The key of the group ``doc`` belongs in."""
-        values = [g(doc) for g in self._grouping]
+        values = tuple(g(doc) for g in self._grouping)
+        try:
+            return self._keys[values]
+        except (KeyError, TypeError):  # (TypeError: a list or an object among the values)
+            pass
         text = json.dumps(values, sort_keys=True, default=str, separators=(",", ":"))
-        return hashlib.blake2b(self._seed + b"\0" + text.encode(), digest_size=8).hexdigest()
+        key = hashlib.blake2b(self._seed + b"\0" + text.encode(), digest_size=8).hexdigest()
+        if all(type(v) in _CACHEABLE for v in values):  # (1 and 1.0 and True hash alike)
+            if len(self._keys) >= _KEY_CACHE:
+                self._keys.clear()
+            self._keys[values] = key
+        return key
 
     def put(self, row: Hashable, doc: Any) -> set[str]:
         """Row ``row`` is now ``doc``: the keys of the groups this changed."""
@@ -127,7 +140,11 @@ class GroupTable:
         newest = next(reversed(group.members.values()))
         record: dict[str, Any] = {}
         for (path, expr, _fn), acc in zip(self._fields, group.accumulators, strict=True):
-            put_path(record, path, acc.result() if acc is not None else expr(newest))
+            value = acc.result() if acc is not None else expr(newest)
+            if len(path) == 1:
+                record[path[0]] = value
+            else:
+                put_path(record, path, value)
         return record
 
     def records(self) -> Iterable[tuple[str, dict[str, Any]]]:

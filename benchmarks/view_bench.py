@@ -1,0 +1,88 @@
+"""The cost of a grouped view on publishes to its underlying SOW topic (issue #30's bound: a
+publish to a topic with one grouped view costs at most 2x a publish to the same topic without).
+
+In process, no sockets: a broker (in-memory SOW topic ``orders`` keyed by ``/id``) takes ``-n``
+publishes (``--keys`` distinct orders over ``--groups`` symbols, so most publishes replace an
+order: the view removes the old values from a group and adds the new ones); once without a
+view, once with ``by_sym`` (COUNT, SUM, AVG, MIN, MAX over ``/sym``). The two alternate run by
+run; medians and ranges of ``--runs``.
+
+Usage: ``python benchmarks/view_bench.py [-n 50000] [--runs 5] [--keys 10000] [--groups 100]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from ampsclient.protocol.header import encode_header
+from ampsclient_server_stub.config import parse_config
+from ampsclient_server_stub.engine.broker import Broker
+from ampsclient_server_stub.testing.session import RecordingSession
+
+VIEW = """<View><Name>by_sym</Name><MessageType>json</MessageType>
+  <UnderlyingTopic>orders</UnderlyingTopic>
+  <Projection><Field>/sym</Field><Field>COUNT(/id) AS /orders</Field>
+    <Field>SUM(/qty) AS /qty</Field><Field>AVG(/px) AS /avg_px</Field>
+    <Field>MIN(/px) AS /low</Field><Field>MAX(/px) AS /high</Field></Projection>
+  <Grouping><Field>/sym</Field></Grouping></View>"""
+
+
+def config(view: bool) -> str:
+    return f"""<AMPSConfig><Name>bench</Name><SOW>
+  <Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key></Topic>
+  {VIEW if view else ""}</SOW></AMPSConfig>"""
+
+
+def frames(n: int, keys: int, groups: int) -> list[bytes]:
+    head = encode_header({"c": "p", "t": "orders"})
+    out = []
+    for i in range(n):
+        doc = {"id": i % keys, "sym": f"S{i % groups}", "qty": i % 97, "px": 100 + (i % 13) / 4}
+        out.append(head + json.dumps(doc).encode())
+    return out
+
+
+def run(view: bool, data: list[bytes]) -> float:
+    """Microseconds per publish."""
+    broker = Broker(parse_config(config(view)))
+    try:
+        conn = broker.connect(RecordingSession())
+        broker.handle(conn, encode_header({"c": "logon", "cid": "l", "client_name": "bench"}))
+        start = time.perf_counter()
+        for frame in data:
+            broker.handle(conn, frame)
+        elapsed = time.perf_counter() - start
+        if view:
+            sow = broker.sow_topic("by_sym")
+            assert sow is not None and len(sow) > 0
+        return elapsed / len(data) * 1e6
+    finally:
+        broker.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-n", type=int, default=50_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--groups", type=int, default=100)
+    args = parser.parse_args()
+    data = frames(args.n, args.keys, args.groups)
+    plain: list[float] = []
+    viewed: list[float] = []
+    for _ in range(args.runs):
+        plain.append(run(False, data))
+        viewed.append(run(True, data))
+    for label, values in (("no view", plain), ("one grouped view", viewed)):
+        print(
+            f"{label:18} {statistics.median(values):8.2f} us/publish "
+            f"({min(values):.2f}-{max(values):.2f})"
+        )
+    print(f"ratio (medians): {statistics.median(viewed) / statistics.median(plain):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
