@@ -59,6 +59,7 @@ from ampsclient_server_stub.config import DEFAULT_SERVER_NAME, ServerConfig, par
 from ampsclient_server_stub.queues.dead_letter import ActionPublisher, DeadLetters, expire_actions
 from ampsclient_server_stub.queues.engine import QueueEngine, QueueStartError
 from ampsclient_server_stub.queues.expiration import sow_expiry
+from ampsclient_server_stub.views.aggregated import Aggregated
 from ampsclient_server_stub.views.engine import SowViews
 
 from .clocks import steady_clock
@@ -233,6 +234,7 @@ class Broker:
             index=index,
         )
         """The views over SOW topics (``views``), computed now from their underlying topics."""
+        self.hooks.aggregated = Aggregated(self.sows)
         if call_later is not None:
             self.conflated.start(call_later)
         stats_text = config.extra.get("SOWStatsInterval") if config is not None else None

@@ -23,7 +23,7 @@ from .session import Authenticator
 from .state import Connection, Subscription
 from .topics import TopicMatcher
 
-__all__ = ["BrokerHooks", "Guard", "LogonVerdict", "QueueHooks"]
+__all__ = ["AggregatedQueries", "BrokerHooks", "Guard", "LogonVerdict", "QueueHooks"]
 
 
 class LogonVerdict(Protocol):
@@ -117,6 +117,25 @@ class QueueHooks(Protocol):
         topics, anything else itself."""
 
 
+class AggregatedQueries(Protocol):
+    """Aggregated subscriptions: ``sow``/``sow_and_subscribe`` with ``projection=[...]`` and
+    ``grouping=[...]`` options (``ampsclient_server_stub.views.aggregated`` fits)."""
+
+    def run(
+        self,
+        conn: Connection,
+        hdr: Header,
+        options: Mapping[str, str],
+        matcher: TopicMatcher,
+        *,
+        subscribe: bool,
+        prepare: Callable[[], tuple[Subscription, Subscription | None]],
+        remove: Callable[[Subscription], None],
+    ) -> bool:
+        """Answer the command when it is an aggregated one (``False``: it is not)."""
+        ...
+
+
 @dataclass(slots=True)
 class BrokerHooks:
     """The policies plugged into a broker (every one optional).
@@ -139,6 +158,8 @@ class BrokerHooks:
     """Called with the durable index at the end of ``Broker.on_durable``."""
     queues: QueueHooks | None = None
     """The message queues, when the configuration defines any."""
+    aggregated: AggregatedQueries | None = None
+    """Aggregated subscriptions (``projection``/``grouping`` options of SOW queries)."""
     client_status: Callable[[Connection, str, Mapping[str, str | None]], None] | None = None
     """Told ``(conn, event, fields)`` of a client's ``logon`` and ``sow`` (the broker publishes
     ``/AMPS/ClientStatus``)."""

@@ -363,7 +363,7 @@ class SowTopic:
         before = self._docs.pop(key, None)  # re-insert at the end: dict order tracks seq
         self._docs[key] = doc
         self.counters["update_count" if existed else "insert_count"] += 1
-        for watcher in self.watchers:
+        for watcher in tuple(self.watchers):
             watcher.record_changed(self, key, before, doc)
         return record
 
@@ -525,7 +525,7 @@ class SowTopic:
             self._journal_index = journal_index
         for key in keys:
             before = self._docs.pop(key, None)
-            for watcher in self.watchers:
+            for watcher in tuple(self.watchers):
                 watcher.record_changed(self, key, before, None)
         self.counters["delete_count"] += len(keys)
 
@@ -551,7 +551,7 @@ class SowTopic:
             self._conn.rollback()
             self._load_docs()
             self._journal_index = self._load_journal_index()
-            for watcher in self.watchers:
+            for watcher in tuple(self.watchers):
                 watcher.records_reloaded(self)
             raise
         finally:

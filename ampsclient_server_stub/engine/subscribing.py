@@ -240,6 +240,17 @@ class Subscribing:
             sub, replaced = self.prepare(conn, hdr, options, delta=delta)
             queue_sow_and_subscribe(queues, conn, hdr, matcher, sub, replaced)
             return  # the available messages, then a queue subscription (it leases)
+        aggregated = self._hooks.aggregated
+        if aggregated is not None and aggregated.run(
+            conn,
+            hdr,
+            options,
+            matcher,
+            subscribe=subscribe,
+            prepare=lambda: self.prepare(conn, hdr, options, delta=delta),
+            remove=self._table.remove,
+        ):
+            return  # an aggregated query or subscription (views.aggregated)
         sows = self._sows.for_query(conn.mt, matcher)
         bookmark = text(hdr.get("bm"))
         if bookmark is not None:  # a historical query: the SOW as it was at that time

@@ -9,6 +9,7 @@ over TCP with the project's client and the official ``AMPS`` client (restart reb
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -478,3 +479,90 @@ def test_a_view_is_rebuilt_at_restart_from_the_underlying_sow(tmp_path: Path) ->
             ]
         finally:
             c.close()
+
+
+# ------------------------------------------------------------------ aggregated subscriptions
+
+AGG = "projection=[MAX(/px) AS /max,/sym as /ticker,COUNT(/id) AS /n],grouping=[/sym]"
+
+
+def test_an_aggregated_sow_query_and_subscription(broker: Broker) -> None:
+    p, _ = logon(broker, "pub")
+    s, session = logon(broker, "sub")
+    # the guide's example: four IBM prices, one projected record with the maximum
+    for n, px in enumerate([150.34, 149.76, 149.32, 151.10], start=1):
+        pub(broker, p, "orders", id=n, sym="IBM", px=px)
+    pub(broker, p, "orders", id=5, sym="MSFT", px=62.3)
+    command(broker, s, c="sow", t="orders", query_id="q", o=AGG, a="completed")
+    got = [json.loads(b[b.index(b"{", 1) :]) for _h, b in session.frames("sow")]
+    assert sorted(got, key=lambda d: d["ticker"]) == [
+        {"max": 151.10, "ticker": "IBM", "n": 4},
+        {"max": 62.3, "ticker": "MSFT", "n": 1},
+    ]
+    # a filtered sow_and_subscribe: the filter selects the underlying records
+    command(
+        broker,
+        s,
+        c="sow_and_subscribe",
+        t="orders",
+        sub_id="a",
+        filter="/sym = 'IBM'",
+        o=AGG + ",oof",
+    )
+    pub(broker, p, "orders", id=6, sym="IBM", px=160.0)
+    pub(broker, p, "orders", id=7, sym="MSFT", px=1.0)  # not aggregated here
+    command(broker, p, c="sow_delete", t="orders", filter="/sym = 'IBM' AND /id > 1")
+    command(broker, p, c="sow_delete", t="orders", filter="/sym = 'IBM'")
+    updates = [(h["c"], json.loads(b)) for h, b in _updates(session) if h.get("sids") == "a"]
+    assert updates == [
+        ("p", {"max": 160.0, "ticker": "IBM", "n": 5}),
+        # the delete goes in write order: ids 2, 3, 4, then 6 (160: the maximum falls back)
+        ("p", {"max": 160.0, "ticker": "IBM", "n": 4}),
+        ("p", {"max": 160.0, "ticker": "IBM", "n": 3}),
+        ("p", {"max": 160.0, "ticker": "IBM", "n": 2}),
+        ("p", {"max": 150.34, "ticker": "IBM", "n": 1}),
+        ("oof", {"max": 150.34, "ticker": "IBM", "n": 1}),
+    ]
+    # unsubscribed: no more updates
+    command(broker, s, c="unsubscribe", sub_id="a")
+    before = len(session.sent)
+    pub(broker, p, "orders", id=8, sym="IBM", px=1.0)
+    assert len(session.sent) == before
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ("projection=[COUNT(/id) AS /n]", "needs both projection"),
+        ("grouping=[/sym]", "needs both projection"),
+        ("projection=[COUNT(/id)],grouping=[/sym]", "needs 'AS /path'"),
+        ("projection=[/sym],grouping=[COUNT(/id)]", "cannot aggregate"),
+        ("projection=/sym,grouping=[/sym]", "must be a list in brackets"),
+    ],
+)
+def test_bad_aggregated_queries_are_refused(
+    broker: Broker, options: str, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    s, session = logon(broker, "sub")
+    with caplog.at_level(logging.INFO, logger="ampsclient_server_stub.engine.commands"):
+        command(broker, s, c="sow", t="orders", cid="bad", o=options, a="processed")
+    (ack,) = [h for h in session.headers("ack") if h.get("cid") == "bad"]
+    assert ack["status"] == "failure" and ack["reason"] == "invalid options"
+    assert [r.getMessage() for r in caplog.records if reason in r.getMessage()]  # the detail
+
+
+@pytest.mark.integration
+def test_an_aggregated_subscription_over_tcp(client: Client) -> None:
+    for n, px in enumerate([10.0, 30.0, 20.0]):
+        client.publish("orders", json.dumps({"id": f"agg-{n}", "sym": "AGG", "px": px}))
+    client.flush(5000)
+    inbox = Inbox(keep=lambda m: m.get_command() in ("sow", "publish"))
+    client.sow_and_subscribe(inbox, "orders", "/sym = 'AGG'", timeout=5000, options=AGG)
+    inbox.wait_for_count(1, 10.0)
+    client.publish("orders", json.dumps({"id": "agg-9", "sym": "AGG", "px": 99.5}))
+    inbox.wait_for_count(2, 10.0)
+    got = [(m.get_command(), json.loads(m.get_data())) for m in inbox.snapshot()]
+    assert got == [
+        ("sow", {"max": 30.0, "ticker": "AGG", "n": 3}),
+        ("publish", {"max": 99.5, "ticker": "AGG", "n": 4}),
+    ]

@@ -1,0 +1,272 @@
+"""Aggregated subscriptions: a ``sow`` or ``sow_and_subscribe`` of a SOW topic with the options
+``projection=[...]`` and ``grouping=[...]`` gets aggregated records, as from a private view.
+
+AMPS User Guide, "Aggregated Subscriptions"
+(https://docs.crankuptheamps.com/amps-user-guide/views/aggregated-subscriptions): the
+subscriber gives the fields to project and the grouping, with the syntax of a view's
+``Projection``/``Grouping`` fields (``projection=[MAX(/price) AS /max,/tickerId AS /ticker],
+grouping=[/tickerId]``); supported for ``sow``, ``sow_and_subscribe`` and
+``sow_and_delta_subscribe``.
+
+Here the command's ``filter`` selects the underlying records that are aggregated (as a view's
+``Filter`` does); ``top_n``, ``skip_n`` and ``orderby`` apply to the aggregated records of the
+query. A subscription is kept up to date on every change of the topic (the groups it touches):
+each changed record is sent whole (``p``; also to a ``sow_and_delta_subscribe``), an emptied
+group goes out as ``oof`` (reason ``deleted``) when the subscription asked for ``oof``.
+Refused (``invalid options``): only one of the two options, a regex topic, a bookmark, a field
+that does not parse.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ampsclient.protocol.header import Header, encode_header
+
+from ..engine.filters import compile_expression
+from ..engine.query_options import query_options
+from ..engine.sow import SowTopic
+from ..engine.sow_service import SowService
+from ..engine.state import Connection, Subscription
+from ..engine.topics import TopicMatcher
+from ..engine.wire import (
+    COMPLETED,
+    PROCESSED,
+    RECEIVED,
+    STATS,
+    CommandFailure,
+    ack_flags,
+    send_acks,
+    text,
+)
+from .fields import ANY_AGGREGATE, Field, FieldError, parse_field_text
+from .groups import GroupTable
+
+__all__ = ["Aggregated", "split_list_option"]
+
+logger = logging.getLogger(__name__)
+
+
+def split_list_option(value: str, name: str) -> list[str]:
+    """``[a,b(c,d),'e,f']`` -> ``["a", "b(c,d)", "'e,f'"]``.
+
+    Raises:
+        CommandFailure: ``invalid options`` when ``value`` is not a bracketed list.
+    """
+    value = value.strip()
+    if not (value.startswith("[") and value.endswith("]")):
+        raise CommandFailure("invalid options", f"{name} must be a list in brackets: {value!r}")
+    items: list[str] = []
+    depth = 0
+    quote: str | None = None
+    start = 1
+    for pos, char in enumerate(value[1:-1], start=1):
+        if quote is not None:
+            if char == quote:
+                quote = None
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(value[start:pos].strip())
+            start = pos + 1
+    items.append(value[start:-1].strip())
+    return [item for item in items if item]
+
+
+class _Private:
+    """One aggregated subscription: its groups, kept up to date (a ``SowWatcher``)."""
+
+    def __init__(self, sub: Subscription, table: GroupTable, sow: SowTopic) -> None:
+        self.sub = sub
+        self.table = table
+        self.sow = sow
+        self.bodies: dict[str, bytes] = {}
+
+    def _alive(self) -> bool:
+        sub = self.sub
+        return sub.conn.subs.get(sub.sub_id) is sub
+
+    def record_changed(self, sow: SowTopic, key: str, before: Any, after: Any) -> None:
+        if not self._alive():
+            sow.watchers.remove(self)
+            return
+        touched = self.table.drop(key) if after is None else self.table.put(key, after)
+        self._send(touched)
+
+    def records_reloaded(self, sow: SowTopic) -> None:
+        if not self._alive():
+            sow.watchers.remove(self)
+            return
+        old = set(self.table.groups)
+        for key in old_rows(self.table):
+            self.table.drop(key)
+        for key in list(sow):
+            doc = sow.doc(key)
+            if doc is not None:
+                self.table.put(key, doc)
+        self._send(old | set(self.table.groups))
+
+    def _send(self, touched: set[str]) -> None:
+        sub = self.sub
+        send = sub.conn.session.send
+        for key in touched:
+            record = self.table.record(key)
+            if record is None:
+                body = self.bodies.pop(key, None)
+                if body is not None and sub.oof:
+                    head = {"c": "oof", "t": self.sow.topic, "sids": sub.sub_id, "k": key}
+                    head["reason"] = "deleted"
+                    send(encode_header(head) + body)
+                continue
+            body = json.dumps(record, separators=(",", ":")).encode()
+            if self.bodies.get(key) == body:
+                continue
+            self.bodies[key] = body
+            send(
+                encode_header({"c": "p", "t": self.sow.topic, "sids": sub.sub_id, "k": key}) + body
+            )
+
+
+def old_rows(table: GroupTable) -> list[Any]:
+    """Every row id of ``table``."""
+    return [row for group in table.groups.values() for row in group.members]
+
+
+class Aggregated:
+    """The aggregated queries and subscriptions of a broker (an ``AggregatedQueries``).
+
+    Args:
+        sows: the broker's SOW topics.
+    """
+
+    def __init__(self, sows: SowService) -> None:
+        self._sows = sows
+
+    def run(
+        self,
+        conn: Connection,
+        hdr: Header,
+        options: Mapping[str, str],
+        matcher: TopicMatcher,
+        *,
+        subscribe: bool,
+        prepare: Callable[[], tuple[Subscription, Subscription | None]],
+        remove: Callable[[Subscription], None],
+    ) -> bool:
+        """Answer an aggregated ``sow``/``sow_and_subscribe`` (``False``: not aggregated).
+
+        Raises:
+            CommandFailure: ``invalid options`` (see the module), ``invalid topic`` (not a
+                SOW topic), ``bad filter``.
+        """
+        projection_text = options.get("projection")
+        grouping_text = options.get("grouping")
+        if projection_text is None and grouping_text is None:
+            return False
+        if projection_text is None or grouping_text is None:
+            raise CommandFailure(
+                "invalid options",
+                "an aggregated query needs both projection=[...] and grouping=[...]",
+            )
+        if matcher.is_regex:
+            raise CommandFailure(
+                "invalid options", "an aggregated query needs one SOW topic, not a regex"
+            )
+        if text(hdr.get("bm")) is not None:
+            raise CommandFailure("invalid options", "an aggregated query cannot take a bookmark")
+        sow = self._sows.topic(matcher.topic, conn.mt)
+        if sow is None:
+            raise CommandFailure("invalid topic", f"{matcher.topic!r} is not a SOW topic")
+        projection = _projection(projection_text)
+        grouping = _grouping(grouping_text)
+        filter_text = text(hdr.get("filter"))
+        try:
+            table = GroupTable(
+                projection, grouping, filter_text=filter_text, key_domain=matcher.topic
+            )
+        except ValueError as exc:
+            raise CommandFailure("bad filter", f"{filter_text!r}: {exc}") from None
+        for key in list(sow):
+            doc = sow.doc(key)
+            if doc is not None:
+                table.put(key, doc)
+        sub: Subscription | None = None
+        if subscribe:
+            sub, replaced = prepare()
+            if replaced is not None:
+                remove(replaced)
+        self._answer(conn, hdr, options, sow, table, sub)
+        if sub is not None:
+            conn.subs[sub.sub_id] = sub
+            private = _Private(sub, table, sow)
+            private.bodies = {
+                key: json.dumps(record, separators=(",", ":")).encode()
+                for key, record in table.records()
+            }
+            sow.watchers.append(private)
+        return True
+
+    @staticmethod
+    def _answer(
+        conn: Connection,
+        hdr: Header,
+        options: Mapping[str, str],
+        sow: SowTopic,
+        table: GroupTable,
+        sub: Subscription | None,
+    ) -> None:
+        spec = query_options(hdr, options)
+        found = list(table.records())
+        selected = spec.arrange(found, lambda item: item[1])
+        flags = ack_flags(hdr)
+        sub_id = sub.sub_id if sub is not None else None
+        query_id = text(hdr.get("query_id")) or text(hdr.get("cid")) or sub_id or ""
+        send = conn.session.send
+        send_acks(send, hdr, flags & (RECEIVED | PROCESSED), sub_id=sub_id, query_id=query_id)
+        send(encode_header({"c": "group_begin", "query_id": query_id}))
+        for key, record in selected:
+            body = json.dumps(record, separators=(",", ":")).encode()
+            inner = encode_header({"k": key, "l": len(body)}) + body
+            send(encode_header({"c": "sow", "t": sow.topic, "query_id": query_id, "bs": 1}) + inner)
+        send(encode_header({"c": "group_end", "query_id": query_id}))
+        stats = {
+            "records_returned": len(selected),
+            "topic_matches": len(found),
+            "matches": len(found),
+        }
+        send_acks(
+            send, hdr, flags & (COMPLETED | STATS), sub_id=sub_id, query_id=query_id, extra=stats
+        )
+
+
+def _projection(value: str) -> list[Field]:
+    fields = []
+    for item in split_list_option(value, "projection"):
+        try:
+            fields.append(parse_field_text(item, compile_expression))
+        except FieldError as exc:
+            raise CommandFailure("invalid options", f"projection: {exc}") from None
+    if not fields:
+        raise CommandFailure("invalid options", "projection=[] projects nothing")
+    return fields
+
+
+def _grouping(value: str) -> list[str]:
+    items = split_list_option(value, "grouping")
+    if not items:
+        raise CommandFailure("invalid options", "grouping=[] groups nothing")
+    for item in items:
+        if ANY_AGGREGATE.search(item):
+            raise CommandFailure("invalid options", f"grouping: {item!r} cannot aggregate")
+        try:
+            compile_expression(item)
+        except (ValueError, RecursionError) as exc:
+            raise CommandFailure("invalid options", f"grouping: {item!r}: {exc}") from None
+    return items
