@@ -28,6 +28,13 @@ class AdminHost(Protocol):
     security: ServerSecurity | None
     replication: ReplicationManager | None
 
+    def uri(self, kind: str = "tcp", message_type: str = "json") -> str:
+        """A client URI of a listener (``kind``: tcp, ws, tcps, wss).
+
+        Raises:
+            RuntimeError: no listener of that kind.
+        """
+
     def statistics(self) -> dict[str, int]:
         """The server's counters."""
 

@@ -11,7 +11,9 @@ Routes (``GET`` and ``HEAD`` unless said otherwise):
   samples the dashboard draws;
 * ``/amps/administrator[/...]``: the admin actions (``GET`` or ``POST``, see :mod:`.actions`),
   each with the admin token (CSRF defence, see :mod:`.origin`);
-* ``/metrics``: Prometheus' text format.
+* ``/metrics``: Prometheus' text format;
+* ``/static/query.js``: the dashboard's query panel; ``POST /query/logon``: where and how the
+  panel logs on to the WebSocket transport (see :mod:`.query`), with the admin token as actions.
 
 Other paths answer 404, other methods 405 (with ``Allow``), bad requests 400, oversized ones
 413/431, without credentials (when security is configured) 401, an action without the admin
@@ -44,6 +46,7 @@ from .auth import AdminAuth
 from .http import MAX_HEAD_BYTES, HttpError, Request, Response, Slot, serve_connection
 from .metrics import CONTENT_TYPE, render_metrics
 from .origin import TOKEN_FIELD, TOKEN_HEADER, RequestOrigin, is_loopback
+from .query import query_logon
 from .stats import HISTORY, StatisticsCollector
 from .tree import NotFound, amps_document, find, to_xml
 
@@ -67,6 +70,7 @@ _SUPPORTED_OPTIONS: Final = (
     "Certificate",
     "PrivateKey",
 )
+_QUERY_SCRIPT: Final = "query.js"
 _TOKEN_PLACEHOLDER: Final = b"__AMPS_ADMIN_TOKEN__"
 _BASIC_REALM: Final = re.compile(r'\s*Basic(?:\s+realm="([^"]*)")?\s*', re.I)
 
@@ -188,6 +192,7 @@ class AdminServer:
         self.evicted = 0
         """Waiting connections closed to make room for a new one."""
         self._dashboard: bytes | None = None
+        self._static: dict[str, bytes] = {}
 
     @classmethod
     def from_config(cls, server: AdminHost, config: AdminConfig) -> AdminServer:
@@ -329,6 +334,15 @@ class AdminServer:
             self._allow(request, _READ)
             await self.auth.check(request)
             return Response(200, self.dashboard(), "text/html; charset=utf-8")
+        if path == ["static", _QUERY_SCRIPT] and form is None:
+            self._allow(request, _READ)
+            await self.auth.check(request)
+            return Response(200, self.static(_QUERY_SCRIPT), "text/javascript; charset=utf-8")
+        if path == ["query", "logon"] and form is None:
+            self._allow(request, ("POST",))
+            user = await self.auth.check(request)
+            self.origin.check_action(request)
+            return _json(query_logon(self.server, user))
         if path == ["metrics"] and form is None:
             self._allow(request, _READ)
             await self.auth.check(request)
@@ -408,3 +422,11 @@ class AdminServer:
             page = (source / "static" / "dashboard.html").read_bytes()
             self._dashboard = page.replace(_TOKEN_PLACEHOLDER, self.origin.token.encode())
         return self._dashboard
+
+    def static(self, name: str) -> bytes:
+        """A file of the package's ``static`` folder (read once)."""
+        data = self._static.get(name)
+        if data is None:
+            source = resources.files(__package__ or "ampsclient_server_stub.admin")
+            data = self._static[name] = (source / "static" / name).read_bytes()
+        return data

@@ -26,6 +26,7 @@ from ampsclient_server_stub.engine.topics import TopicMatcher, is_regex_topic
 from ampsclient_server_stub.engine.wire import CommandFailure
 
 from .auth import AuthVerdict
+from .logon_tokens import LogonTokens
 from .throttle import LogonThrottle
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ class Policies(Protocol):
     @property
     def logon_throttle(self) -> LogonThrottle:
         """Failed-logon lockouts (``<LogonFailureLimit>``, ``<LogonLockout>``)."""
+
+    @property
+    def logon_tokens(self) -> LogonTokens:
+        """The admin query panel's single-use logon tokens."""
 
 
 class Connection(Protocol):
@@ -172,6 +177,9 @@ class SecurityGuard:
             self.counters["auth_failures"] += 1
             self.counters["logons_locked_out"] += 1
             return AuthVerdict("failure", "auth failure")
+        if self.security.logon_tokens.redeem(user, password):  # the admin query panel's
+            throttle.succeeded(user)
+            return AuthVerdict("success")
         state = self._states.get(conn.id)
         if state is None:
             state = self._states[conn.id] = {}

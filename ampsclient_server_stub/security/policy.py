@@ -56,6 +56,7 @@ from .auth import (
     build_authentication,
     build_entitlements,
 )
+from .logon_tokens import LogonTokens
 from .throttle import DEFAULT_LOCKOUT, DEFAULT_LOGON_FAILURE_LIMIT, LogonThrottle
 from .users import UsersFile
 
@@ -311,6 +312,9 @@ class ServerSecurity:
         self.guard: SecurityGuard | None = None
         self.logon_throttle = LogonThrottle()
         """Failed-logon lockouts (``<LogonFailureLimit>``, ``<LogonLockout>``: :mod:`.throttle`)."""
+        self.logon_tokens = LogonTokens()
+        """Single-use logon tokens the admin dashboard's query panel logs on with
+        (:mod:`.logon_tokens`)."""
 
     @property
     def connection_count(self) -> int:
