@@ -104,6 +104,26 @@ def secured_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerT
         thread.stop()
 
 
+@pytest.fixture(scope="module")
+def anonymous_admin_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """The transports need credentials; the admin interface is all anonymous, so it hands no
+    logon token: the user types the transport's credentials into the panel."""
+    base = tmp_path_factory.mktemp("anonymous-admin")
+    users = base / "users.json"
+    add_user(users, *OPS, read=[".*"], write=[".*"], **FAST)  # type: ignore[arg-type]
+    xml = f"""<AMPSConfig><Name>query-typed</Name>
+      <Authentication><Module>users-file</Module>
+        <Options><UsersFile>{users}</UsersFile></Options></Authentication>
+      {TRANSPORTS}{SOW}
+      <Admin><InetAddr>127.0.0.1:0</InetAddr><AnonymousPaths>.</AnonymousPaths></Admin>
+      </AMPSConfig>"""
+    thread = ServerThread(parse_config(xml, base_dir=base)).start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
 def _client(thread: ServerThread, name: str, auth: tuple[str, str] | None = None) -> Client:
     uri = thread.uri()
     if auth is not None:
@@ -199,6 +219,11 @@ def test_sow_with_filter_and_orderby_shows_the_records(
             [str(n + 1), str(r["id"]), str(r["qty"]), r["side"]] for n, r in enumerate(expected)
         ]
         assert page.inner_text("#query-status") == f"{len(expected)} record(s)"
+        shot = page.locator("#query").screenshot()
+        assert shot.startswith(b"\x89PNG")
+        if os.environ.get("AMPSCLIENT_UPDATE_SCREENSHOT") == "1":
+            DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
+            DOCS_IMAGE.write_bytes(shot)
         # top_n: the first two in that order
         _run(
             page,
@@ -299,11 +324,6 @@ def test_with_admin_authentication_the_page_queries_with_a_one_time_token(
         assert _bodies(page) == [{"id": 1, "qty": 3}, {"id": 2, "qty": 4}]
         assert tokens.redeemed == redeemed + 1
         assert len(tokens) == 0  # used up
-        shot = page.locator("#query").screenshot()
-        assert shot.startswith(b"\x89PNG")
-        if os.environ.get("AMPSCLIENT_UPDATE_SCREENSHOT") == "1":
-            DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
-            DOCS_IMAGE.write_bytes(shot)
     finally:
         context.close()
 
@@ -355,3 +375,27 @@ def test_query_logon_is_an_action_and_its_token_logs_on_once(
         again.connect(ws)
         again.logon()
     again.close()
+
+
+def test_without_admin_authentication_the_user_types_the_transports_credentials(
+    browser: sync_api.Browser, anonymous_admin_server: ServerThread
+) -> None:
+    pub = _client(anonymous_admin_server, "query-typed-pub", OPS)
+    try:
+        _publish(pub, "orders", [{"id": 9, "qty": 1}])
+    finally:
+        pub.close()
+    tokens = anonymous_admin_server.server.security.logon_tokens  # type: ignore[union-attr]
+    context, page = _page(browser, anonymous_admin_server)
+    try:
+        _run(page, "sow", "orders")  # no credentials: the transport refuses the logon
+        assert _wait_phase(page, "error", "done") == "error"
+        assert page.inner_text("#query-error") == "auth failure"
+        page.fill("#query-user", OPS[0])
+        page.fill("#query-password", OPS[1])
+        _run(page, "sow", "orders")
+        assert _wait_phase(page, "done", "error") == "done", page.inner_text("#query-error")
+        assert _bodies(page) == [{"id": 9, "qty": 1}]
+        assert tokens.issued == 0  # nobody authenticated: no token handed out
+    finally:
+        context.close()
