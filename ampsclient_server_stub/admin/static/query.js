@@ -138,14 +138,19 @@
     const panel = $("query");
     panel.dataset.rows = String(state.rows.size);
     panel.dataset.updates = String(state.updates);
+    if (panel.dataset.phase === "live" && state.updates > 0) {
+      $("query-status").textContent = state.rows.size + " record(s), " + state.updates + " update(s)";
+    }
   }
 
   function status(text, phase) {
+    if (state.drawScheduled) draw();  // the table is up to date before the phase says so
     $("query-status").textContent = text;
     if (phase !== undefined) $("query").dataset.phase = phase;
   }
 
   function fail(text) {
+    if (state.drawScheduled) draw();
     const err = $("query-error");
     err.textContent = text;  // replaced, never appended: an error is shown once
     err.hidden = false;
@@ -255,7 +260,6 @@
         if (command === "sow") {
           status(state.rows.size + " record(s)", "done");
           stop(false);
-          $("query").dataset.phase = "done";
         } else {
           status(state.rows.size + " record(s), subscribed: updates follow", "live");
         }
@@ -269,9 +273,6 @@
       state.updates += 1;
       addRow(h.k, body);
       schedule();
-      if ($("query").dataset.phase === "live") {
-        status(state.rows.size + " record(s), " + state.updates + " update(s)", "live");
-      }
     } else if (c === "oof") {
       if (h.k !== undefined) state.rows.delete("k:" + h.k);
       state.updates += 1;
