@@ -70,8 +70,10 @@ def _order(value: Any) -> tuple[int, Any]:
 
 _SCALE: Final = 1074
 """Numbers are summed exactly as integers in units of 2**-1074 (the smallest float step)."""
+_ONE: Final = 1 << _SCALE
 _DISTINCT: Final = frozenset({"ANY", "COUNT_DISTINCT", "MIN", "MAX"})
 _SUMS: Final = frozenset({"SUM", "AVG", "STDDEV_POP", "STDDEV_SAMP"})
+_PLAIN: Final = frozenset({str, int, float})  # values that are their own Counter key
 
 
 def _scaled(number: int | float) -> int:
@@ -84,7 +86,18 @@ def _scaled(number: int | float) -> int:
 class Accumulator:
     """One aggregate function's state over a group's values (``add``/``remove`` a value)."""
 
-    __slots__ = ("_count", "_extreme", "_floats", "_fn", "_n", "_sq", "_total", "_values")
+    __slots__ = (
+        "_count",
+        "_extreme",
+        "_floats",
+        "_fn",
+        "_n",
+        "_sq",
+        "_sq_too",
+        "_sums",
+        "_total",
+        "_values",
+    )
 
     def __init__(self, fn: str) -> None:
         if fn not in AGGREGATES:
@@ -97,6 +110,8 @@ class Accumulator:
         self._sq = 0  # the exact sum of their squares, scaled twice (STDDEV_* only)
         self._floats = 0  # numeric values that were floats (the result is then a float)
         self._extreme: Any = _UNSET
+        self._sums = fn in _SUMS
+        self._sq_too = fn.startswith("STDDEV")
 
     def add(self, value: Any) -> None:
         if value is None:
@@ -104,12 +119,19 @@ class Accumulator:
         self._count += 1
         values = self._values
         if values is not None:
-            values[_hashable(value)] += 1
+            values[value if type(value) in _PLAIN else _hashable(value)] += 1
             extreme = self._extreme
             if extreme is not _UNSET and self._better(value, extreme):
                 self._extreme = value
-        elif self._fn in _SUMS:
-            self._numeric(value, 1)
+        elif self._sums:
+            kind = type(value)
+            if kind is int:
+                self._n += 1
+                self._total += value << _SCALE
+                if self._sq_too:
+                    self._sq += (value << _SCALE) ** 2
+            else:
+                self._numeric(value, 1)
 
     def remove(self, value: Any) -> None:
         if value is None:
@@ -117,7 +139,7 @@ class Accumulator:
         self._count -= 1
         values = self._values
         if values is not None:
-            key = _hashable(value)
+            key = value if type(value) in _PLAIN else _hashable(value)
             left = values[key] - 1
             if left > 0:
                 values[key] = left
@@ -125,7 +147,7 @@ class Accumulator:
                 del values[key]
                 if self._extreme is not _UNSET and _hashable(self._extreme) == key:
                     self._extreme = _UNSET  # rescanned on the next result()
-        elif self._fn in _SUMS:
+        elif self._sums:
             self._numeric(value, -1)
 
     def _numeric(self, value: Any, sign: int) -> None:
@@ -138,12 +160,14 @@ class Accumulator:
             self._total += scaled
         else:
             self._total -= scaled
-        if self._fn.startswith("STDDEV"):
+        if self._sq_too:
             self._sq += sign * scaled * scaled
         if isinstance(number, float):
             self._floats += sign
 
     def _better(self, value: Any, than: Any) -> bool:
+        if type(value) is type(than) and type(value) in _PLAIN:
+            return value < than if self._fn == "MIN" else self._fn == "MAX" and value > than
         if self._fn == "MIN":
             return _order(value) < _order(than)
         if self._fn == "MAX":
@@ -169,13 +193,15 @@ class Accumulator:
             return self._extreme
         if self._n == 0:
             return None
-        total = Fraction(self._total, 1 << _SCALE)
         if fn == "SUM":
-            if self._floats or total.denominator != 1:
-                return float(total)
-            return int(total)
+            if self._floats:
+                return self._total / _ONE  # (int / int: correctly rounded)
+            if self._total & (_ONE - 1):  # (a numeric string with a fraction)
+                return self._total / _ONE
+            return self._total >> _SCALE
         if fn == "AVG":
-            return float(total / self._n)
+            return self._total / (self._n << _SCALE)
+        total = Fraction(self._total, _ONE)
         mean = total / self._n
         variance = Fraction(self._sq, 1 << (2 * _SCALE)) / self._n - mean * mean
         if fn == "STDDEV_SAMP":
