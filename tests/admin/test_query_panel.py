@@ -192,7 +192,7 @@ def _bodies(page: sync_api.Page) -> list[Any]:
 def test_sow_with_filter_and_orderby_shows_the_records(
     browser: sync_api.Browser, open_server: ServerThread
 ) -> None:
-    records = [
+    records: list[dict[str, Any]] = [
         {"id": i, "qty": q, "side": s}
         for i, (q, s) in enumerate(
             [(5, "buy"), (40, "sell"), (15, "buy"), (90, "buy"), (25, "sell"), (60, "buy")]
