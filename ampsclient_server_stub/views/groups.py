@@ -106,10 +106,10 @@ class GroupTable:
         args = tuple(expr(doc) if fn else None for _p, expr, fn in self._fields)
         entry = self._rows.get(row)
         if entry is not None and entry[0] == key:  # the same group: replace what changed
-            group = self.groups[key]
-            del group.members[row]
-            group.members[row] = doc  # (newest last)
-            for acc, old, new in zip(group.accumulators, entry[1], args, strict=True):
+            same = self.groups[key]
+            del same.members[row]
+            same.members[row] = doc  # (newest last)
+            for acc, old, new in zip(same.accumulators, entry[1], args, strict=True):
                 if acc is not None and not (type(old) is type(new) and old == new):
                     acc.remove(old)
                     acc.add(new)
