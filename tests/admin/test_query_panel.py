@@ -42,6 +42,7 @@ DOCS_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "admin-query
 WAIT_MS = 30_000
 FAST = {"scheme": "pbkdf2-sha256", "iterations": 1000}
 OPS = ("ops", "ops-secret")
+VIEWER = ("viewer", "viewer-secret")
 
 SOW = """<SOW>
     <Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key></Topic>
@@ -89,6 +90,7 @@ def secured_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerT
     base = tmp_path_factory.mktemp("secured")
     users = base / "users.json"
     add_user(users, *OPS, read=[".*"], write=[".*"], admin=[".*"], **FAST)  # type: ignore[arg-type]
+    add_user(users, *VIEWER, read=[".*"], admin=["^/amps/instance"], **FAST)  # type: ignore[arg-type]
     xml = f"""<AMPSConfig><Name>query-secured</Name>
       <Authentication><Module>users-file</Module>
         <Options><UsersFile>{users}</UsersFile></Options></Authentication>
@@ -352,6 +354,8 @@ def test_query_logon_is_an_action_and_its_token_logs_on_once(
     status, _, body = request(port, "/query/logon", method="POST", body=b"", auth=OPS)
     assert status == 403 and b"admin token" in body  # CSRF defence, as actions
     assert request(port, "/query/logon", auth=OPS)[0] == 405
+    # an admin user whose admin patterns do not match /query/logon gets no token
+    assert request(port, "/query/logon", method="POST", body=b"", auth=VIEWER)[0] == 403
     token = json.loads(request(port, "/amps/administrator", auth=OPS)[2])["token"]
     status, _, body = request(
         port,
