@@ -28,19 +28,28 @@ class ViewSow(SowTopic):
         self._staged: dict[str, None] = {}  # keys written or removed since the last sync
 
     def stage(self, key: str, record: SowRecord | None, doc: Any = None) -> None:
-        """Group ``key`` is now ``record`` (with its parsed ``doc``; ``None``: removed)."""
-        if record is None:
-            self.records.pop(key, None)
-        else:
+        """Group ``key`` is now ``record`` (with its parsed ``doc``; ``None``: removed); the
+        watchers (a view over this view, aggregated subscriptions) are told now."""
+        before = self.records.pop(key, None) if record is None else self.records.get(key)
+        if record is not None:
             self.records[key] = (record, doc)
         self._staged.pop(key, None)  # (re-staged: written after what was staged before it)
         self._staged[key] = None
+        for watcher in tuple(self.watchers):
+            watcher.record_changed(self, key, None if before is None else before[1], doc)
 
     def sync(self) -> None:
         """Write what was staged (one transaction)."""
         if not self._staged:
             return
         staged, self._staged = self._staged, {}
+        watchers, self.watchers = self.watchers, []  # (told when the change was staged)
+        try:
+            self._write_staged(staged)
+        finally:
+            self.watchers = watchers
+
+    def _write_staged(self, staged: dict[str, None]) -> None:
         with self.batch():
             for key in staged:
                 entry = self.records.get(key)

@@ -566,3 +566,41 @@ def test_an_aggregated_subscription_over_tcp(client: Client) -> None:
         ("sow", {"max": 30.0, "ticker": "AGG", "n": 3}),
         ("publish", {"max": 99.5, "ticker": "AGG", "n": 4}),
     ]
+
+
+BY_COUNT = """<View><Name>by_count</Name><MessageType>json</MessageType>
+      <UnderlyingTopic>by_sym</UnderlyingTopic>
+      <Projection><Field>/orders</Field><Field>COUNT(/sym) AS /symbols</Field>
+        <Field>SUM(/qty) AS /qty</Field></Projection>
+      <Grouping><Field>/orders</Field></Grouping>
+    </View>"""
+
+
+def test_a_view_over_a_view(tmp_path: Path) -> None:
+    broker, _ = make_broker(tmp_path, BY_SYM + BY_COUNT)
+    try:
+        p, _ = logon(broker, "pub")
+        s, session = logon(broker, "sub")
+        command(broker, s, c="subscribe", t="by_count", sub_id="c", o="oof")
+        pub(broker, p, "orders", id=1, sym="A", qty=1, px=1)
+        pub(broker, p, "orders", id=2, sym="B", qty=2, px=1)
+        pub(broker, p, "orders", id=3, sym="A", qty=4, px=1)  # A: 2 orders, B: 1
+
+        def counts() -> dict[int, Any]:
+            sow = broker.sow_topic("by_count")
+            assert sow is not None
+            return {sow.doc(k)["orders"]: sow.doc(k) for k in sow}
+
+        assert counts() == {
+            1: {"orders": 1, "symbols": 1, "qty": 2},
+            2: {"orders": 2, "symbols": 1, "qty": 5},
+        }
+        got = [(h["c"], json.loads(b)) for h, b in _updates(session)]
+        assert got == [
+            ("p", {"orders": 1, "symbols": 1, "qty": 1}),  # A
+            ("p", {"orders": 1, "symbols": 2, "qty": 3}),  # A, B
+            ("p", {"orders": 1, "symbols": 1, "qty": 2}),  # A moved on
+            ("p", {"orders": 2, "symbols": 1, "qty": 5}),
+        ]
+    finally:
+        broker.close()
