@@ -604,3 +604,14 @@ def test_a_view_over_a_view(tmp_path: Path) -> None:
         ]
     finally:
         broker.close()
+
+
+def test_a_sow_of_a_view_with_select(broker: Broker) -> None:
+    p, _ = logon(broker, "pub")
+    s, session = logon(broker, "sub")
+    pub(broker, p, "orders", id=1, sym="A", qty=1, px=1)
+    pub(broker, p, "orders", id=2, sym="B", qty=2, px=1)
+    command(broker, s, c="sow", t="by_sym", query_id="q", o="select=[-/,+/sym,+/qty]")
+    frames = session.frames("sow")
+    docs = [json.loads(b[b.index(b"}") + 1 :]) for _h, b in frames]
+    assert docs == [{"sym": "A", "qty": 1}, {"sym": "B", "qty": 2}]  # in write order
