@@ -13,7 +13,8 @@
    date while more orders arrive, for a few micro-batches, printing the SOW after each.
 
 Run: ``python examples/spark_pipeline.py`` (needs ``pip install 'ampsclient[spark]'`` and
-Java 17+; about a minute on a laptop).
+Java 17+; about a minute on a laptop). ``--master spark://host:7077`` runs it on a standalone
+cluster (see "Running on a cluster" in docs/spark.md).
 """
 
 from __future__ import annotations
@@ -103,6 +104,12 @@ def main() -> None:
     )
     parser.add_argument("--orders", type=int, default=5000, help="orders in the day")
     parser.add_argument("--batches", type=int, default=3, help="live rounds while streaming")
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master: local[N] (default local[2]) or a cluster, e.g. spark://host:7077 "
+        "(the workers need ampsclient[spark] installed and must reach the server)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -128,7 +135,7 @@ def main() -> None:
         from ampsclient.spark import register
 
         spark = (
-            SparkSession.builder.master("local[2]")
+            SparkSession.builder.master(args.master)
             .appName("amps-spark-pipeline")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
@@ -138,6 +145,7 @@ def main() -> None:
         stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)  # not needed when ampsclient[spark] is installed (auto-registered)
+        print(f"running on {spark.sparkContext.master}")
 
         # -- 3. replay the day, aggregate -----------------------------------------------------
         day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
