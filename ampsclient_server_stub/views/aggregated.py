@@ -43,7 +43,7 @@ from ..engine.wire import (
     text,
 )
 from .fields import ANY_AGGREGATE, Field, FieldError, parse_field_text
-from .groups import GroupTable
+from .groups import GroupTable, Touched
 
 __all__ = ["Aggregated", "split_list_option"]
 
@@ -104,16 +104,16 @@ class _Private:
         if not self._alive():
             sow.watchers.remove(self)
             return
-        old = set(self.table.groups)
+        old: Touched = dict.fromkeys(self.table.groups)
         for key in old_rows(self.table):
             self.table.drop(key)
         for key in list(sow):
             doc = sow.doc(key)
             if doc is not None:
                 self.table.put(key, doc)
-        self._send(old | set(self.table.groups))
+        self._send(old | dict.fromkeys(self.table.groups))
 
-    def _send(self, touched: set[str]) -> None:
+    def _send(self, touched: Touched) -> None:
         sub = self.sub
         send = sub.conn.session.send
         for key in touched:

@@ -30,7 +30,7 @@ from ..engine.sow import SowRecord, SowTopic
 from ..engine.sow_service import SowService
 from ..engine.wire import format_timestamp
 from .config import SowViewConfig, qualify
-from .groups import GroupTable
+from .groups import GroupTable, Touched
 from .joins import JoinRows
 from .view_sow import ViewSow
 
@@ -70,7 +70,7 @@ class SowView:
     def name(self) -> str:
         return self.config.name
 
-    def changed(self, side: int, key: str, doc: Any) -> set[str]:
+    def changed(self, side: int, key: str, doc: Any) -> Touched:
         """Record ``key`` of underlying topic ``side`` is now ``doc`` (``None``: gone): the
         groups this changed."""
         table = self.table
@@ -79,7 +79,7 @@ class SowView:
                 return table.drop(key)
             return table.put(key, doc)
         gone, now = self.join.change(side, key, doc)
-        touched: set[str] = set()
+        touched: Touched = {}
         for row in gone:
             touched |= table.drop(row)
         for row, row_doc in now.items():
@@ -145,7 +145,7 @@ class SowViews:
                 underlying.append(sow)
             view = SowView(config, underlying)
             view.rebuild()
-            self._write(view, set(view.table.groups))
+            self._write(view, dict.fromkeys(view.table.groups))
             sows.add_read_only(
                 view.sow,
                 f"{config.name!r} is a view: publish to its underlying topic"
@@ -157,16 +157,16 @@ class SowViews:
             self.views[config.name] = view
             logger.info("view %r: %d records at start", config.name, len(view.sow))
 
-    def apply(self, view: SowView, touched: set[str]) -> None:
+    def apply(self, view: SowView, touched: Touched) -> None:
         """Write the records of the groups in ``touched`` and deliver the changes."""
         if touched:
             self._write(view, touched)
 
     def recompute(self, view: SowView) -> None:
         """Recompute ``view`` from scratch (an underlying topic reloaded after a rollback)."""
-        old = set(view.table.groups)
+        old: Touched = dict.fromkeys(view.table.groups)
         view.rebuild()
-        self._write(view, old | set(view.table.groups))
+        self._write(view, old | dict.fromkeys(view.table.groups))
 
     def _stamp(self) -> str:
         """The timestamp of a view record written now (formatted once per millisecond)."""
@@ -177,7 +177,7 @@ class SowViews:
             self._stamp_text = format_timestamp(milli / 1000)
         return self._stamp_text
 
-    def _write(self, view: SowView, touched: set[str]) -> None:
+    def _write(self, view: SowView, touched: Touched) -> None:
         sow = view.sow
         current = sow.records
         removed = []

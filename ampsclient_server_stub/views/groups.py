@@ -20,8 +20,12 @@ from ..engine.filters import compile_expression, compile_filter
 from .aggregates import Accumulator
 from .fields import Field
 
-__all__ = ["GroupTable", "put_path"]
+__all__ = ["GroupTable", "Touched", "put_path"]
 
+
+Touched = dict[str, None]
+"""The keys of the groups a change touched, in order (the group a row left before the one it
+joined): an ordered set, so deliveries do not depend on hashing."""
 
 _KEY_CACHE: Final = 100_000
 _CACHEABLE: Final = frozenset({str, type(None)})
@@ -98,7 +102,7 @@ class GroupTable:
             self._keys[values] = key
         return key
 
-    def put(self, row: Hashable, doc: Any) -> set[str]:
+    def put(self, row: Hashable, doc: Any) -> Touched:
         """Row ``row`` is now ``doc``: the keys of the groups this changed."""
         if self._filter is not None and not self._filter(doc):
             return self.drop(row)
@@ -114,7 +118,7 @@ class GroupTable:
                     acc.remove(old)
                     acc.add(new)
             self._rows[row] = (key, args)
-            return {key}
+            return {key: None}
         touched = self.drop(row)
         group = self.groups.get(key)
         if group is None:
@@ -124,14 +128,14 @@ class GroupTable:
             if acc is not None:
                 acc.add(value)
         self._rows[row] = (key, args)
-        touched.add(key)
+        touched[key] = None
         return touched
 
-    def drop(self, row: Hashable) -> set[str]:
+    def drop(self, row: Hashable) -> Touched:
         """Row ``row`` left: the keys of the groups this changed."""
         entry = self._rows.pop(row, None)
         if entry is None:
-            return set()
+            return {}
         key, args = entry
         group = self.groups[key]
         del group.members[row]
@@ -141,7 +145,7 @@ class GroupTable:
             for acc, value in zip(group.accumulators, args, strict=True):
                 if acc is not None:
                     acc.remove(value)
-        return {key}
+        return {key: None}
 
     def record(self, key: str) -> dict[str, Any] | None:
         """The projected record of group ``key`` (``None``: no such group)."""

@@ -530,6 +530,13 @@ def test_an_aggregated_sow_query_and_subscription(broker: Broker) -> None:
     assert len(session.sent) == before
 
 
+def test_a_plain_subscribe_with_aggregation_options_is_refused(broker: Broker) -> None:
+    s, session = logon(broker, "sub")
+    command(broker, s, c="subscribe", t="orders", sub_id="x", o=AGG, a="processed")
+    (ack,) = [h for h in session.headers("ack") if h.get("sub_id") == "x"]
+    assert ack["status"] == "failure" and ack["reason"] == "invalid options"
+
+
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
