@@ -154,7 +154,8 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
         BY_SYM
         + JOINED.format(name="inner", op="=")
         + JOINED.format(name="left", op="LEFT OUTER JOIN")
-        + JOINED.format(name="full", op="FULL OUTER JOIN"),
+        + JOINED.format(name="full", op="FULL OUTER JOIN")
+        + JOINED.format(name="right", op="RIGHT OUTER JOIN"),
     )
     yield broker
     broker.close()
@@ -314,6 +315,7 @@ def test_joins_inner_left_and_full_outer(broker: Broker) -> None:
         (7, 1): {"customer": 7, "name": "Ada", "orders": 1, "qty": 10},
         (8, 0): {"customer": 8, "name": "Bob", "orders": 0, "qty": None},
     }
+    assert records(broker, "right") == records(broker, "full")  # every customer is kept
     pub(broker, p, "orders", id=2, cid=7, qty=5)
     assert records(broker, "inner")[(7, 2)]["qty"] == 15
     command(broker, p, c="sow_delete", t="customers", filter="/cid = 7")
