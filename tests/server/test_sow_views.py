@@ -624,3 +624,29 @@ def test_a_sow_of_a_view_with_select(broker: Broker) -> None:
     frames = session.frames("sow")
     docs = [json.loads(b[b.index(b"}") + 1 :]) for _h, b in frames]
     assert docs == [{"sym": "A", "qty": 1}, {"sym": "B", "qty": 2}]  # in write order
+
+
+@pytest.mark.integration
+def test_the_official_client_subscribes_to_a_view_with_oof(
+    server: ServerThread, client: Client
+) -> None:
+    amps: Any = pytest.importorskip("AMPS")
+    official = amps.Client(f"official-sub-{time.time_ns()}")
+    official.connect(server.uri("tcp", "json"))
+    official.logon()
+    inbox = Inbox()  # copies: the official client reuses its Message object
+
+    def keep(message: Any) -> None:
+        if message.get_command() in ("sow", "publish", "oof"):
+            inbox((message.get_command(), json.loads(message.get_data())["qty"]))
+
+    try:
+        client.publish("orders", json.dumps({"id": "os-1", "sym": "OS", "qty": 5, "px": 1}))
+        client.flush(5000)
+        official.sow_and_subscribe(keep, "by_sym", "/sym = 'OS'", oof_enabled=True, timeout=5000)
+        client.publish("orders", json.dumps({"id": "os-2", "sym": "OS", "qty": 6, "px": 1}))
+        client.sow_delete("orders", "/sym = 'OS'", timeout=5000)
+        inbox.wait(lambda box: ("oof", 6) in box.snapshot(), 10.0)
+        assert inbox.snapshot() == [("sow", 5), ("publish", 11), ("publish", 6), ("oof", 6)]
+    finally:
+        official.disconnect()
