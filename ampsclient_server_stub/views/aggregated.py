@@ -11,8 +11,9 @@ grouping=[/tickerId]``); supported for ``sow``, ``sow_and_subscribe`` and
 Here the command's ``filter`` selects the underlying records that are aggregated (as a view's
 ``Filter`` does); ``top_n``, ``skip_n`` and ``orderby`` apply to the aggregated records of the
 query. A subscription is kept up to date on every change of the topic (the groups it touches):
-each changed record is sent whole (``p``; also to a ``sow_and_delta_subscribe``), an emptied
-group goes out as ``oof`` (reason ``deleted``) when the subscription asked for ``oof``.
+each changed record is sent (``p``; to a ``sow_and_delta_subscribe``, only the top-level fields
+that changed, the record identified by its ``k``), an emptied group goes out as ``oof`` (reason
+``deleted``) when the subscription asked for ``oof``.
 Refused (``invalid options``): only one of the two options, a regex topic, a bookmark, a field
 that does not parse.
 """
@@ -126,12 +127,16 @@ class _Private:
                     send(encode_header(head) + body)
                 continue
             body = json.dumps(record, separators=(",", ":")).encode()
-            if self.bodies.get(key) == body:
+            before = self.bodies.get(key)
+            if before == body:
                 continue
             self.bodies[key] = body
-            send(
-                encode_header({"c": "p", "t": self.sow.topic, "sids": sub.sub_id, "k": key}) + body
-            )
+            head = {"c": "p", "t": self.sow.topic, "sids": sub.sub_id, "k": key}
+            if sub.delta and before is not None:  # only the fields that changed
+                prev = json.loads(before)
+                changed = {n: v for n, v in record.items() if n not in prev or prev[n] != v}
+                body = json.dumps(changed, separators=(",", ":")).encode()
+            send(encode_header(head) + body)
 
 
 def old_rows(table: GroupTable) -> list[Any]:

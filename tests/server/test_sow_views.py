@@ -532,6 +532,17 @@ def test_an_aggregated_sow_query_and_subscription(broker: Broker) -> None:
     assert len(session.sent) == before
 
 
+def test_an_aggregated_delta_subscription_sends_what_changed(broker: Broker) -> None:
+    p, _ = logon(broker, "pub")
+    s, session = logon(broker, "sub")
+    pub(broker, p, "orders", id=1, sym="D", px=5.0)
+    command(broker, s, c="sow_and_delta_subscribe", t="orders", sub_id="d", o=AGG)
+    pub(broker, p, "orders", id=2, sym="D", px=1.0)  # max unchanged
+    pub(broker, p, "orders", id=3, sym="D", px=9.0)
+    got = [json.loads(b) for h, b in _updates(session) if h.get("sids") == "d"]
+    assert got == [{"n": 2}, {"max": 9.0, "n": 3}]
+
+
 def test_a_plain_subscribe_with_aggregation_options_is_refused(broker: Broker) -> None:
     s, session = logon(broker, "sub")
     command(broker, s, c="subscribe", t="orders", sub_id="x", o=AGG, a="processed")
