@@ -108,7 +108,8 @@ class SowViewConfig:
 
 def qualify(text: str, topics: Sequence[str]) -> str:
     """Rewrite ``[topic].[/path]`` (and ``[json].[topic].[/path]``) into the path of that
-    topic's document inside a joined row, ``/<index>/path`` (a row is ``{"0": doc, "1": doc}``).
+    topic's document inside a joined row, ``/<index>/path`` (a row is ``{"0": doc, "1": doc}``);
+    with a single topic (no join) the row is the record itself: ``/path``.
 
     Raises:
         ValueError: a topic that is not one of ``topics``, a message type other than json.
@@ -120,6 +121,8 @@ def qualify(text: str, topics: Sequence[str]) -> str:
             raise ValueError(f"[{mt}].[{topic}]: only json topics can be joined")
         if topic not in topics:
             raise ValueError(f"[{topic}] is not an underlying topic of the view")
+        if len(topics) == 1:
+            return f" {path} "
         return f" /{topics.index(topic)}{path.rstrip('/')} "
 
     return _QUALIFIED.sub(one, text)

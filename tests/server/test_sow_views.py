@@ -325,6 +325,18 @@ def test_joins_inner_left_and_full_outer(broker: Broker) -> None:
     }
 
 
+def test_a_single_topic_view_may_name_its_topic(tmp_path: Path) -> None:
+    qualified = BY_SYM.replace("SUM(/qty) AS /qty", "SUM([orders].[/qty]) AS /qty")
+    broker, _ = make_broker(tmp_path, qualified)
+    try:
+        p, _ = logon(broker, "pub")
+        pub(broker, p, "orders", id=1, sym="Q", qty=3, px=1)
+        pub(broker, p, "orders", id=2, sym="Q", qty=4, px=1)
+        assert sym(broker, "Q")["qty"] == 7  # type: ignore[index]
+    finally:
+        broker.close()
+
+
 def test_expiration_updates_the_group(tmp_path: Path) -> None:
     broker, manual = make_broker(tmp_path, BY_SYM, orders_extra="<Expiration>10s</Expiration>")
     try:
