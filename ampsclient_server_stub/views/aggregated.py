@@ -90,19 +90,20 @@ class _Private:
         self.sow = sow
         self.bodies: dict[str, bytes] = {}
 
-    def _alive(self) -> bool:
+    def alive(self) -> bool:
+        """The subscription still exists (not unsubscribed, replaced or disconnected)."""
         sub = self.sub
         return sub.conn.subs.get(sub.sub_id) is sub
 
     def record_changed(self, sow: SowTopic, key: str, before: Any, after: Any) -> None:
-        if not self._alive():
+        if not self.alive():
             sow.watchers.remove(self)
             return
         touched = self.table.drop(key) if after is None else self.table.put(key, after)
         self._send(touched)
 
     def records_reloaded(self, sow: SowTopic) -> None:
-        if not self._alive():
+        if not self.alive():
             sow.watchers.remove(self)
             return
         old: Touched = dict.fromkeys(self.table.groups)
@@ -215,6 +216,8 @@ class Aggregated:
                 key: json.dumps(record, separators=(",", ":")).encode()
                 for key, record in table.records()
             }
+            # (an ended subscription leaves at the topic's next change; sweep them here too)
+            sow.watchers[:] = [w for w in sow.watchers if not isinstance(w, _Private) or w.alive()]
             sow.watchers.append(private)
         return True
 
