@@ -673,3 +673,11 @@ def test_the_official_client_subscribes_to_a_view_with_oof(
         assert inbox.snapshot() == [("sow", 5), ("publish", 11), ("publish", 6), ("oof", 6)]
     finally:
         official.disconnect()
+
+
+def test_publish_and_sow_delete_to_a_view_fail_with_invalid_topic(broker: Broker) -> None:
+    s, session = logon(broker, "w")
+    command(broker, s, b'{"sym":"w"}', c="p", t="by_sym", cid="p1", a="processed")
+    command(broker, s, c="sow_delete", t="by_sym", cid="d1", filter="1=1", a="processed")
+    acks = {h["cid"]: h for h in session.headers("ack") if h.get("cid") in ("p1", "d1")}
+    assert acks["p1"]["reason"] == acks["d1"]["reason"] == "invalid topic"
