@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._convert import default_schema
-from ._core import DEFAULT_FENCE_TOPIC, METADATA_COLUMNS, AMPSSparkError
+from ._core import DEFAULT_FENCE_TOPIC, METADATA_COLUMNS, AMPSSparkError, AMPSUnavailableError
 from .datasource import (
     AMPSBatchReader,
     AMPSBatchWriter,
@@ -42,6 +42,7 @@ __all__ = [
     "AMPSSparkError",
     "AMPSStreamReader",
     "AMPSStreamWriter",
+    "AMPSUnavailableError",
     "default_schema",
     "register",
 ]

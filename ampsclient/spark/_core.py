@@ -58,9 +58,11 @@ __all__ = [
     "DEFAULT_FENCE_TOPIC",
     "METADATA_COLUMNS",
     "AMPSSparkError",
+    "AMPSUnavailableError",
     "Bound",
     "Position",
     "ReadOptions",
+    "Reconnect",
     "WriteOptions",
     "bookmark_micros",
     "connect",
@@ -109,12 +111,24 @@ WAIT_MS: Final = 60_000
 """How long a planning or reading step waits for the server's next ack or message before it
 raises :class:`~ampsclient.exceptions.TimeoutError` naming what it waited for."""
 
+DEFAULT_STREAM_RECONNECT_MS: Final = 30_000
+"""``reconnectTimeout`` of a streaming read (a batch read's default is 0: Spark retries the
+task, and an interactive read should fail at once when no server is there)."""
+
+_BACKOFF_FIRST_S: Final = 0.05
+_BACKOFF_MAX_S: Final = 2.0
+
 _EPOCH_DT: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US: Final = timedelta(microseconds=1)
 
 
 class AMPSSparkError(AMPSError):
     """A Spark read or write against AMPS failed; the message carries the AMPS reason."""
+
+
+class AMPSUnavailableError(AMPSSparkError):
+    """No server of a read's URIs could be reached within ``reconnectTimeout``; the message
+    names the URIs, what was waited for and each URI's last error."""
 
 
 def describe(exc: BaseException) -> str:
@@ -339,6 +353,7 @@ READ_OPTIONS: Final = (
     "fenceTopic",
     "mode",
     "connectTimeout",
+    "reconnectTimeout",
     "clientNamePrefix",
 )
 """The options a read accepts (batch and streaming)."""
@@ -407,6 +422,9 @@ class ReadOptions:
     client_name_prefix: str
     fail_fast: bool
     """``mode=FAILFAST``: a payload that does not fit the schema fails the task."""
+    reconnect_timeout_ms: int = 0
+    """``reconnectTimeout``: how long the planner and a reading task keep trying to reach a
+    server (every URI in turn, with back-off) before failing; 0 tries each URI once."""
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], *, streaming: bool = False) -> ReadOptions:
@@ -476,6 +494,12 @@ class ReadOptions:
             connect_timeout_ms=_int(options, "connectTimeout", 10_000, 1),
             client_name_prefix=(options.get("clientnameprefix") or "spark").strip(),
             fail_fast=mode == "failfast",
+            reconnect_timeout_ms=_int(
+                options,
+                "reconnectTimeout",
+                DEFAULT_STREAM_RECONNECT_MS if streaming else 0,
+                0,
+            ),
         )
 
 
@@ -517,25 +541,93 @@ def client_name(prefix: str, role: str) -> str:
     return f"{prefix}-{role}-{uuid.uuid4().hex[:16]}"
 
 
-def connect(uris: Sequence[str], name: str, timeout_ms: int) -> Client:
-    """A logged-on :class:`Client` on the first of ``uris`` that answers.
+class Reconnect:
+    """The retry schedule of :func:`connect` (and the executor's connect): every URI in turn,
+    then a back-off (doubling from 50 ms up to 2 s) while ``reconnectTimeout`` lasts.
+
+    Args:
+        uris: the servers, tried in order each round.
+        timeout_ms: ``reconnectTimeout``; 0 makes one round only.
+        what: what the caller connects for (named in the error).
+    """
+
+    def __init__(self, uris: Sequence[str], timeout_ms: int, what: str) -> None:
+        self.uris = tuple(uris)
+        self.timeout_ms = timeout_ms
+        self.what = what
+        self.deadline = time.monotonic() + timeout_ms / 1000.0
+        self.errors: dict[str, str] = {}
+        self.rounds = 0
+        self._backoff = _BACKOFF_FIRST_S
+
+    def failed(self, uri: str, exc: BaseException) -> None:
+        """Note that connecting to ``uri`` failed."""
+        redacted = parse_uri(uri).redacted()
+        log.info("cannot connect to %s (%s): %s", redacted, self.what, describe(exc))
+        self.errors[redacted] = describe(exc)
+
+    def dropped(self, exc: BaseException) -> None:
+        """Note that a connection dropped while it was in use."""
+        log.info("the connection dropped (%s): %s", self.what, describe(exc))
+        self.errors["connection"] = describe(exc)
+
+    def pause(self) -> float:
+        """After a round where no URI answered: the seconds to wait before the next round.
+
+        Raises:
+            AMPSUnavailableError: ``reconnectTimeout`` is over (or 0).
+        """
+        self.rounds += 1
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self.error()
+        delay = min(self._backoff, left)
+        self._backoff = min(self._backoff * 2, _BACKOFF_MAX_S)
+        log.warning(
+            "no AMPS server answered (%s, round %d); retrying for %.1f s more",
+            self.what,
+            self.rounds,
+            left,
+        )
+        return delay
+
+    def error(self) -> AMPSUnavailableError:
+        """The error once retrying is over, naming the URIs and each one's last error."""
+        detail = "; ".join(f"{u}: {e}" for u, e in self.errors.items())
+        if self.timeout_ms <= 0:
+            return AMPSUnavailableError(
+                f"could not connect to AMPS ({self.what}; reconnectTimeout=0, each URI tried "
+                f"once): {detail}"
+            )
+        return AMPSUnavailableError(
+            f"could not connect to AMPS ({self.what}) within reconnectTimeout="
+            f"{self.timeout_ms} ms ({self.rounds} round(s) over {len(self.uris)} URI(s)): "
+            f"{detail}"
+        )
+
+
+def connect(
+    uris: Sequence[str], name: str, timeout_ms: int, *, schedule: Reconnect | None = None
+) -> Client:
+    """A logged-on :class:`Client` on the first of ``uris`` that answers, trying them all
+    again (with back-off) while ``schedule`` lasts when none does (default: one round).
 
     Raises:
-        AMPSSparkError: no server answered; the message lists each URI's error.
+        AMPSUnavailableError: no server answered in time; the message lists each URI's error.
     """
-    errors: list[str] = []
-    for uri in uris:
-        client = Client(name)
-        try:
-            client.connect_and_logon(uri, timeout=timeout_ms)
-        except Exception as exc:
-            client.close()
-            redacted = parse_uri(uri).redacted()
-            log.info("cannot connect to %s: %s", redacted, describe(exc))
-            errors.append(f"{redacted}: {describe(exc)}")
-            continue
-        return client
-    raise AMPSSparkError("could not connect to AMPS: " + "; ".join(errors))
+    if schedule is None:
+        schedule = Reconnect(uris, 0, "planning")
+    while True:
+        for uri in uris:
+            client = Client(name)
+            try:
+                client.connect_and_logon(uri, timeout=timeout_ms)
+            except Exception as exc:
+                client.close()
+                schedule.failed(uri, exc)
+                continue
+            return client
+        time.sleep(schedule.pause())
 
 
 def replay(

@@ -23,8 +23,7 @@ from ..command import Command
 from ..exceptions import DisconnectedError, error_for_reason
 from ..protocol.acks import AckType
 from ..protocol.message import Message
-from ..uri import parse_uri
-from ._core import AMPSSparkError, describe
+from ._core import Reconnect
 
 __all__ = ["DEFAULT_CHUNK", "replay_payloads"]
 
@@ -76,20 +75,20 @@ class _Inbox:
             self.wake()
 
 
-async def _connect(uris: Sequence[str], name: str, timeout_ms: int) -> AsyncClient:
-    errors: list[str] = []
-    for uri in uris:
-        client = AsyncClient(name)
-        try:
-            await client.connect_and_logon(uri, timeout=timeout_ms)
-        except Exception as exc:
-            await client.close()
-            redacted = parse_uri(uri).redacted()
-            log.info("cannot connect to %s: %s", redacted, describe(exc))
-            errors.append(f"{redacted}: {describe(exc)}")
-            continue
-        return client
-    raise AMPSSparkError("could not connect to AMPS: " + "; ".join(errors))
+async def _connect(
+    uris: Sequence[str], name: str, timeout_ms: int, schedule: Reconnect
+) -> AsyncClient:
+    while True:
+        for uri in uris:
+            client = AsyncClient(name)
+            try:
+                await client.connect_and_logon(uri, timeout=timeout_ms)
+            except Exception as exc:
+                await client.close()
+                schedule.failed(uri, exc)
+                continue
+            return client
+        await asyncio.sleep(schedule.pause())
 
 
 def _command(topic: str, filter: str | None, bookmark: str, options: str) -> Command:
@@ -109,19 +108,22 @@ def replay_payloads(
     bookmark: str,
     options: str,
     chunk: int = DEFAULT_CHUNK,
+    reconnect_ms: int = 0,
 ) -> Generator[list[bytes], None, None]:
     """The delivery payloads of a bounded bookmark replay, in order, in lists of about
     ``chunk``, up to the server's ``completed`` ack. Closing the generator early closes the
     connection.
 
     Raises:
-        AMPSSparkError: no server in ``uris`` answered.
+        AMPSUnavailableError: no server in ``uris`` answered (within ``reconnect_ms``: every
+            URI in turn, with back-off).
         CommandError: the server refused the subscription (``invalid bookmark``...).
         DisconnectedError: the connection dropped before the replay completed.
     """
     loop = asyncio.new_event_loop()
     try:
-        client = loop.run_until_complete(_connect(uris, name, timeout_ms))
+        schedule = Reconnect(uris, reconnect_ms, f"reading {topic!r} {bookmark}")
+        client = loop.run_until_complete(_connect(uris, name, timeout_ms, schedule))
         inbox = _Inbox(chunk)
         client.add_connection_state_listener(inbox.on_state)
         try:

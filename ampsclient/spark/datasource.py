@@ -29,7 +29,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..exceptions import AMPSError
+from ..exceptions import AMPSError, DisconnectedError
 from ..protocol.bookmarks import NOW
 from ..sync import Client
 from ._convert import RowBuilder, output_schema
@@ -38,6 +38,7 @@ from ._core import (
     Bound,
     Position,
     ReadOptions,
+    Reconnect,
     WriteOptions,
     bookmark_micros,
     client_name,
@@ -189,6 +190,7 @@ def _read_partition(
         filter=opts.filter,
         bookmark=partition.bookmark,
         options=builder.replay_options,
+        reconnect_ms=opts.reconnect_timeout_ms,
     )
     try:
         if builder.arrow:
@@ -223,7 +225,10 @@ class AMPSBatchReader(DataSourceReader):
         ):
             return _partitions([range_text(start, end)])  # fixed already: nothing to ask
         client = connect(
-            opts.uris, client_name(opts.client_name_prefix, "plan"), opts.connect_timeout_ms
+            opts.uris,
+            client_name(opts.client_name_prefix, "plan"),
+            opts.connect_timeout_ms,
+            schedule=Reconnect(opts.uris, opts.reconnect_timeout_ms, f"planning {opts.topic!r}"),
         )
         try:
             if end is None:
@@ -279,28 +284,44 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_client"] = None
         return state
 
-    def _conn(self) -> Client:
+    def _conn(self, schedule: Reconnect) -> Client:
         client = self._client
         if client is not None and client.logged_on:
             return client
-        if client is not None:
-            client.close()
+        self._drop()
         opts = self.opts
         self._client = connect(
-            opts.uris, client_name(opts.client_name_prefix, "stream"), opts.connect_timeout_ms
+            opts.uris,
+            client_name(opts.client_name_prefix, "stream"),
+            opts.connect_timeout_ms,
+            schedule=schedule,
         )
         return self._client
 
+    def _drop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def _call(self, what: str, fn: Any) -> Any:
-        try:
-            return fn(self._conn())
-        except AMPSError as exc:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-            if isinstance(exc, AMPSSparkError):
-                raise
-            raise AMPSSparkError(f"{what} of {self.opts.topic!r}: {describe(exc)}") from exc
+        """``fn(client)`` on the planning client; while ``reconnectTimeout`` lasts, a server
+        that cannot be reached or a connection that drops is retried (every URI in turn,
+        with back-off): planning steps only read the log (or publish a fence), so a retry
+        finds the same answer."""
+        opts = self.opts
+        schedule = Reconnect(opts.uris, opts.reconnect_timeout_ms, f"{what} of {opts.topic!r}")
+        while True:
+            try:
+                return fn(self._conn(schedule))
+            except DisconnectedError as exc:
+                self._drop()
+                schedule.dropped(exc)
+                time.sleep(schedule.pause())
+            except AMPSError as exc:
+                self._drop()
+                if isinstance(exc, AMPSSparkError):
+                    raise
+                raise AMPSSparkError(f"{what} of {opts.topic!r}: {describe(exc)}") from exc
 
     def initialOffset(self) -> dict[str, Any]:
         """The starting point: EPOCH by default, ``bookmark``/``begin`` otherwise. NOW is
