@@ -23,6 +23,7 @@ from ..command import Command
 from ..exceptions import DisconnectedError, error_for_reason
 from ..protocol.acks import AckType
 from ..protocol.message import Message
+from ..uri import parse_uri
 from ._core import Reconnect
 
 __all__ = ["DEFAULT_CHUNK", "replay_payloads"]
@@ -77,7 +78,8 @@ class _Inbox:
 
 async def _connect(
     uris: Sequence[str], name: str, timeout_ms: int, schedule: Reconnect
-) -> AsyncClient:
+) -> tuple[AsyncClient, str]:
+    """A logged-on client and the URI it is connected to."""
     while True:
         for uri in uris:
             client = AsyncClient(name)
@@ -87,7 +89,7 @@ async def _connect(
                 await client.close()
                 schedule.failed(uri, exc)
                 continue
-            return client
+            return client, uri
         await asyncio.sleep(schedule.pause())
 
 
@@ -114,34 +116,74 @@ def replay_payloads(
     ``chunk``, up to the server's ``completed`` ack. Closing the generator early closes the
     connection.
 
+    A connection that drops before the replay completed is resumed, not failed: the next URI
+    (then the others in turn, the dropped one last, for ``reconnect_ms`` with back-off; one
+    round when 0) replays the rest of the range, after the last message handed to the caller
+    (``bookmark``'s end kept), so nothing is lost or repeated.
+
     Raises:
         AMPSUnavailableError: no server in ``uris`` answered (within ``reconnect_ms``: every
-            URI in turn, with back-off).
+            URI in turn, with back-off), at the start or after a drop.
         CommandError: the server refused the subscription (``invalid bookmark``...).
-        DisconnectedError: the connection dropped before the replay completed.
     """
+    what = f"reading {topic!r} {bookmark}"
     loop = asyncio.new_event_loop()
     try:
-        schedule = Reconnect(uris, reconnect_ms, f"reading {topic!r} {bookmark}")
-        client = loop.run_until_complete(_connect(uris, name, timeout_ms, schedule))
-        inbox = _Inbox(chunk)
-        client.add_connection_state_listener(inbox.on_state)
-        try:
-            cmd = _command(topic, filter, bookmark, options)
-            loop.run_until_complete(client.execute_async(cmd, inbox.on_message))
-            while True:
-                if len(inbox.payloads) < chunk and not inbox.completed and inbox.error is None:
-                    inbox.waiter = loop.create_future()
-                    loop.run_until_complete(inbox.waiter)
-                if inbox.error is not None:
-                    raise inbox.error
-                if inbox.payloads:
-                    out, inbox.payloads = inbox.payloads, []
-                    yield out
-                elif inbox.completed:
-                    return
-        finally:
-            inbox.completed = True  # our own close is not a failure
-            loop.run_until_complete(client.close())
+        schedule = Reconnect(uris, reconnect_ms, what)
+        order: Sequence[str] = uris
+        current = bookmark
+        last: bytes | None = None  # the last payload handed to the caller
+        while True:
+            client, used = loop.run_until_complete(_connect(order, name, timeout_ms, schedule))
+            inbox = _Inbox(chunk)
+            client.add_connection_state_listener(inbox.on_state)
+            try:
+                cmd = _command(topic, filter, current, options)
+                loop.run_until_complete(client.execute_async(cmd, inbox.on_message))
+                while True:
+                    if len(inbox.payloads) < chunk and not inbox.completed and inbox.error is None:
+                        inbox.waiter = loop.create_future()
+                        loop.run_until_complete(inbox.waiter)
+                    if inbox.error is not None:
+                        raise inbox.error
+                    if inbox.payloads:
+                        out, inbox.payloads = inbox.payloads, []
+                        last = out[-1]
+                        yield out
+                    elif inbox.completed:
+                        return
+            except DisconnectedError as exc:
+                dropped: DisconnectedError = exc
+            finally:
+                inbox.completed = True  # our own close is not a failure
+                loop.run_until_complete(client.close())
+            current = resume_range(bookmark, last, dropped)
+            log.warning(
+                "%s: the connection to %s dropped (%s); resuming with %s",
+                what,
+                parse_uri(used).redacted(),
+                dropped,
+                current,
+            )
+            schedule = Reconnect(uris, reconnect_ms, f"resuming {what} with {current}")
+            schedule.dropped(dropped)
+            i = list(uris).index(used)
+            order = [*uris[i + 1 :], *uris[: i + 1]]
     finally:
         loop.close()
+
+
+def resume_range(bookmark: str, last: bytes | None, dropped: DisconnectedError) -> str:
+    """The rest of the range ``bookmark`` after the delivery ``last`` (its payload bytes):
+    ``(<last's bookmark>:<the range's end>``; the whole range when nothing was delivered.
+
+    Raises:
+        DisconnectedError: ``dropped``, when ``bookmark`` is not a range (nothing to resume).
+    """
+    if last is None:
+        return bookmark
+    colon = bookmark.find(":")
+    bm = Message(last).bookmark
+    if colon < 0 or not bm:
+        raise dropped
+    return f"({bm}:{bookmark[colon + 1 :]}"

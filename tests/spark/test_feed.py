@@ -18,15 +18,21 @@ from _spark_helpers import journal
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from ampsclient.exceptions import DisconnectedError, InvalidBookmarkError
+from ampsclient.exceptions import InvalidBookmarkError
 from ampsclient.protocol.message import Message
 from ampsclient.spark._arrow import MetadataBatches
 from ampsclient.spark._convert import default_schema
-from ampsclient.spark._core import REPLAY_OPTIONS, UNTIMED_REPLAY_OPTIONS, AMPSSparkError
+from ampsclient.spark._core import (
+    REPLAY_OPTIONS,
+    UNTIMED_REPLAY_OPTIONS,
+    AMPSSparkError,
+    AMPSUnavailableError,
+)
 from ampsclient.spark._feed import replay_payloads
 from ampsclient.stores.publish import MemoryPublishStore
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.harness import ServerProcess, free_port
+from ampsclient_server_stub.testing.proxy import LoopbackProxy
 
 EVERYTHING = "[0:0|1|]"
 
@@ -164,27 +170,83 @@ def test_a_start_not_in_the_log_fails_and_no_server_fails(uri: str, topic: str) 
         next(feed)
 
 
+def _publish_big(uri: str, n: int) -> None:
+    body = json.dumps({"pad": "x" * 200})
+    with HAClient(f"feed-killed-pub-{uuid.uuid4().hex[:6]}", MemoryPublishStore()) as client:
+        client.get_server_chooser().add(uri)
+        client.connect_and_logon()
+        for _ in range(n):  # ~15 MB for 60k: more than the socket buffers hold
+            client.publish("big", body)
+        client.publish_flush(60_000)
+
+
+def _bookmarks(payloads: list[bytes]) -> list[str]:
+    return [Message(p).bookmark or "" for p in payloads]
+
+
 @pytest.mark.integration
-def test_a_server_killed_mid_replay_fails_the_read(tmp_path: Any) -> None:
+def test_a_server_killed_mid_replay_is_resumed_after_the_last_delivery(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kill -9 mid-read, restart on the same port (data kept): the replay goes on from the
+    last payload handed out, and the whole read equals the journal, message by message."""
     with ServerProcess(data_dir=tmp_path / "amps", extra_args=["--fsync", "never"]) as server:
         uri = server.uri()
-        body = json.dumps({"pad": "x" * 200})
-        with HAClient("feed-killed-pub", MemoryPublishStore()) as client:
-            client.get_server_chooser().add(uri)
-            client.connect_and_logon()
-            for _ in range(60_000):  # ~15 MB: more than the socket buffers hold
-                client.publish("big", body)
-            client.publish_flush(60_000)
+        _publish_big(uri, 60_000)
+        log = [e["bookmark"] for e in journal(uri, "big")]
+        assert len(log) == 60_000
+        feed = replay_payloads(
+            [uri], "feed-killed", 10_000, topic="big", filter=None,
+            bookmark=f"[{log[10]}:{log[-11]}]", options=REPLAY_OPTIONS, chunk=100,
+        )  # fmt: skip
+        seen = _bookmarks(next(feed))
+        server.kill()
+        server.start()  # same port, same data directory
+        for chunk in feed:
+            seen += _bookmarks(chunk)
+    assert seen == log[10:-10]  # no loss, no duplicate, in log order
+    assert any("resuming with (" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.integration
+def test_a_replay_resumes_on_the_next_uri(tmp_path: Any) -> None:
+    """URIs [a proxy, the server]: the proxy cuts the replay and goes away after the first
+    chunk; the rest comes through the next URI, after the last payload handed out."""
+    with ServerProcess(data_dir=tmp_path / "amps", extra_args=["--fsync", "never"]) as server:
+        uri = server.uri()
+        _publish_big(uri, 60_000)
+        log = [e["bookmark"] for e in journal(uri, "big")]
+        with LoopbackProxy("127.0.0.1", server.tcp_port) as proxy:
+            via = f"tcp://127.0.0.1:{proxy.port}/amps/json"
+            feed = replay_payloads(
+                [via, uri], "feed-next", 10_000, topic="big", filter=None,
+                bookmark=EVERYTHING, options=REPLAY_OPTIONS, chunk=100,
+            )  # fmt: skip
+            seen = _bookmarks(next(feed))
+            assert proxy.cut() == 1  # the replay's connection goes...
+            proxy.stop()  # ...and the proxy takes no new one
+        for chunk in feed:
+            seen += _bookmarks(chunk)
+    assert seen == log
+
+
+@pytest.mark.integration
+def test_a_server_killed_mid_replay_and_not_back_fails_naming_the_rest(tmp_path: Any) -> None:
+    with ServerProcess(data_dir=tmp_path / "amps", extra_args=["--fsync", "never"]) as server:
+        uri = server.uri()
+        _publish_big(uri, 60_000)
         feed = replay_payloads(
             [uri], "feed-killed", 10_000, topic="big", filter=None, bookmark=EVERYTHING,
             options=REPLAY_OPTIONS, chunk=100,
         )  # fmt: skip
-        seen = len(next(feed))
+        last = _bookmarks(next(feed))[-1]
         server.kill()
-        with pytest.raises(DisconnectedError):
-            for chunk in feed:
-                seen += len(chunk)
-        assert seen < 60_000
+        with pytest.raises(AMPSUnavailableError) as caught:
+            for chunk in feed:  # what the socket buffers held before the drop shows
+                last = _bookmarks(chunk)[-1]
+    text = str(caught.value)
+    assert f"resuming reading 'big' {EVERYTHING} with ({last}:0|1|]" in text, text
+    assert "connection: DisconnectedException" in text and "reconnectTimeout=0" in text
 
 
 @pytest.mark.integration
