@@ -56,6 +56,7 @@ from .core.routes import deliver
 from .core.state import State
 from .core.values import version_number
 from .exceptions import DisconnectedError, TimeoutError, UsageError, error_for_reason
+from .observer import ClientObserver
 from .protocol.acks import AckType
 from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -302,6 +303,18 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
     def set_global_command_type_message_handler(self, command: str, handler: Handler) -> None:
         """See every ``ack`` or ``heartbeat`` message (official API)."""
         self._core.global_handlers[command] = handler
+
+    def set_observer(self, observer: ClientObserver | None) -> None:
+        """Let ``observer`` see this client's publishes and the commands it sends
+        (:mod:`ampsclient.observer`; :func:`ampsclient.tracing.instrument` sets one).
+
+        Setting one switches the C publish lane off for good (every publish then takes the
+        Python path, which asks the observer); ``None`` stops observing. Handlers of commands
+        sent before the observer was set are not observed.
+        """
+        if observer is not None and self._plain_lane is not None:
+            self._plain_lane.disable()
+        self.observer = observer
 
     def set_heartbeat(self, interval: float, timeout: float | None = None) -> None:
         """Ask the server for heartbeats every ``interval`` seconds.
@@ -623,6 +636,13 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         """
         if self.transport is None and self.send_retry is not None:
             await self._retry_if_dropped()
+        if (
+            self.observer is not None  # opt-in tracing (ampsclient.observer)
+            and handler is not None
+            and stream is None
+            and not getattr(handler, "bookmark_logged", False)  # a bookmark store's route
+        ):
+            handler = self.observer.handler_for(command, handler)
         route = None
         qa = self.queue_acks
         if (

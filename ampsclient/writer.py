@@ -29,6 +29,7 @@ from . import _accel
 from .core.connection import ClientCore, publish_fields
 from .core.values import encode_data
 from .exceptions import AMPSError, DisconnectedError, UsageError
+from .observer import ClientObserver
 from .protocol.header import encode_header, escape
 from .transport.base import Transport
 
@@ -142,6 +143,9 @@ class FrameWriter:
         self._caller_paused = False
         """A caller's send found the socket full: callers leave writing to the loop until it
         wrote the rest (so a full socket does not make every publish join the queue again)."""
+        self.observer: ClientObserver | None = None
+        """Opt-in instrumentation (:mod:`ampsclient.observer`, :mod:`ampsclient.tracing`);
+        ``None``: each publish pays one ``is not None`` check, nothing else."""
 
     # ---------------------------------------------------------------------- the transport
 
@@ -540,6 +544,8 @@ class FrameWriter:
             (:class:`Published`): ``await client.publish(...)`` returns 0 once the message
             is queued.
         """
+        if self.observer is not None:  # opt-in tracing: the publish span, the trace context
+            correlation_id = self.observer.publishing(topic, correlation_id)
         if type(data) is str:
             data = data.encode()
         elif type(data) is not bytes:
@@ -596,6 +602,8 @@ class FrameWriter:
     ) -> Published:
         """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics).
         Returns 0, as :meth:`publish`."""
+        if self.observer is not None:  # opt-in tracing, as in publish
+            correlation_id = self.observer.publishing(topic, correlation_id)
         header = encode_header(
             {"c": "delta_publish", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )

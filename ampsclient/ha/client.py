@@ -47,6 +47,7 @@ from ..exceptions import (
     TimeoutError,
     UsageError,
 )
+from ..observer import ClientObserver
 from ..protocol.bookmarks import MOST_RECENT
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from ..protocol.header import encode_header, escape
@@ -207,10 +208,19 @@ class AsyncHAClient(ConnectionFace):
         kind = publish_lane_store_kind(self._store)
         if lane is None or kind is None or type(self).publish is not AsyncHAClient.publish:
             return
+        if self._client.observer is not None:
+            return  # observed publishes take the Python path (set_observer)
         slow = types.MethodType(AsyncHAClient.publish, self)
         # the lane reads the held client's writer and publish gate
         self._lane = lane(self._client, self._store, kind == "file", slow)
         self.publish = self._lane.publish  # type: ignore[method-assign]
+
+    def set_observer(self, observer: ClientObserver | None) -> None:
+        """Opt-in instrumentation (:mod:`ampsclient.observer`): also switches this client's C
+        publish lane off for good, so that every publish asks the observer."""
+        if observer is not None and self._lane is not None:
+            self._lane.disable()
+        self._client.set_observer(observer)
 
     # ------------------------------------------------------------------ configuration (official)
 
@@ -532,6 +542,8 @@ class AsyncHAClient(ConnectionFace):
         Connected: the message goes out at once. Disconnected: it is stored and sent after
         the reconnect (or, with ``publish_while_disconnected="block"``, this waits).
         """
+        if self._client.observer is not None:  # opt-in tracing (ampsclient.observer)
+            correlation_id = self._client.observer.publishing(topic, correlation_id)
         if type(data) is str:
             data = data.encode()
         elif type(data) is not bytes:
@@ -558,6 +570,8 @@ class AsyncHAClient(ConnectionFace):
         sow_key: str | None = None,
     ) -> int:
         """Store and delta-publish; returns the sequence number."""
+        if self._client.observer is not None:  # opt-in tracing, as in publish
+            correlation_id = self._client.observer.publishing(topic, correlation_id)
         extra = encode_header(
             {"a": "persisted", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )

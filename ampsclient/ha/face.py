@@ -20,6 +20,7 @@ from ..client import AsyncClient, ConnectionEvent
 from ..convenience import AsyncCommands
 from ..core.connection import ClientCore
 from ..core.state import State
+from ..observer import ClientObserver
 from ..protocol.bookmarks import Bookmarks
 from ..protocol.message import Message
 
@@ -191,6 +192,10 @@ class ConnectionFace(AsyncCommands, QueueAckMethods):
     def set_global_command_type_message_handler(self, command: str, handler: Handler) -> None:
         """See every ``ack`` or ``heartbeat`` message (official API)."""
         self._client.set_global_command_type_message_handler(command, handler)
+
+    def set_observer(self, observer: ClientObserver | None) -> None:
+        """Opt-in instrumentation of the held client (:meth:`AsyncClient.set_observer`)."""
+        self._client.set_observer(observer)
 
     def set_heartbeat(self, interval: float, timeout: float | None = None) -> None:
         """Heartbeats every ``interval`` s; the connection is dead after ``timeout`` s."""
