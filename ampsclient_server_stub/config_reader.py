@@ -42,7 +42,7 @@ from .config_values import InetAddr, parse_duration, parse_inet_addr, parse_size
 from .config_xml import ElementReader, XmlDocument, flatten
 from .conflated_config import CONFLATED_TAGS, parse_conflated_topics
 from .engine.filters import FilterError, compile_filter
-from .engine.payload import is_parseable
+from .engine.payload import PARSEABLE_TYPES, is_parseable
 from .queues.config import QUEUE_TAGS, parse_queues
 from .queues.view_config import VIEW_TAGS, is_queue_view, parse_views
 from .regexes import RegexError, compile_regex
@@ -301,7 +301,8 @@ class ConfigReader(ElementReader):
                     self.fail(
                         self.child(topic_elem, "Filter"),
                         f"<TransactionLog> <Topic> {name!r}: a <Filter> needs a message type "
-                        f"the server parses (json, msgpack, fix, nvfix), not {message_type!r}",
+                        f"the server parses ({', '.join(sorted(PARSEABLE_TYPES))}), "
+                        f"not {message_type!r}",
                     )
             self.ignore_unknown(topic_elem, ["Name", "MessageType", "Filter"])
             topics.append(

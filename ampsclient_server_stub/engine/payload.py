@@ -3,10 +3,11 @@
 Pure functions, no I/O:
 
 * :func:`decode` / :func:`encode`: payload bytes <-> parsed document for the
-  message types the server understands (``json``, ``msgpack``, and ``fix``/``nvfix``
-  through :mod:`.fix_codec`).  Every other type (``binary``, ``xml``, ``bson``, ...)
-  is opaque: :func:`decode` returns ``None`` ("not parseable") and :func:`encode`
-  only passes bytes through.
+  message types the server understands (``json``, ``msgpack``, ``fix``/``nvfix``
+  through :mod:`.fix_codec`, ``xml`` through :mod:`.xml_codec`, ``bson`` through
+  :mod:`.bson_codec`).  Every other type (``binary``, ``bflat``, ...) is opaque:
+  :func:`decode` returns ``None`` ("not parseable") and :func:`encode` only passes
+  bytes through.
 * :func:`delta_merge`: the ``delta_publish`` merge (amps-semantics.md 2.2).
 * :func:`parse_select` / :func:`apply_select`: ``select=[...]`` projection (2.4).
 * :func:`parse_order_by`: ``/field [ASC|DESC] [TEXT]`` sort specification (2.3).
@@ -28,8 +29,10 @@ from typing import Any, Final
 import msgpack
 
 from ..errors import OptionError
+from .bson_codec import decode_bson, encode_bson
 from .filter_values import parse_num
 from .fix_codec import FIX_TYPES, decode_fix, encode_fix
+from .xml_codec import decode_xml, encode_xml
 
 __all__ = [
     "PARSEABLE_TYPES",
@@ -54,7 +57,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: Message types whose payloads :func:`decode` can parse (lower case).
-PARSEABLE_TYPES: Final = frozenset({"json", "msgpack", *FIX_TYPES})
+PARSEABLE_TYPES: Final = frozenset({"json", "msgpack", "xml", "bson", *FIX_TYPES})
 
 
 # --------------------------------------------------------------------------- codecs
@@ -80,6 +83,10 @@ def decode(message_type: str, data: bytes) -> Any:
             return json.loads(data)
         if mtype == "msgpack":
             return msgpack.unpackb(data, raw=False)
+        if mtype == "xml":
+            return decode_xml(data)
+        if mtype == "bson":
+            return decode_bson(data)
         return decode_fix(data, numeric_tags=mtype == "fix")
     except Exception as exc:  # json: ValueError/UnicodeDecodeError; msgpack: many kinds
         _log.debug("unparseable %s payload (%d bytes): %s", mtype, len(data), exc)
@@ -103,6 +110,10 @@ def encode(message_type: str, doc: Any) -> bytes:
             return packed
         if mtype in FIX_TYPES:
             return encode_fix(doc)
+        if mtype == "xml":
+            return encode_xml(doc)
+        if mtype == "bson":
+            return encode_bson(doc)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"cannot encode document as {message_type}: {exc}") from exc
     if isinstance(doc, bytes | bytearray | memoryview):

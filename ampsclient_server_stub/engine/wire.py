@@ -22,7 +22,7 @@ from ampsclient.protocol.header import Header, encode_header
 from ..errors import RequestError
 from .filters import FilterError, compile_filter
 from .journal_format import FRAME_OVERHEAD, MIN_BODY
-from .payload import is_parseable, parse_options
+from .payload import PARSEABLE_TYPES, is_parseable, parse_options
 from .topics import TopicError, TopicMatcher, compile_topic
 
 __all__ = [
@@ -243,8 +243,9 @@ def command_filter(
     if not is_parseable(message_type):
         raise CommandFailure(
             "bad filter",
-            f"content filters need a message type the server parses (json, msgpack, fix, "
-            f"nvfix); {message_type!r} payloads are carried as they are",
+            f"content filters need a message type the server parses "
+            f"({', '.join(sorted(PARSEABLE_TYPES))}); {message_type!r} payloads are carried "
+            "as they are",
         )
     try:
         return source, compile_filter(source)
