@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -96,6 +97,13 @@ METADATA_COLUMNS: Final = (
     "data",
 )
 """The columns of the default schema, in order."""
+
+SOW_COLUMNS: Final = ("topic", "sow_key", "bookmark", "timestamp", "data")
+"""The default columns of a ``command=sow`` read (a record's key, the bookmark and server time
+of its last update, its document)."""
+
+SOW_PARSED_COLUMNS: Final = ("sow_key",)
+"""The default metadata columns of a ``command=sow`` read with ``parse``."""
 
 TEXT_TYPES: Final = frozenset({"json", "xml", "fix", "nvfix", "text", "string"})
 """Message types whose payload becomes a STRING column (every other type: BINARY)."""
@@ -355,6 +363,11 @@ READ_OPTIONS: Final = (
     "connectTimeout",
     "reconnectTimeout",
     "clientNamePrefix",
+    "command",
+    "topN",
+    "orderBy",
+    "asOf",
+    "splits",
 )
 """The options a read accepts (batch and streaming)."""
 
@@ -425,6 +438,14 @@ class ReadOptions:
     reconnect_timeout_ms: int = 0
     """``reconnectTimeout``: how long the planner and a reading task keep trying to reach a
     server (every URI in turn, with back-off) before failing; 0 tries each URI once."""
+    command: str = "replay"
+    """``replay`` (the transaction log) or ``sow`` (a snapshot of the topic's SOW)."""
+    top_n: int | None = None
+    order_by: str | None = None
+    as_of: str | None = None
+    """``asOf`` of a historical SOW query, as an AMPS timestamp."""
+    splits: tuple[str, ...] | None = None
+    """``splits``: content filters, one task each (ANDed with ``filter``)."""
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], *, streaming: bool = False) -> ReadOptions:
@@ -473,6 +494,9 @@ class ReadOptions:
                     f"option metadataColumns: unknown column(s) {unknown}; "
                     f"known: {', '.join(METADATA_COLUMNS)}"
                 )
+        sow = _sow_options(options, streaming=streaming)
+        if sow.command == "sow" and metadata is None:
+            metadata = SOW_COLUMNS if parse == "none" else SOW_PARSED_COLUMNS
         max_rows = _int(options, "maxRowsPerBatch", None, 1)
         fence_topic = options.get("fencetopic", DEFAULT_FENCE_TOPIC).strip() or None
         mode = (options.get("mode") or "permissive").strip().lower()
@@ -500,7 +524,96 @@ class ReadOptions:
                 DEFAULT_STREAM_RECONNECT_MS if streaming else 0,
                 0,
             ),
+            command=sow.command,
+            top_n=sow.top_n,
+            order_by=sow.order_by,
+            as_of=sow.as_of,
+            splits=_splits(options),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _SowOptions:
+    command: str
+    top_n: int | None
+    order_by: str | None
+    as_of: str | None
+
+
+_REPLAY_ONLY: Final = ("bookmark", "begin", "end", "maxRowsPerBatch", "fenceTopic")
+_SOW_ONLY: Final = ("topN", "orderBy", "asOf")
+
+
+def _sow_options(options: Mapping[str, str], *, streaming: bool) -> _SowOptions:
+    """``command`` (``replay`` or ``sow``) and the options only a ``sow`` read takes."""
+    command = (options.get("command") or "replay").strip().lower()
+    if command not in ("replay", "sow"):
+        raise AMPSSparkError(
+            f"option command must be replay (the default: the transaction log) or sow (the "
+            f"topic's current state), not {command!r}"
+        )
+    if command == "replay":
+        given = [n for n in _SOW_ONLY if options.get(n.lower()) is not None]
+        if given:
+            raise AMPSSparkError(f"option(s) {', '.join(given)} need command=sow")
+        return _SowOptions("replay", None, None, None)
+    if streaming:
+        raise AMPSSparkError(
+            "command=sow is a batch read (a snapshot of the SOW): use spark.read, or a "
+            "replay (the default command) to stream a topic's changes"
+        )
+    given = [n for n in _REPLAY_ONLY if options.get(n.lower()) is not None]
+    if options.get("numpartitions") not in (None, "", "1"):
+        given.append("numPartitions")
+    if given:
+        raise AMPSSparkError(
+            f"option(s) {', '.join(given)} do not apply to command=sow (a SOW query takes "
+            "filter, topN, orderBy, asOf; split a big SOW with splits)"
+        )
+    as_of = (options.get("asof") or "").strip()
+    as_of_text: str | None = None
+    if as_of:
+        point = point_from_option(as_of, "asOf")
+        if point.micros is None:
+            raise AMPSSparkError(
+                f"option asOf={as_of!r} must be a time (a historical SOW query is as of a "
+                "timestamp: YYYYmmddTHHMMSS[.ffffff]Z, ISO-8601 or POSIX seconds)"
+            )
+        as_of_text = format_micros(point.micros)
+    order_by = (options.get("orderby") or "").strip() or None
+    return _SowOptions("sow", _int(options, "topN", None, 1), order_by, as_of_text)
+
+
+def _splits(options: Mapping[str, str]) -> tuple[str, ...] | None:
+    """``splits``: a JSON list of content filters, one task each."""
+    raw = options.get("splits")
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise AMPSSparkError(f"option splits is not JSON ({exc}): {raw!r}") from None
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(f, str) and f.strip() for f in value)
+    ):
+        raise AMPSSparkError(
+            "option splits must be a JSON list of content filters, e.g. "
+            f"[\"/region = 'EU'\", \"/region = 'US'\"], not {raw!r}"
+        )
+    if options.get("numpartitions") not in (None, "", "1"):
+        raise AMPSSparkError("give splits or numPartitions, not both")
+    return tuple(f.strip() for f in value)
+
+
+def split_filter(base: str | None, split: str | None) -> str | None:
+    """The filter of one split: ``(base) AND (split)``."""
+    if not split:
+        return base
+    if not base:
+        return split
+    return f"({base}) AND ({split})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from ..protocol.bookmarks import NOW
 from ..sync import Client
 from ._convert import RowBuilder, output_schema
 from ._core import (
+    REPLAY_OPTIONS,
     AMPSSparkError,
     Bound,
     Position,
@@ -52,9 +53,11 @@ from ._core import (
     plan_ranges,
     range_text,
     scan,
+    split_filter,
 )
 from ._feed import replay_payloads
 from ._publish import AMPSCommitMessage, RowPublisher
+from ._sow import sow_records
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -86,6 +89,7 @@ __all__ = [
     "AMPSStreamReader",
     "AMPSStreamWriter",
     "ReplayPartition",
+    "SowPartition",
 ]
 
 log = logging.getLogger("ampsclient.spark")
@@ -130,14 +134,29 @@ class AMPSDataSource(DataSource):
 
 @dataclass(frozen=True)
 class ReplayPartition(InputPartition):
-    """One Spark task's share of a read: a bookmark range (``None``: nothing to read)."""
+    """One Spark task's share of a read: a bookmark range (``None``: nothing to read), with
+    its content filter (the ``filter`` option, ANDed with one of ``splits``)."""
 
     index: int
     bookmark: str | None
+    filter: str | None = None
 
 
-def _partitions(ranges: Sequence[str | None]) -> list[InputPartition]:
-    return [ReplayPartition(i, r) for i, r in enumerate(ranges)]
+@dataclass(frozen=True)
+class SowPartition(InputPartition):
+    """One Spark task's share of a ``command=sow`` read: a SOW query with this filter."""
+
+    index: int
+    filter: str | None
+
+
+def _partitions(opts: ReadOptions, ranges: Sequence[str | None]) -> list[InputPartition]:
+    """One task per range, times one per split (each range read once with each split's
+    filter)."""
+    splits: Sequence[str | None] = opts.splits or (None,)
+    filters = [split_filter(opts.filter, s) for s in splits]
+    pairs = [(r, f) for r in ranges for f in filters]
+    return [ReplayPartition(i, r, f) for i, (r, f) in enumerate(pairs)]
 
 
 def _split(
@@ -187,7 +206,7 @@ def _read_partition(
         client_name(opts.client_name_prefix, "read"),
         opts.connect_timeout_ms,
         topic=opts.topic,
-        filter=opts.filter,
+        filter=partition.filter,
         bookmark=partition.bookmark,
         options=builder.replay_options,
         reconnect_ms=opts.reconnect_timeout_ms,
@@ -215,15 +234,19 @@ class AMPSBatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Resolve the range on the driver: an open end becomes a fixed log position."""
+        """Resolve the range on the driver: an open end becomes a fixed log position.
+        A ``command=sow`` read needs no planning: one SOW query per split."""
         opts = self.opts
+        if opts.command == "sow":
+            splits: Sequence[str | None] = opts.splits or (None,)
+            return [SowPartition(i, split_filter(opts.filter, f)) for i, f in enumerate(splits)]
         start, end = opts.start, opts.end
         if (
             end is not None
             and opts.num_partitions <= 1
             and not (end.micros is not None and opts.fence_topic and _recent(end.micros))
         ):
-            return _partitions([range_text(start, end)])  # fixed already: nothing to ask
+            return _partitions(opts, [range_text(start, end)])  # fixed already: nothing to ask
         client = connect(
             opts.uris,
             client_name(opts.client_name_prefix, "plan"),
@@ -234,7 +257,7 @@ class AMPSBatchReader(DataSourceReader):
             if end is None:
                 pos = _log_end(client, opts, start)
                 if pos is None:
-                    return _partitions([None])
+                    return _partitions(opts, [None])
                 end = Bound(pos.bookmark, True, pos.micros)
             elif end.micros is not None and opts.fence_topic and _recent(end.micros):
                 # an end in the (near) future: stop at the log's end now rather than wait
@@ -249,11 +272,46 @@ class AMPSBatchReader(DataSourceReader):
         finally:
             client.close()
         log.info("reading %r in %d partition(s): %s", opts.topic, len(ranges), ranges)
-        return _partitions(ranges)
+        return _partitions(opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Executor side: replay this partition's range."""
+        """Executor side: replay this partition's range (or run its SOW query)."""
+        if isinstance(partition, SowPartition):
+            return _read_sow(self.opts, self.schema, partition)
         return _read_partition(self.opts, self.schema, partition)
+
+
+def _read_sow(opts: ReadOptions, schema: StructType, partition: SowPartition) -> Iterator[Any]:
+    """Executor side: one SOW query (this split's filter), a row per record."""
+    builder = RowBuilder(schema, opts)
+    what = f"the sow query of {opts.topic!r}"
+    client = connect(
+        opts.uris,
+        client_name(opts.client_name_prefix, f"sow{partition.index}"),
+        opts.connect_timeout_ms,
+        schedule=Reconnect(opts.uris, opts.reconnect_timeout_ms, what),
+    )
+    try:
+        records = sow_records(
+            client,
+            opts.topic,
+            partition.filter,
+            top_n=opts.top_n,
+            order_by=opts.order_by,
+            as_of=opts.as_of,
+            timestamps=builder.replay_options == REPLAY_OPTIONS,
+        )
+        try:
+            for message in records:
+                yield builder.row(message)
+        finally:
+            records.close()
+    except AMPSSparkError:
+        raise
+    except AMPSError as exc:
+        raise AMPSSparkError(f"{what} (filter {partition.filter!r}): {describe(exc)}") from exc
+    finally:
+        client.close()
 
 
 def _recent(micros: int) -> bool:
@@ -393,7 +451,7 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges: list[str] = self._call(
             "planning", lambda c: _split(c, self.opts, begin, stop, end_is_last=True)
         )
-        return _partitions(ranges)
+        return _partitions(self.opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Executor side: replay this partition's range."""

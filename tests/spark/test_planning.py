@@ -97,10 +97,10 @@ def test_read_options_are_validated() -> None:
 def test_unknown_options_are_refused_with_the_known_ones() -> None:
     for streaming in (False, True):
         with pytest.raises(
-            AMPSSparkError, match=r"unknown read option\(s\) command; known: uri, topic"
+            AMPSSparkError, match=r"unknown read option\(s\) sow; known: uri, topic"
         ):
             ReadOptions.parse_options(
-                {"uri": URI, "topic": "t", "command": "sow"}, streaming=streaming
+                {"uri": URI, "topic": "t", "sow": "true"}, streaming=streaming
             )
     with pytest.raises(
         AMPSSparkError, match=r"unknown read option\(s\) numpartition;.*numPartitions"
