@@ -34,6 +34,8 @@ _SOW_TOPIC: Final = {
     "Durability": "transient (in memory, no FileName) or persistent (needs a FileName)",
     "History/Window": "historical SOW queries reach this far back (needs the topic recorded)",
     "History/Granularity": "historical states are kept at this spacing",
+    "Preprocessing/Field": "'expr AS /path': written into a published message before its key",
+    "Enrichment/Field": "'expr AS /path': written into a published message after its key",
 }
 
 _TRANSPORT_POLICY: Final = {

@@ -143,6 +143,11 @@ class SowTopicConfig:
     history_granularity: float = 0.0
     """``<History><Granularity>`` in seconds: historical states are kept at this spacing (a
     query's time is rounded down to a multiple of it; 0: every change)."""
+    preprocessing: tuple[str, ...] = ()
+    """``<Preprocessing><Field>`` texts (``expr AS /path``): applied before the SOW key is
+    computed (``engine.enrichment``)."""
+    enrichment: tuple[str, ...] = ()
+    """``<Enrichment><Field>`` texts: applied after the SOW key is computed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from .config_model import (
 from .config_values import InetAddr, parse_duration, parse_inet_addr, parse_size
 from .config_xml import ElementReader, XmlDocument, flatten
 from .conflated_config import CONFLATED_TAGS, parse_conflated_topics
+from .engine.enrichment import ENRICHABLE_TYPES, EnrichmentError, compile_stage
 from .engine.filters import FilterError, compile_filter
 from .engine.payload import PARSEABLE_TYPES, is_parseable
 from .queues.config import QUEUE_TAGS, parse_queues
@@ -234,8 +235,14 @@ class ConfigReader(ElementReader):
             "Expiration",
             "Durability",
             "History",
+            "Preprocessing",
+            "Enrichment",
         )
+        preprocessing = self.enrichment_stage(elem, "Preprocessing", label, message_type)
+        enrichment = self.enrichment_stage(elem, "Enrichment", label, message_type)
         return SowTopicConfig(
+            preprocessing=preprocessing,
+            enrichment=enrichment,
             history_window=window,
             history_granularity=granularity,
             topic=topic,
@@ -246,6 +253,34 @@ class ConfigReader(ElementReader):
             expiration=expiration,
             extra=MappingProxyType(self.extras(elem, known)),
         )
+
+    def enrichment_stage(
+        self, elem: ET.Element, tag: str, label: str, message_type: str
+    ) -> tuple[str, ...]:
+        """The ``<Field>`` texts of the ``<Preprocessing>``/``<Enrichment>`` stage ``tag``,
+        each compiled here so a bad one (an unknown function too) fails at start."""
+        stage = self.single(elem, tag)
+        if stage is None:
+            return ()
+        if message_type not in ENRICHABLE_TYPES:
+            self.fail(
+                stage,
+                f"{label}: <{tag}> needs a message type the reference server can rewrite "
+                f"({', '.join(sorted(ENRICHABLE_TYPES))}), not {message_type!r}",
+            )
+        fields: list[str] = []
+        for child in stage:
+            if child.tag != "Field":
+                self.fail(child, f"{label}: <{child.tag}> in <{tag}> is not a <Field>")
+            text = (child.text or "").strip()
+            try:
+                compile_stage([text], stage=tag)
+            except EnrichmentError as exc:
+                self.fail(child, f"{label}: {exc}")
+            fields.append(text)
+        if not fields:
+            self.fail(stage, f"{label}: <{tag}> has no <Field>")
+        return tuple(fields)
 
     def history(self, elem: ET.Element, label: str) -> tuple[float | None, float]:
         """``<History>``: ``Window`` (required) and ``Granularity`` (default 0: every change)."""

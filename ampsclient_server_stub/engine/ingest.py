@@ -33,7 +33,7 @@ from .durability import Durability
 from .filters import compile_filter
 from .hooks import BrokerHooks
 from .journal import JournalRecord
-from .payload import decode
+from .payload import decode, encode
 from .replay_scheduler import ReplayScheduler
 from .routing import RoutingIndex
 from .sow import SowRecord, SowTopic
@@ -323,10 +323,17 @@ class Ingest:
     ) -> Ingested:
         mt = sow.message_type
         doc = decode(mt, data)
+        preprocessing, enrichment = self._sows.stages_of(sow)
+        if preprocessing is not None and doc is not None:  # before the key (User Guide ch. 10)
+            doc = preprocessing.apply(doc)
+            data = encode(mt, doc)
         sow_key = text(hdr.get("k"))
         if doc is None and not sow_key:
             raise CommandFailure("bad sow key", "cannot compute a SOW key for this payload")
         key = sow.compute_key(doc, sow_key)
+        if enrichment is not None and doc is not None:  # after the key, before SOW and txlog
+            doc = enrichment.apply(doc)
+            data = encode(mt, doc)
         prev_doc = sow.doc(key) if key in sow else NO_PREVIOUS
         now = self._clock()
         txlog = self._txlog

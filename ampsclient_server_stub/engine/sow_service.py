@@ -24,6 +24,7 @@ from ampsclient.protocol.header import Header
 from ampsclient_server_stub.config import ServerConfig, SowTopicConfig
 
 from .delivery import Delivery
+from .enrichment import Stage, compile_stage
 from .journal import Journal, JournalRecord
 from .payload import OrderBy
 from .sow import SowRecord, SowTopic, table_name
@@ -38,6 +39,13 @@ logger = logging.getLogger(__name__)
 
 QueryResult = tuple[list[tuple[SowTopic, SowRecord]], int, int]
 """``(records, matches, topic_matches)`` of a query."""
+
+
+_NO_STAGES: tuple[None, None] = (None, None)
+
+
+def _stage(fields: Sequence[str], name: str) -> Stage | None:
+    return compile_stage(fields, stage=name) if fields else None
 
 
 def _new_sow(cfg: SowTopicConfig) -> SowTopic:
@@ -118,12 +126,18 @@ class SowService:
         self._history: dict[int, tuple[float, float]] = {}
         self._owned: list[SowTopic] = []
         self._read_only: dict[int, str] = {}
+        self._stages: dict[int, tuple[Stage | None, Stage | None]] = {}
         if config is not None:
             damaged: dict[Path, tuple[Path, str]] = {}
             for topic_config in config.sow_topics:
                 opened = _open_sow(topic_config, damaged)
                 self._owned.append(opened)
                 self.add(opened, expiration=topic_config.expiration)
+                if topic_config.preprocessing or topic_config.enrichment:
+                    self._stages[id(opened)] = (
+                        _stage(topic_config.preprocessing, "Preprocessing"),
+                        _stage(topic_config.enrichment, "Enrichment"),
+                    )
                 if topic_config.history_window is not None:
                     window = topic_config.history_window
                     self._history[id(opened)] = (window, topic_config.history_granularity)
@@ -154,6 +168,10 @@ class SowService:
             why = self._read_only.get(id(sow))
             if why is not None:
                 raise CommandFailure("invalid topic", why)
+
+    def stages_of(self, sow: SowTopic) -> tuple[Stage | None, Stage | None]:
+        """``(preprocessing, enrichment)`` of a topic (``engine.enrichment``; ``None``: none)."""
+        return self._stages.get(id(sow), _NO_STAGES)
 
     def history_of(self, sow: SowTopic) -> tuple[float, float] | None:
         """``(window, granularity)`` in seconds of a topic's ``<History>``, or ``None``."""

@@ -433,6 +433,9 @@ _EXPIRATION = Probe(probe_sow_expiration)
 _DURABILITY = Probe(probe_sow_durability)
 HISTORY = "server/test_config_history.py::"
 _HISTORY = Covered(HISTORY + "test_a_historical_query_returns_the_sow_as_it_was")
+_ENRICHMENT = Covered(
+    "server/test_sow_enrichment.py::test_subscriber_sow_and_replay_see_the_processed_messages"
+)
 
 PROOFS: dict[str, Probe | Covered] = {
     "Name": Probe(probe_name_group),
@@ -533,6 +536,8 @@ PROOFS: dict[str, Probe | Covered] = {
             ("Durability", _DURABILITY),
             ("History/Window", _HISTORY),
             ("History/Granularity", Covered(HISTORY + "test_granularity_rounds_the_time_down")),
+            ("Preprocessing/Field", _ENRICHMENT),
+            ("Enrichment/Field", _ENRICHMENT),
         )
     },
     "SOW/TopicDefinition/Topic": _SOW,

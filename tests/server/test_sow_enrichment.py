@@ -1,0 +1,161 @@
+"""``<Preprocessing>`` and ``<Enrichment>`` on a SOW topic (AMPS User Guide, "State of the World
+Message Enrichment"): preprocessing runs before the SOW key is computed, enrichment after it;
+both before the SOW, the transaction log and subscribers see the message. Configuration errors
+name the element; a real server is checked message by message (subscriber, ``sow``, bookmark
+replay, the official client)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsclient import Client, Command
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import ConfigError, parse_config
+from ampsclient_server_stub.testing import Inbox
+
+PRE = "<Preprocessing><Field>CONCAT(/cust, '-', /oid) AS /key</Field></Preprocessing>"
+ENRICH = """<Enrichment><Field>/qty * /px AS /notional</Field>
+  <Field>UPPER(/sym) AS /sym</Field><Field>/key AS /meta/key</Field></Enrichment>"""
+
+
+def xml(stages: str = PRE + ENRICH, *, mt: str = "json") -> str:
+    return f"""<AMPSConfig><Name>enrich</Name>
+  <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+  </Transport></Transports>
+  <SOW><Topic><Name>orders</Name><MessageType>{mt}</MessageType><Key>/key</Key>
+    {stages}</Topic></SOW>
+  <TransactionLog><JournalSize>1MB</JournalSize>
+    <PreallocatedJournalFiles>1</PreallocatedJournalFiles>
+    <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
+  </TransactionLog>
+</AMPSConfig>"""
+
+
+def test_the_stages_are_read(tmp_path: Path) -> None:
+    (sow,) = [t for t in parse_config(xml(), base_dir=tmp_path).sow_topics if t.topic == "orders"]
+    assert sow.preprocessing == ("CONCAT(/cust, '-', /oid) AS /key",)
+    assert sow.enrichment == ("/qty * /px AS /notional", "UPPER(/sym) AS /sym", "/key AS /meta/key")
+
+
+@pytest.mark.parametrize(
+    ("stages", "mt", "reason"),
+    [
+        (
+            "<Enrichment><Field>NO_SUCH(/a) AS /b</Field></Enrichment>",
+            "json",
+            "SOW topic 'orders': <Enrichment> <Field> 'NO_SUCH(/a) AS /b': "
+            "unknown function NO_SUCH()",
+        ),
+        (
+            "<Preprocessing><Field>/a</Field></Preprocessing>",
+            "json",
+            "SOW topic 'orders': <Preprocessing> <Field> '/a' needs 'expression AS /path'",
+        ),
+        (
+            "<Preprocessing><Field>/a AS b</Field></Preprocessing>",
+            "json",
+            "SOW topic 'orders': <Preprocessing> <Field> '/a AS b': 'b' is not a field path",
+        ),
+        (
+            "<Enrichment><Filter>/a</Filter></Enrichment>",
+            "json",
+            "<Filter> in <Enrichment> is not supported by the reference server",
+        ),
+        ("<Enrichment></Enrichment>", "json", "SOW topic 'orders': <Enrichment> has no <Field>"),
+        (
+            PRE + PRE,
+            "json",
+            "duplicate <Preprocessing> in <Topic>",
+        ),
+        (
+            PRE,
+            "fix",
+            "SOW topic 'orders': <Preprocessing> needs a message type the reference server can "
+            "rewrite (json, msgpack), not 'fix'",
+        ),
+    ],
+)
+def test_a_bad_stage_is_refused_naming_it(
+    tmp_path: Path, stages: str, mt: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(xml(stages, mt=mt), base_dir=tmp_path)
+    assert reason in str(info.value)
+
+
+# --------------------------------------------------------------------------- real server
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerThread]:
+    with ServerThread(parse_config(xml(), base_dir=tmp_path)) as thread:
+        yield thread
+
+
+@pytest.fixture
+def client(server: ServerThread) -> Iterator[Client]:
+    c = Client(f"enrich-{time.time_ns()}")
+    c.connect(server.uri("tcp", "json"))
+    c.logon(5000)
+    yield c
+    c.close()
+
+
+PUBLISHED = [
+    {"cust": "A", "oid": 1, "sym": "ibm", "qty": 10, "px": 2},
+    {"cust": "B", "oid": 1, "sym": "msft", "qty": 3, "px": 5},
+    {"cust": "A", "oid": 1, "sym": "ibm", "qty": 20, "px": 2},  # the same key: replaces A-1
+]
+EXPECTED = [
+    {"cust": "A", "oid": 1, "sym": "IBM", "qty": 10, "px": 2, "key": "A-1", "notional": 20,
+     "meta": {"key": "A-1"}},
+    {"cust": "B", "oid": 1, "sym": "MSFT", "qty": 3, "px": 5, "key": "B-1", "notional": 15,
+     "meta": {"key": "B-1"}},
+    {"cust": "A", "oid": 1, "sym": "IBM", "qty": 20, "px": 2, "key": "A-1", "notional": 40,
+     "meta": {"key": "A-1"}},
+]  # fmt: skip
+
+
+def _docs(messages: list[Any], command: str) -> list[Any]:
+    return [json.loads(m.get_data()) for m in messages if m.get_command() == command]
+
+
+@pytest.mark.integration
+def test_subscriber_sow_and_replay_see_the_processed_messages(client: Client) -> None:
+    live = Inbox(keep=lambda m: m.get_command() == "publish")
+    client.execute_async(Command("subscribe").set_topic("orders"), live)
+    for doc in PUBLISHED:
+        client.publish("orders", json.dumps(doc))
+    client.flush(5000)
+    live.wait_for_count(3, 20.0)
+    assert _docs(live.snapshot(), "publish") == EXPECTED
+    # the SOW keyed by the preprocessed /key: A-1 replaced, B-1 kept
+    stored = _docs(list(client.sow("orders", timeout=5000)), "sow")
+    assert sorted(stored, key=lambda d: d["key"]) == [EXPECTED[2], EXPECTED[1]]
+    # the transaction log holds the processed messages: a replay from the start gets them
+    replay = Inbox(keep=lambda m: m.get_command() == "publish")
+    client.execute_async(Command("subscribe").set_topic("orders").set_bookmark("0"), replay)
+    replay.wait_for_count(3, 20.0)
+    assert _docs(replay.snapshot(), "publish") == EXPECTED
+
+
+@pytest.mark.integration
+def test_the_official_client_sees_the_enriched_record(server: ServerThread) -> None:
+    amps = pytest.importorskip("AMPS")
+    official = amps.Client(f"official-{time.time_ns()}")
+    official.connect(server.uri("tcp", "json"))
+    official.logon()
+    try:
+        official.publish("orders", json.dumps(PUBLISHED[1]))
+        official.flush()
+        got = [json.loads(m.get_data()) for m in official.sow("orders", timeout=5000)
+               if m.get_command() == "sow"]  # fmt: skip
+        assert got == [EXPECTED[1]]
+    finally:
+        official.disconnect()
