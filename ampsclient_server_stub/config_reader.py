@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 
 from .config_elements import check_elements
+from .config_message_types import check_message_types
 from .config_model import (
     DEFAULT_JOURNAL_SIZE,
     DEFAULT_PREALLOCATED_JOURNAL_FILES,
@@ -636,6 +637,7 @@ def build_config(
     if root.tag != "AMPSConfig":
         doc.fail(root, f"root element must be <AMPSConfig>, found <{root.tag}>")
     check_elements(doc)  # nothing is accepted and ignored
+    check_message_types(doc)
     base = (base_dir if base_dir is not None else Path.cwd()).expanduser().absolute()
     reader = ConfigReader(doc, base)
     data_dir_text = reader.text(root, "DataDirectory")

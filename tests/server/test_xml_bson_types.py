@@ -365,3 +365,29 @@ def test_the_official_client_filters_an_xml_topic(server: ServerThread) -> None:
     finally:
         official.disconnect()
     assert got == [bodies[1].decode(), bodies[2].decode(), marker.decode()]
+
+
+@pytest.mark.parametrize(
+    "name", ["bflat", "BFlat", "protobuf", "composite-local", "composite-global"]
+)
+@pytest.mark.parametrize(
+    "where",
+    [
+        "<SOW><Topic><Name>t</Name><MessageType>{mt}</MessageType><Key>/a</Key></Topic></SOW>",
+        "<TransactionLog><JournalDirectory>j</JournalDirectory><Topic><Name>t</Name>"
+        "<MessageType>{mt}</MessageType></Topic></TransactionLog>",
+        "<Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>"
+        "<Protocol>amps</Protocol><MessageType>{mt}</MessageType></Transport></Transports>",
+    ],
+)
+def test_a_message_type_the_server_cannot_implement_is_refused_at_start(
+    tmp_path: Path, name: str, where: str
+) -> None:
+    """Issue #28: no ``<MessageType>`` is accepted and then ignored: ``bflat`` (its
+    encoding is not in the AMPS guide), ``protobuf`` and the composite types (they need
+    ``<MessageTypes>``) are refused by name, wherever a ``<MessageType>`` appears."""
+    from ampsclient_server_stub.config import ConfigError
+
+    xml = f"<AMPSConfig><Name>x</Name>{where.format(mt=name)}</AMPSConfig>"
+    with pytest.raises(ConfigError, match=rf"<MessageType> '{name.lower()}' is not supported"):
+        parse_config(xml, base_dir=tmp_path)
