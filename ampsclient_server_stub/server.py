@@ -31,6 +31,7 @@ from ampsclient_server_stub.engine.broker import Authenticator, Broker
 from ampsclient_server_stub.engine.hooks import BrokerHooks
 from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
 from ampsclient_server_stub.engine.txlog import PERSISTED_ACK_INTERVAL, TxLog
+from ampsclient_server_stub.queues.plug import start_queues
 
 from .admin.server import AdminServer
 from .journal_actions import JournalActionRunner, journal_actions, open_journal
@@ -250,6 +251,7 @@ class ReferenceServer:
             txlog=txlog,
             persisted_ack_interval=self.persisted_ack_interval,
             hooks=hooks,
+            queues=start_queues,
         )
         self.security = security
         self._started = True

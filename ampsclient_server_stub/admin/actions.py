@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..config import ConfigError, parse_duration
+from ..queues.plug import queue_engine
 from .http import HttpError, Request
 from .stats import client_key
 
@@ -107,8 +108,7 @@ async def run_action(server: AdminHost, request: Request) -> dict[str, Any]:
 def _proxied_transfer(server: AdminHost, queue: str, action: str) -> dict[str, Any]:
     if action not in ("enable_proxied_transfer", "disable_proxied_transfer"):
         raise HttpError(404, f"no such queue action {action!r}")
-    broker = server.broker
-    engine = broker.queues if broker is not None else None
+    engine = queue_engine(server.broker)
     if engine is None or not any(q.name == queue for q in engine.queues.values()):
         raise HttpError(404, f"no queue {queue!r}")
     replica = engine.replica

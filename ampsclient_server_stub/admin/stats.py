@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..engine.broker import SERVER_VERSION
 from ..net.session import NetSession
+from ..queues.plug import queue_engine
 from .system import HostSampler, process_memory
 from .tree import Entries
 
@@ -449,10 +450,10 @@ class StatisticsCollector:
     def queues(self) -> Entries:
         """``/amps/instance/queues/<topic>``: per message queue, its depth, backlog (leased),
         expired leases, age of the oldest lease, owned messages and running totals."""
-        broker = self.server.broker
-        if broker is None or broker.queues is None:
+        engine = queue_engine(self.server.broker)
+        if engine is None:
             return Entries()
-        return Entries(broker.queues.statistics())
+        return Entries(engine.statistics())
 
     def topics(self) -> Entries:
         """``/amps/instance/topics/<topic>``: the topics published to, subscribed to or kept in

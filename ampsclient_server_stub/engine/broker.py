@@ -31,8 +31,10 @@ and ``shared/amps-semantics.md`` (server behaviour). Summary:
   the log); on a plain subscription, or with ``live``, they are refused with ``invalid
   options`` (nothing is buffered, nothing is dropped).
 
-Queues live in :mod:`ampsclient_server_stub.queues` (plugged in through
-``BrokerHooks.queues``). Not done: paginated subscriptions. Without a transaction log a
+Queues live in :mod:`ampsclient_server_stub.queues`, which the engine never imports: the
+broker's builder passes their factory (``queues=``, :mod:`.queue_site`) and the broker plugs
+the engine it returns into ``BrokerHooks.queues`` before anything runs; the hooks are frozen
+once the broker is built. Not done: paginated subscriptions. Without a transaction log a
 bookmark subscription fails with ``invalid topic`` (the topic is not recorded).
 
 :class:`Broker` is a small facade over the engine's parts, one module each (docs/design.md
@@ -56,9 +58,7 @@ from typing import Final
 from ampsclient.exceptions import MalformedFrameError
 from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub.config import DEFAULT_SERVER_NAME, ServerConfig, parse_duration
-from ampsclient_server_stub.queues.dead_letter import ActionPublisher, DeadLetters, expire_actions
-from ampsclient_server_stub.queues.engine import QueueEngine, QueueStartError
-from ampsclient_server_stub.queues.expiration import sow_expiry
+from ampsclient_server_stub.config_values import ConfigError
 from ampsclient_server_stub.views.aggregated import Aggregated
 from ampsclient_server_stub.views.engine import SowViews
 
@@ -71,6 +71,7 @@ from .event_topics import EventTopics
 from .hooks import BrokerHooks
 from .ingest import Incoming, Ingest, Ingested, Journaled
 from .publishing import Publishing
+from .queue_site import QueueFactory, QueuePlugin, QueueSite
 from .replay_scheduler import ReplayScheduler
 from .routing import RoutingIndex
 from .session import Authenticator, CallLater, Session, TimerHandle
@@ -134,6 +135,9 @@ class Broker:
         persisted_ack_interval: seconds between the periodic persisted acks to bookmark
             subscriptions that asked for them (``0``: none). Needs ``call_later``.
         hooks: group commit, authentication, security and replication policies.
+        queues: builds the message queues of ``config`` (``ampsclient_server_stub.queues.plug.
+            start_queues`` fits); ``None`` with ``<Queue>`` definitions in ``config`` is a
+            :class:`~ampsclient_server_stub.config_values.ConfigError`.
     """
 
     def __init__(
@@ -148,6 +152,7 @@ class Broker:
         txlog: TxLog | None = None,
         persisted_ack_interval: float = PERSISTED_ACK_INTERVAL,
         hooks: BrokerHooks | None = None,
+        queues: QueueFactory | None = None,
     ) -> None:
         self.hooks = hooks if hooks is not None else BrokerHooks()
         """The policies plugged in (the replication manager fills its fields while it runs)."""
@@ -243,9 +248,10 @@ class Broker:
                 parse_duration(stats_text), lambda: self.sows.topics, call_later
             )
         self.queues = self._start_queues(
-            config, txlog, call_later, steady_clock(wall=clock, monotonic=monotonic)
+            queues, config, txlog, call_later, steady_clock(wall=clock, monotonic=monotonic)
         )
         """The message queues (``None`` without ``<Queue>`` definitions)."""
+        self.hooks.freeze()
 
     def _command_handlers(
         self, txlog: TxLog | None, version: str
@@ -282,38 +288,38 @@ class Broker:
 
     def _start_queues(
         self,
+        factory: QueueFactory | None,
         config: ServerConfig | None,
         txlog: TxLog | None,
         call_later: CallLater | None,
         clock: Callable[[], float],
-    ) -> QueueEngine | None:
-        """The queue engine, plugged into the hooks and the subscription table, with its
-        dead-letter actions (``queues.dead_letter``); ``clock`` is steady (leases, timers)."""
-        actions = expire_actions(config) if config is not None else ()
-        if config is None or not config.queues:
+    ) -> QueuePlugin | None:
+        """The queue engine ``factory`` builds, plugged into the hooks, the ingest (default
+        publish targets) and the subscription table; ``clock`` is steady (leases, timers)."""
+        if config is None:
             return None
-        if txlog is None:
-            raise QueueStartError("queues need a transaction log")
-        engine = QueueEngine(
-            config.queues,
-            txlog=txlog,
-            table=self._subscriptions,
-            request_sync=self.request_sync,
-            call_later=call_later,
-            clock=clock,
-            instance=config.name,
-            replicated=config.replication is not None,
-            expiry=sow_expiry(self.sows),
-            views=config.views,
-        )
-        self._ingest.publish_targets = engine.publish_targets  # DefaultPublishTarget
-        if actions:
-            publisher = ActionPublisher(
-                self.ingest,
-                name=f"{config.name}/actions",
-                last_sequence=txlog.journal.last_sequence,
+        if factory is None:
+            if config.queues:
+                raise ConfigError(
+                    "the configuration defines <Queue>s but the broker was built without a "
+                    "queue engine (Broker(..., queues=...))"
+                )
+            return None
+        engine = factory(
+            QueueSite(
+                config=config,
+                txlog=txlog,
+                table=self._subscriptions,
+                sows=self.sows,
+                ingest=self.ingest,
+                request_sync=self.request_sync,
+                call_later=call_later,
+                clock=clock,
             )
-            engine.dead_letters = DeadLetters(actions, publish=publisher)
+        )
+        if engine is None:
+            return None
+        self._ingest.publish_targets = engine.publish_targets  # DefaultPublishTarget
         self.hooks.queues = engine
         self.hooks.durable_listeners.append(engine.on_durable)
         self._subscriptions.on_remove = engine.removed

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from ampsclient.protocol.header import Header
 
@@ -116,6 +116,17 @@ class QueueHooks(Protocol):
         """What a bookmark subscription to ``matcher`` replays: a queue's underlying
         topics, anything else itself."""
 
+    def sow_and_subscribe(
+        self,
+        conn: Connection,
+        hdr: Header,
+        matcher: TopicMatcher,
+        sub: Subscription,
+        replaced: Subscription | None,
+    ) -> None:
+        """Answer a ``sow_and_subscribe`` on the queue (or view) ``matcher.topic``: its
+        available messages, then a queue subscription."""
+
 
 class AggregatedQueries(Protocol):
     """Aggregated subscriptions: ``sow``/``sow_and_subscribe`` with ``projection=[...]`` and
@@ -136,11 +147,18 @@ class AggregatedQueries(Protocol):
         ...
 
 
+_RUN_TIME: Final = frozenset({"ack_limit", "fully_durable_limit"})
+"""The fields the replication manager still sets while it runs (started after the broker)."""
+
+
 @dataclass(slots=True)
 class BrokerHooks:
     """The policies plugged into a broker (every one optional).
 
-    The replication fields are filled in by the replication manager while it runs (it is
+    The broker fills in :attr:`queues`, :attr:`aggregated` and :attr:`client_status` while it
+    is built, then calls :meth:`freeze`: setting any other field afterwards raises. The
+    replication fields (:attr:`ack_limit`, :attr:`fully_durable_limit`, an entry of
+    :attr:`durable_listeners`) are filled in by the replication manager while it runs (it is
     started after the broker, on the same event loop) and cleared when it stops.
     """
 
@@ -163,3 +181,13 @@ class BrokerHooks:
     client_status: Callable[[Connection, str, Mapping[str, str | None]], None] | None = None
     """Told ``(conn, event, fields)`` of a client's ``logon`` and ``sow`` (the broker publishes
     ``/AMPS/ClientStatus``)."""
+    _frozen: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def freeze(self) -> None:
+        """Refuse any later assignment (but to the replication fields): the broker is built."""
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if getattr(self, "_frozen", False) and name not in _RUN_TIME:
+            raise AttributeError(f"BrokerHooks.{name} cannot change once the broker is built")
+        object.__setattr__(self, name, value)

@@ -14,7 +14,6 @@ from typing import Any
 
 from ampsclient.protocol.header import Header, encode_header
 
-from ..queues.sow_subscribe import queue_sow_and_subscribe
 from .conflation import ConflationError, ConflationSpec, LiveConflation, parse_conflation
 from .hooks import BrokerHooks
 from .payload import Select, apply_select, encode
@@ -244,7 +243,7 @@ class Subscribing:
             and (queues.is_queue(conn.mt, matcher.topic) or queues.is_view(conn.mt, matcher.topic))
         ):
             sub, replaced = self.prepare(conn, hdr, options, delta=delta)
-            queue_sow_and_subscribe(queues, conn, hdr, matcher, sub, replaced)
+            queues.sow_and_subscribe(conn, hdr, matcher, sub, replaced)
             return  # the available messages, then a queue subscription (it leases)
         aggregated = self._hooks.aggregated
         if aggregated is not None and aggregated.run(

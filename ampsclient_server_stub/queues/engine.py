@@ -77,7 +77,7 @@ from .metadata_file import MetadataFiles
 from .model import Queue, QueueMessage, QueueSub
 from .recovery import Replay
 from .replicated import ReplicatedQueues
-from .sow_subscribe import answer_query
+from .sow_subscribe import answer_query, queue_sow_and_subscribe
 from .view_config import ViewConfig
 from .views import QueueViews
 
@@ -504,6 +504,18 @@ class QueueEngine:
             return False
         answer_query(self.queues[(conn.mt, matcher.topic)], conn, hdr)
         return True
+
+    def sow_and_subscribe(
+        self,
+        conn: Connection,
+        hdr: Header,
+        matcher: TopicMatcher,
+        sub: Subscription,
+        replaced: Subscription | None,
+    ) -> None:
+        """A ``sow_and_subscribe`` on a queue or a view over one
+        (:func:`.sow_subscribe.queue_sow_and_subscribe`)."""
+        queue_sow_and_subscribe(self, conn, hdr, matcher, sub, replaced)
 
     def in_journal(self, bookmark: str) -> bool:
         """The transaction log holds the message ``bookmark`` (or it is not ours)."""

@@ -29,6 +29,7 @@ from ampsclient_server_stub.config import (
 )
 from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
+from ampsclient_server_stub.queues.plug import queue_engine
 from ampsclient_server_stub.queues.replicated import REQUEST_FRAME, ManagerPort
 from ampsclient_server_stub.security.auth import AuthVerdict, EntitlementModule
 from ampsclient_server_stub.security.policy import ServerSecurity
@@ -238,8 +239,9 @@ class ReplicationManager:
         broker.hooks.ack_limit = self.ack_limit
         broker.hooks.fully_durable_limit = self.fully_durable_limit
         broker.hooks.durable_listeners.append(self.on_durable)
-        if broker.queues is not None and broker.queues.replica is not None:
-            broker.queues.replica.attach(ManagerPort(self), self.loop.call_later)
+        queues = queue_engine(broker)
+        if queues is not None and queues.replica is not None:
+            queues.replica.attach(ManagerPort(self), self.loop.call_later)
         for out in self.outbounds.values():
             if out.dest.inet_addrs:
                 self._tasks.append(
@@ -261,8 +263,9 @@ class ReplicationManager:
     async def stop(self) -> None:
         """Close the listener and every link; release journal pins."""
         self._stopping = True
-        if self.broker.queues is not None and self.broker.queues.replica is not None:
-            self.broker.queues.replica.detach()
+        queues = queue_engine(self.broker)
+        if queues is not None and queues.replica is not None:
+            queues.replica.detach()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -621,8 +624,9 @@ class ReplicationManager:
                 have = {int(k): int(v) for k, v in (body or {}).items()}
                 out.on_have(have)
         elif c == REQUEST_FRAME and link.peer_user is not None and self.broker.queues:
-            if self.broker.queues.replica is not None:
-                self.broker.queues.replica.on_request(link.peer_name, header, body)
+            queues = queue_engine(self.broker)
+            if queues is not None and queues.replica is not None:
+                queues.replica.on_request(link.peer_name, header, body)
         else:
             logger.warning("replication: unknown frame %r from %s", c, link.describe())
 

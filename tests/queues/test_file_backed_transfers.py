@@ -43,6 +43,7 @@ from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.queues.config import QueueConfig
+from ampsclient_server_stub.queues.plug import start_queues
 from ampsclient_server_stub.replication.apply import ReplicatedRecord, apply_replicated
 from ampsclient_server_stub.replication.rules import PATH_FIELD, encode_path
 from ampsclient_server_stub.testing import RecordingSession
@@ -164,7 +165,7 @@ class Instance:
             replication=ReplicationConfig(),
         )
         self.journal = Journal(data_dir / "journal", name="A", fsync="never")
-        self.broker = Broker(config, txlog=TxLog(self.journal))
+        self.broker = Broker(config, txlog=TxLog(self.journal), queues=start_queues)
         assert self.broker.queues is not None
         self.queue = self.broker.queues.queues[("json", QUEUE)]
         self.session = RecordingSession()

@@ -17,6 +17,7 @@ from ampsclient_server_stub.engine.clocks import steady_clock
 from ampsclient_server_stub.engine.journal import Journal
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.queues.config import QueueConfig
+from ampsclient_server_stub.queues.plug import start_queues
 from ampsclient_server_stub.testing.session import RecordingSession
 
 
@@ -41,7 +42,13 @@ def test_a_wall_clock_step_does_not_end_a_lease(tmp_path: Path) -> None:
         queues=(QueueConfig(name="work", message_type="json", lease_period=30.0),),
     )
     journal = Journal(tmp_path / "journal", fsync="never")
-    broker = Broker(config, txlog=TxLog(journal), clock=clocks.wall, monotonic=clocks.monotonic)
+    broker = Broker(
+        config,
+        txlog=TxLog(journal),
+        clock=clocks.wall,
+        monotonic=clocks.monotonic,
+        queues=start_queues,
+    )
     try:
         engine = broker.queues
         assert engine is not None

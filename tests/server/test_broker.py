@@ -12,14 +12,16 @@ import pytest
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient.protocol.header import decode_header, encode_header
 from ampsclient.protocol.message import split_sow_batch
-from ampsclient_server_stub.config import SowTopicConfig, default_config
+from ampsclient_server_stub.config import ConfigError, SowTopicConfig, default_config
 from ampsclient_server_stub.engine.broker import (
     PERSISTED_ACK_BATCH,
     SERVER_VERSION,
     Broker,
+    BrokerHooks,
     Connection,
 )
 from ampsclient_server_stub.engine.topics import compile_topic, is_regex_topic
+from ampsclient_server_stub.queues.config import QueueConfig
 from ampsclient_server_stub.testing import ManualTime
 from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
 
@@ -174,7 +176,7 @@ def test_logon_options_and_auth_hook(broker: Broker) -> None:
     c = Client(broker, logon=False)
     c.cmd({"c": "logon", "cid": "1", "client_name": "x", "o": "ack_conflation=100ms"})
     assert c.conn.ack_conflation == pytest.approx(0.1)
-    broker.hooks.authenticate = lambda user, pw: pw == "secret"
+    broker = Broker(hooks=BrokerHooks(authenticate=lambda user, pw: pw == "secret"))
     bad = Client(broker, logon=False)
     bad.cmd({"c": "logon", "cid": "1", "client_name": "y", "user_id": "u", "pw": "nope"})
     (ack,) = acks(bad.take())
@@ -183,6 +185,25 @@ def test_logon_options_and_auth_hook(broker: Broker) -> None:
     good = Client(broker, logon=False)
     good.cmd({"c": "logon", "cid": "1", "client_name": "z", "user_id": "u", "pw": "secret"})
     assert acks(good.take())[0]["status"] == "success"
+
+
+def test_hooks_are_frozen_once_the_broker_is_built(broker: Broker) -> None:
+    with pytest.raises(AttributeError, match="cannot change once the broker is built"):
+        broker.hooks.authenticate = lambda user, pw: True
+    with pytest.raises(AttributeError, match="cannot change once the broker is built"):
+        broker.hooks.queues = None
+    assert broker.hooks.authenticate is None and broker.hooks.queues is None
+
+
+def test_queues_without_a_queue_engine_are_refused() -> None:
+    """The engine never imports the queues: a configuration with queues needs the factory
+    (``Broker(..., queues=start_queues)``, as the server passes it)."""
+    config = dataclasses.replace(
+        default_config(tcp_port=0, ws_port=0),
+        queues=(QueueConfig(name="work", message_type="json"),),
+    )
+    with pytest.raises(ConfigError, match="without a queue engine"):
+        Broker(config)
 
 
 # --------------------------------------------------------------------------- routing

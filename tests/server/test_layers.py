@@ -3,7 +3,9 @@ for the client's protocol package). Unit test: it parses files with ``ast``, imp
 
 What is checked:
 
-* **Layers.** ``engine/`` never imports ``net/``, ``security/`` or ``replication/``;
+* **Layers.** ``engine/`` never imports ``net/``, ``security/``, ``replication/`` or
+  ``queues/`` (the queue engine is built by the broker's builder and passed in,
+  ``engine/queue_site.py``);
   ``security/`` never imports ``net/``; ``errors.py`` imports nothing of the server.
 * **No import cycles** among the modules of ``ampsclient_server_stub``. Every import statement
   counts wherever it stands: at the top, inside a function (a lazy import) or under
@@ -305,6 +307,12 @@ def _layer_violations(source_pkg: str, forbidden: tuple[str, ...]) -> dict[str, 
 
 def test_engine_never_imports_net_security_or_replication() -> None:
     assert _layer_violations("engine", ("net", "security", "replication")) == {}
+
+
+def test_engine_never_imports_queues() -> None:
+    # the queues import the engine; the engine gets the queue engine as a hook
+    # (Broker(..., queues=start_queues), engine/queue_site.py)
+    assert _layer_violations("engine", ("queues",)) == {}
 
 
 def test_security_never_imports_net() -> None:
