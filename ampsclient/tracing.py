@@ -132,6 +132,7 @@ class Instrumentation:
                 description="Messages in the publish store the server has not persisted",
             )
         self._dropped = False
+        self._attrs: dict[tuple[str | None, str | None, str, str], dict[str, Any]] = {}
         self._outer.add_connection_state_listener(self._on_state)
         self._client.set_observer(self)
 
@@ -146,37 +147,47 @@ class Instrumentation:
     # ------------------------------------------------------------------ attributes
 
     def _attributes(self, topic: str | None, operation: str, kind: str) -> dict[str, Any]:
-        attrs: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.operation.type": kind,
-            "messaging.operation.name": operation,
-            "messaging.client.id": self._client.name,
-        }
-        if topic:
-            attrs["messaging.destination.name"] = topic
+        """The span attributes (a fresh dict; built once per connection, topic and kind)."""
         uri = self._client.uri
-        if uri:
-            from .uri import parse_uri
+        key = (uri, topic, operation, kind)
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            if len(self._attrs) >= 4096:
+                self._attrs.clear()
+            attrs = self._attrs[key] = {
+                "messaging.system": SYSTEM,
+                "messaging.operation.type": kind,
+                "messaging.operation.name": operation,
+                "messaging.client.id": self._client.name,
+            }
+            if topic:
+                attrs["messaging.destination.name"] = topic
+            if uri:
+                from .uri import parse_uri
 
-            parsed = parse_uri(uri)
-            attrs["server.address"] = parsed.host
-            attrs["server.port"] = parsed.port
-        return attrs
+                parsed = parse_uri(uri)
+                attrs["server.address"] = parsed.host
+                attrs["server.port"] = parsed.port
+        return dict(attrs)
 
     # ------------------------------------------------------------------ ClientObserver
 
     def publishing(self, topic: str, correlation_id: str | None) -> str | None:
         """Start and end the publish span; the correlation id to send."""
         attrs = self._attributes(topic, "publish", "send")
-        with self._tracer.start_as_current_span(
+        if correlation_id is not None:  # "sometimes called correlation id" (semconv)
+            attrs["messaging.message.conversation_id"] = correlation_id
+        # started and ended here, not made current: nothing runs inside it
+        span = self._tracer.start_span(
             f"publish {topic}", kind=self._kind.PRODUCER, attributes=attrs
-        ) as span:
-            if self._propagate and correlation_id is None:
-                carrier: dict[str, str] = {}
-                self._propagator.inject(carrier)
-                correlation_id = carrier.get("traceparent")
-                if correlation_id is not None:
-                    span.set_attribute("messaging.message.conversation_id", correlation_id)
+        )
+        if self._propagate and correlation_id is None:
+            ctx = span.get_span_context()
+            if ctx.is_valid:  # the W3C traceparent (version 00) of this span
+                correlation_id = (
+                    f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+                )
+        span.end()
         self._sent.add(1, {"messaging.system": SYSTEM, "messaging.destination.name": topic})
         return correlation_id
 
@@ -219,6 +230,8 @@ class Instrumentation:
         context = None
         links: list[Any] = []
         cid = message.get_correlation_id()
+        if cid:
+            attrs["messaging.message.conversation_id"] = cid
         if cid and self._propagate and _TRACEPARENT.match(cid):
             context = self._propagator.extract({"traceparent": cid})
             parent = self._trace.get_current_span(context).get_span_context()

@@ -118,6 +118,9 @@ def test_publish_and_process_spans_carry_the_trace_through_the_correlation_id(
         assert proc.attributes["messaging.operation.type"] == "process"
         assert proc.attributes["messaging.client.id"] == "otel-sub"
     assert processes[1].parent is None  # "mine" is no traceparent: a root span
+    assert publishes[1].attributes is not None and processes[1].attributes is not None
+    assert publishes[1].attributes["messaging.message.conversation_id"] == "mine"
+    assert processes[1].attributes["messaging.message.conversation_id"] == "mine"
     assert processes[1].context.trace_id != publishes[1].context.trace_id
     totals = _metrics(reader)
     assert totals["messaging.client.sent.messages"] == 3
@@ -211,3 +214,22 @@ def test_importing_ampsclient_does_not_import_opentelemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_instrument_without_opentelemetry_names_the_extra() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as if not installed\n"
+        "from ampsclient import Client\n"
+        "from ampsclient.exceptions import UsageError\n"
+        "from ampsclient.tracing import TracingUnavailableError, instrument\n"
+        "try:\n"
+        "    instrument(Client('no-otel'))\n"
+        "except TracingUnavailableError as exc:\n"
+        "    assert isinstance(exc, UsageError)\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "pip install 'ampsclient[otel]'" in out.stdout
