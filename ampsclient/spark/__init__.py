@@ -22,7 +22,13 @@ from __future__ import annotations
 from typing import Any
 
 from ._convert import default_schema
-from ._core import DEFAULT_FENCE_TOPIC, METADATA_COLUMNS, AMPSSparkError, AMPSUnavailableError
+from ._core import (
+    DEFAULT_FENCE_TOPIC,
+    METADATA_COLUMNS,
+    AMPSDataLossError,
+    AMPSSparkError,
+    AMPSUnavailableError,
+)
 from .datasource import (
     AMPSBatchReader,
     AMPSBatchWriter,
@@ -38,6 +44,7 @@ __all__ = [
     "AMPSBatchReader",
     "AMPSBatchWriter",
     "AMPSCommitMessage",
+    "AMPSDataLossError",
     "AMPSDataSource",
     "AMPSSparkError",
     "AMPSStreamReader",

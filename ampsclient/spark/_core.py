@@ -58,6 +58,7 @@ from ..uri import parse_uri
 __all__ = [
     "DEFAULT_FENCE_TOPIC",
     "METADATA_COLUMNS",
+    "AMPSDataLossError",
     "AMPSSparkError",
     "AMPSUnavailableError",
     "Bound",
@@ -132,6 +133,11 @@ _ONE_US: Final = timedelta(microseconds=1)
 
 class AMPSSparkError(AMPSError):
     """A Spark read or write against AMPS failed; the message carries the AMPS reason."""
+
+
+class AMPSDataLossError(AMPSSparkError):
+    """A read's start is no longer in the transaction log (its journal file was removed or
+    archived away) and ``failOnDataLoss`` is true; the message names the range that is gone."""
 
 
 class AMPSUnavailableError(AMPSSparkError):
@@ -326,6 +332,13 @@ def _flag(value: str | None, default: bool) -> bool:
     raise AMPSSparkError(f"expected true or false, got {value!r}")
 
 
+def _option_flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    try:
+        return _flag(options.get(name.lower()), default)
+    except AMPSSparkError as exc:
+        raise AMPSSparkError(f"option {name}: {exc}") from None
+
+
 def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 0) -> Any:
     raw = options.get(name.lower())
     if raw is None or raw.strip() == "":
@@ -368,6 +381,7 @@ READ_OPTIONS: Final = (
     "orderBy",
     "asOf",
     "splits",
+    "failOnDataLoss",
 )
 """The options a read accepts (batch and streaming)."""
 
@@ -446,6 +460,9 @@ class ReadOptions:
     """``asOf`` of a historical SOW query, as an AMPS timestamp."""
     splits: tuple[str, ...] | None = None
     """``splits``: content filters, one task each (ANDed with ``filter``)."""
+    fail_on_data_loss: bool = True
+    """``failOnDataLoss``: a start the log no longer holds fails the read (``False``: the
+    read continues from the oldest message the log still holds, with a warning)."""
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], *, streaming: bool = False) -> ReadOptions:
@@ -529,6 +546,7 @@ class ReadOptions:
             order_by=sow.order_by,
             as_of=sow.as_of,
             splits=_splits(options),
+            fail_on_data_loss=_option_flag(options, "failOnDataLoss", True),
         )
 
 
@@ -605,6 +623,55 @@ def _splits(options: Mapping[str, str]) -> tuple[str, ...] | None:
     if options.get("numpartitions") not in (None, "", "1"):
         raise AMPSSparkError("give splits or numPartitions, not both")
     return tuple(f.strip() for f in value)
+
+
+def lost_start(bookmark: str) -> str | None:
+    """The bookmark id a range starts after (``(<id>:...``), or ``None`` for any other start
+    (EPOCH, a time): only such a start can be gone from the log."""
+    if not bookmark.startswith("("):
+        return None
+    colon = bookmark.find(":")
+    point = bookmark[1:colon] if colon > 0 else ""
+    if "|" not in point or "," in point:
+        return None
+    return point
+
+
+def after_data_loss(
+    opts: ReadOptions, bookmark: str, exc: BaseException, start_time: str | None = None
+) -> str:
+    """What to read when the range ``bookmark`` starts after a message the log no longer
+    holds (``exc``: the server's ``invalid bookmark``): the same range from the oldest
+    message the log holds (EPOCH), when ``failOnDataLoss`` is false.
+
+    Raises:
+        AMPSDataLossError: ``failOnDataLoss`` is true (the default), naming the range gone.
+        BaseException: ``exc`` itself when the range does not start after a message id.
+    """
+    gone = lost_start(bookmark)
+    if gone is None:
+        raise exc
+    when = f" (server time {start_time})" if start_time else ""
+    colon = bookmark.find(":")
+    rest = f"[{EPOCH}:{bookmark[colon + 1 :]}"
+    if opts.fail_on_data_loss:
+        raise AMPSDataLossError(
+            f"data loss on {opts.topic!r}: the transaction log no longer holds message {gone}"
+            f"{when}, where the range {bookmark} starts (its journal file was removed or "
+            f"archived away): the messages after it up to the oldest one the log still holds "
+            f"are gone ({describe(exc)}). Set failOnDataLoss=false to continue from the oldest "
+            "available message."
+        ) from exc
+    log.warning(
+        "data loss on %r: message %s%s is no longer in the transaction log; reading %s "
+        "instead of %s (what the log held between them was skipped)",
+        opts.topic,
+        gone,
+        when,
+        rest,
+        bookmark,
+    )
+    return rest
 
 
 def split_filter(base: str | None, split: str | None) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..exceptions import AMPSError, DisconnectedError
-from ..protocol.bookmarks import NOW
+from ..exceptions import AMPSError, DisconnectedError, InvalidBookmarkError
+from ..protocol.bookmarks import EPOCH, NOW
+from ..protocol.message import Message
 from ..sync import Client
 from ._convert import RowBuilder, output_schema
 from ._core import (
@@ -41,6 +42,7 @@ from ._core import (
     ReadOptions,
     Reconnect,
     WriteOptions,
+    after_data_loss,
     bookmark_micros,
     client_name,
     connect,
@@ -201,16 +203,7 @@ def _read_partition(
     if partition.bookmark is None:
         return
     builder = RowBuilder(schema, opts)
-    chunks = replay_payloads(
-        opts.uris,
-        client_name(opts.client_name_prefix, "read"),
-        opts.connect_timeout_ms,
-        topic=opts.topic,
-        filter=partition.filter,
-        bookmark=partition.bookmark,
-        options=builder.replay_options,
-        reconnect_ms=opts.reconnect_timeout_ms,
-    )
+    chunks = _chunks(opts, partition, partition.bookmark, builder.replay_options)
     try:
         if builder.arrow:
             yield from builder.arrow_batches(chunks)
@@ -222,6 +215,44 @@ def _read_partition(
         raise AMPSSparkError(
             f"reading {opts.topic!r} range {partition.bookmark} failed: {describe(exc)}"
         ) from exc
+    finally:
+        chunks.close()
+
+
+def _chunks(
+    opts: ReadOptions, partition: ReplayPartition, bookmark: str, options: str
+) -> Generator[list[bytes], None, None]:
+    """The payload chunks of the range; a start the log no longer holds is data loss
+    (``failOnDataLoss``: fail, or read from the oldest message the log holds)."""
+
+    def replay(text: str) -> Generator[list[bytes], None, None]:
+        return replay_payloads(
+            opts.uris,
+            client_name(opts.client_name_prefix, "read"),
+            opts.connect_timeout_ms,
+            topic=opts.topic,
+            filter=partition.filter,
+            bookmark=text,
+            options=options,
+            reconnect_ms=opts.reconnect_timeout_ms,
+        )
+
+    chunks = replay(bookmark)
+    try:
+        try:
+            first = next(chunks, None)
+        except InvalidBookmarkError as exc:
+            chunks.close()
+            chunks = replay(after_data_loss(opts, bookmark, exc))
+            first = next(chunks, None)
+            if first:
+                log.warning(
+                    "%r: the oldest message read is %s", opts.topic, Message(first[0]).bookmark
+                )
+        if first is None:
+            return
+        yield first
+        yield from chunks
     finally:
         chunks.close()
 
@@ -432,9 +463,15 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = self._target or Bound(NOW, True)
         bookmark = range_text(begin, end)
         opts = self.opts
-        found: tuple[int, Position | None] = self._call(
-            "finding new messages", lambda c: scan(c, opts.topic, opts.filter, bookmark, cap)
-        )
+
+        def count_new(client: Client) -> tuple[int, Position | None]:
+            try:
+                return scan(client, opts.topic, opts.filter, bookmark, cap)
+            except InvalidBookmarkError as exc:
+                rest = after_data_loss(opts, bookmark, exc, start.get("timestamp"))
+                return scan(client, opts.topic, opts.filter, rest, cap)
+
+        found: tuple[int, Position | None] = self._call("finding new messages", count_new)
         count, pos = found
         if pos is None:
             return start
@@ -448,9 +485,16 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start == end:
             return []
         begin, stop = offset_bounds(start, end)
-        ranges: list[str] = self._call(
-            "planning", lambda c: _split(c, self.opts, begin, stop, end_is_last=True)
-        )
+        opts = self.opts
+
+        def split(client: Client) -> list[str]:
+            try:
+                return _split(client, opts, begin, stop, end_is_last=True)
+            except InvalidBookmarkError as exc:
+                after_data_loss(opts, range_text(begin, stop), exc, start.get("timestamp"))
+                return _split(client, opts, Bound(EPOCH, True), stop, end_is_last=True)
+
+        ranges: list[str] = self._call("planning", split)
         return _partitions(self.opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
