@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..engine.broker import SERVER_VERSION
 from ..net.session import NetSession
 from ..queues.plug import queue_engine
+from . import topic_stats
 from .system import HostSampler, process_memory
 from .tree import Entries
 
@@ -72,6 +73,8 @@ PARTS: Final = (
     "topics",
     "sow",
     "queues",
+    "views",
+    "conflated_topics",
     "journal",
     "replication",
 )
@@ -455,6 +458,14 @@ class StatisticsCollector:
             return Entries()
         return Entries(engine.statistics())
 
+    def views(self) -> Entries:
+        """``/amps/instance/views/<view>``: the views (:mod:`.topic_stats`)."""
+        return topic_stats.views(self.server.broker)
+
+    def conflated_topics(self) -> Entries:
+        """``/amps/instance/conflated_topics/<topic>`` (:mod:`.topic_stats`)."""
+        return topic_stats.conflated_topics(self.server.broker)
+
     def topics(self) -> Entries:
         """``/amps/instance/topics/<topic>``: the topics published to, subscribed to or kept in
         a SOW: publishes and deliveries (messages sent, one per connection) with their rates,
@@ -635,6 +646,8 @@ class StatisticsCollector:
             "topics": self.topics(),
             "sow": self.sow(),
             "queues": self.queues(),
+            "views": self.views(),
+            "conflated_topics": self.conflated_topics(),
             "journal": self._journal(),
             "replication": self.replication(),
         }

@@ -59,10 +59,21 @@ class ConflatedTopic:
         self._removals = -1  # the underlying delete count last seen (-1: scan once)
         self.intervals = 0
         """Intervals run (for statistics and tests)."""
+        self.copied = 0
+        """Records copied from the underlying topic (statistics: the conflation ratio)."""
+        self._writes_at_start = self._underlying_writes()
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    def _underlying_writes(self) -> int:
+        counters = self.underlying.counters
+        return counters["insert_count"] + counters["update_count"]
+
+    def updates_in(self) -> int:
+        """Writes to the underlying topic since this topic started (statistics)."""
+        return self._underlying_writes() - self._writes_at_start
 
     def changes(self) -> tuple[list[SowRecord], list[str]]:
         """``(records to copy, keys to remove)`` since the last call: the underlying records
@@ -150,6 +161,7 @@ class ConflatedTopics:
         ``(records copied, records removed)``."""
         copy, drop = topic.changes()
         topic.intervals += 1
+        topic.copied += len(copy)
         sow = topic.sow
         mt = sow.message_type
         for source in copy:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from ampsclient.protocol.header import Header, encode_header
@@ -137,6 +137,13 @@ class QueueViews:
             view.records = view.compute(queues[(cfg.message_type, cfg.underlying)])
         self._dirty: set[str] = set()
         self._timer: TimerHandle | None = None
+
+    def summaries(self) -> Iterator[tuple[tuple[str, str], ViewConfig, int, int]]:
+        """Per view (read-only, for statistics): its ``(message type, name)``, definition,
+        record count and pending updates (1 while its queue changed and the view is not yet
+        recomputed, else 0)."""
+        for key, view in self.views.items():
+            yield key, view.config, len(view.records), int(view.config.underlying in self._dirty)
 
     def is_view(self, mt: str, topic: str) -> bool:
         """``topic`` is a view of message type ``mt``."""
