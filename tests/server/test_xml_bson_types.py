@@ -165,12 +165,22 @@ CONFIG = """<AMPSConfig><Name>xml-bson</Name>
   <SOW>
     <Topic><Name>orders</Name><MessageType>xml</MessageType><Key>/Order/@id</Key></Topic>
     <Topic><Name>orders</Name><MessageType>bson</MessageType><Key>/id</Key></Topic>
+    <Queue><Name>work-xml</Name><MessageType>xml</MessageType>
+      <UnderlyingTopic>work-xml-src</UnderlyingTopic>
+      <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>
+      <Filter>/Order/Qty > 100</Filter></Queue>
+    <Queue><Name>work-bson</Name><MessageType>bson</MessageType>
+      <UnderlyingTopic>work-bson-src</UnderlyingTopic>
+      <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>
+      <Filter>/qty > 100</Filter></Queue>
   </SOW>
   <TransactionLog><JournalDirectory>{journal}</JournalDirectory>
     <Topic><Name>fills-xml</Name><MessageType>xml</MessageType>
       <Filter>/Fill/Status = 'F'</Filter></Topic>
     <Topic><Name>fills-bson</Name><MessageType>bson</MessageType>
       <Filter>/status = 'F'</Filter></Topic>
+    <Topic><Name>work-xml-src</Name><MessageType>xml</MessageType></Topic>
+    <Topic><Name>work-bson-src</Name><MessageType>bson</MessageType></Topic>
   </TransactionLog>
   <Transports>
     <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
@@ -329,6 +339,30 @@ def test_a_transaction_log_filter_on_xml_and_bson_records_only_matches(
         c.subscribe(inbox, topic, bookmark="0")
         wait_for(lambda: inbox.has(marker), what="the replay's marker")
     assert inbox.data == [bodies[0], bodies[2], marker]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("message_type", "make", "flt"),
+    [("xml", xml_order, "/Order/Symbol != 'MSFT'"), ("bson", bson_order, "/sym != 'MSFT'")],
+)
+def test_a_queue_filter_and_a_subscriber_filter_on_xml_and_bson(
+    server: ServerThread, message_type: str, make: Any, flt: str
+) -> None:
+    """The queue's ``<Filter>`` (qty > 100) and the subscriber's filter both read the
+    message: only messages passing both are delivered, in order."""
+    inbox = Inbox()
+    with client(server, message_type) as sub, client(server, message_type) as pub:
+        sub.set_auto_ack(True)
+        sub.subscribe(inbox, f"work-{message_type}", flt)
+        bodies = [make("a", "IBM", 150), make("b", "IBM", 50), make("c", "MSFT", 500)]
+        bodies.append(make("d", "AAPL", 101))
+        marker = make("z", "IBM", 999)
+        for body in (*bodies, marker):
+            pub.publish(f"work-{message_type}-src", body)
+        pub.flush(5000)
+        wait_for(lambda: inbox.has(marker), what="the queue's marker")
+    assert inbox.data == [bodies[0], bodies[3], marker]
 
 
 @pytest.mark.interop
