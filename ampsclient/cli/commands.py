@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Iterator
-from typing import IO
+from typing import IO, cast
 
 from ..command import Command
 from ..exceptions import TimeoutError, UsageError
@@ -27,9 +30,17 @@ def _input(session: Session) -> tuple[IO[bytes], int | None]:
     if path is None:
         return sys.stdin.buffer, None
     try:
+        if path.endswith(".gz"):  # decompressed as read; its size is not known
+            return cast(IO[bytes], gzip.open(path, "rb")), None
+        if path.endswith(".zip"):  # every member, one after the other, in the archive's order
+            with zipfile.ZipFile(path) as archive:
+                data = b"".join(archive.read(info) for info in archive.infolist())
+            return io.BytesIO(data), len(data)
         source = open(path, "rb")  # noqa: SIM115 - closed by publish()
     except OSError as exc:
         raise UsageError(f"--file {path!r}: {exc.strerror}") from None
+    except zipfile.BadZipFile as exc:
+        raise UsageError(f"--file {path!r}: {exc}") from None
     return source, os.fstat(source.fileno()).st_size
 
 
@@ -45,7 +56,8 @@ def publish(session: Session) -> ExitCode:
         source, size = _input(session)
         session.progress.total = size
         session.progress.unit = "bytes"
-        messages = read_messages(source, args.format, args.topic)
+        delimiter = bytes([args.delimiter]) if args.delimiter is not None else b"\n"
+        messages = read_messages(source, args.format, args.topic, delimiter=delimiter)
     try:
         first = next(messages, None)  # bad input fails before connecting
         client = session.connect()

@@ -19,6 +19,11 @@ Output (every command that receives messages):
   or as text when it is not JSON, or ``data_base64`` when it is not UTF-8), and ``bookmark``,
   ``sow_key``, ``timestamp``, ``correlation_id`` when the message has them.
 - ``json``: the same envelopes as one JSON array (closed also after a Ctrl-C).
+
+``--template`` (AMPS ``spark``'s ``-format``) writes each message as a text in which
+``{data}``, ``{topic}``, ``{bookmark}``, ``{command}``, ``{sow_key}``, ``{correlation_id}``,
+``{timestamp}``, ``{sequence}``, ``{expiration}``, ``{user_id}``, ``{lease_period}`` and
+``{message_length}`` are replaced by the message's (empty when it has none).
 """
 
 from __future__ import annotations
@@ -26,12 +31,21 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from typing import IO, Any, Literal
 
 from ..protocol.message import Message
 
-__all__ = ["BadInputError", "Format", "Outgoing", "Writer", "envelope", "read_messages"]
+__all__ = [
+    "BadInputError",
+    "Format",
+    "Outgoing",
+    "Writer",
+    "envelope",
+    "read_messages",
+    "template_fields",
+]
 
 Format = Literal["raw", "json", "jsonl"]
 """The three ``--format`` values."""
@@ -81,8 +95,27 @@ def _from_document(doc: Any, topic: str | None, where: str, size: int) -> Outgoi
     )
 
 
-def read_messages(source: IO[bytes], fmt: Format, topic: str | None) -> Iterator[Outgoing]:
+def _records(source: IO[bytes], delimiter: bytes) -> Iterator[bytes]:
+    """The records of ``source``, each ended by ``delimiter`` (or by the end of the input)."""
+    if delimiter == b"\n":
+        yield from source
+        return
+    pending = b""
+    while chunk := source.read(65536):
+        pending += chunk
+        *done, pending = pending.split(delimiter)
+        for record in done:
+            yield record + delimiter
+    if pending:
+        yield pending
+
+
+def read_messages(
+    source: IO[bytes], fmt: Format, topic: str | None, *, delimiter: bytes = b"\n"
+) -> Iterator[Outgoing]:
     """The messages in ``source``, read lazily (``raw`` and ``jsonl``) or at once (``json``).
+
+    ``raw`` and ``jsonl`` records end with ``delimiter`` (a line end by default).
 
     Raises:
         BadInputError: a document that is not JSON, or not an envelope without ``--topic``.
@@ -99,9 +132,9 @@ def read_messages(source: IO[bytes], fmt: Format, topic: str | None) -> Iterator
         return
     if fmt == "raw" and topic is None:
         raise ValueError("--format raw needs a topic (raw lines carry none)")
-    for number, line in enumerate(source, 1):
+    for number, line in enumerate(_records(source, delimiter), 1):
         size = len(line)
-        body = line.rstrip(b"\r\n")
+        body = line.rstrip(b"\r\n") if delimiter == b"\n" else line.removesuffix(delimiter)
         if not body.strip():
             continue
         if fmt == "raw":
@@ -144,6 +177,62 @@ def envelope(message: Message) -> dict[str, Any]:
     return out
 
 
+_FIELD = re.compile(r"\{([A-Za-z_]+)\}")
+
+_TEMPLATE_FIELDS = frozenset(
+    {
+        "data",
+        "topic",
+        "bookmark",
+        "command",
+        "sow_key",
+        "correlation_id",
+        "timestamp",
+        "sequence",
+        "expiration",
+        "user_id",
+        "lease_period",
+        "message_length",
+    }
+)
+
+
+def template_fields(template: str) -> list[str]:
+    """The placeholders of ``template``; ``ValueError`` names one that is not known."""
+    names = _FIELD.findall(template)
+    for name in names:
+        if name not in _TEMPLATE_FIELDS:
+            known = " ".join("{" + n + "}" for n in sorted(_TEMPLATE_FIELDS))
+            raise ValueError(f"unknown placeholder {{{name}}} (known: {known})")
+    return names
+
+
+def _field(message: Message, name: str) -> bytes:
+    if name == "data":
+        return message.data
+    if name == "message_length":
+        return str(len(message.data)).encode()
+    if name == "expiration":
+        value: object = message.get_expiration()
+    elif name == "user_id":
+        value = message.get_user_id()
+    else:
+        value = getattr(message, name)
+    return b"" if value is None else str(value).encode()
+
+
+def render(template: str, message: Message) -> bytes:
+    """``template`` with each placeholder replaced by ``message``'s field."""
+    out: list[bytes] = []
+    last = 0
+    for match in _FIELD.finditer(template):
+        out.append(template[last : match.start()].encode())
+        out.append(_field(message, match.group(1)))
+        last = match.end()
+    out.append(template[last:].encode())
+    return b"".join(out)
+
+
 class Writer:
     """Writes received messages to ``out`` in ``fmt``.
 
@@ -151,11 +240,25 @@ class Writer:
         out: a binary stream (``sys.stdout.buffer``).
         fmt: the output format.
         live: flush after each message (subscriptions), so that a reader sees it at once.
+        template: write each message as this text (placeholders replaced) instead.
+        separator: what ends each item (default a newline).
     """
 
-    def __init__(self, out: IO[bytes], fmt: Format, *, live: bool) -> None:
+    def __init__(
+        self,
+        out: IO[bytes],
+        fmt: Format,
+        *,
+        live: bool,
+        template: str | None = None,
+        separator: bytes = b"\n",
+    ) -> None:
+        if template is not None:
+            template_fields(template)
         self._out = out
         self._fmt = fmt
+        self._template = template
+        self._separator = separator
         self._live = live
         self._first = True
         self._open = False
@@ -168,7 +271,9 @@ class Writer:
 
     def write(self, message: Message) -> None:
         """Write one message."""
-        if self._fmt == "raw":
+        if self._template is not None:
+            self._emit(render(self._template, message))
+        elif self._fmt == "raw":
             self._emit(message.data)
         else:
             self._emit(json.dumps(envelope(message)).encode())
@@ -181,7 +286,7 @@ class Writer:
         if self._fmt == "json":
             self._out.write((b"\n" if self._first else b",\n") + item)
         else:
-            self._out.write(item + b"\n")
+            self._out.write(item + self._separator)
         self._first = False
         if self._live:
             self._out.flush()

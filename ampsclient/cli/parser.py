@@ -26,6 +26,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _byte(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"must be a byte value, 0 to 255, got {value}")
+    return value
+
+
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("connection and output")
@@ -49,6 +56,20 @@ def _common() -> argparse.ArgumentParser:
         default="raw",
         help="raw: bodies, one per line; jsonl: one JSON envelope per line; json: one JSON "
         "array (default raw)",
+    )
+    group.add_argument(
+        "--template",
+        metavar="TEXT",
+        help="write each message as TEXT, with {data} {topic} {bookmark} {sow_key} "
+        "{correlation_id} {timestamp} {command} {sequence} {expiration} {user_id} "
+        "{lease_period} {message_length} replaced (AMPS spark's -format)",
+    )
+    group.add_argument(
+        "--delimiter",
+        type=_byte,
+        metavar="N",
+        help="the decimal value of the byte that ends each message, read (publish: raw and "
+        "jsonl) and written (raw and --template); default 10, a line end",
     )
     group.add_argument(
         "--timeout",

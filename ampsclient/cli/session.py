@@ -216,7 +216,17 @@ class Session:
         self.name: str = args.name or f"ampsclient-cli-{socket.gethostname()}-{os.getpid()}"
         self.ssl_context = tls_context(args, self.servers)
         fmt: Format = args.format
-        self.writer = Writer(stdout, fmt, live=self.command != "sow")
+        delimiter = b"\n" if args.delimiter is None else bytes([args.delimiter])
+        try:
+            self.writer = Writer(
+                stdout,
+                fmt,
+                live=self.command != "sow",
+                template=args.template,
+                separator=delimiter,
+            )
+        except ValueError as exc:
+            raise UsageError(f"--template: {exc}") from None
         self.progress = Progress(self.command, stream=stderr, enabled=not args.quiet)
         self.client: HAClient | None = None
         self.extra = ""

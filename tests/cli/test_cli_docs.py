@@ -45,6 +45,14 @@ def test_cli_page_examples_run(amps: ServerProcess, tmp_path: Path) -> None:
     assert any(line.startswith(f"pong from {amps.uri}") for line in out)
     assert "sow failed with status 1" in out
     assert "publish: 3 messages in " in done.stderr and "3 persisted" in done.stderr
+    # the spark syntax section
+    assert out.count('orders {"id": 12, "qty": 3}') == 1
+    assert out[out.index('orders {"id": 12, "qty": 3}') + 1] == 'orders {"id": 11, "qty": 2}'
+    assert "deleted 3 of 3 matching records from orders" in out
+    assert "refused with status 2" in out
+    assert [line for line in out if line.startswith("replayed ")] == [
+        f'replayed {{"id": {i}, "qty": {i - 9}}}' for i in (10, 11, 12)
+    ]
 
 
 def test_the_page_shows_the_configuration_its_examples_run_against() -> None:
