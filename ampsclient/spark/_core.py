@@ -51,7 +51,7 @@ from ..protocol.bookmarks import (
     format_timestamp,
     parse_bookmark,
 )
-from ..protocol.message import Message
+from ..protocol.message import Message, body_offset
 from ..sync import Client
 from ..uri import parse_uri
 
@@ -61,6 +61,7 @@ __all__ = [
     "AMPSDataLossError",
     "AMPSSparkError",
     "AMPSUnavailableError",
+    "Backlog",
     "Bound",
     "Position",
     "ReadOptions",
@@ -371,6 +372,8 @@ READ_OPTIONS: Final = (
     "metadataColumns",
     "numPartitions",
     "maxRowsPerBatch",
+    "maxRecordsPerTrigger",
+    "maxBytesPerTrigger",
     "fenceTopic",
     "mode",
     "connectTimeout",
@@ -460,6 +463,9 @@ class ReadOptions:
     """``asOf`` of a historical SOW query, as an AMPS timestamp."""
     splits: tuple[str, ...] | None = None
     """``splits``: content filters, one task each (ANDed with ``filter``)."""
+    max_bytes_per_trigger: int | None = None
+    """``maxBytesPerTrigger``: bytes of message data per micro-batch at most (one message
+    always fits)."""
     fail_on_data_loss: bool = True
     """``failOnDataLoss``: a start the log no longer holds fails the read (``False``: the
     read continues from the oldest message the log still holds, with a warning)."""
@@ -515,6 +521,13 @@ class ReadOptions:
         if sow.command == "sow" and metadata is None:
             metadata = SOW_COLUMNS if parse == "none" else SOW_PARSED_COLUMNS
         max_rows = _int(options, "maxRowsPerBatch", None, 1)
+        max_records = _int(options, "maxRecordsPerTrigger", None, 1)
+        if max_rows is not None and max_records is not None and max_rows != max_records:
+            raise AMPSSparkError(
+                "maxRecordsPerTrigger and maxRowsPerBatch are the same option (its Kafka "
+                f"name and its old name): give one, not {max_records} and {max_rows}"
+            )
+        max_rows = max_rows if max_rows is not None else max_records
         fence_topic = options.get("fencetopic", DEFAULT_FENCE_TOPIC).strip() or None
         mode = (options.get("mode") or "permissive").strip().lower()
         if mode not in ("permissive", "failfast"):
@@ -547,6 +560,7 @@ class ReadOptions:
             as_of=sow.as_of,
             splits=_splits(options),
             fail_on_data_loss=_option_flag(options, "failOnDataLoss", True),
+            max_bytes_per_trigger=_int(options, "maxBytesPerTrigger", None, 1),
         )
 
 
@@ -558,7 +572,15 @@ class _SowOptions:
     as_of: str | None
 
 
-_REPLAY_ONLY: Final = ("bookmark", "begin", "end", "maxRowsPerBatch", "fenceTopic")
+_REPLAY_ONLY: Final = (
+    "bookmark",
+    "begin",
+    "end",
+    "maxRowsPerBatch",
+    "maxRecordsPerTrigger",
+    "maxBytesPerTrigger",
+    "fenceTopic",
+)
 _SOW_ONLY: Final = ("topN", "orderBy", "asOf")
 
 
@@ -938,24 +960,65 @@ def last_micros(
     return hi
 
 
-class _Counter:
-    """Counts a replay's deliveries on the client's thread, keeping the last one's payload."""
+@dataclass
+class Backlog:
+    """What a :func:`scan` saw after the position it returned: the messages (and the bytes of
+    their data) between it and the log's end."""
 
-    def __init__(self, limit: int | None) -> None:
+    messages: int = 0
+    size: int = 0
+    """Their bytes."""
+    last: bytes | None = None
+    """The payload of the last message of the range (the log's end, for this filter)."""
+
+    @property
+    def end_bookmark(self) -> str | None:
+        """The bookmark of the range's last message (``None``: nothing past the caps)."""
+        return None if self.last is None else Message(self.last).bookmark
+
+
+class _Counter:
+    """Counts a replay's deliveries on the client's thread, keeping the last counted one's
+    payload; past a row or byte cap it only counts the rest (when asked for a backlog)."""
+
+    def __init__(self, limit: int | None, max_bytes: int | None, backlog: Backlog | None) -> None:
         self.limit = limit
+        self.max_bytes = max_bytes
+        self.backlog = backlog
+        self.sizing = max_bytes is not None or backlog is not None
         self.count = 0
+        self.bytes = 0
+        self.full = False
         self.last: bytes | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
 
+    def _stop(self) -> None:
+        self.full = True
+        if self.backlog is None:
+            self.done.set()
+
     def on_message(self, message: Message) -> None:
         raw = message.raw_payload
         if raw.startswith(b'{"c":"p"') or message.command == "publish":
-            if self.limit is None or self.count < self.limit:
-                self.count += 1
-                self.last = raw
-                if self.count == self.limit:
-                    self.done.set()
+            size = len(raw) - body_offset(raw) if self.sizing else 0
+            if not self.full and (
+                self.max_bytes is not None and self.count and self.bytes + size > self.max_bytes
+            ):
+                self._stop()  # this one would go over the byte cap (one message always fits)
+            if self.full:
+                if self.backlog is not None:
+                    self.backlog.messages += 1
+                    self.backlog.size += size
+                    self.backlog.last = raw
+                return
+            self.count += 1
+            self.bytes += size
+            self.last = raw
+            if self.count == self.limit or (
+                self.max_bytes is not None and self.bytes >= self.max_bytes
+            ):
+                self._stop()
         elif message.command == "ack":
             if message.status == "failure":
                 self.error = error_for_reason(message.reason, ack=message)
@@ -970,16 +1033,28 @@ class _Counter:
 
 
 def scan(
-    client: Client, topic: str, filter: str | None, bookmark: str, limit: int | None
+    client: Client,
+    topic: str,
+    filter: str | None,
+    bookmark: str,
+    limit: int | None,
+    *,
+    max_bytes: int | None = None,
+    backlog: Backlog | None = None,
 ) -> tuple[int, Position | None]:
-    """Count a replay range's messages, stopping after ``limit``; returns the count and the
-    position of the last message counted (``None`` when there was none).
+    """Count a replay range's messages, stopping after ``limit`` messages or ``max_bytes``
+    bytes of message data (the message that would go over is left out, except a first one,
+    which always fits); returns the
+    count and the position of the last message counted (``None`` when there was none).
+
+    With ``backlog``, the replay goes on to the range's end and the messages past the caps
+    are counted into it (what is left behind).
 
     The messages are counted by a handler on the client's thread without decoding them, and
     replayed without server times (cheaper for the server); one more probe asks for the time
     of the last one.
     """
-    counter = _Counter(limit)
+    counter = _Counter(limit, max_bytes, backlog)
     cmd = (
         Command("subscribe")
         .set_topic(topic)

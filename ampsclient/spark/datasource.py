@@ -37,6 +37,7 @@ from ._convert import RowBuilder, output_schema
 from ._core import (
     REPLAY_OPTIONS,
     AMPSSparkError,
+    Backlog,
     Bound,
     Position,
     ReadOptions,
@@ -65,11 +66,12 @@ try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python source
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadLimit,
+        ReadMaxBytes,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
 except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
-    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadLimit = ReadMaxRows = ReadMaxBytes = None  # type: ignore[assignment,misc]
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in: the mixin does not exist before Spark 4.2."""
@@ -365,6 +367,7 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: Client | None = None
         self._target: Bound | None = None
         self._last: dict[str, Any] | None = None
+        self._report: dict[str, Any] | None = None
         self._warned = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -427,10 +430,21 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"bookmark": start.text, "timestamp": ts}
 
     def getDefaultReadLimit(self) -> Any:
-        """``ReadMaxRows(maxRowsPerBatch)`` when that option is set."""
-        if ReadMaxRows is None or self.opts.max_rows_per_batch is None:
-            return ReadAllAvailable() if ReadAllAvailable is not None else None
-        return ReadMaxRows(self.opts.max_rows_per_batch)
+        """``ReadMaxRows(maxRecordsPerTrigger)`` when that option (or its old name
+        ``maxRowsPerBatch``) is set, else ``ReadMaxBytes(maxBytesPerTrigger)`` when that is;
+        with both, the byte cap is applied with the row limit."""
+        opts = self.opts
+        if ReadMaxRows is not None and opts.max_rows_per_batch is not None:
+            return ReadMaxRows(opts.max_rows_per_batch)
+        if ReadMaxBytes is not None and opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(opts.max_bytes_per_trigger)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """For ``StreamingQueryProgress.sources[].latestOffset``: the log's end as the last
+        ``latestOffset`` saw it past its caps (``bookmark`` of the topic's last message, and
+        ``messagesBehind``/``bytesBehind``: what the caps left for later micro-batches)."""
+        return self._report
 
     def prepareForTriggerAvailableNow(self) -> None:
         """``trigger(availableNow=True)``: stop at the log's end as of now."""
@@ -447,32 +461,57 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, Any]:
-        """The position of the last new message (at most ``maxRowsPerBatch`` after ``start``);
-        ``start`` itself when there is nothing new."""
+        """The position of the last new message (at most ``maxRecordsPerTrigger`` messages
+        or ``maxBytesPerTrigger`` bytes after ``start``); ``start`` itself when there is
+        nothing new. With a cap, the rest of the log is counted too (``reportLatestOffset``)."""
+        opts = self.opts
         cap: int | None = None
+        max_bytes: int | None = None
         if start is None:
             # Spark 4.0/4.1 call latestOffset() without the start: any earlier position finds
             # the same last message, but a row cap needs the real start, so none is applied
             start = self._last if self._last is not None else self.initialOffset()
-            if self.opts.max_rows_per_batch is not None and not self._warned:
+            capped = opts.max_rows_per_batch is not None or opts.max_bytes_per_trigger is not None
+            if capped and not self._warned:
                 self._warned = True
-                log.warning("maxRowsPerBatch needs Spark 4.2+ (admission control); ignored")
+                log.warning(
+                    "maxRecordsPerTrigger/maxBytesPerTrigger need Spark 4.2+ (admission "
+                    "control); ignored"
+                )
         elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = int(limit.max_rows)
+            max_bytes = opts.max_bytes_per_trigger
+        elif ReadMaxBytes is not None and isinstance(limit, ReadMaxBytes):
+            max_bytes = int(limit.max_bytes)
         begin = offset_bounds(start, start)[0]
         end = self._target or Bound(NOW, True)
         bookmark = range_text(begin, end)
-        opts = self.opts
+        backlog = Backlog() if cap is not None or max_bytes is not None else None
 
         def count_new(client: Client) -> tuple[int, Position | None]:
             try:
-                return scan(client, opts.topic, opts.filter, bookmark, cap)
+                return scan(
+                    client, opts.topic, opts.filter, bookmark, cap,
+                    max_bytes=max_bytes, backlog=backlog,
+                )  # fmt: skip
             except InvalidBookmarkError as exc:
                 rest = after_data_loss(opts, bookmark, exc, start.get("timestamp"))
-                return scan(client, opts.topic, opts.filter, rest, cap)
+                if backlog is not None:
+                    backlog.messages = backlog.size = 0
+                return scan(
+                    client, opts.topic, opts.filter, rest, cap,
+                    max_bytes=max_bytes, backlog=backlog,
+                )  # fmt: skip
 
         found: tuple[int, Position | None] = self._call("finding new messages", count_new)
         count, pos = found
+        behind = backlog or Backlog()
+        end_bm = behind.end_bookmark or (pos.bookmark if pos is not None else start["bookmark"])
+        self._report = {
+            "bookmark": end_bm,
+            "messagesBehind": behind.messages,
+            "bytesBehind": behind.size,
+        }
         if pos is None:
             return start
         offset = pos.offset()
