@@ -228,6 +228,9 @@ class Delivery:
             # (kind, timestamp) -> sub ids; kind: "p" full, "d" delta, "o" oof
             groups: dict[tuple[str, bool], list[Subscription]] = {}
             for sub in subs:
+                if sub.page is not None:
+                    self.page_changed(conn, sub, {record.key}, "deleted")
+                    continue
                 pred = sub.predicate
                 matches = pred is None or (new_doc is not None and pred(new_doc))
                 if matches and sub.conflation is not None:
@@ -277,6 +280,39 @@ class Delivery:
         if sent:
             self.topics.delivered(sow.topic, sent)
 
+    def page_changed(
+        self, conn: Connection, sub: Subscription, changed: set[str], removed_reason: str
+    ) -> None:
+        """The records ``changed`` of a paginated subscription's topic were written or removed:
+        send what entered or changed in its page, and ``oof`` what left it (``removed_reason``
+        for a record gone from the SOW, ``match`` for one moved out; :mod:`.pagination`)."""
+        page = sub.page
+        assert page is not None
+        publish, left = page.refresh(changed)
+        topic = page.sow.topic
+        if sub.oof:
+            for record in left:
+                reason = "match" if record.key in page.sow else removed_reason
+                fields: dict[str, Any] = {
+                    "c": "oof",
+                    "t": topic,
+                    "sids": None,
+                    "k": record.key,
+                    "reason": reason,
+                }
+                self.send_group(conn, (sub,), fields, record.data)
+        for record in publish:
+            fields = {"c": "p", "t": topic, "sids": None, "k": record.key}
+            if record.bookmark:
+                fields["bm"] = record.bookmark
+            if record.correlation_id:
+                fields["x"] = record.correlation_id
+            if sub.timestamp:
+                fields["ts"] = record.timestamp
+            self.send_group(conn, (sub,), fields, record.data)
+        if publish:
+            self.topics.delivered(topic, len(publish))
+
     @staticmethod
     def send_group(
         conn: Connection, group: Sequence[Subscription], fields: dict[str, Any], body: bytes
@@ -289,7 +325,12 @@ class Delivery:
         if not records:
             return
         route = self._index.route(sow.message_type, sow.topic)
-        targets = [(conn, [s for s in subs if s.oof]) for conn, subs in route]
+        removed = {r.key for r in records}
+        for paged_conn, route_subs in route:
+            for paged in route_subs:
+                if paged.page is not None:
+                    self.page_changed(paged_conn, paged, removed, reason)
+        targets = [(conn, [s for s in subs if s.oof and s.page is None]) for conn, subs in route]
         targets = [(conn, subs) for conn, subs in targets if subs]
         if not targets:
             return

@@ -22,6 +22,7 @@ from .conflation import LiveConflation
 from .topics import TopicMatcher
 
 if TYPE_CHECKING:
+    from .pagination import Page
     from .session import Session, TimerHandle
     from .txlog import Replay
 
@@ -146,6 +147,7 @@ class Subscription:
         "no_empties",
         "oof",
         "options",
+        "page",
         "paused",
         "predicate",
         "replay",
@@ -185,6 +187,9 @@ class Subscription:
         self.replay: Replay[Subscription] | None = None
         """For bookmark subscriptions: the cursor over the transaction log."""
         self.conflation: LiveConflation | None = None
+        self.page: Page | None = None
+        """The page of a paginated ``sow_and_subscribe`` (``top_n`` and ``skip_n``;
+        :mod:`.pagination`): only what enters, changes in or leaves it is delivered."""
         """Conflation holds of a regular subscription (options ``conflation``/``conflation_key``;
         a bookmark subscription's are on its :attr:`replay`)."""
 

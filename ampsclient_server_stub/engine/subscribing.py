@@ -16,6 +16,7 @@ from ampsclient.protocol.header import Header, encode_header
 
 from .conflation import ConflationError, ConflationSpec, LiveConflation, parse_conflation
 from .hooks import BrokerHooks
+from .pagination import Page
 from .payload import Select, apply_select, encode
 from .query_options import query_options
 from .replay_scheduler import ReplayScheduler
@@ -315,9 +316,22 @@ class Subscribing:
         query_id = text(hdr.get("query_id")) or cid or (sub.sub_id if sub else None) or ""
         sub_id = sub.sub_id if sub is not None else None
 
+        paginated = sub is not None and top_n is not None and options.get("skip_n") is not None
+        if paginated:
+            _check_paginated(sows, delta=delta, keys=keys, sub=sub)
         results, matches, topic_matches = self._sows.query(
             sows, predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n
         )
+        if paginated:
+            assert sub is not None and top_n is not None
+            sub.page = Page(
+                sows[0],
+                predicate=predicate,
+                order_by=order_by,
+                skip_n=skip_n,
+                top_n=top_n,
+                records=[record for _sow, record in results],
+            )
         send = conn.session.send
         send_acks(send, hdr, flags & (RECEIVED | PROCESSED), sub_id=sub_id, query_id=query_id)
         send(encode_header({"c": "group_begin", "query_id": query_id}))
@@ -335,6 +349,27 @@ class Subscribing:
         send_acks(
             send, hdr, flags & (COMPLETED | STATS), sub_id=sub_id, query_id=query_id, extra=stats
         )
+
+
+def _check_paginated(
+    sows: list[SowTopic], *, delta: bool, keys: list[str] | None, sub: Subscription | None
+) -> None:
+    """Refuse what a paginated subscription (``top_n`` with ``skip_n``) cannot be here.
+
+    Raises:
+        CommandFailure: ``invalid options``, naming what is refused.
+    """
+    why = None
+    if len(sows) != 1:
+        why = "a paginated subscription (top_n with skip_n) needs exactly one SOW topic"
+    elif delta:
+        why = "a paginated subscription (top_n with skip_n) cannot be a delta subscription"
+    elif keys:
+        why = "a paginated subscription (top_n with skip_n) cannot name sow_keys"
+    elif sub is not None and sub.conflation is not None:
+        why = "a paginated subscription (top_n with skip_n) cannot be conflated"
+    if why is not None:
+        raise CommandFailure("invalid options", why)
 
 
 def _sow_batch(
