@@ -80,6 +80,11 @@ def compile_stage(fields: Sequence[str], *, stage: str) -> Stage:
     rules = []
     for text in fields:
         text = text.strip()
+        if text.upper().startswith("REMOVE"):
+            raise EnrichmentError(
+                f"<{stage}> <Field> {text!r}: removing a field is not implemented by the "
+                "reference server"
+            )
         match = _FIELD.match(text)
         head, path = (match["expr"], match["path"]) if match else ("", "")
         if not head.strip():

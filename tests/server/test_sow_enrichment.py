@@ -67,6 +67,12 @@ def test_the_stages_are_read(tmp_path: Path) -> None:
             "json",
             "<Filter> in <Enrichment> is not supported by the reference server",
         ),
+        (
+            "<Enrichment><Field>REMOVE /qty</Field></Enrichment>",
+            "json",
+            "SOW topic 'orders': <Enrichment> <Field> 'REMOVE /qty': removing a field is not "
+            "implemented by the reference server",
+        ),
         ("<Enrichment></Enrichment>", "json", "SOW topic 'orders': <Enrichment> has no <Field>"),
         (
             PRE + PRE,
