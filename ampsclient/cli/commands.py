@@ -63,14 +63,25 @@ def publish(session: Session) -> ExitCode:
         client = session.connect()
         progress = session.progress
         message = first
+        start, sent = time.monotonic(), 0
         while message is not None:
-            client.publish(
-                message.topic,
-                message.data,
-                message.expiration,
-                correlation_id=message.correlation_id,
-                sow_key=message.sow_key,
-            )
+            if args.rate is not None:  # message n leaves at start + n / rate
+                wait = start + sent / args.rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+            if not args.delta:
+                client.publish(
+                    message.topic,
+                    message.data,
+                    message.expiration,
+                    correlation_id=message.correlation_id,
+                    sow_key=message.sow_key,
+                )
+            elif message.correlation_id is None and message.sow_key is None:
+                client.delta_publish(message.topic, message.data, message.expiration)
+            else:
+                raise UsageError("--delta publishes no correlation_id nor sow_key")
+            sent += 1
             progress.tick(message.size)
             message = next(messages, None)
         try:  # --timeout bounds this wait and the close's together
@@ -128,7 +139,7 @@ def _data(message: Message) -> bool:
 
 def subscribe(session: Session) -> ExitCode:
     """Print what is published to ``--topic`` (from ``--bookmark``, when given)."""
-    cmd = _query("subscribe", session)
+    cmd = _query("delta_subscribe" if session.args.delta else "subscribe", session)
     client = session.connect()
     session.writer.begin()
     _drain(session, client.execute(cmd), _data)
@@ -153,7 +164,8 @@ def sow(session: Session) -> ExitCode:
 
 def sow_and_subscribe(session: Session) -> ExitCode:
     """Print the SOW records, then every update (and ``oof`` notices in json/jsonl)."""
-    cmd = _sow_command("sow_and_subscribe", session)
+    name = "sow_and_delta_subscribe" if session.args.delta else "sow_and_subscribe"
+    cmd = _sow_command(name, session)
     client = session.connect()
     session.writer.begin()
     raw = session.args.format == "raw"

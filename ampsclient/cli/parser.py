@@ -155,6 +155,21 @@ def _bookmark(p: argparse.ArgumentParser, default: str | None) -> None:
     )
 
 
+def _delta(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--delta",
+        action="store_true",
+        help="a delta subscription: updates carry only the fields that changed",
+    )
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
 def _count(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--count", "-n", type=_positive_int, default=0, help="stop after this many messages"
@@ -190,9 +205,17 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--file", "-i", help="read the messages from this file")
     source.add_argument("--data", "-d", help="publish this one message")
+    p.add_argument("--delta", action="store_true", help="delta_publish: merge into the SOW record")
+    p.add_argument(
+        "--rate",
+        type=_rate,
+        metavar="PER_SECOND",
+        help="publish at most this many messages a second (0.25: one every 4 s)",
+    )
 
     p = command("subscribe", "print the messages published to a topic, until Ctrl-C")
     _query(p)
+    _delta(p)
     _bookmark(p, None)
     _count(p)
 
@@ -205,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("sow_and_subscribe", "print the SOW records, then the updates, until Ctrl-C")
     _query(p)
+    _delta(p)
     _bookmark(p, None)
     p.add_argument("--batch-size", type=_positive_int, default=100, help="records per batch")
     p.add_argument("--top-n", type=_positive_int, default=None, help="at most this many records")

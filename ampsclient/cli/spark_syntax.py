@@ -59,14 +59,22 @@ COMMANDS: dict[str, dict[str, _Flag]] = {
         "topic": _QUERY["topic"],
         "file": _Flag("--file", True, "file to publish (.gz and .zip read uncompressed)"),
         "delimiter": _QUERY["delimiter"],
+        "delta": _Flag("--delta", False, "delta publish"),
+        "rate": _Flag("--rate", True, "messages a second ('.25': one every 4 s)"),
     },
     "subscribe": {
         **_CONNECTION,
         **_QUERY,
+        "delta": _Flag("--delta", False, "delta subscription"),
         "bookmark": _Flag("--bookmark", True, "replay from this bookmark"),
     },
     "sow": {**_CONNECTION, **_QUERY, **_SOW},
-    "sow_and_subscribe": {**_CONNECTION, **_QUERY, **_SOW},
+    "sow_and_subscribe": {
+        **_CONNECTION,
+        **_QUERY,
+        **_SOW,
+        "delta": _Flag("--delta", False, "delta subscription"),
+    },
     "sow_delete": {**_CONNECTION, "topic": _QUERY["topic"], "filter": _QUERY["filter"]},
     "ping": dict(_CONNECTION),
 }
@@ -75,8 +83,6 @@ COMMANDS: dict[str, dict[str, _Flag]] = {
 _REFUSED: dict[str, str] = {
     "authenticator": "a Java authenticator class cannot be loaded here; give the password in "
     "-server user:password@host:port or use --password-file / --ask-password",
-    "delta": "delta publish and delta subscribe are not offered by this command line",
-    "rate": "publishing at a fixed rate is not offered by this command line",
     "copy": "copying messages to another server is not offered by this command line",
     "ack": "queue acknowledgement is not offered by this command line",
     "backlog": "queue max_backlog is not offered by this command line",
@@ -169,8 +175,10 @@ def translate(argv: Sequence[str]) -> list[str]:
         option = flags[name].option
         assert option is not None
         out += [option, value]
-    if "verbose" in switches:
-        out.append("--verbose")
+    for name in sorted(switches - {"secure"}):
+        option = flags[name].option
+        assert option is not None
+        out.append(option)
     if command == "sow_delete" and "filter" not in values:
         raise SparkSyntaxError("sow_delete: -filter is required")
     return out + ours

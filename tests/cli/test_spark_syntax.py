@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, ServerProcess, cli
+from cli_helpers import ROOT, ServerProcess, cli, start_cli
+from test_cli_commands import LineReader
 
 from ampsclient.cli import spark_syntax
 from ampsclient.cli.spark_syntax import SparkSyntaxError, translate
@@ -142,8 +144,7 @@ def test_ping_user_at_host_and_unreachable(amps: ServerProcess, dead_uri: str) -
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["publish", "-server", "h:1", "-type", "json", "-topic", "t", "-rate", "5"], "-rate"),
-        (["publish", "-server", "h:1", "-type", "json", "-topic", "t", "-delta"], "-delta"),
+        (["sow", "-server", "h:1", "-type", "json", "-topic", "t", "-delta"], "-delta"),
         (["subscribe", "-server", "h:1", "-type", "json", "-topic", "t", "-copy", "x"], "-copy"),
         (["subscribe", "-server", "h:1", "-type", "json", "-topic", "t", "-ack"], "-ack"),
         (["sow", "-server", "h:1", "-type", "json", "-topic", "t", "-backlog", "2"], "-backlog"),
@@ -181,13 +182,13 @@ def test_translation() -> None:
 
 def test_refusal_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code = spark_syntax.main(
-        ["publish", "-server", "h:1", "-type", "json", "-topic", "t", "-rate", "1"]
+        ["subscribe", "-server", "h:1", "-type", "json", "-topic", "t", "-copy", "h:2"]
     )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "ampsclient spark publish: UsageError: -rate is not supported: publishing at a fixed "
-        "rate is not offered by this command line"
+        "ampsclient spark subscribe: UsageError: -copy is not supported: copying messages to "
+        "another server is not offered by this command line"
     ]
 
 
@@ -205,3 +206,47 @@ def test_amps_spark_console_script() -> None:
     help_run = cli("spark", "help")
     assert help_run.returncode == 0
     assert "sow_and_subscribe" in help_run.stdout
+
+
+def test_publish_delta_merges_into_the_record(amps: ServerProcess) -> None:
+    server = hostport(amps)
+    base = ("publish", "-server", server, "-type", "json", "-topic", "orders")
+    first = spark(*base, stdin='{"id":1,"a":1,"b":1}\n')
+    assert first.returncode == 0, first.stderr
+    delta = spark(*base, "-delta", stdin='{"id":1,"b":2}\n')
+    assert delta.returncode == 0, delta.stderr
+    got = spark("sow", "-server", server, "-type", "json", "-topic", "orders")
+    assert [json.loads(line) for line in got.stdout.splitlines()] == [{"id": 1, "a": 1, "b": 2}]
+
+
+def test_publish_rate_paces_the_messages(
+    amps: ServerProcess, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    data = tmp_path / "ten.json"
+    data.write_text("".join(json.dumps({"id": i}) + "\n" for i in range(11)))
+    argv = ["publish", "-server", hostport(amps), "-type", "json", "-topic", "orders"]
+    start = time.monotonic()
+    code = spark_syntax.main([*argv, "-file", str(data), "-rate", "10", "--quiet"])
+    elapsed = time.monotonic() - start
+    assert code == 0, capsysbinary.readouterr()
+    # message n leaves at n / 10 s: the 11th at 1.0 s (without -rate: a few ms)
+    assert elapsed >= 0.99
+    assert sorted(sow_ids(amps)) == list(range(11))
+
+
+def test_sow_and_subscribe_delta(amps: ServerProcess) -> None:
+    server = hostport(amps)
+    base = ("-server", server, "-type", "json", "-topic", "orders")
+    assert spark("publish", *base, stdin='{"id":1,"a":1,"b":1}\n').returncode == 0
+    proc = start_cli("spark", "sow_and_subscribe", *base, "-delta", "--count", "2", "--quiet")
+    try:
+        reader = LineReader(proc)
+        assert json.loads(reader.next()) == {"id": 1, "a": 1, "b": 1}  # the SOW part: placed
+        assert spark("publish", *base, stdin='{"id":1,"a":1,"b":2}\n').returncode == 0
+        update = json.loads(reader.next())
+        assert update["b"] == 2 and "a" not in update  # only what changed (and the key)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
