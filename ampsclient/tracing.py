@@ -134,11 +134,11 @@ class Instrumentation:
         self._dropped = False
         self._attrs: dict[tuple[str | None, str | None, str, str], dict[str, Any]] = {}
         self._outer.add_connection_state_listener(self._on_state)
-        self._client.set_observer(self)
+        self._outer.set_observer(self)  # an HA client also switches its C lane off
 
     def uninstrument(self) -> None:
         """Stop observing (the client's C publish lane stays off)."""
-        self._client.set_observer(None)
+        self._outer.set_observer(None)
         try:
             self._outer.remove_connection_state_listener(self._on_state)
         except (AttributeError, ValueError):
