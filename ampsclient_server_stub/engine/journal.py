@@ -21,9 +21,11 @@ Archived segments live in the archive directory under the same names (their side
 
 The journal is split by concern: :mod:`.journal_types` (records, errors, constants),
 :mod:`.journal_segments` (segments in memory, handles, the shared table),
-:mod:`.journal_recovery` (finding and loading files), :mod:`.journal_reads` (blocks, time
-lookups, cursors) and :mod:`.journal_maintenance` (remove, compress, archive). This module holds
-:class:`Journal`: appending, group commit, sealing and lookups, and re-exports the public names.
+:mod:`.journal_recovery` (finding and loading files), :mod:`.journal_open` (the files and their
+state: :class:`~.journal_open.JournalFiles`), :mod:`.journal_reads` (blocks, time lookups,
+cursors) and :mod:`.journal_maintenance` (remove, compress, archive). This module holds
+:class:`Journal`, which owns one ``JournalFiles`` (composition, not a base class): appending,
+group commit, lookups, reads and management, and re-exports the public names.
 
 Memory stays flat as the log grows: the active segment keeps a few ``array('Q')`` columns (8 bytes
 per record per column); sealed segments keep only a handful of numbers each, and their sidecar
@@ -68,7 +70,7 @@ from .journal_maintenance import (
     describe,
     remove_segments,
 )
-from .journal_open import JournalBase
+from .journal_open import JournalFiles
 from .journal_reads import JournalCursor, collect_blocks, locate_time
 from .journal_segments import (
     DiskSegment,
@@ -137,7 +139,7 @@ def _check_command(command: str, publisher_id: int) -> None:
         raise ValueError(f"publisher_id must be unsigned 64-bit: {publisher_id!r}")
 
 
-class Journal(JournalBase):
+class Journal:
     """A segmented transaction log in one directory.
 
     Args:
@@ -175,32 +177,58 @@ class Journal(JournalBase):
         ValueError: a bad option (including an archive directory equal to ``directory``).
     """
 
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        journal_size: int = DEFAULT_JOURNAL_SIZE,
+        fsync: FsyncPolicy = "always",
+        preallocated_files: int = 0,
+        name: str | None = None,
+        archive_directory: str | os.PathLike[str] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self._files = JournalFiles(
+            directory,
+            journal_size=journal_size,
+            fsync=fsync,
+            preallocated_files=preallocated_files,
+            name=name,
+            archive_directory=archive_directory,
+            read_only=read_only,
+        )
+
     # ---------------------------------------------------------------- properties
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._files.closed
 
     @property
     def directory(self) -> Path:
         """The journal directory."""
-        return self._dir
+        return self._files.directory
 
     @property
     def archive_directory(self) -> Path | None:
         """Where :meth:`archive` moves sealed files (``None``: not configured)."""
-        return self._archive
+        return self._files.archive_directory
 
     @property
     def name(self) -> str:
         """The prefix of this journal's files (the instance name)."""
-        return self._names.prefix
+        return self._files.names.prefix
 
     @property
     def fsync_policy(self) -> FsyncPolicy:
         """The durability policy given at opening."""
-        return self._policy
+        return self._files.fsync_policy
 
     @property
     def last_index(self) -> int:
         """Index of the newest record (0 when nothing was ever appended)."""
-        return self._last_index
+        return self._files.last_index
 
     @property
     def first_index(self) -> int:
@@ -209,25 +237,27 @@ class Journal(JournalBase):
         When the journal holds no record this is ``last_index + 1`` (so 1 for a new journal):
         ``first_index <= i <= last_index`` is always the retained range.
         """
-        with self._lock:
-            return self._segments[0].first_index
+        f = self._files
+        with f.lock:
+            return f.segments[0].first_index
 
     @property
     def durable_index(self) -> int:
         """The highest index known durable under the fsync policy (as of the last sync)."""
-        return self._durable_index
+        return self._files.durable_index
 
     def last_sequence(self, publisher_id: int) -> int:
         """The highest sequence stored for ``publisher_id`` (0 if none).
 
         Survives restarts and pruning (kept in ``<name>.clients`` for sealed segments).
         """
-        return self._last_seq.get(publisher_id, 0)
+        return self._files.last_seq.get(publisher_id, 0)
 
     def last_sequences(self) -> dict[int, int]:
         """A copy of the highest stored sequence of every publisher seen."""
-        with self._lock:
-            return dict(self._last_seq)
+        f = self._files
+        with f.lock:
+            return dict(f.last_seq)
 
     # ---------------------------------------------------------------- appending
 
@@ -263,6 +293,7 @@ class Journal(JournalBase):
             ValueError: a bad command, publisher id or sequence.
             JournalClosedError: the journal is closed (or read-only).
         """
+        f = self._files
         _check_command(command, publisher_id)
         if not 0 < sequence < _UINT64:
             raise ValueError(f"sequence must be unsigned 64-bit and >= 1: {sequence!r}")
@@ -270,23 +301,23 @@ class Journal(JournalBase):
             payload = bytes(payload)
         fdict: dict[str, str | int] = dict(fields) if fields else {}
         tail = _packb([command, topic, payload, fdict])
-        with self._lock:
-            self._check_appendable()
-            last_seq = self._last_seq
+        with f.lock:
+            f.check_appendable()
+            last_seq = f.last_seq
             if sequence <= last_seq.get(publisher_id, 0):
                 raise SequenceOrderError(
                     f"publisher {publisher_id}: sequence {sequence} is not above the last stored "
                     f"{last_seq.get(publisher_id, 0)}"
                 )
             ts = _time_ns() // 1000 if timestamp is None else timestamp
-            if ts < self._last_ts:
-                ts = self._last_ts
-            index = self._last_index + 1
+            if ts < f.last_ts:
+                ts = f.last_ts
+            index = f.last_index + 1
             body = _fixed_pack(index, ts, publisher_id, sequence) + tail
-            buf = self._buf
+            buf = f.buf
             buf += _frame_pack(len(body), _crc32(body))
             buf += body
-            seg = self._active
+            seg = f.active
             seg.offsets.append(seg.size)
             seg.timestamps.append(ts)
             pub = seg.pubs.get(publisher_id)
@@ -296,13 +327,13 @@ class Journal(JournalBase):
             pub[1].append(index)
             seg.size += len(body) + 8
             last_seq[publisher_id] = sequence
-            self._last_index = index
-            self._last_ts = ts
+            f.last_index = index
+            f.last_ts = ts
             if len(buf) >= _WRITE_AT:
-                self._write_out()
-            rotated = seg.size >= self._journal_size and self._rotate()
+                f.write_out()
+            rotated = seg.size >= f.journal_size and f.rotate()
         if rotated:  # the sync thread is not keeping up with sealing: do it here (bounds memory)
-            self._complete_seals()
+            f.complete_seals()
         return make_record(index, publisher_id, sequence, ts, command, topic, payload, fdict)
 
     def append_many(
@@ -334,21 +365,22 @@ class Journal(JournalBase):
             ValueError: a bad command, publisher id or sequence.
             JournalClosedError: the journal is closed (or read-only).
         """
+        f = self._files
         _check_command(command, publisher_id)
         if not records:
-            return self._last_index + 1, self._last_ts
+            return f.last_index + 1, f.last_ts
         prefix = _PREFIXES[command]
         fields_b = _packb(dict(fields)) if fields else _EMPTY_MAP
-        with self._lock:
-            self._check_appendable()
-            prev = self._last_seq.get(publisher_id, 0)
+        with f.lock:
+            f.check_appendable()
+            prev = f.last_seq.get(publisher_id, 0)
             ts = _time_ns() // 1000
-            if ts < self._last_ts:
-                ts = self._last_ts
-            first = self._last_index + 1
+            if ts < f.last_ts:
+                ts = f.last_ts
+            first = f.last_index + 1
             rotated = self._append_batch(publisher_id, records, prefix, fields_b, ts, prev)
         if rotated:  # the sync thread is not keeping up with sealing: do it here (bounds memory)
-            self._complete_seals()
+            f.complete_seals()
         return first, ts
 
     def _append_batch(
@@ -362,13 +394,14 @@ class Journal(JournalBase):
     ) -> bool:
         """Check, frame and buffer a batch (lock held): ``journal_frames`` builds the records
         up to each rotation point; True if sealing fell behind."""
-        buf = self._buf
-        index = self._last_index + 1
+        f = self._files
+        buf = f.buf
+        index = f.last_index + 1
         pos = 0
         n = len(records)
         rotated = False
         while pos < n:
-            seg = self._active
+            seg = f.active
             nxt, size, offsets, seqs, indexes = _journal_frames(
                 buf,
                 records,
@@ -379,7 +412,7 @@ class Journal(JournalBase):
                 prefix,
                 fields,
                 seg.size,
-                self._journal_size,
+                f.journal_size,
                 prev,
             )
             if nxt < 0:  # nothing of the batch was appended (the first call checks them all)
@@ -396,13 +429,13 @@ class Journal(JournalBase):
             index += nxt - pos
             pos = nxt
             prev = records[nxt - 1][0]
-            self._last_seq[publisher_id] = prev
-            self._last_index = index - 1
-            self._last_ts = ts
-            if size >= self._journal_size:  # rotate inside the batch, exactly where append() would
-                rotated = self._rotate() or rotated
+            f.last_seq[publisher_id] = prev
+            f.last_index = index - 1
+            f.last_ts = ts
+            if size >= f.journal_size:  # rotate inside the batch, exactly where append() would
+                rotated = f.rotate() or rotated
         if len(buf) >= _WRITE_AT:
-            self._write_out()
+            f.write_out()
         return rotated
 
     def flush(self) -> None:
@@ -410,9 +443,10 @@ class Journal(JournalBase):
 
         Not a durability point against power loss (see :meth:`sync`).
         """
-        with self._lock:
-            self._check_open()
-            self._write_out()
+        f = self._files
+        with f.lock:
+            f.check_open()
+            f.write_out()
 
     def sync(self) -> int:
         """Flush and (unless the policy is ``"never"``) fsync: a group commit.
@@ -424,30 +458,31 @@ class Journal(JournalBase):
         Returns:
             :attr:`durable_index`, now at least the :attr:`last_index` seen at the call.
         """
-        with self._sync_lock:
-            with self._lock:
-                self._check_open()
-                self._write_out()
-                target = self._last_index
-                pending = bool(self._pending)
+        f = self._files
+        with f.sync_lock:
+            with f.lock:
+                f.check_open()
+                f.write_out()
+                target = f.last_index
+                pending = bool(f.pending)
                 fd = -1
-                if self._durable_io and target > self._durable_index and not self._read_only:
-                    fd = os.dup(self._active.wfd)
-                self._stats["syncs"] += 1
+                if f.durable_io and target > f.durable_index and not f.read_only:
+                    fd = os.dup(f.active.wfd)
+                f.stats["syncs"] += 1
             if pending:
-                self._complete_seals()
-            if self._prealloc > 1 and not self._read_only:
-                self._top_up_spares()  # cheap when none is missing
+                f.complete_seals()
+            if f.prealloc > 1 and not f.read_only:
+                f.top_up_spares()  # cheap when none is missing
             if fd >= 0:
-                self._fsync(fd)
-            with self._lock:
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
-            if dir_dirty and self._durable_io and not self._read_only:
-                fsync_dir(self._dir)
-            with self._lock:
-                if target > self._durable_index:
-                    self._durable_index = target
-                return self._durable_index
+                f.fsync(fd)
+            with f.lock:
+                dir_dirty, f.dir_dirty = f.dir_dirty, False
+            if dir_dirty and f.durable_io and not f.read_only:
+                fsync_dir(f.directory)
+            with f.lock:
+                if target > f.durable_index:
+                    f.durable_index = target
+                return f.durable_index
 
     def write_through(self) -> int | None:
         """The commit of the ``never`` policy without a thread, when that is all it needs:
@@ -455,28 +490,29 @@ class Journal(JournalBase):
         index). ``None`` when the commit has more to do (an fsync policy, segments to seal,
         preallocated files to make), a :meth:`sync` is running, the journal is closed or the
         write failed: call :meth:`sync` then (which reports the failure)."""
-        if not self._sync_lock.acquire(blocking=False):
+        f = self._files
+        if not f.sync_lock.acquire(blocking=False):
             return None
         try:
-            with self._lock:
+            with f.lock:
                 if (
-                    self._closed
-                    or self._durable_io
-                    or self._read_only
-                    or self._pending
-                    or len(self._spares) < self._prealloc - 1
+                    f.closed
+                    or f.durable_io
+                    or f.read_only
+                    or f.pending
+                    or len(f.spares) < f.prealloc - 1
                 ):
                     return None
                 try:
-                    self._write_out()
+                    f.write_out()
                 except OSError:
                     return None
-                self._stats["syncs"] += 1
-                if self._last_index > self._durable_index:
-                    self._durable_index = self._last_index
-                return self._durable_index
+                f.stats["syncs"] += 1
+                if f.last_index > f.durable_index:
+                    f.durable_index = f.last_index
+                return f.durable_index
         finally:
-            self._sync_lock.release()
+            f.sync_lock.release()
 
     # ---------------------------------------------------------------- lookups
 
@@ -489,22 +525,23 @@ class Journal(JournalBase):
         seal) is searched in memory. O(log segments + log n). ``None`` also for bookmarks of
         records already pruned.
         """
-        with self._lock:
-            self._check_open()
-            if sequence > self._last_seq.get(publisher_id, 0) or sequence <= 0:
+        f = self._files
+        with f.lock:
+            f.check_open()
+            if sequence > f.last_seq.get(publisher_id, 0) or sequence <= 0:
                 return None
-            mems = [*self._pending, self._active]
+            mems = [*f.pending, f.active]
             candidate: DiskSegment | None = None
-            first = self._table.pubdir.candidate(publisher_id, sequence)
+            first = f.table.pubdir.candidate(publisher_id, sequence)
             if first is not None:
-                pos = bisect_left(self._firsts, first)
-                if pos < len(self._segments):
-                    seg = self._segments[pos]
+                pos = bisect_left(f.firsts, first)
+                if pos < len(f.segments):
+                    seg = f.segments[pos]
                     if seg.first_index == first and isinstance(seg, DiskSegment):
                         candidate = seg
         if candidate is not None:
             try:
-                view = self._handles.view(candidate)
+                view = f.handles.view(candidate)
             except FileNotFoundError:  # pruned since we looked: so is the bookmark
                 return None
             lo = bisect_left(view.pids, publisher_id)
@@ -527,11 +564,12 @@ class Journal(JournalBase):
         return retry_pruned(self._find_time, timestamp_us)
 
     def _find_time(self, timestamp_us: int) -> int:
-        with self._lock:
-            self._check_open()
-            segments = list(self._segments)
-            last_index = self._last_index
-        return locate_time(self._handles, segments, last_index, timestamp_us)
+        f = self._files
+        with f.lock:
+            f.check_open()
+            segments = list(f.segments)
+            last_index = f.last_index
+        return locate_time(f.handles, segments, last_index, timestamp_us)
 
     # ---------------------------------------------------------------- reading
 
@@ -593,22 +631,23 @@ class Journal(JournalBase):
 
     def _read_blocks(self, from_index: int, max_records: int, max_bytes: int) -> list[RawBlock]:
         """Raw blocks from ``from_index`` (see :meth:`read_blocks`)."""
+        f = self._files
         if max_records <= 0:
             return []
-        with self._lock:
-            self._check_open()
-            start = max(from_index, self._segments[0].first_index)
-            last = self._last_index
+        with f.lock:
+            f.check_open()
+            start = max(from_index, f.segments[0].first_index)
+            last = f.last_index
             if start > last:
                 return []
-            if self._buf:
-                self._write_out()
-            pos = bisect_right(self._firsts, start) - 1
-            segments = self._segments[pos:]
-            active = self._active
+            if f.buf:
+                f.write_out()
+            pos = bisect_right(f.firsts, start) - 1
+            segments = f.segments[pos:]
+            active = f.active
             active_size = active.size
         return collect_blocks(
-            self._handles, segments, active, active_size, start, last, max_records, max_bytes
+            f.handles, segments, active, active_size, start, last, max_records, max_bytes
         )
 
     def cursor(
@@ -623,22 +662,24 @@ class Journal(JournalBase):
 
     def pin(self, index: int) -> JournalPin:
         """Keep every segment holding records ``>= index`` from being removed until unpinned."""
+        f = self._files
         token = JournalPin(index)
-        with self._lock:
-            self._pins.add(token)
+        with f.lock:
+            f.pins.add(token)
         return token
 
     def unpin(self, token: object) -> None:
         """Release a pin (unknown or already released tokens are ignored)."""
-        with self._lock:
+        f = self._files
+        with f.lock:
             if isinstance(token, JournalPin):
-                self._pins.discard(token)
+                f.pins.discard(token)
 
     # ---------------------------------------------------------------- management
 
     def segments(self) -> list[SegmentInfo]:
         """Describe every segment, oldest first."""
-        return describe(self._table)
+        return describe(self._files.table)
 
     @staticmethod
     def _cutoff(older_than_seconds: float, now: float | None) -> int:
@@ -661,10 +702,11 @@ class Journal(JournalBase):
         Returns:
             The removed segment files.
         """
+        f = self._files
         cutoff = self._cutoff(older_than_seconds, now)
-        with self._maint_lock:
-            self._check_writable()
-            return remove_segments(self._table, cutoff, durable=self._durable_io)
+        with f.maint_lock:
+            f.check_writable()
+            return remove_segments(f.table, cutoff, durable=f.durable_io)
 
     def compress(self, older_than_seconds: float, *, now: float | None = None) -> list[Path]:
         """Compress sealed segments whose newest record is older than the cutoff
@@ -677,10 +719,11 @@ class Journal(JournalBase):
         Returns:
             The new compressed files.
         """
+        f = self._files
         cutoff = self._cutoff(older_than_seconds, now)
-        with self._maint_lock:
-            self._check_writable()
-            return compress_segments(self._table, cutoff, durable=self._durable_io)
+        with f.maint_lock:
+            f.check_writable()
+            return compress_segments(f.table, cutoff, durable=f.durable_io)
 
     def archive(self, older_than_seconds: float, *, now: float | None = None) -> list[Path]:
         """Move sealed segments whose newest record is older than the cutoff to the archive
@@ -695,15 +738,16 @@ class Journal(JournalBase):
         Raises:
             JournalError: no archive directory was configured.
         """
-        archive = self._archive
+        f = self._files
+        archive = f.archive_directory
         if archive is None:
             raise JournalError(
-                f"journal {self._dir} has no archive directory (JournalArchiveDirectory)"
+                f"journal {f.directory} has no archive directory (JournalArchiveDirectory)"
             )
         cutoff = self._cutoff(older_than_seconds, now)
-        with self._maint_lock:
-            self._check_writable()
-            return archive_segments(self._table, cutoff, archive, durable=self._durable_io)
+        with f.maint_lock:
+            f.check_writable()
+            return archive_segments(f.table, cutoff, archive, durable=f.durable_io)
 
     def verify(self) -> int:
         """Read and check every retained record and every sidecar; return the record count.
@@ -711,9 +755,10 @@ class Journal(JournalBase):
         Raises:
             CorruptJournalError: the first damage found.
         """
-        with self._lock:
-            self._check_open()
-            segments = list(self._segments)
+        f = self._files
+        with f.lock:
+            f.check_open()
+            segments = list(f.segments)
         for seg in segments:
             if isinstance(seg, DiskSegment) and not verify_index_body(seg.index_path, seg.header):
                 raise CorruptJournalError(seg.index_path, -1, "sidecar CRC mismatch")
@@ -729,27 +774,29 @@ class Journal(JournalBase):
     def counters(self) -> dict[str, int]:
         """The cheap counters (no file system access): appends since opening, syncs, fsyncs,
         writes, rotations, seals, and the first/last/durable indexes."""
-        with self._lock:
-            stats = dict(self._stats)
+        f = self._files
+        with f.lock:
+            stats = dict(f.stats)
             stats.update(
-                appends=self._last_index - self._opened_at_index,
-                first_index=self._segments[0].first_index,
-                last_index=self._last_index,
-                durable_index=self._durable_index,
+                appends=f.last_index - f.opened_at_index,
+                first_index=f.segments[0].first_index,
+                last_index=f.last_index,
+                durable_index=f.durable_index,
             )
         return stats
 
     def statistics(self) -> dict[str, int]:
         """Counters and sizes: records, bytes, segments, fsyncs, appends, ..."""
+        f = self._files
         infos = self.segments()
         stats = self.counters()
-        with self._lock:
+        with f.lock:
             stats.update(
-                publishers=len(self._last_seq),
-                pins=len(self._pins),
-                pending_seals=len(self._pending),
-                buffered_bytes=len(self._buf),
-                spare_files=len(self._spares),
+                publishers=len(f.last_seq),
+                pins=len(f.pins),
+                pending_seals=len(f.pending),
+                buffered_bytes=len(f.buf),
+                spare_files=len(f.spares),
             )
         stats["records"] = sum(i.records for i in infos)
         stats["bytes"] = sum(i.file_bytes for i in infos)
@@ -763,18 +810,19 @@ class Journal(JournalBase):
 
     def close(self) -> None:
         """Sync (per policy), finish sealing, release files and the directory lock. Idempotent."""
-        if self._closed:
+        f = self._files
+        if f.closed:
             return
-        if not self._read_only:
+        if not f.read_only:
             self.sync()
-        with self._maint_lock, self._lock:  # after a running remove/compress/archive
-            self._closed = True
-            for seg in self._segments:
+        with f.maint_lock, f.lock:  # after a running remove/compress/archive
+            f.closed = True
+            for seg in f.segments:
                 if isinstance(seg, MemSegment) and seg.wfd >= 0:
                     os.close(seg.wfd)
                     seg.wfd = -1
-        self._handles.close()
-        self._release_lock()
+        f.handles.close()
+        f.release_lock()
 
     def __enter__(self) -> Self:
         return self
@@ -788,8 +836,9 @@ class Journal(JournalBase):
         self.close()
 
     def __repr__(self) -> str:
+        f = self._files
         return (
-            f"<Journal {str(self._dir)!r} records {self._segments[0].first_index}.."
-            f"{self._last_index} durable {self._durable_index}"
-            f"{' closed' if self._closed else ''}>"
+            f"<Journal {str(f.directory)!r} records {f.segments[0].first_index}.."
+            f"{f.last_index} durable {f.durable_index}"
+            f"{' closed' if f.closed else ''}>"
         )
