@@ -138,11 +138,25 @@ def _data(message: Message) -> bool:
 
 
 def subscribe(session: Session) -> ExitCode:
-    """Print what is published to ``--topic`` (from ``--bookmark``, when given)."""
-    cmd = _query("delta_subscribe" if session.args.delta else "subscribe", session)
+    """Print what is published to ``--topic`` (from ``--bookmark``, when given); with
+    ``--ack``, acknowledge each queue message once written."""
+    args = session.args
+    cmd = _query("delta_subscribe" if args.delta else "subscribe", session)
+    if args.backlog is not None:
+        cmd.set_options(",".join(o for o in (args.options, f"max_backlog={args.backlog}") if o))
     client = session.connect()
     session.writer.begin()
-    _drain(session, client.execute(cmd), _data)
+    keep: Callable[[Message], bool] = _data
+    if args.ack:
+
+        def keep(message: Message) -> bool:
+            if not _data(message):
+                return False
+            if message.topic and message.bookmark and message.lease_period:
+                client.ack(message.topic, message.bookmark)
+            return True
+
+    _drain(session, client.execute(cmd), keep)
     return ExitCode.OK
 
 

@@ -163,6 +163,21 @@ def _delta(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _queue(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ack",
+        action="store_true",
+        help="acknowledge each queue message once written (else it returns to the queue when "
+        "its lease ends or the command exits)",
+    )
+    p.add_argument(
+        "--backlog",
+        type=_positive_int,
+        metavar="N",
+        help="queue messages leased at once, unacknowledged (the max_backlog option)",
+    )
+
+
 def _rate(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -216,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("subscribe", "print the messages published to a topic, until Ctrl-C")
     _query(p)
     _delta(p)
+    _queue(p)
     _bookmark(p, None)
     _count(p)
 

@@ -66,6 +66,8 @@ COMMANDS: dict[str, dict[str, _Flag]] = {
         **_CONNECTION,
         **_QUERY,
         "delta": _Flag("--delta", False, "delta subscription"),
+        "ack": _Flag("--ack", False, "acknowledge the messages of a queue"),
+        "backlog": _Flag("--backlog", True, "max_backlog of a queue subscription"),
         "bookmark": _Flag("--bookmark", True, "replay from this bookmark"),
     },
     "sow": {**_CONNECTION, **_QUERY, **_SOW},
@@ -84,8 +86,6 @@ _REFUSED: dict[str, str] = {
     "authenticator": "a Java authenticator class cannot be loaded here; give the password in "
     "-server user:password@host:port or use --password-file / --ask-password",
     "copy": "copying messages to another server is not offered by this command line",
-    "ack": "queue acknowledgement is not offered by this command line",
-    "backlog": "queue max_backlog is not offered by this command line",
 }
 """Spark flags we recognise and cannot honour, with the reason given."""
 

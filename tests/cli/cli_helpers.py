@@ -39,10 +39,10 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def server_process(work: Path) -> Iterator[ServerProcess]:
+def server_process(work: Path, config: str = CONFIG) -> Iterator[ServerProcess]:
     """Start a reference server process on free ports; stop it (SIGTERM) at the end."""
     work.mkdir(parents=True, exist_ok=True)
-    (work / "amps.xml").write_text(CONFIG)
+    (work / "amps.xml").write_text(config)
     proc = subprocess.Popen(
         [
             sys.executable,

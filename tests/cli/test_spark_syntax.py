@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, ServerProcess, cli, start_cli
+from cli_helpers import CONFIG, ROOT, ServerProcess, cli, server_process, start_cli
 from test_cli_commands import LineReader
 
 from ampsclient.cli import spark_syntax
@@ -146,7 +146,7 @@ def test_ping_user_at_host_and_unreachable(amps: ServerProcess, dead_uri: str) -
     [
         (["sow", "-server", "h:1", "-type", "json", "-topic", "t", "-delta"], "-delta"),
         (["subscribe", "-server", "h:1", "-type", "json", "-topic", "t", "-copy", "x"], "-copy"),
-        (["subscribe", "-server", "h:1", "-type", "json", "-topic", "t", "-ack"], "-ack"),
+        (["sow", "-server", "h:1", "-type", "json", "-topic", "t", "-ack"], "-ack"),
         (["sow", "-server", "h:1", "-type", "json", "-topic", "t", "-backlog", "2"], "-backlog"),
         (["ping", "-server", "h:1", "-authenticator", "com.x.Auth"], "-authenticator"),
         (["sow", "-server", "h:1", "-type", "json", "-topic", "t", "-bogus", "1"], "-bogus"),
@@ -250,3 +250,30 @@ def test_sow_and_subscribe_delta(amps: ServerProcess) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+QUEUE_CONFIG = CONFIG.replace(
+    "</SOW>",
+    "<Queue><Name>work</Name><MessageType>json</MessageType>"
+    "<UnderlyingTopic>jobs</UnderlyingTopic></Queue></SOW>",
+)
+
+
+@pytest.mark.parametrize("ack", [True, False])
+def test_subscribe_ack_consumes_queue_messages(tmp_path: Path, ack: bool) -> None:
+    with server_process(tmp_path / "server", QUEUE_CONFIG) as amps:
+        base = ("-server", hostport(amps), "-type", "json")
+        jobs = "".join(json.dumps({"job": i}) + "\n" for i in range(3))
+        assert spark("publish", *base, "-topic", "jobs", stdin=jobs).returncode == 0
+        # without -ack only one message is leased at a time (the default max_backlog, 1)
+        flags, count = (("-ack", "-backlog", "2"), "3") if ack else ((), "1")
+        first = spark("subscribe", *base, "-topic", "work", *flags, "--count", count)
+        assert first.returncode == 0, first.stderr
+        got = [json.loads(line)["job"] for line in first.stdout.splitlines()]
+        assert got == ([0, 1, 2] if ack else [0])
+        # a marker after them: acked jobs are gone, an unacked one came back before it
+        marker = spark("publish", *base, "-topic", "jobs", stdin='{"job": "marker"}\n')
+        assert marker.returncode == 0, marker.stderr
+        again = spark("subscribe", *base, "-topic", "work", "-ack", "--count", "1")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["job"] == ("marker" if ack else 0)
