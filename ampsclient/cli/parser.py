@@ -16,6 +16,7 @@ _EPILOG = """\
 exit status: 0 done (also Ctrl-C of subscribe, sow_and_subscribe, replay --follow);
 1 the server refused a command; 2 bad command line; 3 no server reachable; 4 timed out;
 5 publishes left unpersisted; 6 input not in --format; 130 Ctrl-C of any other command.
+AMPS spark's syntax: ampsclient spark help (also the amps-spark command).
 """
 
 
