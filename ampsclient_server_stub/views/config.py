@@ -25,9 +25,8 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from ..config_model import SowTopicConfig
 from .fields import (
     ANY_AGGREGATE,
     Fail,
@@ -38,6 +37,18 @@ from .fields import (
     one_text,
     parse_field,
 )
+
+
+class UnderlyingSow(Protocol):
+    """What a view reads of an underlying SOW topic's config (``config_model.SowTopicConfig``
+    has it; named here so that ``config_model``, which holds the views, is not imported)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def message_type(self) -> str: ...
+
 
 __all__ = ["JOIN_KINDS", "JoinSpec", "SowViewConfig", "parse_sow_views", "qualify"]
 
@@ -130,7 +141,7 @@ def qualify(text: str, topics: Sequence[str]) -> str:
 
 def parse_sow_views(
     section: ET.Element | None,
-    sow_topics: Sequence[SowTopicConfig],
+    sow_topics: Sequence[UnderlyingSow],
     *,
     skip: Callable[[ET.Element], bool],
     fail: Fail,
@@ -156,7 +167,7 @@ def parse_sow_views(
 
 def _parse(
     elem: ET.Element,
-    sow_topics: Sequence[SowTopicConfig],
+    sow_topics: Sequence[UnderlyingSow],
     earlier: Sequence[SowViewConfig],
     fail: Fail,
 ) -> SowViewConfig:
