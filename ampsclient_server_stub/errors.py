@@ -17,9 +17,13 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     │   ├── TopicError                         engine/topics.py   reason "bad regex topic"
     │   ├── RegexError                         regexes.py         a regex that cannot run safely
     │   ├── SelectError                        engine/payload.py
-    │   └── OrderByError                       engine/payload.py
+    │   ├── OrderByError                       engine/payload.py
+    │   ├── EnrichmentError                    engine/enrichment.py a stage <Field>
+    │   └── FieldError                         views/fields.py    a view's <Field> or grouping
     ├── PayloadError (ValueError)              a payload that is not a document of its type
-    │   └── FixFormatError                     engine/fix_codec.py
+    │   ├── FixFormatError                     engine/fix_codec.py
+    │   ├── XmlFormatError                     engine/xml_codec.py
+    │   └── BsonFormatError                    engine/bson_codec.py
     ├── StorageError                           the transaction log and its files
     │   ├── JournalError                       engine/journal.py
     │   │   ├── JournalClosedError (ValueError)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..errors import OptionError
 from .filters import FilterError, compile_expression
 
 __all__ = ["ENRICHABLE_TYPES", "EnrichmentError", "Stage", "compile_stage"]
@@ -34,7 +35,7 @@ _FIELD: Final = re.compile(r"^(?P<expr>.+?)\s+AS\s+(?P<path>\S+)\s*$", re.I | re
 _PATH: Final = re.compile(r"(/[A-Za-z0-9_.\-]+)+")
 
 
-class EnrichmentError(ValueError):
+class EnrichmentError(OptionError):
     """A ``<Field>`` of a stage that cannot be used (the message names it)."""
 
 

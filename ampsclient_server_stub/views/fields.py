@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
+from ..errors import OptionError
 from .aggregates import AGGREGATES
 
 __all__ = [
@@ -34,7 +35,7 @@ ANY_AGGREGATE: Final = re.compile(r"\b(" + "|".join(AGGREGATES) + r")\s*\(", re.
 Fail = Callable[[ET.Element, str], NoReturn]
 
 
-class FieldError(ValueError):
+class FieldError(OptionError):
     """A field that does not parse (the message names it)."""
 
 
