@@ -435,6 +435,7 @@ class LoopbackProxy:
         ):
             change()
             return
+
         def run() -> bool:
             change()
             return True
