@@ -17,6 +17,7 @@ from typing import Final, NoReturn
 
 from .config_model import ConflatedTopicConfig, SowTopicConfig
 from .config_values import parse_duration
+from .views.fields import check_children
 
 __all__ = [
     "CONFLATED_TAGS",
@@ -80,15 +81,7 @@ def _parse(
     from .engine.filter_syntax import FilterError
     from .engine.filters import compile_filter
 
-    for child in elem:
-        if child.tag in _REFUSED:
-            fail(
-                child,
-                f"<{child.tag}> in <{elem.tag}> is not implemented by the reference server "
-                f"({_REFUSED[child.tag]})",
-            )
-        if child.tag not in _KNOWN:
-            fail(child, f"<{child.tag}> is not a conflated topic element (in <{elem.tag}>)")
+    check_children(elem, refused=_REFUSED, known=_KNOWN, what="conflated topic", fail=fail)
     name = _text(elem, "Name", fail) or _text(elem, "Topic", fail)
     if name is None:
         fail(elem, f"<{elem.tag}> has no <Name>")

@@ -31,9 +31,11 @@ from .fields import (
     ANY_AGGREGATE,
     Fail,
     Field,
+    check_children,
     check_compiles,
     field_elements,
     first_child,
+    json_view_head,
     one_text,
     parse_field,
 )
@@ -173,24 +175,8 @@ def _parse(
 ) -> SowViewConfig:
     from ..engine.filters import compile_expression, compile_filter
 
-    for child in elem:
-        if child.tag in _REFUSED:
-            fail(
-                child,
-                f"<{child.tag}> in <{elem.tag}> is not implemented by the reference server "
-                f"({_REFUSED[child.tag]})",
-            )
-        if child.tag not in _KNOWN:
-            fail(child, f"<{child.tag}> is not a view element (in <{elem.tag}>)")
-    name = one_text(elem, "Name", fail) or one_text(elem, "Topic", fail)
-    if name is None:
-        fail(elem, f"<{elem.tag}> has no <Name>")
-    label = f"view {name!r}"
-    mt = (one_text(elem, "MessageType", fail) or "").lower()
-    if not mt:
-        fail(elem, f"{label} has no <MessageType>")
-    if mt != "json":
-        fail(first_child(elem, "MessageType"), f"{label}: only json views are implemented")
+    check_children(elem, refused=_REFUSED, known=_KNOWN, what="view", fail=fail)
+    name, label, mt = json_view_head(elem, fail)
     unders = elem.findall("UnderlyingTopic")
     if not unders:
         fail(elem, f"{label} has no <UnderlyingTopic>")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
@@ -20,9 +20,11 @@ from .aggregates import AGGREGATES
 __all__ = [
     "Field",
     "FieldError",
+    "check_children",
     "check_compiles",
     "field_elements",
     "first_child",
+    "json_view_head",
     "one_text",
     "parse_field",
     "parse_field_text",
@@ -133,3 +135,39 @@ def one_text(elem: ET.Element, tag: str, fail: Fail) -> str | None:
     if not value:
         fail(found[0], f"<{tag}> in <{elem.tag}> is empty")
     return value
+
+
+def check_children(
+    elem: ET.Element,
+    *,
+    refused: Mapping[str, str],
+    known: Collection[str],
+    what: str,
+    fail: Fail,
+) -> None:
+    """Every child of ``elem`` is an element of a ``what``: one in ``refused`` fails saying
+    why the reference server does not implement it, an unknown one fails naming it."""
+    for child in elem:
+        if child.tag in refused:
+            fail(
+                child,
+                f"<{child.tag}> in <{elem.tag}> is not implemented by the reference server "
+                f"({refused[child.tag]})",
+            )
+        if child.tag not in known:
+            fail(child, f"<{child.tag}> is not a {what} element (in <{elem.tag}>)")
+
+
+def json_view_head(elem: ET.Element, fail: Fail) -> tuple[str, str, str]:
+    """A view's name (``<Name>`` or ``<Topic>``), its label for messages and its message
+    type, which must be json (the only one views are implemented for)."""
+    name = one_text(elem, "Name", fail) or one_text(elem, "Topic", fail)
+    if name is None:
+        fail(elem, f"<{elem.tag}> has no <Name>")
+    label = f"view {name!r}"
+    mt = (one_text(elem, "MessageType", fail) or "").lower()
+    if not mt:
+        fail(elem, f"{label} has no <MessageType>")
+    if mt != "json":
+        fail(first_child(elem, "MessageType"), f"{label}: only json views are implemented")
+    return name, label, mt
