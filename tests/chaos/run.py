@@ -177,7 +177,9 @@ def run_publisher(args: argparse.Namespace) -> int:
         while not _stop_requested(stop_file):
             for _ in range(args.batch):
                 k += 1
-                last = client.publish(TOPIC, json.dumps({"pub": args.name, "k": k}))
+                last = client.publish(
+                    TOPIC, json.dumps({"pub": args.name, "k": k, "t": round(time.time(), 4)})
+                )
                 if not first_written:
                     _append(ledger, {"first": last})
                     first_written = True
@@ -220,6 +222,9 @@ def run_subscriber(args: argparse.Namespace) -> int:
         parts = bm.split("|")
         body = json.loads(message.get_data())
         adapter.pending = {"pub": body["pub"], "k": body["k"], "pid": parts[0], "s": int(parts[1])}
+        if "t" in body:  # publish and receipt times (the soak's latency and throughput windows)
+            adapter.pending["t"] = body["t"]
+            adapter.pending["rt"] = round(time.time(), 4)
         client.discard(message)
         if adapter.pending is not None:  # the recovery point did not move (not expected)
             _append(adapter.fd, {"msg": adapter.pending})
