@@ -135,6 +135,14 @@ _ELEMENTS: dict[str, str] = {
     "SOW/Queue/TargetQueueDepth": "only this many messages active; the rest wait in order",
     "SOW/Queue/FileBackedMetadata": "enabled: bodies stay in the journal, live set in .queue.cache",
     "SOW/GroupLocalQueue/GroupLocalQueueDomain": "the queue's identity domain (not the group)",
+    # Composite message types (AMPS User Guide, "Composite Messages"), read by
+    # config_message_types:
+    "MessageTypes/MessageType/Name": "the name of a composite message type (what topics, "
+    "transports and connection URIs name)",
+    "MessageTypes/MessageType/Module": "composite-local (parts addressed /0/..) or "
+    "composite-global (the parts' identifiers merged); any other module is refused by name",
+    "MessageTypes/MessageType/MessagePart": "the type of each part, in order (a parsed type "
+    "or binary)",
 }
 
 ELEMENTS: Final[Mapping[str, str]] = MappingProxyType(_ELEMENTS)

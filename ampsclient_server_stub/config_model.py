@@ -19,6 +19,7 @@ from .queues.config import QueueConfig
 from .queues.view_config import ViewConfig
 
 if TYPE_CHECKING:
+    from .engine.composite_codec import CompositeType
     from .views.config import SowViewConfig
 
 __all__ = [
@@ -316,6 +317,8 @@ class ServerConfig:
     data_dir: Path | None = None
     message_memory_limit: int | None = None
     actions: tuple[ActionConfig, ...] = ()
+    message_types: tuple[CompositeType, ...] = ()
+    """The composite types ``<MessageTypes>`` declares (registered as it was read)."""
     extra: Mapping[str, str] = field(default_factory=_empty_mapping)
     source: Path | None = None
 

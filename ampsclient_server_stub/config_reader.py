@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 
 from .config_elements import check_elements
-from .config_message_types import check_message_types
+from .config_message_types import check_message_types, read_message_types
 from .config_model import (
     DEFAULT_JOURNAL_SIZE,
     DEFAULT_PREALLOCATED_JOURNAL_FILES,
@@ -624,6 +624,7 @@ _ROOT_KNOWN = (
     "Actions",
     "MessageMemoryLimit",
     "DataDirectory",
+    "MessageTypes",
 )
 
 
@@ -636,8 +637,9 @@ def build_config(
     root = doc.root
     if root.tag != "AMPSConfig":
         doc.fail(root, f"root element must be <AMPSConfig>, found <{root.tag}>")
+    check_message_types(doc)  # a type the server cannot implement, refused by name
+    message_types = read_message_types(doc)  # before any reader needs to know the types
     check_elements(doc)  # nothing is accepted and ignored
-    check_message_types(doc)
     base = (base_dir if base_dir is not None else Path.cwd()).expanduser().absolute()
     reader = ConfigReader(doc, base)
     data_dir_text = reader.text(root, "DataDirectory")
@@ -706,6 +708,7 @@ def build_config(
         data_dir=reader.data_dir,
         message_memory_limit=memory_limit,
         actions=actions,
+        message_types=message_types,
         extra=MappingProxyType(extra),
         source=source,
     )

@@ -23,7 +23,8 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     ├── PayloadError (ValueError)              a payload that is not a document of its type
     │   ├── FixFormatError                     engine/fix_codec.py
     │   ├── XmlFormatError                     engine/xml_codec.py
-    │   └── BsonFormatError                    engine/bson_codec.py
+    │   ├── BsonFormatError                    engine/bson_codec.py
+    │   └── CompositeFormatError               engine/composite_codec.py
     ├── StorageError                           the transaction log and its files
     │   ├── JournalError                       engine/journal.py
     │   │   ├── JournalClosedError (ValueError)

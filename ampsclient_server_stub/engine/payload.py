@@ -5,7 +5,8 @@ Pure functions, no I/O:
 * :func:`decode` / :func:`encode`: payload bytes <-> parsed document for the
   message types the server understands (``json``, ``msgpack``, ``fix``/``nvfix``
   through :mod:`.fix_codec`, ``xml`` through :mod:`.xml_codec`, ``bson`` through
-  :mod:`.bson_codec`).  Every other type (``binary``, ``bflat``, ...) is opaque:
+  :mod:`.bson_codec`, and the composite types a ``<MessageTypes>`` declared through
+  :mod:`.composite_codec`).  Every other type (``binary``, ``bflat``, ...) is opaque:
   :func:`decode` returns ``None`` ("not parseable") and :func:`encode` only passes
   bytes through.
 * :func:`delta_merge`: the ``delta_publish`` merge (amps-semantics.md 2.2).
@@ -30,6 +31,7 @@ import msgpack
 
 from ..errors import OptionError
 from .bson_codec import decode_bson, encode_bson
+from .composite_codec import composite_type, decode_composite, encode_composite
 from .filter_values import parse_num
 from .fix_codec import FIX_TYPES, decode_fix, encode_fix
 from .xml_codec import decode_xml, encode_xml
@@ -64,8 +66,13 @@ PARSEABLE_TYPES: Final = frozenset({"json", "msgpack", "xml", "bson", *FIX_TYPES
 
 
 def is_parseable(message_type: str) -> bool:
-    """Return whether payloads of ``message_type`` can be decoded into documents."""
-    return message_type.lower() in PARSEABLE_TYPES
+    """Return whether payloads of ``message_type`` can be decoded into documents (a
+    composite type when one of its parts can)."""
+    mtype = message_type.lower()
+    if mtype in PARSEABLE_TYPES:
+        return True
+    ctype = composite_type(mtype)
+    return ctype is not None and any(part in PARSEABLE_TYPES for part in ctype.parts)
 
 
 def decode(message_type: str, data: bytes) -> Any:
@@ -77,7 +84,14 @@ def decode(message_type: str, data: bytes) -> Any:
     """
     mtype = message_type.lower()
     if mtype not in PARSEABLE_TYPES or not data:
-        return None
+        ctype = composite_type(mtype) if data else None
+        if ctype is None:
+            return None
+        try:
+            return decode_composite(ctype, bytes(data), decode)
+        except ValueError as exc:  # CompositeFormatError is a PayloadError (a ValueError)
+            _log.debug("unparseable %s payload (%d bytes): %s", mtype, len(data), exc)
+            return None
     try:
         if mtype == "json":
             return json.loads(data)
@@ -114,6 +128,9 @@ def encode(message_type: str, doc: Any) -> bytes:
             return encode_xml(doc)
         if mtype == "bson":
             return encode_bson(doc)
+        ctype = composite_type(mtype)
+        if ctype is not None:
+            return encode_composite(ctype, doc, encode)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"cannot encode document as {message_type}: {exc}") from exc
     if isinstance(doc, bytes | bytearray | memoryview):

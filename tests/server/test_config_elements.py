@@ -424,6 +424,7 @@ REPL_SEC = "replication/test_security.py::"
 JOURNAL = "txlog/test_journal_actions.py::"
 DEAD = "queues/test_dead_letter.py::"
 QUEUES = "queues/"
+COMPOSITE = "server/test_composite_types.py::"
 
 _AUTH = Covered(SECURITY + "test_users_file_authentication_and_no_credentials_in_logs")
 _ENT = Covered(SECURITY + "test_entitlements_on_commands")
@@ -645,6 +646,15 @@ PROOFS: dict[str, Probe | Covered] = {
     ),
     "SOW/Queue/FileBackedMetadata": Covered(
         QUEUES + "test_queue_file_backed.py::test_queued_bodies_stay_in_the_journal_not_in_memory"
+    ),
+    "MessageTypes/MessageType/Name": Covered(
+        COMPOSITE + "test_a_filter_addresses_a_local_part_by_position"
+    ),
+    "MessageTypes/MessageType/Module": Covered(
+        COMPOSITE + "test_a_filter_on_a_global_type_reads_the_merged_parts"
+    ),
+    "MessageTypes/MessageType/MessagePart": Covered(
+        COMPOSITE + "test_sow_key_orderby_select_and_delta_merge_on_local_parts"
     ),
 }
 """The proof of each accepted element."""

@@ -1,0 +1,434 @@
+"""Composite message types (issue #28), as the AMPS User Guide defines them ("Composite
+Messages"): a ``<MessageTypes>`` declaration, the wire layout (each part preceded by its
+4-byte big-endian length, as the official client's ``CompositeMessageBuilder`` writes it:
+compared byte for byte), ``composite-local`` parts addressed by position (``/0/sym``) and
+``composite-global`` parts merged into one document (``/sym``), binary parts opaque; then a
+real server over real sockets: filters, SOW keys, ``orderby``, ``select``, ``delta_publish``
+merge part by part, a transaction log ``<Filter>`` with bookmark replay, a malformed
+composite payload refused once with the connection kept, and the official client publishing
+and receiving composite messages."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsclient import Client, Command
+from ampsclient.compat import CompositeMessageBuilder, CompositeMessageParser
+from ampsclient.exceptions import BadFilterException, BadSowKeyException
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import ConfigError, parse_config
+from ampsclient_server_stub.engine.composite_codec import (
+    CompositeFormatError,
+    CompositeType,
+    OpaquePart,
+    decode_composite,
+    split_composite,
+)
+from ampsclient_server_stub.engine.filters import compile_filter
+from ampsclient_server_stub.engine.payload import decode, encode, is_parseable
+from ampsclient_server_stub.testing import wait_for
+
+HAS_OFFICIAL = importlib.util.find_spec("AMPS") is not None
+SOH = "\x01"
+
+LOCAL = "ct-order-parts"  # json, nvfix, binary: composite-local
+GLOBAL = "ct-images"  # json, binary, binary: composite-global
+OPAQUE = "ct-blobs"  # binary only: nothing to filter on
+
+TYPES = f"""<MessageTypes>
+    <MessageType><Name>{LOCAL}</Name><Module>composite-local</Module>
+      <MessagePart>json</MessagePart><MessagePart>nvfix</MessagePart>
+      <MessagePart>binary</MessagePart></MessageType>
+    <MessageType><Name>{GLOBAL}</Name><Module>composite-global</Module>
+      <MessagePart>json</MessagePart><MessagePart>binary</MessagePart>
+      <MessagePart>binary</MessagePart></MessageType>
+    <MessageType><Name>{OPAQUE}</Name><Module>composite-local</Module>
+      <MessagePart>binary</MessagePart></MessageType>
+  </MessageTypes>"""
+
+
+def composite(*parts: str | bytes) -> bytes:
+    builder = CompositeMessageBuilder()
+    for part in parts:
+        builder.append(part)
+    return builder.get_data()
+
+
+# --------------------------------------------------------------------------- the codec
+
+PART_SETS: list[tuple[str | bytes, ...]] = [
+    ('{"id":1}',),
+    ('{"id":1}', b"\x00\x01\x02\xff", b""),
+    ("", "Symbol=IBM\x01Qty=5\x01"),
+    ("é ü", b"\x00" * 70_000),
+]
+
+
+@pytest.mark.interop
+@pytest.mark.skipif(not HAS_OFFICIAL, reason="official client absent")
+@pytest.mark.parametrize("parts", PART_SETS, ids=range(len(PART_SETS)))
+def test_our_builder_and_parser_match_the_official_ones(parts: tuple[str | bytes, ...]) -> None:
+    """Differential: the same parts give the same bytes, and each parser reads the other's."""
+    import AMPS  # the official client: a black-box peer
+
+    official = AMPS.CompositeMessageBuilder()
+    for part in parts:
+        official.append(part)
+    theirs = official.get_data()
+    ours = composite(*parts)
+    assert ours == theirs
+    raw = [p.encode() if isinstance(p, str) else p for p in parts]
+    assert ours[:4] == len(raw[0]).to_bytes(4, "big")  # the 4-byte big-endian length
+    their_parser = AMPS.CompositeMessageParser()
+    our_parser = CompositeMessageParser()
+    assert their_parser.parse(ours) == our_parser.parse(theirs) == len(parts)
+    for index, part in enumerate(raw):
+        assert our_parser.get_part_raw(index) == part
+        assert their_parser.get_part_raw(index) == part
+
+
+def test_the_layout_and_the_unparsed_payload() -> None:
+    data = composite('{"a":1}', b"\x00\xff") + b"rest"
+    assert split_composite(data, 2) == ([b'{"a":1}', b"\x00\xff"], b"rest")
+    assert split_composite(data[:11], 2) == ([b'{"a":1}'], b"")  # fewer parts than declared
+    for bad in (data[:3], data[:8], composite('{"a":1}')[:-1] + b"\x00\x00"):
+        with pytest.raises(CompositeFormatError):
+            split_composite(bad, 2)
+
+
+def test_local_parts_by_position_global_parts_merged() -> None:
+    local = CompositeType("l", "composite-local", ("json", "nvfix", "binary"))
+    glob = CompositeType("g", "composite-global", ("json", "json", "binary"))
+    data = composite('{"id":7,"px":{"bid":1}}', f"Sym=IBM{SOH}", b"\x00img") + b"tail"
+    doc = decode_composite(local, data, decode)
+    assert doc == {
+        "0": {"id": 7, "px": {"bid": 1}},
+        "1": {"Sym": "IBM"},
+        "2": OpaquePart(b"\x00img"),
+        "3": OpaquePart(b"tail"),
+    }
+    assert compile_filter("/0/id = 7 AND /1/Sym = 'IBM' AND /0/px/bid = 1")(doc)
+    assert not compile_filter("/2 = 'img'")(doc) and not compile_filter("/id = 7")(doc)
+    gdoc = decode_composite(
+        glob, composite('{"id":7,"px":{"bid":1}}', '{"id":8,"px":{"ask":2}}'), decode
+    )
+    assert gdoc == {"id": [7, 8], "px": {"bid": 1, "ask": 2}}
+    assert compile_filter("/id = 8 AND /px/ask = 2")(gdoc)
+    with pytest.raises(CompositeFormatError, match="part 1 is not a valid json"):
+        decode_composite(glob, composite("{}", "not json"), decode)
+
+
+def test_a_local_document_is_written_back_part_by_part(tmp_path: Path) -> None:
+    parse_config(f"<AMPSConfig><Name>c</Name>{TYPES}</AMPSConfig>", base_dir=tmp_path)
+    data = composite('{"id":1,"q":2}', f"Sym=IBM{SOH}", b"\x00img") + b"tail"
+    doc = decode(LOCAL, data)
+    assert encode(LOCAL, doc) == data
+    assert encode(LOCAL, {"0": {"id": 1}}) == composite('{"id":1}', "", b"")
+    assert is_parseable(LOCAL) and is_parseable(GLOBAL) and not is_parseable(OPAQUE)
+    with pytest.raises(ValueError, match="composite-global"):
+        encode(GLOBAL, decode(GLOBAL, composite('{"id":1}')))
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(
+    ("declaration", "pattern"),
+    [
+        (
+            "<MessageType><Name>p</Name><Module>protobuf</Module></MessageType>",
+            r"<Module> 'protobuf' is not supported: protobuf needs the \.proto files",
+        ),
+        (
+            "<MessageType><Name>f</Name><Module>fix</Module></MessageType>",
+            r"<Module> 'fix' is not supported: .*only the composite-local and composite-global",
+        ),
+        (
+            "<MessageType><Name>b</Name><Module>composite-local</Module>"
+            "<MessagePart>bflat</MessagePart></MessageType>",
+            r"<MessagePart> 'bflat' is not supported",
+        ),
+        (
+            "<MessageType><Name>json</Name><Module>composite-local</Module>"
+            "<MessagePart>json</MessagePart></MessageType>",
+            r"'json' is a built-in message type name",
+        ),
+        (
+            "<MessageType><Name>e</Name><Module>composite-local</Module></MessageType>",
+            r"needs at least one <MessagePart>",
+        ),
+        (
+            "<MessageType><Name>ct-twice</Name><Module>composite-local</Module>"
+            "<MessagePart>json</MessagePart></MessageType>" * 2,
+            r"'ct-twice' is declared twice",
+        ),
+        (
+            "<MessageType><Name>x</Name><Module>composite-local</Module>"
+            "<MessagePart>json</MessagePart><ProtoPath>p</ProtoPath></MessageType>",
+            r"<ProtoPath> in <MessageType> is not supported",
+        ),
+    ],
+)
+def test_a_declaration_the_server_cannot_implement_is_refused_by_name(
+    tmp_path: Path, declaration: str, pattern: str
+) -> None:
+    xml = f"<AMPSConfig><Name>x</Name><MessageTypes>{declaration}</MessageTypes></AMPSConfig>"
+    with pytest.raises(ConfigError, match=pattern):
+        parse_config(xml, base_dir=tmp_path)
+
+
+def test_a_name_declared_differently_in_the_same_process_is_refused(tmp_path: Path) -> None:
+    def config(part: str) -> str:
+        return (
+            "<AMPSConfig><Name>x</Name><MessageTypes><MessageType><Name>ct-redefined</Name>"
+            f"<Module>composite-local</Module><MessagePart>{part}</MessagePart></MessageType>"
+            "</MessageTypes></AMPSConfig>"
+        )
+
+    parse_config(config("json"), base_dir=tmp_path)
+    parse_config(config("json"), base_dir=tmp_path)  # the same declaration again: fine
+    with pytest.raises(ConfigError, match="already defined differently in this process"):
+        parse_config(config("xml"), base_dir=tmp_path)
+
+
+# --------------------------------------------------------------------------- a real server
+
+CONFIG = f"""<AMPSConfig><Name>composite</Name>
+  {TYPES}
+  <SOW>
+    <Topic><Name>orders</Name><MessageType>{LOCAL}</MessageType><Key>/0/id</Key></Topic>
+    <Topic><Name>images</Name><MessageType>{GLOBAL}</MessageType><Key>/id</Key></Topic>
+  </SOW>
+  <TransactionLog><JournalDirectory>{{journal}}</JournalDirectory>
+    <Topic><Name>fills</Name><MessageType>{LOCAL}</MessageType>
+      <Filter>/1/Status = 'F'</Filter></Topic>
+  </TransactionLog>
+  <Transports>
+    <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+      <Protocol>amps</Protocol></Transport>
+  </Transports></AMPSConfig>"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    tmp: Path = tmp_path_factory.mktemp("composite")
+    config = parse_config(CONFIG.format(journal=tmp / "journal"), base_dir=tmp)
+    with ServerThread(config, record_all_topics=False) as thread:
+        yield thread
+
+
+_names = iter(range(1_000_000))
+
+
+def client(server: ServerThread, message_type: str) -> Client:
+    c = Client(f"ct-{next(_names)}")
+    c.connect(server.uri("tcp", message_type))
+    c.logon(5000)
+    return c
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.data: list[bytes] = []
+
+    def __call__(self, message: Any) -> None:
+        with self.lock:
+            self.data.append(message.get_data_raw())
+
+    def has(self, body: bytes) -> bool:
+        with self.lock:
+            return body in self.data
+
+
+def order(oid: int, sym: str, qty: int, image: bytes = b"\x89PNG\x00") -> bytes:
+    return composite(f'{{"id":{oid},"sym":"{sym}"}}', f"Qty={qty}{SOH}Status=N{SOH}", image)
+
+
+def sow(c: Client, topic: str, **kwargs: Any) -> list[bytes]:
+    return [
+        m.get_data_raw() for m in c.sow(topic, timeout=5000, **kwargs) if m.get_command() == "sow"
+    ]
+
+
+@pytest.mark.integration
+def test_a_filter_addresses_a_local_part_by_position(server: ServerThread) -> None:
+    inbox = Inbox()
+    with client(server, LOCAL) as sub, client(server, LOCAL) as pub:
+        sub.subscribe(inbox, "live", "/0/sym = 'IBM' AND /1/Qty > 100")
+        bodies = [order(1, "IBM", 150), order(2, "MSFT", 150), order(3, "IBM", 99)]
+        bodies.append(order(4, "IBM", 1000, image=b""))  # an empty binary part
+        for body in bodies:
+            pub.publish("live", body)
+        pub.publish("live", b"\x00\x00\x00\x09{}")  # a length past the end: matches nothing
+        marker = order(9, "IBM", 101)
+        pub.publish("live", marker)
+        pub.flush(5000)
+        wait_for(lambda: inbox.has(marker), what="the marker")
+    assert inbox.data == [bodies[0], bodies[3], marker]
+
+
+@pytest.mark.integration
+def test_a_filter_on_a_global_type_reads_the_merged_parts(server: ServerThread) -> None:
+    inbox = Inbox()
+    with client(server, GLOBAL) as sub, client(server, GLOBAL) as pub:
+        sub.subscribe(inbox, "live-images", "/width > 100 AND /fmt = 'png'")
+        bodies = [
+            composite('{"id":1,"width":640,"fmt":"png"}', b"thumb", b"full"),
+            composite('{"id":2,"width":64,"fmt":"png"}', b"thumb", b"full"),
+            composite('{"id":3,"width":640,"fmt":"jpg"}', b"", b""),
+        ]
+        marker = composite('{"id":9,"width":101,"fmt":"png"}', b"m", b"m")
+        for body in (*bodies, marker):
+            pub.publish("live-images", body)
+        pub.flush(5000)
+        wait_for(lambda: inbox.has(marker), what="the marker")
+    assert inbox.data == [bodies[0], marker]
+
+
+@pytest.mark.integration
+def test_a_filter_on_a_type_of_binary_parts_only_is_refused(server: ServerThread) -> None:
+    with client(server, OPAQUE) as c, pytest.raises(BadFilterException, match="bad filter"):
+        c.subscribe(lambda _m: None, "blobs", "/0 = 1", timeout=5000)
+
+
+@pytest.mark.integration
+def test_sow_key_orderby_select_and_delta_merge_on_local_parts(server: ServerThread) -> None:
+    with client(server, LOCAL) as c:
+        c.publish("orders", order(1, "IBM", 100))
+        c.publish("orders", order(2, "MSFT", 300, image=b"msft"))
+        c.publish("orders", order(3, "AAPL", 200))
+        c.publish("orders", order(1, "IBM", 120))  # the same key /0/id: replaces
+        # a delta: part 0 merged by field, part 1 by name, the binary part (empty) kept
+        c.delta_publish("orders", composite('{"id":3,"note":"x"}', f"Qty=250{SOH}", b""))
+        c.flush(5000)
+        aapl = composite(
+            '{"id":3,"sym":"AAPL","note":"x"}', f"Qty=250{SOH}Status=N{SOH}", b"\x89PNG\x00"
+        )
+        assert sow(c, "orders", order_by="/1/Qty DESC") == [
+            order(2, "MSFT", 300, image=b"msft"),
+            aapl,
+            order(1, "IBM", 120),
+        ]
+        assert sow(c, "orders", filter="/0/id = 1") == [order(1, "IBM", 120)]
+        selected = [
+            m.get_data_raw()
+            for m in c.execute(
+                Command("sow")
+                .set_topic("orders")
+                .set_filter("/0/sym = 'MSFT'")
+                .set_options("select=[-/,+/0/sym,+/2]")
+                .set_timeout(5000)
+            )
+            if m.get_command() == "sow"
+        ]
+        assert selected == [composite('{"sym":"MSFT"}', "", b"msft")]
+
+
+@pytest.mark.integration
+def test_sow_key_on_a_global_type(server: ServerThread) -> None:
+    with client(server, GLOBAL) as c:
+        first = composite('{"id":"a","v":1}', b"t1", b"f1")
+        second = composite('{"id":"b","v":2}', b"t2", b"f2")
+        again = composite('{"id":"a","v":3}', b"t3", b"f3")
+        for body in (first, second, again):
+            c.publish("images", body)
+        c.flush(5000)
+        assert sow(c, "images", order_by="/v") == [second, again]
+
+
+@pytest.mark.integration
+def test_a_malformed_composite_payload_is_refused_once_and_the_connection_kept(
+    server: ServerThread,
+) -> None:
+    """To a SOW topic keyed on a part: ``bad sow key`` (the server cannot compute the key),
+    counted once in the failures, and the next publish on the same connection is stored."""
+
+    def failures() -> int:
+        return int(server.call(lambda: server.server.broker.counters["failures"]))  # type: ignore[union-attr]
+
+    with client(server, LOCAL) as c:
+        before = failures()
+        bad = composite('{"id":5}')[:-2]  # its length runs past the end
+        cmd = Command("publish").set_topic("orders").set_data(bad).add_ack_type("processed")
+        with pytest.raises(BadSowKeyException, match="bad sow key"):
+            c.execute_async(cmd.set_timeout(5000), lambda _m: None)
+        assert failures() == before + 1
+        c.publish("orders", order(5, "ORCL", 1))
+        c.flush(5000)
+        assert sow(c, "orders", filter="/0/id = 5") == [order(5, "ORCL", 1)]
+        assert failures() == before + 1
+
+
+@pytest.mark.integration
+def test_a_transaction_log_filter_on_a_part_records_only_matches(server: ServerThread) -> None:
+    def fill(i: int, status: str) -> bytes:
+        return composite(f'{{"id":{i}}}', f"Status={status}{SOH}", b"")
+
+    inbox = Inbox()
+    with client(server, LOCAL) as c:
+        bodies = [fill(1, "F"), fill(2, "N"), fill(3, "F")]
+        marker = fill(9, "F")
+        for body in (*bodies, marker):
+            c.publish("fills", body)
+        c.flush(5000)
+        c.subscribe(inbox, "fills", bookmark="0")
+        wait_for(lambda: inbox.has(marker), what="the replay's marker")
+    assert inbox.data == [bodies[0], bodies[2], marker]
+
+
+@pytest.mark.interop
+@pytest.mark.integration
+@pytest.mark.skipif(not HAS_OFFICIAL, reason="official client absent")
+def test_the_official_client_publishes_and_filters_composite_messages(
+    server: ServerThread,
+) -> None:
+    """The official client's builder makes the payload; its subscription's filter addresses
+    the parts; what it receives its parser splits into the parts published."""
+    import AMPS  # the official client: a black-box peer
+
+    got: list[bytes] = []
+    lock = threading.Lock()
+
+    def on_message(message: Any) -> None:
+        data = message.get_data()
+        with lock:
+            got.append(data if isinstance(data, bytes) else data.encode("latin-1"))
+
+    def build(oid: int, sym: str, qty: int) -> bytes:
+        builder = AMPS.CompositeMessageBuilder()
+        builder.append(f'{{"id":{oid},"sym":"{sym}"}}')
+        builder.append(f"Qty={qty}{SOH}")
+        builder.append(b"\x00\x01binary")
+        data: bytes = builder.get_data()
+        return data
+
+    official = AMPS.Client(f"ct-official-{next(_names)}")
+    official.connect(server.uri("tcp", LOCAL))
+    official.logon(5000)
+    try:
+        official.subscribe(on_message, "official-live", "/0/sym = 'IBM' AND /1/Qty >= 10")
+        bodies = [build(1, "IBM", 5), build(2, "IBM", 50), build(3, "MSFT", 50)]
+        marker = build(9, "IBM", 10)
+        for body in (*bodies, marker):
+            official.publish("official-live", body)
+        official.publish_flush(5000)
+
+        def has_marker() -> bool:
+            with lock:
+                return marker in got
+
+        wait_for(has_marker, what="the marker")
+    finally:
+        official.disconnect()
+    assert got == [bodies[1], marker]
+    parser = AMPS.CompositeMessageParser()
+    assert parser.parse(got[0]) == 3
+    assert parser.get_part(0) == '{"id":2,"sym":"IBM"}'
+    assert parser.get_part_raw(2) == b"\x00\x01binary"
