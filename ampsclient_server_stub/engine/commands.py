@@ -14,6 +14,7 @@ from typing import Final
 from ampsclient.protocol.header import Header, encode_header
 from ampsclient_server_stub.config import parse_duration
 
+from .composite_codec import composite_refusal
 from .durability import Durability
 from .hooks import BrokerHooks
 from .publishing import Publishing
@@ -69,6 +70,23 @@ def check_logon_sizes(name: str | None, user: str, password: str) -> None:
             raise CommandFailure(f"{what} too long", f"{what} of {size} bytes (at most {limit})")
 
 
+def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
+    """``hdr`` of a subscription or query, refused on a composite-global connection when it
+    asks for what the AMPS guide does not support there (a delta subscription, ``select``).
+
+    Raises:
+        CommandFailure: ``invalid options`` naming the type.
+    """
+    refusal = None
+    if delta:
+        refusal = composite_refusal(conn.mt, "a delta subscription")
+    if refusal is None and "select" in command_options(hdr):
+        refusal = composite_refusal(conn.mt, "select (projection)")
+    if refusal is not None:
+        raise CommandFailure("invalid options", refusal)
+    return hdr
+
+
 class CommandHandlers:
     """Every command's handler, by command name (:attr:`table`)."""
 
@@ -101,11 +119,21 @@ class CommandHandlers:
             "logon": self.logon,
             "p": lambda c, h, p, e: pub.publish(c, h, p, e, delta=False),
             "delta_publish": lambda c, h, p, e: pub.publish(c, h, p, e, delta=True),
-            "subscribe": lambda c, h, p, e: sub.subscribe(c, h, delta=False),
-            "delta_subscribe": lambda c, h, p, e: sub.subscribe(c, h, delta=True),
-            "sow": lambda c, h, p, e: sub.sow(c, h, subscribe=False, delta=False),
-            "sow_and_subscribe": lambda c, h, p, e: sub.sow(c, h, subscribe=True, delta=False),
-            "sow_and_delta_subscribe": lambda c, h, p, e: sub.sow(c, h, subscribe=True, delta=True),
+            "subscribe": lambda c, h, p, e: sub.subscribe(
+                c, _composite_checked(c, h, delta=False), delta=False
+            ),
+            "delta_subscribe": lambda c, h, p, e: sub.subscribe(
+                c, _composite_checked(c, h, delta=True), delta=True
+            ),
+            "sow": lambda c, h, p, e: sub.sow(
+                c, _composite_checked(c, h, delta=False), subscribe=False, delta=False
+            ),
+            "sow_and_subscribe": lambda c, h, p, e: sub.sow(
+                c, _composite_checked(c, h, delta=False), subscribe=True, delta=False
+            ),
+            "sow_and_delta_subscribe": lambda c, h, p, e: sub.sow(
+                c, _composite_checked(c, h, delta=True), subscribe=True, delta=True
+            ),
             "sow_delete": pub.sow_delete,
             "unsubscribe": self.unsubscribe,
             "flush": lambda c, h, p, e: durability.flush(c, h),

@@ -46,6 +46,7 @@ __all__ = [
     "CompositeFormatError",
     "CompositeType",
     "OpaquePart",
+    "composite_refusal",
     "composite_type",
     "decode_composite",
     "define_composite",
@@ -224,3 +225,16 @@ def define_composite(ctype: CompositeType) -> None:
 def composite_type(name: str) -> CompositeType | None:
     """The composite type called ``name`` (lower case), or ``None``."""
     return _defined.get(name)
+
+
+def composite_refusal(message_type: str, what: str) -> str | None:
+    """Why ``what`` (``delta publish``, ``delta subscribe``, ``select``) is refused on
+    ``message_type``, or ``None`` when it is not: the guide supports neither delta publish,
+    delta subscribe nor projection for ``composite-global`` types."""
+    ctype = _defined.get(message_type.lower())
+    if ctype is None or ctype.local:
+        return None
+    return (
+        f"{what} is not supported for {ctype.name!r}, a composite-global message type "
+        "(AMPS User Guide, Composite Messages)"
+    )

@@ -28,6 +28,7 @@ from typing import Any, Final, NamedTuple
 
 from ampsclient.protocol.header import Header
 
+from .composite_codec import composite_refusal
 from .delivery import NO_PREVIOUS, Delivery
 from .durability import Durability
 from .filters import compile_filter
@@ -283,9 +284,13 @@ class Ingest:
         guard = self._hooks.guard
         if guard is not None:
             guard.check_write(conn, topic)
+        mt = conn.mt
+        if delta:
+            refusal = composite_refusal(mt, "delta publish")
+            if refusal is not None:
+                raise CommandFailure("invalid message type", refusal)
         self._counters["publishes"] += 1
         self._delivery.topics.published(topic)
-        mt = conn.mt
         sow = self._sows.for_publish(mt, topic) if topic in self._sows.by_name else None
         if sow is not None:
             return self._client_sow_publish(conn, sow, hdr or {}, payload[end:], delta, seq)

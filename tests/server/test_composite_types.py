@@ -20,7 +20,12 @@ import pytest
 
 from ampsclient import Client, Command
 from ampsclient.compat import CompositeMessageBuilder, CompositeMessageParser
-from ampsclient.exceptions import BadFilterException, BadSowKeyException
+from ampsclient.exceptions import (
+    BadFilterException,
+    BadSowKeyException,
+    CommandError,
+    InvalidOptionsException,
+)
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ConfigError, parse_config
 from ampsclient_server_stub.engine.composite_codec import (
@@ -341,6 +346,51 @@ def test_sow_key_on_a_global_type(server: ServerThread) -> None:
             c.publish("images", body)
         c.flush(5000)
         assert sow(c, "images", order_by="/v") == [second, again]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("topic", ["images", "not-a-sow-topic"])
+def test_delta_publish_on_a_global_type_is_refused(server: ServerThread, topic: str) -> None:
+    """The guide: composite-global types support no delta publish. Refused (not stored as a
+    plain publish, not merged), the connection kept: a marker published after it arrives."""
+    inbox = Inbox()
+    with client(server, GLOBAL) as c:
+        c.subscribe(inbox, topic)
+        delta = composite('{"id":"d","v":1}', b"", b"")
+        cmd = Command("delta_publish").set_topic(topic).set_data(delta)
+        with pytest.raises(CommandError, match="invalid message type"):
+            c.execute_async(cmd.add_ack_type("processed").set_timeout(5000), lambda _m: None)
+        marker = composite('{"id":"m","v":2}', b"", b"")
+        c.publish(topic, marker)
+        c.flush(5000)
+        wait_for(lambda: inbox.has(marker), what="the marker")
+    assert inbox.data == [marker]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("command", "options", "what"),
+    [
+        ("delta_subscribe", None, "a delta subscription"),
+        ("sow_and_delta_subscribe", None, "a delta subscription"),
+        ("sow", "select=[-/,+/id]", "select"),
+        ("sow_and_subscribe", "select=[-/,+/id]", "select"),
+    ],
+)
+def test_delta_subscriptions_and_select_on_a_global_type_are_refused(
+    server: ServerThread, command: str, options: str | None, what: str
+) -> None:
+    """The guide: no delta subscribe and no projection for composite-global types. Refused
+    with ``invalid options`` naming the type; the same connection then queries normally."""
+    with client(server, GLOBAL) as c:
+        cmd = Command(command).set_topic("images").set_timeout(5000)
+        if options is not None:
+            cmd.set_options(options)
+        with pytest.raises(InvalidOptionsException, match=f"{what}.*'{GLOBAL}'"):
+            c.execute_async(cmd.add_ack_type("processed"), lambda _m: None)
+        c.publish("images", composite('{"id":"q","v":0}', b"", b""))
+        c.flush(5000)
+        assert composite('{"id":"q","v":0}', b"", b"") in sow(c, "images", filter="/id = 'q'")
 
 
 @pytest.mark.integration
