@@ -4,10 +4,15 @@ AMPS Configuration Guide, "SOW/View"
 (https://docs.crankuptheamps.com/amps-configuration-guide/sow/views) and User Guide, "Defining
 Views and Aggregations" (https://docs.crankuptheamps.com/amps-user-guide/views/defining-views):
 
-* ``MessageType`` (required), ``Name`` (``Topic`` is accepted as its synonym);
-* ``UnderlyingTopic`` (required): one SOW topic (or an earlier view), or ``Join`` elements
-  relating several: ``[Orders].[/customer] = [Customers].[/id]`` (a topic may carry its message
-  type, ``[json].[Orders].[/customer]``); the outer forms replace ``=`` by ``LEFT OUTER JOIN``,
+* ``MessageType`` (required), ``Name`` (``Topic`` is accepted as its synonym); the view's type
+  need not be its topics' ("you can join topics of different message types, and you can project
+  messages of a different type than the underlying topic"): json, msgpack, xml, bson, fix and
+  nvfix here; ``binary`` is refused with the guide's reason, other types by name;
+* ``UnderlyingTopic`` (required): one SOW topic (or an earlier view), or "any number of
+  ``Join`` elements", each relating two topics: ``[Orders].[/customer] = [Customers].[/id]``
+  (a topic may carry its message type, ``[nvfix].[Orders].[/customer]``, which it must when
+  topics of several types share its name); every ``Join`` after the first adds one topic to
+  those already joined. The outer forms replace ``=`` by ``LEFT OUTER JOIN``,
   ``RIGHT OUTER JOIN`` or ``FULL OUTER JOIN``: the side(s) kept without a partner project
   ``NULL`` for the other topic's fields;
 * ``Projection/Field`` and ``Grouping/Field`` (both required), ``views.fields``; in a join every
@@ -15,8 +20,9 @@ Views and Aggregations" (https://docs.crankuptheamps.com/amps-user-guide/views/d
 * ``Filter``: only with a single underlying topic (as the guide says);
 * ``KeyDomain``: the seed of the view's record keys (default: the view's name).
 
-The reference server implements json views over json topics: other message types, ``Conflation``,
-``FileName``, ``HashIndex``, ``Key`` and joins of more than two topics are refused by name.
+Refused by name: ``Conflation``, ``FileName``, ``HashIndex``, ``Key``, a topic joined with
+itself (the guide gives no way to tell its two sides apart in ``[topic].[/path]``), a ``Join``
+relating no topic (or two topics) already joined.
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ from .fields import (
     check_compiles,
     field_elements,
     first_child,
-    json_view_head,
     one_text,
     parse_field,
+    view_head,
 )
 
 
@@ -52,9 +58,25 @@ class UnderlyingSow(Protocol):
     def message_type(self) -> str: ...
 
 
-__all__ = ["JOIN_KINDS", "JoinSpec", "SowViewConfig", "parse_sow_views", "qualify"]
+__all__ = [
+    "JOIN_KINDS",
+    "VIEW_TYPES",
+    "JoinSpec",
+    "SowViewConfig",
+    "parse_sow_views",
+    "qualify",
+]
 
 JOIN_KINDS: Final = ("INNER", "LEFT", "RIGHT", "FULL")
+
+VIEW_TYPES: Final = ("json", "msgpack", "xml", "bson", "fix", "nvfix")
+"""The message types of views and of their underlying topics (those the server parses)."""
+
+_GUIDE_TYPES: Final = {
+    "binary": "binary message types cannot be the underlying topic for a view or the type "
+    "of a view",
+}
+"""The AMPS User Guide's restrictions ("Defining Views and Aggregations")."""
 
 _REFUSED: Final = {
     "Conflation": "every change of the view is published",
@@ -94,7 +116,8 @@ _QUALIFIED: Final = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class JoinSpec:
-    """``[left].[/left_path] op [right].[/right_path]``."""
+    """``[left].[/left_path] op [right].[/right_path]``, each side an index into the view's
+    ``topics``."""
 
     left: str
     left_path: str
@@ -102,41 +125,66 @@ class JoinSpec:
     right_path: str
     kind: str = "INNER"
     """``INNER``, ``LEFT``, ``RIGHT`` or ``FULL`` (outer)."""
+    left_index: int = 0
+    right_index: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class SowViewConfig:
-    """A view over one or two SOW topics."""
+    """A view over one or more SOW topics."""
 
     name: str
     message_type: str
     topics: tuple[str, ...]
-    """The underlying topics (one, or the two of the join)."""
+    """The underlying topics (one, or those of the joins in the order they join)."""
     projection: tuple[Field, ...]
     grouping: tuple[str, ...]
-    join: JoinSpec | None = None
+    joins: tuple[JoinSpec, ...] = ()
     filter: str | None = None
     key_domain: str | None = None
+    topic_types: tuple[str, ...] = ()
+    """The message type of each of ``topics`` (empty: all json)."""
+
+    @property
+    def join(self) -> JoinSpec | None:
+        """The first join (``None``: a view over one topic)."""
+        return self.joins[0] if self.joins else None
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The message type of each underlying topic."""
+        return self.topic_types or ("json",) * len(self.topics)
 
 
-def qualify(text: str, topics: Sequence[str]) -> str:
-    """Rewrite ``[topic].[/path]`` (and ``[json].[topic].[/path]``) into the path of that
-    topic's document inside a joined row, ``/<index>/path`` (a row is ``{"0": doc, "1": doc}``);
-    with a single topic (no join) the row is the record itself: ``/path``.
+def qualify(text: str, topics: Sequence[str], types: Sequence[str] | None = None) -> str:
+    """Rewrite ``[topic].[/path]`` (and ``[type].[topic].[/path]``) into the path of that
+    topic's document inside a joined row, ``/<index>/path`` (a row is ``{"0": doc, "1": doc,
+    ...}``); with a single topic (no join) the row is the record itself: ``/path``.
 
     Raises:
-        ValueError: a topic that is not one of ``topics``, a message type other than json.
+        ValueError: a topic that is not one of ``topics`` (of that type), a topic name that
+            several underlying topics of different types share without its type.
     """
+    kinds = list(types) if types is not None else ["json"] * len(topics)
 
     def one(match: re.Match[str]) -> str:
         mt, topic, path = match["mt"], match["topic"], match["path"]
-        if mt is not None and mt.lower() != "json":
-            raise ValueError(f"[{mt}].[{topic}]: only json topics can be joined")
-        if topic not in topics:
-            raise ValueError(f"[{topic}] is not an underlying topic of the view")
+        found = [
+            n
+            for n, (name, kind) in enumerate(zip(topics, kinds, strict=True))
+            if name == topic and (mt is None or kind == mt.lower())
+        ]
+        if not found:
+            what = f"[{mt}].[{topic}]" if mt is not None else f"[{topic}]"
+            raise ValueError(f"{what} is not an underlying topic of the view")
+        if len(found) > 1:
+            raise ValueError(
+                f"[{topic}] names underlying topics of several message types: write "
+                f"[type].[{topic}].[{path}]"
+            )
         if len(topics) == 1:
             return f" {path} "
-        return f" /{topics.index(topic)}{path.rstrip('/')} "
+        return f" /{found[0]}{path.rstrip('/')} "
 
     return _QUALIFIED.sub(one, text)
 
@@ -145,7 +193,7 @@ def parse_sow_views(
     section: ET.Element | None,
     sow_topics: Sequence[UnderlyingSow],
     *,
-    skip: Callable[[ET.Element], bool],
+    skip: Callable[[ET.Element], bool] = lambda _elem: False,
     fail: Fail,
 ) -> tuple[SowViewConfig, ...]:
     """The views over SOW topics of a ``<SOW>`` section (``skip``: a view over a queue).
@@ -167,6 +215,18 @@ def parse_sow_views(
     return tuple(views)
 
 
+def _type_refusal(mt: str) -> str | None:
+    """Why ``mt`` cannot be a view's type (or an underlying topic's); ``None``: it can."""
+    if mt in VIEW_TYPES:
+        return None
+    if mt in _GUIDE_TYPES:
+        return _GUIDE_TYPES[mt]
+    return (
+        f"{mt} views are not implemented by the reference server (views and their underlying "
+        f"topics are {', '.join(VIEW_TYPES)})"
+    )
+
+
 def _parse(
     elem: ET.Element,
     sow_topics: Sequence[UnderlyingSow],
@@ -176,44 +236,39 @@ def _parse(
     from ..engine.filters import compile_expression, compile_filter
 
     check_children(elem, refused=_REFUSED, known=_KNOWN, what="view", fail=fail)
-    name, label, mt = json_view_head(elem, fail)
+    name, label, mt = view_head(elem, fail)
+    refusal = _type_refusal(mt)
+    if refusal is not None:
+        fail(first_child(elem, "MessageType"), f"{label}: {refusal}")
     unders = elem.findall("UnderlyingTopic")
     if not unders:
         fail(elem, f"{label} has no <UnderlyingTopic>")
     if len(unders) > 1:
         fail(unders[1], f"duplicate <UnderlyingTopic> in <{elem.tag}>")
     under = unders[0]
-    known = {t.topic: t.message_type for t in sow_topics}
-    known |= {v.name: v.message_type for v in earlier}
-    join: JoinSpec | None = None
+    known: dict[str, list[str]] = {}
+    for t in sow_topics:
+        known.setdefault(t.topic, []).append(t.message_type.lower())
+    for v in earlier:
+        known.setdefault(v.name, []).append(v.message_type)
+    topics: list[tuple[str, str]] = []
+    joins: tuple[JoinSpec, ...] = ()
     if len(under):
-        join = _join(under, label, fail)
-        topics: tuple[str, ...] = (join.left, join.right)
+        joins = _joins(under, label, known, topics, fail)
     else:
         text = (under.text or "").strip()
         if not text:
             fail(under, f"<UnderlyingTopic> in <{elem.tag}> is empty")
-        topics = (text,)
-    for topic in topics:
-        if topic not in known:
-            fail(
-                under,
-                f"{label}: <UnderlyingTopic> {topic!r} is not a json queue or SOW topic "
-                "(a view's underlying topics keep a SOW)",
-            )
-        if known[topic] != "json":
-            fail(
-                under,
-                f"{label}: underlying topic {topic!r} is {known[topic]}; only json "
-                "topics are implemented",
-            )
+        topics.append((text, _resolve(under, label, known, text, None, mt, fail)))
+    names = tuple(t for t, _ in topics)
+    types = tuple(k for _, k in topics)
 
     def compile_(text: str) -> Any:
-        if join is None:
+        if not joins:
             if _QUALIFIED.search(text):
-                text = qualify(text, topics)
+                text = qualify(text, names, types)
             return compile_expression(text)
-        rewritten = qualify(text, topics)
+        rewritten = qualify(text, names, types)
         if re.search(r"(?<![\w\]])/(?=[A-Za-z_])", rewritten):
             raise ValueError("in a join, name each field's topic: [topic].[/path]")
         return compile_expression(rewritten)
@@ -224,6 +279,7 @@ def _parse(
     )
     if not projection:
         fail(elem, f"{label} has no <Projection> fields")
+    _check_shape(elem, label, mt, projection, fail)
     grouping: list[str] = []
     for child in field_elements(elem, "Grouping", fail):
         text = (child.text or "").strip()
@@ -235,7 +291,7 @@ def _parse(
         fail(elem, f"{label} has no <Grouping> fields")
     filter_text = one_text(elem, "Filter", fail)
     if filter_text is not None:
-        if join is not None:
+        if joins:
             fail(
                 first_child(elem, "Filter"),
                 f"{label}: <Filter> is only valid for a view over a single underlying topic",
@@ -244,46 +300,128 @@ def _parse(
     return SowViewConfig(
         name,
         mt,
-        topics,
+        names,
         projection,
         tuple(grouping),
-        join=join,
+        joins=joins,
         filter=filter_text,
         key_domain=one_text(elem, "KeyDomain", fail),
+        topic_types=types,
     )
 
 
-def _join(under: ET.Element, label: str, fail: Fail) -> JoinSpec:
-    joins = list(under)
-    for child in joins:
+def _check_shape(
+    elem: ET.Element, label: str, mt: str, projection: Sequence[Field], fail: Fail
+) -> None:
+    """A view record must be writable as its message type: fix/nvfix have no nesting, an xml
+    message has one root element."""
+    paths = [f.path.strip("/").split("/") for f in projection]
+    if mt in ("fix", "nvfix") and any(len(p) > 1 for p in paths):
+        fail(
+            first_child(elem, "Projection"),
+            f"{label}: a {mt} message has no nested fields: project each field AS /name",
+        )
+    if mt == "xml" and (len({p[0] for p in paths}) > 1 or any(len(p) < 2 for p in paths)):
+        fail(
+            first_child(elem, "Projection"),
+            f"{label}: an xml message has one root element: project each field AS "
+            "/Root/name (the same /Root for every field)",
+        )
+
+
+def _resolve(
+    at: ET.Element,
+    label: str,
+    known: dict[str, list[str]],
+    topic: str,
+    mt: str | None,
+    view_mt: str | None,
+    fail: Fail,
+) -> str:
+    """The message type of underlying topic ``topic`` (written ``[mt].[topic]`` when ``mt``;
+    ``view_mt``: the type preferred when several share the name, ``None`` in a join)."""
+    kinds = known.get(topic, [])
+    if mt is not None:
+        kinds = [k for k in kinds if k == mt.lower()]
+    if not kinds:
+        what = topic if mt is None else f"[{mt}].[{topic}]"
+        fail(
+            at,
+            f"{label}: <UnderlyingTopic> {what!r} is not a queue, SOW topic or earlier view "
+            "(a view's underlying topics keep a SOW)",
+        )
+    if len(kinds) > 1:
+        if view_mt in kinds and mt is None:
+            kinds = [view_mt]
+        else:
+            fail(
+                at,
+                f"{label}: SOW topics of several message types are called {topic!r} "
+                f"({', '.join(kinds)}): name one as [type].[{topic}]",
+            )
+    refusal = _type_refusal(kinds[0])
+    if refusal is not None:
+        fail(at, f"{label}: underlying topic {topic!r} is {kinds[0]}: {refusal}")
+    return kinds[0]
+
+
+def _joins(
+    under: ET.Element,
+    label: str,
+    known: dict[str, list[str]],
+    topics: list[tuple[str, str]],
+    fail: Fail,
+) -> tuple[JoinSpec, ...]:
+    """The ``<Join>`` elements of ``under``; ``topics`` receives the joined topics in order."""
+    elements = list(under)
+    for child in elements:
         if child.tag != "Join":
             fail(child, f"<{child.tag}> in <UnderlyingTopic> is not a <Join>")
     if (under.text or "").strip():
         fail(under, f"{label}: <UnderlyingTopic> holds a topic name or <Join> elements, not both")
-    if len(joins) > 1:
-        fail(
-            joins[1],
-            f"{label}: a join of more than two topics is not implemented by the reference server",
+    specs = []
+    for n, join in enumerate(elements):
+        text = (join.text or "").strip()
+        match = _JOIN.match(text)
+        if match is None:
+            fail(
+                join,
+                f"{label}: <Join> {text!r} is not '[topic].[/field] = [topic].[/field]' "
+                "(or LEFT/RIGHT/FULL OUTER JOIN in place of '=')",
+            )
+        sides = []
+        for side in ("l", "r"):
+            topic = match[f"{side}topic"]
+            kind = _resolve(join, label, known, topic, match[f"{side}mt"], None, fail)
+            sides.append((topic, kind))
+        if sides[0] == sides[1]:
+            fail(
+                join,
+                f"{label}: <Join> {text!r}: a topic joined with itself is not implemented by "
+                "the reference server ([topic].[/path] could not tell its two sides apart)",
+            )
+        joined = [s in topics for s in sides]
+        if n and not any(joined):
+            fail(join, f"{label}: <Join> {text!r} relates no topic of the <Join>s before it")
+        if n and all(joined):
+            fail(
+                join,
+                f"{label}: <Join> {text!r} relates two topics already joined: each <Join> "
+                "after the first adds one topic",
+            )
+        for s in sides:
+            if s not in topics:
+                topics.append(s)
+        op = match["op"].upper().split()[0]
+        specs.append(
+            JoinSpec(
+                match["ltopic"],
+                match["lpath"],
+                match["rtopic"],
+                match["rpath"],
+                "INNER" if op == "=" else op,
+                topics.index(sides[0]),
+                topics.index(sides[1]),
+            )
         )
-    text = (joins[0].text or "").strip()
-    match = _JOIN.match(text)
-    if match is None:
-        fail(
-            joins[0],
-            f"{label}: <Join> {text!r} is not '[topic].[/field] = [topic].[/field]' "
-            "(or LEFT/RIGHT/FULL OUTER JOIN in place of '=')",
-        )
-    for side in ("l", "r"):
-        mt = match[f"{side}mt"]
-        if mt is not None and mt.lower() != "json":
-            fail(joins[0], f"{label}: <Join> {text!r}: only json topics can be joined")
-    if match["ltopic"] == match["rtopic"]:
-        fail(joins[0], f"{label}: <Join> {text!r}: a topic joined with itself is not implemented")
-    op = match["op"].upper().split()[0]
-    return JoinSpec(
-        match["ltopic"],
-        match["lpath"],
-        match["rtopic"],
-        match["rpath"],
-        "INNER" if op == "=" else op,
-    )
+    return tuple(specs)

@@ -18,13 +18,13 @@ persists; the view does not need to).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any, Final
 
 from ..engine.delivery import NO_PREVIOUS, Delivery
+from ..engine.payload import encode
 from ..engine.routing import RoutingIndex
 from ..engine.sow import SowRecord, SowTopic
 from ..engine.sow_service import SowService
@@ -56,15 +56,15 @@ class SowView:
 
     def _empty(self) -> tuple[GroupTable, JoinRows | None]:
         config = self.config
-        topics = config.topics
+        topics, types = config.topics, config.types
         table = GroupTable(
             config.projection,
             config.grouping,
             filter_text=config.filter,
             key_domain=config.key_domain or config.name,
-            rewrite=lambda text: qualify(text, topics),
+            rewrite=lambda text: qualify(text, topics, types),
         )
-        return table, None if config.join is None else JoinRows(config.join)
+        return table, None if not config.joins else JoinRows(config.joins, types)
 
     @property
     def name(self) -> str:
@@ -135,11 +135,12 @@ class SowViews:
         self._index = index
         self._stamp_at = -1
         self._stamp_text = ""
+        self._unwritable: set[str] = set()  # views whose record could not be encoded (logged)
         self.views: dict[str, SowView] = {}
         for config in configs:
             underlying = []
-            for topic in config.topics:
-                sow = sows.topic(topic, "json")
+            for topic, mt in zip(config.topics, config.types, strict=True):
+                sow = sows.topic(topic, mt)
                 if sow is None:  # the configuration reader checked it
                     raise ValueError(f"view {config.name!r}: no SOW topic {topic!r}")
                 underlying.append(sow)
@@ -190,7 +191,13 @@ class SowViews:
                     removed.append(entry[0])
                     sow.stage(key, None)
                 continue
-            body = json.dumps(doc, separators=(",", ":")).encode()
+            try:
+                body = encode(sow.message_type, doc)
+            except ValueError as exc:
+                if view.name not in self._unwritable:
+                    self._unwritable.add(view.name)
+                    logger.warning("view %r: a record is not written: %s", view.name, exc)
+                continue
             if entry is not None and entry[0].data == body:
                 continue
             record = SowRecord(key, body, "", self._stamp(), None, None, 0)

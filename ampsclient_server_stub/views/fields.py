@@ -28,6 +28,7 @@ __all__ = [
     "one_text",
     "parse_field",
     "parse_field_text",
+    "view_head",
 ]
 
 _FIELD: Final = re.compile(r"^(?P<expr>.+?)\s+AS\s+(?P<path>/\S+)\s*$", re.I | re.S)
@@ -158,9 +159,9 @@ def check_children(
             fail(child, f"<{child.tag}> is not a {what} element (in <{elem.tag}>)")
 
 
-def json_view_head(elem: ET.Element, fail: Fail) -> tuple[str, str, str]:
-    """A view's name (``<Name>`` or ``<Topic>``), its label for messages and its message
-    type, which must be json (the only one views are implemented for)."""
+def view_head(elem: ET.Element, fail: Fail) -> tuple[str, str, str]:
+    """A view's name (``<Name>`` or ``<Topic>``), its label for messages and its message type
+    (lower case; required, not checked here)."""
     name = one_text(elem, "Name", fail) or one_text(elem, "Topic", fail)
     if name is None:
         fail(elem, f"<{elem.tag}> has no <Name>")
@@ -168,6 +169,13 @@ def json_view_head(elem: ET.Element, fail: Fail) -> tuple[str, str, str]:
     mt = (one_text(elem, "MessageType", fail) or "").lower()
     if not mt:
         fail(elem, f"{label} has no <MessageType>")
+    return name, label, mt
+
+
+def json_view_head(elem: ET.Element, fail: Fail) -> tuple[str, str, str]:
+    """:func:`view_head` of a view whose message type must be json (views over queues and
+    conflated topics: the only type they are implemented for)."""
+    name, label, mt = view_head(elem, fail)
     if mt != "json":
         fail(first_child(elem, "MessageType"), f"{label}: only json views are implemented")
     return name, label, mt

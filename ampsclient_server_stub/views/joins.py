@@ -1,17 +1,23 @@
-"""The joined rows of a view over two topics: a pure core, no I/O.
+"""The joined rows of a view over two or more topics: a pure core, no I/O.
 
-Records of both sides are indexed by their join value; a joined row is a pair of record keys
-(``None`` for the missing side of an outer row) and its document ``{"0": left, "1": right}``
-(the shape ``views.config.qualify`` rewrites ``[topic].[/path]`` into). A change on either
-side can only change the rows of the join values the record had and has, so
-:meth:`JoinRows.change` recomputes those value classes only and returns the rows that left and
-the rows that are (new or changed). A ``NULL`` join value matches nothing (as in SQL): such a
-record appears only in an outer row.
+A view's ``<Join>`` elements are evaluated in order, as SQL evaluates ``A JOIN B ON .. JOIN C
+ON ..``: the first relates two topics, each later one adds a topic to the rows joined so far
+(its other side names a topic already joined). An inner join keeps the pairs with equal values;
+an outer one also keeps the rows of the kept side(s) that found no partner, with ``None`` for
+the other topic's record. A ``NULL`` join value matches nothing (as in SQL).
+
+A row is a tuple of record keys, one per topic (``None``: no record), and its document
+``{"0": doc, "1": doc, ...}`` (the shape ``views.config.qualify`` rewrites ``[topic].[/path]``
+into). Records are *linked* when a join relates them with equal values; the rows of a set of
+linked records depend on those records only. So a change of one record can only change the
+rows of the records linked to it before or after the change: :meth:`JoinRows.change`
+recomputes the rows of those records (found through an index per join side) and returns the
+rows that left and the rows that are (new or changed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from ..engine.filters import compile_expression
@@ -19,86 +25,202 @@ from .config import JoinSpec
 
 __all__ = ["JoinRows", "Row"]
 
-Row = tuple[str | None, str | None]
-"""A joined row: (left key, right key)."""
+Row = tuple[str | None, ...]
+"""A joined row: one record key (or ``None``) per underlying topic."""
+
+_Record = tuple[int, str]
+"""(topic index, record key)."""
 
 
-def _hashable(value: Any) -> Hashable:
+_TEXT_TYPES = frozenset({"fix", "nvfix", "xml"})
+"""Message types whose values are all text."""
+
+
+def _hashable(value: Any, *, numeric_text: bool) -> Hashable:
     if isinstance(value, list | dict):
         return ("\0json", repr(value))
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if numeric_text and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return int(number) if number.is_integer() else number
     return value  # type: ignore[no-any-return]
 
 
-class JoinRows:
-    """The rows of ``spec`` (an inner, left, right or full outer join)."""
+class _Side:
+    """One side of one join: the value of each record of its topic, and the records of each
+    value."""
 
-    def __init__(self, spec: JoinSpec) -> None:
-        self._kind = spec.kind
-        self._values = (compile_expression(spec.left_path), compile_expression(spec.right_path))
-        self._docs: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
-        self._class: tuple[dict[str, Hashable], dict[str, Hashable]] = ({}, {})
-        self._index: tuple[dict[Hashable, dict[str, None]], dict[Hashable, dict[str, None]]] = (
-            {},
-            {},
-        )
-        self._rows: dict[Hashable, list[Row]] = {}
+    __slots__ = ("index", "numeric_text", "topic", "value", "values")
 
-    def _class_of(self, side: int, key: str, doc: Any) -> Hashable:
-        value = self._values[side](doc)
-        if value is None:
-            return ("\0null", side, key)  # matches nothing: a class of its own
-        return _hashable(value)
+    def __init__(self, topic: int, path: str) -> None:
+        self.topic = topic
+        self.value: Callable[[Any], Any] = compile_expression(path)
+        self.values: dict[str, Hashable] = {}
+        self.index: dict[Hashable, dict[str, None]] = {}
+        self.numeric_text = False
+        """Read numbers in text (a fix, nvfix or xml topic joined with a typed one: "7" joins
+        7, as AMPS converts a string compared to a number)."""
 
-    def change(self, side: int, key: str, doc: Any) -> tuple[list[Row], dict[Row, Any]]:
-        """Record ``key`` of ``side`` (0 left, 1 right) is now ``doc`` (``None``: gone):
-        ``(rows that left, rows that are new or changed with their documents)``."""
-        classes: list[Hashable] = []
-        old = self._class[side].pop(key, None)
+    def of(self, doc: Any) -> Hashable | None:
+        value = self.value(doc)
+        return None if value is None else _hashable(value, numeric_text=self.numeric_text)
+
+    def put(self, key: str, doc: Any) -> None:
+        self.drop(key)
+        value = self.of(doc)
+        if value is not None:
+            self.values[key] = value
+            self.index.setdefault(value, {})[key] = None
+
+    def drop(self, key: str) -> None:
+        old = self.values.pop(key, None)
         if old is not None:
-            members = self._index[side][old]
+            members = self.index[old]
             members.pop(key, None)
             if not members:
-                del self._index[side][old]
+                del self.index[old]
+
+
+class _Step:
+    """One ``<Join>``: the side already joined (``acc``), the side it adds (``new``), and
+    which of them an outer join keeps without a partner."""
+
+    __slots__ = ("acc", "keep_acc", "keep_new", "new")
+
+    def __init__(self, spec: JoinSpec, joined: set[int], types: Sequence[str]) -> None:
+        left = _Side(spec.left_index, spec.left_path)
+        right = _Side(spec.right_index, spec.right_path)
+        text = [types[side.topic] in _TEXT_TYPES for side in (left, right)]
+        if text[0] != text[1]:  # (text compared to typed values: numbers in text are numbers)
+            left.numeric_text = right.numeric_text = True
+        keep_left = spec.kind in ("LEFT", "FULL")
+        keep_right = spec.kind in ("RIGHT", "FULL")
+        if not joined or left.topic in joined:
+            self.acc, self.new = left, right
+            self.keep_acc, self.keep_new = keep_left, keep_right
+        else:
+            self.acc, self.new = right, left
+            self.keep_acc, self.keep_new = keep_right, keep_left
+
+
+class JoinRows:
+    """The rows of a view's joins, over underlying topics of message types ``types``."""
+
+    def __init__(self, specs: Sequence[JoinSpec], types: Sequence[str]) -> None:
+        topics = self._topics = len(types)
+        self._docs: list[dict[str, Any]] = [{} for _ in range(topics)]
+        joined: set[int] = set()
+        self._steps: list[_Step] = []
+        for spec in specs:
+            step = _Step(spec, joined, types)
+            joined |= {step.acc.topic, step.new.topic}
+            self._steps.append(step)
+        self._first = self._steps[0].acc.topic
+        self._sides: list[list[tuple[_Side, _Side]]] = [[] for _ in range(topics)]
+        for step in self._steps:  # (each side, with the side it is compared to)
+            self._sides[step.acc.topic].append((step.acc, step.new))
+            self._sides[step.new.topic].append((step.new, step.acc))
+        self._rows: dict[Row, None] = {}
+        self._of: dict[_Record, dict[Row, None]] = {}  # record -> the rows that hold it
+
+    def change(self, side: int, key: str, doc: Any) -> tuple[list[Row], dict[Row, Any]]:
+        """Record ``key`` of topic ``side`` is now ``doc`` (``None``: gone):
+        ``(rows that left, rows that are new or changed with their documents)``."""
+        linked = self._linked(side, key)  # (before the change)
+        if doc is None:
             self._docs[side].pop(key, None)
-            classes.append(old)
-        if doc is not None:
-            new = self._class_of(side, key, doc)
-            self._class[side][key] = new
-            self._index[side].setdefault(new, {})[key] = None
+            for own, _other in self._sides[side]:
+                own.drop(key)
+        else:
             self._docs[side][key] = doc
-            if new != old:
-                classes.append(new)
-        gone: list[Row] = []
+            for own, _other in self._sides[side]:
+                own.put(key, doc)
+        linked |= self._linked(side, key)
+        before: dict[Row, None] = {}
+        for record in linked:
+            before |= self._of.get(record, {})
+        docs = self._docs
+        rows = self._evaluate({(t, k) for t, k in linked if k in docs[t]})
+        gone = [row for row in before if row not in rows]
+        for row in gone:
+            self._forget(row)
         now: dict[Row, Any] = {}
-        for cls in classes:
-            before = self._rows.pop(cls, [])
-            rows = self._rows_of(cls)
-            if rows:
-                self._rows[cls] = rows
-            kept = set(rows)
-            gone.extend(r for r in before if r not in kept)
-            for row in rows:
-                now[row] = self._doc(row)
+        for row in rows:
+            if row not in self._rows:
+                self._rows[row] = None
+                for n, k in enumerate(row):
+                    if k is not None:
+                        self._of.setdefault((n, k), {})[row] = None
+            now[row] = self._doc(row)
         return gone, now
 
-    def _rows_of(self, cls: Hashable) -> list[Row]:
-        left = list(self._index[0].get(cls, ()))
-        right = list(self._index[1].get(cls, ()))
-        if left and right:
-            return [(lk, rk) for lk in left for rk in right]
-        if left and self._kind in ("LEFT", "FULL"):
-            return [(lk, None) for lk in left]
-        if right and self._kind in ("RIGHT", "FULL"):
-            return [(None, rk) for rk in right]
-        return []
+    def _forget(self, row: Row) -> None:
+        del self._rows[row]
+        for n, k in enumerate(row):
+            if k is not None:
+                held = self._of[(n, k)]
+                del held[row]
+                if not held:
+                    del self._of[(n, k)]
+
+    def _linked(self, side: int, key: str) -> set[_Record]:
+        """The records linked to ``key`` of topic ``side`` (itself included, when present)."""
+        seen: set[_Record] = set()
+        if key not in self._docs[side]:
+            return seen
+        todo = [(side, key)]
+        seen.add((side, key))
+        while todo:
+            topic, k = todo.pop()
+            for own, other in self._sides[topic]:
+                value = own.values.get(k)
+                if value is None:
+                    continue
+                for partner in other.index.get(value, ()):
+                    record = (other.topic, partner)
+                    if record not in seen:
+                        seen.add(record)
+                        todo.append(record)
+        return seen
+
+    def _evaluate(self, records: set[_Record]) -> dict[Row, None]:
+        """The rows of the joins over ``records`` only (a set closed under links)."""
+        size = self._topics
+        rows: list[list[str | None]] = []
+        for topic, key in sorted(records, key=lambda r: (r[0], r[1])):
+            if topic == self._first:
+                row: list[str | None] = [None] * size
+                row[topic] = key
+                rows.append(row)
+        for step in self._steps:
+            acc, new = step.acc, step.new
+            matched: set[str] = set()
+            out: list[list[str | None]] = []
+            for row in rows:
+                mine = row[acc.topic]
+                value = None if mine is None else acc.values.get(mine)
+                # (``records`` is closed under links: every partner of a record is in it)
+                partners = sorted(new.index.get(value, ())) if value is not None else []
+                if partners:
+                    matched.update(partners)
+                    for partner in partners:
+                        joined = list(row)
+                        joined[new.topic] = partner
+                        out.append(joined)
+                elif step.keep_acc:
+                    out.append(row)
+            if step.keep_new:
+                for k in sorted(k for t, k in records if t == new.topic):
+                    if k not in matched:
+                        alone: list[str | None] = [None] * size
+                        alone[new.topic] = k
+                        out.append(alone)
+            rows = out
+        return {tuple(row): None for row in rows if any(k is not None for k in row)}
 
     def _doc(self, row: Row) -> dict[str, Any]:
-        lk, rk = row
-        doc: dict[str, Any] = {}
-        if lk is not None:
-            doc["0"] = self._docs[0][lk]
-        if rk is not None:
-            doc["1"] = self._docs[1][rk]
-        return doc
+        return {str(n): self._docs[n][k] for n, k in enumerate(row) if k is not None}

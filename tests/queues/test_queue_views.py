@@ -180,7 +180,10 @@ def test_a_filtered_subscription_to_the_view(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("view", "message"),
     [
-        (VIEW.replace("<UnderlyingTopic>work", "<UnderlyingTopic>orders"), "is not a json queue"),
+        (
+            VIEW.replace("<UnderlyingTopic>work", "<UnderlyingTopic>orders"),
+            "is not a queue, SOW topic",
+        ),
         (VIEW.replace("</Grouping>", "</Grouping><Join>x</Join>"), "<Join> in <View> is not impl"),
         (VIEW.replace("<Grouping><Field>/kind</Field></Grouping>", ""), "has no <Grouping>"),
         (VIEW.replace("COUNT(/id) AS /waiting", "COUNT(/id) + 1 AS /w"), "inside a larger"),

@@ -90,14 +90,20 @@ def test_a_view_over_a_sow_topic_is_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("view", "message"),
     [
-        (BY_SYM.replace("orders</Under", "nope</Under"), "<UnderlyingTopic> 'nope' is not a json"),
+        (
+            BY_SYM.replace("orders</Under", "nope</Under"),
+            "<UnderlyingTopic> 'nope' is not a queue, SOW",
+        ),
         (BY_SYM.replace("<Name>by_sym", "<Name>orders"), "duplicate topic 'orders'"),
         (BY_SYM.replace("<Grouping><Field>/sym</Field></Grouping>", ""), "has no <Grouping>"),
         (BY_SYM.replace("COUNT(/id) AS /orders", "COUNT(/id)"), "needs 'AS /path'"),
         (BY_SYM.replace("SUM(/qty) AS", "SUM(/qty) + 1 AS"), "an aggregate inside a larger"),
         (BY_SYM.replace("</Grouping>", "</Grouping><Key>/sym</Key>"), "<Key> in <View> is not"),
         (BY_SYM.replace("</Grouping>", "</Grouping><HashIndex/>"), "<HashIndex> in <View> is no"),
-        (BY_SYM.replace(">json<", ">xml<"), "only json views are implemented"),
+        (
+            BY_SYM.replace(">json<", ">binary<"),
+            "binary message types cannot be the underlying topic for a view or the type of a view",
+        ),
         (BY_SYM.replace("</Grouping>", "</Grouping><Colour/>"), "<Colour> is not a view element"),
         (
             JOINED.format(name="j", op="=").replace(
@@ -116,13 +122,13 @@ def test_a_view_over_a_sow_topic_is_read(tmp_path: Path) -> None:
         (JOINED.format(name="j", op="CROSS JOIN"), "is not '[topic].[/field] = [topic].[/field]'"),
         (
             JOINED.format(name="j", op="=").replace(
-                "</Join>", "</Join><Join>[a].[/b] = [c].[/d]</Join>"
+                "</Join>", "</Join><Join>[customers].[/b] = [orders].[/d]</Join>"
             ),
-            "a join of more than two topics is not implemented",
+            "relates two topics already joined",
         ),
         (
             JOINED.format(name="j", op="=").replace("[orders].[/cid] =", "[xml].[orders].[/cid] ="),
-            "only json topics can be joined",
+            "'[xml].[orders]' is not a queue, SOW topic or earlier view",
         ),
     ],
 )
