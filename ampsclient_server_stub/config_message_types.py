@@ -133,4 +133,22 @@ def read_message_types(doc: XmlDocument) -> tuple[CompositeType, ...]:
         except ValueError as exc:
             doc.fail(elem, f"{where}: {exc}")
         declared.append(ctype)
+    _refuse_global_views(doc, {t.name for t in declared if not t.local})
     return tuple(declared)
+
+
+def _refuse_global_views(doc: XmlDocument, global_types: set[str]) -> None:
+    """A view (or a queue view) of a composite-global type: the guide says views, joins and
+    aggregation cannot project such a type (it may be a view's underlying topic)."""
+    if not global_types:
+        return
+    for tag in ("View", "ViewDefinition"):
+        for view in doc.root.findall(f"SOW/{tag}"):
+            mt = (_text(view, "MessageType") or "").lower()
+            if mt in global_types:
+                doc.fail(
+                    view,
+                    f"<{tag}> of message type {mt!r} is not supported: views, joins and "
+                    "aggregation cannot project a composite-global type (AMPS User Guide, "
+                    "Composite Messages); it may be the view's underlying topic",
+                )

@@ -14,7 +14,7 @@ from typing import Final
 from ampsclient.protocol.header import Header, encode_header
 from ampsclient_server_stub.config import parse_duration
 
-from .composite_codec import composite_refusal
+from .composite_codec import composite_refusal, composite_type
 from .durability import Durability
 from .hooks import BrokerHooks
 from .publishing import Publishing
@@ -71,17 +71,31 @@ def check_logon_sizes(name: str | None, user: str, password: str) -> None:
 
 
 def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
-    """``hdr`` of a subscription or query, refused on a composite-global connection when it
-    asks for what the AMPS guide does not support there (a delta subscription, ``select``).
+    """``hdr`` of a subscription or query, refused on a composite connection when it asks for
+    what the AMPS guide ("Composite Messages") does not support there: on any composite type
+    the event topics (``/AMPS/...``, messages the server constructs), on a composite-global
+    one a delta subscription, ``select`` and an aggregation (``projection``/``grouping``).
 
     Raises:
-        CommandFailure: ``invalid options`` naming the type.
+        CommandFailure: ``invalid topic`` or ``invalid options``, naming the type.
     """
+    if composite_type(conn.mt.lower()) is None:
+        return hdr
+    topic = text(hdr.get("t")) or ""
+    if topic.lstrip("^").startswith("/AMPS/"):
+        raise CommandFailure(
+            "invalid topic",
+            f"{topic!r}: event topics are not delivered as {conn.mt!r}, a composite message "
+            "type (AMPS User Guide, Composite Messages)",
+        )
+    options = command_options(hdr)
     refusal = None
     if delta:
         refusal = composite_refusal(conn.mt, "a delta subscription")
-    if refusal is None and "select" in command_options(hdr):
+    if refusal is None and "select" in options:
         refusal = composite_refusal(conn.mt, "select (projection)")
+    if refusal is None and ("projection" in options or "grouping" in options):
+        refusal = composite_refusal(conn.mt, "aggregation (projection, grouping)")
     if refusal is not None:
         raise CommandFailure("invalid options", refusal)
     return hdr

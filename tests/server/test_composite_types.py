@@ -25,6 +25,7 @@ from ampsclient.exceptions import (
     BadSowKeyException,
     CommandError,
     InvalidOptionsException,
+    InvalidTopicException,
 )
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ConfigError, parse_config
@@ -188,6 +189,17 @@ def test_a_declaration_the_server_cannot_implement_is_refused_by_name(
         parse_config(xml, base_dir=tmp_path)
 
 
+def test_a_view_of_a_global_type_is_refused(tmp_path: Path) -> None:
+    """The guide: views, joins and aggregation cannot project a composite-global type."""
+    xml = f"""<AMPSConfig><Name>x</Name>{TYPES}<SOW>
+      <Topic><Name>images</Name><MessageType>{GLOBAL}</MessageType><Key>/id</Key></Topic>
+      <View><Name>by-fmt</Name><UnderlyingTopic>images</UnderlyingTopic>
+        <MessageType>{GLOBAL}</MessageType><Projection><Field>/fmt</Field></Projection>
+        <Grouping><Field>/fmt</Field></Grouping></View></SOW></AMPSConfig>"""
+    with pytest.raises(ConfigError, match=f"<View> of message type '{GLOBAL}' is not supported"):
+        parse_config(xml, base_dir=tmp_path)
+
+
 def test_a_name_declared_differently_in_the_same_process_is_refused(tmp_path: Path) -> None:
     def config(part: str) -> str:
         return (
@@ -209,8 +221,13 @@ CONFIG = f"""<AMPSConfig><Name>composite</Name>
   <SOW>
     <Topic><Name>orders</Name><MessageType>{LOCAL}</MessageType><Key>/0/id</Key></Topic>
     <Topic><Name>images</Name><MessageType>{GLOBAL}</MessageType><Key>/id</Key></Topic>
+    <Queue><Name>work</Name><MessageType>{LOCAL}</MessageType>
+      <UnderlyingTopic>work-src</UnderlyingTopic>
+      <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>
+      <Filter>/1/Qty > 100</Filter></Queue>
   </SOW>
   <TransactionLog><JournalDirectory>{{journal}}</JournalDirectory>
+    <Topic><Name>work-src</Name><MessageType>{LOCAL}</MessageType></Topic>
     <Topic><Name>fills</Name><MessageType>{LOCAL}</MessageType>
       <Filter>/1/Status = 'F'</Filter></Topic>
   </TransactionLog>
@@ -394,6 +411,25 @@ def test_delta_subscriptions_and_select_on_a_global_type_are_refused(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("message_type", [LOCAL, GLOBAL])
+def test_event_topics_are_refused_on_a_composite_connection(
+    server: ServerThread, message_type: str
+) -> None:
+    """The guide: composite types support no message the server constructs (``/AMPS/*``)."""
+    with client(server, message_type) as c, pytest.raises(InvalidTopicException):
+        c.subscribe(lambda _m: None, "/AMPS/ClientStatus", timeout=5000)
+
+
+@pytest.mark.integration
+def test_an_aggregation_on_a_global_type_is_refused(server: ServerThread) -> None:
+    with client(server, GLOBAL) as c:
+        cmd = Command("sow").set_topic("images").set_timeout(5000)
+        cmd.set_options("projection=[/fmt],grouping=[/fmt]")
+        with pytest.raises(InvalidOptionsException, match="aggregation"):
+            c.execute_async(cmd.add_ack_type("processed"), lambda _m: None)
+
+
+@pytest.mark.integration
 def test_a_malformed_composite_payload_is_refused_once_and_the_connection_kept(
     server: ServerThread,
 ) -> None:
@@ -431,6 +467,24 @@ def test_a_transaction_log_filter_on_a_part_records_only_matches(server: ServerT
         c.subscribe(inbox, "fills", bookmark="0")
         wait_for(lambda: inbox.has(marker), what="the replay's marker")
     assert inbox.data == [bodies[0], bodies[2], marker]
+
+
+@pytest.mark.integration
+def test_a_queue_filter_and_a_subscriber_filter_on_parts(server: ServerThread) -> None:
+    """The queue's ``<Filter>`` (``/1/Qty > 100``) and the subscriber's (``/0/sym``) both read
+    their part: only messages passing both are delivered, in order."""
+    inbox = Inbox()
+    with client(server, LOCAL) as sub, client(server, LOCAL) as pub:
+        sub.set_auto_ack(True)
+        sub.subscribe(inbox, "work", "/0/sym != 'MSFT'")
+        bodies = [order(1, "IBM", 150), order(2, "IBM", 50), order(3, "MSFT", 500)]
+        bodies.append(order(4, "AAPL", 101))
+        marker = order(9, "IBM", 999)
+        for body in (*bodies, marker):
+            pub.publish("work-src", body)
+        pub.flush(5000)
+        wait_for(lambda: inbox.has(marker), what="the queue's marker")
+    assert inbox.data == [bodies[0], bodies[3], marker]
 
 
 @pytest.mark.interop
