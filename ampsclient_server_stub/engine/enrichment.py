@@ -8,9 +8,16 @@ and its value written at ``/path`` (created, or replaced; NULL writes a null). E
 a stage is evaluated on the message as that stage received it, then all are written.
 
 Preprocessing runs before the SOW key is computed (a preprocessed field may be the key);
-enrichment runs after the key is computed. Both run before the message is stored in the
-SOW, written to the transaction log or delivered, so subscribers, ``sow`` queries and
-bookmark replays all see the processed message. Message data only: headers are untouched.
+enrichment runs after the key is computed, and "has access to the previous state of the SOW":
+``/path OF PREVIOUS`` is the value of ``/path`` in the record the message replaces (``NULL``
+when there is none), as in the AMPS 5.2 announcement
+(https://www.crankuptheamps.com/blog/posts/2017/04/06/preprocessing-and-enrichment/):
+``IF(/qty < 0, /qty OF PREVIOUS, /qty) AS /qty``. Preprocessing "does not have access to the
+previous state of the message in the SOW": ``OF PREVIOUS`` there is refused.
+
+Both run before the message is stored in the SOW, written to the transaction log or delivered,
+so subscribers, ``sow`` queries and bookmark replays all see the processed message. Message
+data only: headers are untouched.
 
 This module does no I/O; :meth:`Stage.apply` works on parsed documents.
 """
@@ -26,13 +33,17 @@ from typing import Any, Final
 from ..errors import OptionError
 from .filters import FilterError, compile_expression
 
-__all__ = ["ENRICHABLE_TYPES", "EnrichmentError", "Stage", "compile_stage"]
+__all__ = ["ENRICHABLE_TYPES", "PREVIOUS_KEY", "EnrichmentError", "Stage", "compile_stage"]
 
 ENRICHABLE_TYPES: Final = frozenset({"json", "msgpack"})
 """Message types whose documents the stages can rewrite."""
 
 _FIELD: Final = re.compile(r"^(?P<expr>.+?)\s+AS\s+(?P<path>\S+)\s*$", re.I | re.S)
 _PATH: Final = re.compile(r"(/[A-Za-z0-9_.\-]+)+")
+_OF_PREVIOUS: Final = re.compile(r"(?P<path>(?:/[A-Za-z0-9_.\-]+)+)\s+OF\s+PREVIOUS\b", re.I)
+PREVIOUS_KEY: Final = "__amps_of_previous__"
+"""Where an enrichment that reads ``OF PREVIOUS`` finds the previous record while it runs (a
+top-level field of that name in a message is hidden from such a stage)."""
 
 
 class EnrichmentError(OptionError):
@@ -48,17 +59,26 @@ class _Rule:
 class Stage:
     """One compiled stage (``<Preprocessing>`` or ``<Enrichment>``)."""
 
-    def __init__(self, rules: Sequence[_Rule], fields: Sequence[str]) -> None:
+    def __init__(
+        self, rules: Sequence[_Rule], fields: Sequence[str], *, previous: bool = False
+    ) -> None:
         self._rules: Final = tuple(rules)
         self.fields: Final = tuple(fields)
         """The ``<Field>`` texts, as configured."""
+        self.reads_previous: Final = previous
+        """Whether a field reads ``OF PREVIOUS`` (the caller passes the previous record)."""
 
-    def apply(self, doc: Any) -> Any:
-        """``doc`` with every field written (a new document; ``doc`` is left alone). A message
-        that is not an object (a JSON array, a scalar) is returned unchanged."""
+    def apply(self, doc: Any, previous: Any = None) -> Any:
+        """``doc`` with every field written (a new document; ``doc`` is left alone), ``OF
+        PREVIOUS`` read from ``previous`` (the record ``doc`` replaces; ``None``: none). A
+        message that is not an object (a JSON array, a scalar) is returned unchanged."""
         if not isinstance(doc, dict):
             return doc
-        values = [(rule.parts, rule.evaluate(doc)) for rule in self._rules]
+        seen = doc
+        if self.reads_previous:
+            seen = dict(doc)
+            seen[PREVIOUS_KEY] = previous if isinstance(previous, dict) else None
+        values = [(rule.parts, rule.evaluate(seen)) for rule in self._rules]
         out = copy.deepcopy(doc)
         for parts, value in values:
             node = out
@@ -79,6 +99,7 @@ def compile_stage(fields: Sequence[str], *, stage: str) -> Stage:
             path, an expression that does not compile (an unknown function among them).
     """
     rules = []
+    previous = False
     for text in fields:
         text = text.strip()
         if text.upper().startswith("REMOVE"):
@@ -94,9 +115,16 @@ def compile_stage(fields: Sequence[str], *, stage: str) -> Stage:
         parts = tuple(path[1:].split("/")) if _PATH.fullmatch(path) else ()
         if not parts:
             raise EnrichmentError(f"<{stage}> <Field> {text!r}: {path!r} is not a field path")
+        head, count = _OF_PREVIOUS.subn(lambda m: f"/{PREVIOUS_KEY}{m['path']}", head)
+        if count and stage != "Enrichment":
+            raise EnrichmentError(
+                f"<{stage}> <Field> {text!r}: OF PREVIOUS reads the record in the SOW, which "
+                "only <Enrichment> has (preprocessing runs before the SOW key is known)"
+            )
+        previous = previous or count > 0
         try:
             evaluate = compile_expression(head.strip())
         except FilterError as exc:
             raise EnrichmentError(f"<{stage}> <Field> {text!r}: {exc}") from None
         rules.append(_Rule(parts, evaluate))
-    return Stage(rules, [f.strip() for f in fields])
+    return Stage(rules, [f.strip() for f in fields], previous=previous)

@@ -337,7 +337,8 @@ class Ingest:
             raise CommandFailure("bad sow key", "cannot compute a SOW key for this payload")
         key = sow.compute_key(doc, sow_key)
         if enrichment is not None and doc is not None:  # after the key, before SOW and txlog
-            doc = enrichment.apply(doc)
+            before = sow.doc(key) if enrichment.reads_previous and key in sow else None
+            doc = enrichment.apply(doc, before)
             data = encode(mt, doc)
         prev_doc = sow.doc(key) if key in sow else NO_PREVIOUS
         now = self._clock()

@@ -75,6 +75,12 @@ def test_the_stages_are_read(tmp_path: Path) -> None:
         ),
         ("<Enrichment></Enrichment>", "json", "SOW topic 'orders': <Enrichment> has no <Field>"),
         (
+            "<Preprocessing><Field>/qty OF PREVIOUS AS /was</Field></Preprocessing>",
+            "json",
+            "<Preprocessing> <Field> '/qty OF PREVIOUS AS /was': OF PREVIOUS reads the record in "
+            "the SOW, which only <Enrichment> has",
+        ),
+        (
             PRE + PRE,
             "json",
             "duplicate <Preprocessing> in <Topic>",
@@ -165,3 +171,56 @@ def test_the_official_client_sees_the_enriched_record(server: ServerThread) -> N
         assert got == [EXPECTED[1]]
     finally:
         official.disconnect()
+
+
+# --------------------------------------------------------------------------- OF PREVIOUS
+
+# the AMPS 5.2 announcement's example, as written there
+# (https://www.crankuptheamps.com/blog/posts/2017/04/06/preprocessing-and-enrichment/)
+BLOG = """<Preprocessing>
+      <Field>CONCAT(/customer_id,"-",/order_id) as /order_key</Field>
+    </Preprocessing>
+    <Enrichment>
+      <Field>IF(/qty &lt; 0, /qty OF PREVIOUS, /qty) as /qty</Field>
+      <Field>IF(/price &lt; 0, /price OF PREVIOUS, /price) as /price</Field>
+    </Enrichment>"""
+
+
+@pytest.mark.integration
+def test_of_previous_reads_the_record_the_message_replaces(tmp_path: Path) -> None:
+    config = xml(BLOG).replace("<Key>/key</Key>", "<Key>/order_key</Key>")
+    amps: Any = pytest.importorskip("AMPS")
+    with ServerThread(parse_config(config, base_dir=tmp_path)) as server:
+        client = Client(f"previous-{time.time_ns()}")
+        client.connect(server.uri("tcp", "json"))
+        client.logon(5000)
+        try:
+            live = Inbox(keep=lambda m: m.get_command() == "publish")
+            client.execute_async(Command("subscribe").set_topic("orders"), live)
+            order = {"customer_id": "A-111", "order_id": 1000}
+            # the blog's message: no previous record, so /qty OF PREVIOUS is NULL
+            client.publish("orders", json.dumps(order | {"qty": -1, "price": 100}))
+            client.publish("orders", json.dumps(order | {"qty": 5, "price": 100}))
+            client.publish("orders", json.dumps(order | {"qty": -1, "price": -3}))  # both kept
+            client.publish("orders", json.dumps(order | {"order_id": 7, "qty": -2, "price": 1}))
+            client.flush(5000)
+            live.wait_for_count(4, 20.0)
+            key = {"customer_id": "A-111", "order_id": 1000, "order_key": "A-111-1000"}
+            assert _docs(live.snapshot(), "publish") == [
+                key | {"qty": None, "price": 100},
+                key | {"qty": 5, "price": 100},
+                key | {"qty": 5, "price": 100},
+                {"customer_id": "A-111", "order_id": 7, "order_key": "A-111-7", "qty": None,
+                 "price": 1},
+            ]  # fmt: skip
+            official = amps.Client(f"official-previous-{time.time_ns()}")
+            official.connect(server.uri("tcp", "json"))
+            official.logon()
+            try:
+                found = official.sow("orders", "/order_id = 1000", timeout=5000)
+                got = [json.loads(m.get_data()) for m in found if m.get_command() == "sow"]
+                assert got == [key | {"qty": 5, "price": 100}]
+            finally:
+                official.disconnect()
+        finally:
+            client.close()
