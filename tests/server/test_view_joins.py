@@ -13,6 +13,9 @@ official ``AMPS`` client.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -385,3 +388,23 @@ def test_an_nvfix_view_over_tcp(server: ServerThread) -> None:
     finally:
         json_client.close()
         fix_client.close()
+
+
+def test_the_docs_three_topic_example_prints_what_the_page_says(tmp_path: Path) -> None:
+    """docs/views.md "Three or more topics": its example runs and prints the line after it."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "views.md").read_text()
+    section = page[page.index("### Three or more topics") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    expected = re.search(r"print\(.*\)\n\s*# (.*)\n", code.group(1))
+    assert expected is not None
+    done = subprocess.run(
+        [sys.executable, "-c", code.group(1)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected.group(1)
