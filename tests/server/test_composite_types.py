@@ -11,6 +11,9 @@ and receiving composite messages."""
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -536,3 +539,23 @@ def test_the_official_client_publishes_and_filters_composite_messages(
     assert parser.parse(got[0]) == 3
     assert parser.get_part(0) == '{"id":2,"sym":"IBM"}'
     assert parser.get_part_raw(2) == b"\x00\x01binary"
+
+
+def test_the_docs_example_prints_what_the_page_says(tmp_path: Path) -> None:
+    """docs/message-types.md, "Composite types": its example runs and prints the block that
+    follows it."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "message-types.md").read_text()
+    section = page[page.index("## Composite types") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    printed = re.search(r"prints\n\n```\n(.*?)```", section, re.S)
+    assert code is not None and printed is not None
+    done = subprocess.run(
+        [sys.executable, "-c", code.group(1)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == printed.group(1)
