@@ -253,12 +253,42 @@ done:
 }
 
 PyDoc_STRVAR(replay_frames_doc,
-"replay_frames(data, pos, expected, stop, prefix, suffix, head, pid, out)\n"
-"    -> (pos, expected, sequence)\n\n"
+"replay_frames(data, pos, expected, stop, prefix, suffix, head, pid, out, stamp=False,\n"
+"              until=-1) -> (pos, expected, sequence)\n\n"
 "Frames head + b'%d|\"}' % sequence + payload for the journal records of `data` from `pos`\n"
 "(indexes `expected` up to `stop`), appended to `out`, while each record is whole, its CRC\n"
-"and index right, its publisher `pid` and its msgpack part prefix + len + payload + suffix.\n"
+"and index right, its publisher `pid` and its msgpack part prefix + len + payload + suffix;\n"
+"with `stamp`, head + b'%d|\",\"ts\":\"YYYYmmddTHHMMSS.ffffffZ\"}' + payload (the record's\n"
+"time, UTC). With `until` >= 0 it stops at a record received after `until` (microseconds).\n"
 "Returns where it stopped and the last sequence framed (-1: none).");
+
+/* "YYYYmmddTHHMMSS." of a second since the epoch (UTC, proleptic Gregorian; Howard
+ * Hinnant's civil_from_days), 16 characters; 0 after the year 9999. */
+static int second_prefix(long long secs, char *w) {
+    long long days = secs >= 0 ? secs / 86400 : -((-secs + 86399) / 86400);
+    long long rem = secs - days * 86400;
+    long long z = days + 719468;
+    long long era = (z >= 0 ? z : z - 146096) / 146097;
+    long long doe = z - era * 146097;
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long y = yoe + era * 400;
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    long long mp = (5 * doy + 2) / 153;
+    long long d = doy - (153 * mp + 2) / 5 + 1;
+    long long m = mp < 10 ? mp + 3 : mp - 9;
+    if (m <= 2) y++;
+    if (y > 9999) return 0; /* (from 1970 on: never below 1000) */
+    int v[6] = {(int)y, (int)m, (int)d, (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60)};
+    w[0] = (char)('0' + v[0] / 1000); w[1] = (char)('0' + v[0] / 100 % 10);
+    w[2] = (char)('0' + v[0] / 10 % 10); w[3] = (char)('0' + v[0] % 10);
+    char *q = w + 4;
+    for (int i = 1; i < 6; i++) {
+        if (i == 3) *q++ = 'T';
+        *q++ = (char)('0' + v[i] / 10); *q++ = (char)('0' + v[i] % 10);
+    }
+    *q = '.';
+    return 1;
+}
 
 /* CRC-32 (zlib's: reflected 0xEDB88320): carry-less multiplication for 64 bytes and more
  * where the CPU has it (x86-64 PCLMULQDQ), slicing by 8 otherwise and for the rest. zlib
@@ -405,12 +435,16 @@ static PyObject *replay_frames(PyObject *self, PyObject *args) {
     Py_ssize_t pos;
     unsigned long long expected, stop, pid;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "y*nKKy*y*y*KO!", &data, &pos, &expected, &stop, &prefix, &suffix,
-                          &head, &pid, &PyList_Type, &out))
+    int stamp = 0;
+    long long until = -1;
+    if (!PyArg_ParseTuple(args, "y*nKKy*y*y*KO!|pL", &data, &pos, &expected, &stop, &prefix,
+                          &suffix, &head, &pid, &PyList_Type, &out, &stamp, &until))
         return NULL;
     const unsigned char *d = data.buf;
     Py_ssize_t n = data.len, pl = prefix.len, sl = suffix.len, hl = head.len;
     long long last = -1;
+    long long prefix_secs = -1; /* the second whose text is in ts_text */
+    char ts_text[9 + 23 + 2] = "|\",\"ts\":\"";     /* |","ts":" + time + "} */
     PyObject *result = NULL;
     while (expected < stop && pos >= 0) {
         if (pos + J_FRAME_OVERHEAD > n) break;
@@ -426,14 +460,31 @@ static PyObject *replay_frames(PyObject *self, PyObject *args) {
         if (crc32_fast(r + 8, length) != crc) break;
         unsigned long long seq = le64(r + 32);
         if (seq > (unsigned long long)LLONG_MAX) break;
+        unsigned long long ts = le64(r + 16);
+        if (until >= 0 && ts > (unsigned long long)until) break;
+        Py_ssize_t tl = 3; /* |"} or |","ts":"...Z"} */
+        if (stamp) {
+            if (ts > (unsigned long long)LLONG_MAX) break;
+            long long secs = (long long)(ts / 1000000);
+            if (secs != prefix_secs) {
+                if (!second_prefix(secs, ts_text + 9)) break;
+                prefix_secs = secs;
+            }
+            unsigned long long us = ts % 1000000;
+            for (int i = 30; i >= 25; i--) { ts_text[i] = (char)('0' + us % 10); us /= 10; }
+            ts_text[31] = 'Z'; ts_text[32] = '"'; ts_text[33] = '}';
+            tl = 34;
+        }
         char digits[24];
         Py_ssize_t dl = put_ll(digits, (long long)seq) - digits;
-        PyObject *frame = PyBytes_FromStringAndSize(NULL, hl + dl + 3 + bl);
+        PyObject *frame = PyBytes_FromStringAndSize(NULL, hl + dl + tl + bl);
         if (!frame) goto done;
         char *w = PyBytes_AS_STRING(frame);
         memcpy(w, head.buf, (size_t)hl); w += hl;
         memcpy(w, digits, (size_t)dl); w += dl;
-        memcpy(w, "|\"}", 3); w += 3;
+        if (stamp) memcpy(w, ts_text, 34);
+        else memcpy(w, "|\"}", 3);
+        w += tl;
         memcpy(w, d + p + 1, (size_t)bl);
         int rc = PyList_Append(out, frame);
         Py_DECREF(frame);

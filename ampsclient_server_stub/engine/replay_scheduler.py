@@ -75,9 +75,7 @@ class _Pass:
         )
         self.want_topic = matcher.topic
         self.want_mt = sub.message_type
-        self.fast = (
-            self.simple and replay.end_time is None and self.rate is None and not sub.timestamp
-        )
+        self.fast = self.simple and self.rate is None
         if self.fast and replay.end_index is not None:
             # a range ending at a log position: the block path reads no further than its end
             last = replay.end_index if replay.end_inclusive else replay.end_index - 1
@@ -249,21 +247,32 @@ class ReplayScheduler:
             return False
         return True
 
-    @staticmethod
-    def _send_blocks(replay: Replay[Subscription], p: _Pass, session: Session, count: int) -> int:
-        """Plain replay: frames straight from the journal's bytes (``Replay.block_frames``)."""
+    def _send_blocks(
+        self, replay: Replay[Subscription], p: _Pass, session: Session, count: int
+    ) -> int:
+        """Plain replay: frames straight from the journal's bytes (``Replay.block_frames``);
+        a range ending at a time finishes at the first record received after it."""
         blocks = replay.journal.read_blocks(replay.position, max_records=count)
         if not blocks:
             return _EMPTY
         out: list[bytes] = []
         pid = seq = 0
+        past = -1
         block_frames = replay.block_frames
         for block in blocks:
-            pid, seq, _sent = block_frames(block, out)
+            bpid, bseq, past = block_frames(block, out)
+            if bpid or bseq:
+                pid, seq = bpid, bseq
+            if past >= 0:
+                break
         if out:
             replay.delivered = True
             session.send_many(out)
-        replay.last_bm = f"{pid}|{seq}|"
+        if pid or seq:
+            replay.last_bm = f"{pid}|{seq}|"
+        if past >= 0:
+            self._finish(replay)
+            return _STOP
         p.budget -= sum(block[3] for block in blocks)
         replay.advance(blocks[-1][2] + blocks[-1][3])
         return _MORE

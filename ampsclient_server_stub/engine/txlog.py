@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 from zlib import crc32 as _crc32
 
@@ -55,7 +54,7 @@ from .journal import Journal, JournalPin, JournalRecord, RawBlock
 from .journal_format import FRAME_OVERHEAD, MIN_BODY, CorruptJournalError, decode_records
 from .payload import decode
 from .topics import TopicMatcher, compile_topic
-from .wire import replay_frames
+from .wire import format_micros, replay_frames
 
 if TYPE_CHECKING:  # pragma: no cover
     from .conflation import ReplayConflation
@@ -488,21 +487,24 @@ class Replay(Generic[S]):
         if x is not None:
             tail += ',"x":"' + escape(str(x)) + '"'
         if self.sub.timestamp:
-            tail += ',"ts":"' + _format_ts(timestamp) + '"'
+            tail += ',"ts":"' + format_micros(timestamp) + '"'
         return head + b'%d|"' % sequence + tail.encode() + b"}" + payload
 
-    def block_frames(self, block: RawBlock, out: list[bytes]) -> tuple[int, int, bool]:
-        """Frames for a plain subscription (exact topic, no filter, no ``timestamp`` option)
-        from a :meth:`Journal.read_blocks` block, appended to ``out``.
+    def block_frames(self, block: RawBlock, out: list[bytes]) -> tuple[int, int, int]:
+        """Frames for a plain subscription (exact topic, no filter, no rate) from a
+        :meth:`Journal.read_blocks` block, appended to ``out`` (with server times under the
+        ``timestamp`` option).
 
         Every record is verified as :func:`.journal_format.decode_records` does (frame, CRC,
         index). Records of the usual shape (a ``p`` to the wanted topic whose only field is
         the wanted message type) become their frames straight from the bytes, many at a time,
         without decoding the msgpack body (:func:`.wire.replay_frames`, or the C speedups');
-        any other record is decoded and judged as :meth:`row_matches`.
+        any other record is decoded and judged as :meth:`row_matches`. A range ending at a
+        time stops at the first record received after it (as :meth:`past_end_at`).
 
         Returns:
-            ``(publisher_id, sequence)`` of the last record and whether a frame was added.
+            ``(publisher_id, sequence)`` of the last record taken, and the index of the
+            record past the range's end time where it stopped (-1: none).
         """
         data, base, first_index, count, path = block
         sub = self.sub
@@ -518,13 +520,15 @@ class Replay(Generic[S]):
             )
         prefix = shape[2]
         suffix = shape[3]
+        stamp = sub.timestamp
+        end_t = self.end_time
+        until = -1 if end_t is None else end_t if self.end_time_inclusive else end_t - 1
         head_unpack = _HEAD.unpack_from
         n = len(data)
         pos = 0
         pid = seq = 0
         head_pid = -1
         head = b""
-        delivered = False
         expected = first_index
         stop = first_index + count
         while expected < stop:
@@ -536,14 +540,14 @@ class Replay(Generic[S]):
                         want_topic, rpid, None
                     )
                 pos, at, last = _replay_frames(
-                    data, pos, expected, stop, prefix, suffix, head, rpid, out
+                    data, pos, expected, stop, prefix, suffix, head, rpid, out, stamp, until
                 )
                 if at > expected:
-                    expected, pid, seq, delivered = at, rpid, last, True
+                    expected, pid, seq = at, rpid, last
                     continue
             if pos + FRAME_OVERHEAD > n:
                 raise CorruptJournalError(path, base + pos, "record cut short")
-            length, crc, index, ts, pid, seq = head_unpack(data, pos)
+            length, crc, index, ts, rpid, rseq = head_unpack(data, pos)
             end = pos + 8 + length
             if length < MIN_BODY or end > n:
                 raise CorruptJournalError(path, base + pos, f"bad record length {length}")
@@ -553,6 +557,9 @@ class Replay(Generic[S]):
                 raise CorruptJournalError(
                     path, base + pos, f"record index {index}, expected {expected}"
                 )
+            if 0 <= until < ts:
+                return pid, seq, index
+            pid, seq = rpid, rseq
             row = decode_records(data[pos:end], base + pos, index, 1, path)[0]
             _i, _p, _s, _t, command, topic, payload, fields, _n = row
             if (
@@ -561,10 +568,9 @@ class Replay(Generic[S]):
                 and fields.get("mt", "json") == want_mt
             ):
                 out.append(self.row_frame(pid, seq, ts, topic, payload, fields))
-                delivered = True
             pos = end
             expected += 1
-        return pid, seq, delivered
+        return pid, seq, -1
 
     def past_end(self, record: JournalRecord) -> bool:
         """Is ``record`` beyond this range's end?"""
@@ -702,19 +708,3 @@ class _Resolver:
         if found is None:
             return journal.last_index
         return found if inclusive else found - 1
-
-
-def _format_ts(micros: int) -> str:
-    """``YYYYmmddTHHMMSS.ffffffZ`` (UTC) of a time in microseconds since the epoch."""
-    secs, us = divmod(micros, 1_000_000)
-    return f"{_second_prefix(secs)}{us:06d}Z"
-
-
-@lru_cache(maxsize=256)
-def _second_prefix(secs: int) -> str:
-    """``YYYYmmddTHHMMSS.`` of a second: a replay's records share a few seconds, so each is
-    formatted once (``time.gmtime`` and the f-string cost about 5 µs per call)."""
-    t = time.gmtime(secs)
-    return (
-        f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}T{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}."
-    )

@@ -43,6 +43,7 @@ __all__ = [
     "command_matcher",
     "command_options",
     "delivery_frames",
+    "format_micros",
     "format_timestamp",
     "int_field",
     "parse_plain_publish",
@@ -205,6 +206,22 @@ def format_timestamp(now: float) -> str:
     return (
         f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}T"
         f"{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}.{micros:06d}Z"
+    )
+
+
+def format_micros(micros: int) -> str:
+    """``YYYYmmddTHHMMSS.ffffffZ`` (UTC) of a time in microseconds since the epoch."""
+    secs, us = divmod(micros, 1_000_000)
+    return f"{_second_prefix(secs)}{us:06d}Z"
+
+
+@lru_cache(maxsize=256)
+def _second_prefix(secs: int) -> str:
+    """``YYYYmmddTHHMMSS.`` of a second: a replay's records share a few seconds, so each is
+    formatted once (``time.gmtime`` and the f-string cost about 5 µs per call)."""
+    t = time.gmtime(secs)
+    return (
+        f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}T{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}."
     )
 
 
@@ -480,6 +497,8 @@ def replay_frames(
     head: bytes,
     pid: int,
     out: list[bytes],
+    stamp: bool = False,
+    until: int = -1,
 ) -> tuple[int, int, int]:
     """Delivery frames ``head + b'%d|"}' % sequence + payload`` straight from the journal
     records of ``data`` (a :meth:`Journal.read_blocks` block) from ``pos``, indexes
@@ -487,8 +506,12 @@ def replay_frames(
     (length, CRC-32, index as :func:`.journal_format.decode_records` checks them), of
     publisher ``pid``, and its msgpack part is ``prefix`` + one length byte + payload +
     ``suffix`` (a ``p`` to the wanted topic with only the wanted message type); the caller
-    handles the record it stopped at. Returns ``(pos, expected, sequence)`` where it
-    stopped, with the last sequence framed (-1: none). Twin of the C ``replay_frames``.
+    handles the record it stopped at. With ``stamp`` (the ``timestamp`` option) the frame is
+    ``head + b'%d|","ts":"%s"}' % (sequence, format_micros(time)) + payload``, a record
+    whose time has no four-digit year left to the caller; with ``until`` >= 0 it stops at
+    the first record received after ``until`` (microseconds: a range ending at a time).
+    Returns ``(pos, expected, sequence)`` where it stopped, with the last sequence framed
+    (-1: none). Twin of the C ``replay_frames``.
     """
     unpack = _RECORD_HEAD.unpack_from
     n = len(data)
@@ -498,7 +521,7 @@ def replay_frames(
     while expected < stop:
         if pos + FRAME_OVERHEAD > n:
             break
-        length, crc, index, _ts, rpid, seq = unpack(data, pos)
+        length, crc, index, ts, rpid, seq = unpack(data, pos)
         end = pos + 8 + length
         if length < MIN_BODY or end > n or index != expected or rpid != pid:
             break
@@ -510,9 +533,19 @@ def replay_frames(
             or not data.startswith(suffix, end - slen)
             or crc32(data[pos + 8 : end]) != crc
             or seq > _MAX_RUN_SEQ
+            or (until >= 0 and ts > until)
         ):
             break
-        out.append(b'%s%d|"}%s' % (head, seq, data[p + 1 : end - slen]))
+        if stamp:
+            if ts > _MAX_RUN_SEQ:
+                break
+            when = format_micros(ts)
+            if len(when) != 23:
+                break
+            tail = b'|","ts":"%s"}' % when.encode()
+        else:
+            tail = b'|"}'
+        out.append(b"%s%d%s%s" % (head, seq, tail, data[p + 1 : end - slen]))
         last = seq
         pos = end
         expected += 1

@@ -318,8 +318,8 @@ PREFIX: bytes = b"\x94\xa1p" + msgpack.packb("orders") + b"\xc4"
 SUFFIX: bytes = msgpack.packb({"mt": "json"})
 
 
-def _record(index: int, pid: int, seq: int, tail: bytes) -> bytes:
-    fixed = struct.pack("<QQQQ", index, 1_700_000_000_000_000, pid, seq)
+def _record(index: int, pid: int, seq: int, tail: bytes, ts: int = 1_700_000_000_000_000) -> bytes:
+    fixed = struct.pack("<QQQQ", index, ts, pid, seq)
     return struct.pack("<II", len(fixed) + len(tail), zlib.crc32(fixed + tail)) + fixed + tail
 
 
@@ -350,6 +350,23 @@ def test_replay_frames_frames_the_usual_records_and_stops_at_the_first_other() -
         )
 
 
+def test_replay_frames_stamps_server_times_and_stops_after_until() -> None:
+    ts = 1_764_288_001_000_042  # 2025-11-28T00:00:01.000042Z
+    records = [_record(1 + k, 42, 1 + k, _usual(b"{}"), ts + k * 500_000) for k in range(4)]
+    data = b"".join(records)
+    out: list[bytes] = []
+    got = wire.replay_frames(data, 0, 1, 5, PREFIX, SUFFIX, b"H", 42, out, True, ts + 1_000_000)
+    assert got == (sum(map(len, records[:3])), 4, 3)  # the 4th is after `until`
+    assert out == [
+        b'H1|","ts":"20251128T000001.000042Z"}{}',
+        b'H2|","ts":"20251128T000001.500042Z"}{}',
+        b'H3|","ts":"20251128T000002.000042Z"}{}',
+    ]
+    late = _record(1, 42, 1, _usual(b"{}"), 253_402_300_800_000_000)  # the year 10000
+    assert wire.replay_frames(late, 0, 1, 2, PREFIX, SUFFIX, b"H", 42, [], True) == (0, 1, -1)
+    assert wire.replay_frames(late, 0, 1, 2, PREFIX, SUFFIX, b"H", 42, [])[1] == 2
+
+
 @needs_c
 @pytest.mark.parametrize("seed", range(20))
 def test_replay_frames_c_matches_its_twin(seed: int) -> None:
@@ -365,7 +382,9 @@ def test_replay_frames_c_matches_its_twin(seed: int) -> None:
                 tail = tail[: rng.randrange(len(tail) + 1)]
             pid = rng.choice([42, 42, 42, 7])
             seq = rng.choice([k + 1, 2**63 - 1, 2**63, 2**64 - 1])
-            parts.append(_record(index + k, pid, seq, tail))
+            ts = rng.choice([0, 1_764_288_000_999_999 + k * 400_000, 2**63, 2**64 - 1])
+            ts = rng.choice([ts, 253_402_300_799_999_999, 253_402_300_800_000_000])
+            parts.append(_record(index + k, pid, seq, tail, ts))
         data = bytearray(b"".join(parts))
         if data and rng.random() < 0.3:
             data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
@@ -373,10 +392,14 @@ def test_replay_frames_c_matches_its_twin(seed: int) -> None:
             data = data[: rng.randrange(len(data) + 1)]
         block = bytes(data)
         args = (block, 0, index, index + len(parts), PREFIX, SUFFIX, b'{"c":"p","bm":"42|', 42)
-        out_c: list[bytes] = []
-        out_py: list[bytes] = []
-        assert accel.replay_frames(*args, out_c) == wire.replay_frames(*args, out_py)
-        assert out_c == out_py
+        until = rng.choice([-1, 0, 1_764_288_002_000_000, 2**63 - 1])
+        for extra in ((), (rng.random() < 0.5,), (rng.random() < 0.5, until)):
+            out_c: list[bytes] = []
+            out_py: list[bytes] = []
+            assert accel.replay_frames(*args, out_c, *extra) == wire.replay_frames(
+                *args, out_py, *extra
+            )
+            assert out_c == out_py
 
 
 # --------------------------------------------------------------------------- ws_client_frames

@@ -190,3 +190,93 @@ def test_plain_publish_parse() -> None:
         b'{"c":"p","t":"\xff"}{}',
     ):
         assert parse(other) is None
+
+
+def _time_replay(tmp_path: Path, bookmark: str, options: str, *, rows: bool) -> list[bytes]:
+    """The frames a bookmark replay sends (by the block path, or with ``rows`` by the
+    record-by-record reference path), with the replay's completed ack last."""
+    from ampsclient_server_stub.engine import replay_scheduler
+    from ampsclient_server_stub.engine.broker import Broker
+    from ampsclient_server_stub.engine.txlog import TxLog
+
+    journal = Journal(tmp_path / ("rows" if rows else "blocks"), fsync="never")
+    base = 1_764_288_000_000_000  # 2025-11-28T00:00:00Z
+    for seq in range(1, 41):  # two seconds, two publishers, an odd record in the middle
+        fields: dict[str, str | int] = {"mt": "json"}
+        if seq == 17:
+            fields["x"] = "corr"
+        journal.append(
+            publisher_id=1 + seq % 2,
+            sequence=seq,
+            topic="other" if seq == 23 else "orders",
+            command="p",
+            payload=b'{"n":%d}' % seq,
+            fields=fields,
+            timestamp=base + seq * 50_000,
+        )
+    journal.sync()
+    broker = Broker(txlog=TxLog(journal))
+    session = RecordingSession()
+    conn = broker.connect(session)
+    broker.handle(conn, b'{"c":"logon","cid":"1","client_name":"sub"}')
+    if rows:
+        scheduler = replay_scheduler.ReplayScheduler
+        original = scheduler._send_blocks
+        scheduler._send_blocks = scheduler._send_rows  # type: ignore[method-assign]
+    try:
+        broker.handle(
+            conn,
+            b'{"c":"subscribe","cid":"r","sub_id":"r","t":"orders","bm":"%s","o":"%s",'
+            b'"a":"completed"}' % (bookmark.encode(), options.encode()),
+        )
+    finally:
+        if rows:
+            scheduler._send_blocks = original  # type: ignore[method-assign]
+    journal.close()
+    return [f for f in session.sent if b'"sids":"r"' in f or b'"completed"' in f]
+
+
+@pytest.mark.parametrize(
+    ("bookmark", "options"),
+    [
+        ("[0:20251128T000001.000000Z)", "timestamp"),  # records 1-19 (seq 20 is at 1.0 s)
+        ("[0:20251128T000001.000000Z]", "timestamp"),  # and seq 20
+        ("[0:20251128T000001.000000Z)", ""),
+        ("(20251128T000000.500000Z:20251128T000003.000000Z)", "timestamp"),
+        ("[0:2|31|]", "timestamp"),
+    ],
+)
+def test_timed_and_time_bounded_replays_take_the_block_path(
+    tmp_path: Path, bookmark: str, options: str
+) -> None:
+    """The ``timestamp`` option and a range ending at a time are framed from the journal's
+    bytes, the same frames and end as the record-by-record path."""
+    from ampsclient_server_stub.engine.txlog import Replay
+
+    calls = 0
+    block_frames = Replay.block_frames
+
+    def counting(self: Any, block: Any, out: list[bytes]) -> Any:
+        nonlocal calls
+        calls += 1
+        return block_frames(self, block, out)
+
+    Replay.block_frames = counting  # type: ignore[method-assign]
+    try:
+        fast = _time_replay(tmp_path, bookmark, options, rows=False)
+    finally:
+        Replay.block_frames = block_frames  # type: ignore[method-assign]
+    slow = _time_replay(tmp_path, bookmark, options, rows=True)
+    assert calls > 0
+    assert fast == slow
+    assert b'"completed"' in fast[-1]
+    seqs = [int(decode_header(f)[0]["bm"].split("|")[1]) for f in fast[:-1]]
+    assert 23 not in seqs and seqs == sorted(seqs)
+    if options:
+        stamps = [decode_header(f)[0]["ts"] for f in fast[:-1]]
+        assert stamps[0] == f"20251128T000000.{seqs[0] * 50_000:06d}Z"
+    if bookmark.endswith("000001.000000Z)"):
+        assert seqs[-1] == 19
+    elif bookmark.endswith("000001.000000Z]"):
+        assert seqs[-1] == 20
+    assert 17 in seqs or seqs[0] > 17  # the record with a correlation id (the row path)
