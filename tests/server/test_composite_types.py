@@ -102,6 +102,32 @@ def test_our_builder_and_parser_match_the_official_ones(parts: tuple[str | bytes
         assert their_parser.get_part_raw(index) == part
 
 
+@pytest.mark.interop
+@pytest.mark.skipif(not HAS_OFFICIAL, reason="official client absent")
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\x00\x00\x05abc",  # a part longer than what follows
+        b"\x00\x00\x00\x02ab\x00\x00",  # a length prefix cut short
+        b"\x00\x00\x00\x02ab\x00\x00\x00\x09xy",
+        b"\x00\x00\x00\x02abtail",
+        b"\x00\x00\x00\x00",
+        b"",
+    ],
+)
+def test_both_parsers_read_malformed_payloads_alike(data: bytes) -> None:
+    """Differential, on bad input: the whole parts before the damage, nothing past it; an
+    index out of range is ``None``."""
+    import AMPS  # the official client: a black-box peer
+
+    theirs = AMPS.CompositeMessageParser()
+    ours = CompositeMessageParser()
+    assert ours.parse(data) == theirs.parse(data)
+    for index in range(-1, ours.size() + 1):
+        assert ours.get_part_raw(index) == theirs.get_part_raw(index)
+        assert ours.get_part(index) == theirs.get_part(index)
+
+
 def test_the_layout_and_the_unparsed_payload() -> None:
     data = composite('{"a":1}', b"\x00\xff") + b"rest"
     assert split_composite(data, 2) == ([b'{"a":1}', b"\x00\xff"], b"rest")
@@ -178,7 +204,7 @@ def test_a_local_document_is_written_back_part_by_part(tmp_path: Path) -> None:
             r"'ct-twice' is declared twice",
         ),
         (
-            "<MessageType><Name>x</Name><Module>composite-local</Module>"
+            "<MessageType><Name>ct-extra-child</Name><Module>composite-local</Module>"
             "<MessagePart>json</MessagePart><ProtoPath>p</ProtoPath></MessageType>",
             r"<ProtoPath> in <MessageType> is not supported",
         ),
