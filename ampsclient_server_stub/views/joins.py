@@ -8,11 +8,14 @@ the other topic's record. A ``NULL`` join value matches nothing (as in SQL).
 
 A row is a tuple of record keys, one per topic (``None``: no record), and its document
 ``{"0": doc, "1": doc, ...}`` (the shape ``views.config.qualify`` rewrites ``[topic].[/path]``
-into). Records are *linked* when a join relates them with equal values; the rows of a set of
-linked records depend on those records only. So a change of one record can only change the
-rows of the records linked to it before or after the change: :meth:`JoinRows.change`
-recomputes the rows of those records (found through an index per join side) and returns the
-rows that left and the rows that are (new or changed).
+into). :meth:`JoinRows.change` returns the rows that left and the rows that are (new or
+changed). With inner joins only, a row exists when its own records match, so a change of one
+record changes only the rows that hold it: they are found from the record, join by join,
+through an index of each join side's values. With outer joins a record may also take a
+partner from (or give it back to) a row padded with ``None``: records are *linked* when a join
+relates them with equal values, the rows of a set of linked records depend on those records
+only, so the rows of the records linked to the changed one (before or after the change) are
+recomputed.
 """
 
 from __future__ import annotations
@@ -126,11 +129,16 @@ class JoinRows:
             self._sides[step.new.topic].append((step.new, step.acc))
         self._rows: dict[Row, None] = {}
         self._of: dict[_Record, dict[Row, None]] = {}  # record -> the rows that hold it
+        self._inner = all(spec.kind == "INNER" for spec in specs)
+        """Inner joins only: a row exists when its own records match, so a change of a record
+        changes only the rows that hold it (outer joins: the rows of every record linked to
+        it, whose partners it may take or give back)."""
 
     def change(self, side: int, key: str, doc: Any) -> tuple[list[Row], dict[Row, Any]]:
         """Record ``key`` of topic ``side`` is now ``doc`` (``None``: gone):
         ``(rows that left, rows that are new or changed with their documents)``."""
-        linked = self._linked(side, key)  # (before the change)
+        inner = self._inner
+        linked = set() if inner else self._linked(side, key)  # (before the change)
         if doc is None:
             self._docs[side].pop(key, None)
             for own, _other in self._sides[side]:
@@ -139,12 +147,16 @@ class JoinRows:
             self._docs[side][key] = doc
             for own, _other in self._sides[side]:
                 own.put(key, doc)
-        linked |= self._linked(side, key)
-        before: dict[Row, None] = {}
-        for record in linked:
-            before |= self._of.get(record, {})
-        docs = self._docs
-        rows = self._evaluate({(t, k) for t, k in linked if k in docs[t]})
+        if inner:  # only the rows that hold the record change
+            before = dict(self._of.get((side, key), {}))
+            rows = self._rows_with(side, key) if doc is not None else {}
+        else:
+            linked |= self._linked(side, key)
+            before = {}
+            for record in linked:
+                before |= self._of.get(record, {})
+            docs = self._docs
+            rows = self._evaluate({(t, k) for t, k in linked if k in docs[t]})
         gone = [row for row in before if row not in rows]
         for row in gone:
             self._forget(row)
@@ -186,6 +198,37 @@ class JoinRows:
                         seen.add(record)
                         todo.append(record)
         return seen
+
+    def _rows_with(self, side: int, key: str) -> dict[Row, None]:
+        """The rows of inner joins that hold record ``key`` of topic ``side``: from it, each
+        join whose one side is placed adds the partners of its other side (the joins form a
+        tree over the topics: each adds one topic)."""
+        start: list[str | None] = [None] * self._topics
+        start[side] = key
+        partial = [start]
+        placed = {side}
+        steps = list(self._steps)
+        while steps:
+            for step in steps:
+                if (step.acc.topic in placed) != (step.new.topic in placed):
+                    break
+            else:  # (unreachable: the joins are connected)
+                break
+            steps.remove(step)
+            have, add = (step.acc, step.new) if step.acc.topic in placed else (step.new, step.acc)
+            out = []
+            for row in partial:
+                mine = row[have.topic]
+                value = None if mine is None else have.values.get(mine)
+                if value is None:
+                    continue
+                for partner in sorted(add.index.get(value, ())):
+                    joined = list(row)
+                    joined[add.topic] = partner
+                    out.append(joined)
+            partial = out
+            placed.add(add.topic)
+        return {tuple(row): None for row in partial}
 
     def _evaluate(self, records: set[_Record]) -> dict[Row, None]:
         """The rows of the joins over ``records`` only (a set closed under links)."""
