@@ -378,6 +378,7 @@ READ_OPTIONS: Final = (
     "mode",
     "connectTimeout",
     "reconnectTimeout",
+    "readTimeout",
     "clientNamePrefix",
     "command",
     "topN",
@@ -385,8 +386,17 @@ READ_OPTIONS: Final = (
     "asOf",
     "splits",
     "failOnDataLoss",
+    "maxBacklog",
+    "ackBatchSize",
 )
 """The options a read accepts (batch and streaming)."""
+
+DEFAULT_MAX_BACKLOG: Final = 1000
+"""``maxBacklog`` of a ``command=queue`` read: the most messages leased at once (AMPS grants
+at most the queue's ``MaxPerSubscriptionBacklog``)."""
+
+DEFAULT_ACK_BATCH_SIZE: Final = 1000
+"""``ackBatchSize`` of a ``command=queue`` read: bookmarks per acknowledgement frame."""
 
 WRITE_OPTIONS: Final = (
     "uri",
@@ -405,6 +415,12 @@ _SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "messagetype"})
 
 def _refuse_unknown(options: Mapping[str, str], known: Sequence[str], what: str) -> None:
     """Refuse an option this source does not know (a misspelling would be silently ignored)."""
+    if "leaseperiod" in options:
+        raise AMPSSparkError(
+            "option leasePeriod: AMPS does not let a subscriber choose its lease; a queue's "
+            "lease period is the LeasePeriod of its <Queue> in the server's configuration "
+            "(a micro-batch that outlasts it sees its messages delivered again)"
+        )
     names = {k.lower() for k in known} | _SPARK_OPTIONS
     unknown = sorted(k for k in options if k not in names)
     if unknown:
@@ -456,7 +472,8 @@ class ReadOptions:
     """``reconnectTimeout``: how long the planner and a reading task keep trying to reach a
     server (every URI in turn, with back-off) before failing; 0 tries each URI once."""
     command: str = "replay"
-    """``replay`` (the transaction log) or ``sow`` (a snapshot of the topic's SOW)."""
+    """``replay`` (the transaction log), ``sow`` (a snapshot of the topic's SOW) or
+    ``queue`` (a queue's messages, leased per micro-batch, streaming only)."""
     top_n: int | None = None
     order_by: str | None = None
     as_of: str | None = None
@@ -466,6 +483,13 @@ class ReadOptions:
     max_bytes_per_trigger: int | None = None
     """``maxBytesPerTrigger``: bytes of message data per micro-batch at most (one message
     always fits)."""
+    read_timeout_ms: int = WAIT_MS
+    """``readTimeout``: how long a reading task waits for the server's next message (or the
+    end of its range) before it fails with a timeout naming the topic and range."""
+    max_backlog: int = DEFAULT_MAX_BACKLOG
+    """``maxBacklog`` (``command=queue``): the ``max_backlog`` of the queue subscription."""
+    ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE
+    """``ackBatchSize`` (``command=queue``): bookmarks per acknowledgement at a commit."""
     fail_on_data_loss: bool = True
     """``failOnDataLoss``: a start the log no longer holds fails the read (``False``: the
     read continues from the oldest message the log still holds, with a warning)."""
@@ -560,6 +584,9 @@ class ReadOptions:
             as_of=sow.as_of,
             splits=_splits(options),
             fail_on_data_loss=_option_flag(options, "failOnDataLoss", True),
+            read_timeout_ms=_int(options, "readTimeout", WAIT_MS, 1),
+            max_backlog=_int(options, "maxBacklog", DEFAULT_MAX_BACKLOG, 1),
+            ack_batch_size=_int(options, "ackBatchSize", DEFAULT_ACK_BATCH_SIZE, 1),
             max_bytes_per_trigger=_int(options, "maxBytesPerTrigger", None, 1),
         )
 
@@ -582,16 +609,31 @@ _REPLAY_ONLY: Final = (
     "fenceTopic",
 )
 _SOW_ONLY: Final = ("topN", "orderBy", "asOf")
+_QUEUE_ONLY: Final = ("maxBacklog", "ackBatchSize")
+_NOT_QUEUE: Final = ("bookmark", "begin", "end", "fenceTopic", "failOnDataLoss", "splits")
 
 
 def _sow_options(options: Mapping[str, str], *, streaming: bool) -> _SowOptions:
     """``command`` (``replay`` or ``sow``) and the options only a ``sow`` read takes."""
     command = (options.get("command") or "replay").strip().lower()
-    if command not in ("replay", "sow"):
+    if command not in ("replay", "sow", "queue"):
         raise AMPSSparkError(
-            f"option command must be replay (the default: the transaction log) or sow (the "
-            f"topic's current state), not {command!r}"
+            f"option command must be replay (the default: the transaction log), sow (the "
+            f"topic's current state) or queue (a queue's messages, acknowledged as "
+            f"micro-batches commit), not {command!r}"
         )
+    if command != "queue":
+        given = [n for n in _QUEUE_ONLY if options.get(n.lower()) is not None]
+        if given:
+            raise AMPSSparkError(f"option(s) {', '.join(given)} need command=queue")
+    else:
+        given = [n for n in (*_NOT_QUEUE, *_SOW_ONLY) if options.get(n.lower()) is not None]
+        if given:
+            raise AMPSSparkError(
+                f"option(s) {', '.join(given)} do not apply to command=queue (AMPS leases a "
+                "queue's messages in its own order: there is no position to start from)"
+            )
+        return _SowOptions("queue", None, None, None)
     if command == "replay":
         given = [n for n in _SOW_ONLY if options.get(n.lower()) is not None]
         if given:

@@ -20,11 +20,11 @@ from typing import Final
 
 from ..client import AsyncClient, ConnectionEvent, ConnectionState
 from ..command import Command
-from ..exceptions import DisconnectedError, error_for_reason
+from ..exceptions import DisconnectedError, TimeoutError as AMPSTimeoutError, error_for_reason
 from ..protocol.acks import AckType
 from ..protocol.message import Message
 from ..uri import parse_uri
-from ._core import Reconnect
+from ._core import WAIT_MS, Reconnect
 
 __all__ = ["DEFAULT_CHUNK", "replay_payloads"]
 
@@ -111,6 +111,7 @@ def replay_payloads(
     options: str,
     chunk: int = DEFAULT_CHUNK,
     reconnect_ms: int = 0,
+    wait_ms: int = WAIT_MS,
 ) -> Generator[list[bytes], None, None]:
     """The delivery payloads of a bounded bookmark replay, in order, in lists of about
     ``chunk``, up to the server's ``completed`` ack. Closing the generator early closes the
@@ -121,7 +122,12 @@ def replay_payloads(
     round when 0) replays the rest of the range, after the last message handed to the caller
     (``bookmark``'s end kept), so nothing is lost or repeated.
 
+    Every wait for the server has a deadline: ``wait_ms`` without a message or the
+    replay's end (while the caller waits for the next chunk) raises a timeout.
+
     Raises:
+        TimeoutError: (:class:`ampsclient.exceptions.TimeoutError`) the server sent nothing
+            for ``wait_ms`` while a chunk was awaited; the message names the topic and range.
         AMPSUnavailableError: no server in ``uris`` answered (within ``reconnect_ms``: every
             URI in turn, with back-off), at the start or after a drop.
         CommandError: the server refused the subscription (``invalid bookmark``...).
@@ -143,7 +149,7 @@ def replay_payloads(
                 while True:
                     if len(inbox.payloads) < chunk and not inbox.completed and inbox.error is None:
                         inbox.waiter = loop.create_future()
-                        loop.run_until_complete(inbox.waiter)
+                        _wait(loop, inbox, wait_ms, what, used)
                     if inbox.error is not None:
                         raise inbox.error
                     if inbox.payloads:
@@ -171,6 +177,21 @@ def replay_payloads(
             order = [*uris[i + 1 :], *uris[: i + 1]]
     finally:
         loop.close()
+
+
+def _wait(
+    loop: asyncio.AbstractEventLoop, inbox: _Inbox, wait_ms: int, what: str, uri: str
+) -> None:
+    """Run the loop until the inbox's waiter is woken, for ``wait_ms`` at most."""
+    assert inbox.waiter is not None
+    try:
+        loop.run_until_complete(asyncio.wait_for(inbox.waiter, wait_ms / 1000.0))
+    except TimeoutError:  # asyncio's (the builtin): the server went quiet
+        raise AMPSTimeoutError(
+            f"nothing arrived within {wait_ms} ms while {what} from "
+            f"{parse_uri(uri).redacted()} (no message and no end of the replay; "
+            f"{len(inbox.payloads)} message(s) since the last chunk)"
+        ) from None
 
 
 def resume_range(bookmark: str, last: bytes | None, dropped: DisconnectedError) -> str:

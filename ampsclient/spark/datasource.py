@@ -60,6 +60,7 @@ from ._core import (
 )
 from ._feed import replay_payloads
 from ._publish import AMPSCommitMessage, RowPublisher
+from ._queue import AMPSQueueStreamReader
 from ._sow import sow_records
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
@@ -120,7 +121,10 @@ class AMPSDataSource(DataSource):
         return AMPSBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """A micro-batch reader whose offsets are log positions."""
+        """A micro-batch reader whose offsets are log positions (with ``command=queue``:
+        batches of leased queue messages, acknowledged at commit)."""
+        if (self.options.get("command") or "").strip().lower() == "queue":
+            return AMPSQueueStreamReader(self.options, schema)
         return AMPSStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -237,6 +241,7 @@ def _chunks(
             bookmark=text,
             options=options,
             reconnect_ms=opts.reconnect_timeout_ms,
+            wait_ms=opts.read_timeout_ms,
         )
 
     chunks = replay(bookmark)
@@ -265,6 +270,12 @@ class AMPSBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = ReadOptions.parse_options(options)
         self.schema = schema
+        if self.opts.command == "queue":
+            raise AMPSSparkError(
+                "command=queue is a streaming read (messages are acknowledged when a "
+                "micro-batch commits): use spark.readStream; a batch read of a queue's "
+                "current contents is command=sow"
+            )
 
     def partitions(self) -> Sequence[InputPartition]:
         """Resolve the range on the driver: an open end becomes a fixed log position.

@@ -1,10 +1,13 @@
-"""Planning waits end: a replay the server stops answering raises a typed error that names
-what it waited for (no Spark session: the planner's steps on a plain client)."""
+"""Planning and reading waits end: a replay the server stops answering raises a typed error
+that names what it waited for (no Spark session: the planner's steps on a plain client, the
+executor's read loop on its own)."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +19,9 @@ pytest.importorskip("pyarrow")
 
 from ampsclient import Client
 from ampsclient.exceptions import TimeoutError as AMPSTimeoutError
-from ampsclient.spark._core import replay
+from ampsclient.protocol.message import Message
+from ampsclient.spark._core import format_micros, replay
+from ampsclient.spark._feed import replay_payloads
 from ampsclient_server_stub.harness import ServerProcess
 
 
@@ -52,3 +57,51 @@ def test_a_replay_the_server_stops_answering_raises_a_named_timeout(
         with pytest.raises(AMPSTimeoutError, match=r"within 300 ms for the replay of 'waits-"):
             list(replay(client, topic, None, "[0:0|1|]", wait_ms=300))
         assert time.monotonic() - started < 5.0
+
+
+def test_a_reading_task_the_server_stops_answering_raises_a_named_timeout(
+    frozen_server: ServerProcess,
+) -> None:
+    """The executor's read loop (``replay_payloads``) waits ``wait_ms`` at most for the next
+    message: the range ends in an hour, so the replay goes on live after the journal's
+    messages; the server is frozen (SIGSTOP) and the task fails with a timeout naming the
+    topic and range instead of waiting for ever."""
+    topic = f"waits-{uuid.uuid4().hex[:8]}"
+    with Client(f"pub-{uuid.uuid4().hex[:8]}") as pub:
+        pub.connect_and_logon(frozen_server.uri())
+        for i in range(3):
+            pub.publish(topic, f'{{"i":{i}}}')
+        pub.flush()
+    end = format_micros(int((time.time() + 3600) * 1_000_000))
+    chunks = replay_payloads(
+        [frozen_server.uri()],
+        f"read-{uuid.uuid4().hex[:8]}",
+        5000,
+        topic=topic,
+        filter=None,
+        bookmark=f"[0:{end}]",
+        options="",
+        chunk=3,
+        wait_ms=3000,
+    )
+    outcome: list[BaseException | int] = []
+
+    def read() -> None:
+        try:
+            first = next(chunks)
+            assert [Message(p).get_data() for p in first] == [f'{{"i":{i}}}' for i in range(3)]
+            pid = frozen_server.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)  # the server answers nothing from now on
+            outcome.append(len(list(chunks)))
+        except BaseException as exc:  # the outcome is checked by the test's thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    started = time.monotonic()
+    reader.start()
+    reader.join(30.0)
+    assert not reader.is_alive(), "the read loop waited on a frozen server with no deadline"
+    assert len(outcome) == 1 and isinstance(outcome[0], AMPSTimeoutError), outcome
+    assert re.search(rf"within 3000 ms while reading '{topic}' \[0:", str(outcome[0]))
+    assert time.monotonic() - started < 20.0
