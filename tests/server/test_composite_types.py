@@ -180,6 +180,13 @@ def test_a_local_document_is_written_back_part_by_part(tmp_path: Path) -> None:
             "<MessageType><Name>p</Name><Module>protobuf</Module></MessageType>",
             r"<Module> 'protobuf' is not supported: protobuf needs the \.proto files",
         ),
+        (  # the AMPS User Guide's own sample ("Protobuf Message Types")
+            "<MessageType><Name>my-protobuf-messages</Name><Module>protobuf</Module>"
+            "<ProtoPath>proto-archive;/mnt/shared/protofiles</ProtoPath>"
+            "<ProtoFile>proto-archive/person.proto</ProtoFile>"
+            "<Type>MyNamespace.Message</Type></MessageType>",
+            r"<MessageType> 'my-protobuf-messages': <Module> 'protobuf' is not supported",
+        ),
         (
             "<MessageType><Name>f</Name><Module>fix</Module></MessageType>",
             r"<Module> 'fix' is not supported: .*only the composite-local and composite-global",
