@@ -43,6 +43,7 @@ __all__ = [
     "autoack_take",
     "deliver",
     "deliver_stream",
+    "delivery_columns",
     "join_seq",
     "send_nowait",
     "split_frames",
@@ -120,6 +121,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "join_seq": "ampsclient.stores.publish.base.join_seq",
         "send_nowait": "ampsclient.writer.send_nowait",
         "crc32": "zlib.crc32",
+        "delivery_columns": "ampsclient.protocol.columns.delivery_columns",
         "write_record": "ampsclient.stores.publish.record.write_record",
         "ws_encode": "ampsclient.transport.ws.ws_messages",
         "autoack_take": "ampsclient.acks.autoack_take",
@@ -150,6 +152,7 @@ send_nowait: Callable[[int, bytes], int] | None = None
 write_record: Callable[[Any, int, int, bytes], int] | None = None
 ws_encode: Callable[[bytes, bool], bytes | None] | None = None
 autoack_take: Callable[[dict[str, list[str]], dict[str, int], int, bytes], Any] | None = None
+delivery_columns: Callable[[list[bytes], tuple[bytes, ...]], tuple[Any, ...] | None] | None = None
 
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
     try:
@@ -171,6 +174,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         write_record = _speedups.write_record
         ws_encode = _speedups.ws_encode
         autoack_take = _speedups.autoack_take
+        delivery_columns = getattr(_speedups, "delivery_columns", None)  # (an older build)
 
 SPEEDUPS: bool = deliver is not None
 """``True`` when the C speedups are in use."""

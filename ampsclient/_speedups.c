@@ -1059,6 +1059,293 @@ crc32_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                                                 (size_t)PyBytes_GET_SIZE(args[0])));
 }
 
+/* ------------------------------------------------------------------ delivery_columns
+ *
+ * delivery_columns(payloads, aliases): the column buffers of a batch of deliveries (twin:
+ * ampsclient.protocol.columns.delivery_columns, which documents the result). A pure
+ * function: bytes in, bytes out; None when one payload is not of the usual shape.
+ */
+
+PyDoc_STRVAR(delivery_columns_doc,
+"delivery_columns(payloads, aliases) -> tuple | None\n\n"
+"Arrow-layout column buffers of the headers (t, bm, k, x as strings; bm's publisher id as\n"
+"decimal128 and sequence as int64; ts as int64 microseconds) and bodies of a list of\n"
+"delivery payloads; None when one is irregular (ampsclient.protocol.columns).");
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} DcBuf;
+
+static int dc_put(DcBuf *b, const void *src, Py_ssize_t n)
+{
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) cap *= 2;
+        char *grown = PyMem_Realloc(b->buf, (size_t)cap);
+        if (grown == NULL) { PyErr_NoMemory(); return -1; }
+        b->buf = grown;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->buf + b->len, src, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static PyObject *dc_bytes(DcBuf *b) { return PyBytes_FromStringAndSize(b->buf ? b->buf : "", b->len); }
+
+/* A validity bitmap as bytes, or None when no value is null. */
+static PyObject *dc_bitmap(const unsigned char *bits, Py_ssize_t n, Py_ssize_t nulls)
+{
+    if (nulls == 0) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)bits, (n + 7) / 8);
+}
+
+static int dc_is_digits(const unsigned char *p, Py_ssize_t n)
+{
+    if (n <= 0) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) if (p[i] < '0' || p[i] > '9') return 0;
+    return 1;
+}
+
+static long long dc_num(const unsigned char *p, Py_ssize_t n)
+{
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) v = v * 10 + (p[i] - '0');
+    return v;
+}
+
+static int dc_bare(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.'
+           || c == '+' || c == '-' || c == '_';
+}
+
+/* days since 1970-01-01 of a civil date (Howard Hinnant's days_from_civil) */
+static long long dc_days(long long y, long long m, long long d)
+{
+    y -= m <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* YYYYmmddTHHMMSS.ffffffZ -> microseconds; 0 when not of that form */
+static int dc_micros(const unsigned char *t, Py_ssize_t n, long long *out)
+{
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (n != 23 || t[8] != 'T' || t[15] != '.' || t[22] != 'Z' || !dc_is_digits(t, 8)
+        || !dc_is_digits(t + 9, 6) || !dc_is_digits(t + 16, 6))
+        return 0;
+    long long y = dc_num(t, 4), mo = dc_num(t + 4, 2), d = dc_num(t + 6, 2);
+    long long h = dc_num(t + 9, 2), mi = dc_num(t + 11, 2), s = dc_num(t + 13, 2);
+    int leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > (mo == 2 && !leap ? 28 : mdays[mo - 1]))
+        return 0;
+    if (h > 23 || mi > 59 || s > 59) return 0;
+    *out = ((dc_days(y, mo, d) * 86400 + h * 3600 + mi * 60 + s) * 1000000) + dc_num(t + 16, 6);
+    return 1;
+}
+
+#define DC_KEYS 5 /* t, bm, k, x (string columns), ts */
+
+static int dc_key(const unsigned char *k, Py_ssize_t n)
+{
+    if (n == 1) {
+        if (k[0] == 't') return 0;
+        if (k[0] == 'k') return 2;
+        if (k[0] == 'x') return 3;
+    } else if (n == 2) {
+        if (k[0] == 'b' && k[1] == 'm') return 1;
+        if (k[0] == 't' && k[1] == 's') return 4;
+    }
+    return -1;
+}
+
+/* The wanted values and the body's offset of one payload; 0: irregular. */
+static int dc_header(const unsigned char *p, Py_ssize_t n, PyObject *aliases,
+                     const unsigned char **vals, Py_ssize_t *lens, Py_ssize_t *body)
+{
+    for (int k = 0; k < DC_KEYS; k++) vals[k] = NULL, lens[k] = 0;
+    if (n < 2 || p[0] != '{') return 0;
+    Py_ssize_t i = 1;
+    if (p[i] == '}') { *body = 2; return 1; }
+    for (;;) {
+        if (i >= n || p[i] != '"') return 0;
+        const unsigned char *key = p + i + 1;
+        const unsigned char *q = memchr(key, '"', (size_t)(n - i - 1));
+        if (q == NULL || memchr(key, '\\', (size_t)(q - key)) != NULL) return 0;
+        Py_ssize_t klen = q - key;
+        i = (q - p) + 1;
+        if (i >= n || p[i] != ':') return 0;
+        i++;
+        if (i >= n) return 0;
+        int which = dc_key(key, klen);
+        if (which < 0) {
+            Py_ssize_t na = PyTuple_GET_SIZE(aliases);
+            for (Py_ssize_t a = 0; a < na; a++) {
+                PyObject *alias = PyTuple_GET_ITEM(aliases, a);
+                if (PyBytes_GET_SIZE(alias) == klen
+                    && memcmp(PyBytes_AS_STRING(alias), key, (size_t)klen) == 0)
+                    return 0;
+            }
+        }
+        if (p[i] == '"') {
+            Py_ssize_t j = i + 1;
+            int escaped = 0;
+            while (j < n && p[j] != '"') {
+                if (p[j] == '\\') { escaped = 1; j += 2; }
+                else j++;
+            }
+            if (j >= n) return 0;
+            if (which >= 0) {
+                if (escaped || vals[which] != NULL) return 0;
+                for (Py_ssize_t c = i + 1; c < j; c++) if (p[c] >= 0x80) return 0;
+                vals[which] = p + i + 1;
+                lens[which] = j - i - 1;
+            }
+            i = j + 1;
+        } else {
+            if (which >= 0) return 0;
+            Py_ssize_t j = i;
+            while (j < n && dc_bare(p[j])) j++;
+            if (j == i) return 0;
+            i = j;
+        }
+        if (i >= n) return 0;
+        if (p[i] == ',') { i++; continue; }
+        if (p[i] == '}') { *body = i + 1; return 1; }
+        return 0;
+    }
+}
+
+static PyObject *
+delivery_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "delivery_columns(payloads: list, aliases: tuple)");
+        return NULL;
+    }
+    PyObject *payloads = args[0], *aliases = args[1];
+    for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(aliases); a++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(aliases, a))) {
+            PyErr_SetString(PyExc_TypeError, "aliases must be bytes");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(payloads), nb = (n + 7) / 8;
+    DcBuf off[5] = {{0}}, data[5] = {{0}}, pid = {0}, seq = {0}, mic = {0}; /* 4: body */
+    unsigned char *bits[5] = {NULL}; /* t, bm, k, x, ts */
+    Py_ssize_t nulls[5] = {0};
+    PyObject *result = NULL, *items[18] = {NULL};
+    int regular = 1;
+    for (int c = 0; c < 5; c++) {
+        bits[c] = PyMem_Calloc((size_t)(nb ? nb : 1), 1);
+        if (bits[c] == NULL) { PyErr_NoMemory(); goto done; }
+        int32_t zero = 0;
+        if (dc_put(&off[c], &zero, 4) < 0) goto done;
+    }
+    for (Py_ssize_t r = 0; r < n && regular; r++) {
+        PyObject *item = PyList_GET_ITEM(payloads, r);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "payloads must be bytes");
+            goto done;
+        }
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(item);
+        Py_ssize_t len = PyBytes_GET_SIZE(item), body = 0;
+        const unsigned char *vals[DC_KEYS];
+        Py_ssize_t lens[DC_KEYS];
+        if (!dc_header(p, len, aliases, vals, lens, &body)) { regular = 0; break; }
+        for (int c = 0; c < 5; c++) {
+            const unsigned char *v = c < 4 ? vals[c] : p + body;
+            Py_ssize_t vl = c < 4 ? lens[c] : len - body;
+            if (c < 4) {
+                if (v == NULL) nulls[c]++;
+                else bits[c][r >> 3] |= (unsigned char)(1u << (r & 7));
+            }
+            if (v != NULL && dc_put(&data[c], v, vl) < 0) goto done;
+            if (data[c].len > INT32_MAX) { regular = 0; break; }
+            int32_t end = (int32_t)data[c].len;
+            if (dc_put(&off[c], &end, 4) < 0) goto done;
+        }
+        if (!regular) break;
+        /* bm: publisherId|sequence| */
+        uint64_t pv = 0;
+        long long sv = 0;
+        if (vals[1] != NULL) {
+            const unsigned char *b = vals[1];
+            Py_ssize_t bl = lens[1];
+            const unsigned char *i1 = memchr(b, '|', (size_t)bl);
+            const unsigned char *i2 = i1 ? memchr(i1 + 1, '|', (size_t)(b + bl - i1 - 1)) : NULL;
+            if (i1 == NULL || i2 == NULL || i1 == b || i2 == i1 + 1) { regular = 0; break; }
+            Py_ssize_t hl = i1 - b, ql = i2 - i1 - 1;
+            if (!dc_is_digits(b, hl) || !dc_is_digits(i1 + 1, ql) || hl > 20 || ql > 19) {
+                regular = 0;
+                break;
+            }
+            for (Py_ssize_t k = 0; k < hl; k++) {
+                unsigned d = (unsigned)(b[k] - '0');
+                if (pv > (UINT64_MAX - d) / 10) { regular = 0; break; }
+                pv = pv * 10 + d;
+            }
+            if (!regular) break;
+            unsigned long long qv = 0;
+            for (Py_ssize_t k = 0; k < ql; k++) qv = qv * 10 + (unsigned)(i1[1 + k] - '0');
+            if (qv > (unsigned long long)INT64_MAX) { regular = 0; break; }
+            sv = (long long)qv;
+        }
+        unsigned char dec[16] = {0};
+        for (int k = 0; k < 8; k++) dec[k] = (unsigned char)(pv >> (8 * k));
+        unsigned char le[8];
+        for (int k = 0; k < 8; k++) le[k] = (unsigned char)((unsigned long long)sv >> (8 * k));
+        if (dc_put(&pid, dec, 16) < 0 || dc_put(&seq, le, 8) < 0) goto done;
+        long long us = 0;
+        if (vals[4] != NULL) {
+            if (!dc_micros(vals[4], lens[4], &us)) { regular = 0; break; }
+            bits[4][r >> 3] |= (unsigned char)(1u << (r & 7));
+        } else {
+            nulls[4]++;
+        }
+        for (int k = 0; k < 8; k++) le[k] = (unsigned char)((unsigned long long)us >> (8 * k));
+        if (dc_put(&mic, le, 8) < 0) goto done;
+    }
+    if (!regular) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    for (int c = 0; c < 4; c++) {
+        items[3 * c] = dc_bytes(&off[c]);
+        items[3 * c + 1] = dc_bytes(&data[c]);
+        items[3 * c + 2] = dc_bitmap(bits[c], n, nulls[c]);
+    }
+    items[12] = dc_bytes(&pid);
+    items[13] = dc_bytes(&seq);
+    items[14] = dc_bytes(&mic);
+    items[15] = dc_bitmap(bits[4], n, nulls[4]);
+    items[16] = dc_bytes(&off[4]);
+    items[17] = dc_bytes(&data[4]);
+    for (int k = 0; k < 18; k++) if (items[k] == NULL) goto done;
+    result = PyTuple_New(18);
+    if (result == NULL) goto done;
+    for (int k = 0; k < 18; k++) {
+        PyTuple_SET_ITEM(result, k, items[k]);
+        items[k] = NULL;
+    }
+done:
+    for (int k = 0; k < 18; k++) Py_XDECREF(items[k]);
+    for (int c = 0; c < 5; c++) {
+        PyMem_Free(off[c].buf);
+        PyMem_Free(data[c].buf);
+        PyMem_Free(bits[c]);
+    }
+    PyMem_Free(pid.buf);
+    PyMem_Free(seq.buf);
+    PyMem_Free(mic.buf);
+    return result;
+}
+
 static inline void
 be32(unsigned char *p, uint32_t v)
 {
@@ -2949,6 +3236,8 @@ static PyMethodDef speedups_methods[] = {
     {"join_seq", (PyCFunction)(void (*)(void))join_seq, METH_FASTCALL, join_seq_doc},
     {"send_nowait", send_nowait, METH_VARARGS, send_nowait_doc},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, crc32_doc},
+    {"delivery_columns", (PyCFunction)(void (*)(void))delivery_columns, METH_FASTCALL,
+     delivery_columns_doc},
     {"write_record", (PyCFunction)(void (*)(void))write_record, METH_FASTCALL, write_record_doc},
     {"ws_encode", (PyCFunction)(void (*)(void))ws_encode, METH_FASTCALL, ws_encode_doc},
     {"autoack_take", (PyCFunction)(void (*)(void))autoack_take, METH_FASTCALL, autoack_take_doc},

@@ -18,6 +18,7 @@ from _spark_helpers import journal
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from ampsclient import _accel
 from ampsclient.exceptions import InvalidBookmarkError
 from ampsclient.protocol.message import Message
 from ampsclient.spark._arrow import MetadataBatches
@@ -97,6 +98,7 @@ def test_bulk_conversion_equals_the_reference_and_the_journal(
     batches = batches_for(columns)
     got = [batches.batch(c) for c in chunks]
     assert batches.fallbacks == 0
+    assert batches.one_pass == (len(chunks) if _accel.delivery_columns is not None else 0)
     for chunk, batch in zip(chunks, got, strict=True):
         assert batch.equals(batches.reference_batch(chunk))
     rows = pa.Table.from_batches(got).to_pylist()

@@ -1,0 +1,134 @@
+"""delivery_columns: the column buffers of a batch of deliveries (Python twin and C)."""
+
+from __future__ import annotations
+
+import random
+import struct
+from decimal import Decimal
+
+import pytest
+
+from ampsclient import _accel
+from ampsclient.protocol.columns import delivery_columns
+from ampsclient.protocol.header import KEY_ALIASES, decode_header
+
+ALIASES = tuple(a.encode() for a, k in KEY_ALIASES.items() if k in ("t", "bm", "k", "x", "ts"))
+needs_c = pytest.mark.skipif(_accel.delivery_columns is None, reason="no C speedups")
+
+
+def _strings(offsets: bytes, data: bytes, valid: bytes | None, n: int) -> list[bytes | None]:
+    ends = struct.unpack(f"<{n + 1}i", offsets)
+    out: list[bytes | None] = []
+    for i in range(n):
+        ok = valid is None or valid[i >> 3] >> (i & 7) & 1
+        out.append(data[ends[i] : ends[i + 1]] if ok else None)
+    return out
+
+
+def _delivery(seq: int, **extra: str) -> bytes:
+    head = b'{"c":"p","t":"orders","sids":"s1","bm":"1234567890123456789|%d|"' % seq
+    for key, value in extra.items():
+        head += b',"%s":"%s"' % (key.encode(), value.encode())
+    return head + b'}{"n":%d}' % seq
+
+
+def test_the_usual_deliveries_become_columns() -> None:
+    payloads = [
+        _delivery(1, ts="20261128T235959.000001Z"),
+        _delivery(2, k="key2", x="corr"),
+        b'{"c":"p","sids":"s1","t":"other","n":-5.5e3,"b":true}',
+        b'{"c":"p"}\xff{}}',
+    ]
+    cols = delivery_columns(payloads, ALIASES)
+    assert cols is not None
+    assert _strings(*cols[0:3], 4) == [b"orders", b"orders", b"other", None]
+    assert _strings(*cols[3:6], 4) == [
+        b"1234567890123456789|1|",
+        b"1234567890123456789|2|",
+        None,
+        None,
+    ]
+    assert _strings(*cols[6:9], 4) == [None, b"key2", None, None]
+    assert _strings(*cols[9:12], 4) == [None, b"corr", None, None]
+    pids = [int.from_bytes(cols[12][i : i + 16], "little") for i in range(0, 64, 16)]
+    assert pids[:2] == [1234567890123456789] * 2
+    assert struct.unpack("<4q", cols[13])[:2] == (1, 2)
+    micros = struct.unpack("<4q", cols[14])[0]
+    assert micros == 1_795_910_399_000_001  # 2026-11-28T23:59:59.000001Z
+    assert cols[15] == bytes([0b0001])  # only the first has a time
+    assert _strings(cols[16], cols[17], None, 4) == [b'{"n":1}', b'{"n":2}', b"", b"\xff{}}"]
+    assert Decimal(pids[0]) == Decimal("1234567890123456789")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"c":"p","topic":"orders"}{}',  # a long name of a wanted key
+        b'{"c":"p","t":"or\\"ders"}{}',  # an escape in a wanted value
+        b'{"c":"p","t":"a","t":"b"}{}',  # twice
+        b'{"c":"p","t":1}{}',  # not a string
+        b'{"c":"p","bm":"12|x|"}{}',
+        b'{"c":"p","bm":"18446744073709551616|1|"}{}',  # publisher id above 2**64 - 1
+        b'{"c":"p","bm":"1|9223372036854775808|"}{}',  # sequence above 2**63 - 1
+        b'{"c":"p","ts":"20261128T235959Z"}{}',
+        b'{"c":"p","ts":"20260230T000000.000000Z"}{}',  # no 30th of February
+        b'{"c":"p", "t":"x"}{}',  # whitespace
+        b'{"c":"p","t":"\xc3\xa9"}{}',  # not ASCII
+        b'{"c":"p"',
+        b"",
+    ],
+)
+def test_an_irregular_delivery_makes_the_batch_irregular(payload: bytes) -> None:
+    assert delivery_columns([_delivery(1), payload], ALIASES) is None
+    if _accel.delivery_columns is not None:
+        assert _accel.delivery_columns([_delivery(1), payload], ALIASES) is None
+
+
+def test_headers_decode_as_the_columns_say() -> None:
+    """Every regular header gives the values the client's own decoder gives."""
+    payloads = [_delivery(7, ts="20000229T120000.500000Z", x="c")]
+    cols = delivery_columns(payloads, ALIASES)
+    assert cols is not None
+    header, end = decode_header(payloads[0])
+    assert _strings(*cols[9:12], 1) == [header["x"].encode()]
+    assert _strings(cols[16], cols[17], None, 1) == [payloads[0][end:]]
+
+
+def _random_payload(rng: random.Random) -> bytes:
+    keys = ["c", "t", "sids", "bm", "ts", "k", "x", "s", "l", "topic", "sub_id", "bookmark"]
+    parts = []
+    for key in rng.sample(keys, rng.randint(0, 6)):
+        kind = rng.random()
+        if kind < 0.5:
+            if key == "bm":
+                value = f"{rng.choice([0, 7, 2**64 - 1, 2**64])}|{rng.choice([1, 2**63])}|"
+            elif key == "ts":
+                value = rng.choice(
+                    ["20261128T235959.123456Z", "19691231T235959.999999Z", "20261328T000000.0Z"]
+                )
+            else:
+                value = rng.choice(["orders", "", "a/b", "é", 'q\\"x', "1|2|"])
+            parts.append(f'"{key}":"{value}"'.encode())
+        elif kind < 0.8:
+            parts.append(f'"{key}":{rng.choice(["1", "-2.5", "true", "", "{"])}'.encode())
+        else:
+            parts.append(f'"{key}":"{rng.choice(["x", "y"])}"'.encode())
+    head = b"{" + b",".join(parts) + b"}"
+    if rng.random() < 0.1:
+        head = head[: rng.randrange(len(head) + 1)]
+    return head + rng.randbytes(rng.choice([0, 3, 20]))
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(30))
+def test_c_matches_its_twin(seed: int) -> None:
+    rng = random.Random(seed)
+    c_version = _accel.delivery_columns
+    assert c_version is not None
+    for _ in range(40):
+        payloads = [_random_payload(rng) for _ in range(rng.randint(0, 12))]
+        if rng.random() < 0.5:  # mostly regular batches
+            payloads = [_delivery(i, ts="20261128T000000.000042Z") for i in range(5)] + [
+                p for p in payloads if delivery_columns([p], ALIASES) is not None
+            ]
+        assert c_version(payloads, ALIASES) == delivery_columns(payloads, ALIASES)
