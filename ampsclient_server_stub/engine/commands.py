@@ -74,7 +74,9 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     """``hdr`` of a subscription or query, refused on a composite connection when it asks for
     what the AMPS guide ("Composite Messages") does not support there: on any composite type
     the event topics (``/AMPS/...``, messages the server constructs), on a composite-global
-    one a delta subscription, ``select`` and an aggregation (``projection``/``grouping``).
+    one a delta subscription, ``select`` and an aggregation (``projection``/``grouping``). An
+    aggregation on a composite-local type is refused too: the server builds aggregated records
+    as json only, and would not send them as the subscriber's type.
 
     Raises:
         CommandFailure: ``invalid topic`` or ``invalid options``, naming the type.
@@ -95,7 +97,10 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     if refusal is None and "select" in options:
         refusal = composite_refusal(conn.mt, "select (projection)")
     if refusal is None and ("projection" in options or "grouping" in options):
-        refusal = composite_refusal(conn.mt, "aggregation (projection, grouping)")
+        refusal = composite_refusal(conn.mt, "aggregation (projection, grouping)") or (
+            f"an aggregated subscription on {conn.mt!r}, a composite-local type, is not "
+            "implemented: the reference server builds aggregated records as json only"
+        )
     if refusal is not None:
         raise CommandFailure("invalid options", refusal)
     return hdr

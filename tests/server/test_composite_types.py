@@ -457,11 +457,21 @@ def test_event_topics_are_refused_on_a_composite_connection(
 
 
 @pytest.mark.integration
-def test_an_aggregation_on_a_global_type_is_refused(server: ServerThread) -> None:
-    with client(server, GLOBAL) as c:
-        cmd = Command("sow").set_topic("images").set_timeout(5000)
-        cmd.set_options("projection=[/fmt],grouping=[/fmt]")
-        with pytest.raises(InvalidOptionsException, match="aggregation"):
+@pytest.mark.parametrize(
+    ("message_type", "topic", "options", "why"),
+    [
+        (GLOBAL, "images", "projection=[/fmt],grouping=[/fmt]", "composite-global"),
+        (LOCAL, "orders", "projection=[/0/sym AS /0/sym],grouping=[/0/sym]", "json only"),
+    ],
+)
+def test_an_aggregation_on_a_composite_type_is_refused(
+    server: ServerThread, message_type: str, topic: str, options: str, why: str
+) -> None:
+    """composite-global: the guide's restriction; composite-local: the server would send
+    aggregated records as json, not as the subscriber's type, so it refuses instead."""
+    with client(server, message_type) as c:
+        cmd = Command("sow").set_topic(topic).set_timeout(5000).set_options(options)
+        with pytest.raises(InvalidOptionsException, match=f"aggregat.*{why}"):
             c.execute_async(cmd.add_ack_type("processed"), lambda _m: None)
 
 
