@@ -7,8 +7,9 @@ case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
 ``discard_message``, the publish stores' payload and record building, and the common cases
 of ``AsyncHAClient.publish`` (``PublishLane``) and ``AsyncClient.publish``
 (``PlainPublishLane``), and a queue auto-ack's read of a delivery and batch append
-(``autoack_take``, and ``AutoAck``, the handler that does it), and a publisher thread's
-non-blocking send that keeps the GIL (``send_nowait``). The Python code
+(``autoack_take``, and ``AutoAck``, the handler that does it), a publisher thread's
+non-blocking send that keeps the GIL (``send_nowait``), and ``LaneMethod``, the method that
+hands a call to a lane (:func:`lane_method`). The Python code
 they replace stays next to them and is the reference, tested with the same cases. The
 receive loops look their function up here on each call (tests switch them); the publish
 stores bind theirs at import. Set
@@ -26,10 +27,11 @@ pure-Python twin of every C function and lane method; each pair has a differenti
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 __all__ = [
     "LAYOUT",
@@ -37,6 +39,7 @@ __all__ = [
     "TWINS",
     "AutoAck",
     "BookmarkLane",
+    "LaneMethod",
     "PlainPublishLane",
     "PublishLane",
     "StoreLock",
@@ -45,6 +48,8 @@ __all__ = [
     "deliver_stream",
     "delivery_columns",
     "join_seq",
+    "lane_method",
+    "py_lane_method",
     "send_nowait",
     "split_frames",
     "write_record",
@@ -135,6 +140,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "StoreLock.locked": "_thread.LockType.locked",
         "PublishLane.publish": "ampsclient.ha.client.AsyncHAClient.publish",
         "PlainPublishLane.publish": "ampsclient.client.AsyncClient.publish",
+        "LaneMethod": "ampsclient._accel.py_lane_method",
     }
 )
 """Each C function or lane method -> its pure-Python twin (the reference)."""
@@ -146,6 +152,7 @@ BookmarkLane: Callable[..., Any] | None = None
 StoreLock: Callable[[], Any] | None = None
 PublishLane: Callable[..., Any] | None = None
 PlainPublishLane: Callable[..., Any] | None = None
+LaneMethod: Callable[[str, Callable[..., Any]], Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 send_nowait: Callable[[int, bytes], int] | None = None
@@ -169,6 +176,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         PublishLane = getattr(_speedups, "PublishLane", None)  # nor these
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
         AutoAck = getattr(_speedups, "AutoAck", None)
+        LaneMethod = getattr(_speedups, "LaneMethod", None)  # (an older build has none)
         join_seq = _speedups.join_seq
         send_nowait = _speedups.send_nowait
         write_record = _speedups.write_record
@@ -178,6 +186,42 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
 
 SPEEDUPS: bool = deliver is not None
 """``True`` when the C speedups are in use."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def py_lane_method(attr: str, method: _F) -> _F:
+    """``method``, handing each call to the lane the instance holds in ``attr`` when set.
+
+    The twin of the C ``LaneMethod``: ``obj.m(*args)`` calls ``obj.<attr>(*args)`` when
+    ``obj.__dict__`` holds ``attr`` and it is not ``None``, else ``method(obj, *args)``."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        lane = self.__dict__.get(attr)
+        if lane is None:
+            return method(self, *args, **kwargs)
+        return lane(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+def lane_method(attr: str) -> Callable[[_F], _F]:
+    """Decorate a method whose common case a lane may take (a C lane's method, or another
+    object's method the instance forwards to without a Python frame of its own).
+
+    The class declares the method once, with its Python body; an instance chooses its lane
+    by setting the attribute ``attr`` (``None``: the body runs). Nothing is ever assigned to
+    the method's own name on an instance, so the method a reader sees is the one that runs.
+    With the C speedups the dispatch is the C ``LaneMethod`` (a method descriptor: no bound
+    method, no Python frame before the lane), else :func:`py_lane_method`."""
+
+    def decorate(method: _F) -> _F:
+        if LaneMethod is None:
+            return py_lane_method(attr, method)
+        return LaneMethod(attr, method)  # type: ignore[no-any-return]
+
+    return decorate
 
 
 def implementations() -> dict[str, Any]:

@@ -3224,6 +3224,245 @@ static PyTypeObject AutoAckType = {
 };
 #endif /* Py_GIL_DISABLED */
 
+/* ------------------------------------------------------------------ LaneMethod
+ *
+ * LaneMethod(attr, method): a method of a class (its twin: ampsclient._accel.py_lane_method,
+ * the decorator ampsclient._accel.lane_method picks one of the two). Called on an instance
+ * ``obj`` with arguments ``args``, it calls ``obj.<attr>(*args)`` when that attribute holds
+ * something other than None (a C lane's method: the common case in C, no Python frame),
+ * else ``method(obj, *args)`` (the Python method written under the decorator). It is a method
+ * descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR): ``obj.name(...)`` calls it with ``obj`` first and
+ * makes no bound method, as for a Python function. When the lane is itself a lane method
+ * bound to another object, that object's lane is looked up at once (no second dispatch).
+ * ``attr`` is read from the instance's
+ * __dict__: the attribute the class that declares the method names for its own lane (no
+ * role of LAYOUT, no other class's field).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *attr;   /* str (interned): the instance attribute that holds the lane, or None */
+    PyObject *method; /* the Python method (a function taking the instance first) */
+} LaneMethod;
+
+#define LANE_FOLD_MAX 4     /* lane methods followed through (a facade's, its client's...) */
+#define LANE_STACK_ARGS 8   /* arguments a folded body call copies on the C stack */
+
+static PyTypeObject LaneMethodType;
+
+static PyObject *
+lanemethod_vectorcall(LaneMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1) {
+        PyErr_Format(PyExc_TypeError, "%R needs the instance as its first argument",
+                     self->method);
+        return NULL;
+    }
+    /* Follow the lanes: when one is itself a lane method bound to another object (a sync
+     * facade's lane is its asyncio client's method), look that object's lane up here too,
+     * instead of calling through one more bound method and dispatch. */
+    LaneMethod *lm = (LaneMethod *)Py_NewRef(self);
+    PyObject *obj = Py_NewRef(args[0]);
+    PyObject *lane = NULL;
+    for (int depth = 0;; depth++) {
+        PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+        if (dict == NULL) {
+            goto error;
+        }
+        lane = PyDict_GetItemWithError(dict, lm->attr); /* borrowed */
+        Py_XINCREF(lane);
+        Py_DECREF(dict);
+        if (lane == NULL && PyErr_Occurred()) {
+            goto error;
+        }
+        if (lane == NULL || lane == Py_None) {
+            Py_CLEAR(lane);
+            break; /* not set (yet) or None: lm's Python method, on obj */
+        }
+        if (depth < LANE_FOLD_MAX && PyMethod_Check(lane)
+            && Py_IS_TYPE(PyMethod_GET_FUNCTION(lane), &LaneMethodType)) {
+            Py_SETREF(lm, (LaneMethod *)Py_NewRef(PyMethod_GET_FUNCTION(lane)));
+            Py_SETREF(obj, Py_NewRef(PyMethod_GET_SELF(lane)));
+            Py_CLEAR(lane);
+            if (lm->vectorcall == NULL) {
+                PyErr_SetString(PyExc_RuntimeError, "LaneMethod is not initialised");
+                goto error;
+            }
+            continue;
+        }
+        break;
+    }
+    PyObject *r;
+    if (lane != NULL) {
+        /* args[0] may be overwritten by the callee: the slot before args[1] is ours */
+        r = PyObject_Vectorcall(lane, args + 1,
+                                (size_t)(nargs - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+        Py_DECREF(lane);
+    }
+    else if (obj == args[0]) {
+        r = PyObject_Vectorcall(lm->method, args, nargsf, kwnames);
+    }
+    else {
+        /* the body of a lane method further down: the same arguments, its own instance */
+        PyObject *method = Py_NewRef(lm->method);
+        Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+        if (total <= LANE_STACK_ARGS) {
+            PyObject *stack[LANE_STACK_ARGS];
+            stack[0] = obj;
+            for (Py_ssize_t i = 1; i < total; i++) {
+                stack[i] = args[i];
+            }
+            r = PyObject_Vectorcall(method, stack, (size_t)nargs, kwnames);
+        }
+        else {
+            PyObject *bound = PyMethod_New(method, obj);
+            r = bound == NULL ? NULL
+                              : PyObject_Vectorcall(bound, args + 1, (size_t)(nargs - 1), kwnames);
+            Py_XDECREF(bound);
+        }
+        Py_DECREF(method);
+    }
+    Py_DECREF(obj);
+    Py_DECREF(lm);
+    return r;
+
+error:
+    Py_DECREF(obj);
+    Py_DECREF(lm);
+    return NULL;
+}
+
+static PyObject *
+lanemethod_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        return Py_NewRef(self);
+    }
+    return PyMethod_New(self, obj);
+}
+
+static int
+lanemethod_init(LaneMethod *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *attr, *method;
+    if (!PyArg_ParseTuple(args, "UO:LaneMethod", &attr, &method)) {
+        return -1;
+    }
+    if (!PyCallable_Check(method)) {
+        PyErr_SetString(PyExc_TypeError, "LaneMethod: the method must be callable");
+        return -1;
+    }
+    Py_INCREF(attr);
+    PyUnicode_InternInPlace(&attr);
+    Py_XSETREF(self->attr, attr);
+    Py_XSETREF(self->method, Py_NewRef(method));
+    self->vectorcall = (vectorcallfunc)lanemethod_vectorcall;
+    return 0;
+}
+
+static PyObject *
+lanemethod_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    LaneMethod *self = (LaneMethod *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->vectorcall = NULL; /* until __init__ ran: tp_call refuses */
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *
+lanemethod_tp_call(PyObject *callable, PyObject *args, PyObject *kwds)
+{
+    if (((LaneMethod *)callable)->vectorcall == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "LaneMethod is not initialised");
+        return NULL;
+    }
+    return PyVectorcall_Call(callable, args, kwds);
+}
+
+static int
+lanemethod_traverse(LaneMethod *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->method);
+    return 0;
+}
+
+static int
+lanemethod_clear(LaneMethod *self)
+{
+    Py_CLEAR(self->attr);
+    Py_CLEAR(self->method);
+    self->vectorcall = NULL;
+    return 0;
+}
+
+static void
+lanemethod_dealloc(LaneMethod *self)
+{
+    PyObject_GC_UnTrack(self);
+    lanemethod_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* __doc__, __name__, __qualname__, __module__, __annotations__: the Python method's */
+static PyObject *
+lanemethod_getattro(PyObject *self, PyObject *name)
+{
+    PyObject *r = PyObject_GenericGetAttr(self, name);
+    if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)
+        || ((LaneMethod *)self)->method == NULL) {
+        return r;
+    }
+    if (PyUnicode_Check(name) && PyUnicode_READ_CHAR(name, 0) == '_'
+        && PyUnicode_GET_LENGTH(name) > 4) { /* dunders only */
+        PyErr_Clear();
+        return PyObject_GetAttr(((LaneMethod *)self)->method, name);
+    }
+    return NULL;
+}
+
+static PyObject *
+lanemethod_doc(LaneMethod *self, void *unused)
+{
+    if (self->method == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyObject_GetAttrString(self->method, "__doc__");
+}
+
+static PyMemberDef lanemethod_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(LaneMethod, method), READONLY, "The Python method."},
+    {"attr", T_OBJECT, offsetof(LaneMethod, attr), READONLY,
+     "The instance attribute that holds the lane."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef lanemethod_getset[] = {
+    {"__doc__", (getter)lanemethod_doc, NULL, "The Python method's docstring.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject LaneMethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.LaneMethod",
+    .tp_basicsize = sizeof(LaneMethod),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(LaneMethod, vectorcall),
+    .tp_call = lanemethod_tp_call,
+    .tp_descr_get = lanemethod_get,
+    .tp_getattro = lanemethod_getattro,
+    .tp_traverse = (traverseproc)lanemethod_traverse,
+    .tp_clear = (inquiry)lanemethod_clear,
+    .tp_dealloc = (destructor)lanemethod_dealloc,
+    .tp_init = (initproc)lanemethod_init,
+    .tp_new = lanemethod_new,
+    .tp_members = lanemethod_members,
+    .tp_getset = lanemethod_getset,
+};
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef speedups_methods[] = {
@@ -3263,6 +3502,11 @@ PyInit__speedups(void)
     }
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
+        return NULL;
+    }
+    if (PyType_Ready(&LaneMethodType) < 0
+        || PyModule_AddObjectRef(module, "LaneMethod", (PyObject *)&LaneMethodType) < 0) {
+        Py_DECREF(module);
         return NULL;
     }
 #ifndef Py_GIL_DISABLED

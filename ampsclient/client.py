@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import inspect
 import logging
 import ssl
 import types
@@ -142,9 +143,10 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self._plain_lane: Any = None
         lane = _accel.PlainPublishLane
         if lane is not None and type(self).publish is AsyncClient.publish:
-            # the C speedups do publish()'s common case and call the method below otherwise
-            self._plain_lane = lane(self, types.MethodType(AsyncClient.publish, self), PUBLISHED)
-            self.publish = self._plain_lane.publish  # type: ignore[method-assign]
+            # the C speedups do publish()'s common case and call its Python body otherwise
+            slow = types.MethodType(inspect.unwrap(AsyncClient.publish), self)
+            self._plain_lane = lane(self, slow, PUBLISHED)
+            self._publish_lane = self._plain_lane.publish
 
     Bookmarks = Bookmarks
     """``EPOCH``, ``NOW`` and ``MOST_RECENT``."""

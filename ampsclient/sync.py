@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, Self, TypedDict, TypeVar, Unpack
 
+from ._accel import lane_method
 from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
 from .client import AsyncClient, ConnectionEvent, ConnectionState, Handler
@@ -148,8 +149,10 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
 
     def _start(self) -> None:
         self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
-        self.publish = self._async.publish  # type: ignore[method-assign]
-        self.delta_publish = self._async.delta_publish  # type: ignore[method-assign]
+        self._async_publish: Callable[..., int] = self._async.publish
+        """:meth:`publish`'s lane: the asyncio client's own (thread-safe) method."""
+        self._async_delta_publish: Callable[..., int] = self._async.delta_publish
+        """:meth:`delta_publish`'s lane, likewise."""
 
     @property
     def async_client(self) -> AsyncClient | AsyncHAClient:
@@ -161,6 +164,7 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
         """Queue-ack settings and pending batch (:mod:`ampsclient.acks`)."""
         return self._async.queue_acks
 
+    @lane_method("_async_publish")
     def publish(
         self,
         topic: str,
@@ -172,15 +176,16 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
         """Publish ``data`` to ``topic`` without waiting (any thread; see AsyncClient.publish).
         Returns 0 (an ``HAClient``: the sequence number), as the official client does.
 
-        The instance attribute set in ``_start`` (the asyncio client's own method, or its C
-        lane) shadows this definition; it is here for the class's documented surface.
+        The call goes straight to the asyncio client's method (``_async_publish``, set in
+        ``_start``; :func:`~ampsclient._accel.lane_method`): no Python frame of its own.
         """
         return self._async.publish(
             topic, data, expiration=expiration, correlation_id=correlation_id, sow_key=sow_key
         )
 
+    @lane_method("_async_delta_publish")
     def delta_publish(self, topic: str, data: object, expiration: int | None = None) -> int:
-        """Publish a delta of ``data`` to ``topic`` (shadowed like :meth:`publish`); returns
+        """Publish a delta of ``data`` to ``topic`` (forwarded like :meth:`publish`); returns
         0 (an ``HAClient``: the sequence number)."""
         return self._async.delta_publish(topic, data, expiration=expiration)
 
@@ -418,7 +423,8 @@ class HAClient(Client):
             )
         self._ha = AsyncHAClient(name, publish_store, bookmark_store, **options)
         self._async = self._ha
-        self._bind_discard()
+        self._ha_discard: Callable[[Message], None] = self._ha.discard
+        """:meth:`discard`'s lane: the asyncio client's (which calls the store's C lane)."""
         self._close_timeout = close_timeout
         if HAClient._default_resubscription_timeout:
             self._ha.set_resubscription_timeout(HAClient._default_resubscription_timeout)
@@ -446,8 +452,7 @@ class HAClient(Client):
     def set_publish_store(self, publish_store: Any) -> None:
         """Use ``publish_store`` (a store object, or ``None`` for a memory store); before
         connecting."""
-        self._ha.set_publish_store(publish_store)
-        self.publish = self._ha.publish  # type: ignore[method-assign]
+        self._ha.set_publish_store(publish_store)  # its publish picks the new store's lane
 
     def set_logon_options(self, options: str | None) -> None:
         """Options sent with every logon (e.g. ``"ack_conflation=10ms"``)."""
@@ -550,14 +555,7 @@ class HAClient(Client):
 
     def set_bookmark_store(self, store: BookmarkStore) -> None:
         """Use ``store`` for bookmark subscriptions placed from now on."""
-        self._ha.set_bookmark_store(store)
-        self._bind_discard()
-
-    def _bind_discard(self) -> None:
-        """:meth:`discard` is the async client's (the store's C lane): no Python frame per
-        message, as ``publish``; not for subclasses that override it."""
-        if type(self).discard is HAClient.discard:
-            self.discard = self._ha.discard  # type: ignore[method-assign]
+        self._ha.set_bookmark_store(store)  # its discard picks the new store's lane
 
     def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""
@@ -567,6 +565,7 @@ class HAClient(Client):
         """The duplicate message handler."""
         return self._ha.get_duplicate_message_handler()
 
+    @lane_method("_async_publish")
     def publish(
         self,
         topic: str,
@@ -576,18 +575,22 @@ class HAClient(Client):
         sow_key: str | None = None,
     ) -> int:
         """Store and publish; returns the message's sequence number (as the official
-        HAClient). Shadowed by the HA client's own method (or its C lane), as in
-        :meth:`Client.publish`."""
+        HAClient). Forwarded straight to the HA client's method (its C lane's common case
+        first), as in :meth:`Client.publish`."""
         return self._ha.publish(
             topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key
         )
 
+    @lane_method("_async_delta_publish")
     def delta_publish(self, topic: str, data: object, expiration: int | None = None) -> int:
-        """Store and delta-publish; returns the sequence number (shadowed like :meth:`publish`)."""
+        """Store and delta-publish; returns the sequence number (forwarded like
+        :meth:`publish`)."""
         return self._ha.delta_publish(topic, data, expiration)
 
+    @lane_method("_ha_discard")
     def discard(self, message: Message) -> None:
-        """Mark a bookmark-subscription message as processed (any thread)."""
+        """Mark a bookmark-subscription message as processed (any thread; forwarded like
+        :meth:`publish`, so the store's C lane runs with no Python frame in between)."""
         self._ha.discard(message)
 
     def get_most_recent(self, sub_id: str) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import inspect
 import logging
 import ssl
 import struct
@@ -129,8 +130,7 @@ class AsyncHAClient(ConnectionFace):
         self._store: PublishStore = self._own_publish_store(publish_store)
         self._bookmark_store: BookmarkStore = self._own_bookmark_store(bookmark_store)
         self._discard: Callable[[Message], None] = fast_discard(self._bookmark_store)
-        if type(self).discard is AsyncHAClient.discard:  # the store's lane itself, no frame
-            self.discard = self._discard  # type: ignore[method-assign,assignment]
+        """The bookmark store's discard (its C lane's when built): :meth:`discard` calls it."""
         self._duplicate_handler: Handler | None = None
         client.set_event_handler(SubscriptionPersisted, lambda e: self._sub_persisted(e.ack))
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
@@ -176,6 +176,9 @@ class AsyncHAClient(ConnectionFace):
             persisted_ack_writer(self._store.store_parts, self._pub_lock, client.queue_frame_now)
         )
         self._lane: Any = None
+        self._publish_lane: Callable[..., int] | None = None
+        """What takes :meth:`publish` calls first (:func:`ampsclient._accel.lane_method`): the
+        C ``PublishLane``'s ``publish``, or ``None``: the Python body."""
         self._bind_publish_lane()
 
     def _own_publish_store(self, store: PublishStore | str | None) -> PublishStore:
@@ -210,10 +213,10 @@ class AsyncHAClient(ConnectionFace):
             return
         if self._client.observer is not None:
             return  # observed publishes take the Python path (set_observer)
-        slow = types.MethodType(AsyncHAClient.publish, self)
+        slow = types.MethodType(inspect.unwrap(AsyncHAClient.publish), self)
         # the lane reads the held client's writer and publish gate
         self._lane = lane(self._client, self._store, kind == "file", slow)
-        self.publish = self._lane.publish  # type: ignore[method-assign]
+        self._publish_lane = self._lane.publish
 
     def set_observer(self, observer: ClientObserver | None) -> None:
         """Opt-in instrumentation (:mod:`ampsclient.observer`): also switches this client's C
@@ -284,8 +287,7 @@ class AsyncHAClient(ConnectionFace):
             raise UsageError("set_publish_store: the current store holds unpersisted messages")
         self._store = self._own_publish_store(store)
         self._seq.store = self._acks.store = self._store
-        self.__dict__.pop("publish", None)  # unbind the C lane of the previous store
-        self._lane = None
+        self._lane = self._publish_lane = None  # the C lane of the previous store
         self._bind_publish_lane()
 
     def set_logon_timeout(self, milliseconds: int) -> None:
@@ -302,8 +304,6 @@ class AsyncHAClient(ConnectionFace):
         """Use ``store`` for bookmark subscriptions placed from now on."""
         self._bookmark_store = store
         self._discard = fast_discard(store)
-        if type(self).discard is AsyncHAClient.discard:
-            self.discard = self._discard  # type: ignore[method-assign,assignment]
 
     def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""
@@ -319,8 +319,12 @@ class AsyncHAClient(ConnectionFace):
         """The duplicate message handler."""
         return self._duplicate_handler
 
+    @_accel.lane_method("_discard")
     def discard(self, message: Message) -> None:
-        """Mark a bookmark-subscription message as processed: the resume point moves past it."""
+        """Mark a bookmark-subscription message as processed: the resume point moves past it.
+
+        The bookmark store's discard (``_discard``, its C lane's when built) is called
+        directly: no Python frame of this method's own per message."""
         self._discard(message)
 
     def get_most_recent(self, sub_id: str) -> str:
@@ -529,6 +533,7 @@ class AsyncHAClient(ConnectionFace):
             self._seq_suffix[topic] = suffix
         return suffix
 
+    @_accel.lane_method("_publish_lane")
     def publish(
         self,
         topic: str,
@@ -540,7 +545,9 @@ class AsyncHAClient(ConnectionFace):
         """Store and publish; returns the message's sequence number. Thread-safe.
 
         Connected: the message goes out at once. Disconnected: it is stored and sent after
-        the reconnect (or, with ``publish_while_disconnected="block"``, this waits).
+        the reconnect (or, with ``publish_while_disconnected="block"``, this waits). With the
+        C speedups their ``PublishLane`` takes the common case first (``_publish_lane``) and
+        calls the body below for everything else.
         """
         if self._client.observer is not None:  # opt-in tracing (ampsclient.observer)
             correlation_id = self._client.observer.publishing(topic, correlation_id)
