@@ -30,6 +30,7 @@ from ampsclient_server_stub.config import (
 from ampsclient_server_stub.engine.broker import Authenticator, Broker
 from ampsclient_server_stub.engine.hooks import BrokerHooks
 from ampsclient_server_stub.engine.journal import FsyncPolicy, Journal
+from ampsclient_server_stub.engine.storage_faults import StorageFaults
 from ampsclient_server_stub.engine.txlog import PERSISTED_ACK_INTERVAL, TxLog
 from ampsclient_server_stub.queues.plug import start_queues
 
@@ -89,6 +90,8 @@ class Committer:
         self.closed = False
         self._announcing = False
         """An ``on_durable`` of a commit made on the loop is scheduled."""
+        self.faults = StorageFaults()
+        """Where a failing sync is reported (once while it fails; the broker's)."""
 
     def request(self) -> None:
         """Ask for a commit of everything appended so far."""
@@ -126,11 +129,19 @@ class Committer:
         self.running = False
         try:
             durable = future.result()
-        except Exception:
-            logger.exception("journal sync failed; no persisted acks until it works again")
+        except Exception as exc:
+            fresh = "journal" not in self.faults.active
+            self.faults.failed("journal", str(self.journal.directory), exc)
+            if fresh:  # once while it lasts (a full disk retries every 0.1 s)
+                logger.error(
+                    "journal sync failed; no persisted acks until it works again",
+                    exc_info=None if self.faults.active["journal"].disk_full else exc,
+                )
             if not self.closed:
                 self.loop.call_later(0.1, self.request)
             return
+        if self.faults.active:
+            self.faults.succeeded("journal")
         self.on_durable(durable)
         if self.again:
             # requested while this one ran. Records appended without a request (a queue
@@ -253,6 +264,8 @@ class ReferenceServer:
             hooks=hooks,
             queues=start_queues,
         )
+        if self._committer is not None:
+            self._committer.faults = self.broker.storage_faults
         self.security = security
         self._started = True
         try:

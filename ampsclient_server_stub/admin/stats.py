@@ -77,6 +77,7 @@ PARTS: Final = (
     "conflated_topics",
     "journal",
     "replication",
+    "storage",
 )
 """The parts of the tree that are built on their own (the rest is a few scalars)."""
 
@@ -584,6 +585,19 @@ class StatisticsCollector:
         }
         return out
 
+    def storage(self) -> dict[str, Any]:
+        """``/amps/instance/storage``: the server's files whose writes fail now (a full
+        disk), one condition per store (``journal``, ``sow/<topic>/<type>``,
+        ``queue/<name>/<type>``, ``queues/ack``, ``replication/holds``), and how many ended."""
+        broker = self.server.broker
+        if broker is None:
+            return {"conditions": Entries(), "conditions_ended": 0}
+        snap = broker.storage_faults.snapshot()
+        conditions = Entries()
+        for store, fault in snap["conditions"].items():
+            conditions[store] = {**fault, "since": _iso(fault["since"])}
+        return {"conditions": conditions, "conditions_ended": snap["conditions_ended"]}
+
     @staticmethod
     def memory() -> dict[str, Any]:
         """``/amps/instance/memory``: ``rss`` and ``vmsize`` of the server process (bytes)."""
@@ -650,6 +664,7 @@ class StatisticsCollector:
             "conflated_topics": self.conflated_topics(),
             "journal": self._journal(),
             "replication": self.replication(),
+            "storage": self.storage(),
         }
 
     async def build(self, part: str | None = None) -> Any:

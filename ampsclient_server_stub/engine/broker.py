@@ -83,6 +83,7 @@ from .state import (
     Connection,
     Subscription,
 )
+from .storage_faults import StorageFaults
 from .subscribing import Subscribing
 from .subscriptions import SubscriptionTable
 from .txlog import PERSISTED_ACK_INTERVAL, Replay, TxLog
@@ -178,7 +179,11 @@ class Broker:
         delivery = Delivery(index, clock=clock, monotonic=monotonic, call_later=call_later)
         self.topic_counts = delivery.topics
         """Per-topic publish and delivery counts (the admin interface reads them)."""
-        self.sows = SowService(config, sow_topics, delivery=delivery, clock=clock)
+        self.storage_faults = StorageFaults(clock=clock)
+        """The server's files whose writes fail now (a full disk), each reported once."""
+        self.sows = SowService(
+            config, sow_topics, delivery=delivery, clock=clock, faults=self.storage_faults
+        )
         """The SOW topics."""
         self.durability = Durability(
             self.clients,
@@ -315,6 +320,7 @@ class Broker:
                 request_sync=self.request_sync,
                 call_later=call_later,
                 clock=clock,
+                faults=self.storage_faults,
             )
         )
         if engine is None:

@@ -12,9 +12,10 @@
 The steps are the same for all, each taken when the origin needs it: de-duplication,
 journal append, SOW write (publish, delta merge, delete), the group-commit request and the
 ``live`` bookmark replays (:meth:`Ingest._appended`, once per append), then routing and
-delivery. A client's SOW write and its journal append are one transaction (a failed append
-takes the write back); a replicated record is journaled first (its SOW write may fail: the
-SOW's checkpoint then stays below it, so the next start re-applies it).
+delivery. A client's SOW write is committed before its journal append, and a failed append
+takes the write back (a write that cannot be committed, e.g. on a full disk, refuses the
+publish before anything is journaled); a replicated record is journaled first (its SOW write
+may fail: the SOW's checkpoint then stays below it, so the next start re-applies it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
@@ -38,7 +38,7 @@ from .payload import decode, encode
 from .replay_scheduler import ReplayScheduler
 from .routing import RoutingIndex
 from .sow import SowRecord, SowTopic
-from .sow_service import SowService
+from .sow_service import SowService, sow_store
 from .state import Clients, Connection
 from .topics import TopicError, compile_topic
 from .txlog import TxLog
@@ -187,6 +187,7 @@ class Ingest:
         self._live = scheduler.live
         self._counters = counters
         self._clock = clock
+        self._faults = sows.faults
         self.publish_targets: dict[tuple[str, str], str] = {}
         """Queues' ``DefaultPublishTarget``: a client's publish to ``(message type, queue
         name)`` goes to that topic instead."""
@@ -251,7 +252,7 @@ class Ingest:
         mt = conn.mt
         extra = {"mt": mt, **fields} if fields else MT_FIELDS.get(mt) or {"mt": mt}
         try:
-            return txlog.journal.append(
+            record = txlog.journal.append(
                 publisher_id=conn.state.publisher_id,
                 sequence=jseq,
                 topic=topic,
@@ -260,8 +261,20 @@ class Ingest:
                 fields=extra,
             )
         except Exception as exc:
-            logger.exception("journal append failed for %r", conn)
+            self._journal_failed(txlog, exc)
             raise CommandFailure("tx store failure", str(exc)) from exc
+        if self._faults.active:
+            self._faults.succeeded("journal")
+        return record
+
+    def _journal_failed(self, txlog: TxLog, exc: Exception) -> None:
+        """An append failed: report the condition once (``journal`` in the storage faults),
+        with the traceback when it is not a full disk (a bug rather than the disk)."""
+        faults = self._faults
+        fresh = "journal" not in faults.active
+        faults.failed("journal", str(txlog.journal.directory), exc)
+        if fresh and not faults.active["journal"].disk_full:
+            logger.error("journal append failed", exc_info=exc)
 
     def assign_bookmark(self, conn: Connection, topic: str, seq: int | None) -> str:
         """Bookmark of a message written to a SOW topic that is not recorded:
@@ -364,27 +377,37 @@ class Ingest:
             "journal_index": journal_index,
         }
         journaled = None
-        with sow.batch():  # a journal append that fails takes the SOW write back with it
+        checkpoint = sow.journal_index
+        # The SOW write is committed first: a commit that fails (a full disk) refuses the
+        # publish before anything is journaled; a journal append that fails then takes the
+        # committed write back (SowTopic.take_back), so SOW and journal never disagree.
+        try:
+            if delta:
+                record, previous, new_doc = sow.delta_publish(data, **kwargs)
+            else:
+                record, previous = sow.publish(data, **kwargs)
+                new_doc = doc
+        except Exception as exc:
+            self._sow_failed(sow, exc)
+            raise CommandFailure("sow store failed", str(exc)) from exc
+        if self._faults.active:
+            self._faults.succeeded(sow_store(sow))
+        if recorded:
+            fields: dict[str, str | int] = {"k": record.key}
+            if x:
+                fields["x"] = x
+            e = hdr.get("e")
+            if e is not None and e != "":
+                fields["e"] = str(e)
+            command = "delta_publish" if delta else "p"
             try:
-                if delta:
-                    record, _previous, new_doc = sow.delta_publish(data, **kwargs)
-                else:
-                    record, _previous = sow.publish(data, **kwargs)
-                    new_doc = doc
-            except Exception as exc:
-                logger.exception("SOW %r: write failed", sow.topic)
-                raise CommandFailure("sow store failed", str(exc)) from exc
-            if recorded:
-                fields: dict[str, str | int] = {"k": record.key}
-                if x:
-                    fields["x"] = x
-                e = hdr.get("e")
-                if e is not None and e != "":
-                    fields["e"] = str(e)
-                command = "delta_publish" if delta else "p"
                 journaled = self._journal_append(
                     conn, jseq, sow.topic, command, record.data, fields
                 )
+            except CommandFailure:
+                before = [] if previous is None else [previous]
+                self._take_back(sow, [record.key], before, checkpoint)
+                raise
         if journaled is not None:
             self._appended()
             if journaled.index != journal_index:  # pragma: no cover - the loop is the only writer
@@ -393,6 +416,34 @@ class Ingest:
                 )
         self._deliver_sow(mt, sow, record, new_doc, prev_doc)
         return Ingested(journaled, applied=True)
+
+    def _sow_failed(self, sow: SowTopic, exc: Exception) -> None:
+        """A SOW write failed (nothing of it stands): report the condition once, with the
+        traceback when it is not a full disk."""
+        faults = self._faults
+        store = sow_store(sow)
+        fresh = store not in faults.active
+        faults.failed(store, sow.filename or ":memory:", exc)
+        if fresh and not faults.active[store].disk_full:
+            logger.error("SOW %r: write failed", sow.topic, exc_info=exc)
+
+    def _take_back(
+        self, sow: SowTopic, written: Sequence[str], restore: Sequence[SowRecord], checkpoint: int
+    ) -> None:
+        """Undo a committed SOW change whose journal append failed (the publish is refused)."""
+        if not written and not restore:
+            return
+        try:
+            sow.take_back(written, restore, journal_index=checkpoint)
+        except Exception as exc:  # the SOW now holds a change the journal does not
+            self._sow_failed(sow, exc)
+            logger.error(
+                "SOW %r: a change refused by the transaction log could not be taken back (%s); "
+                "the checkpoint stays below it",
+                sow.topic,
+                exc,
+            )
+            sow.hold_checkpoint(checkpoint + 1)
 
     def _deliver_sow(
         self, mt: str, sow: SowTopic, record: SowRecord, new_doc: Any, prev_doc: Any
@@ -416,7 +467,10 @@ class Ingest:
         try:
             first, _ts = journal.append_many(pid, "p", batch, MT_FIELDS.get(mt) or {"mt": mt})
         except Exception as exc:
+            self._journal_failed(txlog, exc)
             raise CommandFailure("tx store failure", str(exc)) from exc
+        if self._faults.active:
+            self._faults.succeeded("journal")
         count = len(batch)
         self._counters["publishes"] += count
         last = batch[-1][0]
@@ -439,9 +493,10 @@ class Ingest:
         deleted = topic_matches = 0
         removed: list[tuple[SowTopic, list[SowRecord]]] = []
         journaled = None
-        with ExitStack() as batch:  # a journal append that fails takes the deletes back
-            for sow in item.sows:
-                batch.enter_context(sow.batch())
+        checkpoints = [sow.journal_index for sow in item.sows]
+        # Each topic's deletes are committed first (see _client_sow_publish); a failure takes
+        # back those already committed.
+        try:
             for sow in item.sows:
                 topic_matches += len(sow)
                 try:
@@ -453,8 +508,10 @@ class Ingest:
                         journal_index=journal_index,
                     )
                 except Exception as exc:
-                    logger.exception("SOW %r: delete failed", sow.topic)
+                    self._sow_failed(sow, exc)
                     raise CommandFailure("sow store failed", str(exc)) from exc
+                if self._faults.active:
+                    self._faults.succeeded(sow_store(sow))
                 deleted += len(gone)
                 removed.append((sow, gone))
             if item.recorded:
@@ -469,6 +526,10 @@ class Ingest:
                 journaled = self._journal_append(
                     conn, jseq, item.topic, "sow_delete", item.body, fields
                 )
+        except CommandFailure:
+            for (sow, gone), checkpoint in zip(removed, checkpoints, strict=False):
+                self._take_back(sow, [], gone, checkpoint)
+            raise
         if journaled is not None:
             self._appended()
         for sow, gone in removed:  # subscribers hear of it once it stands
@@ -502,9 +563,11 @@ class Ingest:
                 payload=item.payload,
                 fields=item.fields,
             )
-        except Exception:
-            logger.exception("replication: journal append failed for %s|%s|", pid, item.sequence)
+        except Exception as exc:
+            self._journal_failed(txlog, exc)
             return _UNRECORDED
+        if self._faults.active:
+            self._faults.succeeded("journal")
         state = self._clients.state_for_publisher(pid)
         if state is not None and item.sequence > state.last_seq:
             state.last_seq = item.sequence

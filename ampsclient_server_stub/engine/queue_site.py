@@ -20,6 +20,7 @@ from .ingest import Incoming, Ingested
 from .session import CallLater
 from .sow_service import SowService
 from .state import Subscription
+from .storage_faults import StorageFaults
 from .subscriptions import SubscriptionTable
 from .txlog import TxLog
 
@@ -46,6 +47,8 @@ class QueueSite:
     """The timer scheduler (``None``: no timers)."""
     clock: Callable[[], float]
     """The steady clock (leases, timers; :func:`.clocks.steady_clock`)."""
+    faults: StorageFaults
+    """Write failures of the server's files (the queues' metadata files), reported once."""
 
 
 class QueuePlugin(QueueHooks, Protocol):

@@ -557,6 +557,41 @@ class SowTopic:
         finally:
             self._batching = False
 
+    def take_back(
+        self, written: Sequence[str], restore: Sequence[SowRecord], *, journal_index: int
+    ) -> None:
+        """Undo committed writes (their journal append failed): remove the records of keys
+        ``written``, put back ``restore`` (records as they were before, e.g. a publish's
+        previous record or a delete's victims) and the checkpoint ``journal_index``, in one
+        transaction; the watchers are told the records were reloaded.
+
+        Raises:
+            sqlite3.Error: the file could not be written (nothing changed).
+        """
+        self._check_open()
+        try:
+            for chunk in _chunks(list(written)):
+                marks = ",".join("?" * len(chunk))
+                self._conn.execute(
+                    f'DELETE FROM "{self._table}" WHERE k IN ({marks})', tuple(chunk)
+                )
+            self._conn.executemany(
+                f'INSERT OR REPLACE INTO "{self._table}" ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)',
+                [
+                    (r.key, r.data, r.bookmark, r.timestamp, r.correlation_id, r.expiration, r.seq)
+                    for r in restore
+                ],
+            )
+            self._conn.execute(_SET_CHECKPOINT, (self._table, journal_index))
+            self._conn.commit()
+        except BaseException:
+            self._conn.rollback()
+            raise
+        self._journal_index = journal_index
+        self._load_docs()
+        for watcher in tuple(self.watchers):
+            watcher.records_reloaded(self)
+
     def hold_checkpoint(self, index: int) -> None:
         """Journal record ``index`` belongs in this SOW but could not be applied (a storage
         error while the record was already journaled, e.g. one received by replication).

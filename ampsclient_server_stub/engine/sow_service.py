@@ -29,6 +29,7 @@ from .journal import Journal, JournalRecord
 from .payload import OrderBy
 from .sow import SowRecord, SowTopic, table_name
 from .sow_salvage import quarantine, salvage
+from .storage_faults import StorageFaults
 from .topics import TopicError, TopicMatcher, compile_topic
 from .txlog import REPLAY_BATCH
 from .wire import CommandFailure
@@ -117,8 +118,11 @@ class SowService:
         *,
         delivery: Delivery,
         clock: Callable[[], float],
+        faults: StorageFaults | None = None,
     ) -> None:
         self._delivery = delivery
+        self.faults = faults if faults is not None else StorageFaults()
+        """Write failures of the SOW files (and the server's other files), reported once."""
         self._clock = clock
         self.by_name: dict[str, list[SowTopic]] = {}
         """SOW topics by name (one per message type); read-only for callers."""
@@ -397,10 +401,14 @@ class SowService:
         for sow in self.topics:
             if sow.closed or sow.journal_index == last:
                 continue
+            store = sow_store(sow)
             try:
                 sow.set_journal_index(last)
-            except Exception:  # pragma: no cover - storage trouble: recovery just reads more
-                logger.exception("SOW %r: recovery checkpoint failed", sow.topic)
+            except Exception as exc:  # storage trouble (a full disk): recovery just reads more
+                self.faults.failed(store, sow.filename or ":memory:", exc)
+            else:
+                if self.faults.active:
+                    self.faults.succeeded(store)
 
     def hold_checkpoints(self, topic: str, index: int) -> None:
         """Journal record ``index`` could not be applied to the SOW topics it concerns
@@ -422,3 +430,9 @@ class SowService:
                 sow.close()
             except Exception:  # pragma: no cover - best effort on shutdown
                 logger.exception("closing SOW topic %r", sow.topic)
+
+
+def sow_store(sow: SowTopic) -> str:
+    """The name of ``sow``'s file in :class:`.storage_faults.StorageFaults`: ``sow/<topic>``
+    (``sow/<topic>/<message type>`` for a name shared by several message types)."""
+    return f"sow/{sow.topic}/{sow.message_type}"

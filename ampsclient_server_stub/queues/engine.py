@@ -32,6 +32,7 @@ queues: message ownership, transfer and proxied transfer live in :mod:`.replicat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -50,6 +51,7 @@ from ..engine.journal import JournalError
 from ..engine.payload import decode
 from ..engine.session import CallLater, TimerHandle
 from ..engine.state import Connection, Subscription
+from ..engine.storage_faults import StorageFaults
 from ..engine.subscriptions import SubscriptionTable
 from ..engine.topics import TopicMatcher, compile_topic
 from ..engine.txlog import TxLog
@@ -168,8 +170,10 @@ class QueueEngine:
         replicated: bool = False,
         expiry: MessageExpiry | None = None,
         views: Sequence[ViewConfig] = (),
+        faults: StorageFaults | None = None,
     ) -> None:
         self._txlog = txlog
+        self._faults = faults if faults is not None else StorageFaults()
         self._table_remove = table.remove
         self._journal = txlog.journal
         self._request_sync = request_sync
@@ -210,7 +214,7 @@ class QueueEngine:
             self.replica = ReplicatedQueues(
                 self, self._journal, configs, instance=instance, own_pid=self._pid, clock=clock
             )
-        self.metadata = MetadataFiles(self._journal)  # FileBackedMetadata
+        self.metadata = MetadataFiles(self._journal, faults=self._faults)  # FileBackedMetadata
         for i, cfg in enumerate(configs):
             self._check(cfg)
             owner = replicated or cfg.initial_owner is None or cfg.initial_owner == instance
@@ -695,8 +699,14 @@ class QueueEngine:
         try:
             tmp.write_text(json.dumps(self._points, sort_keys=True))
             os.replace(tmp, self._ack_path)
-        except OSError:
-            logger.exception("writing %s", self._ack_path)
+        except OSError as exc:  # a full disk: reported once; the next write tries again
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            self._faults.failed("queues/ack", str(self._ack_path), exc)
+            self._ack_dirty = True
+            return
+        if self._faults.active:
+            self._faults.succeeded("queues/ack")
 
     def on_durable(self, durable: int) -> None:
         """A group commit completed (``BrokerHooks.durable_listeners``): move the ack

@@ -40,6 +40,7 @@ log) for a replicated one: it cannot say whether a transfer was pending when it 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from ..engine.journal import Journal, JournalError
+from ..engine.storage_faults import StorageFaults
 from .config import QueueConfig
 from .model import Queue, QueueMessage
 
@@ -121,8 +123,9 @@ def message_class(journal: Journal) -> type[QueueMessage]:
 class MetadataFiles:
     """The metadata files of the queues with ``FileBackedMetadata`` of one engine."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, *, faults: StorageFaults | None = None) -> None:
         self._journal = journal
+        self._faults = faults if faults is not None else StorageFaults()
         self._written: dict[str, tuple[int, float]] = {}
         """Queue file -> (position, monotonic time) of its last write."""
         self._any = False
@@ -246,11 +249,18 @@ class MetadataFiles:
                 continue
             replica = self._replicas[str(path)]
             pending = replica.pending(queue) if replica is not None else {}
+            store = f"queue/{queue.name}/{queue.config.message_type}"
             try:
                 _write(path, position, entries, pending)
-            except (OSError, struct.error):  # (struct.error: a name too long for the format)
+            except OSError as exc:  # a full disk: reported once; tried again the next second
+                self._faults.failed(store, str(path), exc)
+                self._written[str(path)] = (-1, now)
+                continue
+            except struct.error:  # a name too long for the format
                 logger.exception("writing %s", path)
                 continue
+            if self._faults.active:
+                self._faults.succeeded(store)
             self._written[str(path)] = (position, now)
 
 
@@ -287,11 +297,16 @@ def _write(
         parts.append(_PENDING.pack(len(raw_bm), len(raw_owner)) + raw_bm + raw_owner)
     body = b"".join(parts)
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        f.write(body + struct.pack(">I", zlib.crc32(body)))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(body + struct.pack(">I", zlib.crc32(body)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:  # (a full disk) the old file stands; a part-written one is not left
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _read(path: Path) -> tuple[int, list[tuple[int, str]], dict[str, str] | None] | None:

@@ -43,6 +43,7 @@ def start_queues(site: QueueSite) -> QueueEngine | None:
         replicated=config.replication is not None,
         expiry=sow_expiry(site.sows),
         views=config.views,
+        faults=site.faults,
     )
     if actions:
         publisher = ActionPublisher(

@@ -21,6 +21,7 @@ backwards (a resync from an earlier record) is saved at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,6 +29,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
+
+from ..engine.storage_faults import StorageFaults
 
 __all__ = ["SAVE_DELAY", "HoldFile", "hold_file_name"]
 
@@ -55,7 +58,14 @@ class HoldFile:
             not ``never``).
     """
 
-    def __init__(self, directory: Path, instance: str, *, durable: bool) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        instance: str,
+        *,
+        durable: bool,
+        faults: StorageFaults | None = None,
+    ) -> None:
         self.path = Path(directory) / hold_file_name(instance)
         """Where the holds are kept."""
         self.instance = instance
@@ -63,6 +73,9 @@ class HoldFile:
         """Whether a save is fsynced."""
         self.saves = 0
         """Saves since the instance started (for statistics and tests)."""
+        self.unsaved = False
+        """The last save failed (a full disk): the file may be behind; save again later."""
+        self._faults = faults if faults is not None else StorageFaults()
         self._saved: dict[str, int] | None = None
         self._loaded: dict[str, int] | None = None
         self._unreadable = False
@@ -118,8 +131,9 @@ class HoldFile:
         """Write ``holds`` (atomically) unless they are what was saved last.
 
         Returns:
-            Whether the file was written. A failure to write is logged, not raised: the
-            holds in memory still protect the journal while this run lasts.
+            Whether the file was written. A failure to write is reported once (the storage
+            faults), not raised, and :attr:`unsaved` set: the holds in memory still protect
+            the journal while this run lasts, and the caller saves again later.
         """
         current = dict(holds)
         if current == self._saved:
@@ -143,11 +157,15 @@ class HoldFile:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-        except OSError as exc:
-            logger.warning(
-                "replication: cannot save the destinations' holds to %s: %s", self.path, exc
-            )
+        except OSError as exc:  # reported once while it lasts (StorageFaults)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            self._faults.failed("replication/holds", str(self.path), exc)
+            self.unsaved = True
             return False
+        if self.unsaved:
+            self.unsaved = False
+            self._faults.succeeded("replication/holds")
         self._saved = current
         self.saves += 1
         return True

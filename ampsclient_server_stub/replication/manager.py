@@ -172,7 +172,10 @@ class ReplicationManager:
         self._rerun_scheduled = False
         self._stopping = False
         self.holds = HoldFile(
-            self.journal.directory, self.name, durable=self.journal.fsync_policy != "never"
+            self.journal.directory,
+            self.name,
+            durable=self.journal.fsync_policy != "never",
+            faults=broker.storage_faults,
         )
         """The destinations' holds on the journal, kept across restarts (see ``holds.py``)."""
         self._hold_save: asyncio.TimerHandle | None = None
@@ -345,6 +348,8 @@ class ReplicationManager:
             self._hold_save.cancel()
             self._hold_save = None
         self.holds.save({name: out.pin_at for name, out in self.outbounds.items()})
+        if self.holds.unsaved and not self._stopping:  # a full disk: again until it is saved
+            self._hold_save = self.loop.call_later(SAVE_DELAY, self.save_holds)
 
     def inbound_counters(self, peer: str, stream: str) -> dict[str, int]:
         """The running totals of upstream stream ``stream`` from instance ``peer``."""
