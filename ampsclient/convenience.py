@@ -6,7 +6,9 @@
 handler first (:mod:`ampsclient.calls`): given a handler they return the command id, without
 one a :class:`~ampsclient.stream.MessageStream` (``sow_delete*``: the ``stats`` ack). Timeouts
 are milliseconds (0: wait indefinitely). :class:`~ampsclient.sync_convenience.SyncCommands`
-has the same methods for the synchronous facade.
+has the same methods for the synchronous facade: it is generated from this file by
+``tools/unasync.py`` (run it after changing a command here; ``tests/test_unasync.py`` fails
+until then).
 """
 
 from __future__ import annotations

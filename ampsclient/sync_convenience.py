@@ -1,9 +1,11 @@
+# Generated from ampsclient/convenience.py by tools/unasync.py: do not edit by hand.
 """The official convenience commands of the synchronous :class:`~ampsclient.sync.Client`.
 
-The same methods, arguments and overloads as :class:`~ampsclient.convenience.AsyncCommands`
-(``tests/typing/test_call_forms.py`` checks that the two declare the same forms), blocking
-until the command is placed: ``subscribe(on_message, topic, ...)`` returns the command id,
-``subscribe(topic, ...)`` a :class:`~ampsclient.stream.MessageStream` to iterate on.
+Generated from :class:`~ampsclient.convenience.AsyncCommands` by ``tools/unasync.py`` (the
+same methods, arguments, overloads and docstrings; ``tests/test_unasync.py`` checks the file
+is current), blocking until the command is placed: ``subscribe(on_message, topic, ...)``
+returns the command id, ``subscribe(topic, ...)`` a :class:`~ampsclient.stream.MessageStream`
+to iterate on.
 """
 
 from __future__ import annotations
