@@ -63,6 +63,7 @@ from ampsclient_server_stub.views.aggregated import Aggregated
 from ampsclient_server_stub.views.engine import SowViews
 
 from .clocks import steady_clock
+from .command_options import check_command_options
 from .commands import CommandHandlers, Handler
 from .conflated_topics import ConflatedTopics
 from .delivery import Delivery
@@ -90,6 +91,7 @@ from .txlog import PERSISTED_ACK_INTERVAL, Replay, TxLog
 from .wire import (
     FAST_PUBLISH_SHAPES,
     CommandFailure,
+    command_options,
     format_timestamp,
     parse_plain_publish,
     parse_queue_ack,
@@ -494,6 +496,8 @@ class Broker:
             guard = self.hooks.guard
             if guard is not None:
                 guard.check(conn, c, hdr)
+            if "o" in hdr:
+                check_command_options(str(c), command_options(hdr))
             handler(conn, hdr, payload, end)
         except Exception as exc:
             self._failed(conn, hdr, exc)

@@ -32,6 +32,7 @@ from .wire import (
     ack_flags,
     command_filter,
     command_matcher,
+    command_options,
     parse_plain_publish,
     parse_seq_publish,
     publish_header,
@@ -267,6 +268,12 @@ class Publishing:
                 deleted, topic_matches, index = queues.acknowledge(conn, hdr, predicate)
             self._sow_delete_acks(conn, hdr, flags, seq, duplicate, index, deleted, topic_matches)
             return
+        options = command_options(hdr)
+        if options:  # cancel/expire: queue acknowledgements only
+            raise CommandFailure(
+                "invalid options",
+                f"option {next(iter(options))!r}: only a queue acknowledgement takes options",
+            )
         matcher = command_matcher(topic)
         guard = self._hooks.guard
         if guard is not None:

@@ -1,7 +1,8 @@
 """The result-set options of a SOW query (AMPS User Guide, "Managing Result Sets":
 https://docs.crankuptheamps.com/amps-user-guide/sow-queries/managing-result-sets): the
 ``orderby`` header, the ``top_n`` and ``skip_n`` options (``top_n`` also as a header) and the
-``select`` projection. One reading for every kind of topic a ``sow`` may query (a SOW topic, a
+``select`` projection, ``no_sowkey`` (results without their SOW key) and ``timestamp``.
+One reading for every kind of topic a ``sow`` may query (a SOW topic, a
 queue, a view over a queue), so a bad value is refused the same way everywhere and a good one
 works everywhere."""
 
@@ -36,6 +37,30 @@ class QueryOptions:
     top_n: int | None = None
     skip_n: int = 0
     select: Select | None = None
+    no_sowkey: bool = False
+    """Results carry no ``k`` (AMPS Command Reference, ``sow`` options)."""
+    timestamp: bool = False
+    """Results carry ``ts``."""
+
+    def key_fields(self, key: str) -> dict[str, Any]:
+        """The start of a result's header: ``{"k": key}``, or nothing with ``no_sowkey``."""
+        return {} if self.no_sowkey else {"k": key}
+
+    def refuse(self, where: str, *, select: bool = False) -> None:
+        """Refuse what a query of ``where`` cannot do: ``timestamp`` (its records have no
+        processing time), and ``select`` when ``select`` is true.
+
+        Raises:
+            CommandFailure: ``invalid options`` naming the option.
+        """
+        if self.timestamp:
+            raise CommandFailure(
+                "invalid options", f"option 'timestamp': not implemented for a query of {where}"
+            )
+        if select and self.select is not None:
+            raise CommandFailure(
+                "invalid options", f"option 'select': not implemented for a query of {where}"
+            )
 
     def arrange(self, items: Sequence[_T], doc: Callable[[_T], Any]) -> list[_T]:
         """``items`` (already filtered) ordered by ``orderby`` (ties keep their order), then
@@ -77,4 +102,11 @@ def query_options(hdr: Header, options: Mapping[str, str]) -> QueryOptions:
             select = parse_select(options["select"])
         except SelectError as exc:
             raise CommandFailure("invalid options", str(exc)) from None
-    return QueryOptions(order_by=order_by, top_n=top_n, skip_n=skip_n, select=select)
+    return QueryOptions(
+        order_by=order_by,
+        top_n=top_n,
+        skip_n=skip_n,
+        select=select,
+        no_sowkey="no_sowkey" in options,
+        timestamp="timestamp" in options,
+    )

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from ampsclient.protocol.header import Header, encode_header
 
 from .conflation import ConflationError, ConflationSpec, LiveConflation, parse_conflation
 from .hooks import BrokerHooks
 from .pagination import Page
-from .payload import Select, apply_select, encode
-from .query_options import query_options
+from .payload import apply_select, encode
+from .query_options import QueryOptions, query_options
 from .replay_scheduler import ReplayScheduler
 from .sow import SowRecord, SowTopic
 from .sow_history import HistoryError, historical_sows
@@ -303,7 +302,7 @@ class Subscribing:
         flags = ack_flags(hdr)
         _filter_text, predicate = command_filter(hdr, message_type=conn.mt)
         spec = query_options(hdr, options)
-        order_by, top_n, skip_n, select = spec.order_by, spec.top_n, spec.skip_n, spec.select
+        order_by, top_n, skip_n = spec.order_by, spec.top_n, spec.skip_n
         batch_size = int_field(hdr.get("bs")) or 1
         if batch_size < 1:
             batch_size = 1
@@ -335,9 +334,8 @@ class Subscribing:
         send = conn.session.send
         send_acks(send, hdr, flags & (RECEIVED | PROCESSED), sub_id=sub_id, query_id=query_id)
         send(encode_header({"c": "group_begin", "query_id": query_id}))
-        with_ts = "timestamp" in options
         for batch_topic, batch in self._sows.batches(results, batch_size):
-            send(_sow_batch(batch_topic, batch, query_id, select=select, with_ts=with_ts))
+            send(_sow_batch(batch_topic, batch, query_id, spec))
         send(encode_header({"c": "group_end", "query_id": query_id}))
         if sub is not None:
             self._table.install(sub, replaced)
@@ -376,11 +374,10 @@ def _sow_batch(
     topic: str,
     batch: list[tuple[SowTopic, SowRecord]],
     query_id: str,
-    *,
-    select: Select | None,
-    with_ts: bool,
+    spec: QueryOptions,
 ) -> bytes:
     """One ``sow`` frame: a batch of records of one topic, each with its own header."""
+    select = spec.select
     parts: list[bytes] = []
     with_x = any(r.correlation_id for _, r in batch)
     for sow, record in batch:
@@ -389,10 +386,11 @@ def _sow_batch(
             doc = sow.doc(record.key)
             if doc is not None:
                 data = encode(sow.message_type, apply_select(doc, select))
-        rh: dict[str, Any] = {"k": record.key, "bm": record.bookmark}
+        rh = spec.key_fields(record.key)
+        rh["bm"] = record.bookmark
         if with_x:
             rh["x"] = record.correlation_id or ""
-        if with_ts:
+        if spec.timestamp:
             rh["ts"] = record.timestamp
         rh["l"] = len(data)
         parts.append(encode_header(rh))

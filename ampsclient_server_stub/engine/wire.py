@@ -113,8 +113,8 @@ REASON_DETAIL: Final = "reason_detail"
 it (its ``BadFilterException`` still reads ``bad filter '<filter>'``); probed with client 5.3.5.14,
 which, by contrast, took a field named ``detail`` for the reason and raised a plain
 ``CommandException``, so the name matters."""
-DETAILED_REASONS: Final = frozenset({"bad filter", "bad regex topic"})
-"""Reasons whose detail is sent: it only describes the client's own filter or topic."""
+DETAILED_REASONS: Final = frozenset({"bad filter", "bad regex topic", "invalid options"})
+"""Reasons whose detail is sent: it only describes the client's own filter, topic or options."""
 _MAX_DETAIL: Final = 512
 
 

@@ -114,6 +114,7 @@ def answer_query(queue: Queue, conn: Connection, hdr: Header) -> None:
         raise CommandFailure("invalid options", "a queue keeps no history (bookmark on sow)")
     _text, predicate = command_filter(hdr, message_type=conn.mt)
     spec = query_options(hdr, command_options(hdr))
+    spec.refuse("a queue")
     batch = max(1, int_field(hdr.get("bs")) or 1)
     waiting = sorted(
         (m for m in queue.messages.values() if m.state == AVAILABLE),
@@ -132,7 +133,7 @@ def answer_query(queue: Queue, conn: Connection, hdr: Header) -> None:
         part = selected[start : start + batch]
         datas = [_projected(mt, m.data, spec) for m in part]
         body = b"".join(
-            encode_header({"k": m.bookmark, "bm": m.bookmark, "l": len(data)}) + data
+            encode_header(spec.key_fields(m.bookmark) | {"bm": m.bookmark, "l": len(data)}) + data
             for m, data in zip(part, datas, strict=True)
         )
         outer = {"c": "sow", "t": queue.name, "query_id": query_id, "bs": len(part)}

@@ -214,6 +214,7 @@ class QueueViews:
         self.flush()  # (a change of this turn first)
         _text, predicate = command_filter(hdr, message_type=conn.mt)
         spec = query_options(hdr, command_options(hdr))
+        spec.refuse("a view of a queue")
         found = [
             (key, body, doc)
             for key, (body, doc) in view.records.items()
@@ -231,7 +232,7 @@ class QueueViews:
         send_acks(send, hdr, flags & (RECEIVED | PROCESSED), query_id=query_id)
         send(encode_header({"c": "group_begin", "query_id": query_id}))
         for key, body in selected:
-            inner = encode_header({"k": key, "l": len(body)}) + body
+            inner = encode_header(spec.key_fields(key) | {"l": len(body)}) + body
             send(encode_header({"c": "sow", "t": view.name, "query_id": query_id, "bs": 1}) + inner)
         send(encode_header({"c": "group_end", "query_id": query_id}))
         stats = {

@@ -231,6 +231,7 @@ class Aggregated:
         sub: Subscription | None,
     ) -> None:
         spec = query_options(hdr, options)
+        spec.refuse("an aggregated query", select=True)
         found = list(table.records())
         selected = spec.arrange(found, lambda item: item[1])
         flags = ack_flags(hdr)
@@ -241,7 +242,7 @@ class Aggregated:
         send(encode_header({"c": "group_begin", "query_id": query_id}))
         for key, record in selected:
             body = json.dumps(record, separators=(",", ":")).encode()
-            inner = encode_header({"k": key, "l": len(body)}) + body
+            inner = encode_header(spec.key_fields(key) | {"l": len(body)}) + body
             send(encode_header({"c": "sow", "t": sow.topic, "query_id": query_id, "bs": 1}) + inner)
         send(encode_header({"c": "group_end", "query_id": query_id}))
         stats = {
