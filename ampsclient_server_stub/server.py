@@ -43,6 +43,7 @@ from .net.tcp import start_tcp_listener
 from .net.unix import UnixListener, start_unix_listener
 from .net.ws import start_ws_listener
 from .replication.manager import ReplicationManager, start_replication
+from .replication.plug import ReplicationPlug, replication_wanted
 from .security.policy import ServerSecurity
 
 __all__ = ["ReferenceServer", "ServerThread", "run_server"]
@@ -252,7 +253,14 @@ class ReferenceServer:
                 self.journal.close()
                 self.journal = None
             raise
-        hooks = BrokerHooks(authenticate=self.authenticate, guard=security.guard)
+        # replication's limits go into the hooks now: they are frozen once the broker is built
+        plug = ReplicationPlug() if replication_wanted(self.config) else None
+        hooks = BrokerHooks(
+            authenticate=self.authenticate,
+            guard=security.guard,
+            ack_limit=plug.ack_limit if plug is not None else None,
+            fully_durable_limit=plug.fully_durable_limit if plug is not None else None,
+        )
         if txlog is not None:
             self._committer = self._make_committer(loop, txlog.journal)
             hooks.request_sync = self._committer.request
@@ -276,6 +284,7 @@ class ReferenceServer:
                 self.broker,
                 record_all_topics=self.record_all_topics,
                 security=self.security,
+                plug=plug,
             )
             if self.journal_actions is not None:
                 # after replication restored its holds: a removal never runs before the

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Protocol
 
 from ampsclient.protocol.header import Header
 
@@ -147,19 +147,16 @@ class AggregatedQueries(Protocol):
         ...
 
 
-_RUN_TIME: Final = frozenset({"ack_limit", "fully_durable_limit"})
-"""The fields the replication manager still sets while it runs (started after the broker)."""
-
-
 @dataclass(slots=True)
 class BrokerHooks:
     """The policies plugged into a broker (every one optional).
 
     The broker fills in :attr:`queues`, :attr:`aggregated` and :attr:`client_status` while it
-    is built, then calls :meth:`freeze`: setting any other field afterwards raises. The
-    replication fields (:attr:`ack_limit`, :attr:`fully_durable_limit`, an entry of
-    :attr:`durable_listeners`) are filled in by the replication manager while it runs (it is
-    started after the broker, on the same event loop) and cleared when it stops.
+    is built, then calls :meth:`freeze`: setting any field afterwards raises. The replication
+    limits (:attr:`ack_limit`, :attr:`fully_durable_limit`) are given at construction too:
+    a ``ampsclient_server_stub.replication.plug.ReplicationPlug``'s, which the replication
+    manager attaches to while it runs (it starts after the broker); it adds an entry to
+    :attr:`durable_listeners` (a list: the field itself does not change).
     """
 
     request_sync: Callable[[], None] | None = None
@@ -184,10 +181,10 @@ class BrokerHooks:
     _frozen: bool = field(default=False, init=False, repr=False, compare=False)
 
     def freeze(self) -> None:
-        """Refuse any later assignment (but to the replication fields): the broker is built."""
+        """Refuse any later assignment: the broker is built."""
         self._frozen = True
 
     def __setattr__(self, name: str, value: object) -> None:
-        if getattr(self, "_frozen", False) and name not in _RUN_TIME:
+        if getattr(self, "_frozen", False):
             raise AttributeError(f"BrokerHooks.{name} cannot change once the broker is built")
         object.__setattr__(self, name, value)

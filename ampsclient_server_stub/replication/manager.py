@@ -7,6 +7,8 @@ server's event loop. It plugs into the broker through three hooks:
 * ``broker.hooks.ack_limit`` -- a publisher's persisted ack waits until every destination whose
   acknowledgment is sync (configured sync and not downgraded) has acknowledged;
 * ``broker.hooks.fully_durable_limit`` -- the same limit for ``fully_durable`` bookmark replays;
+  (these two are a :class:`~.plug.ReplicationPlug`'s, given to the hooks when the broker was
+  built: the manager attaches to the plug when it starts, detaches when it stops);
 * ``broker.hooks.durable_listeners`` -- after each group commit: push newly durable records to
   destinations, acknowledge upstream what became durable here.
 """
@@ -43,6 +45,7 @@ from ampsclient_server_stub.security.replication import (
 from .holds import SAVE_DELAY, HoldFile
 from .link import Link
 from .origins import IndexRuns
+from .plug import ReplicationPlug, replication_wanted
 from .rules import InstanceSummary, queue_config_problems, summarize, validate_destination
 from .streams import Inbound, Outbound, link_label
 
@@ -98,6 +101,8 @@ class ReplicationManager:
         security: the instance's security policies: the ``amps-replication`` transport's
             ``<Authentication>`` checks the logon of every link, its ``<Entitlement>`` every
             replicated record (``None``: no checks).
+        plug: the plug whose limits the broker's hooks hold (:mod:`.plug`); ``None``: the
+            broker was built without one, and persisted acks do not wait for destinations.
 
     Raises:
         SecurityConfigError: a destination's ``<Authenticator>`` cannot be used.
@@ -110,11 +115,14 @@ class ReplicationManager:
         *,
         record_all_topics: bool,
         security: ServerSecurity | None = None,
+        plug: ReplicationPlug | None = None,
     ) -> None:
         if broker.txlog is None:
             raise ValueError("replication needs a transaction log")
         self.config = config
         self.broker = broker
+        self.plug = plug
+        """Where this manager's limits plug into the broker's hooks (:mod:`.plug`)."""
         self.journal: Journal = broker.txlog.journal
         self.loop = asyncio.get_running_loop()
         self.name = config.name
@@ -239,8 +247,13 @@ class ReplicationManager:
                 " (incoming links still log on with <Authentication>)" if logon_checked else "",
             )
         broker = self.broker
-        broker.hooks.ack_limit = self.ack_limit
-        broker.hooks.fully_durable_limit = self.fully_durable_limit
+        if self.plug is not None:
+            self.plug.attach(self)
+        else:
+            logger.warning(
+                "replication: the broker was built without a replication plug: persisted "
+                "acks do not wait for sync destinations"
+            )
         broker.hooks.durable_listeners.append(self.on_durable)
         queues = queue_engine(broker)
         if queues is not None and queues.replica is not None:
@@ -290,8 +303,8 @@ class ReplicationManager:
         broker = self.broker
         if self.on_durable in broker.hooks.durable_listeners:
             broker.hooks.durable_listeners.remove(self.on_durable)
-        broker.hooks.ack_limit = None
-        broker.hooks.fully_durable_limit = None
+        if self.plug is not None:
+            self.plug.detach()
         self.save_holds()
         for out in self.outbounds.values():
             out.close()
@@ -819,13 +832,12 @@ async def start_replication(
     *,
     record_all_topics: bool,
     security: ServerSecurity | None = None,
+    plug: ReplicationPlug | None = None,
 ) -> ReplicationManager | None:
     """Start replication when ``config`` asks for it (an ``amps-replication`` transport or a
     ``<Replication>`` section); ``None`` otherwise, or without a transaction log (logged).
-    ``security``: see :class:`ReplicationManager`."""
-    wanted = config.replication is not None or any(
-        t.type == "amps-replication" for t in config.transports
-    )
+    ``security``, ``plug``: see :class:`ReplicationManager`."""
+    wanted = replication_wanted(config)
     for problem in queue_config_problems(config):  # (also on an instance without replication)
         raise ConfigError(problem)
     if not wanted:
@@ -837,7 +849,7 @@ async def start_replication(
         )
         return None
     manager = ReplicationManager(
-        config, broker, record_all_topics=record_all_topics, security=security
+        config, broker, record_all_topics=record_all_topics, security=security, plug=plug
     )
     await manager.start()
     return manager
