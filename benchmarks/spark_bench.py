@@ -22,8 +22,17 @@ server and C extension stay the same), and this script runs once per tree in chi
 runs. Each child starts its own SparkSession and reference server. ``--scope all`` takes the
 client and the reference server of ``REV`` too (their C extensions built in the copy).
 
+``--targets`` measures issue #26's four cases against do-nothing Python sources on the same
+Spark, interleaved in one session (``--runs`` times; median and range): a batch read of the
+eight default columns against a source that yields ready-made Arrow batches of them; a
+``parse=json`` read of three payload fields against one of those three columns; a streaming
+read in micro-batches of ``--stream`` rows (``Trigger.AvailableNow`` and a processing-time
+trigger) against the same eight-column source; a batch write against a
+``DataSourceArrowWriter`` that only counts the rows. Each ratio is printed with its target.
+
 Usage::
 
+    python benchmarks/spark_bench.py --targets --runs 5   # issue #26's cases, 1M rows
     python benchmarks/spark_bench.py                      # 1,000,000 rows, P = 1 and 2
     python benchmarks/spark_bench.py --count 200000 --runs 5
     python benchmarks/spark_bench.py --count 200000 --runs 5 --baseline 3f65082
@@ -82,6 +91,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="read with this schema (DDL) instead of the default columns; the read aggregates "
         "the columns it has of data, sequence and timestamp",
+    )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="issue #26's four cases against do-nothing sources, interleaved in one session",
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="where a read's time goes, outside Spark: planning, connecting, the server's "
+        "replay alone, framing, conversion (us per row, wall and CPU)",
     )
     parser.add_argument(
         "--executor",
@@ -302,6 +322,442 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     return results
 
 
+PAYLOAD_FIELDS = "id BIGINT, sym STRING, qty BIGINT"
+"""The ``parse=json`` case's schema (the fields the written rows have)."""
+
+TARGETS = {"read": 0.7, "read_json": 0.5, "stream_now": 0.6, "stream_time": 0.6, "write": 0.5}
+"""Issue #26's targets: ours / the do-nothing source of the same shape."""
+
+
+def _ceiling_batch(shape: str) -> Any:
+    """The ready-made 65,536-row Arrow batch a do-nothing source slices (built once per
+    Python worker process and kept in ``builtins``: Spark reuses its workers)."""
+    import builtins
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    cache = builtins.__dict__.setdefault("_spark_bench_batches", {})
+    if shape in cache:
+        return cache[shape]
+    size = 65536
+    ids = range(size)
+    if shape == "json3":
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(ids, pa.int64()),
+                pa.array([f"S{i % 50}" for i in ids]),
+                pa.array([i % 100 for i in ids], pa.int64()),
+            ],
+            names=["id", "sym", "qty"],
+        )
+    else:
+        t0 = datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(["bench"] * size),
+                pa.array([f"1234567890123456|{i}|" for i in ids]),
+                pa.array([decimal.Decimal(1234567890123456)] * size, pa.decimal128(20, 0)),
+                pa.array(ids, pa.int64()),
+                pa.array([t0] * size, pa.timestamp("us", tz="UTC")),
+                pa.nulls(size, pa.string()),
+                pa.nulls(size, pa.string()),
+                pa.array([json.dumps({"id": i, "sym": f"S{i % 50}", "qty": i % 100})
+                          for i in ids]),
+            ],
+            names=["topic", "bookmark", "publisher_id", "sequence", "timestamp",
+                   "sow_key", "correlation_id", "data"],
+        )  # fmt: skip
+    cache[shape] = batch
+    return batch
+
+
+def _slices(shape: str, rows: int) -> Any:
+    batch = _ceiling_batch(shape)
+    while rows > 0:
+        k = min(batch.num_rows, rows)
+        rows -= k
+        yield batch.slice(0, k)
+
+
+def _ceiling_classes() -> type:
+    """A do-nothing Arrow source (``ceilingsource``: options ``n``, ``partitions``,
+    ``shape`` = ``default`` or ``json3``; as a stream, ``maxRecordsPerTrigger`` rows per
+    micro-batch, ``Trigger.AvailableNow`` honoured) and a do-nothing Arrow writer. Defined
+    here, in ``__main__``, so that Spark's workers get them by value."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        DataSourceStreamReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    default = (
+        "topic STRING, bookmark STRING, publisher_id DECIMAL(20,0), sequence BIGINT, "
+        "timestamp TIMESTAMP, sow_key STRING, correlation_id STRING, data STRING"
+    )
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, n: int, partitions: int, shape: str) -> None:
+            self.n, self.p, self.shape = n, partitions, shape
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(self.p)]
+
+        def read(self, partition: InputPartition) -> Any:
+            return _slices(self.shape, self.n // self.p)
+
+    class CeilingStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, n: int, partitions: int, rows: int) -> None:
+            self.n, self.p, self.rows, self.last = n, partitions, rows, 0
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"i": 0}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass  # everything is there already: the end is n
+
+        def latestOffset(self, start: Any = None, limit: Any = None) -> dict[str, int]:
+            base = start["i"] if start is not None else self.last
+            self.last = min(self.n, base + self.rows)
+            return {"i": self.last}
+
+        def partitions(self, start: Any, end: Any) -> list[InputPartition]:
+            a, b = start["i"], end["i"]
+            cuts = [a + (b - a) * k // self.p for k in range(self.p + 1)]
+            return [InputPartition((cuts[k], cuts[k + 1])) for k in range(self.p)]
+
+        def read(self, partition: InputPartition) -> Any:
+            a, b = partition.value
+            return _slices("default", b - a)
+
+    class CeilingWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _batch in iterator:  # take every batch, do nothing with it
+                pass
+            return WriterCommitMessage()
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "ceilingsource"
+
+        def schema(self) -> str:
+            return PAYLOAD_FIELDS if self.options.get("shape") == "json3" else default
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            opts = self.options
+            return CeilingReader(
+                int(opts["n"]), int(opts.get("partitions", 2)), opts.get("shape", "default")
+            )
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            opts = self.options
+            return CeilingStream(
+                int(opts["n"]), int(opts.get("partitions", 2)), int(opts["maxrecordspertrigger"])
+            )
+
+        def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
+            return CeilingWriter()
+
+    return Ceiling
+
+
+def _stream_rate(
+    spark: Any, uri: str | None, topic: str, n: int, rows: int, trigger: dict[str, Any]
+) -> float:
+    """Rows/s of a streaming read of the whole topic (micro-batches of ``rows``); without
+    ``uri``, of the do-nothing stream of ``n`` rows."""
+    with tempfile.TemporaryDirectory(prefix="spark-bench-chk-") as checkpoint:
+        t0 = time.perf_counter()
+        source = (
+            spark.readStream.format("amps").option("uri", uri).option("topic", topic)
+            if uri is not None
+            else spark.readStream.format("ceilingsource").option("n", n)
+        )
+        query = (
+            source.option("numPartitions", 2)
+            .option("maxRecordsPerTrigger", rows)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
+        if trigger.get("availableNow"):
+            query.awaitTermination()
+        else:
+            deadline = time.monotonic() + 600
+            while sum(p["numInputRows"] for p in query.recentProgress) < n:
+                if time.monotonic() > deadline or query.exception() is not None:
+                    raise SystemExit(f"the stream stopped short: {query.exception()}")
+                time.sleep(0.05)
+        took = time.perf_counter() - t0
+        got = sum(p["numInputRows"] for p in query.recentProgress)
+        query.stop()
+    if got != n:
+        raise SystemExit(f"the stream read {got} rows, expected {n}")
+    return n / took
+
+
+def measure_targets(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Issue #26's cases, each beside its do-nothing source, ``--runs`` times."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession, functions as F
+
+    from ampsclient.spark import register
+    from ampsclient_server_stub.harness import ServerProcess
+
+    n, rows = args.count, args.stream or 100_000
+    results: list[dict[str, Any]] = []
+    with ExitStack() as stack:
+        uri = args.uri
+        if uri is None:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="spark-bench-"))
+            server = ServerProcess(data_dir=data_dir, extra_args=["--fsync", args.fsync])
+            stack.enter_context(server)
+            uri = server.uri()
+        spark = (
+            SparkSession.builder.master(args.master)
+            .appName("ampsclient-spark-bench")
+            .config("spark.ui.enabled", "false")
+            .getOrCreate()
+        )
+        stack.callback(spark.stop)
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        spark.dataSource.register(_ceiling_classes())
+        frame = spark.range(0, n, numPartitions=2).select(
+            F.to_json(
+                F.struct(
+                    F.col("id"),
+                    F.concat(F.lit("S"), (F.col("id") % 50).cast("string")).alias("sym"),
+                    (F.col("id") % 100).alias("qty"),
+                )
+            ).alias("data")
+        )
+
+        def timed(action: Any) -> float:
+            t0 = time.perf_counter()
+            action()
+            return n / (time.perf_counter() - t0)
+
+        def noop(df: Any) -> Any:
+            return lambda: df.write.format("noop").mode("overwrite").save()
+
+        def ceiling_read(shape: str) -> Any:
+            df = spark.read.format("ceilingsource").option("n", n).option("shape", shape).load()
+            return noop(df)
+
+        def amps(topic: str, **options: Any) -> Any:
+            reader = spark.read.format("amps").option("uri", uri).option("topic", topic)
+            for key, value in options.items():
+                reader = reader.option(key, value)
+            return reader.option("numPartitions", 2).load()
+
+        # warm up: JVM, Python workers, code paths
+        warm = f"bench-warm-{uuid.uuid4().hex[:6]}"
+        frame.limit(1000).write.format("amps").option("uri", uri).option("topic", warm).mode(
+            "append"
+        ).save()
+        amps(warm).count()
+        timed(ceiling_read("default"))
+        for run in range(args.runs):
+            topic = f"bench-{uuid.uuid4().hex[:6]}"
+            record: dict[str, Any] = {"run": run}
+            record["write_ceiling"] = timed(
+                lambda: frame.write.format("ceilingsource").mode("append").save()
+            )
+            record["write"] = timed(
+                lambda t=topic: (
+                    frame.write.format("amps")
+                    .option("uri", uri)
+                    .option("topic", t)
+                    .mode("append")
+                    .save()
+                )
+            )
+            if amps(topic).count() != n:
+                raise SystemExit(f"run {run}: the topic does not hold {n} rows")
+            record["read_ceiling"] = timed(ceiling_read("default"))
+            record["read"] = timed(noop(amps(topic)))
+            record["read_json_ceiling"] = timed(ceiling_read("json3"))
+            record["read_json"] = timed(
+                noop(amps(topic, parse="json", schema=PAYLOAD_FIELDS, metadataColumns=""))
+            )
+            now: dict[str, Any] = {"availableNow": True}
+            every: dict[str, Any] = {"processingTime": "0 seconds"}
+            record["stream_now_ceiling"] = timed(ceiling_read("default"))
+            record["stream_now_nothing"] = _stream_rate(spark, None, topic, n, rows, now)
+            record["stream_now"] = _stream_rate(spark, uri, topic, n, rows, now)
+            record["stream_time_ceiling"] = timed(ceiling_read("default"))
+            record["stream_time_nothing"] = _stream_rate(spark, None, topic, n, rows, every)
+            record["stream_time"] = _stream_rate(spark, uri, topic, n, rows, every)
+            record["load"] = os.getloadavg()[0]
+            print(json.dumps(record), flush=True)
+            results.append(record)
+    return results
+
+
+def report_targets(records: list[dict[str, Any]]) -> None:
+    """Medians, ranges and the ratios against issue #26's targets."""
+    print(f"\nmedians over {len(records)} run(s) [min-max], rows/s")
+    print(f"{'case':<12} {'ours':>24} {'do-nothing':>24} {'ratio':>18} {'target':>7}")
+    for case, target in TARGETS.items():
+        ours = [r[case] for r in records]
+        base = [r[f"{case}_ceiling"] for r in records]
+        ratio = [o / b for o, b in zip(ours, base, strict=True)]
+
+        def cell(v: list[float], fmt: str) -> str:
+            return f"{statistics.median(v):{fmt}} [{min(v):{fmt}}-{max(v):{fmt}}]"
+
+        mark = "ok" if statistics.median(ratio) >= target else "below"
+        print(
+            f"{case:<12} {cell(ours, ',.0f'):>24} {cell(base, ',.0f'):>24} "
+            f"{cell(ratio, '.2f'):>18} {target:>5.1f} {mark}"
+        )
+        if f"{case}_nothing" in records[0]:  # the do-nothing stream, same micro-batches
+            alone = [r[f"{case}_nothing"] for r in records]
+            ratio = [o / b for o, b in zip(ours, alone, strict=True)]
+            print(f"{'  (stream)':<12} {'':>24} {cell(alone, ',.0f'):>24} {cell(ratio, '.2f'):>18}")
+    loads = [r["load"] for r in records]
+    print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid``."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _raw_replay(uri: str, topic: str, bookmark: str, options: str) -> int:
+    """The server alone: a plain socket logs on, subscribes and counts the frames of the
+    replay up to its completed ack (no client library, one recv buffer, frames cut with
+    ``struct``). Returns the deliveries."""
+    import socket
+    import struct
+
+    from ampsclient.uri import parse_uri
+
+    where = parse_uri(uri)
+    sock = socket.create_connection((where.host, where.port))
+
+    def send(header: dict[str, str]) -> None:
+        data = json.dumps(header, separators=(",", ":")).encode()
+        sock.sendall(struct.pack(">I", len(data)) + data)
+
+    send({"c": "logon", "cid": "1", "client_name": f"bench-raw-{uuid.uuid4().hex[:8]}",
+          "mt": "json", "a": "processed", "version": "5.3.5.0:python"})  # fmt: skip
+    send({"c": "subscribe", "cid": "2", "sub_id": "r", "t": topic, "bm": bookmark,
+          "o": options, "a": "completed"})  # fmt: skip
+    buf = bytearray()
+    count = 0
+    while True:
+        data = sock.recv(1 << 20)
+        if not data:
+            raise SystemExit("the server closed the raw replay")
+        buf += data
+        pos, end = 0, len(buf)
+        done = False
+        while end - pos >= 4:
+            (size,) = struct.unpack_from(">I", buf, pos)
+            if pos + 4 + size > end:
+                break
+            if buf.startswith(b'{"c":"p"', pos + 4):
+                count += 1
+            elif buf.find(b'"completed"', pos + 4, pos + 4 + size) > 0:
+                done = True
+            pos += 4 + size
+        del buf[:pos]
+        if done:
+            sock.close()
+            return count
+
+
+def measure_phases(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each phase of a read of the default columns (2 partitions), outside Spark, with the
+    server's CPU read from ``/proc``: us per row of wall time and of CPU."""
+    from ampsclient.spark._convert import RowBuilder, default_schema
+    from ampsclient.spark._core import ReadOptions
+    from ampsclient.spark._feed import replay_payloads
+    from ampsclient.spark.datasource import AMPSBatchReader
+    from ampsclient.sync import Client
+    from ampsclient_server_stub.harness import ServerProcess
+
+    results: list[dict[str, Any]] = []
+    n = args.count
+    with ExitStack() as stack:
+        data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="spark-bench-"))
+        server = ServerProcess(data_dir=data_dir, extra_args=["--fsync", args.fsync])
+        stack.enter_context(server)
+        uri, topic = server.uri(), f"bench-phases-{uuid.uuid4().hex[:6]}"
+        server_pid = server.pid
+        assert server_pid is not None
+        pub = Client("bench-phases-pub")
+        pub.connect(uri)
+        pub.logon(5000)
+        for i in range(n):
+            pub.publish(topic, json.dumps({"id": i, "sym": f"S{i % 50}", "qty": i % 100}))
+        pub.flush(300_000)
+        pub.close()
+        options = {"uri": uri, "topic": topic, "numPartitions": "2"}
+        schema = default_schema("json")
+        opts = ReadOptions.parse_options(options)
+        builder = RowBuilder(schema, opts)
+        for run in range(args.runs):
+            record: dict[str, Any] = {"run": run, "rows": n}
+            t0 = time.perf_counter()
+            parts = AMPSBatchReader(options, schema).partitions()
+            record["plan_ms"] = (time.perf_counter() - t0) * 1000
+            t0 = time.perf_counter()
+            client = Client(f"bench-connect-{uuid.uuid4().hex[:6]}")
+            client.connect_and_logon(uri)
+            record["connect_ms"] = (time.perf_counter() - t0) * 1000
+            client.close()
+            whole = "[0:0|1|]"
+            for phase in ("server", "framing", "conversion"):
+                s0, c0, t0 = _proc_cpu(server_pid), time.process_time(), time.perf_counter()
+                if phase == "server":
+                    got = _raw_replay(uri, topic, whole, builder.replay_options)
+                else:
+                    chunks = replay_payloads(
+                        [uri], f"bench-{phase}-{uuid.uuid4().hex[:6]}", 10_000, topic=topic,
+                        filter=None, bookmark=whole, options=builder.replay_options,
+                    )  # fmt: skip
+                    if phase == "framing":
+                        got = sum(len(c) for c in chunks)
+                    else:
+                        got = sum(b.num_rows for b in builder.arrow_batches(chunks))
+                wall = time.perf_counter() - t0
+                if got != n:
+                    raise SystemExit(f"{phase}: {got} rows, expected {n}")
+                record[f"{phase}_wall_us"] = wall / n * 1e6
+                record[f"{phase}_server_cpu_us"] = (_proc_cpu(server_pid) - s0) / n * 1e6
+                record[f"{phase}_cpu_us"] = (time.process_time() - c0) / n * 1e6
+            record["partitions"] = len(parts)
+            record["load"] = os.getloadavg()[0]
+            print(json.dumps(record), flush=True)
+            results.append(record)
+    return results
+
+
+def report_phases(records: list[dict[str, Any]]) -> None:
+    """Medians [min-max] of each phase."""
+    print(f"\nmedians over {len(records)} run(s) [min-max]; reads of {records[0]['rows']:,} rows")
+    keys = [k for k in records[0] if k not in ("run", "rows", "load", "partitions")]
+    for key in keys:
+        values = [r[key] for r in records]
+        print(f"{key:<26} {statistics.median(values):9.2f} [{min(values):.2f}-{max(values):.2f}]")
+    loads = [r["load"] for r in records]
+    print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
+
+
 def measure_executor(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The read function a Spark task runs (``AMPSBatchReader.read``), called here in this
     process without Spark: wall rows/s and this process's CPU per row (both threads)."""
@@ -459,6 +915,12 @@ def main(argv: list[str] | None = None) -> None:
         compare(args)
         return
     print(f"{args.count:,} rows per run, master {args.master}, {args.runs} run(s)", flush=True)
+    if args.targets or args.phases:
+        records = measure_targets(args) if args.targets else measure_phases(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(records))
+        (report_targets if args.targets else report_phases)(records)
+        return
     records = measure_executor(args) if args.executor else measure(args)
     if args.json:
         Path(args.json).write_text(json.dumps(records))

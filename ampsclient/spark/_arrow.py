@@ -36,7 +36,7 @@ from ..protocol.header import KEY_ALIASES
 from ..protocol.message import Message
 from ._core import server_micros
 
-__all__ = ["MetadataBatches"]
+__all__ = ["MetadataBatches", "PayloadBatches"]
 
 _HEADER_KEYS: Final[Mapping[str, str]] = {
     "topic": "t",
@@ -192,6 +192,73 @@ class MetadataBatches:
             return binary.cast(pa.string())
         except pa.ArrowInvalid:  # not UTF-8: decode with replacement, as get_data() does
             return pa.array([b.decode("utf-8", "replace") for b in bodies], type=pa.string())
+
+
+class PayloadBatches:
+    """``parse=json``: record batches of metadata columns and payload fields, the metadata
+    from the one-pass cut (see :class:`MetadataBatches`) and the fields by pyarrow's JSON
+    reader on the bodies (back to back, as they are in the cut's buffer).
+
+    A chunk is taken only when the C cut is regular, every body starts with ``{`` and the
+    reader gives exactly one row per body without an error; the reader fails on any value
+    that is not of its field's type (a string for a number, an integer out of range, a
+    float for an integer...) where the row-by-row path coerces or nulls it, so such chunks,
+    and any other, give ``None``: the caller converts them row by row. The payload fields
+    must be of types read the same way by both (BIGINT, INT, SMALLINT, TINYINT, DOUBLE,
+    STRING, BOOLEAN; not FLOAT: parsed to 32 bits directly it may round differently from
+    the row path's double then float).
+
+    Args:
+        schema: the Arrow schema of the batches.
+        fields: the names of the payload fields in it (the others are metadata columns).
+        text: the payload is text.
+    """
+
+    def __init__(self, schema: pa.Schema, fields: list[str], *, text: bool) -> None:
+        self.schema = schema
+        self.fields = frozenset(fields)
+        meta = [f for f in schema if f.name not in self.fields]
+        self.meta = MetadataBatches(pa.schema(meta), text=text)
+        self.parse_options = pa_json.ParseOptions(
+            explicit_schema=pa.schema([schema.field(n) for n in fields]),
+            unexpected_field_behavior="ignore",
+        )
+        self.taken = 0
+        """Chunks converted here (the others went row by row)."""
+
+    def batch(self, payloads: list[bytes]) -> pa.RecordBatch | None:
+        """One record batch with a row per payload, or ``None`` (convert it row by row)."""
+        if _COLUMNS is None:
+            return None
+        cut = _COLUMNS(payloads, self.meta.long_names)
+        if cut is None:
+            return None
+        n = len(payloads)
+        bodies = pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(cut[16]), pa.py_buffer(cut[17])]
+        )
+        if not pc.all(pc.starts_with(bodies, pattern="{")).as_py():
+            return None  # an empty or odd body: one body must be one object
+        blob = cut[17]
+        read = pa_json.ReadOptions(use_threads=False, block_size=len(blob) + 1)
+        try:
+            meta = self.meta._buffers(n, cut)
+            table = pa_json.read_json(
+                pa.BufferReader(blob), parse_options=self.parse_options, read_options=read
+            )
+        except pa.ArrowException:
+            return None
+        if table.num_rows != n:
+            return None
+        arrays = []
+        for f in self.schema:
+            if f.name in self.fields:
+                arrays.append(table.column(f.name).combine_chunks())
+            else:
+                a = meta[f.name]
+                arrays.append(a if a.type == f.type else a.cast(f.type))
+        self.taken += 1
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
 _COLUMNS: Final = _accel.delivery_columns

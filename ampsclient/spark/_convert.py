@@ -360,7 +360,19 @@ class RowBuilder:
             kind == "meta" and field.dataType != _metadata_type(field.name, opts.message_type)
             for field, kind in zip(schema.fields, self.kinds, strict=True)
         ]
-        self.arrow = all(k == "meta" for k in self.kinds) and not any(self.retyped)
+        self.payload_arrow = (
+            opts.parse == "json"
+            and not any(self.retyped)
+            and _json_arrow(
+                [f for f, k in zip(schema.fields, self.kinds, strict=True) if k == "payload"]
+            )
+        )
+        """``parse=json`` with payload fields the JSON reader takes (:func:`_json_arrow`):
+        chunks become record batches by :class:`._arrow.PayloadBatches` (row by row for a
+        chunk it does not take)."""
+        self.arrow = (
+            all(k == "meta" for k in self.kinds) and not any(self.retyped)
+        ) or self.payload_arrow
         wants_time = any(
             f.name == "timestamp" and k == "meta"
             for f, k in zip(schema.fields, self.kinds, strict=True)
@@ -450,17 +462,38 @@ class RowBuilder:
     # -- arrow (metadata only) ------------------------------------------------------------
 
     def arrow_batches(self, chunks: Iterable[list[bytes]]) -> Iterator[Any]:
-        """One Arrow record batch per chunk of delivery payloads (metadata columns only;
-        see :mod:`._arrow`)."""
+        """One Arrow record batch per chunk of delivery payloads (metadata columns, or
+        ``parse=json`` payload fields of :attr:`payload_arrow`; see :mod:`._arrow`)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from ._arrow import MetadataBatches
+        from ._arrow import MetadataBatches, PayloadBatches
 
-        batches = MetadataBatches(to_arrow_schema(self.schema, timezone="UTC"), text=self.text)
+        schema = to_arrow_schema(self.schema, timezone="UTC")
+        if self.payload_arrow:
+            fields = [
+                f.name
+                for f, k in zip(self.schema.fields, self.kinds, strict=True)
+                if k == "payload"
+            ]
+            parsed = PayloadBatches(schema, fields, text=self.text)
+            for chunk in chunks:
+                batch = parsed.batch(chunk)
+                yield batch if batch is not None else self._row_batch(schema, chunk)
+            return
+        batches = MetadataBatches(schema, text=self.text)
         for chunk in chunks:
             yield batches.batch(chunk)
         if batches.fallbacks:
             log.info("%d chunk(s) converted row by row", batches.fallbacks)
+
+    def _row_batch(self, schema: Any, chunk: list[bytes]) -> Any:
+        """A chunk converted row by row (:meth:`row`), as a record batch of ``schema``."""
+        import pyarrow as pa
+
+        rows = [self.row(Message(p)) for p in chunk]
+        columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+        arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, schema, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def rows(self, chunks: Iterable[list[bytes]]) -> Iterator[tuple[Any, ...]]:
         """One tuple per delivery payload, in schema order."""
@@ -468,6 +501,16 @@ class RowBuilder:
         for chunk in chunks:
             for payload in chunk:
                 yield row(Message(payload))
+
+
+def _json_arrow(fields: list[StructField]) -> bool:
+    """Are these payload fields all of types the Arrow JSON path reads (with C speedups)?"""
+    from .. import _accel
+
+    if _accel.delivery_columns is None or not fields:
+        return False
+    simple = (LongType, IntegerType, ShortType, ByteType, DoubleType, StringType, BooleanType)
+    return all(type(f.dataType) in simple for f in fields)
 
 
 # ------------------------------------------------------------------------------- writing
