@@ -492,10 +492,17 @@ class ConfigReader(ElementReader):
                     )
                 exclusions.append(check)
         self.ignore_unknown(elem, ["Name", "MessageType", "Filter", "ExcludeValidation"])
+        filter_text = self.text(elem, "Filter")
+        if filter_text is not None and message_type is not None and not is_parseable(message_type):
+            self.fail(
+                self.child(elem, "Filter"),
+                f"{label} <Topic> {name!r}: a <Filter> needs a message type the server parses "
+                f"({', '.join(sorted(PARSEABLE_TYPES))}), not {message_type!r}",
+            )
         return ReplicationTopicConfig(
             name=name,
             message_type=message_type.lower() if message_type else None,
-            filter=self.text(elem, "Filter"),
+            filter=filter_text,
             exclude_validation=tuple(exclusions),
         )
 
