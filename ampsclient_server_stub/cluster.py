@@ -215,6 +215,8 @@ class Cluster:
             topic).
         downgrade: downgrade/upgrade actions for every node (``None``: none).
         journal_size: the nodes' ``<JournalSize>`` (e.g. ``"16KB"``; ``None``: the default).
+        actions: more ``<Action>`` elements (XML text) in every node's ``<Actions>``, beside
+            the downgrade ones (e.g. a journal removal on a schedule).
     """
 
     def __init__(
@@ -226,6 +228,7 @@ class Cluster:
         txlog_topics: Sequence[tuple[str, str | None]] = ((".*", "json"),),
         downgrade: DowngradePolicy | None = None,
         journal_size: str | None = None,
+        actions: Sequence[str] = (),
     ) -> None:
         self.base_dir = Path(base_dir)
         self.secret = secret if secret is not None else secrets.token_hex(16)
@@ -233,6 +236,7 @@ class Cluster:
         self.txlog_topics = list(txlog_topics)
         self.downgrade = downgrade
         self.journal_size = journal_size
+        self.actions = list(actions)
         self.nodes: dict[str, ClusterNode] = {}
 
     # ------------------------------------------------------------------ topology
@@ -360,8 +364,13 @@ class Cluster:
             for dest in node.destinations:
                 lines += _destination_xml(dest)
             lines.append("  </Replication>")
-            if node.downgrade is not None:
-                lines += _downgrade_actions_xml(node.downgrade)
+        downgrade = node.downgrade if node.destinations else None
+        if downgrade is not None or self.actions:
+            lines.append("  <Actions>")
+            if downgrade is not None:
+                lines += _downgrade_actions_xml(downgrade)
+            lines += [f"    {action.strip()}" for action in self.actions]
+            lines.append("  </Actions>")
         if node.extra_xml:
             lines.append(node.extra_xml)
         lines.append("</AMPSConfig>")
@@ -510,9 +519,8 @@ def _destination_xml(dest: Destination) -> list[str]:
 
 
 def _downgrade_actions_xml(policy: DowngradePolicy) -> list[str]:
-    """The ``<Actions>`` that downgrade (and upgrade) replication on a schedule."""
+    """The ``<Action>`` that downgrades (and upgrades) replication on a schedule."""
     lines = [
-        "  <Actions>",
         "    <Action>",
         "      <On><Module>amps-action-on-schedule</Module>"
         f"<Options><Every>{policy.every}s</Every></Options></On>",
@@ -524,4 +532,4 @@ def _downgrade_actions_xml(policy: DowngradePolicy) -> list[str]:
             "      <Do><Module>amps-action-do-upgrade-replication</Module>"
             f"<Options><Age>{policy.upgrade_age}s</Age></Options></Do>"
         )
-    return [*lines, "    </Action>", "  </Actions>"]
+    return [*lines, "    </Action>"]

@@ -72,11 +72,35 @@ def _label(pid: int) -> str | None:
     except OSError:
         return None
     words = [a.decode(errors="replace") for a in argv if a]
-    if "--name" in words and "--role" in words:
-        return words[words.index("--name") + 1]
-    if any("ampsclient_server_stub" in w for w in words):
-        return f"server-{pid}" if "--replicated" in sys.argv else "server"
+    name = words[words.index("--name") + 1] if "--name" in words[:-1] else ""
+    if "ampsclient_server_stub" in words:  # python -m ampsclient_server_stub --name chaos|A|B
+        return "server" if name in ("chaos", "") else f"server-{name}"
+    if name and "--role" in words:
+        return name
     return None
+
+
+def kind(label: str) -> str:
+    """``server``, ``pub``, ``sub``, ``consumer`` or ``soak`` (this process: the proxies)."""
+    return label.split("-", 1)[0]
+
+
+def journal_dirs(work: Path) -> dict[str, Path]:
+    """The run's journal directories: ``journal`` (one server), ``A`` and ``B`` (the pair)."""
+    dirs = {"journal": work / "journal"}
+    cluster = work / "cluster"
+    if cluster.is_dir():
+        dirs = {node.name: node / "journal" for node in sorted(cluster.iterdir()) if node.is_dir()}
+    return dirs
+
+
+def journal_segments(directory: Path) -> list[str]:
+    """The journal files (segments, plain or compressed) in ``directory``."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.endswith((".journal", ".journal.gz")))
 
 
 def _rss_kb(pid: int) -> int:
@@ -97,8 +121,9 @@ def _fds(pid: int) -> int:
         return 0
 
 
-def sample(work: Path, t0: float) -> dict[str, Any]:
-    """One sample: ``{"t": seconds, "procs": {label: [rss_kb, fds]}, "journal_files": n}``."""
+def sample(work: Path, t0: float, seen: dict[str, set[str]] | None = None) -> dict[str, Any]:
+    """One sample: ``{"t": seconds, "procs": {label: [rss_kb, fds]}, "journal_files": n,
+    "journals": {dir: n}}``; the journal file names found are added to ``seen``."""
     me = os.getpid()
     procs: dict[str, list[int]] = {"soak": [_rss_kb(me), _fds(me)]}
     for pid in _descendants(me):
@@ -109,9 +134,71 @@ def sample(work: Path, t0: float) -> dict[str, Any]:
                 # the old and the new server during a restart: keep the larger
                 rss = max(rss, procs["server"][0])
             procs[label] = [rss, fds]
-    journal = work / "journal"
-    files = sum(1 for _ in journal.iterdir()) if journal.is_dir() else 0
-    return {"t": round(time.monotonic() - t0, 2), "procs": procs, "journal_files": files}
+    journals: dict[str, int] = {}
+    for name, directory in journal_dirs(work).items():
+        segments = journal_segments(directory)
+        journals[name] = len(segments)
+        if seen is not None:
+            seen.setdefault(name, set()).update(segments)
+    return {
+        "t": round(time.monotonic() - t0, 2),
+        "procs": procs,
+        "journal_files": sum(journals.values()),
+        "journals": journals,
+    }
+
+
+def resources(samples: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per process (label) and per kind of process (the sum over the processes of that kind
+    in each sample): RSS in MB and open descriptors at the first sample, the peak and the
+    last sample."""
+    per_label: dict[str, list[list[int]]] = defaultdict(list)
+    per_kind: dict[str, list[list[int]]] = defaultdict(list)
+    for s in samples:
+        sums: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for label, (rss, fds) in s["procs"].items():
+            per_label[label].append([rss, fds])
+            sums[kind(label)][0] += rss
+            sums[kind(label)][1] += fds
+        for k, v in sums.items():
+            per_kind[k].append(v)
+
+    def summary(values: list[list[int]]) -> dict[str, float]:
+        rss = [v[0] for v in values]
+        fds = [v[1] for v in values]
+        return {
+            "rss_mb_start": round(rss[0] / 1024, 1),
+            "rss_mb_peak": round(max(rss) / 1024, 1),
+            "rss_mb_end": round(rss[-1] / 1024, 1),
+            "fds_start": fds[0],
+            "fds_peak": max(fds),
+            "fds_end": fds[-1],
+        }
+
+    return {
+        "per_process": {k: summary(v) for k, v in sorted(per_label.items())},
+        "per_kind": {k: summary(v) for k, v in sorted(per_kind.items())},
+    }
+
+
+def journal_summary(
+    samples: list[dict[str, Any]], seen: dict[str, set[str]], work: Path
+) -> dict[str, dict[str, int]]:
+    """Per journal directory: files at the first sample, the peak and the end, files created
+    and files removed (seen in a sample and gone at the end) during the run."""
+    out: dict[str, dict[str, int]] = {}
+    for name, directory in journal_dirs(work).items():
+        counts = [s["journals"].get(name, 0) for s in samples if "journals" in s]
+        end = set(journal_segments(directory))
+        names = seen.get(name, set()) | end
+        out[name] = {
+            "files_start": counts[0] if counts else 0,
+            "files_peak": max(counts, default=0),
+            "files_end": len(end),
+            "files_seen": len(names),
+            "files_removed": len(names - end),
+        }
+    return out
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -143,7 +230,7 @@ def analyse(
         server = [v for k, v in end["procs"].items() if k.startswith("server")]
         clients = [v for k, v in end["procs"].items() if not k.startswith("server")]
         server_peak = max(
-            (v[0] for s in inside for k, v in s["procs"].items() if k.startswith("server")),
+            (sum(v[0] for k, v in s["procs"].items() if k.startswith("server")) for s in inside),
             default=0,
         )
         windows.append(
@@ -186,6 +273,22 @@ def _print_windows(result: dict[str, Any]) -> None:
         )
 
 
+def _print_resources(result: dict[str, Any]) -> None:
+    print("processes   RSS MB start/peak/end   open fds start/peak/end", flush=True)
+    for k, v in result["resources"]["per_kind"].items():
+        print(
+            f"{k:<10}  {v['rss_mb_start']:>6.1f}/{v['rss_mb_peak']:>6.1f}/{v['rss_mb_end']:>6.1f}"
+            f"     {v['fds_start']:>5}/{v['fds_peak']:>5}/{v['fds_end']:>5}",
+            flush=True,
+        )
+    for name, j in result["journals"].items():
+        print(
+            f"journal {name}: files start {j['files_start']}, peak {j['files_peak']}, "
+            f"end {j['files_end']}; {j['files_seen']} seen, {j['files_removed']} removed",
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=1800.0)
@@ -203,13 +306,14 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(args.work).resolve()
         work.mkdir(parents=True, exist_ok=True)
         samples: list[dict[str, Any]] = []
+        seen: dict[str, set[str]] = {}
         stop = threading.Event()
         t0 = time.monotonic()
         wall0 = time.time()
 
         def sampler() -> None:
             while True:
-                samples.append(sample(work, t0))
+                samples.append(sample(work, t0, seen))
                 if stop.wait(args.sample):
                     return
 
@@ -243,10 +347,14 @@ def main(argv: list[str] | None = None) -> int:
                 "end": round(servers[-1][1] / 1024, 1),
             }
             growth = (servers[-1][1] - base) / 1024
+        result["resources"] = resources(samples)
+        result["journals"] = journal_summary(samples, seen, work)
+        result["args"] = {"soak": vars(args), "chaos": chaos_args}
         (work / "soak.json").write_text(json.dumps(result, indent=1))
         (work / "soak-samples.json").write_text(json.dumps(samples))
         _print_windows(result)
         print(f"soak: server RSS MB {result.get('server_rss_mb')}", flush=True)
+        _print_resources(result)
         print(f"soak: {len(samples)} resource samples, figures in {work / 'soak.json'}", flush=True)
         if growth > args.max_growth_mb:
             print(f"soak: FAIL server RSS grew {growth:.0f} MB after the first window", flush=True)

@@ -80,14 +80,30 @@ SERVER_XML = """<AMPSConfig>
   <MessageMemoryLimit>16MB</MessageMemoryLimit>
   <ClientMaxCapacity>25%</ClientMaxCapacity>
   <MessageDiskPath>{disk}</MessageDiskPath>
-  <TransactionLog><JournalDirectory>{journal}</JournalDirectory><JournalSize>8MB</JournalSize>
+  <TransactionLog><JournalDirectory>{journal}</JournalDirectory>
+    <JournalSize>{journal_size}</JournalSize>
     <Topic><Name>chaos</Name><MessageType>json</MessageType></Topic></TransactionLog>
   <Transports>
     <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
     <Transport><Name>ws</Name><Type>ws</Type><InetAddr>127.0.0.1:0</InetAddr></Transport>
   </Transports>
-{queue}</AMPSConfig>
+{queue}{actions}</AMPSConfig>
 """
+
+REMOVE_JOURNAL_ACTION = """<Action>
+      <On><Module>amps-action-on-schedule</Module><Options><Every>{every}</Every></Options></On>
+      <Do><Module>amps-action-do-remove-journal</Module><Options><Age>{age}</Age></Options></Do>
+    </Action>"""
+"""``--remove-journal-age``: the journal files not written to for ``age`` removed every
+``every`` (the AMPS configuration guide's ``amps-action-do-remove-journal``)."""
+
+
+def journal_actions(args: argparse.Namespace) -> list[str]:
+    """The ``<Action>`` elements the run's servers hold (``--remove-journal-age``)."""
+    if not args.remove_journal_age:
+        return []
+    age, every = args.remove_journal_age, args.remove_journal_every
+    return [REMOVE_JOURNAL_ACTION.format(age=age, every=every)]
 
 
 # =========================================================================== workers
@@ -479,8 +495,16 @@ def orchestrate(args: argparse.Namespace) -> Report:
     work.mkdir(parents=True, exist_ok=True)
     config = work / "server.xml"
     queue_xml = QUEUE_XML.format(lease=args.lease) if args.consumers else ""
+    actions = journal_actions(args)
+    actions_xml = "  <Actions>\n    " + "\n    ".join(actions) + "\n  </Actions>\n"
     config.write_text(
-        SERVER_XML.format(disk=work / "offline", journal=work / "journal", queue=queue_xml)
+        SERVER_XML.format(
+            disk=work / "offline",
+            journal=work / "journal",
+            journal_size=args.journal_size,
+            queue=queue_xml,
+            actions=actions_xml if actions else "",
+        )
     )
     server = ServerProcess(data_dir=work / "server", config=config, name="chaos")
     server.start()
@@ -550,6 +574,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
     try:
         for w in workers:
             w.start()
+        _wait_first_acks(work, pubs, report)
         deadline = time.monotonic() + args.seconds
         bag: list[str] = []
         while time.monotonic() < deadline:
@@ -594,6 +619,18 @@ def orchestrate(args: argparse.Namespace) -> Report:
     lease = parse_duration(args.lease)
     report.queue = check_queue(work, consumers, _expected(work, pubs), lease_period=lease)
     return report
+
+
+def _wait_first_acks(work: Path, pubs: list[str], report: Report, timeout: float = 120.0) -> None:
+    """The faults start once every publisher has had something acknowledged: on a loaded
+    machine the workers' start-up (interpreter, imports, logon) can take seconds, and a short
+    run would otherwise end before a publisher published anything."""
+    deadline = time.monotonic() + timeout
+    while len(_expected(work, pubs)) < len(pubs):
+        if time.monotonic() > deadline:
+            report.problems.append(f"publishers not started within {timeout:.0f} s")
+            return
+        time.sleep(0.1)
 
 
 def _add_heartbeat(workers: list[Worker], args: argparse.Namespace) -> None:
@@ -649,6 +686,37 @@ REPLICATED_EXTRA_XML = """  <MessageMemoryLimit>16MB</MessageMemoryLimit>
   <MessageDiskPath>{disk}</MessageDiskPath>"""
 
 
+def common_range(
+    a: list[tuple[str, bytes]], b: list[tuple[str, bytes]]
+) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """Both replays from where both journals still hold each publisher's messages: with
+    journal files removed (``--remove-journal-age``) each instance removes its own old files
+    on its own schedule, so the oldest records differ. Per publisher, the records older than
+    the later of the two first sequences are dropped from both (a publisher found on one side
+    only is dropped: its messages were all removed on the other; the subscribers' ledger
+    check still covers every acknowledged message)."""
+
+    def firsts(replay: list[tuple[str, bytes]]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for bm, _ in replay:
+            pid, seq = bm.split("|")[:2]
+            out[pid] = min(out.get(pid, int(seq)), int(seq))
+        return out
+
+    fa, fb = firsts(a), firsts(b)
+    cut = {pid: max(fa[pid], fb[pid]) for pid in fa.keys() & fb.keys()}
+
+    def keep(replay: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        out = []
+        for bm, body in replay:
+            pid, seq = bm.split("|")[:2]
+            if pid in cut and int(seq) >= cut[pid]:
+                out.append((bm, body))
+        return out
+
+    return keep(a), keep(b)
+
+
 def compare_journals(
     a: list[tuple[str, bytes]], b: list[tuple[str, bytes]], report: Report
 ) -> None:
@@ -694,10 +762,19 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(
-        work / "cluster", downgrade=DowngradePolicy(age=1.0, upgrade_age=0.5, every=0.2)
+        work / "cluster",
+        downgrade=DowngradePolicy(age=1.0, upgrade_age=0.5, every=0.2),
+        journal_size=args.journal_size,
+        actions=journal_actions(args),
     )
-    a = cluster.add("A", group="HA", extra_xml=REPLICATED_EXTRA_XML.format(disk=work / "offA"))
-    b = cluster.add("B", group="HA", extra_xml=REPLICATED_EXTRA_XML.format(disk=work / "offB"))
+    # queue consumers (--consumers): the queue is replicated, one queue over both instances
+    queue_xml = "\n" + QUEUE_XML.format(lease=args.lease) if args.consumers else ""
+    a = cluster.add(
+        "A", group="HA", extra_xml=REPLICATED_EXTRA_XML.format(disk=work / "offA") + queue_xml
+    )
+    b = cluster.add(
+        "B", group="HA", extra_xml=REPLICATED_EXTRA_XML.format(disk=work / "offB") + queue_xml
+    )
     cluster.hot_hot(a, b)
     nodes = {"A": a, "B": b}
     proxies: list[LoopbackProxy] = []
@@ -725,6 +802,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
         sub_uris = [tcp_ab, tcp_ba, ws_ab]
         pubs = [f"pub-{i}" for i in range(args.publishers)]
         subs = [f"sub-{i}" for i in range(args.subscribers)]
+        consumers = [f"consumer-{i}" for i in range(args.consumers)]
         workers: list[Worker] = []
         for i, name in enumerate(pubs):
             target = pub_uris[i % len(pub_uris)]
@@ -753,6 +831,20 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                     ],
                 )
             )
+        for i, name in enumerate(consumers):  # A first and B first in turn; the first one slow
+            target = (tcp_ab, tcp_ba)[i % 2]
+            delay = args.slow_delay * 10 if i == 0 else 0.0
+            workers.append(
+                Worker(
+                    "consumer",
+                    name,
+                    [
+                        *("--name", name, "--uri", target, "--work", str(work)),
+                        *("--delay", str(delay), "--backlog", str(args.backlog)),
+                        *("--ack-batch", str(args.ack_batch)),
+                    ],
+                )
+            )
         for w in workers:
             w.log = work / f"{w.name}.log"
         _add_heartbeat(workers, args)
@@ -768,6 +860,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
         try:
             for w in workers:
                 w.start()
+            _wait_first_acks(work, pubs, report)
             deadline = time.monotonic() + args.seconds
             kinds = [
                 "kill_publisher",
@@ -777,6 +870,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                 "partition",
                 "cut",
                 "stall",
+                *(["kill_consumer"] if consumers else []),
                 *args.net_faults,
             ]
             report.net.failover = True
@@ -793,7 +887,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                     bag = list(kinds)
                     rng.shuffle(bag)
                 fault = bag.pop()
-                if fault in ("kill_publisher", "kill_subscriber"):
+                if fault in ("kill_publisher", "kill_subscriber", "kill_consumer"):
                     role = fault.removeprefix("kill_")
                     w = rng.choice([w for w in workers if w.role == role])
                     w.kill()
@@ -826,19 +920,23 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                 else:
                     inject(fault, proxies, rng, report.net, heartbeat=args.heartbeat, failover=True)
                 report.faults[fault] += 1
-            _drain(work, workers, pubs, subs, args.drain, report)
+            _drain(work, workers, pubs, subs, args.drain, report, consumers)
         finally:
             stop_rss.set()
             sampler.join(5)
             for w in workers:
                 w.kill()
         check(work, pubs, subs, report)
+        lease = parse_duration(args.lease)
+        report.queue = check_queue(work, consumers, _expected(work, pubs), lease_period=lease)
         try:
             cluster.wait_streaming(60)
             cluster.wait_caught_up(60)
-            compare_journals(
-                read_log(a.uri(), TOPIC, timeout=60), read_log(b.uri(), TOPIC, timeout=60), report
-            )
+            replay_a = read_log(a.uri(), TOPIC, timeout=60)
+            replay_b = read_log(b.uri(), TOPIC, timeout=60)
+            if args.remove_journal_age:
+                replay_a, replay_b = common_range(replay_a, replay_b)
+            compare_journals(replay_a, replay_b, report)
         except AssertionError as exc:
             report.journals_equal = False
             report.problems.append(f"journal comparison: {exc}")
@@ -847,6 +945,8 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
             proxy.stop()
         for node in (a, b):
             count_offlined(node)
+            # the instance's log, for a look afterwards
+            (work / f"server-{node.name}.log").write_text("".join(node.log_lines()))
         cluster.stop()
     report.slow_offlined = sum(offlined.values())
     return report
@@ -888,8 +988,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--consumers",
         type=int,
-        default=3,
-        help="queue consumers of chaos_q (single-server mode; the first one slow)",
+        default=None,
+        help="queue consumers of chaos_q, the first one slow (default: 3 with one server, "
+        "none with --replicated, where the queue is replicated over both instances)",
+    )
+    parser.add_argument(
+        "--journal-size",
+        default=None,
+        help="the servers' <JournalSize> (default: 8MB with one server, AMPS' default for the "
+        "pair)",
+    )
+    parser.add_argument(
+        "--remove-journal-age",
+        default="",
+        help="an amps-action-do-remove-journal action on the servers with this <Age> "
+        "(e.g. 30s; none by default)",
+    )
+    parser.add_argument(
+        "--remove-journal-every", default="10s", help="the removal action's <Every>"
     )
     parser.add_argument("--backlog", type=int, default=10, help="consumer: max_backlog")
     parser.add_argument("--ack-batch", type=int, default=5, help="consumer: ack batch size")
@@ -912,6 +1028,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "half_open" in args.net_faults and not args.heartbeat:
         args.heartbeat = 1.0
+    if args.consumers is None:
+        args.consumers = 0 if args.replicated else 3
+    if args.journal_size is None and not args.replicated:
+        args.journal_size = "8MB"
     if args.role == "publisher":
         return run_publisher(args)
     if args.role == "subscriber":

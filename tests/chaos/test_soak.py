@@ -25,6 +25,9 @@ def test_soak_short_form_reports_windows_and_loses_nothing(tmp_path: Path, chaos
             *("--seconds", "5", "--window", "3", "--sample", "1", "--seed", str(chaos_seed)),
             *("--work", str(work), "--min-gap", "0.4", "--max-gap", "1.0"),
             *("--publishers", "2", "--subscribers", "2", "--consumers", "2"),
+            # small journal files and a removal action (with an Age no file reaches here:
+            # a removal under a subscriber's feet would be a loss; the 30-minute soak prunes)
+            *("--journal-size", "64KB", "--remove-journal-age", "1h"),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -44,3 +47,10 @@ def test_soak_short_form_reports_windows_and_loses_nothing(tmp_path: Path, chaos
     assert result["server_rss_mb"]["peak"] > 0
     samples = json.loads((work / "soak-samples.json").read_text())
     assert any("server" in s["procs"] for s in samples)
+    assert "amps-action-do-remove-journal" in (work / "server.xml").read_text()
+    journal = result["journals"]["journal"]
+    assert journal["files_seen"] >= 2, journal  # 64KB files: some were sealed
+    assert journal["files_removed"] == 0, journal
+    kinds = result["resources"]["per_kind"]
+    assert {"server", "pub", "sub", "consumer", "soak"} <= set(kinds), kinds
+    assert kinds["server"]["rss_mb_peak"] >= kinds["server"]["rss_mb_end"] > 0
