@@ -442,3 +442,21 @@ def test_the_official_client_gets_invalid_options(server: ServerThread) -> None:
         client.sow("orders", None, timeout=5000, top_n=1, order_by="/px")
     finally:
         client.disconnect()
+
+
+def test_the_docs_table_is_the_servers_table() -> None:
+    """docs/server.md "Command options" shows exactly :data:`COMMAND_OPTIONS`."""
+    page = (TESTS.parent / "docs" / "server.md").read_text()
+    section = page[page.index("## Command options") :]
+    section = section[: section.index("\n## ", 1)]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    commands = [cell.strip().strip("`") for cell in lines[0].split("|")[2:-2]]
+    shown: dict[tuple[str, str], str] = {}
+    for line in lines[1:]:
+        cells = [cell.strip() for cell in line.split("|")[1:-1]]
+        for command, cell in zip(commands, cells[1:-1], strict=True):
+            if cell:
+                shown[(command, cells[0].strip("`"))] = cell
+    expected = {(c, o): "yes" for c in commands for o in COMMAND_OPTIONS[c]}
+    expected |= {key: "refused" for key in NOT_IMPLEMENTED if key[0] in commands}
+    assert shown == expected
