@@ -208,6 +208,7 @@ def wait_for(condition: Any, what: str) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(300)  # two queries, the first one starting Spark's Python workers
 def test_a_failed_micro_batch_is_delivered_again_and_nothing_is_lost(
     spark: Any, queue: tuple[str, str, str], tmp_path: pathlib.Path
 ) -> None:
@@ -267,6 +268,7 @@ def test_a_failed_micro_batch_is_delivered_again_and_nothing_is_lost(
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(300)
 def test_a_restart_from_the_checkpoint_continues_with_new_leases(
     spark: Any, queue: tuple[str, str, str], tmp_path: pathlib.Path
 ) -> None:

@@ -20,6 +20,7 @@ pytest.importorskip("pyarrow")
 from ampsclient import Client
 from ampsclient.exceptions import TimeoutError as AMPSTimeoutError
 from ampsclient.protocol.message import Message
+from ampsclient.spark import AMPSSparkError
 from ampsclient.spark._core import format_micros, replay
 from ampsclient.spark._feed import replay_payloads
 from ampsclient_server_stub.harness import ServerProcess
@@ -105,3 +106,13 @@ def test_a_reading_task_the_server_stops_answering_raises_a_named_timeout(
     assert len(outcome) == 1 and isinstance(outcome[0], AMPSTimeoutError), outcome
     assert re.search(rf"within 3000 ms while reading '{topic}' \[0:", str(outcome[0]))
     assert time.monotonic() - started < 20.0
+
+
+def test_read_timeout_is_the_reading_tasks_wait() -> None:
+    from ampsclient.spark._core import WAIT_MS, ReadOptions
+
+    base = {"uri": "tcp://127.0.0.1:9/amps/json", "topic": "t"}
+    assert ReadOptions.parse_options(base).read_timeout_ms == WAIT_MS
+    assert ReadOptions.parse_options({**base, "readTimeout": "2500"}).read_timeout_ms == 2500
+    with pytest.raises(AMPSSparkError, match="readTimeout must be >= 1"):
+        ReadOptions.parse_options({**base, "readTimeout": "0"})
