@@ -38,6 +38,8 @@ from ampsclient.spark._core import (
     range_text,
 )
 from ampsclient.spark._publish import RowPublisher
+from ampsclient.stores.publish import MemoryPublishStore
+from ampsclient.sync import HAClient
 from ampsclient_server_stub.testing import wait_for
 
 URI = "tcp://127.0.0.1:9007/amps/json"
@@ -311,3 +313,33 @@ def test_arrow_rows_without_data_are_json_documents(uri: str, topic: str) -> Non
     }
     assert second["n"] is None and second["px"] == 2 and second["tags"] == {}
     assert second["inner"] is None and second["correlation_id"] is None
+
+
+@pytest.mark.integration
+def test_a_probe_takes_one_message_not_the_replay_backlog(uri: str, topic: str) -> None:
+    """first_micros closes its replay after the first message: the server paces the probe
+    (rate), so the connection receives a handful of frames, not the server's replay backlog
+    (about 20,000 frames here before)."""
+    from ampsclient.spark._core import bookmark_micros, connect, first_micros
+
+    with HAClient(f"pub-{uuid.uuid4().hex[:8]}", MemoryPublishStore()) as pub:
+        pub.get_server_chooser().add(uri)
+        pub.connect_and_logon()
+        for i in range(20_000):
+            pub.publish(topic, b'{"id":%d}' % i)
+        pub.publish_flush(60_000)
+    log = journal(uri, topic)
+    client = connect([uri], f"probe-{uuid.uuid4().hex[:6]}", 10_000)
+    try:
+        before = client.async_client.statistics()["frames_received"]
+        when = first_micros(client, topic, None, "[0:0|1|]")
+        assert when == parse_micros(log[0]["timestamp"])
+        # a replay on the same connection after it: its ack comes after whatever the server
+        # had sent for the probe
+        assert bookmark_micros(client, topic, log[5]["bookmark"]) == parse_micros(
+            log[5]["timestamp"]
+        )
+        frames = client.async_client.statistics()["frames_received"] - before
+    finally:
+        client.close()
+    assert frames < 2_000, frames
