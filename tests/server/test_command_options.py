@@ -403,42 +403,66 @@ def test_queries_that_cannot_stamp_or_select_refuse_it(probe: Probe) -> None:
     refused(ack, "select")
 
 
-def test_our_client_gets_invalid_options_naming_the_option(server: ServerThread) -> None:
+REFUSED = [("subscribe", "no_such_option"), *sorted(k for k in NOT_IMPLEMENTED if k[0] != "logon")]
+"""What both clients send and get refused: an unknown option, and each one AMPS documents
+that the server lacks (the logon one is below)."""
+
+
+@pytest.mark.parametrize(("command", "option"), REFUSED)
+def test_our_client_gets_invalid_options_naming_the_option(
+    server: ServerThread, command: str, option: str
+) -> None:
     with Client(f"ours-{time.time_ns()}") as client:
         client.connect(server.uri("tcp", "json"))
         client.logon(5000)
-        with pytest.raises(InvalidOptionsError, match="'no_such_option'") as info:
-            client.subscribe("orders", options="no_such_option", timeout=5000)
+        cmd = Command(command).set_topic("orders").set_options(option).set_timeout(5000)
+        with pytest.raises(InvalidOptionsError, match=f"option '{option}'") as info:
+            client.execute(cmd)
         assert info.value.reason == "invalid options"
-        with pytest.raises(InvalidOptionsError, match=r"'select'.*not implemented"):
-            client.execute(
-                Command("sow_and_subscribe")
-                .set_topic("orders")
-                .set_options("select=[-/px]")
-                .set_timeout(5000)
-            )
-        # the same client goes on: nothing else was refused
-        assert list(client.sow("orders", timeout=5000)) is not None
+        # the connection goes on: the same command without the option is taken
+        client.execute(Command(command).set_topic("orders").set_timeout(5000))
 
 
-def test_the_official_client_gets_invalid_options(server: ServerThread) -> None:
+@pytest.mark.parametrize(("command", "option"), REFUSED)
+def test_the_official_client_gets_invalid_options(
+    server: ServerThread, command: str, option: str
+) -> None:
     amps: Any = pytest.importorskip("AMPS")
     client = amps.Client(f"official-{time.time_ns()}")
     client.connect(server.uri("tcp", "json"))
     client.logon()
     try:
-        with pytest.raises(amps.InvalidOptionsException):
-            client.subscribe("orders", None, "no_such_option", 5000)
-        with pytest.raises(amps.InvalidOptionsException):
+        with pytest.raises(amps.InvalidOptionsException, match=option):
             client.execute(
-                amps.Command("sow_and_subscribe")
-                .set_topic("orders")
-                .set_options("no_sowkey")
-                .set_timeout(5000)
+                amps.Command(command).set_topic("orders").set_options(option).set_timeout(5000)
             )
-        # what the official client sends in normal use is accepted
+        client.execute(amps.Command(command).set_topic("orders").set_timeout(5000))
+    finally:
+        client.disconnect()
+
+
+def test_the_official_client_s_pretty_logon_is_refused_by_name(server: ServerThread) -> None:
+    """The official client sends the logon option ``pretty`` for a ``?pretty=true`` URI."""
+    amps: Any = pytest.importorskip("AMPS")
+    client = amps.Client(f"official-pretty-{time.time_ns()}")
+    client.connect(server.uri("tcp", "json") + "?pretty=true")
+    try:
+        with pytest.raises(amps.InvalidOptionsException, match="pretty"):
+            client.logon(5000)
+    finally:
+        client.disconnect()
+
+
+def test_what_the_official_client_sends_in_normal_use_is_accepted(server: ServerThread) -> None:
+    amps: Any = pytest.importorskip("AMPS")
+    client = amps.Client(f"official-normal-{time.time_ns()}")
+    client.connect(server.uri("tcp", "json"))
+    client.logon()
+    try:
         client.subscribe("orders", "/px > 1", "oof,timestamp", 5000)
-        client.sow_and_delta_subscribe("orders", None, timeout=5000)
+        client.sow_and_subscribe("orders", None, oof_enabled=True, timeout=5000)
+        client.sow_and_delta_subscribe("orders", None, timeout=5000)  # sends no_empties
+        client.delta_subscribe("orders", None, "send_keys", 5000)
         client.sow("orders", None, timeout=5000, top_n=1, order_by="/px")
     finally:
         client.disconnect()
