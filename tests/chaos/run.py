@@ -74,6 +74,9 @@ from tests.chaos.queue_workers import (  # noqa: E402  (needs ROOT on the path)
 )
 
 TOPIC = "chaos"
+START_TIMEOUT = 120.0
+"""Seconds a (re)started server has to listen: a restart replays its journal and queue state,
+which takes long on a loaded machine (a 30-minute soak beside other work saw more than 30 s)."""
 
 SERVER_XML = """<AMPSConfig>
   <Name>chaos</Name>
@@ -507,7 +510,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
         )
     )
     server = ServerProcess(data_dir=work / "server", config=config, name="chaos")
-    server.start()
+    server.start(START_TIMEOUT)
     proxy = LoopbackProxy("127.0.0.1", server.tcp_port).start()
     uri = f"tcp://127.0.0.1:{proxy.port}/amps/json"
     direct = server.uri()
@@ -598,7 +601,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
                 server.kill()
                 report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
                 time.sleep(rng.uniform(0.05, 0.5))
-                server.start()
+                server.start(START_TIMEOUT)
             elif fault == "cut":
                 proxy.cut()
             elif fault == "stall":
@@ -614,6 +617,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
             w.kill()
         proxy.stop()
         server.stop()
+        (work / "server.log").write_text("".join(server.stderr_lines))  # for a look afterwards
     report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
     check(work, pubs, subs, report)
     lease = parse_duration(args.lease)
@@ -784,7 +788,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
         offlined[node.name] += sum("offlined" in line for line in node.log_lines())
 
     try:
-        cluster.start()
+        cluster.start(timeout=START_TIMEOUT)
         cluster.wait_streaming(30)
         for node in (a, b):
             proxies.append(LoopbackProxy("127.0.0.1", node.tcp_port).start())
@@ -898,7 +902,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                     node.kill()
                     count_offlined(node)
                     time.sleep(rng.uniform(0.05, 0.5))
-                    node.start()
+                    node.start(START_TIMEOUT)
                     t0 = time.monotonic()
                     try:  # never both down: the next server kill waits for the catch-up
                         cluster.wait_streaming(60)
