@@ -35,6 +35,7 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     │   ├── UsersFileError (ValueError)        security/users.py
     │   └── PasswordHashError (ValueError)     security/passwords.py
     ├── ReplicationError
+    │   ├── ReplicatedStoreError               replication/inbound.py a record not journaled
     │   └── AdminError (RuntimeError)          replication/admin.py
     └── NotFound (LookupError)                 admin/tree.py      no statistics node at a path
 

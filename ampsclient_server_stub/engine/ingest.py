@@ -136,7 +136,9 @@ class Ingested(NamedTuple):
     changed; ``deleted``/``topic_matches``: a delete's figures; ``duplicate``: already
     here; ``unrecorded``: not for this server's journal (a replicated record);
     ``journaled``: the records of a :class:`ReplicatedRun` written (0: none, the run was
-    not taken, send its records one by one as :class:`Replicated`).
+    not taken, send its records one by one as :class:`Replicated`); ``failed``: a
+    replicated record that belongs in the journal could not be written (a full disk): it
+    must not be acknowledged upstream.
     """
 
     record: JournalRecord | None = None
@@ -146,6 +148,7 @@ class Ingested(NamedTuple):
     duplicate: bool = False
     unrecorded: bool = False
     journaled: int = 0
+    failed: bool = False
 
 
 _new: Final = tuple.__new__
@@ -155,6 +158,7 @@ _NOTHING: Final = Ingested()
 _APPLIED: Final = Ingested(applied=True)
 _DUPLICATE: Final = Ingested(duplicate=True)
 _UNRECORDED: Final = Ingested(unrecorded=True)
+_FAILED: Final = Ingested(failed=True)
 
 
 class Ingest:
@@ -328,7 +332,7 @@ class Ingest:
             )
         if record is None:
             return _NOTHING
-        return _new(Ingested, (record, False, 0, 0, False, False, 0))
+        return _new(Ingested, (record, False, 0, 0, False, False, 0, False))
 
     def _client_sow_publish(
         self,
@@ -565,7 +569,7 @@ class Ingest:
             )
         except Exception as exc:
             self._journal_failed(txlog, exc)
-            return _UNRECORDED
+            return _FAILED
         if self._faults.active:
             self._faults.succeeded("journal")
         state = self._clients.state_for_publisher(pid)

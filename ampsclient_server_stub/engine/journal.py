@@ -274,9 +274,11 @@ class Journal:
     ) -> JournalRecord:
         """Append one record and return it with its index.
 
-        The record goes to an in-process buffer (written to the OS when the buffer fills, and
-        by :meth:`flush`/:meth:`sync`): it is *not* durable until a :meth:`sync` returns an
-        index at or above it.
+        The record goes to an in-process buffer (written to the OS by the next append once the
+        buffer is full, and by :meth:`flush`/:meth:`sync`): it is *not* durable until a
+        :meth:`sync` returns an index at or above it. A write that fails (a full disk) raises
+        ``OSError`` before anything of the record is stored: a record is never both refused
+        and in the log.
 
         Args:
             publisher_id: unsigned 64-bit publisher id.
@@ -309,6 +311,8 @@ class Journal:
                     f"publisher {publisher_id}: sequence {sequence} is not above the last stored "
                     f"{last_seq.get(publisher_id, 0)}"
                 )
+            if len(f.buf) >= _WRITE_AT:  # before the record: a write that fails (a full
+                f.write_out()  # disk) refuses it with nothing appended
             ts = _time_ns() // 1000 if timestamp is None else timestamp
             if ts < f.last_ts:
                 ts = f.last_ts
@@ -329,8 +333,6 @@ class Journal:
             last_seq[publisher_id] = sequence
             f.last_index = index
             f.last_ts = ts
-            if len(buf) >= _WRITE_AT:
-                f.write_out()
             rotated = seg.size >= f.journal_size and f.rotate()
         if rotated:  # the sync thread is not keeping up with sealing: do it here (bounds memory)
             f.complete_seals()
@@ -373,6 +375,8 @@ class Journal:
         fields_b = _packb(dict(fields)) if fields else _EMPTY_MAP
         with f.lock:
             f.check_appendable()
+            if len(f.buf) >= _WRITE_AT:  # before the batch: see append()
+                f.write_out()
             prev = f.last_seq.get(publisher_id, 0)
             ts = _time_ns() // 1000
             if ts < f.last_ts:
@@ -434,8 +438,6 @@ class Journal:
             f.last_ts = ts
             if size >= f.journal_size:  # rotate inside the batch, exactly where append() would
                 rotated = f.rotate() or rotated
-        if len(buf) >= _WRITE_AT:
-            f.write_out()
         return rotated
 
     def flush(self) -> None:

@@ -401,8 +401,14 @@ class JournalFiles:
         """Seal the active segment (lock held): the heavy work is left to the next sync.
 
         Returns True when more segments await their seal than :data:`_MAX_PENDING_SEALS`.
+        When the buffer cannot be written (a full disk), nothing changes: the active segment
+        grows past its size, the records appended stay buffered, and the next append or
+        sync tries again (a rotation never makes an append that already happened fail).
         """
-        self.write_out()
+        try:
+            self.write_out()
+        except OSError:
+            return False
         old = self.active
         old.sealing = True
         self.pending.append(old)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ..errors import ReplicationError
 from .blocks import BlockRuns, block_runs
 from .origins import IndexRuns
 from .protocol import RecordDecompressor, WireRecord, unpack_records
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ampsclient_server_stub.engine.journal import Journal
     from ampsclient_server_stub.security.auth import EntitlementModule
 
-__all__ = ["MAX_INFLATED", "Inbound", "InboundHost", "InboundLink"]
+__all__ = ["MAX_INFLATED", "Inbound", "InboundHost", "InboundLink", "ReplicatedStoreError"]
 
 _Fields = dict[str, str | int]
 
@@ -27,6 +28,11 @@ sequence, command, topic, payload, fields with the extended path)``."""
 
 MAX_INFLATED: Final = 256 * 1024 * 1024
 """The largest ``rrec`` body a compressed frame may inflate to (the link's frame limit)."""
+
+
+class ReplicatedStoreError(ReplicationError):
+    """A replicated record could not be journaled here (a full disk): the link is closed
+    without acknowledging it, and the upstream instance sends it again once it reconnects."""
 
 
 class InboundLink(Protocol):
@@ -205,6 +211,10 @@ class Inbound:
                 counters["applied"] += 1
                 needed = outcome.record.index
                 runs.add(needed)
+            elif outcome.failed:  # not stored: acknowledge nothing from it on
+                raise ReplicatedStoreError(
+                    f"cannot journal replicated record {pid}|{seq}| from {self.link.peer_name}"
+                )
             else:
                 if outcome.duplicate:
                     counters["duplicates"] += 1

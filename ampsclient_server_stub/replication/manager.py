@@ -43,6 +43,7 @@ from ampsclient_server_stub.security.replication import (
 )
 
 from .holds import SAVE_DELAY, HoldFile
+from .inbound import ReplicatedStoreError
 from .link import Link
 from .origins import IndexRuns
 from .plug import ReplicationPlug, replication_wanted
@@ -611,7 +612,11 @@ class ReplicationManager:
                     "replication: records for unknown stream %r from %s", d, link.describe()
                 )
                 return
-            inbound.on_records(inbound.decode(header, body))
+            try:
+                inbound.on_records(inbound.decode(header, body))
+            except ReplicatedStoreError as exc:  # the journal's condition is reported once
+                logger.debug("replication: %s", exc)
+                link.close("cannot store replicated records")
         elif c == "rack":
             out = link.outbound.get(d)
             u = header.get("u")

@@ -1,0 +1,103 @@
+"""Issue #32, a full disk on the downstream instance of a replicated pair, with real server
+processes: A replicates to B synchronously; B's journal directory (its transaction log and
+what replication keeps there, ``B.replication-holds.json``) is a size-limited tmpfs the test
+mounts (skipped with the reason where it may not) and fills mid-run.
+
+While B cannot write, the publisher's persisted acks from A wait (a sync destination has not
+acknowledged), B reports the condition once in its log and in ``/amps/instance/storage``
+(it logged a traceback every 0.1 s), a record B could not journal is never acknowledged to A
+(B closes the link instead; A sends it again); once space returns everything resumes by
+itself and both journals hold every message exactly once, in order."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _replication_support import wait_for
+
+from ampsclient.sync import HAClient
+from ampsclient_server_stub.cluster import Cluster, ClusterNode
+from ampsclient_server_stub.harness import free_port
+from tests.admin._support import get_json
+from tests.stores.test_disk_full import fill, small_filesystem
+
+pytestmark = pytest.mark.integration
+
+PAD = "x" * 200
+
+
+def ns(node: ClusterNode) -> list[int]:
+    """The ``n`` of every record of ``node``'s journal, in journal order."""
+    return [json.loads(r.payload)["n"] for r in node.journal_records()]
+
+
+def lines(node: ClusterNode, text: str) -> int:
+    return sum(text in line for line in node.log_lines())
+
+
+def conditions(admin: int) -> dict[str, Any]:
+    found = get_json(admin, "/amps/instance/storage")["conditions"]
+    return {c["id"]: c for c in found} if isinstance(found, list) else dict(found)
+
+
+def test_a_full_disk_on_the_sync_replica_holds_acks_then_resumes(tmp_path: Path) -> None:
+    admin = free_port()
+    cluster = Cluster(tmp_path, journal_size="1MB")
+    a = cluster.add("A")
+    b = cluster.add("B", extra_xml=f"  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>")
+    cluster.replicate(a, b, sync=True)
+    cluster.replicate(b, a, sync=False)  # the way back the connection-time validation asks
+    b.journal_dir.parent.mkdir(parents=True, exist_ok=True)
+    with small_filesystem(b.journal_dir, "24m") as fs, cluster:
+        cluster.start()
+        cluster.wait_streaming()
+        pub = HAClient("disk-full-pub")
+        pub.get_server_chooser().add(a.uri())
+        pub.connect_and_logon()
+        try:
+            for n in range(500):  # before
+                pub.publish("orders", json.dumps({"n": n, "pad": PAD}))
+            pub.publish_flush(30_000)
+            filler = fill(fs)
+            for n in range(500, 3000):  # during: more than B's append buffer holds
+                pub.publish("orders", json.dumps({"n": n, "pad": PAD}))
+            flushed = threading.Event()
+
+            def flush() -> None:
+                pub.publish_flush(60_000)
+                flushed.set()
+
+            flusher = threading.Thread(target=flush, daemon=True)
+            flusher.start()
+            wait_for(
+                lambda: conditions(admin).get("journal", {}).get("failed_writes", 0) >= 5,
+                30,
+                "B to fail five writes",
+            )
+            assert conditions(admin)["journal"]["disk_full"] is True
+            assert not flushed.is_set()  # the acks wait for B
+            assert lines(b, "storage: journal cannot be written") == 1
+            assert lines(b, "Traceback") == 0
+            filler.unlink()  # space returns
+            flusher.join(60)
+            assert flushed.is_set(), "the acks did not resume"
+            for n in range(3000, 3500):  # after
+                pub.publish("orders", json.dumps({"n": n, "pad": PAD}))
+            pub.publish_flush(30_000)
+        finally:
+            pub.close()
+        cluster.wait_caught_up()
+        wait_for(lambda: not conditions(admin), 30, "B's conditions to end")
+        assert lines(b, "storage: journal is written again") == lines(
+            b, "storage: journal cannot be written"
+        )
+        for node in (a, b):
+            got = ns(node)
+            assert sorted(got) == list(range(3500)), node.name
+            assert set(Counter(got).values()) == {1}, node.name  # each exactly once
+        assert ns(b) == ns(a)  # the same order

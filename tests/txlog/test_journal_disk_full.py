@@ -1,0 +1,114 @@
+"""Issue #32, the transaction log on a full disk, with a real server process whose journal
+directory is a size-limited tmpfs the test mounts (skipped with the reason where it may not).
+
+While the disk is full the server acknowledges nothing as persisted, refuses what it cannot
+keep (``tx store failure``) and reports the condition once in its log and in
+``/amps/instance/storage``; the publishing ``HAClient`` logs one line when the refusals start
+and one when publishes are persisted again (it logged a line per refused message: 2,396 in
+one run). Once space returns, publishing goes on by itself. The ledger: the transaction log
+holds every message that was not refused exactly once, in order, and nothing refused (a
+refused publish used to be journaled when the write failed after the record was buffered)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsclient import Client, HAClient
+from ampsclient_server_stub.harness import ServerProcess, free_port
+from ampsclient_server_stub.testing import wait_for
+from tests.admin._support import get_json
+from tests.stores.test_disk_full import fill, small_filesystem
+
+pytestmark = pytest.mark.integration
+
+PAD = "x" * 500
+
+
+def conditions(admin: int) -> dict[str, Any]:
+    found = get_json(admin, "/amps/instance/storage")["conditions"]
+    return {c["id"]: c for c in found} if isinstance(found, list) else dict(found)
+
+
+def replay(uri: str) -> list[int]:
+    """The ``i`` of every record of ``t`` in the transaction log (EPOCH replay to a marker)."""
+    seen: list[int] = []
+    done: list[bool] = []
+
+    def handler(message: Any) -> None:
+        if message.get_command() not in ("p", "publish") or not message.get_data():
+            return
+        i = json.loads(message.get_data())["i"]
+        if i < 0:
+            done.append(True)
+        else:
+            seen.append(i)
+
+    with Client("journal-full-replay") as client:
+        client.connect(uri)
+        client.logon(5000)
+        client.bookmark_subscribe(handler, "t", "0")
+        client.publish("t", json.dumps({"i": -1}))
+        wait_for(lambda: bool(done), timeout=30, what="the replay's marker")
+    return seen
+
+
+def test_a_full_journal_disk_refuses_reports_once_and_resumes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin = free_port()
+    (tmp_path / "data").mkdir()
+    conf = tmp_path / "amps.xml"
+    conf.write_text(f"""<AMPSConfig><Name>journal-full</Name>
+  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>
+  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+    </Transport></Transports>
+  <TransactionLog><JournalDirectory>journal</JournalDirectory><JournalSize>4MB</JournalSize>
+    <Topic><Name>t</Name><MessageType>json</MessageType></Topic></TransactionLog>
+</AMPSConfig>""")
+    total = 6000
+    with (
+        small_filesystem(tmp_path / "data" / "journal", "16m") as fs,
+        caplog.at_level(logging.WARNING, "ampsclient.ha"),
+    ):
+        server = ServerProcess(data_dir=tmp_path / "data", config=conf).start()
+        try:
+            pub = HAClient("journal-full-pub")
+            pub.get_server_chooser().add(server.uri())
+            pub.connect_and_logon()
+            try:
+                for i in range(1000):  # before
+                    pub.publish("t", json.dumps({"i": i, "pad": PAD}))
+                pub.publish_flush(30_000)
+                filler = fill(fs)
+                for i in range(1000, 4000):  # during: far more than the append buffer holds
+                    pub.publish("t", json.dumps({"i": i, "pad": PAD}))
+                wait_for(lambda: "journal" in conditions(admin), timeout=30, what="the condition")
+                assert conditions(admin)["journal"]["disk_full"] is True
+                filler.unlink()  # space returns
+                for i in range(4000, total):  # after
+                    pub.publish("t", json.dumps({"i": i, "pad": PAD}))
+                pub.publish_flush(60_000)
+            finally:
+                pub.close()
+            wait_for(lambda: not conditions(admin), timeout=30, what="the condition to end")
+            journaled = replay(server.uri())
+            log = list(server.stderr_lines)
+        finally:
+            server.stop()
+    client_lines = [r.getMessage() for r in caplog.records if r.name == "ampsclient.ha"]
+    refused = [re.search(r"refused (\d+) publish\(es\)", line) for line in client_lines]
+    counts = [int(m.group(1)) for m in refused if m is not None]
+    assert len(client_lines) == 2 * len(counts) and counts, client_lines  # start + end each
+    assert all("tx store failure" in line for line in client_lines)
+    assert len(journaled) == len(set(journaled)) and journaled == sorted(journaled)
+    assert len(journaled) + sum(counts) == total  # nothing refused is in the log
+    assert set(range(1000)) | set(range(4000, total)) <= set(journaled)
+    assert sum("storage: journal cannot be written" in line for line in log) == 1
+    assert sum("storage: journal is written again" in line for line in log) == 1
+    assert not any("Traceback" in line for line in log)
