@@ -15,10 +15,7 @@ publisher and not acked by a consumer comes back exactly once, in order."""
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +27,7 @@ from test_queue_file_backed import consume_rest
 from ampsclient_server_stub.harness import ServerProcess, free_port
 from ampsclient_server_stub.testing import wait_for
 from tests.admin._support import get_json
-from tests.stores.test_disk_full import fill, small_filesystem
+from tests.stores.test_disk_full import fill, on_full_disk, small_filesystem
 
 pytestmark = pytest.mark.integration
 
@@ -49,31 +46,6 @@ def failed(admin: int, store: str) -> int:
 def conditions(admin: int) -> dict[str, Any]:
     found = get_json(admin, "/amps/instance/storage")["conditions"]
     return {c["id"]: c for c in found} if isinstance(found, list) else dict(found)
-
-
-@contextlib.contextmanager
-def on_full_disk(full: Path, *paths: Path) -> Iterator[None]:
-    """Each of ``paths`` is a bind mount of a file on the full filesystem ``full`` while the
-    block runs: whatever is written there fails with ``ENOSPC``."""
-    mounted: list[Path] = []
-    try:
-        for n, path in enumerate(paths):
-            target = full / f"f{n}"
-            path.touch()
-            done = subprocess.run(
-                ["mount", "--bind", str(target), str(path)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if done.returncode != 0:
-                pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
-            mounted.append(path)
-        yield
-    finally:
-        for path in mounted:
-            subprocess.run(["umount", str(path)], check=False)
-            path.unlink(missing_ok=True)
 
 
 def test_full_disk_under_the_queue_files_is_reported_once_and_written_again(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,9 @@ from _replication_support import wait_for
 from ampsclient.sync import HAClient
 from ampsclient_server_stub.cluster import Cluster, ClusterNode
 from ampsclient_server_stub.harness import free_port
+from ampsclient_server_stub.replication.holds import hold_file_name
 from tests.admin._support import get_json
-from tests.stores.test_disk_full import fill, small_filesystem
+from tests.stores.test_disk_full import fill, on_full_disk, small_filesystem
 
 pytestmark = pytest.mark.integration
 
@@ -101,3 +103,59 @@ def test_a_full_disk_on_the_sync_replica_holds_acks_then_resumes(tmp_path: Path)
             assert sorted(got) == list(range(3500)), node.name
             assert set(Counter(got).values()) == {1}, node.name  # each exactly once
         assert ns(b) == ns(a)  # the same order
+
+
+def test_replication_holds_on_a_full_disk_are_reported_once_and_saved_again(
+    tmp_path: Path,
+) -> None:
+    """What replication writes of its own: ``A.replication-holds.json``, the first journal
+    index each destination may still need, rewritten as B acknowledges. Its temporary file is
+    a bind mount of a file on a full tmpfs (the journal stays writable): the condition is
+    reported once (it was a warning per save), the file is saved again as soon as the disk
+    is back (a failed save used to wait for the hold's next move), and after a ``kill -9``
+    of A, B still receives every message exactly once."""
+    admin = free_port()
+    cluster = Cluster(tmp_path, journal_size="1MB")
+    a = cluster.add("A", extra_xml=f"  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>")
+    b = cluster.add("B")
+    cluster.replicate(a, b, sync=False)
+    cluster.replicate(b, a, sync=False)
+    holds = a.journal_dir / hold_file_name("A")
+    with small_filesystem(tmp_path / "full", "1m") as full, cluster:
+        (full / "f0").touch()
+        fill(full)
+        cluster.start()
+        cluster.wait_streaming()
+        publish(a, 0, 200)
+        cluster.wait_caught_up()
+        wait_for(holds.exists, 10, "the holds file")
+        with on_full_disk(full, holds.with_name(holds.name + ".tmp")):
+            n = 200
+            deadline = time.monotonic() + 30
+            while conditions(admin).get("replication/holds", {}).get("failed_writes", 0) < 3:
+                assert time.monotonic() < deadline, conditions(admin)
+                publish(a, n, n + 20)  # B acknowledges: the hold moves, a save is due
+                cluster.wait_caught_up()
+                n += 20
+            assert conditions(admin)["replication/holds"]["disk_full"] is True
+            assert lines(a, "storage: replication/holds cannot be written") == 1
+            stale = json.loads(holds.read_text())["holds"]["B"]
+        wait_for(lambda: not conditions(admin), 30, "the holds to be saved again")
+        assert lines(a, "storage: replication/holds is written again") == 1
+        assert json.loads(holds.read_text())["holds"]["B"] > stale
+        a.kill()
+        a.start()
+        publish(a, n, n + 100)
+        cluster.wait_caught_up()
+        got = ns(b)
+        assert sorted(got) == list(range(n + 100))
+        assert set(Counter(got).values()) == {1}
+
+
+def publish(node: ClusterNode, start: int, stop: int) -> None:
+    with HAClient(f"pub-{start}") as pub:
+        pub.get_server_chooser().add(node.uri())
+        pub.connect_and_logon()
+        for n in range(start, stop):
+            pub.publish("orders", json.dumps({"n": n, "pad": PAD}))
+        pub.publish_flush(30_000)

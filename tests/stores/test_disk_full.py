@@ -48,6 +48,31 @@ def small_filesystem(path: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+@contextlib.contextmanager
+def on_full_disk(full: Path, *paths: Path) -> Iterator[None]:
+    """Each of ``paths`` is a bind mount of a file on the full filesystem ``full`` while the
+    block runs: whatever is written there fails with ``ENOSPC``."""
+    mounted: list[Path] = []
+    try:
+        for n, path in enumerate(paths):
+            target = full / f"f{n}"
+            path.touch()
+            done = subprocess.run(
+                ["mount", "--bind", str(target), str(path)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
+            mounted.append(path)
+        yield
+    finally:
+        for path in mounted:
+            subprocess.run(["umount", str(path)], check=False)
+            path.unlink(missing_ok=True)
+
+
 class Inbox:
     def __init__(self) -> None:
         self.lock = threading.Lock()
