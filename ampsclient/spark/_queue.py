@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from ..exceptions import AMPSError
 from ._convert import RowBuilder
-from ._core import REPLAY_OPTIONS, WAIT_MS, AMPSSparkError, ReadOptions, describe
+from ._core import WAIT_MS, AMPSSparkError, ReadOptions, describe
 from ._leases import QueueLeases
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
@@ -71,14 +71,13 @@ class AMPSQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _holder(self) -> QueueLeases:
         if self._leases is None:
             opts = self.opts
-            timed = RowBuilder(self.schema, opts).replay_options == REPLAY_OPTIONS
             self._leases = QueueLeases(
                 uris=opts.uris,
                 topic=opts.topic,
                 filter=opts.filter,
                 max_backlog=opts.max_backlog,
                 ack_batch_size=opts.ack_batch_size,
-                options="timestamp" if timed else "",
+                options="",  # no server times: "not implemented" for a queue subscription
                 prefix=opts.client_name_prefix,
                 connect_timeout_ms=opts.connect_timeout_ms,
                 reconnect_timeout_ms=opts.reconnect_timeout_ms,

@@ -31,7 +31,7 @@ from ampsclient.spark.datasource import AMPSBatchReader
 from ampsclient.sync import Client
 from ampsclient_server_stub.harness import ServerProcess
 
-QUEUES = 6
+QUEUES = 8
 CONFIG = """<AMPSConfig><Name>spark-queue</Name>
   <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
     <Protocol>amps</Protocol></Transport></Transports>
@@ -171,6 +171,30 @@ def test_a_full_backlog_gets_an_empty_batch_so_that_spark_commits_the_last_one(
             offset = end
         assert got == list(range(7))
         assert r._leases is not None and r._leases.granted == 3
+    finally:
+        r.stop()
+    assert consume_until_marker(uri, q, 100) == [100]
+
+
+def test_a_commit_after_a_server_restart_acknowledges_on_the_new_connection(
+    queue_server: ServerProcess, queue: tuple[str, str, str]
+) -> None:
+    """The driver's connection drops between a batch and its commit: AMPS returns the leases
+    and, once the server is back, delivers them again to the new subscription; the commit
+    still acknowledges the batch (any subscriber may, AMPS' default ``sublet`` leasing) and
+    those messages are not read a second time."""
+    uri, q, jobs = queue
+    publish(uri, jobs, range(6))
+    r = reader(uri, q)
+    try:
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert rows(r, start, end) == list(range(6))
+        queue_server.stop()
+        queue_server.start()
+        assert queue_server.uri() == uri
+        r.commit(end)  # connects and subscribes again (reconnectTimeout), then acknowledges
+        assert r.latestOffset(end, ReadAllAvailable()) == end  # nothing new, nothing to commit
     finally:
         r.stop()
     assert consume_until_marker(uri, q, 100) == [100]
