@@ -38,6 +38,12 @@ def lines(server: ServerProcess, text: str) -> int:
     return sum(text in line for line in list(server.stderr_lines))
 
 
+def logged_once(node: ServerProcess, text: str) -> bool:
+    """``text`` is in the log exactly once (waiting until the reader thread has it)."""
+    wait_for(lambda: lines(node, text) >= 1, timeout=10, what=text)
+    return lines(node, text) == 1
+
+
 def failed(admin: int, store: str) -> int:
     found: int = conditions(admin).get(store, {}).get("failed_writes", 0)
     return found
@@ -88,8 +94,8 @@ def test_full_disk_under_the_queue_files_is_reported_once_and_written_again(
                 during = conditions(admin)
                 assert during[store]["disk_full"] is True
                 assert during["queues/ack"]["disk_full"] is True
-                assert lines(server, f"storage: {store} cannot be written") == 1
-                assert lines(server, "storage: queues/ack cannot be written") == 1
+                assert logged_once(server, f"storage: {store} cannot be written")
+                assert logged_once(server, "storage: queues/ack cannot be written")
                 assert lines(server, "Traceback") == 0
             deadline = time.monotonic() + 30
             while conditions(admin):  # space is back: written again at the next due writes
@@ -97,8 +103,8 @@ def test_full_disk_under_the_queue_files_is_reported_once_and_written_again(
                 c.ack_durably([c.take(k + 1)[k][0]])
                 publish_durably(server, n, 1)
                 k, n = k + 1, n + 1
-            assert lines(server, f"storage: {store} is written again") == 1
-            assert lines(server, "storage: queues/ack is written again") == 1
+            assert logged_once(server, f"storage: {store} is written again")
+            assert logged_once(server, "storage: queues/ack is written again")
             c.close()
             publish_durably(server, n, 20)  # after
             server.kill()  # kill -9

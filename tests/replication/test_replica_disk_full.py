@@ -42,6 +42,12 @@ def lines(node: ClusterNode, text: str) -> int:
     return sum(text in line for line in node.log_lines())
 
 
+def logged_once(node: ClusterNode, text: str) -> bool:
+    """``text`` is in the log exactly once (waiting until the reader thread has it)."""
+    wait_for(lambda: lines(node, text) >= 1, 10, text)
+    return lines(node, text) == 1
+
+
 def conditions(admin: int) -> dict[str, Any]:
     found = get_json(admin, "/amps/instance/storage")["conditions"]
     return {c["id"]: c for c in found} if isinstance(found, list) else dict(found)
@@ -83,7 +89,7 @@ def test_a_full_disk_on_the_sync_replica_holds_acks_then_resumes(tmp_path: Path)
             )
             assert conditions(admin)["journal"]["disk_full"] is True
             assert not flushed.is_set()  # the acks wait for B
-            assert lines(b, "storage: journal cannot be written") == 1
+            assert logged_once(b, "storage: journal cannot be written")
             assert lines(b, "Traceback") == 0
             filler.unlink()  # space returns
             flusher.join(60)
@@ -95,8 +101,13 @@ def test_a_full_disk_on_the_sync_replica_holds_acks_then_resumes(tmp_path: Path)
             pub.close()
         cluster.wait_caught_up()
         wait_for(lambda: not conditions(admin), 30, "B's conditions to end")
-        assert lines(b, "storage: journal is written again") == lines(
-            b, "storage: journal cannot be written"
+        wait_for(
+            lambda: (
+                lines(b, "storage: journal is written again")
+                == lines(b, "storage: journal cannot be written")
+            ),
+            10,
+            "a line for every condition that ended",
         )
         for node in (a, b):
             got = ns(node)
@@ -138,15 +149,15 @@ def test_replication_holds_on_a_full_disk_are_reported_once_and_saved_again(
                 cluster.wait_caught_up()
                 n += 20
             assert conditions(admin)["replication/holds"]["disk_full"] is True
-            assert lines(a, "storage: replication/holds cannot be written") == 1
+            assert logged_once(a, "storage: replication/holds cannot be written")
             stale = json.loads(holds.read_text())["holds"]["B"]
         wait_for(lambda: not conditions(admin), 30, "the holds to be saved again")
-        assert lines(a, "storage: replication/holds is written again") == 1
+        assert logged_once(a, "storage: replication/holds is written again")
         assert json.loads(holds.read_text())["holds"]["B"] > stale
         a.kill()
         a.start()
         publish(a, n, n + 100)
-        cluster.wait_caught_up()
+        wait_for(lambda: len(ns(b)) >= n + 100, 30, "B to receive every message")
         got = ns(b)
         assert sorted(got) == list(range(n + 100))
         assert set(Counter(got).values()) == {1}

@@ -1,13 +1,15 @@
-"""Issue #32, a full disk under the client's file stores: a real size-limited tmpfs the test
-mounts (skipped where it may not). The publish that cannot be stored raises a typed
-``StoreError`` (never a ``SIGBUS``: segments are preallocated before they are mapped) and is
-not sent; messages stored before it are delivered; once the server's acks free the store's
-segments, publishing works again; every message is delivered exactly once, in order."""
+"""Issue #32, a full disk under the client's file stores (publish, bookmark): a real
+size-limited tmpfs the test mounts (skipped where it may not). The publish that cannot be
+stored raises a typed ``StoreError`` (never a ``SIGBUS``: segments are preallocated before
+they are mapped) and is not sent; messages stored before it are delivered; once the server's
+acks free the store's segments, publishing works again; every message is delivered exactly
+once, in order. The bookmark store: see its test."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import threading
@@ -19,6 +21,7 @@ import pytest
 
 from ampsclient import Client, HAClient
 from ampsclient.exceptions import StoreError
+from ampsclient.stores import MMapBookmarkStore
 from ampsclient.stores.publish import FilePublishStore
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import default_config
@@ -154,3 +157,68 @@ def test_persisted_segments_are_reclaimed_when_the_disk_is_full(tmp_path: Path) 
             assert store.unpersisted_count == 0
         finally:
             store.close()
+
+
+def test_a_full_disk_under_the_file_bookmark_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ``MMapBookmarkStore`` whose file system fills while a subscriber discards what it
+    processed: the discard that cannot be stored raises ``StoreError`` (the process goes on,
+    no ``SIGBUS``: the store writes lines, it maps nothing), one warning says so until a write
+    succeeds, one when it does; no line is half written (a torn line used to stay and later
+    lines glued onto it, so the file could not be opened again). Reopened, the store resumes
+    the subscription after the last message discarded: nothing of it again, nothing lost (a
+    marker published after it is the next message)."""
+    published = 600
+    with (
+        small_filesystem(tmp_path / "fs", "64k") as fs,
+        ServerThread(default_config(tcp_port=0, ws_port=0)) as server,
+        caplog.at_level(logging.WARNING, "ampsclient.stores"),
+    ):
+        with Client("bm-disk-full-pub") as pub:
+            pub.connect(server.uri("tcp", "json"))
+            pub.logon(5000)
+            for i in range(published):
+                pub.publish("t", json.dumps({"i": i}))
+            pub.flush(10_000)
+        store = MMapBookmarkStore(fs / "points")
+        got: list[Any] = []
+        with HAClient("bm-disk-full-sub", bookmark_store=store) as sub:
+            sub.get_server_chooser().add(server.uri("tcp", "json"))
+            sub.connect_and_logon()
+            sub.bookmark_subscribe(got.append, "t", "0", sub_id="s")
+            wait_for(lambda: len(got) >= published, what="the replay")
+            for m in got[:200]:  # before
+                store.discard_message(m)
+            filler = fill(fs)
+            refused = 0
+            for m in got[200:400]:  # during
+                try:
+                    store.discard_message(m)
+                except StoreError as exc:
+                    assert "No space left on device" in str(exc)
+                    refused += 1
+            assert refused > 0
+            filler.unlink()  # space returns
+            for m in got[400:published]:  # after
+                store.discard_message(m)
+            last = got[published - 1].get_bookmark()
+            assert store.get_most_recent("s") == last
+        store.close()
+        lines = [r.getMessage() for r in caplog.records if r.name.startswith("ampsclient.stores")]
+        assert len(lines) == 2, lines
+        assert "cannot write recovery points" in lines[0]
+        assert f"written again after {refused} failed update(s)" in lines[1]
+        reopened = MMapBookmarkStore(fs / "points")  # every line whole: it opens
+        assert reopened.get_most_recent("s") == last
+        again: list[int] = []
+        with HAClient("bm-disk-full-sub", bookmark_store=reopened) as sub:
+            sub.get_server_chooser().add(server.uri("tcp", "json"))
+            sub.connect_and_logon()
+            sub.bookmark_subscribe(
+                lambda m: again.append(json.loads(m.get_data())["i"]), "t", "recent", sub_id="s"
+            )
+            sub.publish("t", json.dumps({"i": -1}))  # the marker
+            wait_for(lambda: -1 in again, what="the marker")
+        assert again == [-1]
+        reopened.close()

@@ -98,6 +98,10 @@ def test_a_full_journal_disk_refuses_reports_once_and_resumes(
                 pub.close()
             wait_for(lambda: not conditions(admin), timeout=30, what="the condition to end")
             journaled = replay(server.uri())
+            wait_for(
+                lambda: any("storage: journal is written again" in x for x in server.stderr_lines),
+                what="the server's line",
+            )
             log = list(server.stderr_lines)
         finally:
             server.stop()

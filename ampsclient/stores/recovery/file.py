@@ -31,6 +31,7 @@ crashes (``kill -9``) but not for a machine crash. Wrap the adapter in a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -131,6 +132,10 @@ class FileRecoveryPointAdapter(RecoveryPointCursor):
         self._lock = threading.Lock()
         self._table: dict[str, tuple[str, float]] = {}
         self._lines = 0
+        self._size = 0
+        """The file's length after the last whole line (a failed write is cut back to it)."""
+        self._failed = 0
+        """Writes that failed since the last one that succeeded (a full disk)."""
         self._fd: int | None = None
         try:
             self._table = self._read()
@@ -207,13 +212,21 @@ class FileRecoveryPointAdapter(RecoveryPointCursor):
         body = [_HEADER]
         for sub_id, (bookmark, stamp) in self._table.items():
             body.append(_dumps({"subId": sub_id, "bookmark": bookmark, "time": stamp}))
+        data = b"".join(body)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, b"".join(body))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
-        finally:
+        except OSError:
             os.close(fd)
+            with contextlib.suppress(OSError):  # (a full disk) no half-written file is left
+                os.unlink(tmp)
+            raise
+        os.close(fd)
         os.replace(tmp, self.path)
+        self._size = len(data)
         _fsync_dir(self.path.parent)
         self._lines = len(self._table)
         new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -231,15 +244,34 @@ class FileRecoveryPointAdapter(RecoveryPointCursor):
                 view = view[os.write(fd, view) :]
             if self._fsync:
                 os.fsync(fd)
-            self._lines += 1
-            if self._lines - len(self._table) >= self._compact_after:
-                self._compact()
         except OSError as exc:
-            try:  # drop a partly written line so that later lines do not glue onto it
-                self._compact()
-            except OSError:
-                logger.exception("%s: compaction after a failed write failed too", self.path)
+            # a full disk: cut a partly written line off (truncating needs no space), so the
+            # file keeps whole lines and later ones do not glue onto it
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self._size)
+            self._failed += 1
+            if self._failed == 1:  # once per condition, not per update
+                logger.warning(
+                    "%s: cannot write recovery points (%s); each update raises StoreError "
+                    "until a write succeeds again",
+                    self.path,
+                    exc,
+                )
             raise StoreError(f"{self.path}: cannot write a recovery point ({exc})") from exc
+        self._size += len(line)
+        self._lines += 1
+        if self._failed:
+            logger.warning(
+                "%s: recovery points are written again after %d failed update(s)",
+                self.path,
+                self._failed,
+            )
+            self._failed = 0
+        if self._lines - len(self._table) >= self._compact_after:
+            try:
+                self._compact()
+            except OSError as exc:  # the appended line stands; compaction is tried later
+                logger.debug("%s: compaction failed: %s", self.path, exc)
 
     # ------------------------------------------------------------------ adapter API
 
