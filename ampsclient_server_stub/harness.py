@@ -272,11 +272,14 @@ class ServerProcess:
             return None if proc is None else proc.returncode
         proc.terminate()
         try:
-            return proc.wait(timeout)
+            code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             log.warning("server %s ignored SIGTERM; killing it", self.name)
             self.kill()
             return proc.returncode
+        if self._reader is not None:  # its end of stream must not reach a later start()
+            self._reader.join(5)
+        return code
 
     def restart(self) -> ServerProcess:
         """Kill (if running) and start again on the same ports and data directory."""
