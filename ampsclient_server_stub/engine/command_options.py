@@ -27,7 +27,10 @@ __all__ = [
     "COMMAND_OPTIONS",
     "NOT_IMPLEMENTED",
     "OPTION_EFFECTS",
+    "QUEUE_OPTIONS",
+    "QUEUE_VIEW_OPTIONS",
     "check_command_options",
+    "check_queue_options",
 ]
 
 OPTION_EFFECTS: Final[Mapping[str, str]] = {
@@ -136,3 +139,32 @@ def check_command_options(command: str, options: Mapping[str, str]) -> None:
             known = ", ".join(sorted(accepted)) or "none"
             why = f"{name!r} is not an option of {shown} (its options: {known})"
         raise CommandFailure("invalid options", f"option {name!r}: {why}")
+
+
+QUEUE_OPTIONS: Final = frozenset({"replace", "max_backlog", "top_n", "skip_n", "orderby"})
+"""What a subscription to a queue takes here (``top_n``/``skip_n``/``orderby`` for the query
+part of a ``sow_and_subscribe``): a queue delivers each message to one subscriber under a
+lease, so ``oof``, ``timestamp``, conflation, the bookmark options and the delta options are
+not implemented for it."""
+
+QUEUE_VIEW_OPTIONS: Final = frozenset({"replace", "oof", "top_n", "skip_n", "orderby"})
+"""What a subscription to a view over a queue takes here."""
+
+
+def check_queue_options(options: Mapping[str, str], *, view: bool) -> None:
+    """Refuse what a subscription to a queue (``view``: to a view over a queue) does not
+    implement, though its command accepts it elsewhere.
+
+    Raises:
+        CommandFailure: ``invalid options``, naming the first such option.
+    """
+    accepted = QUEUE_VIEW_OPTIONS if view else QUEUE_OPTIONS
+    what = "a view over a queue" if view else "a queue"
+    for name in options:
+        if name not in accepted:
+            known = ", ".join(sorted(accepted))
+            raise CommandFailure(
+                "invalid options",
+                f"option {name!r}: not implemented for a subscription to {what} (its options "
+                f"here: {known})",
+            )

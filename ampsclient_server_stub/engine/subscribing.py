@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from ampsclient.protocol.header import Header, encode_header
 
+from .command_options import check_queue_options
 from .conflation import ConflationError, ConflationSpec, LiveConflation, parse_conflation
 from .hooks import BrokerHooks
 from .pagination import Page
@@ -196,9 +197,15 @@ class Subscribing:
                 "projection and grouping (an aggregated subscription) need a sow, "
                 "sow_and_subscribe or sow_and_delta_subscribe",
             )
-        sub, replaced = self.prepare(conn, hdr, options, delta=delta)
         bookmark = text(hdr.get("bm"))
         queues = self._hooks.queues
+        topic = text(hdr.get("t"))
+        if queues is not None and bookmark is None and topic is not None:
+            if queues.is_queue(conn.mt, topic):
+                check_queue_options(options, view=False)
+            elif queues.is_view(conn.mt, topic):
+                check_queue_options(options, view=True)
+        sub, replaced = self.prepare(conn, hdr, options, delta=delta)
         if (
             queues is not None
             and bookmark is None
@@ -242,6 +249,7 @@ class Subscribing:
             and subscribe
             and (queues.is_queue(conn.mt, matcher.topic) or queues.is_view(conn.mt, matcher.topic))
         ):
+            check_queue_options(options, view=not queues.is_queue(conn.mt, matcher.topic))
             sub, replaced = self.prepare(conn, hdr, options, delta=delta)
             queues.sow_and_subscribe(conn, hdr, matcher, sub, replaced)
             return  # the available messages, then a queue subscription (it leases)

@@ -484,3 +484,16 @@ def test_the_docs_table_is_the_servers_table() -> None:
     expected = {(c, o): "yes" for c in commands for o in COMMAND_OPTIONS[c]}
     expected |= {key: "refused" for key in NOT_IMPLEMENTED if key[0] in commands}
     assert shown == expected
+
+
+@pytest.mark.parametrize("command", SUBSCRIBING)
+@pytest.mark.parametrize("option", ["oof", "timestamp", "conflation=1s", "live", "no_empties"])
+def test_a_queue_subscription_refuses_what_it_does_not_implement(
+    probe: Probe, command: str, option: str
+) -> None:
+    name = option.split("=")[0]
+    if name not in COMMAND_OPTIONS[command]:
+        pytest.skip(f"{command} does not take {name} anywhere (refused by the table)")
+    ack = probe.command(command, t="work", sub_id="qs", o=option)
+    refused(ack, name)
+    assert "a subscription to a queue" in ack["reason_detail"]
