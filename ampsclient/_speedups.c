@@ -3267,13 +3267,14 @@ lanemethod_vectorcall(LaneMethod *self, PyObject *const *args, size_t nargsf, Py
     PyObject *obj = Py_NewRef(args[0]);
     PyObject *lane = NULL;
     for (int depth = 0;; depth++) {
-        PyObject *dict = PyObject_GenericGetDict(obj, NULL);
-        if (dict == NULL) {
+        PyObject **dictptr = _PyObject_GetDictPtr(obj);
+        if (dictptr == NULL) {
+            PyErr_Format(PyExc_TypeError, "LaneMethod: %R has no __dict__", obj);
             goto error;
         }
-        lane = PyDict_GetItemWithError(dict, lm->attr); /* borrowed */
+        /* (an exact-str key: the lookup runs no Python code) */
+        lane = *dictptr == NULL ? NULL : PyDict_GetItemWithError(*dictptr, lm->attr);
         Py_XINCREF(lane);
-        Py_DECREF(dict);
         if (lane == NULL && PyErr_Occurred()) {
             goto error;
         }
@@ -3295,7 +3296,15 @@ lanemethod_vectorcall(LaneMethod *self, PyObject *const *args, size_t nargsf, Py
         break;
     }
     PyObject *r;
-    if (lane != NULL) {
+    if (lane != NULL && PyCFunction_CheckExact(lane)
+        && PyCFunction_GET_FLAGS(lane) == (METH_FASTCALL | METH_KEYWORDS)) {
+        /* a C lane's method: its function, called as the interpreter would call it */
+        _PyCFunctionFastWithKeywords f =
+            (_PyCFunctionFastWithKeywords)(void (*)(void))PyCFunction_GET_FUNCTION(lane);
+        r = f(PyCFunction_GET_SELF(lane), args + 1, nargs - 1, kwnames);
+        Py_DECREF(lane);
+    }
+    else if (lane != NULL) {
         /* args[0] may be overwritten by the callee: the slot before args[1] is ours */
         r = PyObject_Vectorcall(lane, args + 1,
                                 (size_t)(nargs - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);

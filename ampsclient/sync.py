@@ -149,8 +149,9 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
 
     def _start(self) -> None:
         self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
-        self._async_publish: Callable[..., int] = self._async.publish
-        """:meth:`publish`'s lane: the asyncio client's own (thread-safe) method."""
+        self._async_publish: Callable[..., int] = self._async.publish_path()
+        """:meth:`publish`'s lane: the asyncio client's (thread-safe) publish path, its C
+        lane's publish when built."""
         self._async_delta_publish: Callable[..., int] = self._async.delta_publish
         """:meth:`delta_publish`'s lane, likewise."""
 
@@ -176,8 +177,9 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
         """Publish ``data`` to ``topic`` without waiting (any thread; see AsyncClient.publish).
         Returns 0 (an ``HAClient``: the sequence number), as the official client does.
 
-        The call goes straight to the asyncio client's method (``_async_publish``, set in
-        ``_start``; :func:`~ampsclient._accel.lane_method`): no Python frame of its own.
+        The call goes straight to the asyncio client's publish path (``_async_publish``, set
+        in ``_start``: its C lane's publish when built; :func:`~ampsclient._accel.lane_method`):
+        no Python frame of its own.
         """
         return self._async.publish(
             topic, data, expiration=expiration, correlation_id=correlation_id, sow_key=sow_key
@@ -452,7 +454,8 @@ class HAClient(Client):
     def set_publish_store(self, publish_store: Any) -> None:
         """Use ``publish_store`` (a store object, or ``None`` for a memory store); before
         connecting."""
-        self._ha.set_publish_store(publish_store)  # its publish picks the new store's lane
+        self._ha.set_publish_store(publish_store)
+        self._async_publish = self._ha.publish_path()  # the new store's lane
 
     def set_logon_options(self, options: str | None) -> None:
         """Options sent with every logon (e.g. ``"ack_conflation=10ms"``)."""

@@ -578,6 +578,13 @@ class FrameWriter:
         self._send_publish(header + data)
         return PUBLISHED
 
+    def publish_path(self) -> Callable[..., Published]:
+        """What a facade may hold to publish through this client with no dispatch of its own:
+        the C ``PlainPublishLane``'s ``publish`` (set once, at construction), else
+        :meth:`publish` bound. Switched off lanes call this client's Python path, so a held
+        one stays correct (``set_observer``)."""
+        return self._publish_lane or self.publish
+
     def _retried(self) -> bool:
         """No connection: whether :attr:`send_retry` made one again (never on the loop)."""
         retry = self.send_retry

@@ -882,6 +882,39 @@ def test_bookmark_lane_steps_aside_while_another_thread_holds_the_store() -> Non
     store.close()
 
 
+@pytest.mark.integration
+def test_a_facade_holding_a_replaced_publish_lane_publishes_into_the_new_store(
+    server_uri: str,
+) -> None:
+    """The sync ``HAClient`` holds its asyncio client's publish path (the C lane's publish):
+    a store set on the asyncio client directly (past the facade) switches the old lane off,
+    so publishes through the facade take the Python path into the new store (the old one
+    would keep them unpersisted for good); the facade's own ``set_publish_store`` takes the
+    new store's lane."""
+    old, new, newer = MemoryPublishStore(), MemoryPublishStore(), MemoryPublishStore()
+    client = HAClient("replaced-lane", old)
+    try:
+        held = client._async_publish
+        client.async_client.set_publish_store(new)
+        assert client._async_publish is held  # stale, switched off
+        client.connect_and_logon(server_uri)
+        for i in range(50):  # the second on would take a live lane's fast path
+            client.publish("orders", f'{{"n":{i}}}')
+        client.publish_flush(10_000)
+        assert (old.unpersisted_count, new.unpersisted_count) == (0, 0)
+        assert old.get_last_persisted() in (0, None) and new.get_last_persisted()
+    finally:
+        client.close()
+    client = HAClient("replaced-lane-facade", old)
+    try:
+        client.set_publish_store(newer)
+        assert client._async_publish == client.async_client.publish_path()
+        client.publish("orders", "{}")
+        assert (old.unpersisted_count, newer.unpersisted_count) == (0, 1)
+    finally:
+        client.close()
+
+
 def test_ha_discard_is_the_stores_lane_and_follows_a_new_store() -> None:
     """``HAClient.discard`` (sync and async) hands each call to the bookmark store's discard
     lane (C ``LaneMethod``s in between: no Python frame); after ``set_bookmark_store`` to

@@ -218,6 +218,14 @@ class AsyncHAClient(ConnectionFace):
         self._lane = lane(self._client, self._store, kind == "file", slow)
         self._publish_lane = self._lane.publish
 
+    def publish_path(self) -> Callable[..., int]:
+        """What a facade may hold to publish through this client with no dispatch of its own:
+        the C ``PublishLane``'s ``publish``, else :meth:`publish` bound. A lane replaced
+        (``set_publish_store``) or switched off (``set_observer``) calls this client's Python
+        path, so a held one stays correct; take it again after ``set_publish_store`` for
+        the new store's lane."""
+        return self._publish_lane or self.publish
+
     def set_observer(self, observer: ClientObserver | None) -> None:
         """Opt-in instrumentation (:mod:`ampsclient.observer`): also switches this client's C
         publish lane off for good, so that every publish asks the observer."""
@@ -287,7 +295,9 @@ class AsyncHAClient(ConnectionFace):
             raise UsageError("set_publish_store: the current store holds unpersisted messages")
         self._store = self._own_publish_store(store)
         self._seq.store = self._acks.store = self._store
-        self._lane = self._publish_lane = None  # the C lane of the previous store
+        if self._lane is not None:  # a facade may hold it (publish_path): it now calls
+            self._lane.disable()  # this client's Python path, which uses the new store
+        self._lane = self._publish_lane = None
         self._bind_publish_lane()
 
     def set_logon_timeout(self, milliseconds: int) -> None:
