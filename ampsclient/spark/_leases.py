@@ -270,6 +270,7 @@ class QueueLeases:
                         Command("sow_delete")
                         .set_topic(self.topic)
                         .set_bookmark(",".join(bookmarks[i : i + step]))
+                        .set_timeout(self.wait_ms)
                     )
                     client.execute_async(cmd)
             except AMPSError as exc:

@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from ..exceptions import AMPSError
 from ._convert import RowBuilder
-from ._core import WAIT_MS, AMPSSparkError, ReadOptions, describe
+from ._core import AMPSSparkError, ReadOptions, describe
 from ._leases import QueueLeases
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
@@ -81,7 +81,7 @@ class AMPSQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 prefix=opts.client_name_prefix,
                 connect_timeout_ms=opts.connect_timeout_ms,
                 reconnect_timeout_ms=opts.reconnect_timeout_ms,
-                wait_ms=WAIT_MS,
+                wait_ms=opts.read_timeout_ms,
             )
         return self._leases
 

@@ -8,7 +8,9 @@ streaming queries on the session's Spark."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import signal
 import threading
 import time
 import uuid
@@ -198,6 +200,36 @@ def test_a_commit_after_a_server_restart_acknowledges_on_the_new_connection(
     finally:
         r.stop()
     assert consume_until_marker(uri, q, 100) == [100]
+
+
+def test_a_commit_the_server_does_not_answer_fails_naming_it(
+    queue_server: ServerProcess, queue: tuple[str, str, str]
+) -> None:
+    """Every wait of the driver has a deadline (``readTimeout``): a frozen server (SIGSTOP)
+    makes the commit fail with an error that names the acknowledgement it waited for."""
+    uri, q, jobs = queue
+    publish(uri, jobs, range(3))
+    r = reader(uri, q, readTimeout="1500")
+    pid = queue_server.pid
+    assert pid is not None
+    try:
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert rows(r, start, end) == [0, 1, 2]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            with pytest.raises(
+                AMPSSparkError,
+                match=rf"acknowledging 3 message\(s\) of queue '{q}': TimedOutException: "
+                r"timed out waiting for the sow_delete ack",
+            ):
+                r.commit(end)
+            assert time.monotonic() - began < 20.0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        r.stop()
 
 
 def test_queue_options_are_checked(queue: tuple[str, str, str]) -> None:
