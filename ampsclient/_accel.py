@@ -193,12 +193,13 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def py_lane_method(attr: str, method: _F) -> _F:
     """``method``, handing each call to the lane the instance holds in ``attr`` when set.
 
-    The twin of the C ``LaneMethod``: ``obj.m(*args)`` calls ``obj.<attr>(*args)`` when
-    ``obj.__dict__`` holds ``attr`` and it is not ``None``, else ``method(obj, *args)``."""
+    The twin of the C ``LaneMethod``: ``obj.m(*args)`` calls ``obj.<attr>(*args)`` when that
+    attribute (a slot of the class, or an entry of ``obj.__dict__``) is set and not ``None``,
+    else ``method(obj, *args)``."""
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        lane = self.__dict__.get(attr)
+        lane = getattr(self, attr, None)
         if lane is None:
             return method(self, *args, **kwargs)
         return lane(*args, **kwargs)
@@ -211,7 +212,9 @@ def lane_method(attr: str) -> Callable[[_F], _F]:
     object's method the instance forwards to without a Python frame of its own).
 
     The class declares the method once, with its Python body; an instance chooses its lane
-    by setting the attribute ``attr`` (``None``: the body runs). Nothing is ever assigned to
+    by setting the attribute ``attr`` (``None``: the body runs), best a ``__slots__`` entry
+    of the class: the C dispatch then reads it at its offset instead of looking it up in
+    the instance's ``__dict__``. Nothing is ever assigned to
     the method's own name on an instance, so the method a reader sees is the one that runs.
     With the C speedups the dispatch is the C ``LaneMethod`` (a method descriptor: no bound
     method, no Python frame before the lane), else :func:`py_lane_method`."""

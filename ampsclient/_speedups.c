@@ -3234,9 +3234,9 @@ static PyTypeObject AutoAckType = {
  * descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR): ``obj.name(...)`` calls it with ``obj`` first and
  * makes no bound method, as for a Python function. When the lane is itself a lane method
  * bound to another object, that object's lane is looked up at once (no second dispatch).
- * ``attr`` is read from the instance's
- * __dict__: the attribute the class that declares the method names for its own lane (no
- * role of LAYOUT, no other class's field).
+ * ``attr`` is the attribute the class that declares the method names for its own lane (no
+ * role of LAYOUT, no other class's field): a slot of that class (read at its offset, found
+ * once per type version) or an entry of the instance's __dict__.
  */
 
 typedef struct {
@@ -3244,7 +3244,48 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *attr;   /* str (interned): the instance attribute that holds the lane, or None */
     PyObject *method; /* the Python method (a function taking the instance first) */
+    unsigned int version; /* the type (its version tag) whose slot ``attr`` is at... */
+    Py_ssize_t offset;    /* ...this offset (0: no slot cached) */
 } LaneMethod;
+
+/* obj's lane for lm, a new reference in *lane (NULL: not set). The attribute is a slot of
+ * obj's class (__slots__: read at its offset, cached per type version) or an entry of obj's
+ * __dict__. -1 on error. */
+static int
+lanemethod_lane(LaneMethod *lm, PyObject *obj, PyObject **lane)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    Py_ssize_t offset = 0;
+    if (lm->version != 0 && tp->tp_version_tag == lm->version) {
+        offset = lm->offset;
+    }
+    else {
+        PyObject *descr = _PyType_Lookup(tp, lm->attr); /* borrowed; sets the version tag */
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == T_OBJECT_EX && member->offset > 0) {
+                offset = member->offset;
+                if (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) {
+                    lm->version = tp->tp_version_tag;
+                    lm->offset = offset;
+                }
+            }
+        }
+    }
+    if (offset > 0) {
+        *lane = Py_XNewRef(*(PyObject **)((char *)obj + offset));
+        return 0;
+    }
+    PyObject **dictptr = _PyObject_GetDictPtr(obj);
+    if (dictptr == NULL) {
+        PyErr_Format(PyExc_TypeError, "LaneMethod: %R has neither the slot nor a __dict__", obj);
+        return -1;
+    }
+    /* (an exact-str key: the lookup runs no Python code) */
+    *lane = *dictptr == NULL ? NULL : PyDict_GetItemWithError(*dictptr, lm->attr);
+    Py_XINCREF(*lane);
+    return *lane == NULL && PyErr_Occurred() ? -1 : 0;
+}
 
 #define LANE_FOLD_MAX 4     /* lane methods followed through (a facade's, its client's...) */
 #define LANE_STACK_ARGS 8   /* arguments a folded body call copies on the C stack */
@@ -3267,15 +3308,7 @@ lanemethod_vectorcall(LaneMethod *self, PyObject *const *args, size_t nargsf, Py
     PyObject *obj = Py_NewRef(args[0]);
     PyObject *lane = NULL;
     for (int depth = 0;; depth++) {
-        PyObject **dictptr = _PyObject_GetDictPtr(obj);
-        if (dictptr == NULL) {
-            PyErr_Format(PyExc_TypeError, "LaneMethod: %R has no __dict__", obj);
-            goto error;
-        }
-        /* (an exact-str key: the lookup runs no Python code) */
-        lane = *dictptr == NULL ? NULL : PyDict_GetItemWithError(*dictptr, lm->attr);
-        Py_XINCREF(lane);
-        if (lane == NULL && PyErr_Occurred()) {
+        if (lanemethod_lane(lm, obj, &lane) < 0) {
             goto error;
         }
         if (lane == NULL || lane == Py_None) {
@@ -3367,6 +3400,8 @@ lanemethod_init(LaneMethod *self, PyObject *args, PyObject *kwds)
     PyUnicode_InternInPlace(&attr);
     Py_XSETREF(self->attr, attr);
     Py_XSETREF(self->method, Py_NewRef(method));
+    self->version = 0;
+    self->offset = 0;
     self->vectorcall = (vectorcallfunc)lanemethod_vectorcall;
     return 0;
 }

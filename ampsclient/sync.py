@@ -128,6 +128,8 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
     _async: AsyncClient | AsyncHAClient
     """The asyncio client driven (an :class:`AsyncHAClient` holds its own AsyncClient)."""
 
+    __slots__ = ("_async_delta_publish", "_async_publish")  # the lanes: read at their offsets
+
     def __init__(
         self,
         name: str = "",
@@ -404,6 +406,8 @@ class HAClient(Client):
 
     _default_resubscription_timeout = 0
     """``set_default_resubscription_timeout``: the resubscription timeout of new HAClients."""
+
+    __slots__ = ("_ha_discard",)  # the lane: read at its offset
 
     def __init__(
         self,

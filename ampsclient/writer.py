@@ -103,6 +103,8 @@ class FrameWriter:
             decides how publish data that is not ``bytes``/``str`` is encoded.
     """
 
+    __slots__ = ("__dict__", "__weakref__", "_publish_lane")  # the lane: read at its offset
+
     def __init__(self, core: ClientCore, message_type: Callable[[], str]) -> None:
         self._writer_core = core
         self._message_type_of = message_type

@@ -192,22 +192,31 @@ def test_a_lane_method_hands_calls_to_the_lane_or_runs_its_body() -> None:
                 if lane is not ...:
                     self._send_lane = lane
 
+        class Slotted(Holder):  # the lane in a slot: the C dispatch reads it at its offset
+            __slots__ = ("_send_lane",)
+
         def lane(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
             return ("lane", args, kwargs)
 
-        unset, none, held = Holder(...), Holder(None), Holder(lane)
-        for h in (unset, none):
-            assert h.send("t") == ("body", "h", "t", None, "")
-            assert h.send("t", 1, key="k") == ("body", "h", "t", 1, "k")
-            assert Holder.send(h, topic="t") == ("body", "h", "t", None, "")
-        assert held.send("t", 1, key="k") == ("lane", ("t", 1), {"key": "k"})
-        assert Holder.send(held, "t") == ("lane", ("t",), {})
-        bound = held.send
-        assert bound("x") == ("lane", ("x",), {})
-        assert Holder.send.__doc__ == "The body."
-        assert Holder.send.__wrapped__ is body
-        assert inspect.unwrap(Holder.send) is body
-        assert list(inspect.signature(held.send).parameters) == ["topic", "data", "key"]
+        for kind in (Holder, Slotted, Holder):  # (a dict again after a slotted class)
+            assert_lane_method(kind, lane, body)
+
+
+def assert_lane_method(Holder: Any, lane: Any, body: Any) -> None:
+    """The cases of one holder class (see the test above)."""
+    unset, none, held = Holder(...), Holder(None), Holder(lane)
+    for h in (unset, none):
+        assert h.send("t") == ("body", "h", "t", None, "")
+        assert h.send("t", 1, key="k") == ("body", "h", "t", 1, "k")
+        assert Holder.send(h, topic="t") == ("body", "h", "t", None, "")
+    assert held.send("t", 1, key="k") == ("lane", ("t", 1), {"key": "k"})
+    assert Holder.send(held, "t") == ("lane", ("t",), {})
+    bound = held.send
+    assert bound("x") == ("lane", ("x",), {})
+    assert Holder.send.__doc__ == "The body."
+    assert Holder.send.__wrapped__ is body
+    assert inspect.unwrap(Holder.send) is body
+    assert list(inspect.signature(held.send).parameters) == ["topic", "data", "key"]
 
 
 def test_a_lane_method_whose_lane_is_another_lane_method() -> None:

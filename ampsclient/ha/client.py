@@ -99,6 +99,8 @@ class AsyncHAClient(ConnectionFace):
             default: verify against the system's CAs).
     """
 
+    __slots__ = ("_discard", "_publish_lane")  # the lanes: read at their offsets
+
     def __init__(
         self,
         name: str = "",
