@@ -26,6 +26,7 @@ from ampsclient.sync import HAClient
 from ampsclient_server_stub.config import ServerConfig, default_config
 from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
+from ampsclient_server_stub.engine.sow import SowTopic
 from ampsclient_server_stub.engine.txlog import TxLog
 from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.replication.apply import ReplicatedRecord, apply_replicated
@@ -201,6 +202,50 @@ def test_a_failed_journal_append_takes_the_sow_write_back(tmp_path: Path) -> Non
     assert sow.journal_index == checkpoint
     for s in node.broker.sow_topics:
         s.close()
+
+
+def test_a_failed_journal_append_takes_back_updates_deltas_and_deletes(tmp_path: Path) -> None:
+    """The SOW write is committed before the journal append (a commit that fails refuses the
+    publish with nothing journaled); when the append then fails, the committed change is
+    taken back: a replaced record, a delta merge and a delete leave the SOW, its file and its
+    checkpoint as they were (#32)."""
+    node = Node(tmp_path)
+    for i in range(5):
+        node.publish(TOPIC, body(i))
+    sow = node.broker.sow_topic(TOPIC)
+    assert sow is not None and sow.filename is not None
+    before, checkpoint = node.state(), sow.journal_index
+    node.journal.close()  # every append fails
+    session = RecordingSession()
+    conn = node.broker.connect(session)
+    node.broker.handle(conn, encode_header({"c": "logon", "cid": "1", "client_name": "x"}))
+    replaced = {**body(0), "i": 100}  # the key of body(0)
+    commands = [
+        (encode_header({"c": "p", "t": TOPIC, "cid": "2", "a": "processed"}), replaced),
+        (encode_header({"c": "delta_publish", "t": TOPIC, "cid": "3", "a": "processed"}), replaced),
+        (
+            encode_header(
+                {"c": "sow_delete", "t": TOPIC, "cid": "4", "a": "processed", "filter": "/i < 3"}
+            ),
+            None,
+        ),
+    ]
+    for header, doc in commands:
+        node.broker.handle(conn, header + (json.dumps(doc).encode() if doc else b""))
+    acks = [a for a in session.headers("ack") if a.get("cid") in ("2", "3", "4")]
+    assert [a["status"] for a in acks] == ["failure"] * 3, acks
+    assert {a["reason"] for a in acks} == {"tx store failure"}
+    assert node.state() == before  # the cache...
+    assert sow.journal_index == checkpoint
+    for s in node.broker.sow_topics:
+        s.close()
+    reopened = SowTopic(TOPIC, keys=sow.keys, filename=sow.filename)  # ... and the file
+    try:
+        found = [reopened.get(k) for k in reopened]
+        assert sorted(json.loads(r.data)["i"] for r in found if r is not None) == [0, 1, 2, 3, 4]
+        assert reopened.journal_index == checkpoint
+    finally:
+        reopened.close()
 
 
 def test_records_the_sow_has_not_seen_are_applied_in_log_order(tmp_path: Path) -> None:
