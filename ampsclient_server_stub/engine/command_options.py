@@ -118,6 +118,18 @@ NOT_IMPLEMENTED: Final[Mapping[tuple[str, str], str]] = {
 (refused by name rather than accepted and ignored)."""
 
 
+_AGGREGATED: Final = (
+    "projection and grouping (an aggregated subscription) need a sow, sow_and_subscribe or "
+    "sow_and_delta_subscribe"
+)
+_HINTS: Final[Mapping[tuple[str, str], str]] = {
+    (command, name): _AGGREGATED
+    for command in ("subscribe", "delta_subscribe")
+    for name in ("projection", "grouping")
+}
+"""Why an option of another command is not one of this command, where a hint helps."""
+
+
 def check_command_options(command: str, options: Mapping[str, str]) -> None:
     """Refuse an option ``command`` does not accept (see :data:`COMMAND_OPTIONS`).
 
@@ -133,7 +145,7 @@ def check_command_options(command: str, options: Mapping[str, str]) -> None:
     for name in options:
         if name in accepted:
             continue
-        why = NOT_IMPLEMENTED.get((command, name))
+        why = NOT_IMPLEMENTED.get((command, name)) or _HINTS.get((command, name))
         if why is None:
             shown = "publish" if command == "p" else command
             known = ", ".join(sorted(accepted)) or "none"

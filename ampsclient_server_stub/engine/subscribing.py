@@ -191,12 +191,6 @@ class Subscribing:
                 conn.session.send, hdr, flags & (RECEIVED | PROCESSED | COMPLETED), sub_id=sub_ids
             )
             return
-        if "projection" in options or "grouping" in options:
-            raise CommandFailure(
-                "invalid options",
-                "projection and grouping (an aggregated subscription) need a sow, "
-                "sow_and_subscribe or sow_and_delta_subscribe",
-            )
         bookmark = text(hdr.get("bm"))
         queues = self._hooks.queues
         topic = text(hdr.get("t"))

@@ -497,3 +497,9 @@ def test_a_queue_subscription_refuses_what_it_does_not_implement(
     ack = probe.command(command, t="work", sub_id="qs", o=option)
     refused(ack, name)
     assert "a subscription to a queue" in ack["reason_detail"]
+
+
+def test_an_aggregation_on_a_plain_subscription_says_what_takes_it(probe: Probe) -> None:
+    ack = probe.command("subscribe", t="orders", sub_id="agg", o="projection=[/g],grouping=[/g]")
+    refused(ack, "projection")
+    assert "need a sow, sow_and_subscribe or sow_and_delta_subscribe" in ack["reason_detail"]
