@@ -258,6 +258,7 @@ PyDoc_STRVAR(replay_frames_doc,
 "Frames head + b'%d|\"}' % sequence + payload for the journal records of `data` from `pos`\n"
 "(indexes `expected` up to `stop`), appended to `out`, while each record is whole, its CRC\n"
 "and index right, its publisher `pid` and its msgpack part prefix + len + payload + suffix;\n"
+"a whole record to another topic than prefix's (any publisher) is skipped;\n"
 "with `stamp`, head + b'%d|\",\"ts\":\"YYYYmmddTHHMMSS.ffffffZ\"}' + payload (the record's\n"
 "time, UTC). With `until` >= 0 it stops at a record received after `until` (microseconds).\n"
 "Returns where it stopped and the last sequence framed (-1: none).");
@@ -430,6 +431,33 @@ static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
+/* A msgpack str at p (fixstr, str 8/16/32) within [p, end): its content's offset and length
+ * in *at and *len; 0 when it is not one. */
+static int mp_str(const unsigned char *p, const unsigned char *end, Py_ssize_t *at, Py_ssize_t *len) {
+    if (p >= end) return 0;
+    Py_ssize_t h, l;
+    if ((*p & 0xe0) == 0xa0) { h = 1; l = *p & 0x1f; }
+    else if (*p == 0xd9 && end - p >= 2) { h = 2; l = p[1]; }
+    else if (*p == 0xda && end - p >= 3) { h = 3; l = (p[1] << 8) | p[2]; }
+    else if (*p == 0xdb && end - p >= 5) { h = 5; l = (Py_ssize_t)((uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4]); }
+    else return 0;
+    if (end - p - h < l) return 0;
+    *at = h;
+    *len = l;
+    return 1;
+}
+
+/* Is the journal record body m[0:n] (msgpack [command, topic, payload, fields]) to a topic
+ * other than want (want_n bytes)? 0 when it is to want, or not of that form. */
+static int other_topic(const unsigned char *m, Py_ssize_t n, const unsigned char *want, Py_ssize_t want_n) {
+    const unsigned char *end = m + n;
+    Py_ssize_t at, len;
+    if (n < 1 || m[0] != 0x94 || !mp_str(m + 1, end, &at, &len)) return 0;
+    const unsigned char *t = m + 1 + at + len;
+    if (!mp_str(t, end, &at, &len)) return 0;
+    return len != want_n || memcmp(t + at, want, (size_t)len) != 0;
+}
+
 static PyObject *replay_frames(PyObject *self, PyObject *args) {
     Py_buffer data, prefix, suffix, head;
     Py_ssize_t pos;
@@ -445,6 +473,10 @@ static PyObject *replay_frames(PyObject *self, PyObject *args) {
     long long last = -1;
     long long prefix_secs = -1; /* the second whose text is in ts_text */
     char ts_text[9 + 23 + 2] = "|\",\"ts\":\"";     /* |","ts":" + time + "} */
+    /* the wanted topic: prefix is \x94 \xa1 p, the topic's msgpack str, \xc4 */
+    Py_ssize_t want_at = 0, want_n = -1;
+    const unsigned char *pre = prefix.buf;
+    if (pl >= 4 && !mp_str(pre + 3, pre + pl - 1, &want_at, &want_n)) want_n = -1;
     PyObject *result = NULL;
     while (expected < stop && pos >= 0) {
         if (pos + J_FRAME_OVERHEAD > n) break;
@@ -452,7 +484,17 @@ static PyObject *replay_frames(PyObject *self, PyObject *args) {
         uint32_t length = le32(r), crc = le32(r + 4);
         Py_ssize_t end = pos + 8 + (Py_ssize_t)length;
         if (length < J_MIN_BODY || end > n) break;
-        if (le64(r + 8) != expected || le64(r + 24) != pid) break;
+        if (le64(r + 8) != expected) break;
+        if (want_n >= 0 && other_topic(r + J_FRAME_OVERHEAD, end - pos - J_FRAME_OVERHEAD,
+                                       pre + 3 + want_at, want_n)) {
+            /* another topic's record (any publisher): checked, skipped */
+            if (until >= 0 && le64(r + 16) > (unsigned long long)until) break;
+            if (crc32_fast(r + 8, length) != crc) break;
+            pos = end;
+            expected++;
+            continue;
+        }
+        if (le64(r + 24) != pid) break;
         Py_ssize_t p = pos + J_FRAME_OVERHEAD + pl; /* the payload's length byte */
         if (p >= end || memcmp(r + J_FRAME_OVERHEAD, prefix.buf, (size_t)pl) != 0) break;
         Py_ssize_t bl = d[p];

@@ -542,8 +542,10 @@ class Replay(Generic[S]):
                 pos, at, last = _replay_frames(
                     data, pos, expected, stop, prefix, suffix, head, rpid, out, stamp, until
                 )
-                if at > expected:
-                    expected, pid, seq = at, rpid, last
+                if at > expected:  # framed (last >= 0), or only skipped other topics
+                    expected = at
+                    if last >= 0:
+                        pid, seq = rpid, last
                     continue
             if pos + FRAME_OVERHEAD > n:
                 raise CorruptJournalError(path, base + pos, "record cut short")

@@ -487,6 +487,38 @@ def delivery_frames(head: bytes, batch: list[tuple[int, str, bytes]]) -> list[by
     return [b'%s%d|"}%s' % (head, seq, data) for seq, _topic, data in batch]
 
 
+def _msgpack_str(data: bytes, p: int, end: int) -> tuple[int, int] | None:
+    """``(start, stop)`` of the content of the msgpack str at ``data[p]`` (within ``end``)."""
+    if p >= end:
+        return None
+    b = data[p]
+    if b & 0xE0 == 0xA0:
+        h, size = 1, b & 0x1F
+    elif b == 0xD9 and end - p >= 2:
+        h, size = 2, data[p + 1]
+    elif b == 0xDA and end - p >= 3:
+        h, size = 3, int.from_bytes(data[p + 1 : p + 3], "big")
+    elif b == 0xDB and end - p >= 5:
+        h, size = 5, int.from_bytes(data[p + 1 : p + 5], "big")
+    else:
+        return None
+    if end - p - h < size:
+        return None
+    return p + h, p + h + size
+
+
+def _other_topic(data: bytes, p: int, end: int, want: bytes) -> bool:
+    """Is the record body ``data[p:end]`` (msgpack ``[command, topic, payload, fields]``) to
+    a topic other than ``want``? ``False`` when it is to ``want`` or not of that form."""
+    if p >= end or data[p] != 0x94:
+        return False
+    command = _msgpack_str(data, p + 1, end)
+    if command is None:
+        return False
+    topic = _msgpack_str(data, command[1], end)
+    return topic is not None and data[topic[0] : topic[1]] != want
+
+
 def replay_frames(
     data: bytes,
     pos: int,
@@ -506,7 +538,8 @@ def replay_frames(
     (length, CRC-32, index as :func:`.journal_format.decode_records` checks them), of
     publisher ``pid``, and its msgpack part is ``prefix`` + one length byte + payload +
     ``suffix`` (a ``p`` to the wanted topic with only the wanted message type); the caller
-    handles the record it stopped at. With ``stamp`` (the ``timestamp`` option) the frame is
+    handles the record it stopped at. A whole record to another topic (any publisher) is
+    checked (CRC, and ``until``) and skipped. With ``stamp`` (the ``timestamp`` option) the frame is
     ``head + b'%d|","ts":"%s"}' % (sequence, format_micros(time)) + payload``, a record
     whose time has no four-digit year left to the caller; with ``until`` >= 0 it stops at
     the first record received after ``until`` (microseconds: a range ending at a time).
@@ -518,12 +551,22 @@ def replay_frames(
     skip = FRAME_OVERHEAD + len(prefix)
     slen = len(suffix)
     last = -1
+    want = _msgpack_str(prefix, 3, len(prefix) - 1) if len(prefix) >= 4 else None
+    wanted = None if want is None else prefix[want[0] : want[1]]
     while expected < stop:
         if pos + FRAME_OVERHEAD > n:
             break
         length, crc, index, ts, rpid, seq = unpack(data, pos)
         end = pos + 8 + length
-        if length < MIN_BODY or end > n or index != expected or rpid != pid:
+        if length < MIN_BODY or end > n or index != expected:
+            break
+        if wanted is not None and _other_topic(data, pos + FRAME_OVERHEAD, end, wanted):
+            if (until >= 0 and ts > until) or crc32(data[pos + 8 : end]) != crc:
+                break
+            pos = end  # another topic's record (any publisher): checked, skipped
+            expected += 1
+            continue
+        if rpid != pid:
             break
         p = pos + skip
         if (

@@ -350,6 +350,28 @@ def test_replay_frames_frames_the_usual_records_and_stops_at_the_first_other() -
         )
 
 
+def test_replay_frames_skips_other_topics_of_any_publisher() -> None:
+    other = b"\x94\xa1p" + msgpack.packb("other") + b"\xc4\x02{}" + SUFFIX
+    delete = b"\x94\xaasow_delete" + msgpack.packb("orders") + b"\xc4\x02{}" + SUFFIX
+    records = [
+        _record(1, 42, 1, _usual(b"{}")),
+        _record(2, 7, 1, other),  # another topic, another publisher: skipped
+        _record(3, 42, 2, _usual(b"{}")),
+        _record(4, 42, 3, delete),  # this topic, another command: the caller's
+    ]
+    data = b"".join(records)
+    out: list[bytes] = []
+    got = wire.replay_frames(data, 0, 1, 5, PREFIX, SUFFIX, b"H", 42, out)
+    assert got == (sum(map(len, records[:3])), 4, 2)
+    assert out == [b'H1|"}{}', b'H2|"}{}']
+    # only skipped: no sequence framed
+    assert wire.replay_frames(records[1], 0, 2, 3, PREFIX, SUFFIX, b"H", 42, out) == (
+        len(records[1]),
+        3,
+        -1,
+    )
+
+
 def test_replay_frames_stamps_server_times_and_stops_after_until() -> None:
     ts = 1_764_288_001_000_042  # 2025-11-28T00:00:01.000042Z
     records = [_record(1 + k, 42, 1 + k, _usual(b"{}"), ts + k * 500_000) for k in range(4)]
@@ -378,6 +400,9 @@ def test_replay_frames_c_matches_its_twin(seed: int) -> None:
         for k in range(rng.randint(0, 15)):
             payload = rng.randbytes(rng.choice([0, 5, 255, 256, 300]))
             tail = _usual(payload) if len(payload) < 256 else PREFIX + b"\x01" + payload
+            if rng.random() < 0.3:  # another topic (or a topic name of another size)
+                name = rng.choice(["other", "orders", "o" * 40, "p" * 300])
+                tail = b"\x94\xa1p" + msgpack.packb(name) + b"\xc4\x01x" + SUFFIX
             if rng.random() < 0.1:
                 tail = tail[: rng.randrange(len(tail) + 1)]
             pid = rng.choice([42, 42, 42, 7])
