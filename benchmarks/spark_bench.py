@@ -526,6 +526,9 @@ def measure_targets(args: argparse.Namespace) -> list[dict[str, Any]]:
             SparkSession.builder.master(args.master)
             .appName("ampsclient-spark-bench")
             .config("spark.ui.enabled", "false")
+            # a streaming source's Python process may take more than the default 15 s to
+            # connect back on a loaded machine
+            .config("spark.python.authenticate.socketTimeout", "120s")
             .getOrCreate()
         )
         stack.callback(spark.stop)
