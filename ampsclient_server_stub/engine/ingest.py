@@ -267,13 +267,12 @@ class Ingest:
         except Exception as exc:
             self._journal_failed(txlog, exc)
             raise CommandFailure("tx store failure", str(exc)) from exc
-        if self._faults.active:
-            self._faults.succeeded("journal")
         return record
 
     def _journal_failed(self, txlog: TxLog, exc: Exception) -> None:
         """An append failed: report the condition once (``journal`` in the storage faults),
-        with the traceback when it is not a full disk (a bug rather than the disk)."""
+        with the traceback when it is not a full disk (a bug rather than the disk). The next
+        group commit that succeeds ends it (an append that succeeds only buffers)."""
         faults = self._faults
         fresh = "journal" not in faults.active
         faults.failed("journal", str(txlog.journal.directory), exc)
@@ -473,8 +472,6 @@ class Ingest:
         except Exception as exc:
             self._journal_failed(txlog, exc)
             raise CommandFailure("tx store failure", str(exc)) from exc
-        if self._faults.active:
-            self._faults.succeeded("journal")
         count = len(batch)
         self._counters["publishes"] += count
         last = batch[-1][0]
@@ -570,8 +567,6 @@ class Ingest:
         except Exception as exc:
             self._journal_failed(txlog, exc)
             return _FAILED
-        if self._faults.active:
-            self._faults.succeeded("journal")
         state = self._clients.state_for_publisher(pid)
         if state is not None and item.sequence > state.last_seq:
             state.last_seq = item.sequence
