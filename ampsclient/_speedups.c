@@ -2082,8 +2082,8 @@ lane_of(PyObject *log)
  * in the Python path). Between its checks and its writes it calls no Python code and
  * creates no object the garbage collector tracks (bytes and ints only), so under the GIL
  * the whole step is atomic with respect to the Python methods, which keep their locks.
- * The store's fields are its __slots__ (offsets read at construction); the client's are
- * read from its __dict__ on each call.
+ * The store's fields are its __slots__ (offsets read at construction); so are the client's
+ * flags (FrameWriter's __slots__: transport, can_send, wake_pending, blocked, caller_writes).
  */
 
 static PyObject *str_locked; /* threading.Lock's locked(): the standard library's name */
@@ -2115,32 +2115,37 @@ typedef struct {
     PyObject *wait_writable; /* role client.wait_writable */
     PyObject *outq;          /* role client.outq (the write queue, a deque) */
     PyObject *caller_write;  /* role client.caller_write */
+    /* the client's FrameWriter slots, read at their offsets (found at construction) */
+    Py_ssize_t o_transport;     /* role client.transport */
+    Py_ssize_t o_wake_pending;  /* role client.wake_pending */
+    Py_ssize_t o_blocked;       /* role client.blocked */
+    Py_ssize_t o_caller_writes; /* role client.caller_writes */
+    Py_ssize_t o_can_send;      /* role ha_client.can_send */
 } Waker;
 
 /* After a frame was queued, what the Python publish paths do: wake the writer when it
  * sleeps (role client.wake, which also waits while the socket is full), else wait while
  * it is full (role client.wait_writable), else, when the client lets publishes write
  * (role client.caller_writes) and CALLER_WRITE_FRAMES frames are queued, write them from
- * this thread (role client.caller_write). ``dict`` is the client's __dict__. -1 on error. */
+ * this thread (role client.caller_write). The flags are the client's slots. -1 on error. */
 static int
-after_enqueue(PyObject *dict, const Waker *w)
+after_enqueue(PyObject *client, const Waker *w)
 {
     PyObject *call = NULL;
-    if (PyDict_GetItemWithError(dict, NAME(R_CLIENT_WAKE_PENDING)) != Py_True) {
+    if (SLOT(client, w->o_wake_pending) != Py_True) {
         call = w->wake;
     }
-    else if (PyDict_GetItemWithError(dict, NAME(R_CLIENT_BLOCKED)) == Py_True) {
+    else if (SLOT(client, w->o_blocked) == Py_True) {
         call = w->wait_writable;
     }
-    else if (!PyErr_Occurred()
-             && PyDict_GetItemWithError(dict, NAME(R_CLIENT_CALLER_WRITES)) == Py_True) {
+    else if (SLOT(client, w->o_caller_writes) == Py_True) {
         Py_ssize_t queued = PyObject_Size(w->outq);
+        if (queued < 0) {
+            return -1;
+        }
         if (queued >= CALLER_WRITE_FRAMES) {
             call = w->caller_write;
         }
-    }
-    if (PyErr_Occurred()) {
-        return -1;
     }
     if (call != NULL) {
         PyObject *r = PyObject_CallNoArgs(call);
@@ -2238,6 +2243,14 @@ take_waker(PyObject *client, Waker *w)
         || take_attr(client, NAME(R_CLIENT_WAIT_WRITABLE), &w->wait_writable) < 0
         || take_attr(client, NAME(R_CLIENT_OUTQ), &w->outq) < 0
         || take_attr(client, NAME(R_CLIENT_CALLER_WRITE), &w->caller_write) < 0) {
+        return -1;
+    }
+    PyTypeObject *tp = Py_TYPE(client);
+    if (slot_offset(tp, NAME(R_CLIENT_TRANSPORT), &w->o_transport) < 0
+        || slot_offset(tp, NAME(R_CLIENT_WAKE_PENDING), &w->o_wake_pending) < 0
+        || slot_offset(tp, NAME(R_CLIENT_BLOCKED), &w->o_blocked) < 0
+        || slot_offset(tp, NAME(R_CLIENT_CALLER_WRITES), &w->o_caller_writes) < 0
+        || slot_offset(tp, NAME(R_HA_CAN_SEND), &w->o_can_send) < 0) {
         return -1;
     }
     return 0;
@@ -2340,7 +2353,7 @@ static PyObject *
 publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *dict = NULL, *payload = NULL, *frame = NULL, *next_obj = NULL, *count_obj = NULL;
+    PyObject *payload = NULL, *frame = NULL, *next_obj = NULL, *count_obj = NULL;
     PyObject *active_obj = NULL, *gen_obj = NULL;
     Py_buffer view;
     view.obj = NULL;
@@ -2360,17 +2373,10 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
         }
         goto slow; /* a new topic: Python builds and caches its suffix */
     }
-    /* the client: connected, logged on, replayed (_can_send) */
-    dict = PyObject_GenericGetDict(self->client, NULL);
-    if (dict == NULL) {
-        return NULL;
-    }
-    PyObject *can_send = PyDict_GetItemWithError(dict, NAME(R_HA_CAN_SEND));
-    PyObject *transport = can_send == Py_True ? PyDict_GetItemWithError(dict, NAME(R_CLIENT_TRANSPORT)) : NULL;
+    /* the client: connected, logged on, replayed (_can_send); its slots */
+    PyObject *can_send = SLOT(self->client, self->w.o_can_send);
+    PyObject *transport = can_send == Py_True ? SLOT(self->client, self->w.o_transport) : NULL;
     if (transport == NULL || transport == Py_None) {
-        if (PyErr_Occurred()) {
-            goto error;
-        }
         goto slow;
     }
     int free_ = lock_free(self->pub_locked);
@@ -2473,14 +2479,12 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
         goto after_error;
     }
     Py_DECREF(r);
-    if (after_enqueue(dict, &self->w) < 0) {
+    if (after_enqueue(self->client, &self->w) < 0) {
         goto after_error;
     }
-    Py_DECREF(dict);
     return seq_obj;
 
 after_error: /* stored and queued; waking or waiting failed */
-    Py_DECREF(dict);
     Py_DECREF(seq_obj);
     return NULL;
 
@@ -2488,7 +2492,6 @@ error:
     if (view.obj != NULL) {
         PyBuffer_Release(&view);
     }
-    Py_XDECREF(dict);
     Py_XDECREF(payload);
     Py_XDECREF(frame);
     Py_XDECREF(next_obj);
@@ -2501,7 +2504,6 @@ slow:
     if (view.obj != NULL) {
         PyBuffer_Release(&view);
     }
-    Py_XDECREF(dict);
     Py_XDECREF(active_obj);
     Py_XDECREF(gen_obj);
     if (self->slow == NULL) {
@@ -2658,23 +2660,14 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
         }
         goto slow; /* a new topic: Python builds and caches its prefix */
     }
-    PyObject *dict = PyObject_GenericGetDict(self->client, NULL);
-    if (dict == NULL) {
-        return NULL;
-    }
-    PyObject *transport = PyDict_GetItemWithError(dict, NAME(R_CLIENT_TRANSPORT));
+    PyObject *transport = SLOT(self->client, self->w.o_transport);
     if (transport == NULL || transport == Py_None) {
-        Py_DECREF(dict);
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
         goto slow; /* not connected: Python raises DisconnectedError */
     }
     PyObject *prefix = PyTuple_GET_ITEM(cached, 0);
     Py_ssize_t prefix_len = PyBytes_GET_SIZE(prefix), n = prefix_len + body_len;
     PyObject *frame = PyBytes_FromStringAndSize(NULL, 4 + n);
     if (frame == NULL) {
-        Py_DECREF(dict);
         return NULL;
     }
     unsigned char *f = (unsigned char *)PyBytes_AS_STRING(frame);
@@ -2684,14 +2677,11 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     PyObject *r = PyObject_CallOneArg(self->enqueue, frame);
     Py_DECREF(frame);
     if (r == NULL) {
-        Py_DECREF(dict);
         return NULL;
     }
     Py_DECREF(r);
     self->fast++;
-    int done = after_enqueue(dict, &self->w);
-    Py_DECREF(dict);
-    if (done < 0) {
+    if (after_enqueue(self->client, &self->w) < 0) {
         return NULL;
     }
     if (self->result == NULL) {

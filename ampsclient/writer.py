@@ -103,7 +103,16 @@ class FrameWriter:
             decides how publish data that is not ``bytes``/``str`` is encoded.
     """
 
-    __slots__ = ("__dict__", "__weakref__", "_publish_lane")  # the lane: read at its offset
+    __slots__ = (  # read at their offsets by the C speedups (``ampsclient._accel``)
+        "__dict__",
+        "__weakref__",
+        "_blocked",
+        "_caller_writes",
+        "_can_send",
+        "_publish_lane",
+        "_transport",
+        "_wake_pending",
+    )
 
     def __init__(self, core: ClientCore, message_type: Callable[[], str]) -> None:
         self._writer_core = core
