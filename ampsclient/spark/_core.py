@@ -123,7 +123,8 @@ with server times, paced by the server at 100 messages per second (AMPS' ``rate`
 bookmark replays, seed 000 "Delivery Rate Control"), so that it sends the first message at
 once and almost nothing before the probe's early close reaches it. Unpaced, a server sends up
 to its replay backlog (4 MB in the reference server) that the client then reads and drops:
-about 1 s per probe of a 1M-message topic, 18 probes for a 2-partition read."""
+about 1 s per probe of a 1M-message topic, 18 probes for a 2-partition read. Not for a range
+starting at EPOCH (see :func:`first_micros`)."""
 
 WAIT_MS: Final = 60_000
 """How long a planning or reading step waits for the server's next ack or message before it
@@ -946,8 +947,15 @@ def first_micros(client: Client, topic: str, filter: str | None, bookmark: str) 
     """The server time of the first message of a replay range (``None``: the range is empty).
 
     The range is replayed paced (:data:`PROBE_OPTIONS`) and closed after its first message.
+    A range that starts at EPOCH is replayed unpaced: the server reads it from the log's
+    first record, and a paced replay is read record by record (the reference server decodes
+    every record of the other topics before this one's first: seconds per million), while an
+    unpaced one skips them in its block path; what it sends before the early close is read
+    and dropped once.
     """
-    messages = replay(client, topic, filter, bookmark, max_depth=16, options=PROBE_OPTIONS)
+    epoch = bookmark[1:].startswith(f"{EPOCH}:")
+    options = REPLAY_OPTIONS if epoch else PROBE_OPTIONS
+    messages = replay(client, topic, filter, bookmark, max_depth=16, options=options)
     try:
         first = next(messages, None)
     finally:
