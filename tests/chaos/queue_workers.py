@@ -35,7 +35,7 @@ import os
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,13 +186,21 @@ def processed_keys(work: Path, consumers: list[str]) -> set[tuple[str, int]]:
     }
 
 
-def queue_complete(work: Path, consumers: list[str], expected: dict[str, tuple[int, int]]) -> bool:
-    """Every acknowledged publication processed by some consumer."""
+def queue_complete(
+    work: Path,
+    consumers: list[str],
+    expected: dict[str, tuple[int, int]],
+    refused: Set[tuple[str, int]] = frozenset(),
+) -> bool:
+    """Every acknowledged publication (not ``refused`` by the server) processed by some
+    consumer."""
     if not consumers:
         return True
     got = processed_keys(work, consumers)
     return all(
-        (pub, s) in got for pub, (first, last) in expected.items() for s in range(first, last + 1)
+        (pub, s) in got or (pub, s) in refused
+        for pub, (first, last) in expected.items()
+        for s in range(first, last + 1)
     )
 
 
@@ -217,9 +225,11 @@ def check_queue(
     expected: dict[str, tuple[int, int]],
     *,
     lease_period: float,
+    refused: Set[tuple[str, int]] = frozenset(),
 ) -> QueueAudit:
     """The audit, message by message (see the module docstring); ``lease_period``: the
-    queue's ``LeasePeriod`` in seconds."""
+    queue's ``LeasePeriod`` in seconds; ``refused``: publishes the server refused (a full
+    disk), not acknowledged so not expected."""
     audit = QueueAudit(consumers=len(consumers))
     if not consumers:
         return audit
@@ -278,7 +288,9 @@ def check_queue(
                 "its ack was persisted"
             )
     for pub, (first, last) in expected.items():
-        missing = [s for s in range(first, last + 1) if (pub, s) not in by_key]
+        missing = [
+            s for s in range(first, last + 1) if (pub, s) not in by_key and (pub, s) not in refused
+        ]
         audit.lost += len(missing)
         if missing:
             audit.problems.append(f"queue: lost {pub} {missing[:5]}...")

@@ -62,6 +62,12 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.chaos.disk_faults import (  # noqa: E402
+    inject_disk_full,
+    mount_tmpfs,
+    refused_sequences,
+    unmount,
+)
 from tests.chaos.net_faults import NetReport, inject, parse_net_faults  # noqa: E402
 from tests.chaos.queue_workers import (  # noqa: E402  (needs ROOT on the path)
     QUEUE_XML,
@@ -185,6 +191,13 @@ def run_publisher(args: argparse.Namespace) -> int:
         args.name, publish_store=FilePublishStore(path, fsync="never") if odd else path
     )
     client.set_reconnect_delay(100)
+
+    def on_refused(message: Any, reason: str) -> None:
+        # a failure persisted ack (a full disk): refused, not acknowledged; written before
+        # the publish_flush that covers it returns (the flush completes on refusals too)
+        _append(ledger, {"refused": message.get_sequence(), "reason": reason})
+
+    client.set_failed_write_handler(on_refused)
     if args.heartbeat:
         client.set_heartbeat(args.heartbeat)
     for uri in args.uri.split(","):  # replicated mode: every instance, in preference order
@@ -192,18 +205,20 @@ def run_publisher(args: argparse.Namespace) -> int:
     client.connect_and_logon()
     k = 0
     last = 0
+    pad = {"pad": "x" * args.pad} if args.pad else {}
     try:
         while not _stop_requested(stop_file):
             for _ in range(args.batch):
                 k += 1
                 last = client.publish(
-                    TOPIC, json.dumps({"pub": args.name, "k": k, "t": round(time.time(), 4)})
+                    TOPIC,
+                    json.dumps({"pub": args.name, "k": k, "t": round(time.time(), 4), **pad}),
                 )
                 if not first_written:
                     _append(ledger, {"first": last})
                     first_written = True
             try:
-                client.publish_flush(2000)
+                client.publish_flush(args.flush_timeout)
             except AMPSError:
                 continue  # the server is away: keep storing, acknowledge later
             _append(ledger, {"acked": last})
@@ -350,6 +365,11 @@ class Report:
     queue: QueueAudit = field(default_factory=QueueAudit)
     # --net-faults
     net: NetReport = field(default_factory=NetReport)
+    # --disk-full
+    refused: int = 0
+    refused_delivered: int = 0
+    disk_full_s: float = 0.0
+    disk_full_no_refusal: int = 0
 
     @property
     def ok(self) -> bool:
@@ -386,6 +406,13 @@ class Report:
         ]
         lines += self.queue.lines()
         lines += self.net.lines()
+        if self.faults["disk_full"] or self.refused:
+            lines += [
+                f"journal disk full for {self.disk_full_s:.1f} s in all "
+                f"({self.disk_full_no_refusal} episodes without a refusal)",
+                f"publishes refused by the server (not acknowledged, excluded): {self.refused}",
+                f"refused publishes delivered to a subscriber: {self.refused_delivered}",
+            ]
         if self.replicated:
             a, b = self.journal_records
             lines += [
@@ -434,6 +461,15 @@ def _expected(work: Path, publishers: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _refused(work: Path, publishers: list[str]) -> set[tuple[str, int]]:
+    """``(pub, sequence)`` of every publish the server refused (``--disk-full``)."""
+    return {
+        (name, seq)
+        for name in publishers
+        for seq in refused_sequences(_read_lines(work / f"{name}.ledger"))
+    }
+
+
 def _deliveries(work: Path, sub: str) -> list[tuple[str, int]]:
     return [
         (line["msg"]["pub"], line["msg"]["s"])
@@ -442,21 +478,31 @@ def _deliveries(work: Path, sub: str) -> list[tuple[str, int]]:
     ]
 
 
-def _complete(work: Path, subs: list[str], expected: dict[str, tuple[int, int]]) -> bool:
+def _complete(
+    work: Path,
+    subs: list[str],
+    expected: dict[str, tuple[int, int]],
+    refused: set[tuple[str, int]],
+) -> bool:
     for sub in subs:
         got: dict[str, set[int]] = defaultdict(set)
         for pub, seq in _deliveries(work, sub):
             got[pub].add(seq)
         for pub, (first, last) in expected.items():
-            if not all(s in got[pub] for s in range(first, last + 1)):
+            if not all(s in got[pub] or (pub, s) in refused for s in range(first, last + 1)):
                 return False
     return True
 
 
 def check(work: Path, publishers: list[str], subs: list[str], report: Report) -> None:
-    """The exact ledger check."""
+    """The exact ledger check: every acknowledged publish (not refused) delivered exactly
+    once, in order per publisher; none that the server refused delivered."""
     expected = _expected(work, publishers)
-    report.published_acked = sum(last - first + 1 for first, last in expected.values())
+    refused = _refused(work, publishers)
+    report.refused = len(refused)
+    report.published_acked = sum(last - first + 1 for first, last in expected.values()) - sum(
+        1 for pub, s in refused if pub in expected and expected[pub][0] <= s <= expected[pub][1]
+    )
     for name in publishers:
         if name not in expected:
             report.problems.append(f"{name} had nothing acknowledged")
@@ -477,10 +523,18 @@ def check(work: Path, publishers: list[str], subs: list[str], report: Report) ->
         for pub, seq in deliveries:
             got[pub].add(seq)
         for pub, (first, last_acked) in expected.items():
-            missing = [s for s in range(first, last_acked + 1) if s not in got[pub]]
+            missing = [
+                s
+                for s in range(first, last_acked + 1)
+                if s not in got[pub] and (pub, s) not in refused
+            ]
             report.lost += len(missing)
             if missing:
                 report.problems.append(f"{sub}: lost {pub} {missing[:5]}...")
+        wrong = sorted(d for d in counts if d in refused)
+        report.refused_delivered += len(wrong)
+        if wrong:
+            report.problems.append(f"{sub}: delivered although refused: {wrong[:5]}")
         for line in _read_lines(work / f"{sub}.ledger"):
             if "stats" in line:
                 report.duplicates_discarded += int(line["stats"].get("duplicates_discarded", 0))
@@ -503,14 +557,25 @@ def orchestrate(args: argparse.Namespace) -> Report:
     config.write_text(
         SERVER_XML.format(
             disk=work / "offline",
-            journal=work / "journal",
+            journal=work / "journal",  # a tmpfs with --disk-full
             journal_size=args.journal_size,
             queue=queue_xml,
             actions=actions_xml if actions else "",
         )
     )
+    journal = work / "journal"
+    if args.disk_full:  # the transaction log on a small tmpfs the faults fill
+        why = mount_tmpfs(journal, args.disk_full_size)
+        if why is not None:
+            report.problems.append(f"--disk-full: {why}")
+            return report
     server = ServerProcess(data_dir=work / "server", config=config, name="chaos")
-    server.start(START_TIMEOUT)
+    try:
+        server.start(START_TIMEOUT)
+    except BaseException:
+        if args.disk_full:
+            unmount(journal)
+        raise
     proxy = LoopbackProxy("127.0.0.1", server.tcp_port).start()
     uri = f"tcp://127.0.0.1:{proxy.port}/amps/json"
     direct = server.uri()
@@ -535,6 +600,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
                     "20",
                     "--pause",
                     str(args.pause),
+                    *("--pad", str(args.pad), "--flush-timeout", str(args.flush_timeout)),
                 ],
             )
         )
@@ -562,7 +628,8 @@ def orchestrate(args: argparse.Namespace) -> Report:
     kinds = ["kill_publisher", "kill_subscriber", "kill_server", "cut", "stall"]
     if consumers:
         kinds.append("kill_consumer")
-    kinds += args.net_faults
+    opt_in = [*args.net_faults, *(["disk_full"] if args.disk_full else [])]
+    kinds += opt_in
     _add_heartbeat(workers, args)
     stop_rss = threading.Event()
 
@@ -585,6 +652,8 @@ def orchestrate(args: argparse.Namespace) -> Report:
             if not bag:  # every kind of fault once per round, in random order
                 bag = list(kinds)
                 rng.shuffle(bag)
+                if not report.faults:  # the opt-in kinds first: a short run has each one
+                    bag = [k for k in bag if k not in opt_in] + [k for k in bag if k in opt_in]
             fault = bag.pop()
             if fault == "kill_publisher":
                 w = rng.choice([w for w in workers if w.role == "publisher"])
@@ -606,6 +675,10 @@ def orchestrate(args: argparse.Namespace) -> Report:
                 proxy.cut()
             elif fault == "stall":
                 proxy.stall(rng.uniform(0.2, 1.5))
+            elif fault == "disk_full":
+                full_s, refused = inject_disk_full(journal, rng, lambda: len(_refused(work, pubs)))
+                report.disk_full_s += full_s
+                report.disk_full_no_refusal += not refused
             else:
                 inject(fault, [proxy], rng, report.net, heartbeat=args.heartbeat, failover=False)
             report.faults[fault] += 1
@@ -617,11 +690,15 @@ def orchestrate(args: argparse.Namespace) -> Report:
             w.kill()
         proxy.stop()
         server.stop()
+        if args.disk_full:
+            unmount(journal)
         (work / "server.log").write_text("".join(server.stderr_lines))  # for a look afterwards
     report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
     check(work, pubs, subs, report)
     lease = parse_duration(args.lease)
-    report.queue = check_queue(work, consumers, _expected(work, pubs), lease_period=lease)
+    report.queue = check_queue(
+        work, consumers, _expected(work, pubs), lease_period=lease, refused=_refused(work, pubs)
+    )
     return report
 
 
@@ -663,13 +740,14 @@ def _drain(
         if w.role == "publisher" and w.wait(seconds) != 0:
             report.problems.append(f"{w.name} did not stop cleanly")
     expected = _expected(work, pubs)
+    refused = _refused(work, pubs)
     end = time.monotonic() + seconds
     subs_done: float | None = None
     queue_done: float | None = None
     while time.monotonic() < end and (subs_done is None or queue_done is None):
-        if subs_done is None and _complete(work, subs, expected):
+        if subs_done is None and _complete(work, subs, expected, refused):
             subs_done = time.monotonic() - t0
-        if queue_done is None and queue_complete(work, consumers, expected):
+        if queue_done is None and queue_complete(work, consumers, expected, refused):
             queue_done = time.monotonic() - t0
         if subs_done is None or queue_done is None:
             time.sleep(0.2)
@@ -932,7 +1010,9 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
                 w.kill()
         check(work, pubs, subs, report)
         lease = parse_duration(args.lease)
-        report.queue = check_queue(work, consumers, _expected(work, pubs), lease_period=lease)
+        report.queue = check_queue(
+            work, consumers, _expected(work, pubs), lease_period=lease, refused=_refused(work, pubs)
+        )
         try:
             cluster.wait_streaming(60)
             cluster.wait_caught_up(60)
@@ -1029,7 +1109,36 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="clients' heartbeat interval in seconds (0: none; 1 with --net-faults half_open)",
     )
+    parser.add_argument(
+        "--disk-full",
+        action="store_true",
+        help="the server's transaction log on a small tmpfs (needs mount: root) that faults "
+        "fill for 1-3 s; refused publishes are excluded from the ledger check (one server "
+        "only; see tests/chaos/disk_faults.py)",
+    )
+    parser.add_argument("--disk-full-size", default="128m", help="the tmpfs' size")
+    parser.add_argument(
+        "--pad",
+        type=int,
+        default=None,
+        help="publishers: bytes of padding in every message (default 0; 1000 with "
+        "--disk-full, so that the server's journal buffer fills and it refuses publishes)",
+    )
+    parser.add_argument(
+        "--flush-timeout",
+        type=int,
+        default=None,
+        help="publishers: milliseconds a batch's publish_flush waits before the next batch "
+        "(default 2000; 100 with --disk-full, so that publishing goes on while nothing is "
+        "acknowledged)",
+    )
     args = parser.parse_args(argv)
+    if args.replicated and args.disk_full:
+        parser.error("--disk-full: one server only (not with --replicated)")
+    if args.pad is None:
+        args.pad = 1000 if args.disk_full else 0
+    if args.flush_timeout is None:
+        args.flush_timeout = 100 if args.disk_full else 2000
     if "half_open" in args.net_faults and not args.heartbeat:
         args.heartbeat = 1.0
     if args.consumers is None:
