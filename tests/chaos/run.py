@@ -68,6 +68,12 @@ from tests.chaos.disk_faults import (  # noqa: E402
     refused_sequences,
     unmount,
 )
+from tests.chaos.hook_faults import (  # noqa: E402
+    HookedServer,
+    HookReport,
+    inject_clock_step,
+    inject_slow_disk,
+)
 from tests.chaos.net_faults import NetReport, inject, parse_net_faults  # noqa: E402
 from tests.chaos.queue_workers import (  # noqa: E402  (needs ROOT on the path)
     QUEUE_XML,
@@ -370,6 +376,8 @@ class Report:
     refused_delivered: int = 0
     disk_full_s: float = 0.0
     disk_full_no_refusal: int = 0
+    # --slow-disk, --clock-steps
+    hooks: HookReport = field(default_factory=HookReport)
 
     @property
     def ok(self) -> bool:
@@ -406,6 +414,7 @@ class Report:
         ]
         lines += self.queue.lines()
         lines += self.net.lines()
+        lines += self.hooks.lines()
         if self.faults["disk_full"] or self.refused:
             lines += [
                 f"journal disk full for {self.disk_full_s:.1f} s in all "
@@ -569,7 +578,12 @@ def orchestrate(args: argparse.Namespace) -> Report:
         if why is not None:
             report.problems.append(f"--disk-full: {why}")
             return report
-    server = ServerProcess(data_dir=work / "server", config=config, name="chaos")
+    hooks = work / "hooks"  # --slow-disk, --clock-steps: the server's test-only hooks
+    server = (
+        HookedServer(hooks=hooks, data_dir=work / "server", config=config, name="chaos")
+        if args.slow_disk or args.clock_steps
+        else ServerProcess(data_dir=work / "server", config=config, name="chaos")
+    )
     try:
         server.start(START_TIMEOUT)
     except BaseException:
@@ -628,7 +642,12 @@ def orchestrate(args: argparse.Namespace) -> Report:
     kinds = ["kill_publisher", "kill_subscriber", "kill_server", "cut", "stall"]
     if consumers:
         kinds.append("kill_consumer")
-    opt_in = [*args.net_faults, *(["disk_full"] if args.disk_full else [])]
+    opt_in = [
+        *args.net_faults,
+        *(["disk_full"] if args.disk_full else []),
+        *(["slow_disk"] if args.slow_disk else []),
+        *(["clock_step"] if args.clock_steps else []),
+    ]
     kinds += opt_in
     _add_heartbeat(workers, args)
     stop_rss = threading.Event()
@@ -679,6 +698,17 @@ def orchestrate(args: argparse.Namespace) -> Report:
                 full_s, refused = inject_disk_full(journal, rng, lambda: len(_refused(work, pubs)))
                 report.disk_full_s += full_s
                 report.disk_full_no_refusal += not refused
+            elif fault == "slow_disk":
+                inject_slow_disk(
+                    hooks,
+                    rng,
+                    report.hooks,
+                    sub_ledgers=[work / f"{s}.ledger" for s in subs],
+                    pub_ledgers=[work / f"{p}.ledger" for p in pubs],
+                    lines=lambda path: len(_read_lines(path)),
+                )
+            elif fault == "clock_step":
+                inject_clock_step(hooks, rng, report.hooks)
             else:
                 inject(fault, [proxy], rng, report.net, heartbeat=args.heartbeat, failover=False)
             report.faults[fault] += 1
@@ -1118,6 +1148,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--disk-full-size", default="128m", help="the tmpfs' size")
     parser.add_argument(
+        "--slow-disk",
+        action="store_true",
+        help="the server's fsyncs held (stalled) or slowed at fault times through a test-only "
+        "hook (one server only; see tests/chaos/hook_faults.py)",
+    )
+    parser.add_argument(
+        "--clock-steps",
+        action="store_true",
+        help="the server's wall clock stepped back or forward at fault times through a "
+        "test-only hook (one server only; see tests/chaos/hook_faults.py)",
+    )
+    parser.add_argument(
         "--pad",
         type=int,
         default=None,
@@ -1133,8 +1175,9 @@ def main(argv: list[str] | None = None) -> int:
         "acknowledged)",
     )
     args = parser.parse_args(argv)
-    if args.replicated and args.disk_full:
-        parser.error("--disk-full: one server only (not with --replicated)")
+    for flag in ("disk_full", "slow_disk", "clock_steps"):
+        if args.replicated and getattr(args, flag):
+            parser.error(f"--{flag.replace('_', '-')}: one server only (not with --replicated)")
     if args.pad is None:
         args.pad = 1000 if args.disk_full else 0
     if args.flush_timeout is None:

@@ -1,0 +1,88 @@
+"""``--slow-disk`` and ``--clock-steps`` of the chaos runner (issue 32): the test-only hooks
+inside the server process (:mod:`tests.chaos.server_hooks`) really move the server's wall
+clock, and a few seconds of chaos with both faults end with the exact ledger check."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from ampsclient import Client
+from ampsclient_server_stub.testing import wait_for
+from tests.chaos.hook_faults import HookedServer
+from tests.chaos.server_hooks import CLOCK_OFFSET, write_atomic
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def logged_on_at(lines: list[str], name: str) -> float | None:
+    """Epoch seconds of the server's log line for ``name``'s logon (local time stamps)."""
+    for line in lines:
+        if f"'{name}'" in line and "logged on" in line:
+            stamp = " ".join(line.split()[:2])
+            return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return None
+
+
+@pytest.mark.timeout(60)
+def test_the_clock_hook_steps_the_server_wall_clock(tmp_path: Path) -> None:
+    hooks = tmp_path / "hooks"
+    server = HookedServer(hooks=hooks, data_dir=tmp_path / "data", name="hooked")
+    server.start(30)
+    try:
+        for name, offset in (("before", 0.0), ("behind", -3600.0), ("after", 0.0)):
+            write_atomic(hooks / CLOCK_OFFSET, repr(offset))
+            time.sleep(0.2)  # the hook polls its file every 20 ms: 10x that
+            with Client(name) as client:
+                client.connect(server.uri())
+                client.logon(10_000)
+                now = time.time()
+            wait_for(
+                lambda n=name: logged_on_at(server.stderr_lines, n) is not None,
+                timeout=20,
+                what=f"{name}'s logon in the log",
+            )
+            stamped = logged_on_at(server.stderr_lines, name)
+            assert stamped is not None
+            assert abs(stamped - (now + offset)) < 60, (name, stamped, now)
+    finally:
+        server.stop()
+
+
+@pytest.mark.timeout(240)
+def test_slow_disk_and_clock_steps_lose_and_repeat_nothing(tmp_path: Path, chaos_seed: int) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.chaos.run",
+            *("--seconds", "6", "--seed", str(chaos_seed), "--min-gap", "0.3", "--max-gap", "0.8"),
+            *("--work", str(tmp_path / "chaos"), "--slow-disk", "--clock-steps"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    print(out)
+    assert done.returncode == 0, f"chaos run failed (seed {chaos_seed}):\n{out}"
+    assert "losses: 0" in out and "delivered twice to the application: 0" in out
+    assert "out of order (per publisher): 0" in out and "queue losses: 0" in out
+    slow = re.search(
+        r"slow disk: (\d+) episodes .* an fsync held in (\d+), deliveries while held in (\d+)",
+        out,
+    )
+    assert slow is not None, out
+    episodes, held, delivered = (int(g) for g in slow.groups())
+    assert episodes >= 1 and held == episodes and delivered == episodes, out
+    assert re.search(r"server wall clock steps \(each undone 1-3 s later\): [+-]\d", out), out
