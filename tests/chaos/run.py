@@ -38,6 +38,13 @@ default) the proxies also do what ``netem`` would (:mod:`tests.chaos.net_faults`
 with jitter, fragmented and coalesced byte streams, bandwidth limits, and one-way partitions
 (``half_open`` connections) that the clients' heartbeats (``--heartbeat``, 1 s when
 ``half_open`` is on) and the server's detect; detection and failover times are reported.
+
+Storage and clock faults, one server only, each behind a flag: ``--disk-full`` (the
+transaction log on a tmpfs filled and freed, :mod:`tests.chaos.disk_faults`; publishes the
+server refuses are recorded by the publishers and excluded from the check as not
+acknowledged), ``--slow-disk`` (the server's fsyncs stalled or slowed) and ``--clock-steps``
+(its wall clock stepped back or forward) through test-only hooks in the server process
+(:mod:`tests.chaos.hook_faults`, :mod:`tests.chaos.server_hooks`).
 """
 
 from __future__ import annotations
