@@ -111,3 +111,30 @@ def inject_disk_full(
 def refused_sequences(lines: list[dict[str, object]]) -> set[int]:
     """The sequences a publisher's ledger lines record as refused by the server."""
     return {int(str(line["refused"])) for line in lines if "refused" in line}
+
+
+def tear_journal_tail(journal: Path, rng: random.Random) -> int:
+    """``corrupt_at_restart`` (``--corrupt-at-restart``, with the server killed): append a torn
+    record to the active segment of the transaction log in ``journal``, as a write cut by the
+    crash leaves it: half the time the first 1..n-1 bytes of a copy of the last record (a
+    valid frame header, a body cut short), else 512-4096 zero bytes (blocks the filesystem
+    extended but never wrote). Nothing acknowledged is touched: the bytes go after the last
+    whole record. The server must cut them off when it opens the log again
+    (``truncating a torn tail``). Returns the bytes appended (0: no segment yet)."""
+    from ampsclient_server_stub.engine.journal_format import scan_records
+
+    segments = sorted(journal.glob("*.journal"))
+    if not segments:
+        return 0
+    active = segments[-1]
+    first_index = int(active.stem.rsplit("-", 1)[-1])
+    scan = scan_records(active, first_index, tolerate_tail=True)
+    data = active.read_bytes()[: scan.size]
+    if scan.count and rng.random() < 0.5:
+        last = data[scan.offsets[-1] :]
+        torn = last[: rng.randint(1, len(last) - 1)]
+    else:
+        torn = b"\0" * rng.randint(512, 4096)
+    with open(active, "ab") as fh:
+        fh.write(torn)
+    return len(torn)

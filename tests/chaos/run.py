@@ -73,6 +73,7 @@ from tests.chaos.disk_faults import (  # noqa: E402
     inject_disk_full,
     mount_tmpfs,
     refused_sequences,
+    tear_journal_tail,
     unmount,
 )
 from tests.chaos.hook_faults import (  # noqa: E402
@@ -383,6 +384,9 @@ class Report:
     refused_delivered: int = 0
     disk_full_s: float = 0.0
     disk_full_no_refusal: int = 0
+    # --corrupt-at-restart: restarts over a torn tail, torn tails the server logged cutting
+    torn_restarts: int = 0
+    torn_cut: int = 0
     # --slow-disk, --clock-steps
     hooks: HookReport = field(default_factory=HookReport)
 
@@ -422,6 +426,11 @@ class Report:
         lines += self.queue.lines()
         lines += self.net.lines()
         lines += self.hooks.lines()
+        if self.torn_restarts:
+            lines.append(
+                f"server restarts over a torn journal tail: {self.torn_restarts} "
+                f"(tails the server logged cutting off: {self.torn_cut})"
+            )
         if self.faults["disk_full"] or self.refused:
             lines += [
                 f"journal disk full for {self.disk_full_s:.1f} s in all "
@@ -654,6 +663,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
         *(["disk_full"] if args.disk_full else []),
         *(["slow_disk"] if args.slow_disk else []),
         *(["clock_step"] if args.clock_steps else []),
+        *(["corrupt_at_restart"] if args.corrupt_at_restart else []),
     ]
     kinds += opt_in
     _add_heartbeat(workers, args)
@@ -714,6 +724,13 @@ def orchestrate(args: argparse.Namespace) -> Report:
                     pub_ledgers=[work / f"{p}.ledger" for p in pubs],
                     lines=lambda path: len(_read_lines(path)),
                 )
+            elif fault == "corrupt_at_restart":  # kill -9, a torn record appended, restart
+                server.kill()
+                report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
+                if tear_journal_tail(journal, rng):
+                    report.torn_restarts += 1
+                server.start(START_TIMEOUT)
+                report.torn_cut += any("truncating a torn tail" in x for x in server.stderr_lines)
             elif fault == "clock_step":
                 inject_clock_step(hooks, rng, report.hooks)
             else:
@@ -1181,8 +1198,14 @@ def main(argv: list[str] | None = None) -> int:
         "(default 2000; 100 with --disk-full, so that publishing goes on while nothing is "
         "acknowledged)",
     )
+    parser.add_argument(
+        "--corrupt-at-restart",
+        action="store_true",
+        help="a server kill -9 after which a torn record is appended to the transaction log "
+        "before the restart (one server only; see tests/chaos/disk_faults.py)",
+    )
     args = parser.parse_args(argv)
-    for flag in ("disk_full", "slow_disk", "clock_steps"):
+    for flag in ("disk_full", "slow_disk", "clock_steps", "corrupt_at_restart"):
         if args.replicated and getattr(args, flag):
             parser.error(f"--{flag.replace('_', '-')}: one server only (not with --replicated)")
     if args.pad is None:

@@ -1,8 +1,10 @@
-"""``--disk-full`` of the chaos runner (issue 32): the server's transaction log on a small
-tmpfs the faults fill; a few seconds of chaos, then the exact ledger check. The server refuses
-publishes while the disk is full (the publishers' failed-write handler records them as refused,
-not acknowledged); every acknowledged publish is delivered exactly once, in order, and no
-refused one is delivered. Skipped with the reason where a tmpfs cannot be mounted."""
+"""``--disk-full`` and ``--corrupt-at-restart`` of the chaos runner (issue 32): a few seconds
+of chaos each, then the exact ledger check. ``--disk-full``: the server's transaction log on a
+small tmpfs the faults fill; the server refuses publishes while the disk is full (the
+publishers' failed-write handler records them as refused, not acknowledged); every
+acknowledged publish is delivered exactly once, in order, and no refused one is delivered
+(skipped with the reason where a tmpfs cannot be mounted). ``--corrupt-at-restart``: restarts
+over a torn journal tail."""
 
 from __future__ import annotations
 
@@ -55,3 +57,20 @@ def test_disk_full_refused_publishes_are_not_acknowledged_nothing_lost(
     )
     assert refused is not None and int(refused.group(1)) > 0, out  # the path was exercised
     assert "refused publishes delivered to a subscriber: 0" in out
+
+
+@pytest.mark.timeout(240)
+def test_restarts_over_a_torn_journal_tail_lose_and_repeat_nothing(
+    tmp_path: Path, chaos_seed: int
+) -> None:
+    """``--corrupt-at-restart``: the server killed, a torn record appended to its log, the
+    server restarted: it cuts the tail off (logged) and nothing acknowledged is lost."""
+    out = chaos(tmp_path, chaos_seed, "--corrupt-at-restart")
+    torn = re.search(
+        r"server restarts over a torn journal tail: (\d+) \(tails the server logged cutting "
+        r"off: (\d+)\)",
+        out,
+    )
+    assert torn is not None, out
+    restarts, cut = int(torn.group(1)), int(torn.group(2))
+    assert restarts >= 1 and cut == restarts, out
