@@ -29,11 +29,14 @@ HOLD_WAIT: Final = 15.0
 
 class HookedServer(ServerProcess):
     """A :class:`ServerProcess` started through :mod:`tests.chaos.server_hooks`, its hooks
-    read from the directory ``hooks``."""
+    read from the directory ``hooks`` (and in a memory cgroup with ``cgroup_procs``)."""
 
-    def __init__(self, *, hooks: Path, **kwargs: object) -> None:
+    def __init__(self, *, hooks: Path, cgroup_procs: Path | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.hooks = hooks
+        self.cgroup_procs = cgroup_procs
+        """``--memory-limit``: the process moves itself into this cgroup before Python starts
+        (every restart too)."""
         hooks.mkdir(parents=True, exist_ok=True)
         write_atomic(hooks / FSYNC_DELAY, "0")
         write_atomic(hooks / CLOCK_OFFSET, "0")
@@ -41,7 +44,10 @@ class HookedServer(ServerProcess):
     def command(self) -> list[str]:
         base = super().command()  # [python, -m, ampsclient_server_stub, *args]
         entry = Path(__file__).with_name("server_hooks.py")  # by path: any working directory
-        return [sys.executable, str(entry), str(self.hooks), *base[3:]]
+        command = [sys.executable, str(entry), str(self.hooks), *base[3:]]
+        if self.cgroup_procs is None:
+            return command
+        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup_procs), *command]
 
 
 @dataclass

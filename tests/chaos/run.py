@@ -82,6 +82,7 @@ from tests.chaos.hook_faults import (  # noqa: E402
     inject_clock_step,
     inject_slow_disk,
 )
+from tests.chaos.memory_faults import MemoryCgroup, make_cgroup, squeeze  # noqa: E402
 from tests.chaos.net_faults import NetReport, inject, parse_net_faults  # noqa: E402
 from tests.chaos.queue_workers import (  # noqa: E402  (needs ROOT on the path)
     QUEUE_XML,
@@ -387,6 +388,10 @@ class Report:
     # --corrupt-at-restart: restarts over a torn tail, torn tails the server logged cutting
     torn_restarts: int = 0
     torn_cut: int = 0
+    # --memory-limit: squeezes (their tight limits, MB), server deaths found after one
+    squeezes_mb: list[float] = field(default_factory=list)
+    squeeze_refused: int = 0
+    oom_killed: int = 0
     # --slow-disk, --clock-steps
     hooks: HookReport = field(default_factory=HookReport)
 
@@ -426,6 +431,13 @@ class Report:
         lines += self.queue.lines()
         lines += self.net.lines()
         lines += self.hooks.lines()
+        if self.squeezes_mb or self.squeeze_refused:
+            tight = ", ".join(f"{mb:.0f}" for mb in self.squeezes_mb)
+            lines.append(
+                f"memory squeezes: {len(self.squeezes_mb)} (limits MB: {tight}; "
+                f"{self.squeeze_refused} refused by the kernel); "
+                f"server killed by the kernel: {self.oom_killed}"
+            )
         if self.torn_restarts:
             lines.append(
                 f"server restarts over a torn journal tail: {self.torn_restarts} "
@@ -595,9 +607,25 @@ def orchestrate(args: argparse.Namespace) -> Report:
             report.problems.append(f"--disk-full: {why}")
             return report
     hooks = work / "hooks"  # --slow-disk, --clock-steps: the server's test-only hooks
+    cgroup: MemoryCgroup | None = None
+    limit = int(args.memory_limit * 1024 * 1024)
+    if args.memory_limit:
+        made = make_cgroup(limit)
+        if isinstance(made, str):
+            report.problems.append(f"--memory-limit: {made}")
+            if args.disk_full:
+                unmount(journal)
+            return report
+        cgroup = made
     server = (
-        HookedServer(hooks=hooks, data_dir=work / "server", config=config, name="chaos")
-        if args.slow_disk or args.clock_steps
+        HookedServer(
+            hooks=hooks,
+            cgroup_procs=cgroup.procs if cgroup else None,
+            data_dir=work / "server",
+            config=config,
+            name="chaos",
+        )
+        if args.slow_disk or args.clock_steps or cgroup
         else ServerProcess(data_dir=work / "server", config=config, name="chaos")
     )
     try:
@@ -664,6 +692,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
         *(["slow_disk"] if args.slow_disk else []),
         *(["clock_step"] if args.clock_steps else []),
         *(["corrupt_at_restart"] if args.corrupt_at_restart else []),
+        *(["memory_squeeze"] if args.memory_limit else []),
     ]
     kinds += opt_in
     _add_heartbeat(workers, args)
@@ -731,6 +760,18 @@ def orchestrate(args: argparse.Namespace) -> Report:
                     report.torn_restarts += 1
                 server.start(START_TIMEOUT)
                 report.torn_cut += any("truncating a torn tail" in x for x in server.stderr_lines)
+            elif fault == "memory_squeeze" and cgroup is not None:
+                if str(server.pid) not in cgroup.procs.read_text().split():
+                    report.problems.append(f"server pid {server.pid} not in its memory cgroup")
+                tight = squeeze(cgroup, _rss_mb(server.pid), limit, rng)
+                if tight:
+                    report.squeezes_mb.append(tight / 1024 / 1024)
+                else:
+                    report.squeeze_refused += 1
+                if not server.running:  # the kernel killed it: restart, as after kill_server
+                    report.oom_killed += 1
+                    server.kill()
+                    server.start(START_TIMEOUT)
             elif fault == "clock_step":
                 inject_clock_step(hooks, rng, report.hooks)
             else:
@@ -746,6 +787,8 @@ def orchestrate(args: argparse.Namespace) -> Report:
         server.stop()
         if args.disk_full:
             unmount(journal)
+        if cgroup is not None:
+            cgroup.remove()
         (work / "server.log").write_text("".join(server.stderr_lines))  # for a look afterwards
     report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
     check(work, pubs, subs, report)
@@ -1204,8 +1247,15 @@ def main(argv: list[str] | None = None) -> int:
         help="a server kill -9 after which a torn record is appended to the transaction log "
         "before the restart (one server only; see tests/chaos/disk_faults.py)",
     )
+    parser.add_argument(
+        "--memory-limit",
+        type=float,
+        default=0.0,
+        help="MB: the server in a memory cgroup of this limit (needs root), squeezed to its RSS "
+        "plus 8-32 MB at fault times (one server only; see tests/chaos/memory_faults.py)",
+    )
     args = parser.parse_args(argv)
-    for flag in ("disk_full", "slow_disk", "clock_steps", "corrupt_at_restart"):
+    for flag in ("disk_full", "slow_disk", "clock_steps", "corrupt_at_restart", "memory_limit"):
         if args.replicated and getattr(args, flag):
             parser.error(f"--{flag.replace('_', '-')}: one server only (not with --replicated)")
     if args.pad is None:

@@ -86,3 +86,34 @@ def test_slow_disk_and_clock_steps_lose_and_repeat_nothing(tmp_path: Path, chaos
     episodes, held, delivered = (int(g) for g in slow.groups())
     assert episodes >= 1 and held == episodes and delivered == episodes, out
     assert re.search(r"server wall clock steps \(each undone 1-3 s later\): [+-]\d", out), out
+
+
+@pytest.mark.timeout(240)
+def test_memory_squeezes_lose_and_repeat_nothing(tmp_path: Path, chaos_seed: int) -> None:
+    """``--memory-limit``: the server in a memory cgroup (checked at each squeeze), its limit
+    squeezed to its RSS plus 8-32 MB at fault times; skipped where no cgroup can be made."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.chaos.run",
+            *("--seconds", "6", "--seed", str(chaos_seed), "--min-gap", "0.3", "--max-gap", "0.8"),
+            *("--work", str(tmp_path / "chaos"), "--memory-limit", "200"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    print(out)
+    if "--memory-limit: " in out and "cgroup" in out and done.returncode != 0:
+        reason = next(line for line in out.splitlines() if "--memory-limit: " in line)
+        if "cannot" in reason or "no cgroup" in reason:
+            pytest.skip(reason)
+    assert done.returncode == 0, f"chaos run failed (seed {chaos_seed}):\n{out}"
+    assert "losses: 0" in out and "delivered twice to the application: 0" in out
+    assert "out of order (per publisher): 0" in out and "queue losses: 0" in out
+    squeezes = re.search(r"memory squeezes: (\d+) \(limits MB: [\d, ]+; (\d+) refused", out)
+    assert squeezes is not None and int(squeezes.group(1)) >= 1, out
