@@ -44,7 +44,10 @@ transaction log on a tmpfs filled and freed, :mod:`tests.chaos.disk_faults`; pub
 server refuses are recorded by the publishers and excluded from the check as not
 acknowledged), ``--slow-disk`` (the server's fsyncs stalled or slowed) and ``--clock-steps``
 (its wall clock stepped back or forward) through test-only hooks in the server process
-(:mod:`tests.chaos.hook_faults`, :mod:`tests.chaos.server_hooks`).
+(:mod:`tests.chaos.hook_faults`, :mod:`tests.chaos.server_hooks`), ``--corrupt-at-restart``
+(a torn record appended to the journal between a kill and the restart) and
+``--memory-limit MB`` (the server in a memory cgroup squeezed at fault times,
+:mod:`tests.chaos.memory_faults`).
 """
 
 from __future__ import annotations
