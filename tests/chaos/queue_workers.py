@@ -15,6 +15,10 @@ A consumer's ledger (``<name>.ledger``, one ``write`` per line) holds:
   ``publish_flush()``: the acks of messages ``i < n`` of this process are persisted on the
   server (handlers run one after the other, so when ``count`` messages were seen, the acks of
   the first ``count - 1`` are queued; the last handler may still be running).
+* ``{"life": pid, "refused_ack": bookmarks, "reason": ...}``: an ack the server refused
+  (``--disk-full``; written by the failed-write handler before the flush covering it returns,
+  and a flush completes on refusals too): those messages are not acknowledged, so the audit
+  does not hold their redelivery against a later ``upto``.
 
 The audit (:func:`check_queue`), message by message: every message acknowledged to a
 publisher was processed by some consumer (nothing lost); no message was *delivered by the
@@ -97,16 +101,24 @@ def run_consumer(args: argparse.Namespace) -> int:
 
     def on_message(message: Message) -> None:
         body = json.loads(message.get_data())
-        seq = int((message.bookmark or "").split("|")[1])
+        pid, seq_text = (message.bookmark or "").split("|")[:2]
+        seq = int(seq_text)
         with lock:
             i = seen[0]
             seen[0] += 1
         line = {"life": life, "i": i, "pub": body["pub"], "s": seq, "lp": message.lease_period}
+        line["pid"] = pid
         line["t"] = time.time()
         _append(fd, line)
         if delay:
             time.sleep(delay)
 
+    def on_refused(message: Message, reason: str) -> None:
+        # an ack the server refused (a full disk): its messages are not acknowledged, the
+        # server may lease them again; written before the publish_flush covering it returns
+        _append(fd, {"life": life, "refused_ack": message.bookmark or "", "reason": reason})
+
+    client.set_failed_write_handler(on_refused)
     for uri in args.uri.split(","):
         client.get_server_chooser().add(uri)
     client.connect_and_logon()
@@ -146,6 +158,9 @@ class QueueAudit:
     lost: int = 0
     redeliveries: int = 0
     after_persisted_ack: int = 0
+    refused_acks: int = 0
+    """Messages whose ack the server refused (``--disk-full``): not acknowledged, so their
+    redelivery is no redelivery after a persisted ack."""
     acks_persisted: int = 0
     per_consumer: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -161,7 +176,7 @@ class QueueAudit:
             f"queue losses: {self.lost}",
             f"queue redeliveries (processings beyond a message's first): {self.redeliveries}",
             f"queue redelivered (by the server) after its ack was persisted: "
-            f"{self.after_persisted_ack}",
+            f"{self.after_persisted_ack} (acks refused by the server: {self.refused_acks})",
         ]
 
 
@@ -237,13 +252,22 @@ def check_queue(
     processings: list[tuple[float, str, int, int, tuple[str, int]]] = []
     delivered: dict[tuple[str, int, int], float] = {}  # by the server: lp - LeasePeriod
     ack_persisted_at: dict[tuple[str, int, int], float] = {}
+    refused_bookmarks: set[tuple[str, int]] = set()  # (publisher id, sequence)
+    key_of: dict[tuple[str, int], tuple[str, int]] = {}  # (publisher id, sequence) -> key
     for name in consumers:
         lines = _read(work / f"{name}.ledger")
         marks: dict[int, list[tuple[int, float]]] = defaultdict(list)
         count = 0
         for line in lines:
-            if "i" in line:
+            if "refused_ack" in line:
+                for bm in str(line["refused_ack"]).split(","):
+                    parts = bm.split("|")
+                    if len(parts) >= 2 and parts[1].isdigit():
+                        refused_bookmarks.add((parts[0], int(parts[1])))
+            elif "i" in line:
                 key = (line["pub"], int(line["s"]))
+                if "pid" in line:
+                    key_of[(line["pid"], int(line["s"]))] = key
                 processings.append((line["t"], name, line["life"], line["i"], key))
                 delivered[(name, line["life"], line["i"])] = parse_lp(line["lp"]) - lease_period
                 count += 1
@@ -267,7 +291,11 @@ def check_queue(
     audit.distinct = len(by_key)
     counts = Counter({k: len(v) for k, v in by_key.items()})
     audit.redeliveries = sum(n - 1 for n in counts.values())
+    refused_keys = {key_of[b] for b in refused_bookmarks if b in key_of}
+    audit.refused_acks = len(refused_keys)
     for key, runs in by_key.items():
+        if key in refused_keys:  # its ack was refused: the server may deliver it again
+            continue
         persisted = [
             ack_persisted_at[(n, life, i)]
             for _, n, life, i in runs

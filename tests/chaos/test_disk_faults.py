@@ -43,6 +43,7 @@ def chaos(tmp_path: Path, seed: int, *flags: str) -> str:
     assert "losses: 0" in out and "delivered twice to the application: 0" in out
     assert "out of order (per publisher): 0" in out
     assert "queue losses: 0" in out
+    assert "queue redelivered (by the server) after its ack was persisted: 0 " in out
     return out
 
 

@@ -117,3 +117,32 @@ def test_a_mark_covers_only_its_own_life_and_earlier_processings(tmp_path: Path)
     audit = check(tmp_path, ["c0"], {"pub-0": (1, 1)})
     assert audit.after_persisted_ack == 0 and audit.redeliveries == 1
     assert audit.acks_persisted == 1  # life 11's message 0, by the mark at t=2.5
+
+
+def test_a_refused_ack_is_no_persisted_ack(tmp_path: Path) -> None:
+    """``--disk-full``: the server refused c0's ack of sequence 2 (the consumer's failed-write
+    handler wrote ``refused_ack``) and its flush still completed (``upto`` 2): the message
+    was not acknowledged, so c1 getting it again is no redelivery after a persisted ack; the
+    refused publishes are not expected either."""
+    with_pid = [
+        {**done(10, 0, 1, 1.0), "pid": "77"},
+        {**done(10, 1, 2, 1.1), "pid": "77"},
+        {**done(10, 2, 3, 1.2), "pid": "77"},
+    ]
+    refused = {"life": 10, "refused_ack": "77|2|", "reason": "internal error"}
+    ledger(tmp_path, "c0", [*with_pid, refused, mark(10, 2, 1.5)])
+    ledger(tmp_path, "c1", [{**done(20, 0, 2, 3.0), "pid": "77"}])
+    audit = check_queue(
+        tmp_path,
+        ["c0", "c1"],
+        {"pub-0": (1, 4)},
+        lease_period=LEASE,
+        refused=frozenset({("pub-0", 4)}),
+    )
+    assert (audit.after_persisted_ack, audit.refused_acks, audit.lost) == (0, 1, 0)
+    assert audit.problems == []
+    assert queue_complete(tmp_path, ["c0", "c1"], {"pub-0": (1, 4)}, {("pub-0", 4)})
+    # the same ledgers without the refusal: the redelivery is found
+    ledger(tmp_path, "c0", [*with_pid, mark(10, 2, 1.5)])
+    audit = check_queue(tmp_path, ["c0", "c1"], {"pub-0": (1, 3)}, lease_period=LEASE)
+    assert audit.after_persisted_ack == 1
