@@ -265,11 +265,18 @@ class ReplicatedQueues:
     ) -> int:
         """``owner`` owns ``bookmarks`` from now on (a transfer record, at journal ``index``
         when known); the number that became deliverable here. A transfer of a message not in
-        the queue (yet) waits for it (:meth:`pending`)."""
+        the queue (yet) waits for it (:meth:`pending`); a transfer of a message that already
+        went through the queue here (journaled before the record, and acknowledged or
+        expired since) has nothing left to move and is dropped: kept pending, it would pin
+        the journal at the record for ``DeferredAckExpiration`` (issue #32: no journal file
+        of a 30-minute replicated soak was ever removed)."""
         gained = 0
+        inactive = self._engine.inactive.get(queue.name) if self._engine.inactive else None
         for bookmark in bookmarks:
             msg = queue.messages.get(bookmark)
             if msg is None:
+                if index is not None and self._went_through(bookmark, index, inactive):
+                    continue
                 key = (queue.name, bookmark)
                 self._pending[key] = owner
                 if index is not None:
@@ -282,6 +289,24 @@ class ReplicatedQueues:
             else:
                 queue.disown(msg, owner)
         return gained
+
+    def _went_through(self, bookmark: str, index: int, inactive: Inactive | None) -> bool:
+        """Whether the message ``bookmark``, not in its queue, was journaled here before the
+        record at ``index`` and is not waiting beyond ``TargetQueueDepth``: it entered the
+        queue and left it (acknowledged, expired), so a transfer of it is moot. Its record
+        since pruned counts (only files before every queue's ack point are removed); a
+        message journaled after ``index`` (a replay meets the transfer first) does not."""
+        if inactive is not None and bookmark in inactive:
+            return False
+        pid, _, rest = bookmark.partition("|")
+        try:
+            publisher, sequence = int(pid), int(rest.partition("|")[0])
+        except ValueError:
+            return False
+        if sequence > self._journal.last_sequence(publisher):
+            return False  # not arrived here yet: the transfer waits for it
+        found = self._journal.find_bookmark(publisher, sequence)
+        return found is None or found < index
 
     def pending(self, queue: Queue) -> dict[str, str]:
         """The transfers applied to messages that are not in ``queue`` (yet): bookmark -> new
