@@ -75,8 +75,8 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     what the AMPS guide ("Composite Messages") does not support there: on any composite type
     the event topics (``/AMPS/...``, messages the server constructs), on a composite-global
     one a delta subscription, ``select`` and an aggregation (``projection``/``grouping``). An
-    aggregation on a composite-local type is refused too: the server builds aggregated records
-    as json only, and would not send them as the subscriber's type.
+    aggregation on a composite-local type is refused too: an aggregated record is one flat
+    document, and the server has no rule for splitting it into the type's parts.
 
     Raises:
         CommandFailure: ``invalid topic`` or ``invalid options``, naming the type.
@@ -99,7 +99,7 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     if refusal is None and ("projection" in options or "grouping" in options):
         refusal = composite_refusal(conn.mt, "aggregation (projection, grouping)") or (
             f"an aggregated subscription on {conn.mt!r}, a composite-local type, is not "
-            "implemented: the reference server builds aggregated records as json only"
+            "implemented: an aggregated record is one document with no rule for its parts"
         )
     if refusal is not None:
         raise CommandFailure("invalid options", refusal)

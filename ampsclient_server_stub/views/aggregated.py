@@ -20,7 +20,6 @@ that does not parse.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from ampsclient.protocol.header import Header, encode_header
 
 from ..engine.filters import compile_expression
+from ..engine.payload import encode
 from ..engine.query_options import query_options
 from ..engine.sow import SowTopic
 from ..engine.sow_service import SowService
@@ -89,6 +89,7 @@ class _Private:
         self.table = table
         self.sow = sow
         self.bodies: dict[str, bytes] = {}
+        self.records: dict[str, Any] = {}
 
     def alive(self) -> bool:
         """The subscription still exists (not unsubscribed, replaced or disconnected)."""
@@ -122,21 +123,23 @@ class _Private:
             record = self.table.record(key)
             if record is None:
                 body = self.bodies.pop(key, None)
+                self.records.pop(key, None)
                 if body is not None and sub.oof:
                     head = {"c": "oof", "t": self.sow.topic, "sids": sub.sub_id, "k": key}
                     head["reason"] = "deleted"
                     send(encode_header(head) + body)
                 continue
-            body = json.dumps(record, separators=(",", ":")).encode()
+            body = encode(self.sow.message_type, record)
             before = self.bodies.get(key)
             if before == body:
                 continue
             self.bodies[key] = body
+            prev = self.records.get(key)
+            self.records[key] = record
             head = {"c": "p", "t": self.sow.topic, "sids": sub.sub_id, "k": key}
-            if sub.delta and before is not None:  # only the fields that changed
-                prev = json.loads(before)
+            if sub.delta and prev is not None:  # only the fields that changed
                 changed = {n: v for n, v in record.items() if n not in prev or prev[n] != v}
-                body = json.dumps(changed, separators=(",", ":")).encode()
+                body = encode(self.sow.message_type, changed)
             send(encode_header(head) + body)
 
 
@@ -212,9 +215,9 @@ class Aggregated:
         if sub is not None:
             conn.subs[sub.sub_id] = sub
             private = _Private(sub, table, sow)
+            private.records = dict(table.records())
             private.bodies = {
-                key: json.dumps(record, separators=(",", ":")).encode()
-                for key, record in table.records()
+                key: encode(sow.message_type, record) for key, record in private.records.items()
             }
             # (an ended subscription leaves at the topic's next change; sweep them here too)
             sow.watchers[:] = [w for w in sow.watchers if not isinstance(w, _Private) or w.alive()]
@@ -241,7 +244,7 @@ class Aggregated:
         send_acks(send, hdr, flags & (RECEIVED | PROCESSED), sub_id=sub_id, query_id=query_id)
         send(encode_header({"c": "group_begin", "query_id": query_id}))
         for key, record in selected:
-            body = json.dumps(record, separators=(",", ":")).encode()
+            body = encode(sow.message_type, record)
             inner = encode_header(spec.key_fields(key) | {"l": len(body)}) + body
             send(encode_header({"c": "sow", "t": sow.topic, "query_id": query_id, "bs": 1}) + inner)
         send(encode_header({"c": "group_end", "query_id": query_id}))

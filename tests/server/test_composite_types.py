@@ -482,7 +482,7 @@ def test_event_topics_are_refused_on_a_composite_connection(
     ("message_type", "topic", "options", "why"),
     [
         (GLOBAL, "images", "projection=[/fmt],grouping=[/fmt]", "composite-global"),
-        (LOCAL, "orders", "projection=[/0/sym AS /0/sym],grouping=[/0/sym]", "json only"),
+        (LOCAL, "orders", "projection=[/0/sym AS /0/sym],grouping=[/0/sym]", "no rule"),
     ],
 )
 def test_an_aggregation_on_a_composite_type_is_refused(

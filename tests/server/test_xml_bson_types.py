@@ -461,3 +461,34 @@ def test_the_official_client_publishes_and_filters_bson(server: ServerThread) ->
     finally:
         official.disconnect()
     assert got == bodies[1:]
+
+
+AGG_BSON = "projection=[/sym AS /sym,SUM(/qty) AS /total,COUNT(/id) AS /n],grouping=[/sym]"
+
+
+@pytest.mark.integration
+def test_an_aggregated_query_and_subscription_on_bson_answer_in_bson(server: ServerThread) -> None:
+    """Aggregated records come in the topic's type (they were json whatever the type)."""
+    inbox = Inbox()
+    with client(server, "bson") as c:
+        c.publish("orders", bson_order("agg-1", "AGG", 10))
+        c.publish("orders", bson_order("agg-2", "AGG", 5))
+        c.flush(5000)
+        got = sow(c, "orders", filter="/sym = 'AGG'", options=AGG_BSON)
+        assert [decode_bson(b) for b in got] == [{"sym": "AGG", "total": 15, "n": 2}]
+        c.sow_and_subscribe(inbox, "orders", "/sym = 'AGG'", options=AGG_BSON)
+        c.publish("orders", bson_order("agg-3", "AGG", 1))
+        expected = {"sym": "AGG", "total": 16, "n": 3}
+
+        def arrived() -> bool:
+            with inbox.lock:
+                return any(_bson_or_none(b) == expected for b in inbox.data)
+
+        wait_for(arrived, timeout=15)
+
+
+def _bson_or_none(data: bytes) -> Any:
+    try:
+        return decode_bson(data)
+    except BsonFormatError:
+        return None
