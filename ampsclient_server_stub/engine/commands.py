@@ -29,6 +29,7 @@ from .wire import (
     PROCESSED,
     REASON_DETAIL,
     RECEIVED,
+    STATS,
     SUBSCRIBE_COMMANDS,
     CommandFailure,
     ack_flags,
@@ -73,7 +74,8 @@ def check_logon_sizes(name: str | None, user: str, password: str) -> None:
 def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     """``hdr`` of a subscription or query, refused on a composite connection when it asks for
     what the AMPS guide ("Composite Messages") does not support there: on any composite type
-    the event topics (``/AMPS/...``, messages the server constructs), on a composite-global
+    the event topics (``/AMPS/...``) and a ``stats`` ack (messages the server constructs), on a
+    composite-global
     one a delta subscription, ``select`` and an aggregation (``projection``/``grouping``). An
     aggregation on a composite-local type is refused too: an aggregated record is one flat
     document, and the server has no rule for splitting it into the type's parts.
@@ -89,6 +91,12 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
             "invalid topic",
             f"{topic!r}: event topics are not delivered as {conn.mt!r}, a composite message "
             "type (AMPS User Guide, Composite Messages)",
+        )
+    if ack_flags(hdr) & STATS:
+        raise CommandFailure(
+            "invalid options",
+            f"a stats ack is not delivered as {conn.mt!r}, a composite message type: composite "
+            "types do not support stats acks (AMPS User Guide, Composite Messages)",
         )
     options = command_options(hdr)
     refusal = None

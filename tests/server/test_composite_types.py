@@ -478,6 +478,21 @@ def test_event_topics_are_refused_on_a_composite_connection(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("message_type", [LOCAL, GLOBAL])
+def test_a_stats_ack_is_refused_on_a_composite_connection(
+    server: ServerThread, message_type: str
+) -> None:
+    """The guide: composite types do not support stats acks (a message the server builds);
+    the same query without ``stats`` is answered."""
+    topic = "orders" if message_type == LOCAL else "images"
+    with client(server, message_type) as c:
+        cmd = Command("sow").set_topic(topic).set_timeout(5000).add_ack_type("stats")
+        with pytest.raises(InvalidOptionsException, match="stats ack"):
+            c.execute_async(cmd.add_ack_type("processed"), lambda _m: None)
+        sow(c, topic)
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("message_type", "topic", "options", "why"),
     [
