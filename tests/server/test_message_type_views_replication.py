@@ -244,3 +244,79 @@ def test_a_replication_filter_on_an_unparsed_type_is_refused_at_start(tmp_path: 
     )
     with pytest.raises(ConfigError, match=r"'orders_json': a <Filter> needs a message type"):
         parse_config(xml, base_dir=tmp_path)
+
+
+# --------------------------------------------------------------------------- composite
+
+PARTS = "tv-parts"  # composite-local: a json part, then a binary part
+PARTS_TYPE = f"""<MessageTypes><MessageType><Name>{PARTS}</Name>
+    <Module>composite-local</Module><MessagePart>json</MessagePart>
+    <MessagePart>binary</MessagePart></MessageType></MessageTypes>"""
+
+
+def _parts(oid: str, sym: str) -> bytes:
+    """A composite message as the official client's ``CompositeMessageBuilder`` writes it:
+    each part preceded by its 4-byte big-endian length."""
+    out = b""
+    for part in (f'{{"id":"{oid}","sym":"{sym}"}}'.encode(), b"\x00\x01blob-" + oid.encode()):
+        out += len(part).to_bytes(4, "big") + part
+    return out
+
+
+@pytest.fixture(scope="module")
+def composite_pair(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ServerThread, ServerThread]]:
+    base = tmp_path_factory.mktemp("composite-replication")
+    port = free_port()
+    source = _source(port).replace(
+        "<TransactionLog>",
+        f"{PARTS_TYPE}<TransactionLog>",
+        1,
+    )
+    # one destination topic only: the composite type, filtered on its json part
+    start = source.index("<Topic><Name>orders_json")
+    end = source.index("<Transport><Type>amps-replication")
+    source = (
+        source[:start]
+        + f"""<Topic><Name>orders_parts</Name><MessageType>{PARTS}</MessageType>
+          <Filter>/0/sym = 'IBM'</Filter>
+          <ExcludeValidation>replicate</ExcludeValidation></Topic>"""
+        + source[end:]
+    )
+    receiver = _receiver(port).replace("<TransactionLog>", f"{PARTS_TYPE}<TransactionLog>", 1)
+    started: list[ServerThread] = []
+    try:
+        for name, xml in (("dest", receiver), ("src", source)):
+            (base / name).mkdir()
+            thread = ServerThread(parse_config(xml, base_dir=base / name), fsync="never")
+            started.append(thread.start())
+        yield started[1], started[0]
+    finally:
+        for thread in reversed(started):
+            thread.stop()
+
+
+def test_a_filtered_replication_destination_passes_exactly_the_matches_of_a_composite_type(
+    composite_pair: tuple[ServerThread, ServerThread],
+) -> None:
+    """A composite-local destination ``<Filter>`` on a part (``/0/sym``) passes the matching
+    messages whole (every part, byte for byte), in order."""
+    src, dest = composite_pair
+    topic = "orders_parts"
+    sent = [_parts("1", "IBM"), _parts("2", "MSFT"), _parts("3", "IBM"), _parts("4", "IBMX")]
+    sent.append(_parts("5", "IBM"))
+    client = _client(src, PARTS)
+    try:
+        for data in sent:
+            client.publish(topic, data)
+        client.flush(5000)
+    finally:
+        client.close()
+    wait_for(
+        lambda: sent[4] in [p for t, p in _journal(dest) if t == topic],
+        timeout=20.0,
+        what="the last composite match on the destination",
+    )
+    assert [p for t, p in _journal(dest) if t == topic] == [sent[0], sent[2], sent[4]]
+    assert [p for t, p in _journal(src) if t == topic] == sent
