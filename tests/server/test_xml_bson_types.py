@@ -492,3 +492,30 @@ def _bson_or_none(data: bytes) -> Any:
         return decode_bson(data)
     except BsonFormatError:
         return None
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(importlib.util.find_spec("AMPS") is None, reason="official client absent")
+def test_the_official_client_gets_an_xml_aggregated_sow_in_xml(server: ServerThread) -> None:
+    import AMPS  # the official client: a black-box peer
+
+    official = AMPS.Client(f"xb-official-{next(_names)}")
+    official.connect(server.uri("tcp", "xml"))
+    official.logon(5000)
+    try:
+        official.publish("orders", xml_order("ox-1", "OAGG", 7).decode())
+        official.publish("orders", xml_order("ox-2", "OAGG", 8).decode())
+        official.publish_flush(5000)
+        cmd = (
+            AMPS.Command("sow")
+            .set_topic("orders")
+            .set_filter("/Order/Symbol = 'OAGG'")
+            .set_options(
+                "projection=[/Order/Symbol AS /Agg/sym,SUM(/Order/Qty) AS /Agg/total],"
+                "grouping=[/Order/Symbol]"
+            )
+        )
+        got = [m.get_data() for m in official.execute(cmd) if m.get_command() == "sow"]
+        assert [decode("xml", g.encode()) for g in got] == [{"Agg": {"sym": "OAGG", "total": "15"}}]
+    finally:
+        official.disconnect()
