@@ -354,6 +354,8 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self._on_event[kind] = handler
         if kind is PublishPersisted or kind is SubscriptionPersisted:
             self._core.persisted_events = True
+        if kind is SubscriptionPersisted:  # at once, in order with the deliveries (#32)
+            self._core.on_sub_persisted = lambda ack: handler(SubscriptionPersisted(ack))  # type: ignore[arg-type]
 
     def process_events(self) -> None:
         """Act on every event the core queued (see :mod:`ampsclient.core.event_types`).

@@ -130,6 +130,10 @@ class ClientCore:
         """Whether persisted acks that answer no command become events (an HA wing tracks
         them); otherwise they go to the last-chance handler at once, in stream order with
         the deliveries around them, as any unrouted message does."""
+        self.on_sub_persisted: Callable[[Message], None] | None = None
+        """Takes a subscription's persisted ack at once, in stream order with the deliveries
+        around it (as an event after the whole read, an HA wing's bookmark store saw it after
+        later messages: issue #32); ``None``: it becomes an event like a publish's."""
         self.on_send: Callable[[], None] | None = on_send
         """Called after a frame was queued."""
         self.message_type = message_type
@@ -755,6 +759,12 @@ class ClientCore:
         pending = self._ack_pending(hdr)
         if pending is None:
             if self.persisted_events and hdr.get("a", "") == "persisted":
+                if "sub_id" in hdr and self.on_sub_persisted is not None:
+                    try:
+                        self.on_sub_persisted(message)
+                    except Exception as exc:
+                        self.report(exc)
+                    return
                 self.events.append(
                     SubscriptionPersisted(message) if "sub_id" in hdr else PublishPersisted(message)
                 )
