@@ -30,6 +30,7 @@ __all__ = [
     "QUEUE_OPTIONS",
     "QUEUE_VIEW_OPTIONS",
     "check_command_options",
+    "check_queue_only_options",
     "check_queue_options",
 ]
 
@@ -39,7 +40,9 @@ OPTION_EFFECTS: Final[Mapping[str, str]] = {
     "timestamp": "each delivery (and SOW result) carries `ts`, when AMPS processed the message",
     "conflation": "deliveries are conflated per key for the given interval",
     "conflation_key": "the key conflation uses (default: the SOW key)",
-    "max_backlog": "queue subscriptions: at most N unacknowledged messages",
+    "max_backlog": (
+        "queue subscriptions: at most N unacknowledged messages (refused on any other subscription)"
+    ),
     "live": "bookmark subscriptions: deliver before the message is persisted",
     "fully_durable": "bookmark subscriptions: deliver only what every sync destination holds",
     "rate": "bookmark subscriptions: pace the replay",
@@ -179,4 +182,26 @@ def check_queue_options(options: Mapping[str, str], *, view: bool) -> None:
                 "invalid options",
                 f"option {name!r}: not implemented for a subscription to {what} (its options "
                 f"here: {known})",
+            )
+
+
+_QUEUE_ONLY_WHY: Final = (
+    "a queue subscription option (AMPS developer guides, Using Queues, 'Backlog and Smart "
+    "Pipelining': the most unacknowledged queue messages a subscription takes), and {topic!r} "
+    "is not a queue subscribed without a bookmark"
+)
+
+
+def check_queue_only_options(options: Mapping[str, str], *, topic: str) -> None:
+    """Refuse an option only a subscription to a queue has (``max_backlog``) on a subscription
+    that is not one (a topic, a regular expression, a bookmark replay of a queue's topics): it
+    would be accepted and ignored.
+
+    Raises:
+        CommandFailure: ``invalid options``, naming the option.
+    """
+    for name in options:
+        if name in _QUEUE:
+            raise CommandFailure(
+                "invalid options", f"option {name!r}: " + _QUEUE_ONLY_WHY.format(topic=topic)
             )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from ampsclient.protocol.header import Header, encode_header
 
-from .command_options import check_queue_options
+from .command_options import check_queue_only_options, check_queue_options
 from .conflation import ConflationError, ConflationSpec, LiveConflation, parse_conflation
 from .hooks import BrokerHooks
 from .pagination import Page
@@ -199,6 +199,13 @@ class Subscribing:
                 check_queue_options(options, view=False)
             elif queues.is_view(conn.mt, topic):
                 check_queue_options(options, view=True)
+        if not (
+            queues is not None
+            and bookmark is None
+            and topic is not None
+            and queues.is_queue(conn.mt, topic)
+        ):
+            check_queue_only_options(options, topic=topic or "")
         sub, replaced = self.prepare(conn, hdr, options, delta=delta)
         if (
             queues is not None
@@ -247,6 +254,7 @@ class Subscribing:
             sub, replaced = self.prepare(conn, hdr, options, delta=delta)
             queues.sow_and_subscribe(conn, hdr, matcher, sub, replaced)
             return  # the available messages, then a queue subscription (it leases)
+        check_queue_only_options(options, topic=topic)
         aggregated = self._hooks.aggregated
         if aggregated is not None and aggregated.run(
             conn,

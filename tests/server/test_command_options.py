@@ -503,3 +503,53 @@ def test_an_aggregation_on_a_plain_subscription_says_what_takes_it(probe: Probe)
     ack = probe.command("subscribe", t="orders", sub_id="agg", o="projection=[/g],grouping=[/g]")
     refused(ack, "projection")
     assert "need a sow, sow_and_subscribe or sow_and_delta_subscribe" in ack["reason_detail"]
+
+
+MAX_BACKLOG_OUTSIDE_A_QUEUE = [
+    (command, where)
+    for command in SUBSCRIBING
+    for where in ("topic", "regex", "bookmark")
+    if where != "bookmark" or command in ("subscribe", "delta_subscribe")
+]
+"""Where ``max_backlog`` would be accepted and ignored: a subscription to a topic that is not
+a queue, to a regular expression, and a bookmark replay of a queue's underlying topic (a
+``sow_and_subscribe`` cannot take a bookmark)."""
+
+
+@pytest.mark.parametrize(("command", "where"), MAX_BACKLOG_OUTSIDE_A_QUEUE)
+def test_max_backlog_outside_a_queue_subscription_is_refused_by_name(
+    probe: Probe, command: str, where: str
+) -> None:
+    """``max_backlog`` is a queue subscription option (AMPS developer guides, "Backlog and
+    Smart Pipelining"); elsewhere it would lease nothing: refused, the same command without it
+    taken."""
+    fields: dict[str, Any] = {
+        "topic": {"t": "orders"},
+        "regex": {"t": "^ord.*"},
+        "bookmark": {"t": "work", "bm": "0"},
+    }[where]
+    ack = probe.command(command, sub_id=f"mb{next(_ids)}", o="max_backlog=2", **fields)
+    refused(ack, "max_backlog")
+    assert "not a queue" in ack["reason_detail"]
+    subscribe(probe, command, "", **fields)
+
+
+def test_max_backlog_outside_a_queue_with_both_clients(server: ServerThread) -> None:
+    """Our client's ``max_backlog`` keyword and the official client's
+    ``Message.Options.MaxBacklog`` on a topic that is not a queue: refused by name."""
+    with Client(f"ours-mb-{time.time_ns()}") as client:
+        client.connect(server.uri("tcp", "json"))
+        client.logon(5000)
+        with pytest.raises(InvalidOptionsError, match="option 'max_backlog'"):
+            client.subscribe("orders", max_backlog=2, timeout=5000)
+        client.subscribe("work", max_backlog=2, timeout=5000)  # a queue takes it
+    amps: Any = pytest.importorskip("AMPS")
+    official = amps.Client(f"official-mb-{time.time_ns()}")
+    official.connect(server.uri("tcp", "json"))
+    official.logon()
+    try:
+        with pytest.raises(amps.InvalidOptionsException, match="max_backlog"):
+            official.subscribe("orders", None, amps.Message.Options.MaxBacklog(2), 5000)
+        official.subscribe("work", None, amps.Message.Options.MaxBacklog(2), 5000)
+    finally:
+        official.disconnect()
