@@ -14,7 +14,7 @@ from typing import Final
 from ampsclient.protocol.header import Header, encode_header
 from ampsclient_server_stub.config import parse_duration
 
-from .composite_codec import composite_refusal, composite_type
+from .composite_codec import composite_refusal, composite_type, stats_ack_refusal
 from .durability import Durability
 from .hooks import BrokerHooks
 from .publishing import Publishing
@@ -92,12 +92,9 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
             f"{topic!r}: event topics are not delivered as {conn.mt!r}, a composite message "
             "type (AMPS User Guide, Composite Messages)",
         )
-    if ack_flags(hdr) & STATS:
-        raise CommandFailure(
-            "invalid options",
-            f"a stats ack is not delivered as {conn.mt!r}, a composite message type: composite "
-            "types do not support stats acks (AMPS User Guide, Composite Messages)",
-        )
+    stats_refusal = stats_ack_refusal(conn.mt) if ack_flags(hdr) & STATS else None
+    if stats_refusal is not None:
+        raise CommandFailure("invalid options", stats_refusal)
     options = command_options(hdr)
     refusal = None
     if delta:

@@ -52,6 +52,7 @@ __all__ = [
     "define_composite",
     "encode_composite",
     "split_composite",
+    "stats_ack_refusal",
 ]
 
 COMPOSITE_MODULES: Final = frozenset({"composite-local", "composite-global"})
@@ -237,4 +238,16 @@ def composite_refusal(message_type: str, what: str) -> str | None:
     return (
         f"{what} is not supported for {ctype.name!r}, a composite-global message type "
         "(AMPS User Guide, Composite Messages)"
+    )
+
+
+def stats_ack_refusal(message_type: str) -> str | None:
+    """Why a ``stats`` ack is refused on a connection of ``message_type``, or ``None`` when it
+    is not: the guide says composite types, whatever their module, do not support features
+    that construct messages, "such as subscriptions to the AMPS/.* topics and stats acks"."""
+    if message_type.lower() not in _defined:
+        return None
+    return (
+        f"a stats ack is not delivered as {message_type!r}, a composite message type: "
+        "composite types do not support stats acks (AMPS User Guide, Composite Messages)"
     )

@@ -15,6 +15,7 @@ from typing import Any, Final
 from ampsclient.protocol.header import Header
 
 from .. import accel
+from .composite_codec import stats_ack_refusal
 from .durability import Durability
 from .hooks import BrokerHooks
 from .ingest import ClientDelete, ClientPublish, ClientRun, Ingest
@@ -57,6 +58,18 @@ Failed = Callable[[Connection, Header, Exception], None]
 """Answers a failed command (failure acks, counters)."""
 
 
+def _refuse_composite_stats(conn: Connection) -> None:
+    """A publish or ``sow_delete`` asking for a ``stats`` ack on a composite connection: the
+    guide's composite restriction (no stats acks, whatever the module).
+
+    Raises:
+        CommandFailure: ``invalid options``, naming the type.
+    """
+    refusal = stats_ack_refusal(conn.mt)
+    if refusal is not None:
+        raise CommandFailure("invalid options", refusal)
+
+
 class Publishing:
     """The publish commands of one broker."""
 
@@ -89,6 +102,8 @@ class Publishing:
         if topic is None:
             raise CommandFailure("invalid topic", "publish without a topic")
         flags = ack_flags(hdr)
+        if flags & STATS:
+            _refuse_composite_stats(conn)
         seq = sequence_of(hdr)
         state = conn.state
         assert state is not None
@@ -253,6 +268,8 @@ class Publishing:
         if topic is None:
             raise CommandFailure("invalid topic", "sow_delete without a topic")
         flags = ack_flags(hdr)
+        if flags & STATS:
+            _refuse_composite_stats(conn)
         state = conn.state
         assert state is not None
         seq = sequence_of(hdr)

@@ -493,6 +493,56 @@ def test_a_stats_ack_is_refused_on_a_composite_connection(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("message_type", [LOCAL, GLOBAL])
+@pytest.mark.parametrize("command", ["sow_delete", "publish"])
+def test_a_stats_ack_on_a_sow_delete_or_publish_is_refused_on_a_composite_connection(
+    server: ServerThread, message_type: str, command: str
+) -> None:
+    """As for a query: a ``sow_delete`` (our client's and the official client's
+    ``sow_delete`` ask for the stats ack) or a publish asking for ``stats`` is refused with
+    ``invalid options`` and does nothing; without ``stats`` it runs."""
+    topic = "orders" if message_type == LOCAL else "images"
+    key = "/0/id" if message_type == LOCAL else "/id"
+    oid = 9_100 + next(_names)
+    body = order(oid, "DEL", 1) if message_type == LOCAL else composite(f'{{"id":{oid}}}')
+    with client(server, message_type) as c:
+        c.publish(topic, body)
+        c.flush(5000)
+        if command == "sow_delete":
+            cmd = Command("sow_delete").set_topic(topic).set_filter(f"{key} = {oid}")
+        else:
+            cmd = Command("p").set_topic(topic).set_data(body + b"x")
+        cmd = cmd.set_timeout(5000).add_ack_type("stats").add_ack_type("processed")
+        with pytest.raises(InvalidOptionsException, match="stats ack"):
+            c.execute_async(cmd, lambda _m: None)
+        assert sow(c, topic, filter=f"{key} = {oid}") == [body]  # neither deleted nor replaced
+        if command == "sow_delete":
+            with pytest.raises(InvalidOptionsException, match="stats ack"):
+                c.sow_delete(topic, f"{key} = {oid}", timeout=5000)  # the convenience asks stats
+            plain = Command("sow_delete").set_topic(topic).set_filter(f"{key} = {oid}")
+            c.execute_async(plain.add_ack_type("processed").set_timeout(5000), lambda _m: None)
+        else:
+            c.execute_async(
+                Command("p").set_topic(topic).set_data(body).add_ack_type("processed"),
+                lambda _m: None,
+            )
+            c.flush(5000)
+        expected = [] if command == "sow_delete" else [body]
+        assert sow(c, topic, filter=f"{key} = {oid}") == expected
+    if command == "sow_delete" and HAS_OFFICIAL:
+        import AMPS  # type: ignore[import-not-found]
+
+        official = AMPS.Client(f"ct-official-del-{next(_names)}")
+        official.connect(server.uri("tcp", message_type))
+        official.logon(5000)
+        try:
+            with pytest.raises(AMPS.InvalidOptionsException):  # its text: "invalid options"
+                official.sow_delete(topic, f"{key} = {oid}", 5000)
+        finally:
+            official.disconnect()
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("message_type", "topic", "options", "why"),
     [
