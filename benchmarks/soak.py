@@ -212,11 +212,11 @@ def analyse(
     work: Path, samples: list[dict[str, Any]], wall0: float, window: float
 ) -> dict[str, Any]:
     """Per-window deliveries, latency percentiles and resources from the ledgers and samples."""
-    from tests.chaos.run import _read_lines
+    from tests.chaos.run import iter_lines
 
     per_window: dict[int, list[float]] = defaultdict(list)
     for ledger in sorted(work.glob("sub-*.ledger")):
-        for line in _read_lines(ledger):
+        for line in iter_lines(ledger):
             msg = line.get("msg")
             if not msg or "rt" not in msg:
                 continue
