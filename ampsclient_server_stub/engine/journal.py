@@ -642,12 +642,19 @@ class Journal:
             last = f.last_index
             if start > last:
                 return []
-            if f.buf:
-                f.write_out()
-            pos = bisect_right(f.firsts, start) - 1
-            segments = f.segments[pos:]
             active = f.active
             active_size = active.size
+            if f.buf:
+                try:
+                    f.write_out()
+                except OSError:
+                    # a full disk: the group commit reports the condition (once); a reader
+                    # gets what the files hold, the buffered rest once it could be written
+                    last, active_size = f.written_through()
+                    if start > last:
+                        return []
+            pos = bisect_right(f.firsts, start) - 1
+            segments = f.segments[pos:]
         return collect_blocks(
             f.handles, segments, active, active_size, start, last, max_records, max_bytes
         )

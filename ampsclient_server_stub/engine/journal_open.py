@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import time
+from bisect import bisect_right
 from pathlib import Path
 from typing import Final
 
@@ -396,6 +397,18 @@ class JournalFiles:
             view.release()
             del buf[:written]
         self.stats["writes"] += 1
+
+    def written_through(self) -> tuple[int, int]:
+        """``(last index, active segment bytes)`` of the records the files hold (lock held):
+        after :meth:`write_out` failed, the records still buffered (all in the active
+        segment: a rotation waits for the buffer to be written) are not readable yet."""
+        seg = self.active
+        on_file = seg.size - len(self.buf)
+        if not self.buf:
+            return self.last_index, seg.size
+        offsets = seg.offsets
+        whole = bisect_right(offsets, on_file) - 1  # records ending at or before on_file
+        return seg.first_index + whole - 1, offsets[whole] if whole < len(offsets) else on_file
 
     def rotate(self) -> bool:
         """Seal the active segment (lock held): the heavy work is left to the next sync.

@@ -116,3 +116,62 @@ def test_a_full_journal_disk_refuses_reports_once_and_resumes(
     assert sum("storage: journal cannot be written" in line for line in log) == 1
     assert sum("storage: journal is written again" in line for line in log) == 1
     assert not any("Traceback" in line for line in log)
+
+
+def test_a_bookmark_subscribe_while_the_journal_disk_is_full_gets_what_is_durable(
+    tmp_path: Path,
+) -> None:
+    """A bookmark subscription placed while the journal cannot be written: the replay read
+    used to flush the append buffer first, and the flush's ``ENOSPC`` failed the subscribe
+    (a traceback, ``error handling 'subscribe'``). It is served from what the files hold
+    (the durable records, in order) and gets the rest once space returns; the condition is
+    reported once, and the connection and another client carry on."""
+    admin = free_port()
+    (tmp_path / "data").mkdir()
+    conf = tmp_path / "amps.xml"
+    conf.write_text(f"""<AMPSConfig><Name>journal-full-sub</Name>
+  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>
+  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+    </Transport></Transports>
+  <TransactionLog><JournalDirectory>journal</JournalDirectory><JournalSize>4MB</JournalSize>
+    <Topic><Name>t</Name><MessageType>json</MessageType></Topic></TransactionLog>
+</AMPSConfig>""")
+    got: list[int] = []
+    with small_filesystem(tmp_path / "data" / "journal", "16m") as fs:
+        server = ServerProcess(data_dir=tmp_path / "data", config=conf).start()
+        try:
+            with HAClient("journal-full-sub-pub") as pub, Client("journal-full-sub") as sub:
+                pub.get_server_chooser().add(server.uri())
+                pub.connect_and_logon()
+                for i in range(200):  # durable before the disk fills
+                    pub.publish("t", json.dumps({"i": i, "pad": PAD}))
+                pub.publish_flush(30_000)
+                filler = fill(fs)
+                for i in range(200, 300):  # buffered: the group commit cannot write them
+                    pub.publish("t", json.dumps({"i": i, "pad": PAD}))
+                wait_for(lambda: "journal" in conditions(admin), timeout=30, what="the condition")
+                sub.connect(server.uri())
+                sub.logon(5000)
+                sub.bookmark_subscribe(
+                    lambda m: got.append(json.loads(m.get_data())["i"]), "t", "0", timeout=10_000
+                )
+                wait_for(lambda: len(got) >= 200, timeout=30, what="the durable records")
+                with Client("journal-full-other") as other:  # another client is unharmed
+                    other.connect(server.uri())
+                    other.logon(5000)
+                    seen: list[bytes] = []
+                    other.subscribe(lambda m: seen.append(m.get_data()), "u", timeout=10_000)
+                    other.publish("u", '{"n":1}')  # not journaled: delivered at once
+                    wait_for(lambda: bool(seen), timeout=30, what="the other client's message")
+                assert "journal" in conditions(admin)  # still full: nothing more was readable
+                # in order, and not all: what the filled disk's last bytes took is durable too
+                assert got == list(range(len(got))) and 200 <= len(got) < 300
+                filler.unlink()  # space returns: the rest follows on the same subscription
+                pub.publish_flush(60_000)
+                wait_for(lambda: len(got) >= 300, timeout=30, what="the records written later")
+            log = list(server.stderr_lines)
+        finally:
+            server.stop()
+    assert got == list(range(300))
+    assert sum("storage: journal cannot be written" in line for line in log) == 1
+    assert not any("Traceback" in line or "error handling" in line for line in log), log
