@@ -249,18 +249,42 @@ def test_a_replication_filter_on_an_unparsed_type_is_refused_at_start(tmp_path: 
 # --------------------------------------------------------------------------- composite
 
 PARTS = "tv-parts"  # composite-local: a json part, then a binary part
+GLOBAL_PARTS = "tv-global-parts"  # composite-global: json, nvfix, binary parts merged
 PARTS_TYPE = f"""<MessageTypes><MessageType><Name>{PARTS}</Name>
     <Module>composite-local</Module><MessagePart>json</MessagePart>
-    <MessagePart>binary</MessagePart></MessageType></MessageTypes>"""
+    <MessagePart>binary</MessagePart></MessageType>
+  <MessageType><Name>{GLOBAL_PARTS}</Name>
+    <Module>composite-global</Module><MessagePart>json</MessagePart>
+    <MessagePart>nvfix</MessagePart><MessagePart>binary</MessagePart></MessageType>
+  </MessageTypes>"""
+
+
+def _framed(*parts: bytes) -> bytes:
+    """A composite message as the official client's ``CompositeMessageBuilder`` writes it:
+    each part preceded by its 4-byte big-endian length."""
+    return b"".join(len(part).to_bytes(4, "big") + part for part in parts)
 
 
 def _parts(oid: str, sym: str) -> bytes:
-    """A composite message as the official client's ``CompositeMessageBuilder`` writes it:
-    each part preceded by its 4-byte big-endian length."""
-    out = b""
-    for part in (f'{{"id":"{oid}","sym":"{sym}"}}'.encode(), b"\x00\x01blob-" + oid.encode()):
-        out += len(part).to_bytes(4, "big") + part
-    return out
+    """A ``tv-parts`` message: ``sym`` in the json part (``/0/sym``)."""
+    return _framed(f'{{"id":"{oid}","sym":"{sym}"}}'.encode(), b"\x00\x01blob-" + oid.encode())
+
+
+def _global_parts(oid: str, sym: str) -> bytes:
+    """A ``tv-global-parts`` message: ``sym`` in the nvfix part, read as ``/sym`` once the
+    parts are merged."""
+    return _framed(
+        f'{{"id":"{oid}"}}'.encode(),
+        f"sym={sym}\x01qty=1\x01".encode(),
+        b"\x00blob-" + oid.encode(),
+    )
+
+
+COMPOSITE_CASES = {
+    "composite-local": ("orders_parts", PARTS, _parts),
+    "composite-global": ("orders_global", GLOBAL_PARTS, _global_parts),
+}
+"""Per module: the destination topic, its type and how a message of it is built."""
 
 
 @pytest.fixture(scope="module")
@@ -274,13 +298,17 @@ def composite_pair(
         f"{PARTS_TYPE}<TransactionLog>",
         1,
     )
-    # one destination topic only: the composite type, filtered on its json part
+    # the composite types only: composite-local filtered on its json part (/0/sym),
+    # composite-global on the merged parts (/sym, in its nvfix part)
     start = source.index("<Topic><Name>orders_json")
     end = source.index("<Transport><Type>amps-replication")
     source = (
         source[:start]
         + f"""<Topic><Name>orders_parts</Name><MessageType>{PARTS}</MessageType>
           <Filter>/0/sym = 'IBM'</Filter>
+          <ExcludeValidation>replicate</ExcludeValidation></Topic>
+          <Topic><Name>orders_global</Name><MessageType>{GLOBAL_PARTS}</MessageType>
+          <Filter>/sym = 'IBM'</Filter>
           <ExcludeValidation>replicate</ExcludeValidation></Topic>"""
         + source[end:]
     )
@@ -297,16 +325,18 @@ def composite_pair(
             thread.stop()
 
 
+@pytest.mark.parametrize("module", sorted(COMPOSITE_CASES))
 def test_a_filtered_replication_destination_passes_exactly_the_matches_of_a_composite_type(
-    composite_pair: tuple[ServerThread, ServerThread],
+    composite_pair: tuple[ServerThread, ServerThread], module: str
 ) -> None:
-    """A composite-local destination ``<Filter>`` on a part (``/0/sym``) passes the matching
-    messages whole (every part, byte for byte), in order."""
+    """A destination ``<Filter>`` on a composite type passes the matching messages whole
+    (every part, byte for byte), in order: composite-local on a part (``/0/sym``),
+    composite-global on the merged parts (``/sym``, found in its nvfix part)."""
     src, dest = composite_pair
-    topic = "orders_parts"
-    sent = [_parts("1", "IBM"), _parts("2", "MSFT"), _parts("3", "IBM"), _parts("4", "IBMX")]
-    sent.append(_parts("5", "IBM"))
-    client = _client(src, PARTS)
+    topic, mt, build = COMPOSITE_CASES[module]
+    sent = [build("1", "IBM"), build("2", "MSFT"), build("3", "IBM"), build("4", "IBMX")]
+    sent.append(build("5", "IBM"))
+    client = _client(src, mt)
     try:
         for data in sent:
             client.publish(topic, data)
@@ -316,7 +346,7 @@ def test_a_filtered_replication_destination_passes_exactly_the_matches_of_a_comp
     wait_for(
         lambda: sent[4] in [p for t, p in _journal(dest) if t == topic],
         timeout=20.0,
-        what="the last composite match on the destination",
+        what=f"the last {module} match on the destination",
     )
     assert [p for t, p in _journal(dest) if t == topic] == [sent[0], sent[2], sent[4]]
     assert [p for t, p in _journal(src) if t == topic] == sent
