@@ -171,9 +171,12 @@ class Broker:
             "failures": 0,
             "heartbeats_sent": 0,
             "replay_waits": 0,
+            "replay_yields": 0,
         }
         """Running totals (for statistics and tests). ``replay_waits``: times a bookmark replay
-        paused because its subscriber had more than ``REPLAY_BACKLOG`` bytes unread."""
+        paused because its subscriber had more than ``REPLAY_BACKLOG`` bytes unread;
+        ``replay_yields``: times a replay's pump used up its per-pump budget and went on at
+        the loop's next turn."""
         journal = txlog.journal if txlog is not None else None
         self.clients = Clients(journal.last_sequence if journal is not None else None)
         """Connections and client states."""

@@ -47,6 +47,7 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -123,6 +124,8 @@ _log = logging.getLogger(__name__)
 _UINT64: Final = 1 << 64
 _WRITE_AT: Final = 256 * 1024  # write the append buffer to the OS once it holds this much
 
+_topic_of: Final = itemgetter(1)
+"""The topic of an ``append_many`` record ``(sequence, topic, payload)``."""
 _packb = msgpack.Packer(use_bin_type=True).pack
 _time_ns = time.time_ns
 _frame_pack = FRAME.pack
@@ -330,6 +333,9 @@ class Journal:
             pub[0].append(sequence)
             pub[1].append(index)
             seg.size += len(body) + 8
+            topics = f.table.topics.get(seg.first_index)
+            if topics is not None:
+                topics.add(topic)
             last_seq[publisher_id] = sequence
             f.last_index = index
             f.last_ts = ts
@@ -430,6 +436,9 @@ class Journal:
                     f"{before}"
                 )
             seg.add_run(publisher_id, offsets, seqs, indexes, ts, size)
+            topics = f.table.topics.get(seg.first_index)
+            if topics is not None:
+                topics.update(map(_topic_of, records[pos:nxt]))
             index += nxt - pos
             pos = nxt
             prev = records[nxt - 1][0]
@@ -557,6 +566,28 @@ class Journal:
                 return found
         return None
 
+    def next_for_topic(self, from_index: int, topic: str) -> int:
+        """The first index at or after ``from_index`` that may hold a record of ``topic``:
+        segments known to hold none of it (every segment started since opening records the
+        topics appended to it; one recovered from disk is read as before) are passed, up to
+        :attr:`last_index` ``+ 1``. O(segments passed); counted (``skipped_segments``)."""
+        f = self._files
+        with f.lock:
+            pos = bisect_right(f.firsts, from_index) - 1
+            if pos < 0:
+                return from_index
+            topics = f.table.topics
+            segments = f.segments
+            for k in range(pos, len(segments)):
+                known = topics.get(segments[k].first_index)
+                if known is None or topic in known:
+                    if k > pos:
+                        f.stats["skipped_segments"] += k - pos
+                        return segments[k].first_index
+                    return from_index
+            f.stats["skipped_segments"] += len(segments) - pos
+            return max(from_index, f.last_index + 1)
+
     def find_time(self, timestamp_us: int) -> int:
         """Index of the first record with ``timestamp >= timestamp_us``.
 
@@ -629,7 +660,12 @@ class Journal:
         decode (and verify: use :func:`.journal_format.decode_records` or the same checks)
         themselves: ``(data, offset in the segment, first index, record count, segment path)``
         per segment touched, in log order."""
-        return retry_pruned(self._read_blocks, from_index, max_records, max_bytes)
+        blocks = retry_pruned(self._read_blocks, from_index, max_records, max_bytes)
+        if blocks:  # counted: what replays read (tests of the segments they pass)
+            f = self._files
+            with f.lock:
+                f.stats["read_bytes"] += sum(len(block[0]) for block in blocks)
+        return blocks
 
     def _read_blocks(self, from_index: int, max_records: int, max_bytes: int) -> list[RawBlock]:
         """Raw blocks from ``from_index`` (see :meth:`read_blocks`)."""

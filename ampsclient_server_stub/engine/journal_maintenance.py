@@ -101,6 +101,7 @@ def remove_segments(table: SegmentTable, cutoff: int, *, durable: bool) -> list[
                 break
             del table.segments[0]
             del table.firsts[0]
+            table.topics.pop(seg.first_index, None)
         table.handles.forget(seg)
         os.unlink(seg.path)
         try:

@@ -278,6 +278,7 @@ class JournalFiles:
                 os.rename(self.spares.pop(0), path)
             wfd = self._open_write(path)
         seg = MemSegment(path, first_index, None, wfd)
+        self.table.topics[first_index] = set()  # empty: every topic appended is known
         self.active = seg
         self.segments.append(seg)
         self.firsts.append(first_index)

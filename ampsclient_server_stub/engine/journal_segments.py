@@ -369,6 +369,9 @@ class SegmentTable:
         stats: the journal's counters.
         pubdir: the per-publisher directory of sealed segments.
         handles: the sealed segments' open handles.
+        topics: the topics of each segment started since opening, by its first index (a
+            segment recovered from disk is absent: its topics are unknown); a replay passes
+            the segments known to hold none of its topic (:meth:`.Journal.next_for_topic`).
     """
 
     def __init__(self) -> None:
@@ -389,7 +392,10 @@ class SegmentTable:
             "archived_segments_made": 0,
             "fsync_ns": 0,  # time spent in the group commits' fsync calls (admin statistics)
             "fsync_last_ns": 0,
+            "read_bytes": 0,  # record bytes read by read_blocks/read_rows/read (replays)
+            "skipped_segments": 0,  # segments passed by next_for_topic (none of the topic)
         }
+        self.topics: dict[int, set[str]] = {}
         self.pubdir = PublisherDirectory()
         self.handles = SegmentHandles()
 

@@ -291,6 +291,7 @@ class Replay(Generic[S]):
         "rate",
         "send_completed",
         "send_persisted",
+        "stepped",
         "sub",
         "timer",
         "want_completed_cid",
@@ -317,6 +318,8 @@ class Replay(Generic[S]):
         self.done = False
         self.last_bm: str | None = None
         """Bookmark of the last record looked at (delivered or not)."""
+        self.stepped = False
+        """A pump has run (the first one is short: :data:`REPLAY_FIRST_STEP`)."""
         self.delivered = False
         """Something was delivered since the last persisted ack."""
         self.acked_bm: str | None = None
