@@ -7,22 +7,37 @@ Views and Aggregations" (https://docs.crankuptheamps.com/amps-user-guide/views/d
 * ``MessageType`` (required), ``Name`` (``Topic`` is accepted as its synonym); the view's type
   need not be its topics' ("you can join topics of different message types, and you can project
   messages of a different type than the underlying topic"): json, msgpack, xml, bson, fix and
-  nvfix here; ``binary`` is refused with the guide's reason, other types by name;
+  nvfix here, and a composite-local type (its fields begin with their part's position,
+  ``/0/total``; a composite-global type may be an underlying topic, not a view's type: AMPS User
+  Guide, "Composite Messages"); ``binary`` is refused with the guide's reason, other types by
+  name;
 * ``UnderlyingTopic`` (required): one SOW topic (or an earlier view), or "any number of
-  ``Join`` elements", each relating two topics: ``[Orders].[/customer] = [Customers].[/id]``
+  ``Join`` elements", each relating two topics: ``[Orders].[/customer]=[Customers].[/id]``
   (a topic may carry its message type, ``[nvfix].[Orders].[/customer]``, which it must when
-  topics of several types share its name); every ``Join`` after the first adds one topic to
-  those already joined. The outer forms replace ``=`` by ``LEFT OUTER JOIN``,
-  ``RIGHT OUTER JOIN`` or ``FULL OUTER JOIN``: the side(s) kept without a partner project
-  ``NULL`` for the other topic's fields;
+  topics of several types share its name; "the square brackets [] are optional" around the
+  topic and the field: ``[Orders]./customer``, ``Orders./customer``); every ``Join`` after the
+  first adds one topic to those already joined, or relates the same two topics as an earlier
+  one by another field (multi-field join, the ``Join`` elements combined with ``AND``).
+  User Guide, "Multiple Topic Aggregation: Join" (5.3.4, also in the ``docs/user-guide`` of
+  the ``amps-python-client`` 5.3.4.0 sdist on PyPI, ``chapters/views.html``): a ``Join`` "is an
+  equality comparison"; "values are always compared as strings"; a record of the topic on the
+  left of ``=`` with no partner is projected with ``NULL`` for the other topic, one of the
+  right-hand topic is not: "In database terms, this is equivalent to a LEFT OUTER JOIN";
+  ``NULL`` values, "including empty strings", match nothing unless ``JoinNullEquivalency`` is
+  ``enabled``. The guide has no other join operator: ``LEFT/RIGHT/FULL OUTER JOIN``, ``INNER
+  JOIN`` and the like are refused naming the keyword;
 * ``Projection/Field`` and ``Grouping/Field`` (both required), ``views.fields``; in a join every
-  field names its topic, ``[Orders].[/qty]``;
+  field names its topic, ``[Orders].[/qty]`` (or ``[Orders]./qty``, ``[nvfix].[Orders]./qty``);
 * ``Filter``: only with a single underlying topic (as the guide says);
-* ``KeyDomain``: the seed of the view's record keys (default: the view's name).
+* ``KeyDomain``: the seed of the view's record keys (default: the view's name);
+* ``Conflation``: ``none`` (default) or ``inline`` ("Inline Update Conflation": AMPS "makes no
+  guarantees as to the number of updates to a view", the final state is the same); the
+  reference server processes every update in order for both;
+* ``JoinNullEquivalency``: ``enabled`` makes ``NULL``, missing and empty values join each other.
 
-Refused by name: ``Conflation``, ``FileName``, ``HashIndex``, ``Key``, a topic joined with
-itself (the guide gives no way to tell its two sides apart in ``[topic].[/path]``), a ``Join``
-relating no topic (or two topics) already joined.
+Refused by name: ``FileName``, ``HashIndex``, ``Key``, a topic joined with itself (AMPS names a
+join's topics by ``[type].[topic]`` only: the guide gives no alias to tell the two sides apart),
+a ``Join`` relating no topic already joined, or two topics joined through others.
 """
 
 from __future__ import annotations
@@ -30,9 +45,10 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
+from ..engine.composite_codec import composite_record_refusal, composite_type
 from .fields import (
     ANY_AGGREGATE,
     Fail,
@@ -79,7 +95,6 @@ _GUIDE_TYPES: Final = {
 """The AMPS User Guide's restrictions ("Defining Views and Aggregations")."""
 
 _REFUSED: Final = {
-    "Conflation": "every change of the view is published",
     "ConflationInterval": "every change of the view is published",
     "FileName": "a view is computed in memory from its underlying topics at start",
     "HashIndex": "view queries scan the view",
@@ -95,23 +110,31 @@ _KNOWN: Final = frozenset(
         "Grouping",
         "Filter",
         "KeyDomain",
+        "Conflation",
+        "JoinNullEquivalency",
     }
 )
 _SIDE: Final = (
     r"(?:\[(?P<{p}mt>[^\[\]]+)\]\.)?"
-    r"\[(?P<{p}topic>[^\[\]]+)\]\.\[(?P<{p}path>/[^\[\]]*)\]"
+    r"(?:\[(?P<{p}topic>[^\[\]]+)\]|(?P<{p}bare>[^\[\]\s=/.]+))\.?"
+    r"(?:\[(?P<{p}path>/[^\[\]]*)\]|(?P<{p}upath>/[^\[\]\s=]*))"
 )
+"""One side of a ``<Join>``: ``[mt].[topic].[/path]``; the brackets around the topic and the
+path are optional ("If they are omitted, AMPS uses the first / in the expression as the start
+of the field definition"), those around the message type are not."""
 _JOIN: Final = re.compile(
-    r"^\s*"
-    + _SIDE.format(p="l")
-    + r"\s*(?P<op>=|(?:LEFT|RIGHT|FULL)\s+OUTER\s+JOIN)\s*"
-    + _SIDE.format(p="r")
-    + r"\s*$",
-    re.I,
+    r"^\s*" + _SIDE.format(p="l") + r"\s*=\s*" + _SIDE.format(p="r") + r"\s*$", re.I
+)
+_JOIN_WORD: Final = re.compile(
+    r"\b((?:(?:LEFT|RIGHT|FULL|INNER|CROSS|NATURAL)\s+)?(?:OUTER\s+)?JOIN)\b", re.I
 )
 _QUALIFIED: Final = re.compile(
-    r"(?:\[(?P<mt>[^\[\]/]+)\]\.)?\[(?P<topic>[^\[\]/]+)\]\.\[(?P<path>/[^\[\]]*)\]"
+    r"(?:\[(?P<mt>[^\[\]/]+)\]\.)?\[(?P<topic>[^\[\]/]+)\]\."
+    r"(?:\[(?P<path>/[^\[\]]*)\]|(?P<upath>/[\w@/]*))"
 )
+"""A field of an underlying topic: ``[topic].[/path]``, ``[topic]./path`` (the guide's
+``[COMPANIES]./Name``), with ``[mt].`` in front when the type is named
+(``[nvfix].[orders]./quantity``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +146,15 @@ class JoinSpec:
     left_path: str
     right: str
     right_path: str
-    kind: str = "INNER"
-    """``INNER``, ``LEFT``, ``RIGHT`` or ``FULL`` (outer)."""
+    kind: str = "LEFT"
+    """``LEFT``: AMPS's ``=`` (the left-hand topic's records are kept without a partner);
+    ``INNER``, ``RIGHT`` and ``FULL`` are known to the row engine (``views.joins``), which the
+    configuration does not produce (AMPS has no syntax for them)."""
     left_index: int = 0
     right_index: int = 1
+    more: tuple[tuple[str, str], ...] = ()
+    """Further ``(left_path, right_path)`` pairs of a multi-field join (later ``<Join>``
+    elements relating the same two topics): the records join when every pair is equal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +172,10 @@ class SowViewConfig:
     key_domain: str | None = None
     topic_types: tuple[str, ...] = ()
     """The message type of each of ``topics`` (empty: all json)."""
+    join_null_equivalency: bool = False
+    """``<JoinNullEquivalency>enabled``: ``NULL``, missing and empty join values match."""
+    conflation: str = "none"
+    """``<Conflation>``: ``none`` or ``inline`` (processed alike here)."""
 
     @property
     def join(self) -> JoinSpec | None:
@@ -168,7 +200,7 @@ def qualify(text: str, topics: Sequence[str], types: Sequence[str] | None = None
     kinds = list(types) if types is not None else ["json"] * len(topics)
 
     def one(match: re.Match[str]) -> str:
-        mt, topic, path = match["mt"], match["topic"], match["path"]
+        mt, topic, path = match["mt"], match["topic"], match["path"] or match["upath"]
         found = [
             n
             for n, (name, kind) in enumerate(zip(topics, kinds, strict=True))
@@ -215,10 +247,15 @@ def parse_sow_views(
     return tuple(views)
 
 
-def _type_refusal(mt: str) -> str | None:
-    """Why ``mt`` cannot be a view's type (or an underlying topic's); ``None``: it can."""
+def _type_refusal(mt: str, *, underlying: bool = False) -> str | None:
+    """Why ``mt`` cannot be a view's type (``underlying``: an underlying topic's); ``None``: it
+    can. A composite-local type can be both, a composite-global type only an underlying topic
+    (AMPS User Guide, Composite Messages: views, joins and aggregation cannot project it)."""
     if mt in VIEW_TYPES:
         return None
+    ctype = composite_type(mt)
+    if ctype is not None:
+        return None if underlying else composite_record_refusal(ctype, ())
     if mt in _GUIDE_TYPES:
         return _GUIDE_TYPES[mt]
     return (
@@ -297,6 +334,18 @@ def _parse(
                 f"{label}: <Filter> is only valid for a view over a single underlying topic",
             )
         check_compiles(first_child(elem, "Filter"), filter_text, label, fail, compile_filter)
+    conflation = (one_text(elem, "Conflation", fail) or "none").lower()
+    if conflation not in ("none", "inline"):
+        fail(
+            first_child(elem, "Conflation"),
+            f"{label}: <Conflation> is none or inline, not {conflation!r}",
+        )
+    equivalency = (one_text(elem, "JoinNullEquivalency", fail) or "disabled").lower()
+    if equivalency not in _SWITCH:
+        fail(
+            first_child(elem, "JoinNullEquivalency"),
+            f"{label}: <JoinNullEquivalency> is enabled or disabled, not {equivalency!r}",
+        )
     return SowViewConfig(
         name,
         mt,
@@ -307,14 +356,26 @@ def _parse(
         filter=filter_text,
         key_domain=one_text(elem, "KeyDomain", fail),
         topic_types=types,
+        join_null_equivalency=_SWITCH[equivalency],
+        conflation=conflation,
     )
+
+
+_SWITCH: Final = {"enabled": True, "true": True, "disabled": False, "false": False}
 
 
 def _check_shape(
     elem: ET.Element, label: str, mt: str, projection: Sequence[Field], fail: Fail
 ) -> None:
     """A view record must be writable as its message type: fix/nvfix have no nesting, an xml
-    message has one root element."""
+    message has one root element, a composite-local record's fields begin with their part's
+    position (:func:`.composite_codec.composite_record_refusal`)."""
+    ctype = composite_type(mt)
+    if ctype is not None:
+        refusal = composite_record_refusal(ctype, [f.path for f in projection])
+        if refusal is not None:
+            fail(first_child(elem, "Projection"), f"{label}: {refusal}")
+        return
     paths = [f.path.strip("/").split("/") for f in projection]
     if mt in ("fix", "nvfix") and any(len(p) > 1 for p in paths):
         fail(
@@ -359,7 +420,7 @@ def _resolve(
                 f"{label}: SOW topics of several message types are called {topic!r} "
                 f"({', '.join(kinds)}): name one as [type].[{topic}]",
             )
-    refusal = _type_refusal(kinds[0])
+    refusal = _type_refusal(kinds[0], underlying=True)
     if refusal is not None:
         fail(at, f"{label}: underlying topic {topic!r} is {kinds[0]}: {refusal}")
     return kinds[0]
@@ -379,47 +440,66 @@ def _joins(
             fail(child, f"<{child.tag}> in <UnderlyingTopic> is not a <Join>")
     if (under.text or "").strip():
         fail(under, f"{label}: <UnderlyingTopic> holds a topic name or <Join> elements, not both")
-    specs = []
+    specs: list[JoinSpec] = []
     for n, join in enumerate(elements):
         text = (join.text or "").strip()
         match = _JOIN.match(text)
         if match is None:
-            fail(
-                join,
-                f"{label}: <Join> {text!r} is not '[topic].[/field] = [topic].[/field]' "
-                "(or LEFT/RIGHT/FULL OUTER JOIN in place of '=')",
-            )
+            word = _JOIN_WORD.search(text)
+            if word is not None:
+                fail(
+                    join,
+                    f"{label}: <Join> {text!r}: AMPS has no {' '.join(word[1].upper().split())!r}: "
+                    "a <Join> is the equality '[topic].[/field]=[topic].[/field]', which AMPS "
+                    "evaluates as a LEFT OUTER JOIN (the left-hand topic's records are kept "
+                    "without a partner; User Guide, 'Multiple Topic Aggregation: Join')",
+                )
+            fail(join, f"{label}: <Join> {text!r} is not '[topic].[/field]=[topic].[/field]'")
         sides = []
+        paths = []
         for side in ("l", "r"):
-            topic = match[f"{side}topic"]
+            topic = match[f"{side}topic"] or match[f"{side}bare"]
             kind = _resolve(join, label, known, topic, match[f"{side}mt"], None, fail)
             sides.append((topic, kind))
+            paths.append(match[f"{side}path"] or match[f"{side}upath"])
         if sides[0] == sides[1]:
             fail(
                 join,
-                f"{label}: <Join> {text!r}: a topic joined with itself is not implemented by "
-                "the reference server ([topic].[/path] could not tell its two sides apart)",
+                f"{label}: <Join> {text!r}: a topic joined with itself is not supported: AMPS "
+                "names a join's topics by [type].[topic] only, and the User Guide gives no "
+                "alias to tell the two sides apart",
             )
         joined = [s in topics for s in sides]
         if n and not any(joined):
             fail(join, f"{label}: <Join> {text!r} relates no topic of the <Join>s before it")
         if n and all(joined):
-            fail(
-                join,
-                f"{label}: <Join> {text!r} relates two topics already joined: each <Join> "
-                "after the first adds one topic",
-            )
+            pair = (topics.index(sides[0]), topics.index(sides[1]))
+            same = [
+                i
+                for i, spec in enumerate(specs)
+                if {spec.left_index, spec.right_index} == set(pair)
+            ]
+            if not same:
+                fail(
+                    join,
+                    f"{label}: <Join> {text!r} relates two topics joined through others: "
+                    "each <Join> adds one topic, or relates the two topics of an earlier "
+                    "<Join> by another field",
+                )
+            earlier = specs[same[0]]
+            extra = (paths[0], paths[1]) if pair[0] == earlier.left_index else (paths[1], paths[0])
+            specs[same[0]] = replace(earlier, more=(*earlier.more, extra))
+            continue
         for s in sides:
             if s not in topics:
                 topics.append(s)
-        op = match["op"].upper().split()[0]
         specs.append(
             JoinSpec(
-                match["ltopic"],
-                match["lpath"],
-                match["rtopic"],
-                match["rpath"],
-                "INNER" if op == "=" else op,
+                sides[0][0],
+                paths[0],
+                sides[1][0],
+                paths[1],
+                "LEFT",
                 topics.index(sides[0]),
                 topics.index(sides[1]),
             )

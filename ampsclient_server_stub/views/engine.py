@@ -64,7 +64,9 @@ class SowView:
             key_domain=config.key_domain or config.name,
             rewrite=lambda text: qualify(text, topics, types),
         )
-        return table, None if not config.joins else JoinRows(config.joins, types)
+        if not config.joins:
+            return table, None
+        return table, JoinRows(config.joins, types, null_equivalency=config.join_null_equivalency)
 
     @property
     def name(self) -> str:

@@ -52,6 +52,15 @@ class Field:
     aggregate: str | None = None
 
 
+_BARE: Final = re.compile(
+    r"(?:(?:\[[^\[\]/]+\]\.)?\[[^\[\]/]+\]\.(?:\[(?P<path>/[^\[\]]*)\]|(?P<upath>/[\w@/]+)))"
+    r"|/[^\s()]+"
+)
+"""A field projected under its own name: ``/path``, or a field of a joined topic,
+``[Orders].[/CustomerID]`` or ``[COMPANIES]./Name`` (the guide's examples), projected as
+``/CustomerID``, ``/Name``."""
+
+
 def parse_field_text(text: str, compile_: Callable[[str], Any]) -> Field:
     """One field from its text.
 
@@ -62,9 +71,10 @@ def parse_field_text(text: str, compile_: Callable[[str], Any]) -> Field:
     text = text.strip()
     match = _FIELD.match(text)
     if match is None:
-        if not re.fullmatch(r"/[^\s()]+", text):
+        bare = _BARE.fullmatch(text)
+        if bare is None:
             raise FieldError(f"<Field> {text!r} needs 'AS /path'")
-        expr, path = text, text
+        expr, path = text, bare["path"] or bare["upath"] or text
     else:
         expr, path = match["expr"].strip(), match["path"]
     aggregate = _AGGREGATE.match(expr)

@@ -4,7 +4,11 @@ A view's ``<Join>`` elements are evaluated in order, as SQL evaluates ``A JOIN B
 ON ..``: the first relates two topics, each later one adds a topic to the rows joined so far
 (its other side names a topic already joined). An inner join keeps the pairs with equal values;
 an outer one also keeps the rows of the kept side(s) that found no partner, with ``None`` for
-the other topic's record. A ``NULL`` join value matches nothing (as in SQL).
+the other topic's record. AMPS's ``=`` is a left outer join (``views.config``). Join values are
+compared as strings, as the AMPS User Guide says ("values are always compared as strings": 12345
+and 12345.00 differ); a ``NULL`` (missing or empty) value matches nothing, unless the view
+enables ``JoinNullEquivalency`` (then they all match each other). A multi-field join compares
+every field pair.
 
 A row is a tuple of record keys, one per topic (``None``: no record), and its document
 ``{"0": doc, "1": doc, ...}`` (the shape ``views.config.qualify`` rewrites ``[topic].[/path]``
@@ -20,13 +24,15 @@ recomputed.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..engine.filters import compile_expression
 from .config import JoinSpec
 
-__all__ = ["JoinRows", "Row"]
+__all__ = ["JoinRows", "Row", "join_text"]
 
 Row = tuple[str | None, ...]
 """A joined row: one record key (or ``None``) per underlying topic."""
@@ -35,42 +41,53 @@ _Record = tuple[int, str]
 """(topic index, record key)."""
 
 
-_TEXT_TYPES = frozenset({"fix", "nvfix", "xml"})
-"""Message types whose values are all text."""
+_NULL: Final = "\0null"
+"""The join value of ``NULL``, missing and empty values under ``JoinNullEquivalency``."""
 
 
-def _hashable(value: Any, *, numeric_text: bool) -> Hashable:
+def join_text(value: Any) -> str | None:
+    """The string a join compares for ``value`` (``None``: ``NULL``, or an empty string, which
+    AMPS also treats as ``NULL`` in a join)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value).upper()
     if isinstance(value, list | dict):
-        return ("\0json", repr(value))
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if numeric_text and isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return int(number) if number.is_integer() else number
-    return value  # type: ignore[no-any-return]
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return str(value)
 
 
 class _Side:
     """One side of one join: the value of each record of its topic, and the records of each
     value."""
 
-    __slots__ = ("index", "numeric_text", "topic", "value", "values")
+    __slots__ = ("equivalent", "index", "topic", "value", "values")
 
-    def __init__(self, topic: int, path: str) -> None:
+    def __init__(self, topic: int, paths: Sequence[str], *, null_equivalency: bool) -> None:
         self.topic = topic
-        self.value: Callable[[Any], Any] = compile_expression(path)
+        compiled = [compile_expression(path) for path in paths]
+        if len(compiled) == 1:
+            self.value: Callable[[Any], Any] = compiled[0]
+        else:
+            self.value = lambda doc: tuple(f(doc) for f in compiled)
         self.values: dict[str, Hashable] = {}
         self.index: dict[Hashable, dict[str, None]] = {}
-        self.numeric_text = False
-        """Read numbers in text (a fix, nvfix or xml topic joined with a typed one: "7" joins
-        7, as AMPS converts a string compared to a number)."""
+        self.equivalent = null_equivalency
 
     def of(self, doc: Any) -> Hashable | None:
         value = self.value(doc)
-        return None if value is None else _hashable(value, numeric_text=self.numeric_text)
+        if isinstance(value, tuple):
+            texts = tuple(self._text(v) for v in value)
+            return None if None in texts else texts
+        return self._text(value)
+
+    def _text(self, value: Any) -> str | None:
+        text = join_text(value)
+        return _NULL if text is None and self.equivalent else text
 
     def put(self, key: str, doc: Any) -> None:
         self.drop(key)
@@ -94,12 +111,10 @@ class _Step:
 
     __slots__ = ("acc", "keep_acc", "keep_new", "new")
 
-    def __init__(self, spec: JoinSpec, joined: set[int], types: Sequence[str]) -> None:
-        left = _Side(spec.left_index, spec.left_path)
-        right = _Side(spec.right_index, spec.right_path)
-        text = [types[side.topic] in _TEXT_TYPES for side in (left, right)]
-        if text[0] != text[1]:  # (text compared to typed values: numbers in text are numbers)
-            left.numeric_text = right.numeric_text = True
+    def __init__(self, spec: JoinSpec, joined: set[int], *, null_equivalency: bool) -> None:
+        pairs = [(spec.left_path, spec.right_path), *spec.more]
+        left = _Side(spec.left_index, [a for a, _ in pairs], null_equivalency=null_equivalency)
+        right = _Side(spec.right_index, [b for _, b in pairs], null_equivalency=null_equivalency)
         keep_left = spec.kind in ("LEFT", "FULL")
         keep_right = spec.kind in ("RIGHT", "FULL")
         if not joined or left.topic in joined:
@@ -111,15 +126,18 @@ class _Step:
 
 
 class JoinRows:
-    """The rows of a view's joins, over underlying topics of message types ``types``."""
+    """The rows of a view's joins, over underlying topics of message types ``types``
+    (``null_equivalency``: the view's ``JoinNullEquivalency``)."""
 
-    def __init__(self, specs: Sequence[JoinSpec], types: Sequence[str]) -> None:
+    def __init__(
+        self, specs: Sequence[JoinSpec], types: Sequence[str], *, null_equivalency: bool = False
+    ) -> None:
         topics = self._topics = len(types)
         self._docs: list[dict[str, Any]] = [{} for _ in range(topics)]
         joined: set[int] = set()
         self._steps: list[_Step] = []
         for spec in specs:
-            step = _Step(spec, joined, types)
+            step = _Step(spec, joined, null_equivalency=null_equivalency)
             joined |= {step.acc.topic, step.new.topic}
             self._steps.append(step)
         self._first = self._steps[0].acc.topic

@@ -2,8 +2,8 @@
 
 Three layers: the configuration (errors name the element), the broker driven frame by frame
 (every group value asserted after each publish, delta publish, delete and expiration; ``oof``
-when a group leaves a subscriber's filter or empties; joins inner and outer), and a real server
-over TCP with the project's client and the official ``AMPS`` client (restart rebuild).
+when a group leaves a subscriber's filter or empties; joins, which are left outer joins), and a
+real server over TCP with the project's client and the official ``AMPS`` client (restart rebuild).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ BY_SYM = """<View><Name>by_sym</Name><MessageType>json</MessageType>
     </View>"""
 
 JOINED = """<View><Name>{name}</Name><MessageType>json</MessageType>
-      <UnderlyingTopic><Join>[orders].[/cid] {op} [customers].[/cid]</Join></UnderlyingTopic>
+      <UnderlyingTopic><Join>{join}</Join></UnderlyingTopic>
       <Projection>
         <Field>[customers].[/cid] AS /customer</Field>
         <Field>[customers].[/name] AS /name</Field>
@@ -55,6 +55,9 @@ JOINED = """<View><Name>{name}</Name><MessageType>json</MessageType>
       </Projection>
       <Grouping><Field>[customers].[/cid]</Field><Field>[orders].[/cid]</Field></Grouping>
     </View>"""
+
+ORDERS_FIRST = "[orders].[/cid] = [customers].[/cid]"
+CUSTOMERS_FIRST = "[customers].[/cid]=[orders].[/cid]"
 
 
 def xml(views: str, *, orders_extra: str = "", data: str = "") -> str:
@@ -74,7 +77,7 @@ def xml(views: str, *, orders_extra: str = "", data: str = "") -> str:
 
 
 def test_a_view_over_a_sow_topic_is_read(tmp_path: Path) -> None:
-    cfg = parse_config(xml(BY_SYM + JOINED.format(name="j", op="=")), base_dir=tmp_path)
+    cfg = parse_config(xml(BY_SYM + JOINED.format(name="j", join=ORDERS_FIRST)), base_dir=tmp_path)
     by_name = {v.name: v for v in cfg.sow_views}
     assert by_name["by_sym"].topics == ("orders",)
     assert [f.aggregate for f in by_name["by_sym"].projection][:3] == [None, "COUNT", "SUM"]
@@ -82,7 +85,7 @@ def test_a_view_over_a_sow_topic_is_read(tmp_path: Path) -> None:
     assert join is not None and (join.left, join.right, join.kind) == (
         "orders",
         "customers",
-        "INNER",
+        "LEFT",  # AMPS's '=' (User Guide: "equivalent to a LEFT OUTER JOIN")
     )
     assert cfg.views == ()  # (views over queues)
 
@@ -106,28 +109,46 @@ def test_a_view_over_a_sow_topic_is_read(tmp_path: Path) -> None:
         ),
         (BY_SYM.replace("</Grouping>", "</Grouping><Colour/>"), "<Colour> is not a view element"),
         (
-            JOINED.format(name="j", op="=").replace(
+            JOINED.format(name="j", join=ORDERS_FIRST).replace(
                 "</Grouping>", "</Grouping><Filter>1=1</Filter>"
             ),
             "<Filter> is only valid for a view over a single underlying topic",
         ),
         (
-            JOINED.format(name="j", op="=").replace("[orders].[/id]", "/id"),
+            JOINED.format(name="j", join=ORDERS_FIRST).replace("[orders].[/id]", "/id"),
             "in a join, name each field's topic",
         ),
         (
-            JOINED.format(name="j", op="=").replace("[customers].[/name]", "[other].[/name]"),
+            JOINED.format(name="j", join=ORDERS_FIRST).replace(
+                "[customers].[/name]", "[other].[/name]"
+            ),
             "[other] is not an underlying topic of the view",
         ),
-        (JOINED.format(name="j", op="CROSS JOIN"), "is not '[topic].[/field] = [topic].[/field]'"),
         (
-            JOINED.format(name="j", op="=").replace(
-                "</Join>", "</Join><Join>[customers].[/b] = [orders].[/d]</Join>"
-            ),
-            "relates two topics already joined",
+            JOINED.format(name="j", join="[orders].[/cid] != [customers].[/cid]"),
+            "is not '[topic].[/field]=[topic].[/field]'",
         ),
         (
-            JOINED.format(name="j", op="=").replace("[orders].[/cid] =", "[xml].[orders].[/cid] ="),
+            JOINED.format(name="j", join="[orders].[/cid] CROSS JOIN [customers].[/cid]"),
+            "AMPS has no 'CROSS JOIN': a <Join> is the equality",
+        ),
+        (
+            JOINED.format(name="j", join="[orders].[/cid] LEFT OUTER JOIN [customers].[/cid]"),
+            "AMPS has no 'LEFT OUTER JOIN': a <Join> is the equality "
+            "'[topic].[/field]=[topic].[/field]', which AMPS evaluates as a LEFT OUTER JOIN",
+        ),
+        (
+            JOINED.format(name="j", join="[orders].[/cid] full outer join [customers].[/cid]"),
+            "AMPS has no 'FULL OUTER JOIN'",
+        ),
+        (
+            BY_SYM.replace("</Grouping>", "</Grouping><Conflation>sometimes</Conflation>"),
+            "<Conflation> is none or inline, not 'sometimes'",
+        ),
+        (
+            JOINED.format(name="j", join=ORDERS_FIRST).replace(
+                "[orders].[/cid] =", "[xml].[orders].[/cid] ="
+            ),
             "'[xml].[orders]' is not a queue, SOW topic or earlier view",
         ),
     ],
@@ -158,10 +179,8 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
     broker, _ = make_broker(
         tmp_path,
         BY_SYM
-        + JOINED.format(name="inner", op="=")
-        + JOINED.format(name="left", op="LEFT OUTER JOIN")
-        + JOINED.format(name="full", op="FULL OUTER JOIN")
-        + JOINED.format(name="right", op="RIGHT OUTER JOIN"),
+        + JOINED.format(name="left", join=ORDERS_FIRST)
+        + JOINED.format(name="kept", join=CUSTOMERS_FIRST),
     )
     yield broker
     broker.close()
@@ -304,30 +323,33 @@ def _updates(session: FakeSession) -> list[tuple[dict[str, Any], bytes]]:
     return out
 
 
-def test_joins_inner_left_and_full_outer(broker: Broker) -> None:
+def test_a_join_is_a_left_outer_join(broker: Broker) -> None:
+    """AMPS User Guide, "Multiple Topic Aggregation: Join": a record of the topic on the left of
+    ``=`` without a partner is projected with NULL for the other topic, one of the right-hand
+    topic is not: "this is equivalent to a LEFT OUTER JOIN"."""
     p, _ = logon(broker, "pub")
     pub(broker, p, "orders", id=1, cid=7, qty=10)
-    assert records(broker, "inner") == {}
     assert records(broker, "left") == {
         (None, 1): {"customer": None, "name": None, "orders": 1, "qty": 10}
     }
+    assert records(broker, "kept") == {}  # (an order alone: orders are on the right there)
     pub(broker, p, "customers", cid=7, name="Ada")
     pub(broker, p, "customers", cid=8, name="Bob")
-    assert records(broker, "inner") == {
+    assert records(broker, "left") == {
         (7, 1): {"customer": 7, "name": "Ada", "orders": 1, "qty": 10}
     }
-    assert records(broker, "left") == records(broker, "inner")
-    assert records(broker, "full") == {
+    assert records(broker, "kept") == {
         (7, 1): {"customer": 7, "name": "Ada", "orders": 1, "qty": 10},
         (8, 0): {"customer": 8, "name": "Bob", "orders": 0, "qty": None},
     }
-    assert records(broker, "right") == records(broker, "full")  # every customer is kept
     pub(broker, p, "orders", id=2, cid=7, qty=5)
-    assert records(broker, "inner")[(7, 2)]["qty"] == 15
+    assert records(broker, "left")[(7, 2)]["qty"] == 15
     command(broker, p, c="sow_delete", t="customers", filter="/cid = 7")
-    assert records(broker, "inner") == {}
     assert records(broker, "left") == {
         (None, 2): {"customer": None, "name": None, "orders": 2, "qty": 15}
+    }
+    assert records(broker, "kept") == {
+        (8, 0): {"customer": 8, "name": "Bob", "orders": 0, "qty": None}
     }
 
 
@@ -366,7 +388,7 @@ def test_expiration_updates_the_group(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     base = tmp_path_factory.mktemp("views")
-    views = BY_SYM + JOINED.format(name="inner", op="=")
+    views = BY_SYM + JOINED.format(name="left", join=ORDERS_FIRST)
     with ServerThread(parse_config(xml(views), base_dir=base)) as thread:
         yield thread
 
@@ -454,7 +476,7 @@ def test_the_official_client_queries_a_view(server: ServerThread, client: Client
     try:
         docs = [
             json.loads(m.get_data())
-            for m in official.sow("inner", "/customer = 'off'", timeout=5000)
+            for m in official.sow("left", "/customer = 'off'", timeout=5000)
             if m.get_command() == "sow"
         ]
         assert docs == [{"customer": "off", "name": "Official", "orders": 2, "qty": 7}]

@@ -42,7 +42,7 @@ TOPICS = """
 THREE = """<View><Name>{name}</Name><MessageType>json</MessageType>
       <UnderlyingTopic>
         <Join>[orders].[/cid] = [customers].[/cid]</Join>
-        <Join>[orders].[/pid] {op} [products].[/pid]</Join>
+        <Join>[orders].[/pid] = [products].[/pid]</Join>
       </UnderlyingTopic>
       <Projection>
         <Field>[customers].[/cid] AS /cid</Field>
@@ -78,8 +78,7 @@ def xml(views: str) -> str:
 
 
 VIEWS = (
-    THREE.format(name="inner3", op="=")
-    + THREE.format(name="left3", op="LEFT OUTER JOIN")
+    THREE.format(name="left3")
     + CROSS.format(name="by_region", mt="json", root="")
     + CROSS.format(name="by_region_fix", mt="nvfix", root="")
     + CROSS.format(name="by_region_xml", mt="xml", root="/Regions")
@@ -95,7 +94,7 @@ def test_chained_joins_are_read_in_order(tmp_path: Path) -> None:
     three = by_name["left3"]
     assert three.topics == ("orders", "customers", "products")
     assert [(j.left_index, j.right_index, j.kind) for j in three.joins] == [
-        (0, 1, "INNER"),
+        (0, 1, "LEFT"),
         (0, 2, "LEFT"),
     ]
     cross = by_name["by_region_fix"]
@@ -122,15 +121,20 @@ def _view(under: str, *, mt: str = "json", fields: str = "") -> str:
     [
         (
             _view("<Join>[orders].[/cid] = [orders].[/id]</Join>"),
-            "a topic joined with itself is not implemented by the reference server",
+            "a topic joined with itself is not supported: AMPS names a join's topics by "
+            "[type].[topic] only",
         ),
         (
             _view(JOIN2 + "<Join>[products].[/pid] = [regions].[/cid]</Join>"),
             "relates no topic of the <Join>s before it",
         ),
         (
-            _view(JOIN2 + "<Join>[customers].[/x] = [orders].[/x]</Join>"),
-            "relates two topics already joined",
+            _view(
+                JOIN2
+                + "<Join>[orders].[/pid] = [products].[/pid]</Join>"
+                + "<Join>[customers].[/x] = [products].[/x]</Join>"
+            ),
+            "relates two topics joined through others",
         ),
         (
             _view(JOIN2, mt="binary"),
@@ -211,53 +215,52 @@ def view(broker: Broker, topic: str) -> list[Any]:
 
 
 def test_a_three_topic_join_follows_publish_delta_and_delete(broker: Broker) -> None:
+    """Two ``=`` joins: every order is kept, with NULL for a customer or product it lacks
+    (User Guide: "Where there are no matching messages in the Catalog and Addresses topics,
+    AMPS projects those values as NULL")."""
     p, _ = logon(broker, "pub")
     pub(broker, p, "customers", cid=1, name="Ada")
     pub(broker, p, "orders", id=10, cid=1, pid="x", qty=2)
-    assert view(broker, "inner3") == []  # no product x yet
-    assert view(broker, "left3") == [
+    assert view(broker, "left3") == [  # no product x yet
         {"cid": 1, "name": "Ada", "orders": 1, "value": None, "priced": 0}
     ]
     pub(broker, p, "products", pid="x", price=5)
-    assert view(broker, "inner3") == [
+    assert view(broker, "left3") == [
         {"cid": 1, "name": "Ada", "orders": 1, "value": 10, "priced": 1}
     ]
     pub(broker, p, "orders", id=11, cid=1, pid="x", qty=3)
-    pub(broker, p, "orders", id=12, cid=1, pid="y", qty=100)  # no product y: left keeps it
-    assert view(broker, "inner3") == [
-        {"cid": 1, "name": "Ada", "orders": 2, "value": 25, "priced": 2}
-    ]
+    pub(broker, p, "orders", id=12, cid=1, pid="y", qty=100)  # no product y: NULL price
     assert view(broker, "left3") == [
         {"cid": 1, "name": "Ada", "orders": 3, "value": 25, "priced": 2}
     ]
     # a price change (the third topic) reaches every row through order 10 and 11
     pub(broker, p, "products", c="delta_publish", pid="x", price=7)
-    assert view(broker, "inner3")[0]["value"] == 35
+    assert view(broker, "left3")[0]["value"] == 35
     # a delta publish to an order moves it to another product
     pub(broker, p, "products", pid="y", price=1)
     pub(broker, p, "orders", c="delta_publish", id=11, pid="y")
-    assert view(broker, "inner3") == [
+    assert view(broker, "left3") == [
         {"cid": 1, "name": "Ada", "orders": 3, "value": 117, "priced": 3}
     ]
     # a second customer; the first one's orders are not touched by it
     pub(broker, p, "customers", cid=2, name="Bob")
     pub(broker, p, "orders", id=20, cid=2, pid="y", qty=4)
-    assert [d["cid"] for d in view(broker, "inner3")] == [1, 2]
-    # deleting the product: inner loses its rows, left keeps the orders with NULL prices
+    assert [d["cid"] for d in view(broker, "left3")] == [1, 2]
+    # deleting the product: the orders stay, with NULL prices
     command(broker, p, c="sow_delete", t="products", filter="/pid = 'y'")
-    assert view(broker, "inner3") == [
-        {"cid": 1, "name": "Ada", "orders": 1, "value": 14, "priced": 1}
-    ]
     assert view(broker, "left3") == [
         {"cid": 1, "name": "Ada", "orders": 3, "value": 14, "priced": 1},
         {"cid": 2, "name": "Bob", "orders": 1, "value": None, "priced": 0},
     ]
-    # deleting the customer empties its group in both views
+    # deleting the customer: its orders stay too, in the group of a NULL customer
     command(broker, p, c="sow_delete", t="customers", filter="/cid = 1")
-    assert view(broker, "inner3") == []
     assert view(broker, "left3") == [
-        {"cid": 2, "name": "Bob", "orders": 1, "value": None, "priced": 0}
+        {"cid": 2, "name": "Bob", "orders": 1, "value": None, "priced": 0},
+        {"cid": None, "name": None, "orders": 3, "value": 14, "priced": 1},
     ]
+    # a product without orders projects nothing (products are on the right of '=')
+    pub(broker, p, "products", pid="z", price=9)
+    assert len(view(broker, "left3")) == 2
 
 
 def _updates(session: FakeSession) -> list[tuple[str, Any, str | None]]:
@@ -279,7 +282,7 @@ def test_a_three_topic_view_sends_oof_when_a_group_leaves(broker: Broker) -> Non
         broker,
         s,
         c="sow_and_subscribe",
-        t="inner3",
+        t="left3",
         sub_id="s",
         query_id="s",
         filter="/value < 50",
@@ -288,7 +291,7 @@ def test_a_three_topic_view_sends_oof_when_a_group_leaves(broker: Broker) -> Non
     pub(broker, p, "products", pid="x", price=20)  # 40
     pub(broker, p, "products", pid="x", price=30)  # 60: leaves the filter
     pub(broker, p, "products", pid="x", price=1)  # 2: back
-    command(broker, p, c="sow_delete", t="customers", filter="/cid = 1")  # the group is gone
+    command(broker, p, c="sow_delete", t="orders", filter="/id = 10")  # the group is gone
     assert _updates(session) == [
         ("p", 40, None),
         ("oof", 60, "match"),
@@ -342,7 +345,7 @@ def test_a_three_topic_view_over_tcp_with_both_clients(server: ServerThread) -> 
     official = amps.Client(f"official-joins-{time.time_ns()}")
     try:
         inbox = Inbox(keep=lambda m: m.get_command() in ("publish", "oof"))
-        client.subscribe(inbox, "inner3", "/cid = 'tcp'", options="oof", timeout=5000)
+        client.subscribe(inbox, "left3", "/cid = 'tcp'", options="oof", timeout=5000)
         client.publish("customers", json.dumps({"cid": "tcp", "name": "Tee"}))
         client.publish("products", json.dumps({"pid": "tcp-p", "price": 3}))
         client.publish(
@@ -356,15 +359,16 @@ def test_a_three_topic_view_over_tcp_with_both_clients(server: ServerThread) -> 
         official.logon()
         docs = [
             json.loads(m.get_data())
-            for m in official.sow("inner3", "/cid = 'tcp'", timeout=5000)
+            for m in official.sow("left3", "/cid = 'tcp'", timeout=5000)
             if m.get_command() == "sow"
         ]
         assert docs == [{"cid": "tcp", "name": "Tee", "orders": 2, "value": 9, "priced": 2}]
         client.sow_delete("products", "/pid = 'tcp-p'", timeout=5000)
-        inbox.wait(lambda box: any(m.get_command() == "oof" for m in box.snapshot()), 10.0)
+        inbox.wait_for_count(3, 10.0)
         got = [(m.get_command(), json.loads(m.get_data())["value"]) for m in inbox.snapshot()]
-        # the delete of the product takes its two rows away in one change: the group empties
-        assert got == [("publish", 6), ("publish", 9), ("oof", 9)]
+        # the delete of the product changes its two rows in one change: the orders stay (a
+        # left outer join), priced NULL
+        assert got == [("publish", 6), ("publish", 9), ("publish", None)]
     finally:
         official.disconnect()
         client.close()

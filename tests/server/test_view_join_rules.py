@@ -1,0 +1,211 @@
+"""How AMPS joins, as the User Guide's "Multiple Topic Aggregation: Join" says (AMPS 5.3.4
+User Guide, chapter "Aggregating and Analyzing Data in AMPS"; the same text ships in the
+``docs/user-guide`` of the ``amps-python-client`` 5.3.4.0 sdist on PyPI, chapters/views.html):
+
+* the guide's own example config (``[ORDERS]./Tick = [COMPANIES]./Tick``, fields written
+  ``[COMPANIES]./Name`` without ``AS``) is read and computed;
+* "values are always compared as strings" (12345 and 12345.0 differ; nvfix "7" is json 7);
+* "AMPS does not consider NULL values, including empty strings, to be equivalent", unless
+  ``JoinNullEquivalency`` is ``enabled``;
+* several ``Join`` elements relating the same two topics join on every field pair;
+* ``<Conflation>inline</Conflation>`` is accepted (the final state is the same).
+
+The broker frame by frame, and the guide's example over TCP with the official client.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsclient.protocol.header import encode_header
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import parse_config
+from ampsclient_server_stub.engine.broker import Broker, Connection
+from ampsclient_server_stub.testing import ManualTime
+from ampsclient_server_stub.testing.session import RecordingSession as FakeSession
+
+SOH = "\x01"
+
+GUIDE = """
+    <Topic><Name>ORDERS</Name><MessageType>nvfix</MessageType><Key>/OrderID</Key></Topic>
+    <Topic><Name>COMPANIES</Name><MessageType>nvfix</MessageType><Key>/CompanyId</Key></Topic>
+    <View>
+        <Name>TOTAL_COMPANY_VOLUME</Name>
+        <UnderlyingTopic>
+            <Join>[ORDERS]./Tick = [COMPANIES]./Tick</Join>
+        </UnderlyingTopic>
+        <MessageType>nvfix</MessageType>
+        <Projection>
+            <Field>[COMPANIES]./CompanyId</Field>
+            <Field>[COMPANIES]./Tick</Field>
+            <Field>[COMPANIES]./Name</Field>
+            <Field>SUM([ORDERS]./Shares) AS /TotalVolume</Field>
+        </Projection>
+        <Grouping>
+            <Field>[ORDERS]./Tick</Field>
+        </Grouping>
+        <Conflation>inline</Conflation>
+    </View>"""
+
+JSON_TOPICS = """
+    <Topic><Name>a</Name><MessageType>json</MessageType><Key>/id</Key></Topic>
+    <Topic><Name>b</Name><MessageType>json</MessageType><Key>/id</Key></Topic>
+    <Topic><Name>n</Name><MessageType>nvfix</MessageType><Key>/id</Key></Topic>"""
+
+
+def pair_view(name: str, joins: str, extra: str = "") -> str:
+    return f"""<View><Name>{name}</Name><MessageType>json</MessageType>
+      <UnderlyingTopic>{joins}</UnderlyingTopic>
+      <Projection><Field>[a].[/id] AS /a</Field><Field>COUNT([b].[/id]) AS /b</Field></Projection>
+      <Grouping><Field>[a].[/id]</Field></Grouping>{extra}</View>"""
+
+
+VIEWS = (
+    pair_view("by_x", "<Join>[a].[/x]=[b].[/x]</Join>")
+    + pair_view(
+        "by_x_null",
+        "<Join>[a].[/x]=[b].[/x]</Join>",
+        "<JoinNullEquivalency>enabled</JoinNullEquivalency>",
+    )
+    + pair_view("by_xy", "<Join>[a].[/x]=[b].[/x]</Join><Join>[b].[/y] = [a].[/y]</Join>")
+    + """<View><Name>to_nv</Name><MessageType>json</MessageType>
+      <UnderlyingTopic><Join>a./x = n/x</Join></UnderlyingTopic>
+      <Projection><Field>[a].[/id] AS /a</Field><Field>COUNT([n].[/id]) AS /n</Field></Projection>
+      <Grouping><Field>[a].[/id]</Field></Grouping></View>"""
+)
+
+
+def xml(sow: str) -> str:
+    return f"""<AMPSConfig><Name>join-rules</Name>
+  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+    <Protocol>amps</Protocol></Transport></Transports>
+  <SOW>{sow}</SOW>
+</AMPSConfig>"""
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    manual = ManualTime()
+    broker = Broker(
+        parse_config(xml(GUIDE + JSON_TOPICS + VIEWS), base_dir=tmp_path),
+        call_later=manual.call_later,
+        clock=manual.clock,
+        monotonic=manual.clock,
+    )
+    yield broker
+    broker.close()
+
+
+def logon(broker: Broker, name: str, mt: str | None = None) -> Connection:
+    conn = broker.connect(FakeSession(), message_type=mt)
+    broker.handle(conn, encode_header({"c": "logon", "cid": "l", "client_name": name}))
+    return conn
+
+
+def send(broker: Broker, conn: Connection, topic: str, body: bytes, c: str = "p") -> None:
+    broker.handle(conn, encode_header({"c": c, "t": topic}) + body)
+
+
+def nv(**fields: Any) -> bytes:
+    return "".join(f"{k}={v}{SOH}" for k, v in fields.items()).encode()
+
+
+def docs(broker: Broker, topic: str, mt: str = "json") -> list[Any]:
+    sow = broker.sow_topic(topic, mt)
+    assert sow is not None
+    return sorted((sow.doc(k) for k in sow), key=lambda d: json.dumps(d, sort_keys=True))
+
+
+def test_the_guides_company_volume_example(broker: Broker) -> None:
+    fix = logon(broker, "nv", "nvfix")
+    send(broker, fix, "COMPANIES", nv(CompanyId=1, Tick="IBM", Name="International"))
+    send(broker, fix, "ORDERS", nv(OrderID=1, Tick="IBM", Shares=100))
+    send(broker, fix, "ORDERS", nv(OrderID=2, Tick="IBM", Shares=50))
+    send(broker, fix, "COMPANIES", nv(CompanyId=2, Tick="MSFT", Name="Microsoft"))  # no order
+    assert docs(broker, "TOTAL_COMPANY_VOLUME", "nvfix") == [
+        {"CompanyId": "1", "Tick": "IBM", "Name": "International", "TotalVolume": 150}
+    ]
+    send(broker, fix, "ORDERS", nv(OrderID=3, Tick="ORCL", Shares=7))  # no company: NULLs
+    view = docs(broker, "TOTAL_COMPANY_VOLUME", "nvfix")
+    assert [d["TotalVolume"] for d in view] == [150, 7]
+    assert view[1].get("Tick") is None and view[1].get("Name") is None
+
+
+def test_join_values_are_compared_as_strings(broker: Broker) -> None:
+    js = logon(broker, "js")
+    fix = logon(broker, "nv", "nvfix")
+    send(broker, js, "a", b'{"id":"a1","x":12345}')
+    send(broker, js, "b", b'{"id":"b1","x":12345.0}')  # the same number, another string
+    send(broker, fix, "n", nv(id="n1", x=12345))  # nvfix text "12345": the same string
+    assert docs(broker, "by_x") == [{"a": "a1", "b": 0}]
+    assert docs(broker, "to_nv") == [{"a": "a1", "n": 1}]
+    send(broker, js, "b", b'{"id":"b2","x":"12345"}')
+    assert docs(broker, "by_x") == [{"a": "a1", "b": 1}]
+
+
+def test_null_and_empty_values_join_only_with_join_null_equivalency(broker: Broker) -> None:
+    js = logon(broker, "js")
+    send(broker, js, "a", b'{"id":"a1","x":""}')
+    send(broker, js, "a", b'{"id":"a2"}')
+    send(broker, js, "b", b'{"id":"b1","x":null}')
+    send(broker, js, "b", b'{"id":"b2","x":""}')
+    assert docs(broker, "by_x") == [{"a": "a1", "b": 0}, {"a": "a2", "b": 0}]
+    assert docs(broker, "by_x_null") == [{"a": "a1", "b": 2}, {"a": "a2", "b": 2}]
+    send(broker, js, "b", b'{"id":"b1","x":"v"}')
+    assert docs(broker, "by_x_null") == [{"a": "a1", "b": 1}, {"a": "a2", "b": 1}]
+
+
+def test_two_joins_of_the_same_topics_join_on_both_fields(broker: Broker) -> None:
+    js = logon(broker, "js")
+    send(broker, js, "a", b'{"id":"a1","x":1,"y":1}')
+    send(broker, js, "b", b'{"id":"b1","x":1,"y":2}')
+    send(broker, js, "b", b'{"id":"b2","x":1,"y":1}')
+    assert docs(broker, "by_x") == [{"a": "a1", "b": 2}]
+    assert docs(broker, "by_xy") == [{"a": "a1", "b": 1}]
+    send(broker, js, "b", b'{"id":"b1","x":1,"y":1}', c="delta_publish")
+    assert docs(broker, "by_xy") == [{"a": "a1", "b": 2}]
+    broker.handle(logon(broker, "d"), encode_header({"c": "sow_delete", "t": "b", "f": "/id='b2'"}))
+    assert docs(broker, "by_xy") == [{"a": "a1", "b": 1}]
+
+
+def test_the_parsed_joins(tmp_path: Path) -> None:
+    cfg = parse_config(xml(GUIDE + JSON_TOPICS + VIEWS), base_dir=tmp_path)
+    by_name = {v.name: v for v in cfg.sow_views}
+    guide = by_name["TOTAL_COMPANY_VOLUME"]
+    assert guide.conflation == "inline"
+    assert [(j.left, j.left_path, j.right, j.right_path, j.kind) for j in guide.joins] == [
+        ("ORDERS", "/Tick", "COMPANIES", "/Tick", "LEFT")
+    ]
+    assert [f.path for f in guide.projection] == ["/CompanyId", "/Tick", "/Name", "/TotalVolume"]
+    assert by_name["by_xy"].joins[0].more == (("/y", "/y"),)
+    assert by_name["by_x_null"].join_null_equivalency
+    assert not by_name["by_x"].join_null_equivalency
+    assert by_name["to_nv"].topics == ("a", "n")
+
+
+@pytest.mark.integration
+def test_the_guides_example_over_tcp_with_the_official_client(tmp_path: Path) -> None:
+    amps: Any = pytest.importorskip("AMPS")
+    with ServerThread(parse_config(xml(GUIDE), base_dir=tmp_path)) as server:
+        official = amps.Client(f"official-guide-{time.time_ns()}")
+        official.connect(server.uri("tcp", "nvfix"))
+        official.logon()
+        try:
+            official.publish("COMPANIES", nv(CompanyId=1, Tick="IBM", Name="Intl").decode())
+            official.publish("ORDERS", nv(OrderID=1, Tick="IBM", Shares=100).decode())
+            official.publish("ORDERS", nv(OrderID=2, Tick="IBM", Shares=25).decode())
+            official.flush()
+            found = [
+                m.get_data()
+                for m in official.sow("TOTAL_COMPANY_VOLUME", timeout=5000)
+                if m.get_command() == "sow"
+            ]
+            assert found == [nv(CompanyId=1, Tick="IBM", Name="Intl", TotalVolume=125).decode()]
+        finally:
+            official.disconnect()
