@@ -15,6 +15,14 @@ when there is none), as in the AMPS 5.2 announcement
 ``IF(/qty < 0, /qty OF PREVIOUS, /qty) AS /qty``. Preprocessing "does not have access to the
 previous state of the message in the SOW": ``OF PREVIOUS`` there is refused.
 
+A field may end with a hint (User Guide 5.3.4, "Constructing Fields", "Using HINT to Control
+Field Construction"; the ``docs/user-guide`` of the ``amps-python-client`` 5.3.4.0 sdist on
+PyPI, chapters/amps_expressions.html): ``HINT OPTIONAL`` removes the field when the value is
+``NULL`` instead of writing a null (this is how AMPS removes a field: it has no ``REMOVE``
+directive), ``HINT SET_CURRENT`` writes the value into the current message at once, so that
+the later fields of the stage read it; ``HINT SET_CURRENT,OPTIONAL`` does both. ``/path OF
+CURRENT`` in an enrichment field is ``/path`` of the incoming message.
+
 Both run before the message is stored in the SOW, written to the transaction log or delivered,
 so subscribers, ``sow`` queries and bookmark replays all see the processed message. Message
 data only: headers are untouched.
@@ -38,7 +46,13 @@ __all__ = ["ENRICHABLE_TYPES", "PREVIOUS_KEY", "EnrichmentError", "Stage", "comp
 ENRICHABLE_TYPES: Final = frozenset({"json", "msgpack"})
 """Message types whose documents the stages can rewrite."""
 
-_FIELD: Final = re.compile(r"^(?P<expr>.+?)\s+AS\s+(?P<path>\S+)\s*$", re.I | re.S)
+_FIELD: Final = re.compile(
+    r"^(?P<expr>.+?)\s+AS\s+(?P<path>\S+)"
+    r"(?:\s+HINT\s+(?P<hints>[A-Za-z_]+(?:\s*,\s*[A-Za-z_]+)*))?\s*$",
+    re.I | re.S,
+)
+_HINTS: Final = frozenset({"OPTIONAL", "SET_CURRENT"})
+_OF_CURRENT: Final = re.compile(r"(?P<path>(?:/[A-Za-z0-9_.\-]+)+)\s+OF\s+CURRENT\b", re.I)
 _PATH: Final = re.compile(r"(/[A-Za-z0-9_.\-]+)+")
 _OF_PREVIOUS: Final = re.compile(r"(?P<path>(?:/[A-Za-z0-9_.\-]+)+)\s+OF\s+PREVIOUS\b", re.I)
 PREVIOUS_KEY: Final = "__amps_of_previous__"
@@ -54,6 +68,26 @@ class EnrichmentError(OptionError):
 class _Rule:
     parts: tuple[str, ...]
     evaluate: Callable[[Any], Any]
+    optional: bool = False
+    """``HINT OPTIONAL``: a ``NULL`` value removes the field."""
+    set_current: bool = False
+    """``HINT SET_CURRENT``: the value is written into the current message at once."""
+
+
+def _put(doc: dict[str, Any], parts: Sequence[str], value: Any, *, optional: bool) -> None:
+    """Write ``value`` at ``parts`` of ``doc`` (``optional`` and ``None``: remove it)."""
+    node = doc
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            if value is None and optional:
+                return
+            child = node[part] = {}
+        node = child
+    if value is None and optional:
+        node.pop(parts[-1], None)
+    else:
+        node[parts[-1]] = value
 
 
 class Stage:
@@ -75,19 +109,22 @@ class Stage:
         if not isinstance(doc, dict):
             return doc
         seen = doc
-        if self.reads_previous:
+        current = any(rule.set_current for rule in self._rules)
+        if current:
+            seen = copy.deepcopy(doc)
+        elif self.reads_previous:
             seen = dict(doc)
+        if self.reads_previous:
             seen[PREVIOUS_KEY] = previous if isinstance(previous, dict) else None
-        values = [(rule.parts, rule.evaluate(seen)) for rule in self._rules]
+        values = []
+        for rule in self._rules:
+            value = rule.evaluate(seen)
+            values.append((rule, value))
+            if rule.set_current:
+                _put(seen, rule.parts, value, optional=rule.optional)
         out = copy.deepcopy(doc)
-        for parts, value in values:
-            node = out
-            for part in parts[:-1]:
-                child = node.get(part)
-                if not isinstance(child, dict):
-                    child = node[part] = {}
-                node = child
-            node[parts[-1]] = value
+        for rule, value in values:
+            _put(out, rule.parts, value, optional=rule.optional)
         return out
 
 
@@ -104,17 +141,33 @@ def compile_stage(fields: Sequence[str], *, stage: str) -> Stage:
         text = text.strip()
         if text.upper().startswith("REMOVE"):
             raise EnrichmentError(
-                f"<{stage}> <Field> {text!r}: removing a field is not implemented by the "
-                "reference server"
+                f"<{stage}> <Field> {text!r}: AMPS has no REMOVE directive: a field is removed "
+                "with 'NULL AS /path HINT OPTIONAL' (a NULL value of an OPTIONAL field is not "
+                "serialized; User Guide, 'Using HINT to Control Field Construction')"
             )
         match = _FIELD.match(text)
-        head, path = (match["expr"], match["path"]) if match else ("", "")
+        head, path, hint_text = (
+            (match["expr"], match["path"], match["hints"] or "") if match else ("", "", "")
+        )
         if not head.strip():
             raise EnrichmentError(f"<{stage}> <Field> {text!r} needs 'expression AS /path'")
         path = path.strip()
         parts = tuple(path[1:].split("/")) if _PATH.fullmatch(path) else ()
         if not parts:
             raise EnrichmentError(f"<{stage}> <Field> {text!r}: {path!r} is not a field path")
+        hints = {h.strip().upper() for h in hint_text.split(",") if h.strip()}
+        unknown = sorted(hints - _HINTS)
+        if unknown:
+            raise EnrichmentError(
+                f"<{stage}> <Field> {text!r}: unknown HINT {', '.join(unknown)} (AMPS documents "
+                "OPTIONAL and SET_CURRENT)"
+            )
+        head, current = _OF_CURRENT.subn(lambda m: m["path"], head)
+        if current and stage != "Enrichment":
+            raise EnrichmentError(
+                f"<{stage}> <Field> {text!r}: OF CURRENT is an <Enrichment> modifier (User "
+                "Guide, 'Constructing Enrichment Fields')"
+            )
         head, count = _OF_PREVIOUS.subn(lambda m: f"/{PREVIOUS_KEY}{m['path']}", head)
         if count and stage != "Enrichment":
             raise EnrichmentError(
@@ -126,5 +179,7 @@ def compile_stage(fields: Sequence[str], *, stage: str) -> Stage:
             evaluate = compile_expression(head.strip())
         except FilterError as exc:
             raise EnrichmentError(f"<{stage}> <Field> {text!r}: {exc}") from None
-        rules.append(_Rule(parts, evaluate))
+        rules.append(
+            _Rule(parts, evaluate, optional="OPTIONAL" in hints, set_current="SET_CURRENT" in hints)
+        )
     return Stage(rules, [f.strip() for f in fields], previous=previous)

@@ -7,6 +7,7 @@ replay, the official client)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,8 +71,18 @@ def test_the_stages_are_read(tmp_path: Path) -> None:
         (
             "<Enrichment><Field>REMOVE /qty</Field></Enrichment>",
             "json",
-            "SOW topic 'orders': <Enrichment> <Field> 'REMOVE /qty': removing a field is not "
-            "implemented by the reference server",
+            "SOW topic 'orders': <Enrichment> <Field> 'REMOVE /qty': AMPS has no REMOVE "
+            "directive: a field is removed with 'NULL AS /path HINT OPTIONAL'",
+        ),
+        (
+            "<Enrichment><Field>/a AS /b HINT SOMETIMES</Field></Enrichment>",
+            "json",
+            "<Enrichment> <Field> '/a AS /b HINT SOMETIMES': unknown HINT SOMETIMES",
+        ),
+        (
+            "<Preprocessing><Field>/a OF CURRENT AS /b</Field></Preprocessing>",
+            "json",
+            "OF CURRENT is an <Enrichment> modifier",
         ),
         ("<Enrichment></Enrichment>", "json", "SOW topic 'orders': <Enrichment> has no <Field>"),
         (
@@ -222,5 +233,56 @@ def test_of_previous_reads_the_record_the_message_replaces(tmp_path: Path) -> No
                 assert got == [key | {"qty": 5, "price": 100}]
             finally:
                 official.disconnect()
+        finally:
+            client.close()
+
+
+HINTS = """<Enrichment>
+      <Field>IF(/source IN ('a','e','f'), /source, NULL) AS /source HINT OPTIONAL</Field>
+      <Field>NULL AS /secret HINT OPTIONAL</Field>
+      <Field>NULL AS /nothing HINT OPTIONAL</Field>
+      <Field>NULL AS /shown</Field>
+      <Field>/qty OF CURRENT * 2 AS /double HINT SET_CURRENT</Field>
+      <Field>/double + 1 AS /after</Field>
+      <Field>IF(/qty > 5, NULL, 'small') AS /size HINT SET_CURRENT,OPTIONAL</Field>
+      <Field>COALESCE(/size, 'gone') AS /seen</Field>
+    </Enrichment>"""
+
+
+def test_hints_remove_null_fields_and_set_the_current_message() -> None:
+    """User Guide, "Using HINT to Control Field Construction": ``HINT OPTIONAL`` removes the
+    field when the value is NULL (the guide's /source example), ``HINT SET_CURRENT`` makes the
+    value visible to the later fields; without a hint a NULL is written."""
+    from ampsclient_server_stub.engine.enrichment import compile_stage
+
+    fields = re.findall(r"<Field>(.*?)</Field>", HINTS)
+    stage = compile_stage([f.replace("&gt;", ">") for f in fields], stage="Enrichment")
+    doc = {"id": 1, "source": "z", "secret": "s", "qty": 3, "size": "big"}
+    assert stage.apply(doc) == {
+        "id": 1, "qty": 3, "shown": None, "double": 6, "after": 7, "size": "small",
+        "seen": "small",
+    }  # fmt: skip
+    assert stage.apply(doc | {"source": "a", "qty": 9}) == {
+        "id": 1, "source": "a", "qty": 9, "shown": None, "double": 18, "after": 19,
+        "seen": "gone",
+    }  # fmt: skip
+    assert doc["source"] == "z" and doc["size"] == "big"  # (the input is left alone)
+
+
+@pytest.mark.integration
+def test_hint_optional_removes_a_field_over_tcp(tmp_path: Path) -> None:
+    config = xml(HINTS.replace(" > 5", " &gt; 5"))
+    with ServerThread(parse_config(config, base_dir=tmp_path)) as server:
+        client = Client(f"hints-{time.time_ns()}")
+        client.connect(server.uri("tcp", "json"))
+        client.logon(5000)
+        try:
+            client.publish("orders", json.dumps({"key": "k", "source": "x", "secret": 1, "qty": 1}))
+            client.flush(5000)
+            found = _docs(client.sow("orders", timeout=5000), "sow")
+            assert found == [
+                {"key": "k", "qty": 1, "shown": None, "double": 2, "after": 3, "size": "small",
+                 "seen": "small"}
+            ]  # fmt: skip
         finally:
             client.close()
