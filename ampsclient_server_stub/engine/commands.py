@@ -76,9 +76,8 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     what the AMPS guide ("Composite Messages") does not support there: on any composite type
     the event topics (``/AMPS/...``) and a ``stats`` ack (messages the server constructs), on a
     composite-global
-    one a delta subscription, ``select`` and an aggregation (``projection``/``grouping``). An
-    aggregation on a composite-local type is refused too: an aggregated record is one flat
-    document, and the server has no rule for splitting it into the type's parts.
+    one a delta subscription, ``select`` and an aggregation (``projection``/``grouping``). (On a
+    composite-local type an aggregation's fields are checked by ``views.aggregated``.)
 
     Raises:
         CommandFailure: ``invalid topic`` or ``invalid options``, naming the type.
@@ -102,10 +101,7 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     if refusal is None and "select" in options:
         refusal = composite_refusal(conn.mt, "select (projection)")
     if refusal is None and ("projection" in options or "grouping" in options):
-        refusal = composite_refusal(conn.mt, "aggregation (projection, grouping)") or (
-            f"an aggregated subscription on {conn.mt!r}, a composite-local type, is not "
-            "implemented: an aggregated record is one document with no rule for its parts"
-        )
+        refusal = composite_refusal(conn.mt, "aggregation (projection, grouping)")
     if refusal is not None:
         raise CommandFailure("invalid options", refusal)
     return hdr

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -46,6 +46,7 @@ __all__ = [
     "CompositeFormatError",
     "CompositeType",
     "OpaquePart",
+    "composite_record_refusal",
     "composite_refusal",
     "composite_type",
     "decode_composite",
@@ -251,3 +252,47 @@ def stats_ack_refusal(message_type: str) -> str | None:
         f"a stats ack is not delivered as {message_type!r}, a composite message type: "
         "composite types do not support stats acks (AMPS User Guide, Composite Messages)"
     )
+
+
+def composite_record_refusal(ctype: CompositeType, paths: Sequence[str]) -> str | None:
+    """Why projected fields written at ``paths`` (``/0/total``, ...) cannot make a record of
+    ``ctype`` built by a view or an aggregated query, or ``None`` when they can.
+
+    A ``composite-local`` record is built as its messages are read (module docstring): an
+    identifier begins with the position of its part, so ``/0/total`` is the ``total`` field of
+    the first part and ``/1`` a whole part (a binary part, or the unparsed payload at the
+    position after the last declared part, is only projected whole: it is opaque); each part
+    is then written as its own type (a fix or nvfix part has no nested fields, an xml part one
+    root element). The guide lets views and aggregation project ``composite-local`` types, not
+    ``composite-global`` ones (AMPS User Guide, Composite Messages).
+    """
+    if not ctype.local:
+        return (
+            f"views, joins and aggregation cannot project {ctype.name!r}, a composite-global "
+            "type (AMPS User Guide, Composite Messages)"
+        )
+    count = len(ctype.parts)
+    roots: dict[int, set[str]] = {}
+    for path in paths:
+        steps = path.strip("/").split("/")
+        head = steps[0]
+        if not head.isdigit() or int(head) > count:
+            return (
+                f"{path!r}: an identifier of {ctype.name!r} (composite-local) begins with the "
+                f"position of its part, /0/ to /{count - 1}/ (/{count}: the unparsed payload)"
+            )
+        index = int(head)
+        part = ctype.parts[index] if index < count else "binary"
+        if part == "binary" and len(steps) > 1:
+            what = "the unparsed payload" if index == count else f"part {index} is binary"
+            return f"{path!r}: {what}: it is opaque, only projected whole (/{index})"
+        if part in ("fix", "nvfix") and len(steps) > 2:
+            return f"{path!r}: part {index} is {part}, which has no nested fields (/{index}/name)"
+        if part == "xml" and len(steps) > 1:
+            roots.setdefault(index, set()).add(steps[1])
+            if len(roots[index]) > 1 or len(steps) < 3:
+                return (
+                    f"{path!r}: part {index} is xml, one root element: project its fields as "
+                    f"/{index}/Root/name (the same Root for every field)"
+                )
+    return None

@@ -15,7 +15,9 @@ each changed record is sent (``p``; to a ``sow_and_delta_subscribe``, only the t
 that changed, the record identified by its ``k``), an emptied group goes out as ``oof`` (reason
 ``deleted``) when the subscription asked for ``oof``.
 Refused (``invalid options``): only one of the two options, a regex topic, a bookmark, a field
-that does not parse.
+that does not parse. On a ``composite-local`` topic the records are written part by part: each
+projected field begins with its part's position (``MAX(/0/price) AS /0/max``); on a
+``composite-global`` one aggregation is refused (AMPS User Guide, "Composite Messages").
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from ampsclient.protocol.header import Header, encode_header
 
+from ..engine.composite_codec import composite_record_refusal, composite_type
 from ..engine.filters import compile_expression
 from ..engine.payload import encode
 from ..engine.query_options import query_options
@@ -194,6 +197,11 @@ class Aggregated:
         if sow is None:
             raise CommandFailure("invalid topic", f"{matcher.topic!r} is not a SOW topic")
         projection = _projection(projection_text)
+        ctype = composite_type(sow.message_type)
+        if ctype is not None:  # a record is written part by part (composite-local)
+            refusal = composite_record_refusal(ctype, [f.path for f in projection])
+            if refusal is not None:
+                raise CommandFailure("invalid options", f"projection: {refusal}")
         grouping = _grouping(grouping_text)
         filter_text = text(hdr.get("filter"))
         try:

@@ -1,0 +1,245 @@
+"""Views and aggregated queries over composite message types (issue #28), as the AMPS User
+Guide's "Composite Messages" allows them: ``composite-local`` messages "preserve information
+about the individual parts for filtering, aggregation, and projection", and "views, joins, and
+aggregation cannot project message types that use composite-global (however, composite
+message types that use composite-global can be an UnderlyingTopic or one of the topics in a
+Join)". A composite-local record is written as its messages are read: each projected field
+begins with its part's position (``SUM(/1/Qty) AS /1/total`` is the ``total`` field of the
+second part), a binary part is projected whole. Real server, real sockets; records read with
+our ``CompositeMessageParser`` and the official client's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampsclient import Client, Command
+from ampsclient.compat import CompositeMessageBuilder, CompositeMessageParser
+from ampsclient.exceptions import InvalidOptionsException
+from ampsclient_server_stub import ServerThread
+from ampsclient_server_stub.config import ConfigError, parse_config
+from ampsclient_server_stub.testing import wait_for
+
+pytestmark = pytest.mark.integration
+
+HAS_OFFICIAL = importlib.util.find_spec("AMPS") is not None
+SOH = "\x01"
+
+LOCAL = "cv-order-parts"  # json, nvfix, binary: composite-local
+GLOBAL = "cv-images"  # json, binary: composite-global
+
+TYPES = f"""<MessageTypes>
+    <MessageType><Name>{LOCAL}</Name><Module>composite-local</Module>
+      <MessagePart>json</MessagePart><MessagePart>nvfix</MessagePart>
+      <MessagePart>binary</MessagePart></MessageType>
+    <MessageType><Name>{GLOBAL}</Name><Module>composite-global</Module>
+      <MessagePart>json</MessagePart><MessagePart>binary</MessagePart></MessageType>
+  </MessageTypes>"""
+
+VIEWS = f"""
+    <View><Name>by-sym</Name><UnderlyingTopic>orders</UnderlyingTopic>
+      <MessageType>{LOCAL}</MessageType>
+      <Projection><Field>/0/sym</Field><Field>COUNT(/0/id) AS /0/n</Field>
+        <Field>SUM(/1/Qty) AS /1/total</Field><Field>/2</Field></Projection>
+      <Grouping><Field>/0/sym</Field></Grouping></View>
+    <View><Name>by-fmt</Name><UnderlyingTopic>images</UnderlyingTopic>
+      <MessageType>json</MessageType>
+      <Projection><Field>/fmt</Field><Field>COUNT(/id) AS /n</Field></Projection>
+      <Grouping><Field>/fmt</Field></Grouping></View>"""
+
+
+def config(views: str = VIEWS) -> str:
+    return f"""<AMPSConfig><Name>composite-views</Name>{TYPES}<SOW>
+    <Topic><Name>orders</Name><MessageType>{LOCAL}</MessageType><Key>/0/id</Key></Topic>
+    <Topic><Name>images</Name><MessageType>{GLOBAL}</MessageType><Key>/id</Key></Topic>
+    {views}</SOW>
+  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+    <Protocol>amps</Protocol></Transport></Transports></AMPSConfig>"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerThread]:
+    with ServerThread(parse_config(config(), base_dir=tmp_path), record_all_topics=False) as t:
+        yield t
+
+
+def client(server: ServerThread, message_type: str) -> Client:
+    c = Client(f"cv-{time.time_ns()}")
+    c.connect(server.uri("tcp", message_type))
+    c.logon(5000)
+    return c
+
+
+def composite(*parts: str | bytes) -> bytes:
+    builder = CompositeMessageBuilder()
+    for part in parts:
+        builder.append(part)
+    return bytes(builder.get_data())
+
+
+def order(oid: int, sym: str, qty: int, image: bytes) -> bytes:
+    return composite(f'{{"id":{oid},"sym":"{sym}"}}', f"Qty={qty}{SOH}", image)
+
+
+def parts(data: bytes) -> tuple[Any, str, bytes]:
+    """``(json part, nvfix part, binary part)`` of a ``LOCAL`` record."""
+    parser = CompositeMessageParser()
+    assert parser.parse(data) == 3
+    return json.loads(parser.get_part(0)), parser.get_part(1), bytes(parser.get_part_raw(2))
+
+
+def query(c: Client, topic: str, options: str | None = None) -> list[bytes]:
+    cmd = Command("sow").set_topic(topic).set_timeout(5000)
+    if options is not None:
+        cmd.set_options(options)
+    return [m.get_data_raw() for m in c.execute(cmd) if m.get_command() == "sow"]
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.data: list[bytes] = []
+
+    def __call__(self, message: Any) -> None:
+        if message.get_command() == "publish":
+            with self.lock:
+                self.data.append(bytes(message.get_data_raw()))
+
+    def snapshot(self) -> list[bytes]:
+        with self.lock:
+            return list(self.data)
+
+
+def publish_orders(c: Client) -> None:
+    c.publish("orders", order(1, "IBM", 100, b"\x89A"))
+    c.publish("orders", order(2, "IBM", 50, b"\x89B"))
+    c.publish("orders", order(3, "MSFT", 300, b"\x89C"))
+    c.flush(5000)
+
+
+def by_sym(records: list[bytes]) -> dict[str, tuple[Any, str, bytes]]:
+    out = {}
+    for data in records:
+        doc, nvfix, image = parts(data)
+        out[doc["sym"]] = (doc, nvfix, image)
+    return out
+
+
+EXPECTED = {
+    "IBM": ({"sym": "IBM", "n": 2}, f"total=150{SOH}", b"\x89B"),
+    "MSFT": ({"sym": "MSFT", "n": 1}, f"total=300{SOH}", b"\x89C"),
+}
+"""The records of ``publish_orders``: each field in its part, the binary part the newest
+message's."""
+
+
+def test_a_view_of_a_composite_local_type_writes_each_field_in_its_part(
+    server: ServerThread,
+) -> None:
+    with client(server, LOCAL) as c:
+        publish_orders(c)
+        wait_for(lambda: len(query(c, "by-sym")) == 2, what="both groups in the view")
+        assert by_sym(query(c, "by-sym")) == EXPECTED
+        inbox = Inbox()
+        c.subscribe(inbox, "by-sym", timeout=5000)
+        c.publish("orders", order(4, "IBM", 7, b"\x89D"))
+        c.flush(5000)
+        wait_for(lambda: inbox.snapshot(), what="the view's update")
+        assert [parts(d) for d in inbox.snapshot()] == [
+            ({"sym": "IBM", "n": 3}, f"total=157{SOH}", b"\x89D")
+        ]
+
+
+def test_a_json_view_over_a_composite_global_topic(server: ServerThread) -> None:
+    """The guide: a composite-global type can be a view's underlying topic."""
+    with client(server, GLOBAL) as pub, client(server, "json") as c:
+        for oid, fmt in ((1, "png"), (2, "png"), (3, "jpg")):
+            pub.publish("images", composite(f'{{"id":{oid},"fmt":"{fmt}"}}', b"\x00img"))
+        pub.flush(5000)
+        wait_for(lambda: len(query(c, "by-fmt")) == 2, what="both groups in the view")
+        got = sorted((json.loads(d) for d in query(c, "by-fmt")), key=lambda d: d["fmt"])
+        assert got == [{"fmt": "jpg", "n": 1}, {"fmt": "png", "n": 2}]
+
+
+AGGREGATE = "projection=[/0/sym,COUNT(/0/id) AS /0/n,SUM(/1/Qty) AS /1/total,/2],grouping=[/0/sym]"
+
+
+def test_an_aggregated_query_and_subscription_on_a_composite_local_topic(
+    server: ServerThread,
+) -> None:
+    with client(server, LOCAL) as c:
+        publish_orders(c)
+        assert by_sym(query(c, "orders", AGGREGATE)) == EXPECTED
+        inbox = Inbox()
+        cmd = Command("sow_and_subscribe").set_topic("orders").set_options(AGGREGATE)
+        c.execute_async(cmd.set_timeout(5000), inbox)
+        c.publish("orders", order(3, "MSFT", 30, b"\x89E"))  # replaces order 3
+        c.flush(5000)
+        wait_for(lambda: inbox.snapshot(), what="the aggregated update")
+        assert [parts(d) for d in inbox.snapshot()] == [
+            ({"sym": "MSFT", "n": 1}, f"total=30{SOH}", b"\x89E")
+        ]
+
+
+@pytest.mark.parametrize(
+    ("field", "why"),
+    [
+        ("COUNT(/0/id) AS /n", "begins with the position of its part"),
+        ("/0/sym AS /7/sym", "begins with the position of its part"),
+        ("/0/sym AS /2/sym", "part 2 is binary"),
+        ("/0/sym AS /1/a/b", "no nested fields"),
+    ],
+)
+def test_a_field_that_has_no_part_to_go_in_is_refused_by_name(
+    server: ServerThread, tmp_path: Path, field: str, why: str
+) -> None:
+    with client(server, LOCAL) as c:
+        options = f"projection=[{field}],grouping=[/0/sym]"
+        with pytest.raises(InvalidOptionsException, match=why):
+            query(c, "orders", options)
+        query(c, "orders", AGGREGATE)  # the connection goes on
+    view = VIEWS.replace("<Field>/2</Field>", f"<Field>{field}</Field>", 1)
+    with pytest.raises(ConfigError, match=f"view 'by-sym'.*{why}"):
+        parse_config(config(view), base_dir=tmp_path)
+
+
+def test_a_view_or_an_aggregation_of_a_composite_global_type_is_refused(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """The guide: views, joins and aggregation cannot project a composite-global type."""
+    with client(server, GLOBAL) as c, pytest.raises(InvalidOptionsException, match="global"):
+        query(c, "images", "projection=[/fmt],grouping=[/fmt]")
+    view = VIEWS.replace("<MessageType>json</MessageType>", f"<MessageType>{GLOBAL}</MessageType>")
+    with pytest.raises(ConfigError, match="cannot project a composite-global type"):
+        parse_config(config(view), base_dir=tmp_path)
+
+
+@pytest.mark.skipif(not HAS_OFFICIAL, reason="the official client (module AMPS) is not installed")
+def test_the_official_client_reads_an_aggregated_composite_record(server: ServerThread) -> None:
+    import AMPS  # type: ignore[import-not-found]
+
+    with client(server, LOCAL) as c:
+        publish_orders(c)
+    official = AMPS.Client(f"cv-official-{time.time_ns()}")
+    official.connect(server.uri("tcp", LOCAL))
+    official.logon(5000)
+    try:
+        cmd = AMPS.Command("sow").set_topic("orders").set_options(AGGREGATE)
+        got = {}
+        for message in official.execute(cmd.set_timeout(5000)):
+            if message.get_command() != "sow":
+                continue
+            parser = AMPS.CompositeMessageParser()
+            assert parser.parse(message) == 3
+            doc = json.loads(parser.get_part(0))
+            got[doc["sym"]] = (doc, parser.get_part(1), parser.get_part_raw(2))
+        assert got == EXPECTED
+    finally:
+        official.disconnect()
