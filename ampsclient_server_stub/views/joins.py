@@ -151,10 +151,18 @@ class JoinRows:
         """Inner joins only: a row exists when its own records match, so a change of a record
         changes only the rows that hold it (outer joins: the rows of every record linked to
         it, whose partners it may take or give back)."""
+        self._rooted = all(step.keep_acc and not step.keep_new for step in self._steps)
+        """Every join keeps the rows joined so far and drops the new topic's records without a
+        partner (AMPS's ``=`` with the joined topic on its left): each row grows from one
+        record of the first topic, its *root*, so a change recomputes the rows of the roots it
+        can reach only: the roots of the rows that hold the record, and those whose rows meet
+        its old or new join values."""
 
     def change(self, side: int, key: str, doc: Any) -> tuple[list[Row], dict[Row, Any]]:
         """Record ``key`` of topic ``side`` is now ``doc`` (``None``: gone):
         ``(rows that left, rows that are new or changed with their documents)``."""
+        if self._rooted:
+            return self._change_rooted(side, key, doc)
         inner = self._inner
         linked = set() if inner else self._linked(side, key)  # (before the change)
         if doc is None:
@@ -187,6 +195,71 @@ class JoinRows:
                         self._of.setdefault((n, k), {})[row] = None
             now[row] = self._doc(row)
         return gone, now
+
+    def _change_rooted(self, side: int, key: str, doc: Any) -> tuple[list[Row], dict[Row, Any]]:
+        first = self._first
+        roots: set[str] = {row[first] for row in self._of.get((side, key), {})}  # type: ignore[misc]
+        adding = [step for step in self._steps if step.new.topic == side]
+        values = {step.new.values.get(key) for step in adding}
+        if doc is None:
+            self._docs[side].pop(key, None)
+            for own, _other in self._sides[side]:
+                own.drop(key)
+        else:
+            self._docs[side][key] = doc
+            for own, _other in self._sides[side]:
+                own.put(key, doc)
+            if side == first:
+                roots.add(key)
+        values |= {step.new.values.get(key) for step in adding}
+        for step in adding:  # (rows that may gain or lose this record as a partner)
+            acc = step.acc
+            for value in values:
+                if value is None:
+                    continue
+                for partner in acc.index.get(value, ()):
+                    for row in self._of.get((acc.topic, partner), {}):
+                        roots.add(row[first])  # type: ignore[arg-type]
+        before: dict[Row, None] = {}
+        rows: dict[Row, None] = {}
+        docs = self._docs[first]
+        for root in sorted(roots):
+            before |= self._of.get((first, root), {})
+            if root in docs:
+                rows |= self._grow(root)
+        gone = [row for row in before if row not in rows]
+        for row in gone:
+            self._forget(row)
+        now: dict[Row, Any] = {}
+        for row in rows:
+            if row not in self._rows:
+                self._rows[row] = None
+                for n, k in enumerate(row):
+                    if k is not None:
+                        self._of.setdefault((n, k), {})[row] = None
+            now[row] = self._doc(row)
+        return gone, now
+
+    def _grow(self, root: str) -> dict[Row, None]:
+        """The rows of root record ``root`` (joins that keep the rows joined so far)."""
+        start: list[str | None] = [None] * self._topics
+        start[self._first] = root
+        rows = [start]
+        for step in self._steps:
+            acc, new = step.acc, step.new
+            out: list[list[str | None]] = []
+            for row in rows:
+                mine = row[acc.topic]
+                value = None if mine is None else acc.values.get(mine)
+                partners = sorted(new.index.get(value, ())) if value is not None else ()
+                if not partners:
+                    out.append(row)
+                for partner in partners:
+                    joined = list(row)
+                    joined[new.topic] = partner
+                    out.append(joined)
+            rows = out
+        return {tuple(row): None for row in rows}
 
     def _forget(self, row: Row) -> None:
         del self._rows[row]

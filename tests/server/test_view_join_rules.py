@@ -209,3 +209,35 @@ def test_the_guides_example_over_tcp_with_the_official_client(tmp_path: Path) ->
             assert found == [nv(CompanyId=1, Tick="IBM", Name="Intl", TotalVolume=125).decode()]
         finally:
             official.disconnect()
+
+
+def test_rooted_rows_match_the_linked_records_evaluation() -> None:
+    """Joins that keep the rows joined so far recompute the rows of the roots a change reaches
+    (``JoinRows._change_rooted``); the same random changes through the general evaluation of
+    linked records give the same rows after every change."""
+    import random
+
+    from ampsclient_server_stub.views.config import JoinSpec
+    from ampsclient_server_stub.views.joins import JoinRows
+
+    specs = [
+        JoinSpec("o", "/c", "c", "/c", "LEFT", 0, 1),
+        JoinSpec("o", "/p", "p", "/p", "LEFT", 0, 2, more=(("/q", "/q"),)),
+        JoinSpec("c", "/r", "r", "/r", "LEFT", 1, 3),
+    ]
+    rooted = JoinRows(specs, ["json"] * 4)
+    linked = JoinRows(specs, ["json"] * 4)
+    linked._rooted = False  # (the general path, for comparison)
+    rng = random.Random(30)
+    for _ in range(1500):
+        side = rng.randrange(4)
+        key = f"k{rng.randrange(12)}"
+        doc = None
+        if rng.random() < 0.8:
+            doc = {f: rng.choice([1, 2, 3, None, ""]) for f in ("c", "p", "q", "r")}
+        rooted.change(side, key, doc)
+        linked.change(side, key, doc)
+        assert rooted._rows == linked._rows
+        assert {r: rooted._doc(r) for r in rooted._rows} == {
+            r: linked._doc(r) for r in linked._rows
+        }
