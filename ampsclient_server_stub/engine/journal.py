@@ -449,6 +449,15 @@ class Journal:
                 rotated = f.rotate() or rotated
         return rotated
 
+    def make_room(self) -> None:
+        """Write the append buffer out when the next append would (it holds ``_WRITE_AT``
+        bytes): a caller that must change state only if its record can be appended calls
+        it first, and a full disk raises ``OSError`` here, before anything changed."""
+        f = self._files
+        with f.lock:
+            if len(f.buf) >= _WRITE_AT:
+                f.write_out()
+
     def flush(self) -> None:
         """Write buffered records to the OS: a kill -9 of this process then loses nothing.
 

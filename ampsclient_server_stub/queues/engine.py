@@ -433,7 +433,8 @@ class QueueEngine:
 
         Raises:
             CommandFailure: ``invalid options`` (an option other than ``cancel``/``expire``),
-                ``invalid bookmark`` (an empty list).
+                ``invalid bookmark`` (an empty list), ``tx store failure`` (the transaction
+                log cannot take the ack record: a full disk; nothing changed).
         """
         topic = str(hdr.get("t"))
         queue = self.queues[(conn.mt, topic)]
@@ -463,6 +464,10 @@ class QueueEngine:
                 self.counters["bad_acks"] += 1
                 raise CommandFailure("invalid bookmark", "queue acknowledgement without bookmarks")
         self.counters["acks"] += 1
+        try:  # before anything changes: an ack the log cannot take changes nothing
+            self._journal.make_room()
+        except OSError as exc:
+            raise self._refused(exc) from exc
         inactive = self.inactive.get(queue.name) if self.inactive else None
         early: list[str] = []
         if inactive is not None and option is None:  # not active yet: it never will be
@@ -476,11 +481,22 @@ class QueueEngine:
         removed = result.removed
         if early or removed != bookmarks:
             joined = None  # (the journal gets what was removed; usually all, as they came)
-        index = self.record(queue, removed, urgent=bool(ack_flags(hdr) & PERSISTED), joined=joined)
+        try:
+            index = self.record(
+                queue, removed, urgent=bool(ack_flags(hdr) & PERSISTED), joined=joined
+            )
+        except OSError as exc:  # (only if another append filled the buffer meanwhile)
+            raise self._refused(exc) from exc
         self.pump(queue)
         if self._timed:  # (no queue has a lease period or an expiration: nothing to arm)
             self._arm()
         return len(result.removed), matches, index
+
+    def _refused(self, exc: OSError) -> CommandFailure:
+        """An acknowledgement the transaction log cannot take (a full disk): the log's
+        condition (``journal``, reported once), and the refusal a publish gets there."""
+        self._faults.failed("journal", str(self._journal.directory), exc)
+        return CommandFailure("tx store failure", str(exc))
 
     # ------------------------------------------------------------------ queries
 

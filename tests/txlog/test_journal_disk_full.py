@@ -21,7 +21,7 @@ import pytest
 
 from ampsclient import Client, HAClient
 from ampsclient_server_stub.harness import ServerProcess, free_port
-from ampsclient_server_stub.testing import wait_for
+from ampsclient_server_stub.testing import RawClient, wait_for
 from tests.admin._support import get_json
 from tests.stores.test_disk_full import fill, small_filesystem
 
@@ -173,5 +173,73 @@ def test_a_bookmark_subscribe_while_the_journal_disk_is_full_gets_what_is_durabl
         finally:
             server.stop()
     assert got == list(range(300))
+    assert sum("storage: journal cannot be written" in line for line in log) == 1
+    assert not any("Traceback" in line or "error handling" in line for line in log), log
+
+
+def test_a_queue_ack_refused_by_a_full_journal_disk_says_tx_store_failure(tmp_path: Path) -> None:
+    """A queue acknowledgement (``sow_delete`` by bookmark) is a transaction log record: when
+    the log cannot take it, it is refused ``tx store failure`` like a publish (it answered
+    ``internal error`` with a traceback per refused ack), the condition is reported once, and
+    acknowledgements succeed again once space returns."""
+    admin = free_port()
+    (tmp_path / "data").mkdir()
+    conf = tmp_path / "amps.xml"
+    conf.write_text(f"""<AMPSConfig><Name>journal-full-ack</Name>
+  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>
+  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+    </Transport></Transports>
+  <TransactionLog><JournalDirectory>journal</JournalDirectory><JournalSize>4MB</JournalSize>
+    <Topic><Name>t</Name><MessageType>json</MessageType></Topic></TransactionLog>
+  <SOW><Queue><Name>q</Name><MessageType>json</MessageType><UnderlyingTopic>t</UnderlyingTopic>
+    <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog></Queue></SOW>
+</AMPSConfig>""")
+
+    def ack(raw: RawClient, bookmark: str, cid: str) -> dict[str, Any]:
+        """The processed ack, with the stats ack's ``records_deleted`` when it succeeded."""
+        raw.send({"c": "sow_delete", "t": "q", "cid": cid, "bm": bookmark, "a": "processed,stats"})
+        hdr, _ = raw.recv_until(lambda h: h.get("c") == "ack" and h.get("cid") == cid)
+        if hdr.get("status") == "success":
+            stats, _ = raw.recv_until(lambda h: h.get("cid") == cid and h.get("a") == "stats")
+            hdr["records_deleted"] = stats.get("records_deleted")
+        return hdr
+
+    def publish(raw: RawClient, first: int, count: int, cid: str) -> None:
+        for i in range(first, first + count):
+            raw.send({"c": "p", "t": "t"}, json.dumps({"i": i, "pad": PAD}).encode())
+        raw.send({"c": "flush", "cid": cid, "a": "processed"})
+        raw.recv_until(lambda h: h.get("c") == "ack" and h.get("cid") == cid)
+
+    with small_filesystem(tmp_path / "data" / "journal", "16m") as fs:
+        server = ServerProcess(data_dir=tmp_path / "data", config=conf).start()
+        try:
+            with RawClient.from_uri(server.uri()) as pub, RawClient.from_uri(server.uri()) as sub:
+                pub.logon("journal-full-ack-pub")
+                sub.logon("journal-full-ack-sub")
+                sub.send(
+                    {"c": "subscribe", "t": "q", "cid": "s", "sub_id": "s", "a": "processed",
+                     "o": "max_backlog=10"}
+                )  # fmt: skip
+                sub.recv_until(lambda h: h.get("c") == "ack" and h.get("cid") == "s")
+                publish(pub, 0, 3, "f0")
+                leased = [sub.recv_until(lambda h: h.get("c") == "p")[0]["bm"] for _ in range(3)]
+                assert ack(sub, leased[0], "a0").get("records_deleted") == 1
+                filler = fill(fs)
+                publish(pub, 3, 600, "f1")  # 600 KB: past the append buffer, refused
+                wait_for(lambda: "journal" in conditions(admin), timeout=30, what="the condition")
+                refused = ack(sub, leased[1], "a1")
+                assert (refused.get("status"), refused.get("reason")) == (
+                    "failure",
+                    "tx store failure",
+                ), refused
+                filler.unlink()  # space returns
+                wait_for(lambda: not conditions(admin), timeout=30, what="the condition to end")
+                # the refused ack changed nothing: the message is still there to acknowledge
+                for cid, bookmark in (("a3", leased[1]), ("a4", leased[2])):
+                    done = ack(sub, bookmark, cid)
+                    assert (done.get("status"), done.get("records_deleted")) == ("success", 1)
+            log = list(server.stderr_lines)
+        finally:
+            server.stop()
     assert sum("storage: journal cannot be written" in line for line in log) == 1
     assert not any("Traceback" in line or "error handling" in line for line in log), log
