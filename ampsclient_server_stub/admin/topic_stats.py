@@ -45,7 +45,7 @@ def views(broker: Broker | None) -> Entries:
             "underlying_topic": " JOIN ".join(cfg.topics),
             "projection": [_field_text(f.path, f.expression, f.aggregate) for f in cfg.projection],
             "grouping": list(cfg.grouping),
-            "conflation": "none",
+            "conflation": cfg.conflation,  # (as configured: updates are all processed)
             "conflation_ratio": 0.0,
             "queue_depth": 0,  # a view over SOW topics is updated with the publish itself
             "records": len(view.sow),

@@ -241,3 +241,11 @@ def test_rooted_rows_match_the_linked_records_evaluation() -> None:
         assert {r: rooted._doc(r) for r in rooted._rows} == {
             r: linked._doc(r) for r in linked._rows
         }
+
+
+def test_the_statistics_show_the_configured_conflation(broker: Broker) -> None:
+    from ampsclient_server_stub.admin.topic_stats import views
+
+    stats = views(broker)
+    assert stats["TOTAL_COMPANY_VOLUME"]["conflation"] == "inline"
+    assert stats["by_x"]["conflation"] == "none"
