@@ -36,8 +36,8 @@ from ..sync import Client
 from ._convert import RowBuilder, output_schema
 from ._core import (
     REPLAY_OPTIONS,
+    UNTIMED_REPLAY_OPTIONS,
     AMPSSparkError,
-    Backlog,
     Bound,
     Position,
     ReadOptions,
@@ -59,6 +59,7 @@ from ._core import (
     split_filter,
 )
 from ._feed import replay_payloads
+from ._microbatches import MicroBatches, count_into
 from ._publish import AMPSCommitMessage, RowPublisher
 from ._queue import AMPSQueueStreamReader
 from ._sow import sow_records
@@ -369,7 +370,13 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     journal bookmark of the last message of a micro-batch (the first offset may also be EPOCH
     ``"0"`` or a timestamp). ``latestOffset`` replays the new messages on the driver to find the
     last one (or the ``maxRowsPerBatch``-th), so every offset names a message that exists and
-    every micro-batch is a fixed range that replays identically.
+    every micro-batch is a fixed range that replays identically. The micro-batches counted
+    ahead are kept between triggers (:class:`MicroBatches`), so a trigger replays only the
+    messages that came after the last one counted.
+
+    Attributes:
+        replayed: messages the planning replays sent the driver since this reader was made
+            (what ``latestOffset`` counted; for tests and diagnostics).
     """
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
@@ -380,6 +387,8 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last: dict[str, Any] | None = None
         self._report: dict[str, Any] | None = None
         self._warned = False
+        self._batches: MicroBatches | None = None
+        self.replayed = 0
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the driver's client."""
@@ -467,6 +476,7 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             now = int(time.time() * 1_000_000)
             self._target = Bound(format_micros(now), True, now)
+        self._batches = None  # counted up to NOW, not to the target
         log.info("available-now target of %r: %s", opts.topic, self._target.text)
 
     def latestOffset(
@@ -474,7 +484,8 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> dict[str, Any]:
         """The position of the last new message (at most ``maxRecordsPerTrigger`` messages
         or ``maxBytesPerTrigger`` bytes after ``start``); ``start`` itself when there is
-        nothing new. With a cap, the rest of the log is counted too (``reportLatestOffset``)."""
+        nothing new. With a cap, the rest of the log is counted too (``reportLatestOffset``),
+        once: the next trigger counts only the messages after it."""
         opts = self.opts
         cap: int | None = None
         max_bytes: int | None = None
@@ -494,41 +505,85 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_bytes = opts.max_bytes_per_trigger
         elif ReadMaxBytes is not None and isinstance(limit, ReadMaxBytes):
             max_bytes = int(limit.max_bytes)
-        begin = offset_bounds(start, start)[0]
-        end = self._target or Bound(NOW, True)
-        bookmark = range_text(begin, end)
-        backlog = Backlog() if cap is not None or max_bytes is not None else None
-
-        def count_new(client: Client) -> tuple[int, Position | None]:
-            try:
-                return scan(
-                    client, opts.topic, opts.filter, bookmark, cap,
-                    max_bytes=max_bytes, backlog=backlog,
-                )  # fmt: skip
-            except InvalidBookmarkError as exc:
-                rest = after_data_loss(opts, bookmark, exc, start.get("timestamp"))
-                if backlog is not None:
-                    backlog.messages = backlog.size = 0
-                return scan(
-                    client, opts.topic, opts.filter, rest, cap,
-                    max_bytes=max_bytes, backlog=backlog,
-                )  # fmt: skip
-
-        found: tuple[int, Position | None] = self._call("finding new messages", count_new)
-        count, pos = found
-        behind = backlog or Backlog()
-        end_bm = behind.end_bookmark or (pos.bookmark if pos is not None else start["bookmark"])
+        found: tuple[tuple[str, int, int] | None, Position | None] = self._call(
+            "finding new messages", lambda c: self._next_batch(c, start, cap, max_bytes)
+        )
+        batch, pos = found
+        plan = self._batches
+        assert plan is not None
+        messages, size = (batch[1], batch[2]) if batch is not None else (0, 0)
         self._report = {
-            "bookmark": end_bm,
-            "messagesBehind": behind.messages,
-            "bytesBehind": behind.size,
+            "bookmark": plan.end or start["bookmark"],
+            "messagesBehind": plan.messages - messages,
+            "bytesBehind": plan.size - size if plan.sizing else 0,
         }
         if pos is None:
             return start
         offset = pos.offset()
         self._last = offset
-        log.debug("%r: %d new message(s) up to %s", opts.topic, count, offset)
+        log.debug("%r: %d new message(s) up to %s", opts.topic, messages, offset)
         return offset
+
+    def _next_batch(
+        self, client: Client, start: dict[str, Any], cap: int | None, max_bytes: int | None
+    ) -> tuple[tuple[str, int, int] | None, Position | None]:
+        """The micro-batch after ``start``: ``((bookmark, messages, bytes), position)`` of
+        its last message, or ``(None, None)`` when nothing is new.
+
+        The micro-batches ahead are kept (:class:`MicroBatches`) from one trigger to the
+        next: when ``start`` is where the previous trigger's batch ended, only the messages
+        after the last one counted are replayed; otherwise (the first trigger, a restart,
+        other caps) everything from ``start`` is counted. A count that fails leaves nothing
+        kept, so a retry counts from ``start``.
+        """
+        opts = self.opts
+        plan, self._batches = self._batches, None
+        bookmark = str(start["bookmark"])
+        if plan is not None and (
+            plan.caps() != (cap, max_bytes)
+            or not plan.advance(bookmark)
+            or (not plan.exact and not plan.cuts)  # past the batches kept: count again
+        ):
+            plan = None
+        end = self._target or Bound(NOW, True)
+        if plan is not None and plan.end is not None:
+            tail = range_text(Bound(plan.end, False), end)
+            try:
+                self.replayed += self._count(client, tail, plan)
+            except InvalidBookmarkError:  # the last message counted left the log
+                plan = None
+        if plan is None or plan.end is None:
+            plan = MicroBatches(bookmark, cap, max_bytes)
+            whole = range_text(offset_bounds(start, start)[0], end)
+            try:
+                self.replayed += self._count(client, whole, plan)
+            except InvalidBookmarkError as exc:
+                rest = after_data_loss(opts, whole, exc, start.get("timestamp"))
+                plan = MicroBatches(bookmark, cap, max_bytes)
+                self.replayed += self._count(client, rest, plan)
+        batch = plan.next_end()
+        pos: Position | None = None
+        if batch is not None:
+            micros = bookmark_micros(client, opts.topic, batch[0])
+            if micros is None:
+                raise AMPSSparkError(
+                    f"message {batch[0]} of {opts.topic!r} left the log while it was planned"
+                )
+            pos = Position(batch[0], micros)
+        self._batches = plan
+        return batch, pos
+
+    def _count(self, client: Client, bookmark: str, plan: MicroBatches) -> int:
+        opts = self.opts
+        return count_into(
+            client,
+            opts.topic,
+            opts.filter,
+            bookmark,
+            plan,
+            options=UNTIMED_REPLAY_OPTIONS,
+            wait_ms=opts.read_timeout_ms,
+        )
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The micro-batch ``(start:end]``, split by time into ``numPartitions`` ranges."""

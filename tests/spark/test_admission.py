@@ -4,6 +4,7 @@ them, and the backlog reported through ``reportLatestOffset`` into the query's p
 
 from __future__ import annotations
 
+import itertools
 import json
 import pathlib
 from typing import Any
@@ -113,3 +114,90 @@ def test_available_now_honours_the_byte_cap_and_reports_the_backlog(
     assert behind == [35, 20, 5, 0]
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted(r.bookmark for r in rows) == sorted(e["bookmark"] for e in journal(uri, topic))
+
+
+def sized_docs(n: int) -> list[dict[str, Any]]:
+    """``n`` documents of 10 to 40 bytes (``{"s":"..."}``), sizes in no simple order."""
+    return [{"s": "x" * (2 + (i * 7) % 31)} for i in range(n)]
+
+
+def chain(source: AMPSStreamReader, limit: Any, start: dict[str, Any]) -> list[dict[str, Any]]:
+    """The offsets of the micro-batches after ``start`` up to the log's end, as Spark asks
+    for them (each ``latestOffset`` from the previous one's answer)."""
+    offsets = [start]
+    while True:
+        end = source.latestOffset(offsets[-1], limit)
+        if end == offsets[-1]:
+            return offsets
+        offsets.append(end)
+        assert len(offsets) < 1000
+
+
+@pytest.mark.integration
+def test_latest_offset_counts_only_the_new_messages(uri: str, topic: str) -> None:
+    """A trigger replays to the driver only what came after the last message counted (before:
+    the whole backlog from the batch's start at every trigger); its offsets are the ones a
+    reader started from each of them (a restart from the checkpoint) finds."""
+    publish(uri, topic, docs(30))
+    log = journal(uri, topic)
+    source = reader(uri, topic, maxRecordsPerTrigger=10)
+    limit = ReadMaxRows(10)
+    epoch = source.initialOffset()
+    first = source.latestOffset(epoch, limit)
+    assert first["bookmark"] == log[9]["bookmark"]
+    assert source.replayed == 30  # the backlog, counted once
+    second = source.latestOffset(first, limit)
+    assert second["bookmark"] == log[19]["bookmark"]
+    assert source.replayed == 30  # nothing new: nothing replayed
+    assert source.reportLatestOffset() == {
+        "bookmark": log[-1]["bookmark"],
+        "messagesBehind": 10,
+        "bytesBehind": 100,
+    }
+    publish(uri, topic, docs(5))
+    log = journal(uri, topic)
+    third = source.latestOffset(second, limit)
+    assert third["bookmark"] == log[29]["bookmark"]
+    assert source.replayed == 35  # the 5 new ones only
+    assert source.reportLatestOffset() == {
+        "bookmark": log[-1]["bookmark"],
+        "messagesBehind": 5,
+        "bytesBehind": 50,
+    }
+    assert source.latestOffset(third, limit)["bookmark"] == log[34]["bookmark"]
+    last = source.latestOffset(third, limit)  # the same trigger asked again: same answer
+    assert last["bookmark"] == log[34]["bookmark"]
+    assert source.latestOffset(last, limit) == last
+    assert source.replayed == 35
+    # a restart from the checkpoint: a new reader, from a stored offset, finds the same ends
+    for start, end in itertools.pairwise([epoch, first, second, third, last]):
+        assert reader(uri, topic, maxRecordsPerTrigger=10).latestOffset(start, limit) == end
+
+
+@pytest.mark.integration
+def test_kept_micro_batches_match_a_count_from_each_start(
+    uri: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows and bytes capped together over messages of varied sizes, arriving in two parts,
+    and only 2 micro-batches kept ahead (then counted again): every offset is the one a reader
+    counting from its start finds, and the batches cover the log once, in order."""
+    monkeypatch.setattr("ampsclient.spark._microbatches.MAX_CUTS", 2)
+
+    def fresh() -> AMPSStreamReader:
+        return reader(uri, topic, maxRecordsPerTrigger=6, maxBytesPerTrigger=120)
+
+    publish(uri, topic, sized_docs(40))
+    source, limit = fresh(), ReadMaxRows(6)
+    offsets = chain(source, limit, source.initialOffset())
+    for start, end in itertools.pairwise(offsets):  # what a restart from each start finds
+        assert fresh().latestOffset(start, limit) == end
+    publish(uri, topic, sized_docs(25))
+    more = chain(source, limit, offsets[-1])
+    for start, end in itertools.pairwise(more):
+        assert fresh().latestOffset(start, limit) == end
+    log = journal(uri, topic)
+    ends = [o["bookmark"] for o in offsets[1:] + more[1:]]
+    assert ends[-1] == log[-1]["bookmark"]
+    at = [i for i, e in enumerate(log) if e["bookmark"] in ends]
+    assert len(at) == len(ends) and all(a < b for a, b in itertools.pairwise(at))
+    assert all(0 < b - a <= 6 for a, b in itertools.pairwise([-1, *at]))

@@ -1,0 +1,243 @@
+"""The micro-batches ahead of a stream: the messages after its last offset, cut under the
+row and byte caps as they are counted, so that each trigger counts only what is new.
+
+:class:`MicroBatches` does no I/O: a replay's raw deliveries are fed to it in log order.
+:func:`count_into` runs such a replay on a planning client.
+
+Why (issue #26): with ``maxRecordsPerTrigger``, ``latestOffset`` used to replay everything from
+the micro-batch's start to the log's end at every trigger, to find the cap's message and to
+count the backlog it reports: a stream of N messages in batches of B replayed about N²/2B
+messages to the driver. Cut as they are counted, the messages of one replay give every
+micro-batch ahead, and the next trigger replays only what came after the last one counted.
+The cuts are those one replay from each micro-batch's start would find (the caps are applied
+greedily from a batch's first message), so the offsets are the same, whatever replays gave
+them: a micro-batch replanned from the checkpoint reads the same messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from ..client import ConnectionEvent, ConnectionState
+from ..command import Command
+from ..exceptions import AMPSError, DisconnectedError, TimeoutError, error_for_reason
+from ..protocol.acks import AckType
+from ..protocol.message import Message, body_offset
+from ..sync import Client
+
+__all__ = ["MAX_CUTS", "Cut", "MicroBatches", "count_into"]
+
+MAX_CUTS: Final = 100_000
+"""Full micro-batches remembered ahead at most (a bookmark each); past them the messages are
+only counted, and the micro-batches after the last one kept are cut again by a new count from
+there (a tiny cap over a huge backlog)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """The end of one full micro-batch: its last message's bookmark, its messages and the
+    bytes of their data."""
+
+    bookmark: str
+    messages: int
+    size: int
+
+
+class MicroBatches:
+    """The messages after the offset ``start`` (exclusive), as micro-batches under the caps.
+
+    ``limit`` (rows) and ``max_bytes`` (bytes of message data) are applied as a replay from
+    a batch's first message applies them: the batch ends at the ``limit``-th message, or when
+    its data reaches ``max_bytes``, or before a message that would take it over ``max_bytes``
+    (a batch's first message always fits). Without caps there is one open batch: everything.
+
+    Attributes:
+        start: the bookmark of the offset the first batch starts after.
+        end: the bookmark of the last message counted (``None``: none yet).
+        cuts: the full batches, in order.
+        messages, size: everything counted after ``start`` (messages, bytes of data).
+        exact: every full batch counted is in ``cuts`` (``False`` past :data:`MAX_CUTS`).
+        fed: messages fed since this object was made (what the replays sent the driver).
+    """
+
+    def __init__(
+        self, start: str, limit: int | None, max_bytes: int | None, *, keep: int | None = None
+    ) -> None:
+        self.start = start
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self.keep = MAX_CUTS if keep is None else keep
+        self.sizing = limit is not None or max_bytes is not None
+        self.end: str | None = None
+        self.cuts: deque[Cut] = deque()
+        self.messages = 0
+        self.size = 0
+        self.exact = True
+        self.fed = 0
+        self._open = 0
+        self._open_size = 0
+        self._open_last: bytes | None = None
+        self._last: bytes | None = None
+
+    def caps(self) -> tuple[int | None, int | None]:
+        """``(limit, max_bytes)``."""
+        return self.limit, self.max_bytes
+
+    def feed(self, raw: bytes) -> None:
+        """One delivery of the replay after :attr:`end`, in log order (the raw frame)."""
+        size = len(raw) - body_offset(raw) if self.sizing else 0
+        self.fed += 1
+        self.messages += 1
+        self.size += size
+        self._last = raw
+        max_bytes = self.max_bytes
+        if max_bytes is not None and self._open and self._open_size + size > max_bytes:
+            self._cut()  # this one would take the batch over the byte cap
+        self._open += 1
+        self._open_size += size
+        self._open_last = raw
+        if self._open == self.limit or (max_bytes is not None and self._open_size >= max_bytes):
+            self._cut()
+
+    def _cut(self) -> None:
+        last = self._open_last
+        assert last is not None
+        if len(self.cuts) < self.keep and self.exact:
+            self.cuts.append(Cut(_bookmark(last), self._open, self._open_size))
+        else:
+            self.exact = False
+        self._open = self._open_size = 0
+        self._open_last = None
+
+    def settle(self) -> None:
+        """After a replay: :attr:`end` names the last message fed."""
+        if self._last is not None:
+            self.end = _bookmark(self._last)
+            self._last = None
+
+    @property
+    def open_messages(self) -> int:
+        """Messages after the last full batch (the batch not full yet)."""
+        return self._open
+
+    def next_end(self) -> tuple[str, int, int] | None:
+        """The next micro-batch: ``(bookmark of its last message, messages, bytes)``, the
+        first full batch or else everything counted; ``None`` when nothing was counted or the
+        next full batch was not kept (count again from :attr:`start`)."""
+        if self.cuts:
+            cut = self.cuts[0]
+            return cut.bookmark, cut.messages, cut.size
+        if not self.exact or self.end is None or self.messages == 0:
+            return None
+        return self.end, self.messages, self.size
+
+    def advance(self, start: str) -> bool:
+        """The stream moved on to the offset ``start``: drop the batches before it.
+
+        Returns:
+            ``False`` when ``start`` is neither :attr:`start`, the end of the next batch nor
+            the end of everything counted (a restart elsewhere, another plan): count again.
+        """
+        if start == self.start:
+            return True
+        if self.cuts and self.cuts[0].bookmark == start:
+            cut = self.cuts.popleft()
+            self.messages -= cut.messages
+            self.size -= cut.size
+            self.start = start
+            return True
+        if not self.cuts and self.exact and self.end == start:
+            self.start = start
+            self.messages = self.size = 0
+            self._open = self._open_size = 0
+            self._open_last = None
+            return True
+        return False
+
+
+def _bookmark(raw: bytes) -> str:
+    bm = Message(raw).bookmark
+    if not bm:
+        raise AMPSError("the server sent a replayed message without a bookmark")
+    return bm
+
+
+class _Feeder:
+    """Feeds a replay's deliveries to a :class:`MicroBatches` on the client's thread, without
+    decoding them, until the ``completed`` ack."""
+
+    def __init__(self, plan: MicroBatches) -> None:
+        self.plan = plan
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def on_message(self, message: Message) -> None:
+        raw = message.raw_payload
+        if raw.startswith(b'{"c":"p"') or message.command == "publish":
+            if self.error is None:
+                try:
+                    self.plan.feed(raw)
+                except AMPSError as exc:  # a message without a bookmark: stop, report it
+                    self.error = exc
+                    self.done.set()
+        elif message.command == "ack":
+            if message.status == "failure":
+                self.error = error_for_reason(message.reason, ack=message)
+                self.done.set()
+            elif message.ack_type & AckType.COMPLETED:
+                self.done.set()
+
+    def on_state(self, event: ConnectionEvent) -> None:
+        if event.state is ConnectionState.DISCONNECTED and not self.done.is_set():
+            self.error = DisconnectedError(f"the connection dropped: {event.cause or 'closed'}")
+            self.done.set()
+
+
+def count_into(
+    client: Client,
+    topic: str,
+    filter: str | None,
+    bookmark: str,
+    plan: MicroBatches,
+    *,
+    options: str,
+    wait_ms: int,
+) -> int:
+    """Replay the range ``bookmark`` (to its end) into ``plan``; returns the messages fed.
+
+    Raises:
+        CommandError: the server refused the replay (``invalid bookmark``: its start is gone).
+        DisconnectedError: the connection dropped before the replay completed.
+        TimeoutError: the replay did not complete within ``wait_ms``.
+    """
+    feeder = _Feeder(plan)
+    before = plan.fed
+    cmd = (
+        Command("subscribe")
+        .set_topic(topic)
+        .set_filter(filter)
+        .set_bookmark(bookmark)
+        .set_options(options)
+        .add_ack_type("completed")
+    )
+    client.add_connection_state_listener(feeder.on_state)
+    try:
+        sub_id = client.execute_async(cmd, feeder.on_message)
+        try:
+            if not feeder.done.wait(wait_ms / 1000.0):
+                raise TimeoutError(
+                    f"counting the replay of {topic!r} {bookmark} did not end within {wait_ms} ms"
+                )
+        finally:
+            with contextlib.suppress(AMPSError):
+                client.unsubscribe(sub_id)
+    finally:
+        client.remove_connection_state_listener(feeder.on_state)
+    if feeder.error is not None:
+        raise feeder.error
+    plan.settle()
+    return plan.fed - before
