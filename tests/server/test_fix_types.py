@@ -331,3 +331,27 @@ def test_a_transaction_log_filter_on_an_unparsed_type_is_refused_at_start(
       </TransactionLog></AMPSConfig>"""
     with pytest.raises(ConfigError, match=r"needs a message type the server parses.*'binary'"):
         parse_config(xml, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("tag", "text"),
+    [("Filter", "/a = 1"), ("BarrierExpression", "/barrier = 1"), ("Priority", "/p")],
+)
+def test_a_queue_expression_on_an_unparsed_type_is_refused_at_start(
+    tmp_path: Path, tag: str, text: str
+) -> None:
+    """A queue of ``binary`` messages with a ``<Filter>`` was accepted and then delivered
+    nothing (the filter never matches an opaque payload); so were a ``<BarrierExpression>``
+    and a ``<Priority>`` that could never read a field. Without them the queue starts."""
+    from ampsclient_server_stub.config import ConfigError
+
+    def xml(extra: str) -> str:
+        return f"""<AMPSConfig><Name>x</Name><TransactionLog>
+          <JournalDirectory>{tmp_path / "j"}</JournalDirectory>
+          <Topic><Name>s</Name><MessageType>binary</MessageType></Topic></TransactionLog>
+          <SOW><Queue><Name>q</Name><MessageType>binary</MessageType>
+            <UnderlyingTopic>s</UnderlyingTopic>{extra}</Queue></SOW></AMPSConfig>"""
+
+    with pytest.raises(ConfigError, match=rf"queue 'q': a <{tag}> needs a message type .*'binary'"):
+        parse_config(xml(f"<{tag}>{text}</{tag}>"), base_dir=tmp_path)
+    parse_config(xml(""), base_dir=tmp_path)
