@@ -271,18 +271,36 @@ def test_hints_remove_null_fields_and_set_the_current_message() -> None:
 
 @pytest.mark.integration
 def test_hint_optional_removes_a_field_over_tcp(tmp_path: Path) -> None:
+    """Our client publishes and queries; the official client publishes a second record and
+    reads both (the hints apply to every publisher)."""
+    amps: Any = pytest.importorskip("AMPS")
     config = xml(HINTS.replace(" > 5", " &gt; 5"))
     with ServerThread(parse_config(config, base_dir=tmp_path)) as server:
         client = Client(f"hints-{time.time_ns()}")
         client.connect(server.uri("tcp", "json"))
         client.logon(5000)
+        official = amps.Client(f"official-hints-{time.time_ns()}")
+        official.connect(server.uri("tcp", "json"))
+        official.logon()
         try:
             client.publish("orders", json.dumps({"key": "k", "source": "x", "secret": 1, "qty": 1}))
             client.flush(5000)
-            found = _docs(client.sow("orders", timeout=5000), "sow")
+            official.publish("orders", json.dumps({"key": "o", "source": "e", "qty": 8}))
+            official.flush()
+            found = _docs(client.sow("orders", "/key = 'k'", timeout=5000), "sow")
             assert found == [
                 {"key": "k", "qty": 1, "shown": None, "double": 2, "after": 3, "size": "small",
                  "seen": "small"}
             ]  # fmt: skip
+            seen = [
+                json.loads(m.get_data())
+                for m in official.sow("orders", "/key = 'o'", timeout=5000)
+                if m.get_command() == "sow"
+            ]
+            assert seen == [
+                {"key": "o", "source": "e", "qty": 8, "shown": None, "double": 16, "after": 17,
+                 "seen": "gone"}
+            ]  # fmt: skip
         finally:
+            official.disconnect()
             client.close()
