@@ -307,7 +307,7 @@ def test_a_json_and_an_nvfix_topic_join_into_json_nvfix_and_xml_views(broker: Br
     pub(broker, p, "customers", cid=2, name="Bob")
     command(broker, f, fix(cid=1, region="EU"), c="p", t="regions")
     command(broker, f, fix(cid=2, region="EU"), c="p", t="regions")
-    # the nvfix value "1" joins the json number 1 (AMPS converts a string compared to a number)
+    # the nvfix value "1" joins the json number 1 (join values are compared as strings)
     assert view(broker, "by_region") == [{"region": "EU", "customers": 2}]
     fix_view = broker.sow_topic("by_region_fix", "nvfix")
     xml_view = broker.sow_topic("by_region_xml", "xml")
