@@ -216,6 +216,14 @@ class ConfigReader(ElementReader):
         label = f"SOW topic {topic!r}"
         message_type = self.required(elem, "MessageType", label).lower()
         keys = tuple(self.elem_text(k, elem) for k in elem.findall("Key"))
+        if keys and not is_parseable(message_type):
+            self.fail(
+                self.child(elem, "Key"),
+                f"{label}: a <Key> needs a message type the server parses "
+                f"({', '.join(sorted(PARSEABLE_TYPES))}, a composite type with a parsed part), "
+                f"not {message_type!r}: a {message_type} record is keyed by the SOW key its "
+                "publisher gives (no <Key>; AMPS User Guide, 'Understanding SOW Keys')",
+            )
         file_text = self.text(elem, "FileName")
         file_name = None
         if file_text is not None:

@@ -355,3 +355,22 @@ def test_a_queue_expression_on_an_unparsed_type_is_refused_at_start(
     with pytest.raises(ConfigError, match=rf"queue 'q': a <{tag}> needs a message type .*'binary'"):
         parse_config(xml(f"<{tag}>{text}</{tag}>"), base_dir=tmp_path)
     parse_config(xml(""), base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("message_type", ["binary", "bflat-like-opaque"])
+def test_a_sow_key_on_an_unparsed_type_is_refused_at_start(
+    tmp_path: Path, message_type: str
+) -> None:
+    """``<Key>/id</Key>`` on a topic the server carries as opaque was accepted, then every
+    publish without an explicit SOW key failed with ``bad sow key`` (the key can never be
+    computed): AMPS keys such a topic by the publisher's SOW key only ("Understanding SOW
+    Keys": a topic uses AMPS-generated or user-generated keys)."""
+    from ampsclient_server_stub.config import ConfigError
+
+    def xml(key: str) -> str:
+        return f"""<AMPSConfig><Name>x</Name><SOW><Topic><Name>b</Name>
+          <MessageType>{message_type}</MessageType>{key}</Topic></SOW></AMPSConfig>"""
+
+    with pytest.raises(ConfigError, match=rf"SOW topic 'b': a <Key> needs .*'{message_type}'"):
+        parse_config(xml("<Key>/id</Key>"), base_dir=tmp_path)
+    parse_config(xml(""), base_dir=tmp_path)
