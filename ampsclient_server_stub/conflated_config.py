@@ -80,6 +80,7 @@ def _parse(
 ) -> ConflatedTopicConfig:
     from .engine.filter_syntax import FilterError
     from .engine.filters import compile_filter
+    from .engine.payload import PARSEABLE_TYPES, is_parseable
 
     check_children(elem, refused=_REFUSED, known=_KNOWN, what="conflated topic", fail=fail)
     name = _text(elem, "Name", fail) or _text(elem, "Topic", fail)
@@ -113,6 +114,13 @@ def _parse(
         if interval < MIN_INTERVAL:
             fail(elem, f"{label}: <Interval> {interval_text!r} is under the minimum of 100ms")
     filter_text = _text(elem, "Filter", fail)
+    if filter_text is not None and not is_parseable(message_type):
+        fail(
+            elem,
+            f"{label}: a <Filter> needs a message type the server parses "
+            f"({', '.join(sorted(PARSEABLE_TYPES))}, a composite type with a parsed part), "
+            f"not {message_type!r}",
+        )
     if filter_text is not None:
         try:
             compile_filter(filter_text)

@@ -374,3 +374,21 @@ def test_a_sow_key_on_an_unparsed_type_is_refused_at_start(
     with pytest.raises(ConfigError, match=rf"SOW topic 'b': a <Key> needs .*'{message_type}'"):
         parse_config(xml("<Key>/id</Key>"), base_dir=tmp_path)
     parse_config(xml(""), base_dir=tmp_path)
+
+
+def test_a_conflated_topic_filter_on_an_unparsed_type_is_refused_at_start(
+    tmp_path: Path,
+) -> None:
+    """A ``<ConflatedTopic>`` over a ``binary`` SOW topic with a ``<Filter>`` was accepted and
+    then conflated nothing (the filter never matches an opaque payload)."""
+    from ampsclient_server_stub.config import ConfigError
+
+    def xml(extra: str) -> str:
+        return f"""<AMPSConfig><Name>x</Name><SOW>
+          <Topic><Name>b</Name><MessageType>binary</MessageType></Topic>
+          <ConflatedTopic><Name>c</Name><MessageType>binary</MessageType>
+            <UnderlyingTopic>b</UnderlyingTopic>{extra}</ConflatedTopic></SOW></AMPSConfig>"""
+
+    with pytest.raises(ConfigError, match=r"conflated topic 'c': a <Filter> needs .*'binary'"):
+        parse_config(xml("<Filter>/a = 1</Filter>"), base_dir=tmp_path)
+    parse_config(xml(""), base_dir=tmp_path)
