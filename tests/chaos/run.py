@@ -784,6 +784,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
                 w.start()
             elif fault == "kill_server":
                 server.kill()
+                _keep_life_log(work, server.stderr_lines)
                 report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
                 time.sleep(rng.uniform(0.05, 0.5))
                 server.start(START_TIMEOUT)
@@ -806,6 +807,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
                 )
             elif fault == "corrupt_at_restart":  # kill -9, a torn record appended, restart
                 server.kill()
+                _keep_life_log(work, server.stderr_lines)
                 report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
                 if tear_journal_tail(journal, rng):
                     report.torn_restarts += 1
@@ -848,6 +850,15 @@ def orchestrate(args: argparse.Namespace) -> Report:
         work, consumers, _expected(work, pubs), lease_period=lease, refused=_refused(work, pubs)
     )
     return report
+
+
+def _keep_life_log(work: Path, lines: list[str]) -> None:
+    """Append a killed server's log to ``server-lives.log`` (each restart starts a new
+    ``stderr_lines``; ``server.log`` holds the last life): the journal removal's INFO lines
+    (``not removing ... still needed from index N``) of every life stay readable."""
+    with (work / "server-lives.log").open("a", encoding="utf-8") as f:
+        f.writelines(lines)
+        f.write("---- server killed\n")
 
 
 def _wait_first_acks(work: Path, pubs: list[str], report: Report, timeout: float = 120.0) -> None:
