@@ -1,8 +1,8 @@
 """The micro-batches ahead of a stream: the messages after its last offset, cut under the
 row and byte caps as they are counted, so that each trigger counts only what is new.
 
-:class:`MicroBatches` does no I/O: a replay's raw deliveries are fed to it in log order.
-:func:`count_into` runs such a replay on a planning client.
+:class:`MicroBatches` does no I/O: a replay's raw deliveries are fed to it in log order, a
+chunk at a time. :func:`count_into` runs such a replay.
 
 Why (issue #26): with ``maxRecordsPerTrigger``, ``latestOffset`` used to replay everything from
 the micro-batch's start to the log's end at every trigger, to find the cap's message and to
@@ -16,25 +16,31 @@ them: a micro-batch replanned from the checkpoint reads the same messages.
 
 from __future__ import annotations
 
-import contextlib
-import threading
+from array import array
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Final
 
-from ..client import ConnectionEvent, ConnectionState
-from ..command import Command
-from ..exceptions import AMPSError, DisconnectedError, TimeoutError, error_for_reason
-from ..protocol.acks import AckType
+from .. import _accel
+from ..exceptions import AMPSError
+from ..protocol.header import KEY_ALIASES
 from ..protocol.message import Message, body_offset
-from ..sync import Client
+from ._core import ReadOptions, client_name
+from ._feed import replay_payloads
 
-__all__ = ["MAX_CUTS", "Cut", "MicroBatches", "count_into"]
+__all__ = ["MAX_CUTS", "Cut", "MicroBatches", "count_into", "data_sizes"]
 
 MAX_CUTS: Final = 100_000
 """Full micro-batches remembered ahead at most (a bookmark each); past them the messages are
 only counted, and the micro-batches after the last one kept are cut again by a new count from
 there (a tiny cap over a huge backlog)."""
+
+_COLUMNS: Final = _accel.delivery_columns
+_LONG_NAMES: Final = tuple(
+    a.encode() for a, k in KEY_ALIASES.items() if k in ("t", "bm", "k", "x", "ts")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,20 +93,48 @@ class MicroBatches:
         """``(limit, max_bytes)``."""
         return self.limit, self.max_bytes
 
-    def feed(self, raw: bytes) -> None:
-        """One delivery of the replay after :attr:`end`, in log order (the raw frame)."""
-        size = len(raw) - body_offset(raw) if self.sizing else 0
-        self.fed += 1
+    def feed(self, payloads: Sequence[bytes]) -> None:
+        """The next deliveries of the replay after :attr:`end`, in log order (raw frames)."""
+        n = len(payloads)
+        if not n:
+            return
+        self.fed += n
+        self._last = payloads[-1]
+        sums = data_sizes(payloads) if self.sizing else None
+        if self.max_bytes is not None:
+            assert sums is not None
+            for i, raw in enumerate(payloads):
+                self._feed_sized(raw, sums[i + 1] - sums[i])
+            return
+        self.messages += n
+        limit = self.limit
+        if limit is None:  # no caps: one open batch, no sizes
+            self._open += n
+            self._open_last = payloads[-1]
+            return
+        assert sums is not None
+        self.size += sums[n]
+        i = 0
+        while i < n:  # rows only: a cut every ``limit`` messages
+            take = min(limit - self._open, n - i)
+            self._open += take
+            self._open_size += sums[i + take] - sums[i]
+            self._open_last = payloads[i + take - 1]
+            i += take
+            if self._open == limit:
+                self._cut()
+
+    def _feed_sized(self, raw: bytes, size: int) -> None:
         self.messages += 1
         self.size += size
-        self._last = raw
         max_bytes = self.max_bytes
-        if max_bytes is not None and self._open and self._open_size + size > max_bytes:
+        assert max_bytes is not None
+        if self._open and self._open_size + size > max_bytes:
             self._cut()  # this one would take the batch over the byte cap
         self._open += 1
         self._open_size += size
         self._open_last = raw
-        if self._open == self.limit or (max_bytes is not None and self._open_size >= max_bytes):
+        if self._open == self.limit or self._open_size >= max_bytes:
             self._cut()
 
     def _cut(self) -> None:
@@ -166,78 +200,54 @@ def _bookmark(raw: bytes) -> str:
     return bm
 
 
-class _Feeder:
-    """Feeds a replay's deliveries to a :class:`MicroBatches` on the client's thread, without
-    decoding them, until the ``completed`` ack."""
+def data_sizes(payloads: Sequence[bytes]) -> Sequence[int]:
+    """The running total of the bytes of message data (the bodies, after the headers) of
+    the deliveries: ``n + 1`` numbers from 0, the ``i``-th body being ``[i]..[i + 1]``.
 
-    def __init__(self, plan: MicroBatches) -> None:
-        self.plan = plan
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-    def on_message(self, message: Message) -> None:
-        raw = message.raw_payload
-        if raw.startswith(b'{"c":"p"') or message.command == "publish":
-            if self.error is None:
-                try:
-                    self.plan.feed(raw)
-                except AMPSError as exc:  # a message without a bookmark: stop, report it
-                    self.error = exc
-                    self.done.set()
-        elif message.command == "ack":
-            if message.status == "failure":
-                self.error = error_for_reason(message.reason, ack=message)
-                self.done.set()
-            elif message.ack_type & AckType.COMPLETED:
-                self.done.set()
-
-    def on_state(self, event: ConnectionEvent) -> None:
-        if event.state is ConnectionState.DISCONNECTED and not self.done.is_set():
-            self.error = DisconnectedError(f"the connection dropped: {event.cause or 'closed'}")
-            self.done.set()
+    The body offsets of the C speedups' one pass over the headers
+    (:func:`~ampsclient.protocol.columns.delivery_columns`, what a read converts with);
+    without them, or for a list it finds irregular, each header is measured in Python.
+    """
+    columns = _COLUMNS(list(payloads), _LONG_NAMES) if _COLUMNS is not None else None
+    if columns is not None:
+        offsets = array("i")
+        offsets.frombytes(columns[16])
+        return offsets
+    return list(accumulate((len(p) - body_offset(p) for p in payloads), initial=0))
 
 
 def count_into(
-    client: Client,
-    topic: str,
-    filter: str | None,
+    opts: ReadOptions,
     bookmark: str,
     plan: MicroBatches,
     *,
     options: str,
-    wait_ms: int,
 ) -> int:
-    """Replay the range ``bookmark`` (to its end) into ``plan``; returns the messages fed.
+    """Replay the range ``bookmark`` (to its end) into ``plan``, on a connection of its own
+    (the payloads in chunks, undecoded: :func:`~ampsclient.spark._feed.replay_payloads`);
+    returns the messages fed.
 
     Raises:
         CommandError: the server refused the replay (``invalid bookmark``: its start is gone).
-        DisconnectedError: the connection dropped before the replay completed.
-        TimeoutError: the replay did not complete within ``wait_ms``.
+        AMPSUnavailableError: no server answered within ``reconnectTimeout``.
+        TimeoutError: the server sent nothing for ``readTimeout``.
     """
-    feeder = _Feeder(plan)
     before = plan.fed
-    cmd = (
-        Command("subscribe")
-        .set_topic(topic)
-        .set_filter(filter)
-        .set_bookmark(bookmark)
-        .set_options(options)
-        .add_ack_type("completed")
+    chunks = replay_payloads(
+        opts.uris,
+        client_name(opts.client_name_prefix, "count"),
+        opts.connect_timeout_ms,
+        topic=opts.topic,
+        filter=opts.filter,
+        bookmark=bookmark,
+        options=options,
+        reconnect_ms=opts.reconnect_timeout_ms,
+        wait_ms=opts.read_timeout_ms,
     )
-    client.add_connection_state_listener(feeder.on_state)
     try:
-        sub_id = client.execute_async(cmd, feeder.on_message)
-        try:
-            if not feeder.done.wait(wait_ms / 1000.0):
-                raise TimeoutError(
-                    f"counting the replay of {topic!r} {bookmark} did not end within {wait_ms} ms"
-                )
-        finally:
-            with contextlib.suppress(AMPSError):
-                client.unsubscribe(sub_id)
+        for chunk in chunks:
+            plan.feed(chunk)
     finally:
-        client.remove_connection_state_listener(feeder.on_state)
-    if feeder.error is not None:
-        raise feeder.error
+        chunks.close()
     plan.settle()
     return plan.fed - before

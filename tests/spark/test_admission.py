@@ -17,9 +17,11 @@ pytest.importorskip("pyarrow")
 from _spark_helpers import journal, publish
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
+from ampsclient.protocol.message import body_offset
 from ampsclient.spark import AMPSSparkError, AMPSStreamReader
 from ampsclient.spark._convert import output_schema
 from ampsclient.spark._core import ReadOptions
+from ampsclient.spark._microbatches import data_sizes
 
 
 def docs(n: int) -> list[dict[str, Any]]:
@@ -201,3 +203,11 @@ def test_kept_micro_batches_match_a_count_from_each_start(
     at = [i for i, e in enumerate(log) if e["bookmark"] in ends]
     assert len(at) == len(ends) and all(a < b for a, b in itertools.pairwise(at))
     assert all(0 < b - a <= 6 for a, b in itertools.pairwise([-1, *at]))
+
+
+def test_data_sizes_measure_bodies_even_when_a_header_string_holds_a_brace() -> None:
+    plain = [b'{"c":"p","t":"a","bm":"1|2|"}{"i":1}', b'{"c":"p","t":"a"}xyz', b'{"c":"p"}']
+    assert list(data_sizes(plain)) == [0, 7, 10, 10]
+    tricky = [*plain, b'{"c":"p","t":"a}b","x":"q\\"}"}{"i":22}']
+    assert [len(p) - body_offset(p) for p in tricky] == [7, 3, 0, 8]
+    assert list(data_sizes(tricky)) == [0, 7, 10, 10, 18]
