@@ -45,6 +45,12 @@ NO_PREVIOUS: Final[Any] = object()
 """``prev_doc`` of a SOW publish that created its record (no previous document)."""
 
 
+def _changed_fields(prev: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``new`` that ``prev`` lacks or holds with another value, in ``new``'s
+    order."""
+    return {name: value for name, value in new.items() if name not in prev or prev[name] != value}
+
+
 class Delivery:
     """Sends what a route reaches.
 
@@ -192,17 +198,30 @@ class Delivery:
         """``(delta payload, changed)``, or ``None`` when a delta cannot be computed."""
         if not isinstance(prev_doc, dict) or not isinstance(new_doc, dict):
             return None
-        out: dict[str, Any] = {}
-        for name, value in new_doc.items():
-            if name not in prev_doc or prev_doc[name] != value:
-                out[name] = value
-        changed = bool(out)
+        out = _changed_fields(prev_doc, new_doc)
+        if sow.message_type == "xml" and len(new_doc) == 1 and new_doc.keys() == prev_doc.keys():
+            # an xml message is one root element: its fields are the root's children and
+            # attributes, so the delta is taken under the root (else it is always whole)
+            root = next(iter(new_doc))
+            old_root, new_root = prev_doc[root], new_doc[root]
+            if isinstance(old_root, dict) and isinstance(new_root, dict):
+                out = {root: _changed_fields(old_root, new_root)}
+                changed = bool(out[root])
+            else:
+                changed = bool(out)
+        else:
+            changed = bool(out)
         for path in sow.keys:
             parts = parse_path(path)
-            if parts and parts[0] not in out:
+            if parts and lookup_path(out, path) is None:
                 value = lookup_path(new_doc, path)
                 if value is not None:
                     set_path(out, parts, value)
+        if sow.message_type == "xml" and len(out) == 1:
+            root = next(iter(out))
+            inner = out[root]
+            if isinstance(inner, dict) and isinstance(new_doc.get(root), dict):
+                out = {root: {name: inner[name] for name in new_doc[root] if name in inner}}
         ordered = {name: out[name] for name in new_doc if name in out}
         try:
             return encode(sow.message_type, ordered), changed

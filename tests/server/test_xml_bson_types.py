@@ -519,3 +519,25 @@ def test_the_official_client_gets_an_xml_aggregated_sow_in_xml(server: ServerThr
         assert [decode("xml", g.encode()) for g in got] == [{"Agg": {"sym": "OAGG", "total": "15"}}]
     finally:
         official.disconnect()
+
+
+@pytest.mark.integration
+def test_an_xml_delta_subscription_gets_the_changed_children_and_the_key(
+    server: ServerThread,
+) -> None:
+    """An xml message is one root element, so the delta is taken under it: the changed child
+    elements and the SOW key attribute (it was the whole message, the root being the only
+    top-level field)."""
+    inbox = Inbox()
+    with client(server, "xml") as c:
+        c.publish("orders", xml_order("dx-1", "IBM", 100))
+        c.flush(5000)
+        c.delta_subscribe(inbox, "orders", "/Order/@id = 'dx-1'", timeout=5000)
+        c.publish("orders", xml_order("dx-1", "IBM", 150))
+        c.publish("orders", xml_order("dx-1", "MSFT", 150))
+        c.flush(5000)
+        wait_for(lambda: len(inbox.data) >= 2, what="both deltas")
+    assert inbox.data == [
+        b'<Order id="dx-1"><Qty>150</Qty></Order>',
+        b'<Order id="dx-1"><Symbol>MSFT</Symbol></Order>',
+    ]
