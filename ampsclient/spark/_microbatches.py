@@ -2,7 +2,7 @@
 row and byte caps as they are counted, so that each trigger counts only what is new.
 
 :class:`MicroBatches` does no I/O: a replay's raw deliveries are fed to it in log order, a
-chunk at a time. :func:`count_into` runs such a replay.
+chunk at a time. :func:`count_into` runs such a replay on the planning client.
 
 Why (issue #26): with ``maxRecordsPerTrigger``, ``latestOffset`` used to replay everything from
 the micro-batch's start to the log's end at every trigger, to find the cap's message and to
@@ -16,6 +16,8 @@ them: a micro-batch replanned from the checkpoint reads the same messages.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from array import array
 from collections import deque
 from collections.abc import Sequence
@@ -24,11 +26,13 @@ from itertools import accumulate
 from typing import Final
 
 from .. import _accel
-from ..exceptions import AMPSError
+from ..client import ConnectionEvent, ConnectionState
+from ..command import Command
+from ..exceptions import AMPSError, DisconnectedError, TimeoutError, error_for_reason
+from ..protocol.acks import AckType
 from ..protocol.header import KEY_ALIASES
 from ..protocol.message import Message, body_offset
-from ._core import ReadOptions, client_name
-from ._feed import replay_payloads
+from ..sync import Client
 
 __all__ = ["MAX_CUTS", "Cut", "MicroBatches", "count_into", "data_sizes"]
 
@@ -37,6 +41,7 @@ MAX_CUTS: Final = 100_000
 only counted, and the micro-batches after the last one kept are cut again by a new count from
 there (a tiny cap over a huge backlog)."""
 
+_DELIVERY: Final = b'{"c":"p"'
 _COLUMNS: Final = _accel.delivery_columns
 _LONG_NAMES: Final = tuple(
     a.encode() for a, k in KEY_ALIASES.items() if k in ("t", "bm", "k", "x", "ts")
@@ -216,38 +221,102 @@ def data_sizes(payloads: Sequence[bytes]) -> Sequence[int]:
     return list(accumulate((len(p) - body_offset(p) for p in payloads), initial=0))
 
 
+class _Sink:
+    """Feeds a replay's deliveries to a :class:`MicroBatches` on the client's thread.
+
+    A payload sink (:meth:`ampsclient.core.routes.Routes.learn`): once the client's fast path
+    has learned the subscription's delivery prefix, it appends each delivery's payload bytes to
+    :attr:`payload_sink` itself (no message object, no call per delivery) and calls
+    :meth:`sink_filled` once per socket read, which feeds them to the plan; the first delivery
+    and the acks come as messages (the handler is the sink itself).
+    """
+
+    def __init__(self, plan: MicroBatches) -> None:
+        self.plan = plan
+        self.payloads: list[bytes] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    @property
+    def payload_sink(self) -> list[bytes]:
+        """The list the fast path appends to (always the same object)."""
+        return self.payloads
+
+    def sink_filled(self) -> None:
+        """Feed what the fast path appended."""
+        if not self.payloads:
+            return
+        chunk = self.payloads[:]
+        self.payloads.clear()
+        if self.error is None:
+            try:
+                self.plan.feed(chunk)
+            except AMPSError as exc:  # a message without a bookmark
+                self.error = exc
+                self.done.set()
+
+    def __call__(self, message: Message) -> None:
+        raw = message.raw_payload
+        if raw.startswith(_DELIVERY) or message.command == "publish":
+            self.payloads.append(raw)
+            return
+        if message.command != "ack":
+            return
+        if message.status == "failure":
+            self.error = error_for_reason(message.reason, ack=message)
+            self.done.set()
+        elif message.ack_type & AckType.COMPLETED:
+            self.sink_filled()
+            self.done.set()
+
+    def on_state(self, event: ConnectionEvent) -> None:
+        if event.state is ConnectionState.DISCONNECTED and not self.done.is_set():
+            self.error = DisconnectedError(f"the connection dropped: {event.cause or 'closed'}")
+            self.done.set()
+
+
 def count_into(
-    opts: ReadOptions,
+    client: Client,
+    topic: str,
+    filter: str | None,
     bookmark: str,
     plan: MicroBatches,
     *,
     options: str,
+    wait_ms: int,
 ) -> int:
-    """Replay the range ``bookmark`` (to its end) into ``plan``, on a connection of its own
-    (the payloads in chunks, undecoded: :func:`~ampsclient.spark._feed.replay_payloads`);
-    returns the messages fed.
+    """Replay the range ``bookmark`` (to its end) into ``plan``; returns the messages fed.
 
     Raises:
         CommandError: the server refused the replay (``invalid bookmark``: its start is gone).
-        AMPSUnavailableError: no server answered within ``reconnectTimeout``.
-        TimeoutError: the server sent nothing for ``readTimeout``.
+        DisconnectedError: the connection dropped before the replay completed.
+        TimeoutError: the replay did not complete within ``wait_ms``.
     """
+    sink = _Sink(plan)
     before = plan.fed
-    chunks = replay_payloads(
-        opts.uris,
-        client_name(opts.client_name_prefix, "count"),
-        opts.connect_timeout_ms,
-        topic=opts.topic,
-        filter=opts.filter,
-        bookmark=bookmark,
-        options=options,
-        reconnect_ms=opts.reconnect_timeout_ms,
-        wait_ms=opts.read_timeout_ms,
+    cmd = (
+        Command("subscribe")
+        .set_topic(topic)
+        .set_filter(filter)
+        .set_bookmark(bookmark)
+        .set_options(options)
+        .add_ack_type("completed")
     )
+    client.add_connection_state_listener(sink.on_state)
     try:
-        for chunk in chunks:
-            plan.feed(chunk)
+        sub_id = client.execute_async(cmd, sink)
+        try:
+            if not sink.done.wait(wait_ms / 1000.0):
+                raise TimeoutError(
+                    f"counting the replay of {topic!r} {bookmark} did not end within {wait_ms} ms"
+                )
+        finally:
+            with contextlib.suppress(AMPSError):
+                client.unsubscribe(sub_id)
     finally:
-        chunks.close()
+        client.remove_connection_state_listener(sink.on_state)
+    if sink.error is not None:
+        raise sink.error
+    sink.sink_filled()  # none expected after the completed ack; the subscription is gone
     plan.settle()
     return plan.fed - before

@@ -549,18 +549,18 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if plan is not None and plan.end is not None:
             tail = range_text(Bound(plan.end, False), end)
             try:
-                self.replayed += self._count(tail, plan)
+                self.replayed += self._count(client, tail, plan)
             except InvalidBookmarkError:  # the last message counted left the log
                 plan = None
         if plan is None or plan.end is None:
             plan = MicroBatches(bookmark, cap, max_bytes)
             whole = range_text(offset_bounds(start, start)[0], end)
             try:
-                self.replayed += self._count(whole, plan)
+                self.replayed += self._count(client, whole, plan)
             except InvalidBookmarkError as exc:
                 rest = after_data_loss(opts, whole, exc, start.get("timestamp"))
                 plan = MicroBatches(bookmark, cap, max_bytes)
-                self.replayed += self._count(rest, plan)
+                self.replayed += self._count(client, rest, plan)
         batch = plan.next_end()
         pos: Position | None = None
         if batch is not None:
@@ -573,8 +573,17 @@ class AMPSStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._batches = plan
         return batch, pos
 
-    def _count(self, bookmark: str, plan: MicroBatches) -> int:
-        return count_into(self.opts, bookmark, plan, options=UNTIMED_REPLAY_OPTIONS)
+    def _count(self, client: Client, bookmark: str, plan: MicroBatches) -> int:
+        opts = self.opts
+        return count_into(
+            client,
+            opts.topic,
+            opts.filter,
+            bookmark,
+            plan,
+            options=UNTIMED_REPLAY_OPTIONS,
+            wait_ms=opts.read_timeout_ms,
+        )
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The micro-batch ``(start:end]``, split by time into ``numPartitions`` ranges."""
