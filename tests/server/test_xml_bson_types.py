@@ -179,6 +179,10 @@ CONFIG = """<AMPSConfig><Name>xml-bson</Name>
       <Filter>/Fill/Status = 'F'</Filter></Topic>
     <Topic><Name>fills-bson</Name><MessageType>bson</MessageType>
       <Filter>/status = 'F'</Filter></Topic>
+    <Topic><Name>fills-msgpack</Name><MessageType>msgpack</MessageType>
+      <Filter>/status = 'F'</Filter></Topic>
+    <Topic><Name>fills-nvfix</Name><MessageType>nvfix</MessageType>
+      <Filter>/status = 'F'</Filter></Topic>
     <Topic><Name>work-xml-src</Name><MessageType>xml</MessageType></Topic>
     <Topic><Name>work-bson-src</Name><MessageType>bson</MessageType></Topic>
   </TransactionLog>
@@ -323,6 +327,8 @@ def test_bson_sow_key_delta_merge_orderby_and_select(server: ServerThread) -> No
     [
         ("xml", lambda i, s: f"<Fill><Id>{i}</Id><Status>{s}</Status></Fill>".encode()),
         ("bson", lambda i, s: encode_bson({"id": i, "status": s})),
+        ("msgpack", lambda i, s: encode("msgpack", {"id": i, "status": s})),
+        ("nvfix", lambda i, s: f"id={i}\x01status={s}\x01".encode()),
     ],
 )
 def test_a_transaction_log_filter_on_xml_and_bson_records_only_matches(
