@@ -667,6 +667,10 @@ pass_one(Pass *p, PyObject *payload)
         p->nlengths = read_lengths(p->lengths_obj, p->lengths);
         return p->nlengths < 0 ? -1 : 0;
     }
+    PyObject *handler = PyTuple_GET_ITEM(route, 1);
+    if (PyList_Check(handler)) { /* a payload sink: appended, no message, no call */
+        return PyList_Append(handler, payload);
+    }
     PyObject *message = p->message;
     Py_INCREF(route); /* the handler may change the cache */
     /* a recycled message mostly holds these already (same stream, nothing parsed) */
@@ -676,7 +680,6 @@ pass_one(Pass *p, PyObject *payload)
     set_slot_if(message, off_data, Py_None);
     set_slot_if(message, off_bm, Py_None);
     set_slot_if(message, off_body, minus_one);
-    PyObject *handler = PyTuple_GET_ITEM(route, 1);
     PyObject *result = NULL;
     PyObject *flag = PyTuple_GET_ITEM(route, 2);
     int wants_bm = flag == Py_True ? 1 : flag == Py_False ? 0 : PyObject_IsTrue(flag);
@@ -759,7 +762,8 @@ PyDoc_STRVAR(deliver_doc,
 "deliver(payloads, cache, lengths, message_type, unrouted, report, bm_next) -> None\n\n"
 "``ampsclient.core.routes.deliver`` in C (see there): route each payload by\n"
 "its first ``length`` bytes through ``cache``, fill one recycled ``message_type`` instance\n"
-"and call the route's handler; payloads no prefix routes go to ``unrouted(payload)``;\n"
+"and call the route's handler (a route to a list: the payload is appended to it);\n"
+"payloads no prefix routes go to ``unrouted(payload)``;\n"
 "an Exception raised by a handler goes to ``report(exc)``.");
 
 static PyObject *

@@ -328,6 +328,55 @@ def test_core_receive_data_delivers_the_same_in_any_chunking(implementation: str
     assert got == payloads[:2]
 
 
+class _Sink:
+    """A payload sink handler (Routes.learn): the fast path appends to ``payload_sink``."""
+
+    def __init__(self) -> None:
+        self.payload_sink: list[bytes] = []
+        self.messages: list[bytes] = []  # what came as messages (the first, before learning)
+        self.passes = 0
+
+    def __call__(self, m: Message) -> None:
+        self.messages.append(bytes(bytearray(m._raw)))
+        self.payload_sink.append(m._raw)
+
+    def sink_filled(self) -> None:
+        self.passes += 1
+
+
+def test_core_receive_data_fills_a_payload_sink_in_any_chunking(implementation: str) -> None:
+    """A handler with a payload sink gets its first delivery as a message, then every
+    payload appended to its list by the fast path (no message), in order, once each, and
+    one ``sink_filled`` call per pass of deliveries, not per payload; a route change falls
+    back to messages until the prefix is learned again."""
+    payloads = [
+        b'{"c":"p","t":"a","sids":"A","bm":"1|%d|"}' % i + b"x" * (i % 7) for i in range(60)
+    ]
+    stream = b"".join(frame(p) for p in payloads)
+    rng = random.Random(20261129)
+    for _ in range(40):
+        core = ClientCore(max_frame_size=100)
+        sink = _Sink()
+        core.routes["A"] = sink
+        pos = reads = 0
+        while pos < len(stream):
+            step = rng.choice([1, 2, 3, 5, 40, 97, 400, len(stream)])
+            core.receive_data(stream[pos : pos + step])
+            pos += step
+            reads += 1
+        assert sink.payload_sink == payloads
+        assert sink.messages == payloads[:1]  # only the first: the route was learned from it
+        assert 1 <= sink.passes <= 2 * reads  # per pass: a frame completed, then the rest
+    core = ClientCore(max_frame_size=100)
+    sink = _Sink()
+    core.routes["A"] = sink
+    core.receive_data(b"".join(frame(p) for p in payloads[:3]))
+    core.routes["B"] = _Sink()  # any route change forgets the learned prefixes
+    core.receive_data(frame(payloads[3]) + frame(payloads[4]))
+    assert sink.payload_sink == payloads[:5]
+    assert sink.messages == [payloads[0], payloads[3]]
+
+
 # ----------------------------------------------------------------------------- publish stores
 
 
@@ -379,6 +428,7 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
         self.kept: list[tuple[Message, bytes]] = []
+        self.sink: list[bytes] = []  # a payload sink's list (Routes.learn)
 
     def handler(self, name: str) -> Any:
         def call(m: Message) -> None:
@@ -405,6 +455,7 @@ class Recorder:
 
 PREFIX_A = b'{"c":"p","t":"a","sids":"A"'
 PREFIX_B = b'{"c":"p","t":"bb","sids":"B"'
+PREFIX_S = b'{"c":"p","t":"s","sids":"S"'  # a payload sink's route (as long as PREFIX_A)
 
 
 def run_deliver(fn: Any, payloads: list[bytes], lengths: list[int]) -> Recorder:
@@ -412,6 +463,7 @@ def run_deliver(fn: Any, payloads: list[bytes], lengths: list[int]) -> Recorder:
     cache = {
         PREFIX_A: ("A", rec.handler("a"), False, None, None),
         PREFIX_B: ("B", rec.handler("b-outer"), True, rec.log, rec.handler("b-inner")),
+        PREFIX_S: ("S", rec.sink, False, None, None),
     }
     fn(payloads, cache, lengths, Message, rec.unrouted, rec.report, b',"bm":"')
     return rec
@@ -427,6 +479,7 @@ payload_st = st.one_of(
     st.builds(lambda t: PREFIX_B + b',"bm":"9|1' + t, st.sampled_from([b"", b"keep"])),
     st.just(PREFIX_B + b',"bm":"\xff\xfe"}'),  # not UTF-8: reported, like the Python one
     st.just(PREFIX_B + b"}keep"),
+    st.builds(lambda t: PREFIX_S + b"}" + t, st.sampled_from([b"", b"x", b"keep", b"boom"])),
     st.binary(max_size=30),
 )
 
@@ -439,6 +492,7 @@ def test_deliver_matches_python(payloads: list[bytes], two: bool) -> None:
     c = run_deliver(C.deliver, payloads, lengths)
     py = run_deliver(deliver_py, payloads, lengths)
     assert c.events == py.events
+    assert c.sink == py.sink  # a sink route: the payloads appended, in order
     # a message a handler kept is never reused: it still holds its own delivery
     assert [raw for _, raw in c.kept] == [raw for _, raw in py.kept]
     for m, raw in c.kept:
@@ -454,6 +508,7 @@ def run_deliver_stream(fn: Any, data: bytes, pos: int, limit: int) -> tuple[Any,
     cache = {
         PREFIX_A: ("A", rec.handler("a"), False, None, None),
         PREFIX_B: ("B", rec.handler("b-outer"), True, rec.log, rec.handler("b-inner")),
+        PREFIX_S: ("S", rec.sink, False, None, None),
     }
     lengths = [len(PREFIX_A), len(PREFIX_B)]
     out = fn(data, pos, limit, cache, lengths, Message, rec.unrouted, rec.report, b',"bm":"')
@@ -478,6 +533,7 @@ def test_deliver_stream_matches_python(
     py_out, py = run_deliver_stream(routes_deliver_stream, data, pos, limit)
     assert c_out == py_out
     assert c.events == py.events
+    assert c.sink == py.sink
     assert [raw for _, raw in c.kept] == [raw for _, raw in py.kept]
     for m, raw in c.kept:
         assert m._raw == raw

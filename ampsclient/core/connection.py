@@ -602,6 +602,8 @@ class ClientCore:
             BM_NEXT,
         )
         self.stats["frames_received"] += count
+        if routes.filled:
+            self._sinks_filled()
         if pos < 0:
             (n,) = struct.unpack_from(">I", data, -1 - pos)
             raise oversized(data, -1 - pos, n, limit)
@@ -626,6 +628,17 @@ class ClientCore:
             self.report,
             BM_NEXT,
         )
+        if routes.filled:
+            self._sinks_filled()
+
+    def _sinks_filled(self) -> None:
+        """After a pass of deliveries: each payload sink's ``sink_filled``
+        (:meth:`Routes.learn`)."""
+        for filled in tuple(self.routes.filled):
+            try:
+                filled()
+            except Exception as exc:
+                self.report(exc)
 
     def receive_payload(self, payload: bytes) -> None:
         """Feed one payload the fast path did not route."""

@@ -22,10 +22,13 @@ BM_NEXT: Final = b',"bm":"'
 
 _refcount: Final = sys.getrefcount
 
-Route = tuple[str, "Handler", bool, "Callable[[Message], int] | None", "Handler | None"]
-"""A learned route: sub id, handler, wants the bookmark, the bookmark store's ``log`` and the
-handler to call when ``log`` numbers the delivery (both ``None`` unless a bookmark store
-logs this subscription's deliveries)."""
+Route = tuple[
+    str, "Handler | list[bytes]", bool, "Callable[[Message], int] | None", "Handler | None"
+]
+"""A learned route: sub id, handler (or a payload sink: a ``list`` the payload is appended
+to), wants the bookmark, the bookmark store's ``log`` and the handler to call when ``log``
+numbers the delivery (both ``None`` unless a bookmark store logs this subscription's
+deliveries)."""
 
 
 class Routes(dict[str, "Handler"]):
@@ -37,7 +40,7 @@ class Routes(dict[str, "Handler"]):
     of the routes clears it.
     """
 
-    __slots__ = ("cache", "lengths")
+    __slots__ = ("cache", "filled", "lengths")
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,12 +48,28 @@ class Routes(dict[str, "Handler"]):
         """Delivery prefix -> route."""
         self.lengths: list[int] = []
         """The distinct prefix lengths in :attr:`cache` (at most 8)."""
+        self.filled: list[Callable[[], None]] = []
+        """The ``sink_filled`` of each payload sink in :attr:`cache`: called once after each
+        pass of deliveries (a socket read), not per delivery."""
 
     def learn(self, prefix: bytes, sid: str, handler: Handler) -> None:
-        """Remember that deliveries starting with ``prefix`` go to ``handler`` (sub ``sid``)."""
+        """Remember that deliveries starting with ``prefix`` go to ``handler`` (sub ``sid``).
+
+        A handler with a ``payload_sink`` (a ``list``) and a ``sink_filled`` (no arguments)
+        is a payload sink: the fast path appends each routed payload (bytes, undecoded) to
+        that list, builds no :class:`Message` and calls nothing per delivery, then calls
+        ``sink_filled()`` once per pass. Deliveries the fast path does not route (the
+        first one, before this) still reach the handler as messages.
+        """
         if len(self.cache) >= 1024 or len(self.lengths) >= 8:
-            self.cache.clear()
-            self.lengths.clear()
+            self.forget()
+        sink = getattr(handler, "payload_sink", None)
+        if type(sink) is list:
+            self.cache[prefix] = (sid, sink, False, None, None)
+            self.filled.append(handler.sink_filled)  # type: ignore[attr-defined]
+            if len(prefix) not in self.lengths:
+                self.lengths.append(len(prefix))
+            return
         # handlers of bookmark subscriptions (``bookmark_logged``) want the bookmark: read it
         # right after ``sids``; they offer the bookmark store's ``log`` (``bookmark_log``) and
         # the application's handler (``inner_handler``)
@@ -65,6 +84,7 @@ class Routes(dict[str, "Handler"]):
         """Empty the fast path's cache."""
         self.cache.clear()
         self.lengths.clear()
+        self.filled.clear()
 
     def __setitem__(self, key: str, value: Handler) -> None:
         self.forget()
@@ -108,6 +128,8 @@ def deliver(
     handler kept no reference to it (its reference count is back to what this loop holds),
     the way CPython recycles the tuples of ``dict.items()``. A handler that stores the
     message, queues it or closes over it keeps a distinct object.
+
+    A route to a payload sink (a ``list``, :meth:`Routes.learn`) gets the payload appended.
     """
     get = cache.get
     single = lengths[0] if len(lengths) == 1 else 0
@@ -126,6 +148,10 @@ def deliver(
         if route is None:
             unrouted(payload)
             continue
+        handler = route[1]
+        if isinstance(handler, list):
+            handler.append(payload)
+            continue
         message._raw = payload
         message._sub_id = route[0]
         message._hdr = message._data = message._bm = None
@@ -139,11 +165,11 @@ def deliver(
                     if log is not None and log(message):
                         route[4](message)  # type: ignore[misc]
                     else:
-                        route[1](message)
+                        handler(message)
                 else:
-                    route[1](message)
+                    handler(message)
             else:
-                route[1](message)
+                handler(message)
         except Exception as exc:
             report(exc)
         if _refcount(message) > 2:

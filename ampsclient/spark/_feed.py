@@ -39,7 +39,14 @@ _DELIVERY: Final = b'{"c":"p"'
 
 @dataclass
 class _Inbox:
-    """What the subscription handler collected since the caller last took a chunk."""
+    """What the subscription handler collected since the caller last took a chunk.
+
+    A payload sink (:meth:`ampsclient.core.routes.Routes.learn`): once the client's fast
+    path has learned the subscription's delivery prefix, it appends each delivery's payload
+    bytes to :attr:`payloads` itself (no message object, no call per delivery) and calls
+    :meth:`sink_filled` once per socket read; the first delivery and the acks come as
+    messages (the handler is the inbox itself: a bound method would hide its sink).
+    """
 
     chunk: int
     payloads: list[bytes] = field(default_factory=list)
@@ -47,12 +54,29 @@ class _Inbox:
     error: BaseException | None = None
     waiter: asyncio.Future[None] | None = None
 
+    @property
+    def payload_sink(self) -> list[bytes]:
+        """The list the client's fast path appends this subscription's payloads to (always
+        the same object: :meth:`take` empties it)."""
+        return self.payloads
+
+    def sink_filled(self) -> None:
+        """The fast path appended payloads: wake the caller once a chunk is there."""
+        if len(self.payloads) >= self.chunk:
+            self.wake()
+
+    def take(self) -> list[bytes]:
+        """The payloads collected so far (the sink list is emptied, not replaced)."""
+        out = self.payloads[:]
+        self.payloads.clear()
+        return out
+
     def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def on_message(self, message: Message) -> None:
+    def __call__(self, message: Message) -> None:
         raw = message.raw_payload
         if raw.startswith(_DELIVERY) or message.command == "publish":
             self.payloads.append(raw)
@@ -145,7 +169,7 @@ def replay_payloads(
             client.add_connection_state_listener(inbox.on_state)
             try:
                 cmd = _command(topic, filter, current, options)
-                loop.run_until_complete(client.execute_async(cmd, inbox.on_message))
+                loop.run_until_complete(client.execute_async(cmd, inbox))
                 while True:
                     if len(inbox.payloads) < chunk and not inbox.completed and inbox.error is None:
                         inbox.waiter = loop.create_future()
@@ -153,7 +177,7 @@ def replay_payloads(
                     if inbox.error is not None:
                         raise inbox.error
                     if inbox.payloads:
-                        out, inbox.payloads = inbox.payloads, []
+                        out = inbox.take()
                         last = out[-1]
                         yield out
                     elif inbox.completed:
