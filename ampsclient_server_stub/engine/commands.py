@@ -17,6 +17,7 @@ from ampsclient_server_stub.config import parse_duration
 from .composite_codec import composite_refusal, composite_type, stats_ack_refusal
 from .durability import Durability
 from .hooks import BrokerHooks
+from .payload import is_parseable, unparsed_refusal
 from .publishing import Publishing
 from .state import Clients, Connection
 from .subscribing import Subscribing
@@ -71,6 +72,30 @@ def check_logon_sizes(name: str | None, user: str, password: str) -> None:
             raise CommandFailure(f"{what} too long", f"{what} of {size} bytes (at most {limit})")
 
 
+def _refuse_parsing_on_opaque(conn: Connection, hdr: Header, *, delta: bool) -> None:
+    """On a connection of a type the server does not parse (``binary``, ...), refuse what would
+    read the messages' fields and be ignored: a delta subscription, ``select``, ``orderby``
+    (header or option) and an aggregation (a content filter is refused as ``bad filter``).
+
+    Raises:
+        CommandFailure: ``invalid options``, naming what and the type.
+    """
+    if is_parseable(conn.mt):
+        return
+    options = command_options(hdr)
+    what = None
+    if delta:
+        what = "a delta subscription"
+    elif "select" in options:
+        what = "option 'select'"
+    elif "orderby" in options or hdr.get("orderby") is not None:
+        what = "orderby"
+    elif "projection" in options or "grouping" in options:
+        what = "an aggregation (projection, grouping)"
+    if what is not None:
+        raise CommandFailure("invalid options", unparsed_refusal(conn.mt, what) or what)
+
+
 def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     """``hdr`` of a subscription or query, refused on a composite connection when it asks for
     what the AMPS guide ("Composite Messages") does not support there: on any composite type
@@ -82,6 +107,7 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
     Raises:
         CommandFailure: ``invalid topic`` or ``invalid options``, naming the type.
     """
+    _refuse_parsing_on_opaque(conn, hdr, delta=delta)
     if composite_type(conn.mt.lower()) is None:
         return hdr
     topic = text(hdr.get("t")) or ""

@@ -34,7 +34,7 @@ from .durability import Durability
 from .filters import compile_filter
 from .hooks import BrokerHooks
 from .journal import JournalRecord
-from .payload import decode, encode
+from .payload import decode, encode, unparsed_refusal
 from .replay_scheduler import ReplayScheduler
 from .routing import RoutingIndex
 from .sow import SowRecord, SowTopic
@@ -302,7 +302,9 @@ class Ingest:
             guard.check_write(conn, topic)
         mt = conn.mt
         if delta:
-            refusal = composite_refusal(mt, "delta publish")
+            refusal = composite_refusal(mt, "delta publish") or unparsed_refusal(
+                mt, "delta publish"
+            )
             if refusal is not None:
                 raise CommandFailure("invalid message type", refusal)
         self._counters["publishes"] += 1

@@ -54,6 +54,7 @@ __all__ = [
     "parse_order_by",
     "parse_path",
     "parse_select",
+    "unparsed_refusal",
 ]
 
 _log = logging.getLogger(__name__)
@@ -73,6 +74,22 @@ def is_parseable(message_type: str) -> bool:
         return True
     ctype = composite_type(mtype)
     return ctype is not None and any(part in PARSEABLE_TYPES for part in ctype.parts)
+
+
+def unparsed_refusal(message_type: str, what: str) -> str | None:
+    """Why ``what`` (``select``, ``orderby``, ``delta publish``, ...) is refused on
+    ``message_type``, or ``None`` when the server parses that type: the AMPS User Guide
+    ("Message Types") says that for ``binary``, with no set format, "none of the capabilities
+    that rely on parsing data are supported"; a type the server does not parse is opaque the
+    same way."""
+    if is_parseable(message_type):
+        return None
+    return (
+        f"{what} reads the message's fields, and {message_type!r} messages are opaque here "
+        f"(the server parses {', '.join(sorted(PARSEABLE_TYPES))} and composite types with a "
+        "parsed part; AMPS User Guide, Message Types: binary supports no capability that "
+        "relies on parsing data)"
+    )
 
 
 def decode(message_type: str, data: bytes) -> Any:

@@ -96,6 +96,7 @@ CONFIG = """<AMPSConfig><Name>fix-types</Name>
     <Topic><Name>orders</Name><MessageType>nvfix</MessageType><Key>/Symbol</Key></Topic>
     <Topic><Name>faq</Name><MessageType>fix</MessageType><Key>/5</Key></Topic>
     <Topic><Name>fills</Name><MessageType>fix</MessageType><Key>/5</Key></Topic>
+    <Topic><Name>opaque-q</Name><MessageType>binary</MessageType></Topic>
   </SOW>
   <TransactionLog><JournalDirectory>{journal}</JournalDirectory>
     <Topic><Name>executions</Name><MessageType>fix</MessageType><Filter>/150 = 'F'</Filter></Topic>
@@ -318,6 +319,72 @@ def test_a_filter_on_a_type_the_server_does_not_parse_is_refused(
         c.subscribe(inbox, "opaque")
         c.publish("opaque", "<a>1</a>")
         wait_for(lambda: inbox.data == ["<a>1</a>"], what="the unfiltered delivery")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("command", "options", "header", "what"),
+    [
+        ("sow", "select=[-/,+/a]", {}, "option 'select'"),
+        ("sow", None, {"orderby": "/a"}, "orderby"),
+        ("sow", "orderby=/a DESC", {}, "orderby"),
+        ("sow", "projection=[/a],grouping=[/a]", {}, "an aggregation"),
+        ("delta_subscribe", None, {}, "a delta subscription"),
+        ("sow_and_delta_subscribe", None, {}, "a delta subscription"),
+    ],
+)
+def test_what_reads_fields_is_refused_on_a_type_the_server_does_not_parse(
+    server: ServerThread,
+    command: str,
+    options: str | None,
+    header: dict[str, str],
+    what: str,
+) -> None:
+    """``select``, ``orderby``, an aggregation and a delta subscription on an opaque type were
+    accepted and did nothing (records unchanged, unsorted, whole): the guide says binary
+    supports no capability that relies on parsing data. Refused with ``invalid options``
+    naming it; the connection goes on. (``opaque-q`` is a binary SOW topic: each of these
+    commands was answered before.)"""
+    from ampsclient.exceptions import InvalidOptionsError
+
+    with client(server, "binary") as c:
+        cmd = Command(command).set_topic("opaque-q").set_timeout(5000)
+        if options is not None:
+            cmd.set_options(options)
+        if "orderby" in header:
+            cmd.set_order_by(header["orderby"])
+        with pytest.raises(InvalidOptionsError, match=re.escape(what) + ".*opaque"):
+            c.execute(cmd)
+        c.execute(Command("subscribe").set_topic("opaque-q").set_timeout(5000))  # goes on
+
+
+@pytest.mark.integration
+def test_a_delta_publish_on_a_type_the_server_does_not_parse_is_refused(
+    server: ServerThread,
+) -> None:
+    """To a binary SOW topic keyed by its publishers (``k``) a ``delta_publish`` replaced the
+    record whole (no merge is possible): now ``invalid message type``, as for a
+    composite-global type, and the record is untouched."""
+    from ampsclient_server_stub.testing import RawClient
+
+    key = f"dp-{next(_names)}"
+    with RawClient(server.tcp_port, timeout=10.0) as raw:
+        raw.logon(f"dp-{key}", mt="binary")
+        raw.send({"c": "p", "t": "opaque-q", "k": key, "cid": "p", "a": "processed"}, b"whole")
+        assert raw.recv_until(lambda h: h.get("cid") == "p", 10)[0]["status"] == "success"
+        hdr = {"c": "delta_publish", "t": "opaque-q", "k": key, "cid": "d", "a": "processed"}
+        raw.send(hdr, b"delta")
+        ack, _ = raw.recv_until(lambda h: h.get("cid") == "d", 10)
+        assert (ack["status"], ack.get("reason")) == ("failure", "invalid message type")
+        raw.send({"c": "sow", "t": "opaque-q", "cid": "q", "a": "completed", "sow_keys": key})
+        bodies = []
+        while True:
+            head, body = raw.recv(10)
+            if head.get("cid") == "q" and head.get("c") == "ack":
+                break
+            if head.get("c") == "sow":
+                bodies.append(body)
+        assert len(bodies) == 1 and bodies[0].endswith(b"whole")
 
 
 def test_a_transaction_log_filter_on_an_unparsed_type_is_refused_at_start(
