@@ -243,3 +243,32 @@ def test_the_official_client_reads_an_aggregated_composite_record(server: Server
         assert got == EXPECTED
     finally:
         official.disconnect()
+
+
+def test_a_composite_global_topic_in_a_join(tmp_path: Path) -> None:
+    """The guide: a composite-global type "can be ... one of the topics in a Join": its merged
+    identifiers (``[images]./owner``, from its json part) join a json topic's."""
+    view = """
+    <Topic><Name>owners</Name><MessageType>json</MessageType><Key>/owner</Key></Topic>
+    <View><Name>per-owner</Name><MessageType>json</MessageType>
+      <UnderlyingTopic><Join>[images].[/owner] = [owners].[/owner]</Join></UnderlyingTopic>
+      <Projection><Field>[owners].[/name] AS /name</Field>
+        <Field>COUNT([images].[/id]) AS /n</Field></Projection>
+      <Grouping><Field>[images].[/owner]</Field></Grouping></View>"""
+    xml = config(view)
+    with (
+        ServerThread(parse_config(xml, base_dir=tmp_path), record_all_topics=False) as server,
+        client(server, GLOBAL) as pub,
+        client(server, "json") as c,
+    ):
+        c.publish("owners", '{"owner":"u1","name":"Ann"}')
+        c.publish("owners", '{"owner":"u2","name":"Bob"}')
+        c.flush(5000)
+        for oid, owner in ((1, "u1"), (2, "u1"), (3, "u2")):
+            pub.publish("images", composite(f'{{"id":{oid},"owner":"{owner}"}}', b"\x00img"))
+        pub.flush(5000)
+
+        def records() -> list[Any]:
+            return sorted((json.loads(d) for d in query(c, "per-owner")), key=lambda d: d["name"])
+
+        wait_for(lambda: records() == [{"name": "Ann", "n": 2}, {"name": "Bob", "n": 1}])
