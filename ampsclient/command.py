@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .protocol.acks import AckType, format_ack_types, parse_ack_types
-from .protocol.header import Header
+from .protocol.header import Header, encode_text
 
 __all__ = ["Command"]
 
@@ -92,7 +92,7 @@ class Command:
 
     def set_data(self, data: str | bytes | None) -> Command:
         """The body (text is encoded as UTF-8)."""
-        self.data = data.encode() if isinstance(data, str) else data
+        self.data = encode_text(data, "the data") if isinstance(data, str) else data
         return self
 
     def set_expiration(self, seconds: int | None) -> Command:

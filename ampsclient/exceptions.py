@@ -1,43 +1,72 @@
 """The one exception tree of ampsclient.
 
-Every error raised by the library is an :class:`AMPSError`::
+Every error raised by the library is an :class:`AMPSError`; each class defined anywhere in
+the package is drawn here, under the class it derives from (``tests/test_exception_trees.py``
+checks the drawing against the code)::
 
     AMPSError                                  (alias AMPSException)
     ├── AMPSConnectionError                    (alias ConnectionException)
     │   ├── DisconnectedError                  (alias DisconnectedException)
     │   ├── ConnectionRefusedError_            (alias ConnectionRefusedException)
-    │   ├── AuthenticationError                (AuthenticationException) reason "auth failure"
-    │   ├── NameInUseError                     (NameInUseException)      reason "name in use"
-    │   ├── NotEntitledError                   (NotEntitledException)    reason "not entitled"
+    │   ├── AuthenticationError                (alias AuthenticationException) reason "auth failure"
+    │   ├── NameInUseError                     (alias NameInUseException) reason "name in use"
+    │   ├── NotEntitledError                   (alias NotEntitledException) reason "not entitled"
     │   ├── InvalidURIError                    (alias InvalidUriException)
+    │   ├── MessageTypeError                   (alias MessageTypeException) a type the URI names
     │   ├── TransportError                     (alias TransportException)
     │   │   └── NotAmpsPortError               an HTTP answer on tcp:// (a ws or admin port)
-    │   └── RetryOperationError                (alias RetryOperationException)
+    │   ├── RetryOperationError                (alias RetryOperationException)
+    │   └── RetryLimitError                    ha/reconnect.py: the delay strategy gave up
     ├── TimeoutError                           (alias TimedOutException; also builtins.TimeoutError)
-    ├── ProtocolError
-    │   ├── FrameTooLargeError
-    │   ├── MalformedFrameError
-    │   └── CompressionError                   a compression=zlib stream that does not inflate
-    ├── CommandError                           (alias CommandException)           carries .reason
-    │   ├── BadFilterError                     reason "bad filter"
-    │   ├── BadRegexTopicError                 reason "bad regex topic"
-    │   ├── BadSowKeyError                     reason "bad sow key"
-    │   ├── InvalidBookmarkError               reason "invalid bookmark"
-    │   ├── InvalidOptionsError                reason "invalid options"
-    │   ├── InvalidOrderByError                reason "invalid order by"
-    │   ├── InvalidSubIdError                  reason "invalid subId"
-    │   ├── InvalidTopicError                  reason "invalid topic"
-    │   ├── LogonRequiredError                 reason "logon required"
-    │   ├── SubidInUseError                    reason "subid in use"
-    │   ├── DuplicateLogonError
-    │   ├── MissingFieldsError
-    │   ├── PublishError                       reason "sow store failed", "tx store failure"
-    │   └── UnknownError
+    ├── ProtocolError                          (alias StreamException) bytes that break the protocol
+    │   ├── LocalProtocolError (ValueError)    we were asked to send what AMPS cannot carry
+    │   └── RemoteProtocolError                the peer sent bytes that are not AMPS
+    │       ├── FrameTooLargeError             a length prefix over max_frame_size
+    │       ├── MalformedFrameError            a header or framing that does not parse
+    │       └── CompressionError               a compression=zlib stream that does not inflate
+    ├── CommandError                           (alias CommandException) carries .reason
+    │   ├── BadFilterError                     (alias BadFilterException) reason "bad filter"
+    │   ├── BadRegexTopicError                 (alias BadRegexTopicException) "bad regex topic"
+    │   ├── BadSowKeyError                     (alias BadSowKeyException) reason "bad sow key"
+    │   ├── InvalidBookmarkError               (alias InvalidBookmarkException)
+    │   ├── InvalidOptionsError                (alias InvalidOptionsException)
+    │   ├── InvalidOrderByError                (alias InvalidOrderByException)
+    │   ├── InvalidSubIdError                  (alias InvalidSubIdException) "invalid subId"
+    │   ├── InvalidTopicError                  (alias InvalidTopicException)
+    │   ├── LogonRequiredError                 (alias LogonRequiredException)
+    │   ├── SubidInUseError                    (alias SubidInUseException) "subid in use"
+    │   ├── SubscriptionAlreadyExistsError     (alias SubscriptionAlreadyExistsException)
+    │   ├── ReplayFailedError                  (alias ReplayFailedException) bookmark_not_found=fail
+    │   ├── DuplicateLogonError                (alias DuplicateLogonException)
+    │   ├── MissingFieldsError                 (alias MissingFieldsException)
+    │   ├── PublishError                       (alias PublishException) "sow store failed"...
+    │   └── UnknownError                       (alias UnknownException)
     ├── StoreError                             (alias StoreException)
     │   ├── PublishStoreGapError               (alias PublishStoreGapException)
-    │   ├── CorruptStoreError
-    │   └── ForeignSequenceError
-    └── UsageError                             (alias UsageException)
+    │   ├── CorruptStoreError                  a store file damaged beyond repair
+    │   └── ForeignSequenceError               another publisher used the client name
+    ├── UsageError                             (alias UsageException) a call the library refuses
+    │   ├── InvalidStateError (AssertionError) core/state.py: a transition the table forbids
+    │   ├── HAPhaseError (AssertionError)      core/ha_sequence.py: an HA step out of order
+    │   ├── TracingUnavailableError            tracing.py: OpenTelemetry is not installed
+    │   ├── BadInputError (ValueError)         cli/formats.py: input not in the format given
+    │   └── SparkSyntaxError (ValueError)      cli/spark_syntax.py: a spark line we cannot run
+    ├── AMPSSparkError                         spark/_core.py: a Spark read or write failed
+    │   ├── AMPSDataLossError                  spark/_core.py: a read's start left the log
+    │   └── AMPSUnavailableError               spark/_core.py: no server within the timeout
+    ├── _Irregular                             protocol/columns.py: private, caught where raised
+    └── _Irregular                             spark/_arrow.py: private, caught where raised
+
+The two private ``_Irregular`` signals ("this payload is not in the shape the fast path
+handles, take the general one") never leave their module.
+
+**Local or remote** (as h11's ``LocalProtocolError``/``RemoteProtocolError``): a
+:class:`RemoteProtocolError` means the peer sent bytes that are not AMPS (the framers, the
+header decoder, the inflater raise it on received bytes; the connection cannot go on); a
+:class:`LocalProtocolError` means the application asked to send something the protocol
+cannot carry (a topic, filter, option or payload ``str`` that is not encodable as UTF-8, such
+as one holding a lone surrogate), refused before anything is queued, the connection intact.
+Both are a :class:`ProtocolError`, the official client's ``StreamException``.
 
 The names ending in ``Exception`` are the official AMPS Python client's names, so that a script
 written for it runs after ``import ampsclient as AMPS``; where a class has one, it is also the
@@ -102,6 +131,7 @@ __all__ = [
     "InvalidURIError",
     "InvalidUriException",
     "InvalidUriFormat",
+    "LocalProtocolError",
     "LocalStorageError",
     "LogonRequiredError",
     "LogonRequiredException",
@@ -121,6 +151,7 @@ __all__ = [
     "PublishException",
     "PublishStoreGapError",
     "PublishStoreGapException",
+    "RemoteProtocolError",
     "ReplayFailedError",
     "ReplayFailedException",
     "RetryOperation",
@@ -200,18 +231,29 @@ class TimeoutError(AMPSError, builtins.TimeoutError):
 
 
 class ProtocolError(AMPSError):
-    """Bytes on the wire that do not follow the AMPS protocol."""
+    """Bytes on the wire that do not follow the AMPS protocol: what the peer sent
+    (:class:`RemoteProtocolError`) or what we were asked to send (:class:`LocalProtocolError`)."""
 
 
-class FrameTooLargeError(ProtocolError):
+class LocalProtocolError(ProtocolError, ValueError):
+    """The application asked to send something the AMPS protocol cannot carry (a header value
+    or payload ``str`` not encodable as UTF-8). Nothing was queued; the connection is intact.
+    Also a ``ValueError`` (the ``UnicodeEncodeError`` it replaces was one)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that are not AMPS: the connection cannot be read any further."""
+
+
+class FrameTooLargeError(RemoteProtocolError):
     """A frame is larger than the configured maximum frame size."""
 
 
-class MalformedFrameError(ProtocolError):
+class MalformedFrameError(RemoteProtocolError):
     """A frame or header that cannot be parsed."""
 
 
-class CompressionError(ProtocolError):
+class CompressionError(RemoteProtocolError):
     """Bytes of a ``compression=zlib`` connection that are not a valid deflate stream."""
 
 

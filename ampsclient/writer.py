@@ -30,7 +30,7 @@ from .core.connection import ClientCore, publish_fields
 from .core.values import encode_data
 from .exceptions import AMPSError, DisconnectedError, UsageError
 from .observer import ClientObserver
-from .protocol.header import encode_header, escape
+from .protocol.header import encode_header, encode_text, escape, unencodable
 from .transport.base import Transport
 
 __all__ = [
@@ -564,13 +564,16 @@ class FrameWriter:
         if self.observer is not None:  # opt-in tracing: the publish span, the trace context
             correlation_id = self.observer.publishing(topic, correlation_id)
         if type(data) is str:
-            data = data.encode()
+            try:
+                data = data.encode()
+            except UnicodeEncodeError as exc:  # LocalProtocolError: nothing is queued
+                raise unencodable("the data", exc) from exc
         elif type(data) is not bytes:
             data = self._encode_data(data)
         if expiration is None is correlation_id is sow_key:
             cached = self._pub_prefix.get(topic)
             if cached is None:
-                prefix = ('{"c":"p","t":"' + escape(topic) + '"}').encode()
+                prefix = b'{"c":"p","t":"' + encode_text(escape(topic), "the topic") + b'"}'
                 cached = self._pub_prefix[topic] = (prefix, len(prefix))
             # _send_publish, inlined: this is the hottest path of the library
             if self._transport is None and not self._retried():

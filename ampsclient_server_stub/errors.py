@@ -26,7 +26,7 @@ Every error the server's library code raises on purpose is a :class:`ServerError
     │   ├── BsonFormatError                    engine/bson_codec.py
     │   └── CompositeFormatError               engine/composite_codec.py
     ├── StorageError                           the transaction log and its files
-    │   ├── JournalError                       engine/journal.py
+    │   ├── JournalError                       engine/journal_types.py
     │   │   ├── JournalClosedError (ValueError)
     │   │   ├── JournalInUseError (OSError)
     │   │   └── SequenceOrderError (ValueError)

@@ -35,6 +35,7 @@ import re
 from collections.abc import Iterator
 from typing import IO, Any, Literal
 
+from ..exceptions import UsageError
 from ..protocol.message import Message
 
 __all__ = [
@@ -51,7 +52,7 @@ Format = Literal["raw", "json", "jsonl"]
 """The three ``--format`` values."""
 
 
-class BadInputError(ValueError):
+class BadInputError(UsageError, ValueError):
     """The input is not in the format given; the message names the line."""
 
 

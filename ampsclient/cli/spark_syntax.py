@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, TextIO
 
+from ..exceptions import UsageError
 from .exit_codes import ExitCode
 from .main import main as ampsclient_main
 
@@ -90,7 +91,7 @@ _REFUSED: dict[str, str] = {
 """Spark flags we recognise and cannot honour, with the reason given."""
 
 
-class SparkSyntaxError(ValueError):
+class SparkSyntaxError(UsageError, ValueError):
     """A spark command line we cannot run (names the flag)."""
 
 

@@ -5,23 +5,37 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..exceptions import LocalProtocolError
+from ..protocol.header import encode_text
+
 __all__ = ["encode_data", "version_number"]
 
 
 def encode_data(data: Any, message_type: str) -> bytes:
     """``data`` as bytes: bytes as they are, ``str`` in UTF-8, other objects in the
-    connection's message type (msgpack for ``msgpack``, else JSON)."""
+    connection's message type (msgpack for ``msgpack``, else JSON).
+
+    Raises:
+        LocalProtocolError: a ``str`` UTF-8 cannot encode, or an object the message type
+            cannot encode (``TypeError``/``ValueError`` of ``json``/``msgpack``, chained).
+    """
     if isinstance(data, bytes):
         return data
     if isinstance(data, str):
-        return data.encode()
+        return encode_text(data, "the data")
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
-    if message_type == "msgpack":
-        import msgpack
+    try:
+        if message_type == "msgpack":
+            import msgpack
 
-        return msgpack.packb(data, use_bin_type=True)  # type: ignore[no-any-return]
-    return json.dumps(data, separators=(",", ":")).encode()
+            return msgpack.packb(data, use_bin_type=True)  # type: ignore[no-any-return]
+        return json.dumps(data, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:
+        kind = "msgpack" if message_type == "msgpack" else "JSON"
+        raise LocalProtocolError(
+            f"the data ({type(data).__name__}) cannot be encoded as {kind}: {exc}"
+        ) from exc
 
 
 def version_number(version: str | None) -> int:

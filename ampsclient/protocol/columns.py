@@ -20,6 +20,8 @@ import struct
 from collections.abc import Collection, Sequence
 from typing import Final
 
+from ..exceptions import AMPSError
+
 __all__ = ["COLUMN_KEYS", "delivery_columns"]
 
 COLUMN_KEYS: Final = (b"t", b"bm", b"k", b"x")
@@ -38,8 +40,8 @@ Columns = tuple[bytes | None, ...]
 micros, ts validity, body offsets, body data)``: see :func:`delivery_columns`."""
 
 
-class _Irregular(Exception):
-    """A payload not in the usual shape."""
+class _Irregular(AMPSError):
+    """A payload not in the usual shape (caught below: the general path takes it)."""
 
 
 def _header(p: bytes, aliases: Collection[bytes]) -> tuple[list[bytes | None], int]:

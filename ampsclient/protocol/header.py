@@ -19,14 +19,16 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..exceptions import MalformedFrameError
+from ..exceptions import LocalProtocolError, MalformedFrameError
 
 __all__ = [
     "KEY_ALIASES",
     "Header",
     "decode_header",
     "encode_header",
+    "encode_text",
     "escape",
+    "unencodable",
 ]
 
 Header = dict[str, Any]
@@ -72,6 +74,24 @@ def escape(value: str) -> str:
     return value
 
 
+def unencodable(what: str, exc: UnicodeEncodeError) -> LocalProtocolError:
+    """The :class:`LocalProtocolError` for text we were asked to send that UTF-8 cannot
+    encode (a lone surrogate, ``'\\ud800'``): ``what`` names the field."""
+    bad = exc.object[exc.start : exc.end]
+    return LocalProtocolError(
+        f"{what} cannot be sent: {bad!r} at position {exc.start} is not encodable as UTF-8 "
+        f"({exc.reason}); AMPS headers and text payloads are UTF-8"
+    )
+
+
+def encode_text(text: str, what: str) -> bytes:
+    """``text`` in UTF-8, or a :class:`LocalProtocolError` naming ``what`` (nothing sent)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise unencodable(what, exc) from exc
+
+
 def encode_header(fields: Mapping[str, Any]) -> bytes:
     """Encode a header.
 
@@ -81,6 +101,10 @@ def encode_header(fields: Mapping[str, Any]) -> bytes:
 
     Returns:
         The compact header bytes, ``s`` moved off the last position if needed.
+
+    Raises:
+        LocalProtocolError: a value (or key) that UTF-8 cannot encode; the message names
+            the field.
     """
     parts: list[str] = []
     seq_part: str | None = None
@@ -101,7 +125,21 @@ def encode_header(fields: Mapping[str, Any]) -> bytes:
     if seq_part is not None:
         # never last: right after the first key (normally "c")
         parts.insert(1 if len(parts) > 1 else 0, seq_part)
-    return ("{" + ",".join(parts) + "}").encode()
+    try:
+        return ("{" + ",".join(parts) + "}").encode()
+    except UnicodeEncodeError as exc:
+        raise _unencodable_field(fields, exc) from exc
+
+
+def _unencodable_field(fields: Mapping[str, Any], exc: UnicodeEncodeError) -> LocalProtocolError:
+    for key, value in fields.items():
+        for text in (key, value):
+            if isinstance(text, str):
+                try:
+                    text.encode()
+                except UnicodeEncodeError as inner:
+                    return unencodable(f"header field {key!r}", inner)
+    return unencodable("the header", exc)
 
 
 def _fix_text(value: str) -> str:

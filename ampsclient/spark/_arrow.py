@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from .. import _accel
+from ..exceptions import AMPSError
 from ..protocol.header import KEY_ALIASES
 from ..protocol.message import Message
 from ._core import server_micros
@@ -50,8 +51,9 @@ _HEADER_KEYS: Final[Mapping[str, str]] = {
 """Column -> the header key it comes from (``data`` is the body)."""
 
 
-class _Irregular(Exception):
-    """This chunk is not in the shape the bulk path handles."""
+class _Irregular(AMPSError):
+    """This chunk is not in the shape the bulk path handles (caught here: the general path
+    takes it)."""
 
 
 class MetadataBatches:

@@ -19,7 +19,7 @@ from ..exceptions import (
     AMPSConnectionError,
     DisconnectedError,
     NotAmpsPortError,
-    ProtocolError,
+    RemoteProtocolError,
     TimeoutError,
 )
 from ..protocol.compression import ZlibStream
@@ -42,7 +42,7 @@ class _Protocol(asyncio.Protocol):
         if on_data is not None:  # the receiver frames the bytes itself (one pass)
             try:
                 on_data(data)
-            except (ProtocolError, NotAmpsPortError) as exc:
+            except (RemoteProtocolError, NotAmpsPortError) as exc:
                 log.warning("closing connection: %s", exc)
                 owner._fail(exc)
             return
@@ -50,7 +50,7 @@ class _Protocol(asyncio.Protocol):
         assert framer is not None  # made whenever there is no on_data
         try:
             framer.receive_data(data)
-        except (ProtocolError, NotAmpsPortError) as exc:
+        except (RemoteProtocolError, NotAmpsPortError) as exc:
             log.warning("closing connection: %s", exc)
             owner._fail(exc)
             return
@@ -83,7 +83,7 @@ class _ZlibProtocol(_Protocol):
                 super().data_received(plain)
                 if owner._error is not None:  # the framer refused it: read no further
                     return
-        except ProtocolError as exc:
+        except RemoteProtocolError as exc:
             log.warning("closing connection: %s", exc)
             owner._fail(exc)
 

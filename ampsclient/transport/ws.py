@@ -15,7 +15,12 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from .. import _accel
-from ..exceptions import AMPSConnectionError, DisconnectedError, ProtocolError, TimeoutError
+from ..exceptions import (
+    AMPSConnectionError,
+    DisconnectedError,
+    RemoteProtocolError,
+    TimeoutError,
+)
 from ..protocol.framing import WsClientFramer, encode_ws_from_client
 from ..protocol.message import body_offset
 from ..uri import URI
@@ -204,7 +209,7 @@ class WebSocketTransport(Transport):
                 payload = framer.receive_message(data)
                 if payload is not None:
                     payloads.append(payload)
-        except ProtocolError as exc:
+        except RemoteProtocolError as exc:
             log.warning("closing connection: %s", exc)
             if payloads:
                 self._on_payload(payloads)
