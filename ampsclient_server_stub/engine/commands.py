@@ -14,10 +14,16 @@ from typing import Final
 from ampsclient.protocol.header import Header, encode_header
 from ampsclient_server_stub.config import parse_duration
 
-from .composite_codec import composite_refusal, composite_type, stats_ack_refusal
+from .composite_codec import (
+    composite_refusal,
+    composite_type,
+    opaque_part_refusal,
+    stats_ack_refusal,
+)
 from .durability import Durability
+from .filter_syntax import FilterError, parse_identifier
 from .hooks import BrokerHooks
-from .payload import is_parseable, unparsed_refusal
+from .payload import OrderByError, is_parseable, parse_order_by, unparsed_refusal
 from .publishing import Publishing
 from .state import Clients, Connection
 from .subscribing import Subscribing
@@ -70,6 +76,23 @@ def check_logon_sizes(name: str | None, user: str, password: str) -> None:
         size = len(value.encode("utf-8", "surrogatepass"))
         if size > limit:
             raise CommandFailure(f"{what} too long", f"{what} of {size} bytes (at most {limit})")
+
+
+def _opaque_order(message_type: str, order_text: str) -> str | None:
+    """Why an ``orderby`` on a composite-local type is refused: a field inside a binary part
+    (opaque, it has no order); ``None`` otherwise (a malformed one fails later, by name)."""
+    ctype = composite_type(message_type.lower())
+    if ctype is None:
+        return None
+    try:
+        paths = [parse_identifier(f.path) for f in parse_order_by(order_text).fields]
+    except (OrderByError, FilterError):
+        return None
+    for steps in paths:
+        refusal = opaque_part_refusal(ctype, steps)
+        if refusal is not None:
+            return f"orderby {refusal}"
+    return None
 
 
 def _refuse_parsing_on_opaque(conn: Connection, hdr: Header, *, delta: bool) -> None:
@@ -128,6 +151,9 @@ def _composite_checked(conn: Connection, hdr: Header, *, delta: bool) -> Header:
         refusal = composite_refusal(conn.mt, "select (projection)")
     if refusal is None and ("projection" in options or "grouping" in options):
         refusal = composite_refusal(conn.mt, "aggregation (projection, grouping)")
+    order_text = text(hdr.get("orderby")) or options.get("orderby")
+    if refusal is None and order_text:
+        refusal = _opaque_order(conn.mt, order_text)
     if refusal is not None:
         raise CommandFailure("invalid options", refusal)
     return hdr

@@ -52,6 +52,7 @@ __all__ = [
     "decode_composite",
     "define_composite",
     "encode_composite",
+    "opaque_part_refusal",
     "split_composite",
     "stats_ack_refusal",
 ]
@@ -296,3 +297,18 @@ def composite_record_refusal(ctype: CompositeType, paths: Sequence[str]) -> str 
                     f"/{index}/Root/name (the same Root for every field)"
                 )
     return None
+
+
+def opaque_part_refusal(ctype: CompositeType, steps: Sequence[str | int]) -> str | None:
+    """Why an identifier (its ``steps``) that reads inside a binary part, or the unparsed
+    payload, of the ``composite-local`` type ``ctype`` is refused in a filter or an ``orderby``
+    (``None``: it does not): such a part is opaque, it has no identifiers (``select`` may still
+    keep it whole)."""
+    if not ctype.local or not steps or not isinstance(steps[0], str) or not steps[0].isdigit():
+        return None
+    index, count = int(steps[0]), len(ctype.parts)
+    if (index < count and ctype.parts[index] != "binary") or index > count:
+        return None
+    what = "the unparsed payload" if index == count else f"part {index} is binary"
+    path = "/" + "/".join(str(step) for step in steps)
+    return f"{path!r}: {what} of {ctype.name!r}: it is opaque, nothing in it is read"

@@ -9,6 +9,7 @@ raise ``FilterError`` with the offset of the problem. The language itself is des
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import Any, Final
 
 from ..errors import OptionError
@@ -34,6 +35,7 @@ __all__ = [
     "Not",
     "Path",
     "Unary",
+    "identifiers",
     "parse_filter",
     "parse_identifier",
 ]
@@ -694,3 +696,17 @@ def parse_identifier(path: str) -> tuple[Step, ...]:
         raise FilterError(f"not an identifier: {path!r}")
     steps: tuple[Step, ...] = tokens[0].value
     return steps
+
+
+def identifiers(node: Node) -> Iterator[tuple[Step, ...]]:
+    """The steps of every identifier in the tree ``node`` (depth first, repeats kept)."""
+    if isinstance(node, Path):
+        yield node.steps
+        return
+    for cls in type(node).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            value = getattr(node, name, None)
+            children = value if isinstance(value, tuple | list) else (value,)
+            for child in children:
+                if isinstance(child, Node):
+                    yield from identifiers(child)

@@ -20,6 +20,8 @@ from ampsclient.protocol.acks import AckType, parse_ack_types
 from ampsclient.protocol.header import Header, encode_header
 
 from ..errors import RequestError
+from .composite_codec import composite_type, opaque_part_refusal
+from .filter_syntax import identifiers, parse_filter
 from .filters import FilterError, compile_filter
 from .journal_format import FRAME_OVERHEAD, MIN_BODY
 from .payload import PARSEABLE_TYPES, is_parseable, parse_options
@@ -265,11 +267,18 @@ def command_filter(
             "as they are",
         )
     try:
-        return source, compile_filter(source)
+        predicate = compile_filter(source)
     except FilterError as exc:
         raise CommandFailure("bad filter", str(exc)) from None
     except (RecursionError, ValueError) as exc:
         raise CommandFailure("bad filter", str(exc)) from None
+    ctype = composite_type(message_type.lower())
+    if ctype is not None and ctype.local:
+        for steps in identifiers(parse_filter(source)):
+            refusal = opaque_part_refusal(ctype, steps)
+            if refusal is not None:
+                raise CommandFailure("bad filter", refusal)
+    return source, predicate
 
 
 def command_matcher(topic: str) -> TopicMatcher:

@@ -358,6 +358,35 @@ def test_a_filter_on_a_type_of_binary_parts_only_is_refused(server: ServerThread
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize(
+    ("field", "where"),
+    [
+        ("filter", "/2 = 'x'"),
+        ("filter", "/0/sym = 'IBM' OR /2/x IS NOT NULL"),
+        ("filter", "/3 IS NULL"),  # the unparsed payload
+        ("orderby", "/0/id, /2 DESC"),
+    ],
+)
+def test_what_reads_inside_a_binary_part_is_refused(
+    server: ServerThread, field: str, where: str
+) -> None:
+    """A binary part is opaque: a filter on it matched nothing (``IS NOT NULL`` only saw the
+    part's presence) and an ``orderby`` on it sorted nothing. ``bad filter`` and
+    ``invalid options`` naming it; ``select`` still keeps the part whole."""
+    with client(server, LOCAL) as c:
+        cmd = Command("sow").set_topic("orders").set_timeout(5000)
+        if field == "filter":
+            cmd.set_filter(where)
+            error: type[Exception] = BadFilterException
+        else:
+            cmd.set_order_by(where)
+            error = InvalidOptionsException
+        with pytest.raises(error, match="is opaque"):
+            c.execute(cmd)
+        sow(c, "orders", filter="/0/id = 1")  # the connection goes on
+
+
+@pytest.mark.integration
 def test_sow_key_orderby_select_and_delta_merge_on_local_parts(server: ServerThread) -> None:
     with client(server, LOCAL) as c:
         c.publish("orders", order(1, "IBM", 100))
