@@ -8,8 +8,9 @@ case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
 of ``AsyncHAClient.publish`` (``PublishLane``) and ``AsyncClient.publish``
 (``PlainPublishLane``), and a queue auto-ack's read of a delivery and batch append
 (``autoack_take``, and ``AutoAck``, the handler that does it), a publisher thread's
-non-blocking send that keeps the GIL (``send_nowait``), and ``LaneMethod``, the method that
-hands a call to a lane (:func:`lane_method`). The Python code
+non-blocking send that keeps the GIL (``send_nowait``), ``LaneMethod``, the method that
+hands a call to a lane (:func:`lane_method`), and ``Relay``, a lane whose target its owner
+may change (:class:`PyRelay`). The Python code
 they replace stays next to them and is the reference, tested with the same cases. The
 receive loops look their function up here on each call (tests switch them); the publish
 stores bind theirs at import. Set
@@ -42,6 +43,8 @@ __all__ = [
     "LaneMethod",
     "PlainPublishLane",
     "PublishLane",
+    "PyRelay",
+    "Relay",
     "StoreLock",
     "autoack_take",
     "deliver",
@@ -141,6 +144,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "PublishLane.publish": "ampsclient.ha.client.AsyncHAClient.publish",
         "PlainPublishLane.publish": "ampsclient.client.AsyncClient.publish",
         "LaneMethod": "ampsclient._accel.py_lane_method",
+        "Relay.call": "ampsclient._accel.PyRelay.call",
     }
 )
 """Each C function or lane method -> its pure-Python twin (the reference)."""
@@ -153,6 +157,7 @@ StoreLock: Callable[[], Any] | None = None
 PublishLane: Callable[..., Any] | None = None
 PlainPublishLane: Callable[..., Any] | None = None
 LaneMethod: Callable[[str, Callable[..., Any]], Any] | None = None
+_c_relay: Callable[[Callable[..., Any]], Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 send_nowait: Callable[[int, bytes], int] | None = None
@@ -177,6 +182,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
         AutoAck = getattr(_speedups, "AutoAck", None)
         LaneMethod = getattr(_speedups, "LaneMethod", None)  # (an older build has none)
+        _c_relay = getattr(_speedups, "Relay", None)
         join_seq = _speedups.join_seq
         send_nowait = _speedups.send_nowait
         write_record = _speedups.write_record
@@ -207,6 +213,30 @@ def py_lane_method(attr: str, method: _F) -> _F:
     return call  # type: ignore[return-value]
 
 
+class PyRelay:
+    """``call(*args, **kwargs)`` calls :attr:`target`, which the relay's owner may change.
+
+    The twin of the C ``Relay``. An object that hands out a lane which must follow a later
+    change (the HA client's ``discard``: its bookmark store may be replaced) hands out
+    ``relay.call`` and changes ``target`` (it alone writes it); whoever holds ``call`` reaches
+    the new target. With the C speedups ``call`` is a C function the interpreter calls
+    directly, and it calls a C target's function directly."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: Callable[..., Any]) -> None:
+        self.target = target
+        """What :meth:`call` calls."""
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the target with these arguments."""
+        return self.target(*args, **kwargs)
+
+
+Relay: Callable[[Callable[..., Any]], Any] = _c_relay or PyRelay
+"""The C ``Relay`` when built, else :class:`PyRelay`."""
+
+
 def lane_method(attr: str) -> Callable[[_F], _F]:
     """Decorate a method whose common case a lane may take (a C lane's method, or another
     object's method the instance forwards to without a Python frame of its own).
@@ -217,7 +247,11 @@ def lane_method(attr: str) -> Callable[[_F], _F]:
     the instance's ``__dict__``. Nothing is ever assigned to
     the method's own name on an instance, so the method a reader sees is the one that runs.
     With the C speedups the dispatch is the C ``LaneMethod`` (a method descriptor: no bound
-    method, no Python frame before the lane), else :func:`py_lane_method`."""
+    method, no Python frame before the lane), else :func:`py_lane_method`. The C one also
+    answers ``obj.method`` with the lane itself when that is a C function (followed through
+    lane methods, as a call follows them): a caller who holds it calls the lane with no
+    dispatch at all. So a C lane is never replaced under a holder: a replaced one is disabled
+    (a publish lane then calls the Python body) or is a :data:`Relay`'s ``call``."""
 
     def decorate(method: _F) -> _F:
         if LaneMethod is None:

@@ -3284,6 +3284,32 @@ lanemethod_lane(LaneMethod *lm, PyObject *obj, PyObject **lane)
 #define LANE_FOLD_MAX 4     /* lane methods followed through (a facade's, its client's...) */
 #define LANE_STACK_ARGS 8   /* arguments a folded body call copies on the C stack */
 
+/* Call ``lane`` (a new or borrowed reference the caller keeps alive) with the arguments when
+ * it is a C function the interpreter would call directly (METH_O with one positional
+ * argument, or METH_FASTCALL | METH_KEYWORDS): its C function, no vectorcall in between.
+ * Returns 1 with the result (or NULL and an exception) in *r, 0 when ``lane`` is another
+ * kind of callable (the caller calls it). */
+static inline int
+c_lane_direct(PyObject *lane, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+              PyObject **r)
+{
+    if (!PyCFunction_CheckExact(lane)) {
+        return 0;
+    }
+    int flags = PyCFunction_GET_FLAGS(lane);
+    if (flags == METH_O && nargs == 1 && kwnames == NULL) {
+        *r = PyCFunction_GET_FUNCTION(lane)(PyCFunction_GET_SELF(lane), args[0]);
+        return 1;
+    }
+    if (flags == (METH_FASTCALL | METH_KEYWORDS)) {
+        _PyCFunctionFastWithKeywords f =
+            (_PyCFunctionFastWithKeywords)(void (*)(void))PyCFunction_GET_FUNCTION(lane);
+        *r = f(PyCFunction_GET_SELF(lane), args, nargs, kwnames);
+        return 1;
+    }
+    return 0;
+}
+
 static PyTypeObject LaneMethodType;
 
 static PyObject *
@@ -3323,13 +3349,8 @@ lanemethod_vectorcall(LaneMethod *self, PyObject *const *args, size_t nargsf, Py
         break;
     }
     PyObject *r;
-    if (lane != NULL && PyCFunction_CheckExact(lane)
-        && PyCFunction_GET_FLAGS(lane) == (METH_FASTCALL | METH_KEYWORDS)) {
-        /* a C lane's method: its function, called as the interpreter would call it */
-        _PyCFunctionFastWithKeywords f =
-            (_PyCFunctionFastWithKeywords)(void (*)(void))PyCFunction_GET_FUNCTION(lane);
-        r = f(PyCFunction_GET_SELF(lane), args + 1, nargs - 1, kwnames);
-        Py_DECREF(lane);
+    if (lane != NULL && c_lane_direct(lane, args + 1, nargs - 1, kwnames, &r)) {
+        Py_DECREF(lane); /* a C lane's method: its function, called as the interpreter would */
     }
     else if (lane != NULL) {
         /* args[0] may be overwritten by the callee: the slot before args[1] is ours */
@@ -3370,12 +3391,42 @@ error:
     return NULL;
 }
 
+/* obj.name: the lane itself when it is a C function (followed through lane methods, as a
+ * call follows them), so that a caller who holds ``obj.name`` calls the lane with no dispatch
+ * at all (the interpreter calls a C function directly); else a bound method, which looks the
+ * lane up at each call. A C lane is never replaced under a holder: a replaced publish lane
+ * is disabled (it then calls the Python body), the bookmark discard lane is a Relay whose
+ * target follows the store. */
 static PyObject *
 lanemethod_get(PyObject *self, PyObject *obj, PyObject *type)
 {
     if (obj == NULL || obj == Py_None) {
         return Py_NewRef(self);
     }
+    LaneMethod *lm = (LaneMethod *)self;
+    PyObject *at = obj; /* borrowed: obj, or the self of a bound lane method held below */
+    PyObject *lane = NULL;
+    for (int depth = 0; depth <= LANE_FOLD_MAX; depth++) {
+        if (lm->vectorcall == NULL || lanemethod_lane(lm, at, &lane) < 0) {
+            PyErr_Clear(); /* (the call reports it) */
+            break;
+        }
+        if (lane == NULL || lane == Py_None) {
+            break;
+        }
+        if (PyCFunction_CheckExact(lane)) {
+            return lane;
+        }
+        if (PyMethod_Check(lane) && Py_IS_TYPE(PyMethod_GET_FUNCTION(lane), &LaneMethodType)) {
+            lm = (LaneMethod *)PyMethod_GET_FUNCTION(lane);
+            at = PyMethod_GET_SELF(lane);
+            Py_DECREF(lane); /* (lm and at stay alive: held by the object one level up) */
+            lane = NULL;
+            continue;
+        }
+        break;
+    }
+    Py_XDECREF(lane);
     return PyMethod_New(self, obj);
 }
 
@@ -3501,6 +3552,98 @@ static PyTypeObject LaneMethodType = {
     .tp_getset = lanemethod_getset,
 };
 
+/* ------------------------------------------------------------------ Relay
+ *
+ * Relay(target): ``relay.call(*args, **kwargs)`` calls ``relay.target`` with them (a C lane's
+ * function directly: c_lane_direct). Its twin: ampsclient._accel.PyRelay. An object that hands
+ * out a lane which must follow a later change (AsyncHAClient's discard: the bookmark store
+ * may be replaced) hands out ``relay.call``, a C function the interpreter calls directly, and
+ * changes ``target`` (it alone writes it). Types C owns, public fields only.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *target;
+} Relay;
+
+static PyObject *
+relay_call(Relay *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *target = self->target;
+    if (target == NULL || target == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "Relay: no target to call");
+        return NULL;
+    }
+    Py_INCREF(target); /* (the call may replace it) */
+    PyObject *r;
+    if (!c_lane_direct(target, args, nargs, kwnames, &r)) {
+        r = PyObject_Vectorcall(target, args, (size_t)nargs, kwnames);
+    }
+    Py_DECREF(target);
+    return r;
+}
+
+static int
+relay_init(Relay *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *target;
+    static char *kwlist[] = {"target", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Relay", kwlist, &target)) {
+        return -1;
+    }
+    Py_XSETREF(self->target, Py_NewRef(target));
+    return 0;
+}
+
+static int
+relay_traverse(Relay *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->target);
+    return 0;
+}
+
+static int
+relay_clear(Relay *self)
+{
+    Py_CLEAR(self->target);
+    return 0;
+}
+
+static void
+relay_dealloc(Relay *self)
+{
+    PyObject_GC_UnTrack(self);
+    relay_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef relay_methods[] = {
+    {"call", (PyCFunction)(void (*)(void))relay_call, METH_FASTCALL | METH_KEYWORDS,
+     "call(*args, **kwargs)\n--\n\nCall the target with these arguments."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef relay_members[] = {
+    {"target", T_OBJECT, offsetof(Relay, target), 0, "What call() calls."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RelayType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.Relay",
+    .tp_basicsize = sizeof(Relay),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Relay(target)\n\ncall() calls target, which its owner may change "
+              "(twin: ampsclient._accel.PyRelay).",
+    .tp_traverse = (traverseproc)relay_traverse,
+    .tp_clear = (inquiry)relay_clear,
+    .tp_dealloc = (destructor)relay_dealloc,
+    .tp_init = (initproc)relay_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = relay_methods,
+    .tp_members = relay_members,
+};
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef speedups_methods[] = {
@@ -3543,7 +3686,9 @@ PyInit__speedups(void)
         return NULL;
     }
     if (PyType_Ready(&LaneMethodType) < 0
-        || PyModule_AddObjectRef(module, "LaneMethod", (PyObject *)&LaneMethodType) < 0) {
+        || PyModule_AddObjectRef(module, "LaneMethod", (PyObject *)&LaneMethodType) < 0
+        || PyType_Ready(&RelayType) < 0
+        || PyModule_AddObjectRef(module, "Relay", (PyObject *)&RelayType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

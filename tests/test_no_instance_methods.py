@@ -17,6 +17,8 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from ampsclient import _accel
 from ampsclient.client import AsyncClient
 from ampsclient.ha.client import AsyncHAClient
@@ -258,3 +260,63 @@ def test_a_lane_method_whose_lane_is_another_lane_method() -> None:
         assert facade.send("t", key="k") == ("lane", ("t",), {"key": "k"})
         facade._client_send = None
         assert facade.send("t") == ("outer",)
+
+
+def test_a_relay_calls_its_current_target() -> None:
+    """``Relay.call`` (C) and its twin ``PyRelay.call`` call the relay's current target with
+    the same arguments; a ``call`` taken before the target changed reaches the new one; no
+    target is a ``TypeError`` (differential)."""
+    impls: list[Any] = [_accel.PyRelay]
+    if _accel.Relay is not _accel.PyRelay:
+        impls.append(_accel.Relay)
+    for make in impls:
+        seen: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        relay = make(lambda *a, seen=seen, **k: seen.append(("first", a, k)) or len(seen))
+        call = relay.call
+        assert call(1) == 1
+        assert call(1, 2, key="k") == 2
+        relay.target = lambda *a, seen=seen, **k: seen.append(("second", a, k)) or -len(seen)
+        assert call("m") == -3
+        assert seen == [
+            ("first", (1,), {}),
+            ("first", (1, 2), {"key": "k"}),
+            ("second", ("m",), {}),
+        ]
+        relay.target = set().discard  # a C function (METH_O): called directly by the C relay
+        assert call(5) is None
+        with pytest.raises(TypeError):
+            call(5, 6)
+        relay.target = None
+        with pytest.raises(TypeError):
+            call(1)
+
+
+def test_a_c_lane_method_answers_attribute_access_with_a_c_lane() -> None:
+    """With the C speedups, ``obj.method`` is the lane itself when that is a C function
+    (followed through a facade's lane method): a caller who holds it calls the lane with no
+    dispatch. A Python lane, or none, gives a bound method that looks the lane up per call."""
+    if _accel.LaneMethod is None:
+        pytest.skip("the C speedups are not built")
+
+    def body(self: Any, item: object) -> str:
+        return "body"
+
+    class Client:
+        __slots__ = ("__dict__", "_lane")
+        discard = _accel.LaneMethod("_lane", body)
+
+    class Facade:
+        discard = _accel.LaneMethod("_client_discard", body)
+
+    relay = _accel.Relay(set().discard)
+    client, facade = Client(), Facade()
+    client._lane = None
+    facade._client_discard = client.discard  # (no lane yet: a bound method)
+    assert inspect.ismethod(client.discard) and inspect.ismethod(facade.discard)
+    assert facade.discard(1) == "body"
+    client._lane = relay.call
+    assert client.discard == relay.call and facade.discard == relay.call
+    assert type(facade.discard).__name__ == "builtin_function_or_method"
+    client._lane = lambda item: "python lane"
+    assert inspect.ismethod(client.discard) and client.discard(1) == "python lane"
+    assert facade.discard(1) == "python lane"

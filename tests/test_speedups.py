@@ -973,10 +973,14 @@ def test_a_facade_holding_a_replaced_publish_lane_publishes_into_the_new_store(
 
 def test_ha_discard_is_the_stores_lane_and_follows_a_new_store() -> None:
     """``HAClient.discard`` (sync and async) hands each call to the bookmark store's discard
-    lane (C ``LaneMethod``s in between: no Python frame); after ``set_bookmark_store`` to
-    the new store's; a subclass that overrides ``discard`` keeps its override."""
+    lane (C ``LaneMethod``s and a ``Relay`` in between: no Python frame); after
+    ``set_bookmark_store`` to the new store's, also through a ``discard`` taken before (with
+    the C speedups ``client.discard`` is the relay's C function itself: no dispatch per call);
+    a subclass that overrides ``discard`` keeps its override."""
     first, second = MemoryBookmarkStore(), MemoryBookmarkStore()
     client = HAClient("discard-lane", bookmark_store=first)
+    held = client.discard
+    held_async = client.async_client.discard
     try:
         for store in (first, second):
             if store is second:
@@ -984,15 +988,16 @@ def test_ha_discard_is_the_stores_lane_and_follows_a_new_store() -> None:
             if _accel.LaneMethod is not None:
                 assert type(HAClient.discard) is _accel.LaneMethod
                 assert type(AsyncHAClient.discard) is _accel.LaneMethod
+                assert held == client.async_client._discard_relay.call  # the relay's C function
             assert client._ha_discard == client.async_client.discard
-            assert client.async_client._discard == store.discard_lane
+            assert client.async_client._discard_relay.target == store.discard_lane
             assert "discard" not in vars(client) and "discard" not in vars(client.async_client)
-            for i in (1, 2):
+            for i, discard in ((1, client.discard), (2, held), (3, held_async)):
                 m = delivery("s", f"9|{i}|")
                 store.log_lane(m)
-                client.discard(m)
-            assert store.get_most_recent("s") == "9|2|"
-        assert first.get_most_recent("s") == "9|2|"
+                discard(m)
+                assert store.get_most_recent("s") == f"9|{i}|"
+        assert first.get_most_recent("s") == "9|3|"
     finally:
         client.close()
 

@@ -131,8 +131,12 @@ class AsyncHAClient(ConnectionFace):
         """Stores this client made from path strings: it closes them in :meth:`close`."""
         self._store: PublishStore = self._own_publish_store(publish_store)
         self._bookmark_store: BookmarkStore = self._own_bookmark_store(bookmark_store)
-        self._discard: Callable[[Message], None] = fast_discard(self._bookmark_store)
-        """The bookmark store's discard (its C lane's when built): :meth:`discard` calls it."""
+        self._discard_relay = _accel.Relay(fast_discard(self._bookmark_store))
+        """Its ``target`` is the bookmark store's discard (its C lane's when built); this
+        client alone changes it (:meth:`set_bookmark_store`)."""
+        self._discard: Callable[[Message], None] = self._discard_relay.call
+        """:meth:`discard`'s lane: the relay's ``call``, so that one held (``client.discard``
+        is this very function with the C speedups) follows a new bookmark store."""
         self._duplicate_handler: Handler | None = None
         client.set_event_handler(SubscriptionPersisted, lambda e: self._sub_persisted(e.ack))
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
@@ -315,7 +319,7 @@ class AsyncHAClient(ConnectionFace):
     def set_bookmark_store(self, store: BookmarkStore) -> None:
         """Use ``store`` for bookmark subscriptions placed from now on."""
         self._bookmark_store = store
-        self._discard = fast_discard(store)
+        self._discard_relay.target = fast_discard(store)  # a held discard follows
 
     def set_duplicate_message_handler(self, handler: Handler | None) -> None:
         """Receives redelivered messages the bookmark store recognised as duplicates."""
@@ -335,9 +339,11 @@ class AsyncHAClient(ConnectionFace):
     def discard(self, message: Message) -> None:
         """Mark a bookmark-subscription message as processed: the resume point moves past it.
 
-        The bookmark store's discard (``_discard``, its C lane's when built) is called
-        directly: no Python frame of this method's own per message."""
-        self._discard(message)
+        The bookmark store's discard (its C lane's when built) is called through ``_discard``
+        (a relay that follows :meth:`set_bookmark_store`): no Python frame of this method's
+        own per message. With the C speedups ``client.discard`` is that relay's C function
+        itself, so a handler that holds it pays no dispatch per message."""
+        self._discard_relay.target(message)
 
     def get_most_recent(self, sub_id: str) -> str:
         """Where subscription ``sub_id`` would resume (the bookmark store's recovery point)."""
