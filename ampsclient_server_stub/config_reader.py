@@ -45,6 +45,7 @@ from .conflated_config import CONFLATED_TAGS, parse_conflated_topics
 from .engine.enrichment import ENRICHABLE_TYPES, EnrichmentError, compile_stage
 from .engine.filters import FilterError, compile_filter
 from .engine.payload import PARSEABLE_TYPES, is_parseable
+from .engine.wire import opaque_filter_refusal
 from .queues.config import QUEUE_TAGS, parse_queues
 from .queues.view_config import VIEW_TAGS, is_queue_view, parse_views
 from .regexes import RegexError, compile_regex
@@ -62,6 +63,16 @@ _EXCLUDABLE_VALIDATIONS = frozenset(
     {"txlog", "replicate", "sow", "cascade", "keys", "replicate_filter", "queue_passthrough"}
 )
 _UNEXCLUDABLE_VALIDATIONS = frozenset({"queue", "queue_underlying"})
+
+
+def _opaque_filter(message_type: str, text: str) -> str | None:
+    """Why a configured ``<Filter>`` is refused on ``message_type``: it reads inside a binary
+    part of a composite-local type (``None``: it does not, or it does not parse: that is
+    reported where it is compiled)."""
+    try:
+        return opaque_filter_refusal(message_type.lower(), text)
+    except (FilterError, ValueError, RecursionError):
+        return None
 
 
 class ConfigReader(ElementReader):
@@ -348,6 +359,12 @@ class ConfigReader(ElementReader):
                         f"the server parses ({', '.join(sorted(PARSEABLE_TYPES))}), "
                         f"not {message_type!r}",
                     )
+                opaque = _opaque_filter(message_type, filter_text) if message_type else None
+                if opaque is not None:
+                    self.fail(
+                        self.child(topic_elem, "Filter"),
+                        f"<TransactionLog> <Topic> {name!r}: <Filter>: {opaque}",
+                    )
             self.ignore_unknown(topic_elem, ["Name", "MessageType", "Filter"])
             topics.append(
                 TxlogTopic(name, message_type.lower() if message_type else None, filter_text)
@@ -507,6 +524,10 @@ class ConfigReader(ElementReader):
                 f"{label} <Topic> {name!r}: a <Filter> needs a message type the server parses "
                 f"({', '.join(sorted(PARSEABLE_TYPES))}), not {message_type!r}",
             )
+        if filter_text is not None and message_type is not None:
+            opaque = _opaque_filter(message_type, filter_text)
+            if opaque is not None:
+                self.fail(self.child(elem, "Filter"), f"{label} <Topic> {name!r}: {opaque}")
         return ReplicationTopicConfig(
             name=name,
             message_type=message_type.lower() if message_type else None,

@@ -48,6 +48,7 @@ __all__ = [
     "format_micros",
     "format_timestamp",
     "int_field",
+    "opaque_filter_refusal",
     "parse_plain_publish",
     "parse_queue_ack",
     "parse_seq_publish",
@@ -272,13 +273,24 @@ def command_filter(
         raise CommandFailure("bad filter", str(exc)) from None
     except (RecursionError, ValueError) as exc:
         raise CommandFailure("bad filter", str(exc)) from None
-    ctype = composite_type(message_type.lower())
-    if ctype is not None and ctype.local:
-        for steps in identifiers(parse_filter(source)):
-            refusal = opaque_part_refusal(ctype, steps)
-            if refusal is not None:
-                raise CommandFailure("bad filter", refusal)
+    refusal = opaque_filter_refusal(message_type, source)
+    if refusal is not None:
+        raise CommandFailure("bad filter", refusal)
     return source, predicate
+
+
+def opaque_filter_refusal(message_type: str, source: str) -> str | None:
+    """Why the filter ``source`` (one that compiles) is refused on ``message_type``: an
+    identifier that reads inside a binary part or the unparsed payload of a composite-local
+    type (:func:`.composite_codec.opaque_part_refusal`); ``None``: it is not."""
+    ctype = composite_type(message_type.lower())
+    if ctype is None or not ctype.local:
+        return None
+    for steps in identifiers(parse_filter(source)):
+        refusal = opaque_part_refusal(ctype, steps)
+        if refusal is not None:
+            return refusal
+    return None
 
 
 def command_matcher(topic: str) -> TopicMatcher:

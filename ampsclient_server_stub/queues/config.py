@@ -218,15 +218,15 @@ def parse_queue(elem: ET.Element, *, fail: Fail) -> QueueConfig:
         )
     filter_text = _text(elem, "Filter", fail)
     if filter_text is not None:
-        _check_parsed(elem, mt, label, fail, tag="Filter")
+        _check_parsed(elem, mt, label, fail, tag="Filter", text=filter_text)
         _check_filter(elem, filter_text, label, fail)
     barrier = _text(elem, "BarrierExpression", fail)
     if barrier is not None:
-        _check_parsed(elem, mt, label, fail, tag="BarrierExpression")
+        _check_parsed(elem, mt, label, fail, tag="BarrierExpression", text=barrier)
         _check_filter(elem, barrier, label, fail, tag="BarrierExpression")
     priority = _text(elem, "Priority", fail)
     if priority is not None:
-        _check_parsed(elem, mt, label, fail, tag="Priority")
+        _check_parsed(elem, mt, label, fail, tag="Priority", text=priority)
         _check_expression(elem, priority, label, fail)
     return QueueConfig(
         name=name,
@@ -398,11 +398,16 @@ def _integer(elem: ET.Element, tag: str, minimum: int, label: str, fail: Fail) -
 _NON_DETERMINISTIC: Final = re.compile(r"\b(LAST_READ|UNIX_TIMESTAMP|VALUE_LOOKUP)\s*\(", re.I)
 
 
-def _check_parsed(elem: ET.Element, mt: str, label: str, fail: Fail, *, tag: str) -> None:
+def _check_parsed(
+    elem: ET.Element, mt: str, label: str, fail: Fail, *, tag: str, text: str
+) -> None:
     """A ``<Filter>``, ``<BarrierExpression>`` or ``<Priority>`` reads the messages' fields:
-    on a type the server carries as opaque (``binary``) it could only match nothing, so it is
-    refused (as a transaction log's ``<Filter>`` is)."""
+    on a type the server carries as opaque (``binary``), or inside an opaque part of a
+    composite-local type, it could only match nothing, so it is refused (as a transaction
+    log's ``<Filter>`` is)."""
+    from ..engine.filter_syntax import FilterError
     from ..engine.payload import PARSEABLE_TYPES, is_parseable  # the types the engine parses
+    from ..engine.wire import opaque_filter_refusal
 
     if not is_parseable(mt.lower()):
         fail(
@@ -411,6 +416,12 @@ def _check_parsed(elem: ET.Element, mt: str, label: str, fail: Fail, *, tag: str
             f"({', '.join(sorted(PARSEABLE_TYPES))}, a composite type with a parsed part), "
             f"not {mt!r}",
         )
+    try:
+        opaque = opaque_filter_refusal(mt.lower(), text)
+    except (FilterError, ValueError, RecursionError):
+        return  # reported where it is compiled
+    if opaque is not None:
+        fail(_first(elem, tag), f"{label}: <{tag}>: {opaque}")
 
 
 def _check_filter(

@@ -236,6 +236,43 @@ def test_a_view_of_a_global_type_is_refused(tmp_path: Path) -> None:
         parse_config(xml, base_dir=tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        (
+            f"""<TransactionLog><Topic><Name>t</Name><MessageType>{LOCAL}</MessageType>
+              <Filter>/2 = 'x'</Filter></Topic></TransactionLog>""",
+            "<TransactionLog> <Topic> 't'",
+        ),
+        (
+            f"""<TransactionLog><Topic><Name>s</Name><MessageType>{LOCAL}</MessageType></Topic>
+              </TransactionLog><SOW><Queue><Name>q</Name><MessageType>{LOCAL}</MessageType>
+              <UnderlyingTopic>s</UnderlyingTopic><Filter>/0/a = 1 AND /2/b = 1</Filter>
+              </Queue></SOW>""",
+            "queue 'q'",
+        ),
+        (
+            f"""<TransactionLog><Topic><Name>r</Name><MessageType>{LOCAL}</MessageType></Topic>
+              </TransactionLog><Replication><Destination><Name>D</Name>
+              <SyncType>async</SyncType><Topic><Name>r</Name><MessageType>{LOCAL}</MessageType>
+              <Filter>/3 IS NULL</Filter></Topic><Transport><Type>amps-replication</Type>
+              <InetAddr>127.0.0.1:1</InetAddr></Transport></Destination></Replication>""",
+            "<Topic> 'r'",
+        ),
+    ],
+    ids=["txlog", "queue", "replication"],
+)
+def test_a_configured_filter_inside_a_binary_part_is_refused_at_start(
+    tmp_path: Path, body: str, where: str
+) -> None:
+    """As a subscriber's filter is: a binary part (or the unparsed payload, ``/3``) is
+    opaque, a ``<Filter>`` reading it could only match nothing (or see its presence)."""
+    xml = f"<AMPSConfig><Name>x</Name>{TYPES}{body}</AMPSConfig>"
+    with pytest.raises(ConfigError, match=re.escape(where) + ".*is opaque"):
+        parse_config(xml, base_dir=tmp_path)
+    parse_config(xml.replace("/2", "/0").replace("/3 IS NULL", "/0/a = 1"), base_dir=tmp_path)
+
+
 def test_a_name_declared_differently_in_the_same_process_is_refused(tmp_path: Path) -> None:
     def config(part: str) -> str:
         return (
