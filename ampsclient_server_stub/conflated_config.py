@@ -81,6 +81,7 @@ def _parse(
     from .engine.filter_syntax import FilterError
     from .engine.filters import compile_filter
     from .engine.payload import PARSEABLE_TYPES, is_parseable
+    from .engine.wire import opaque_filter_refusal
 
     check_children(elem, refused=_REFUSED, known=_KNOWN, what="conflated topic", fail=fail)
     name = _text(elem, "Name", fail) or _text(elem, "Topic", fail)
@@ -126,6 +127,9 @@ def _parse(
             compile_filter(filter_text)
         except FilterError as exc:
             fail(elem, f"{label}: bad <Filter> {filter_text!r}: {exc}")
+        opaque = opaque_filter_refusal(message_type, filter_text)
+        if opaque is not None:
+            fail(elem, f"{label}: <Filter>: {opaque}")
     return ConflatedTopicConfig(
         name=name,
         message_type=message_type,

@@ -259,8 +259,15 @@ def test_a_view_of_a_global_type_is_refused(tmp_path: Path) -> None:
               <InetAddr>127.0.0.1:1</InetAddr></Transport></Destination></Replication>""",
             "<Topic> 'r'",
         ),
+        (
+            f"""<SOW><Topic><Name>k</Name><MessageType>{LOCAL}</MessageType><Key>/0/id</Key>
+              </Topic><ConflatedTopic><Name>c</Name><MessageType>{LOCAL}</MessageType>
+              <UnderlyingTopic>k</UnderlyingTopic><Filter>/2 = 'x'</Filter></ConflatedTopic>
+              </SOW>""",
+            "conflated topic 'c'",
+        ),
     ],
-    ids=["txlog", "queue", "replication"],
+    ids=["txlog", "queue", "replication", "conflated"],
 )
 def test_a_configured_filter_inside_a_binary_part_is_refused_at_start(
     tmp_path: Path, body: str, where: str
