@@ -21,7 +21,7 @@ from ampsclient.protocol.header import Header, encode_header
 
 from ..errors import RequestError
 from .composite_codec import composite_type, opaque_part_refusal
-from .filter_syntax import identifiers, parse_filter
+from .filter_syntax import Path, identifiers, parse_filter
 from .filters import FilterError, compile_filter
 from .journal_format import FRAME_OVERHEAD, MIN_BODY
 from .payload import PARSEABLE_TYPES, is_parseable, parse_options
@@ -279,14 +279,25 @@ def command_filter(
     return source, predicate
 
 
-def opaque_filter_refusal(message_type: str, source: str) -> str | None:
-    """Why the filter ``source`` (one that compiles) is refused on ``message_type``: an
-    identifier that reads inside a binary part or the unparsed payload of a composite-local
-    type (:func:`.composite_codec.opaque_part_refusal`); ``None``: it is not."""
+def opaque_filter_refusal(
+    message_type: str, source: str, *, whole_part: bool = False
+) -> str | None:
+    """Why the filter or expression ``source`` (one that compiles) is refused on
+    ``message_type``: an identifier that reads inside a binary part or the unparsed payload of
+    a composite-local type (:func:`.composite_codec.opaque_part_refusal`); ``None``: it is
+    not. ``whole_part``: a bare identifier of a whole part (``/2``) is allowed (a view's or an
+    aggregation's projected field copies it).
+
+    Raises:
+        FilterError: ``source`` does not parse.
+    """
     ctype = composite_type(message_type.lower())
     if ctype is None or not ctype.local:
         return None
-    for steps in identifiers(parse_filter(source)):
+    node = parse_filter(source)
+    if whole_part and isinstance(node, Path) and len(node.steps) == 1:
+        return None
+    for steps in identifiers(node):
         refusal = opaque_part_refusal(ctype, steps)
         if refusal is not None:
             return refusal

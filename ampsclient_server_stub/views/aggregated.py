@@ -43,6 +43,7 @@ from ..engine.wire import (
     STATS,
     CommandFailure,
     ack_flags,
+    opaque_filter_refusal,
     send_acks,
     text,
 )
@@ -203,6 +204,16 @@ class Aggregated:
             if refusal is not None:
                 raise CommandFailure("invalid options", f"projection: {refusal}")
         grouping = _grouping(grouping_text)
+        if ctype is not None:  # nothing reads inside an opaque part (a copy of one whole may)
+            for field in projection:
+                whole = field.aggregate is None
+                opaque = opaque_filter_refusal(sow.message_type, field.expression, whole_part=whole)
+                if opaque is not None:
+                    raise CommandFailure("invalid options", f"projection: {opaque}")
+            for item in grouping:
+                opaque = opaque_filter_refusal(sow.message_type, item)
+                if opaque is not None:
+                    raise CommandFailure("invalid options", f"grouping: {opaque}")
         filter_text = text(hdr.get("filter"))
         try:
             table = GroupTable(

@@ -334,6 +334,8 @@ def _parse(
                 f"{label}: <Filter> is only valid for a view over a single underlying topic",
             )
         check_compiles(first_child(elem, "Filter"), filter_text, label, fail, compile_filter)
+    if not joins:
+        _check_opaque_parts(elem, label, types[0], projection, grouping, filter_text, fail)
     conflation = (one_text(elem, "Conflation", fail) or "none").lower()
     if conflation not in ("none", "inline"):
         fail(
@@ -362,6 +364,29 @@ def _parse(
 
 
 _SWITCH: Final = {"enabled": True, "true": True, "disabled": False, "false": False}
+
+
+def _check_opaque_parts(
+    elem: ET.Element,
+    label: str,
+    underlying_type: str,
+    projection: Sequence[Field],
+    grouping: Sequence[str],
+    filter_text: str | None,
+    fail: Fail,
+) -> None:
+    """Over a composite-local topic nothing reads inside a binary part or the unparsed payload
+    (it is opaque): a projected field may copy such a part whole (``/2``), no more."""
+    from ..engine.wire import opaque_filter_refusal
+
+    checks = [(f.expression, f.aggregate is None, "Projection") for f in projection]
+    checks += [(g, False, "Grouping") for g in grouping]
+    if filter_text is not None:
+        checks.append((filter_text, False, "Filter"))
+    for text, whole, tag in checks:
+        opaque = opaque_filter_refusal(underlying_type, text, whole_part=whole)
+        if opaque is not None:
+            fail(first_child(elem, tag), f"{label}: <{tag}>: {opaque}")
 
 
 def _check_shape(

@@ -272,3 +272,40 @@ def test_a_composite_global_topic_in_a_join(tmp_path: Path) -> None:
             return sorted((json.loads(d) for d in query(c, "per-owner")), key=lambda d: d["name"])
 
         wait_for(lambda: records() == [{"name": "Ann", "n": 2}, {"name": "Bob", "n": 1}])
+
+
+OPAQUE_FILTER = "<Filter>/2 IS NULL</Filter>"
+
+
+@pytest.mark.parametrize(
+    ("options", "view"),
+    [
+        (
+            "projection=[/0/sym,COUNT(/2) AS /0/n],grouping=[/0/sym]",
+            VIEWS.replace("COUNT(/0/id) AS /0/n", "COUNT(/2) AS /0/n"),
+        ),
+        (
+            "projection=[/0/sym],grouping=[/0/sym,/2]",
+            VIEWS.replace("<Grouping><Field>/0/sym</Field>", "<Grouping><Field>/2</Field>", 1),
+        ),
+        (
+            "projection=[/0/sym,/2/x AS /0/x],grouping=[/0/sym]",
+            VIEWS.replace("<Field>/2</Field>", "<Field>/2/x AS /0/x</Field>", 1),
+        ),
+        (
+            None,
+            VIEWS.replace("</Grouping></View>", "</Grouping><Filter>/2 IS NULL</Filter></View>", 1),
+        ),
+    ],
+    ids=["count", "grouping", "inside", "filter"],
+)
+def test_nothing_reads_inside_a_binary_part(
+    server: ServerThread, tmp_path: Path, options: str | None, view: str
+) -> None:
+    """A binary part is opaque: an aggregate, a grouping, a field or a view filter reading it
+    is refused by name (a projected field may copy the part whole, ``/2``: above)."""
+    if options is not None:
+        with client(server, LOCAL) as c, pytest.raises(InvalidOptionsException, match="opaque"):
+            query(c, "orders", options)
+    with pytest.raises(ConfigError, match=r"view 'by-sym'.*is opaque"):
+        parse_config(config(view), base_dir=tmp_path)
