@@ -152,23 +152,21 @@ def deliver(
         if isinstance(handler, list):
             handler.append(payload)
             continue
-        message._raw = payload
-        message._sub_id = route[0]
-        message._hdr = message._data = message._bm = None
-        message._body = -1
         try:
             if route[2] and payload.startswith(bm_next, length):
                 end = payload.find(b'"', length + skip)
                 if end > 0:
-                    message._bm = payload[length + skip : end].decode()
+                    message.refill(payload, route[0], payload[length + skip : end].decode())
                     log = route[3]
                     if log is not None and log(message):
                         route[4](message)  # type: ignore[misc]
                     else:
                         handler(message)
                 else:
+                    message.refill(payload, route[0])
                     handler(message)
             else:
+                message.refill(payload, route[0])
                 handler(message)
         except Exception as exc:
             report(exc)

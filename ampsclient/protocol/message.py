@@ -62,6 +62,10 @@ class Message:
     """
 
     __slots__ = ("_bm", "_body", "_data", "_hdr", "_raw", "_sub_id")
+    # This module alone writes these slots; other code builds a message with the constructor
+    # or :meth:`refill` and reads it through the properties (``bookmark``, ``sub_id``, ...).
+    # The C receive loop (``_speedups.c`` ``deliver``) is :meth:`refill`'s twin: it writes the
+    # same six slots, named for it in ``ampsclient._accel.LAYOUT``.
 
     _ack_to: ClassVar[Callable[[str, str, str | None], None] | None] = None
     """Where :meth:`ack` sends a queue acknowledgement: set on the per-client subclass of
@@ -77,13 +81,36 @@ class Message:
         *,
         header: Header | None = None,
         data: bytes | None = None,
+        bookmark: str | None = None,
     ) -> None:
+        """A message of ``payload`` (header and body, as one frame carries them).
+
+        Args:
+            payload: the frame's payload; ``b""`` builds an empty message for the setters.
+            sub_id: the subscription the message was routed to (:attr:`sub_id` reads it
+                before the header's ``sub_id``/``sids``).
+            header: the decoded header, when the caller has it (else parsed on first use).
+            data: the body, when the caller has it (else cut from ``payload``).
+            bookmark: the ``bm`` value, when the caller read it without parsing the header
+                (:attr:`bookmark` reads it first).
+        """
         self._raw = payload
         self._sub_id = sub_id
         self._hdr = header
         self._data = data
         self._body = -1
-        self._bm: str | None = None
+        self._bm = bookmark
+
+    def refill(self, payload: bytes, sub_id: str | None, bookmark: str | None = None) -> None:
+        """Make this instance the message of another ``payload``, as the constructor would
+        (no header or body known yet): what the receive loop does with the instance a
+        handler did not keep (:func:`ampsclient.core.routes.deliver`; its C twin writes the
+        same slots)."""
+        self._raw = payload
+        self._sub_id = sub_id
+        self._hdr = self._data = None
+        self._body = -1
+        self._bm = bookmark
 
     if TYPE_CHECKING:  # the official spellings installed by message_api, for type checkers
 

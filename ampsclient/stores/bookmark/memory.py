@@ -195,14 +195,12 @@ def _lift_stand_ins(sub: _Subscription) -> None:
 
 
 def _ids(message: MessageLike) -> tuple[Any, Any]:
-    """``(bookmark, sub id)`` of a message the receive fast path did not annotate."""
-    if type(message) is Message:
-        hdr = message.header
-        bm = message._bm if message._bm is not None else hdr.get("bm")
-        sid = message._sub_id
-        if sid is None:
-            sid = hdr.get("sub_id") or hdr.get("sids")
-        return bm, sid
+    """``(bookmark, sub id)`` of a message: a :class:`Message` of any class (a client hands
+    out its own subclass) through its properties, which read what the receive path set
+    (:meth:`Message.refill`) before parsing the header; anything else through the official
+    accessors."""
+    if isinstance(message, Message):
+        return message.bookmark, message.sub_id
     return message.get_bookmark(), message.get_sub_id()
 
 
@@ -359,11 +357,9 @@ class MemoryBookmarkStore(BookmarkStore):
         # Hot path: literal indexes instead of the _PUB/_SEQ/... names (no global lookups).
         bm: Any
         sid: Any
-        if type(message) is Message:
-            bm = message._bm  # set by the client's receive fast path (no header parse)
-            sid = message._sub_id  # the routed sub id, when the client set one
-            if bm is None or sid is None:
-                bm, sid = _ids(message)
+        if isinstance(message, Message):  # the client's own subclass too (_ids, inlined)
+            bm = message.bookmark  # set by the receive path when it read it (no header parse)
+            sid = message.sub_id  # the routed sub id, when the client set one
         else:
             bm, sid = _ids(message)
         if not bm or not sid:
@@ -416,11 +412,9 @@ class MemoryBookmarkStore(BookmarkStore):
         """Mark ``message`` as processed (unknown or already discarded: ignored)."""
         bm: Any
         sid: Any
-        if type(message) is Message:
-            bm = message._bm  # set by the client's receive fast path (no header parse)
-            sid = message._sub_id  # the routed sub id, when the client set one
-            if bm is None or sid is None:
-                bm, sid = _ids(message)
+        if isinstance(message, Message):  # the client's own subclass too (_ids, inlined)
+            bm = message.bookmark  # set by the receive path when it read it (no header parse)
+            sid = message.sub_id  # the routed sub id, when the client set one
         else:
             bm, sid = _ids(message)
         lock = self._lock
@@ -573,14 +567,23 @@ class MemoryBookmarkStore(BookmarkStore):
             return sub.base
         items: list[str] = []
         floors = False
+        uncovered = False
         for pub in pubs.values():
             if pub.point is not None:
                 items.append(pub.point)
             elif pub.queue:
                 items.append(pub.floor or EPOCH)
                 floors = True
+            else:
+                uncovered = True  # nothing of it processed since a persisted ack was adopted
         if not items:
             return sub.base
+        if uncovered and sub.base != EPOCH:
+            # the adopted ack stands in for the publishers it covers until each has a point
+            # again: without it, a failover to an instance whose journal interleaves them
+            # differently resumes after their messages not processed yet
+            items.append(sub.base)
+            floors = True
         if floors:
             flat: dict[str, None] = {}
             for item in items:
