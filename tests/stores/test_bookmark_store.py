@@ -329,6 +329,29 @@ def test_persisted_ack_is_adopted_once_everything_is_discarded(
     assert store.get_most_recent("s") == bm(A, 4)
 
 
+def test_an_adopted_persisted_ack_stays_in_the_point_until_every_publisher_has_one(
+    store: MemoryBookmarkStore,
+) -> None:
+    """After a persisted ack is adopted, the first publisher whose message is processed gets
+    its point back; the ack must stay in the recovery point for the others. The point used to
+    become that publisher's alone (the 30-minute replicated soak: sub-2 failed over from A to
+    B with ``pub-0|187900|`` as its whole point and lost the other publishers' messages that
+    B had journaled before it: 20, 40 and 140)."""
+    for m in (msg("s", bm(A, 3)), msg("s", bm(B, 7))):
+        store.log(m)
+        store.discard_message(m)
+    store.persisted("s", bm(C, 50))
+    assert store.get_most_recent("s") == bm(C, 50)
+    a4 = msg("s", bm(A, 4))
+    store.log(a4)
+    store.discard_message(a4)
+    assert store.get_most_recent("s") == f"{bm(A, 4)},{bm(C, 50)}"  # before: A|4| alone
+    b8 = msg("s", bm(B, 8))
+    store.log(b8)
+    store.discard_message(b8)
+    assert store.get_most_recent("s") == f"{bm(A, 4)},{bm(B, 8)}"  # every publisher again
+
+
 def test_persisted_ack_older_than_delivered_is_ignored(store: MemoryBookmarkStore) -> None:
     for i in (1, 2, 3):
         m = msg("s", bm(A, i))
@@ -341,10 +364,11 @@ def test_persisted_ack_older_than_delivered_is_ignored(store: MemoryBookmarkStor
     b1 = msg("s", bm(B, 1))
     store.log(b1)
     store.discard_message(b1)
-    assert store.get_most_recent("s") == bm(B, 1)  # B|1| came after the adopted A|3|
+    # B|1| came after the adopted A|3|, which stays for A until A has a point of its own
+    assert store.get_most_recent("s") == f"{bm(B, 1)},{bm(A, 3)}"
     # A|3| was A's last message, but B|1| arrived after it: A|3| is older than delivered
     store.persisted("s", bm(A, 3))
-    assert store.get_most_recent("s") == bm(B, 1)
+    assert store.get_most_recent("s") == f"{bm(B, 1)},{bm(A, 3)}"
     store.persisted("s", bm(B, 1))  # exactly the furthest message delivered: fine
     assert store.get_most_recent("s") == bm(B, 1)
     store.persisted("s", bm(A, 4))  # A|4| was never delivered to us: a later position
