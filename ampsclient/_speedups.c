@@ -938,6 +938,21 @@ send_nowait(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------------ publish stores */
 
+/* The decimal digits of v, written backwards ending at ``end``; returns where they start.
+ * The division by 10 is spelled as the multiply compilers use for it: GCC treats the lane's
+ * common case, after its many "take the slow path" checks, as cold code, optimises it for
+ * size and emitted a 64-bit ``div`` per digit there (about 90 ns of a 6-digit sequence). */
+static inline char *
+u64_digits(unsigned long long v, char *end)
+{
+    do {
+        unsigned long long q = (unsigned long long)(((unsigned __int128)v * 0xCCCCCCCCCCCCCCCDULL) >> 67);
+        *--end = (char)('0' + (v - q * 10));
+        v = q;
+    } while (v);
+    return end;
+}
+
 PyDoc_STRVAR(join_seq_doc,
 "join_seq(head, sequence, tail) -> bytes\n\n"
 "``head + b\"%d\" % sequence + tail`` in one allocation (a publish store's payload).");
@@ -980,10 +995,7 @@ join_seq(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     char buf[24];
     char *end = buf + sizeof buf, *digits = end;
     unsigned long long v = seq < 0 ? 0ULL - (unsigned long long)seq : (unsigned long long)seq;
-    do {
-        *--digits = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    digits = u64_digits(v, end);
     if (seq < 0) {
         *--digits = '-';
     }
@@ -2403,11 +2415,7 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
     }
     char digits_buf[24];
     char *digits_end = digits_buf + sizeof digits_buf, *digits = digits_end;
-    unsigned long long v = (unsigned long long)seq;
-    do {
-        *--digits = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    digits = u64_digits((unsigned long long)seq, digits_end);
     Py_ssize_t ndigits = digits_end - digits, suffix_len = PyBytes_GET_SIZE(suffix);
     Py_ssize_t n = PUBLISH_HEAD_LEN + ndigits + suffix_len + body_len;
     long long start = 0, end = 0, gen = 0;

@@ -392,6 +392,17 @@ def test_join_seq_matches_python(head: bytes, seq: int, tail: bytes) -> None:
 
 
 @needs_c
+def test_join_seq_digits_at_every_length() -> None:
+    """The C digits (a multiply for each division by 10, as the publish lane spells them)
+    at every decimal length's edges and the 64-bit limits."""
+    edges = [0, 2**63 - 1, -(2**63), 2**32 - 1, 2**32, 2**53 + 1]
+    for k in range(1, 19):
+        edges += [10**k - 1, 10**k, 10**k + 1, 2 * 10**k - 1, -(10**k), -(10**k) + 1]
+    for seq in edges:
+        assert C.join_seq(b"s=", seq, b",") == b"s=%d," % seq
+
+
+@needs_c
 @settings(max_examples=200, deadline=None)
 @given(
     size=st.sampled_from([0, 1, 7, 8, 9, 255, 256, 257, 65535, 65536, 70001]),
