@@ -51,7 +51,7 @@ from ..exceptions import (
 from ..observer import ClientObserver
 from ..protocol.bookmarks import MOST_RECENT
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from ..protocol.header import encode_header, escape
+from ..protocol.header import encode_header, encode_text, escape, unencodable
 from ..protocol.message import Message
 from ..stores.bookmark import BookmarkStore, MemoryBookmarkStore
 from ..stores.publish import MemoryPublishStore, PublishStore
@@ -547,7 +547,7 @@ class AsyncHAClient(ConnectionFace):
     def _suffix(self, topic: str) -> bytes:
         suffix = self._seq_suffix.get(topic)
         if suffix is None:
-            suffix = (',"a":"persisted","t":"' + escape(topic) + '"}').encode()
+            suffix = b',"a":"persisted","t":"' + encode_text(escape(topic), "the topic") + b'"}'
             self._seq_suffix[topic] = suffix
         return suffix
 
@@ -570,7 +570,10 @@ class AsyncHAClient(ConnectionFace):
         if self._client.observer is not None:  # opt-in tracing (ampsclient.observer)
             correlation_id = self._client.observer.publishing(topic, correlation_id)
         if type(data) is str:
-            data = data.encode()
+            try:
+                data = data.encode()
+            except UnicodeEncodeError as exc:  # LocalProtocolError: nothing is stored
+                raise unencodable("the data", exc) from exc
         elif type(data) is not bytes:
             data = self._client.encode_data(data)
         if expiration is None and correlation_id is None and sow_key is None:

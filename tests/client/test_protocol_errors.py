@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ampsclient import Client, Command, Message
+from ampsclient import Client, Command, HAClient, Message
 from ampsclient.exceptions import (
     CompressionError,
     FrameTooLargeError,
@@ -85,4 +85,28 @@ def test_what_we_cannot_send_is_refused_and_the_connection_goes_on(server: Any) 
             client.publish("local-t", json.dumps({"i": i}))
         wait_for(lambda: len(got) >= 3, timeout=20.0, what="3 messages after the refusals")
         client.flush(10000)
+        assert [m.json() for m in got] == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+@pytest.mark.integration
+def test_the_ha_client_refuses_before_storing(server: Any) -> None:
+    got: list[Message] = []
+    with Client("local-sub") as sub, HAClient("local-ha") as ha:
+        sub.connect(server.uri("tcp", "json"))
+        sub.logon(5000)
+        sub.subscribe(got.append, "local-ha-t", timeout=5000)
+        ha.get_server_chooser().add(server.uri("tcp", "json"))
+        ha.connect_and_logon()
+        for call in (
+            lambda: ha.publish("local-ha-t", "{" + LONE + "}"),
+            lambda: ha.publish("local-ha-" + LONE, "{}"),
+            lambda: ha.publish("local-ha-t", "{}", correlation_id=LONE),
+        ):
+            with pytest.raises(LocalProtocolError):
+                call()
+        assert ha.get_unpersisted_count() == 0  # nothing was stored
+        seqs = [ha.publish("local-ha-t", json.dumps({"i": i})) for i in range(3)]
+        assert seqs == sorted(seqs) and len(set(seqs)) == 3
+        ha.publish_flush(10000)
+        wait_for(lambda: len(got) >= 3, timeout=20.0, what="3 HA messages after the refusals")
         assert [m.json() for m in got] == [{"i": 0}, {"i": 1}, {"i": 2}]
