@@ -1,15 +1,22 @@
 """The chaos tests' seed: fixed by default, so a run can be repeated; printed with the run.
 
 ``AMPSCLIENT_CHAOS_SEED=<n>`` picks another seed, ``AMPSCLIENT_CHAOS_SEED=random`` a fresh
-one each run (exploration).
+one each run (exploration). ``run_chaos`` runs the chaos runner as a subprocess; its
+:class:`~tests.chaos.chaos_outcome.ChaosRun` holds the output and the ledger checks.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+
+from tests.chaos.chaos_outcome import ROOT, ChaosRun
 
 DEFAULT_SEED = 20_261_123
 """The seed every run uses unless ``AMPSCLIENT_CHAOS_SEED`` says otherwise."""
@@ -27,3 +34,28 @@ def chaos_seed() -> int:
         seed = DEFAULT_SEED
     print(f"chaos seed {seed} (AMPSCLIENT_CHAOS_SEED={raw or '<unset>'})")
     return seed
+
+
+@pytest.fixture
+def run_chaos(tmp_path: Path, chaos_seed: int) -> Callable[..., ChaosRun]:
+    """Run ``python -m tests.chaos.run`` with this test's seed and work directory plus the
+    given arguments (printed, so a failure shows the figures)."""
+
+    def run(*args: str) -> ChaosRun:
+        done = subprocess.run(
+            [
+                sys.executable,
+                *("-m", "tests.chaos.run", "--seed", str(chaos_seed)),
+                *("--work", str(tmp_path / "chaos"), *args),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=230,
+            check=False,
+        )
+        out = done.stdout + done.stderr
+        print(out)
+        return ChaosRun(done.returncode, out)
+
+    return run

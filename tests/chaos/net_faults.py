@@ -24,10 +24,12 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from ampsclient_server_stub.testing.netem import Direction
-from ampsclient_server_stub.testing.proxy import LoopbackProxy
+if TYPE_CHECKING:  # not imported at run time: every chaos worker process imports this module
+    # (through tests.chaos.run), and ampsclient_server_stub.testing imports the whole server
+    from ampsclient_server_stub.testing.netem import Direction
+    from ampsclient_server_stub.testing.proxy import LoopbackProxy
 
 NET_FAULTS: Final = ("latency", "fragment", "coalesce", "bandwidth", "half_open")
 """The kinds ``--net-faults`` accepts (``all``: every one)."""

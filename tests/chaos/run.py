@@ -406,6 +406,8 @@ class Report:
     max_rss_mb: float = 0.0
     rss_limit_mb: float = 0.0
     drain_s: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of the run's phases (start-up, faults, drain, stop, check)."""
     drain_parts: tuple[float, float] = (0.0, 0.0)
     slow_offlined: int = 0
     problems: list[str] = field(default_factory=list)
@@ -467,6 +469,8 @@ class Report:
             f"(subscribers {self.drain_parts[0]:.1f} s, "
             f"queue consumers {self.drain_parts[1]:.1f} s)",
         ]
+        if self.phases:
+            lines.append("phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items()))
         lines += self.queue.lines()
         lines += self.net.lines()
         lines += self.hooks.lines()
@@ -636,6 +640,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
 
     rng = random.Random(args.seed)
     report = Report(seconds=args.seconds, rss_limit_mb=args.rss_limit_mb)
+    t_phase = time.monotonic()
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     config = work / "server.xml"
@@ -761,9 +766,12 @@ def orchestrate(args: argparse.Namespace) -> Report:
         for w in workers:
             w.start()
         _wait_first_acks(work, pubs, report)
+        t_phase = _phase(report, "start-up", t_phase)
         deadline = time.monotonic() + args.seconds
         bag: list[str] = []
-        while time.monotonic() < deadline:
+        # --min-faults: past the deadline until that many faults were injected (the first
+        # round holds every kind once, the opt-in ones first: a short run has each of them)
+        while time.monotonic() < deadline or sum(report.faults.values()) < args.min_faults:
             time.sleep(rng.uniform(args.min_gap, args.max_gap))
             if not bag:  # every kind of fault once per round, in random order
                 bag = list(kinds)
@@ -830,7 +838,9 @@ def orchestrate(args: argparse.Namespace) -> Report:
             else:
                 inject(fault, [proxy], rng, report.net, heartbeat=args.heartbeat, failover=False)
             report.faults[fault] += 1
+        t_phase = _phase(report, "faults", t_phase)
         _drain(work, workers, pubs, subs, args.drain, report, consumers)
+        t_phase = _phase(report, "drain", t_phase)
     finally:
         stop_rss.set()
         sampler.join(5)
@@ -843,13 +853,22 @@ def orchestrate(args: argparse.Namespace) -> Report:
         if cgroup is not None:
             cgroup.remove()
         (work / "server.log").write_text("".join(server.stderr_lines))  # for a look afterwards
+    t_phase = _phase(report, "stop", t_phase)
     report.slow_offlined += sum("offlined" in line for line in server.stderr_lines)
     check(work, pubs, subs, report)
     lease = parse_duration(args.lease)
     report.queue = check_queue(
         work, consumers, _expected(work, pubs), lease_period=lease, refused=_refused(work, pubs)
     )
+    _phase(report, "check", t_phase)
     return report
+
+
+def _phase(report: Report, name: str, since: float) -> float:
+    """Record the wall seconds of phase ``name`` (from ``since``); return now."""
+    now = time.monotonic()
+    report.phases[name] = now - since
+    return now
 
 
 def _keep_life_log(work: Path, lines: list[str]) -> None:
@@ -1117,8 +1136,9 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
             report.net.failover = True
             bag: list[str] = []
             rounds = 0
-            # go on past the deadline until one full round is done (every kind at least once)
-            while time.monotonic() < deadline or (rounds == 0 and bag):
+            # go on past the deadline until one full round is done (every kind at least once;
+            # --seconds 0: that one round)
+            while time.monotonic() < deadline or (rounds == 0 and (bag or not report.faults)):
                 time.sleep(rng.uniform(args.min_gap, args.max_gap))
                 if not bag:
                     if report.faults:
@@ -1212,6 +1232,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0003,
         help="seconds the slow subscriber spends per message (and 1.5 s every 5000)",
+    )
+    parser.add_argument(
+        "--min-faults",
+        type=int,
+        default=0,
+        help="inject faults past --seconds until this many were injected (one server; the "
+        "first round has every kind once, the opt-in kinds first)",
     )
     parser.add_argument("--min-gap", type=float, default=0.6)
     parser.add_argument("--max-gap", type=float, default=2.0)

@@ -1,13 +1,13 @@
 """``--slow-disk`` and ``--clock-steps`` of the chaos runner (issue 32): the test-only hooks
 inside the server process (:mod:`tests.chaos.server_hooks`) really move the server's wall
-clock, and a few seconds of chaos with both faults end with the exact ledger check."""
+clock, and a short chaos run with both faults (each of them first, then one other) ends with
+the exact ledger check; so does one with ``--memory-limit``."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -15,12 +15,11 @@ import pytest
 
 from ampsclient import Client
 from ampsclient_server_stub.testing import wait_for
+from tests.chaos.chaos_outcome import SHORT_RUN, ChaosRun, fast
 from tests.chaos.hook_faults import HookedServer
 from tests.chaos.server_hooks import CLOCK_OFFSET, write_atomic
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def logged_on_at(lines: list[str], name: str) -> float | None:
@@ -58,62 +57,34 @@ def test_the_clock_hook_steps_the_server_wall_clock(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_slow_disk_and_clock_steps_lose_and_repeat_nothing(tmp_path: Path, chaos_seed: int) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.chaos.run",
-            *("--seconds", "6", "--seed", str(chaos_seed), "--min-gap", "0.3", "--max-gap", "0.8"),
-            *("--work", str(tmp_path / "chaos"), "--slow-disk", "--clock-steps"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=230,
-        check=False,
-    )
-    out = done.stdout + done.stderr
-    print(out)
-    assert done.returncode == 0, f"chaos run failed (seed {chaos_seed}):\n{out}"
-    assert "losses: 0" in out and "delivered twice to the application: 0" in out
-    assert "out of order (per publisher): 0" in out and "queue losses: 0" in out
+def test_slow_disk_and_clock_steps_lose_and_repeat_nothing(
+    run_chaos: Callable[..., ChaosRun], chaos_seed: int
+) -> None:
+    """Both flagged faults first (``--min-faults 3``: whatever the timing), one other."""
+    run = run_chaos(*fast(3), *SHORT_RUN, "--slow-disk", "--clock-steps")
+    run.assert_ledger(chaos_seed)
     slow = re.search(
         r"slow disk: (\d+) episodes .* an fsync held in (\d+), deliveries while held in (\d+)",
-        out,
+        run.out,
     )
-    assert slow is not None, out
+    assert slow is not None, run.out
     episodes, held, delivered = (int(g) for g in slow.groups())
-    assert episodes >= 1 and held == episodes and delivered == episodes, out
-    assert re.search(r"server wall clock steps \(each undone 1-3 s later\): [+-]\d", out), out
+    assert episodes >= 1 and held == episodes and delivered == episodes, run.out
+    steps = r"server wall clock steps \(each undone 1-3 s later\): [+-]\d"
+    assert re.search(steps, run.out), run.out
 
 
 @pytest.mark.timeout(240)
-def test_memory_squeezes_lose_and_repeat_nothing(tmp_path: Path, chaos_seed: int) -> None:
+def test_memory_squeezes_lose_and_repeat_nothing(
+    run_chaos: Callable[..., ChaosRun], chaos_seed: int
+) -> None:
     """``--memory-limit``: the server in a memory cgroup (checked at each squeeze), its limit
     squeezed to its RSS plus 8-32 MB at fault times; skipped where no cgroup can be made."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.chaos.run",
-            *("--seconds", "6", "--seed", str(chaos_seed), "--min-gap", "0.3", "--max-gap", "0.8"),
-            *("--work", str(tmp_path / "chaos"), "--memory-limit", "200"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=230,
-        check=False,
-    )
-    out = done.stdout + done.stderr
-    print(out)
-    if "--memory-limit: " in out and "cgroup" in out and done.returncode != 0:
-        reason = next(line for line in out.splitlines() if "--memory-limit: " in line)
+    run = run_chaos(*fast(2), *SHORT_RUN, "--memory-limit", "200")
+    if "--memory-limit: " in run.out and "cgroup" in run.out and run.returncode != 0:
+        reason = next(line for line in run.out.splitlines() if "--memory-limit: " in line)
         if "cannot" in reason or "no cgroup" in reason:
             pytest.skip(reason)
-    assert done.returncode == 0, f"chaos run failed (seed {chaos_seed}):\n{out}"
-    assert "losses: 0" in out and "delivered twice to the application: 0" in out
-    assert "out of order (per publisher): 0" in out and "queue losses: 0" in out
-    squeezes = re.search(r"memory squeezes: (\d+) \(limits MB: [\d, ]+; (\d+) refused", out)
-    assert squeezes is not None and int(squeezes.group(1)) >= 1, out
+    run.assert_ledger(chaos_seed)
+    squeezes = re.search(r"memory squeezes: (\d+) \(limits MB: [\d, ]+; (\d+) refused", run.out)
+    assert squeezes is not None and int(squeezes.group(1)) >= 1, run.out
