@@ -251,7 +251,7 @@ class _Sink:
         if self.error is None:
             try:
                 self.plan.feed(chunk)
-            except AMPSError as exc:  # a message without a bookmark
+            except Exception as exc:  # a message without a bookmark: the count is wrong
                 self.error = exc
                 self.done.set()
 

@@ -21,7 +21,7 @@ from ampsclient.protocol.message import body_offset
 from ampsclient.spark import AMPSSparkError, AMPSStreamReader
 from ampsclient.spark._convert import output_schema
 from ampsclient.spark._core import ReadOptions
-from ampsclient.spark._microbatches import data_sizes
+from ampsclient.spark._microbatches import MicroBatches, data_sizes
 
 
 def docs(n: int) -> list[dict[str, Any]]:
@@ -211,3 +211,21 @@ def test_data_sizes_measure_bodies_even_when_a_header_string_holds_a_brace() -> 
     tricky = [*plain, b'{"c":"p","t":"a}b","x":"q\\"}"}{"i":22}']
     assert [len(p) - body_offset(p) for p in tricky] == [7, 3, 0, 8]
     assert list(data_sizes(tricky)) == [0, 7, 10, 10, 18]
+
+
+def test_micro_batches_cut_as_counted_and_advance_only_along_their_cuts() -> None:
+    def delivery(i: int) -> bytes:
+        return b'{"c":"p","t":"a","bm":"7|%d|"}' % i + b"x" * i
+
+    plan = MicroBatches("0", 2, None)
+    plan.feed([delivery(i) for i in range(1, 4)])
+    plan.feed([delivery(i) for i in range(4, 6)])
+    plan.settle()
+    assert [(c.bookmark, c.messages, c.size) for c in plan.cuts] == [("7|2|", 2, 3), ("7|4|", 2, 7)]
+    assert (plan.end, plan.messages, plan.size, plan.open_messages) == ("7|5|", 5, 15, 1)
+    assert plan.next_end() == ("7|2|", 2, 3)
+    assert plan.advance("0")  # the same start asked again
+    assert not plan.advance("7|4|")  # not the next batch's end: count again
+    assert plan.advance("7|2|") and plan.next_end() == ("7|4|", 2, 7)
+    assert plan.advance("7|4|") and plan.next_end() == ("7|5|", 1, 5)  # the open batch
+    assert plan.advance("7|5|") and plan.next_end() is None and plan.messages == 0
