@@ -104,6 +104,7 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = [
     "COMMANDS",
     "DEFAULT_JOURNAL_SIZE",
+    "MAX_SEGMENT_TOPICS",
     "CorruptJournalError",
     "FsyncPolicy",
     "Journal",
@@ -124,6 +125,9 @@ _log = logging.getLogger(__name__)
 _UINT64: Final = 1 << 64
 _WRITE_AT: Final = 256 * 1024  # write the append buffer to the OS once it holds this much
 
+MAX_SEGMENT_TOPICS: Final = 1024
+"""A journal file written to more topics than this forgets them (its topics are then
+unknown: every replay reads it), so the sets stay small whatever the topics' number."""
 _topic_of: Final = itemgetter(1)
 """The topic of an ``append_many`` record ``(sequence, topic, payload)``."""
 _packb = msgpack.Packer(use_bin_type=True).pack
@@ -336,6 +340,8 @@ class Journal:
             topics = f.table.topics.get(seg.first_index)
             if topics is not None:
                 topics.add(topic)
+                if len(topics) > MAX_SEGMENT_TOPICS:  # too many to keep: read it whole
+                    del f.table.topics[seg.first_index]
             last_seq[publisher_id] = sequence
             f.last_index = index
             f.last_ts = ts
@@ -439,6 +445,8 @@ class Journal:
             topics = f.table.topics.get(seg.first_index)
             if topics is not None:
                 topics.update(map(_topic_of, records[pos:nxt]))
+                if len(topics) > MAX_SEGMENT_TOPICS:  # too many to keep: read it whole
+                    del f.table.topics[seg.first_index]
             index += nxt - pos
             pos = nxt
             prev = records[nxt - 1][0]

@@ -17,7 +17,7 @@ from _txlog_support import Inbox, journal_config, unique, wait_durable
 from ampsclient import Client, Command
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config_model import ServerConfig, TransactionLogConfig, TxlogTopic
-from ampsclient_server_stub.engine.journal import Journal
+from ampsclient_server_stub.engine.journal import MAX_SEGMENT_TOPICS, Journal
 
 
 def fill(server: ServerThread, topic: str, count: int, publisher: int) -> None:
@@ -153,3 +153,27 @@ def test_a_recovered_journal_is_read_whole_with_the_same_result(tmp_path: Path) 
         after = journal.counters()
         assert got == want and len(want) == 1_000
         assert after["skipped_segments"] == before["skipped_segments"]
+
+
+def test_a_file_of_many_topics_is_read_whole(tmp_path: Path) -> None:
+    """A journal file written to more than MAX_SEGMENT_TOPICS topics forgets them (memory
+    stays bounded): no replay passes it; a file of few topics is passed."""
+    with Journal(tmp_path / "j", fsync="never", journal_size=64 * 1024) as journal:
+        many = [(k + 1, f"t{k}", b"{}") for k in range(MAX_SEGMENT_TOPICS + 1)]
+        journal.append_many(11, "p", many, {"mt": "json"})
+        after_many = journal.last_index + 1
+        journal.append_many(12, "p", [(k + 1, "few", b"{}") for k in range(2000)], {"mt": "json"})
+        assert len(journal.segments()) >= 3
+        assert journal.next_for_topic(1, "absent") == 1  # unknown: read
+        files = [s.first_index for s in journal.segments()]
+        beyond = [f for f in files if f > after_many]
+        assert beyond  # a file holding "few" only: passed, up to the log's end
+        assert journal.next_for_topic(beyond[0], "absent") == journal.last_index + 1
+        assert journal.next_for_topic(beyond[0], "few") == beyond[0]
+        got = [
+            r.index
+            for i in range(1, journal.last_index + 1, 500)
+            for r in journal.read(i, max_records=500)
+            if r.topic == "t5"
+        ]
+        assert got == [6]
