@@ -44,6 +44,34 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _pycache_dir = None
 
 
+# --------------------------------------------------------------------------- long tests first
+#
+# `make test` runs two xdist workers with --dist worksteal: each gets half of the collection
+# in order, and a worker with nothing left steals the other's last pending tests. A long test
+# collected late can be the last one running while the other worker idles; run the modules
+# whose tests take tens of seconds (JVMs, chaos runs, subprocess pipelines) first, so the
+# pass ends on short ones. A stable sort by module: a module's tests stay together, in order.
+
+LONG_FIRST = (
+    "tests/spark/test_cluster.py",  # a standalone Spark cluster: a master and two workers
+    "tests/spark/",
+    "tests/chaos/",
+    "tests/release/",
+    "tests/cli/",
+    "tests/examples/",
+    "tests/typing/test_mypy_strict.py",
+)
+
+
+def _long_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((i for i, p in enumerate(LONG_FIRST) if path.startswith(p)), len(LONG_FIRST))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_long_rank)
+
+
 @pytest.fixture
 def server() -> Iterator[ServerThread]:
     """A :class:`ServerThread` on ports 0 (tcp and ws), stopped after the test."""
