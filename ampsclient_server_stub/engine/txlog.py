@@ -632,15 +632,16 @@ class Replay(Generic[S]):
             rate.sent += size if rate.kind == "bytes" else 1
 
     def advance(self, position: int) -> None:
-        """Move the position, re-pinning now and then so pruning can free old files."""
+        """Move the position and the pin with it (as a :class:`JournalCursor` does), so the
+        files the replay has passed may be removed at once. (The pin moved only every 10,000
+        records: a caught-up replay kept the files of its last 10,000 records, and a removal
+        logged them "still needed" from where the replay had started, not where it was.)"""
         self.position = position
         pin = self.pin
-        if pin is None or position - pin.index >= 10_000:
-            journal = self.journal
-            new = journal.pin(position)
-            if pin is not None:
-                journal.unpin(pin)
-            self.pin = new
+        if pin is None:
+            self.pin = self.journal.pin(position)
+        elif position > pin.index:
+            pin.index = position
 
     def close(self) -> None:
         """Stop: release the pin and any timer."""

@@ -245,6 +245,40 @@ def test_scheduled_remove_keeps_what_a_replay_needs_then_removes_it(tmp_path: Pa
         assert replay_ns(uri, topic) == list(range(first - 1, 2000))  # what is left replays
 
 
+def test_scheduled_remove_frees_the_files_a_caught_up_replay_has_passed(tmp_path: Path) -> None:
+    """A bookmark replay that keeps up and stays subscribed (issue #32's soak: one held the
+    log) needs none of the files it has read: the schedule removes them while it goes on, and
+    it gets every message, in order. Before, its pin moved only every 10,000 records, so with
+    these 2,000 records nothing was removed ("still needed from index 1")."""
+    xml = config_xml("passer", actions=action_xml("50ms", ("remove", "0s")))
+    topic = unique("passed")
+    with ServerThread(parse_config(xml, base_dir=tmp_path), fsync="never") as server:
+        journal = server.server.journal
+        runner = server.server.journal_actions
+        assert journal is not None and runner is not None
+        uri = server.uri("tcp", "json")
+        with Client(unique("sub")) as sub:
+            sub.connect(uri)
+            sub.logon(5000)
+            box = Inbox()
+            cmd = Command("subscribe").set_topic(topic).set_bookmark("0").set_sub_id("passer")
+            sub.execute_async(cmd.add_ack_type("completed").set_timeout(5000), box)
+            box.wait_ack("completed")  # from EPOCH of an empty log: it pins index 1
+            publish_all(uri, topic, 1000)
+            box.wait(lambda b: len(b.messages) >= 1000, 20.0)
+            wait_durable(server)
+            wait_until(
+                lambda: server.call(lambda: journal.first_index) > 900,
+                20,
+                "the files the replay has passed removed while it is subscribed",
+            )
+            publish_all(uri, topic, 1000)  # it goes on across the removals
+            box.wait(lambda b: len(b.messages) >= 2000, 20.0)
+            wait_until(lambda: server.call(lambda: journal.first_index) > 1900, 20, "again")
+            assert [m.json()["n"] for m in box.messages] == list(range(1000)) * 2
+            assert server.call(journal.counters)["pruned_segments"] >= 5  # several files
+
+
 @pytest.mark.integration
 def test_instances_sharing_a_directory_recover_only_their_own_files(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
