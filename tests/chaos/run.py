@@ -327,11 +327,19 @@ def run_subscriber(args: argparse.Namespace) -> int:
     def on_duplicate(message: Message) -> None:
         stats["duplicates_discarded"] += 1
 
+    def on_unrouted(message: Message) -> None:
+        # a delivery no subscription took: counted, so that a subscriber that got nothing
+        # says whether the server sent it (the 30-minute soak's sub-2 could not, issue #32)
+        if message.command == "publish":
+            stats["unrouted"] += 1
+
     client.set_duplicate_message_handler(on_duplicate)
+    client.set_last_chance_message_handler(on_unrouted)
     if args.heartbeat:
         client.set_heartbeat(args.heartbeat)
     for uri in args.uri.split(","):
         client.get_server_chooser().add(uri)
+    start_point = store.get_most_recent("s")  # where this life resumes (diagnostics)
     client.connect_and_logon()
     place_subscription(
         lambda: client.bookmark_subscribe(
@@ -348,7 +356,7 @@ def run_subscriber(args: argparse.Namespace) -> int:
             time.sleep(0.05)
     finally:
         client.close()
-        _append(adapter.fd, {"stats": dict(stats)})
+        _append(adapter.fd, {"stats": dict(stats), "from": start_point})
         adapter.close()
     return 0
 
@@ -602,6 +610,7 @@ def check(work: Path, publishers: list[str], subs: list[str], report: Report) ->
         deliveries = _deliveries(work, sub)
         report.checked += len(deliveries)
         counts = Counter(deliveries)
+        lost_any = False
         dups = [d for d, n in counts.items() if n > 1]
         report.duplicated += len(dups)
         if dups:
@@ -623,15 +632,20 @@ def check(work: Path, publishers: list[str], subs: list[str], report: Report) ->
             report.lost += len(missing)
             if missing:
                 report.problems.append(f"{sub}: lost {pub} {missing[:5]}...")
+                lost_any = True
         wrong = sorted(d for d in counts if d in refused)
         report.refused_delivered += len(wrong)
         if wrong:
             report.problems.append(f"{sub}: delivered although refused: {wrong[:5]}")
+        last_stats: dict[str, Any] | None = None
         for line in iter_lines(work / f"{sub}.ledger"):
             if "stats" in line:
+                last_stats = line
                 report.duplicates_discarded += int(line["stats"].get("duplicates_discarded", 0))
                 if line["stats"].get("unpaired"):
                     report.problems.append(f"{sub}: unpaired ledger writes")
+        if lost_any and last_stats is not None:  # its last life: what it got, from where
+            report.problems.append(f"{sub}: last life {json.dumps(last_stats)}")
 
 
 def orchestrate(args: argparse.Namespace) -> Report:
