@@ -479,6 +479,8 @@ class QueueEngine:
         if result.expired:
             self._expired(queue, result.expired, journaled=True)  # letters before the removals
         removed = result.removed
+        if result.deferred:  # not here yet: journaled too, so the acknowledgement replicates
+            removed = removed + result.deferred  # (to the owner) and survives a restart
         if early or removed != bookmarks:
             joined = None  # (the journal gets what was removed; usually all, as they came)
         try:
@@ -487,6 +489,9 @@ class QueueEngine:
             )
         except OSError as exc:  # (only if another append filled the buffer meanwhile)
             raise self._refused(exc) from exc
+        if index is not None:
+            for bookmark in result.deferred:
+                queue.deferred_index[bookmark] = index
         self.pump(queue)
         if self._timed:  # (no queue has a lease period or an expiration: nothing to arm)
             self._arm()
@@ -538,13 +543,18 @@ class QueueEngine:
         queue_sow_and_subscribe(self, conn, hdr, matcher, sub, replaced)
 
     def in_journal(self, bookmark: str) -> bool:
-        """The transaction log holds the message ``bookmark`` (or it is not ours)."""
+        """The message ``bookmark`` reached the transaction log (or it is not ours): it is
+        there, or its publisher's sequence is past it (journaled, then pruned)."""
         pid, _, rest = bookmark.partition("|")
         seq = rest.partition("|")[0]
         try:
-            return self._journal.find_bookmark(int(pid), int(seq)) is not None
+            publisher, sequence = int(pid), int(seq)
         except ValueError:
             return True  # not a bookmark of this log: never deferred
+        journal = self._journal
+        if sequence <= journal.last_sequence(publisher):
+            return True
+        return journal.find_bookmark(publisher, sequence) is not None
 
     # ------------------------------------------------------------------ delivery
 
@@ -678,9 +688,10 @@ class QueueEngine:
 
     def _refresh_points(self) -> bool:
         """Recompute each queue's ack point (the journal index of its oldest message, or
-        the end of the log when it is empty; never past what is durable) and move the
-        journal pin there; ``True`` when a point was held back by durability. Needs the
-        journal open."""
+        the end of the log when it is empty; of a replicated queue, never past the record
+        of an acknowledgement still waiting for its message, nor of a pending transfer;
+        never past what is durable) and move the journal pin there; ``True`` when a point
+        was held back by durability. Needs the journal open."""
         journal = self._journal
         limit = journal.durable_index + 1
         points: dict[str, int] = {}
@@ -695,6 +706,14 @@ class QueueEngine:
                 # (not found: a bookmark of another log; keep the last point)
                 point = found if found is not None else self._points.get(key, point)
             replica = self.replica_of(queue) if self.replica is not None else None
+            if queue.deferred_index:
+                deferred = queue.deferred
+                for bookmark in [b for b in queue.deferred_index if b not in deferred]:
+                    del queue.deferred_index[bookmark]  # applied or forgotten since
+                if queue.deferred_index and replica is not None:
+                    # an ack that came before its message (from a consumer that failed over,
+                    # or replicated): its record stays for a restart until the message comes
+                    point = min(point, min(queue.deferred_index.values()))
             if replica is not None:
                 pending = replica.oldest_pending_index(queue)
                 if pending is not None:

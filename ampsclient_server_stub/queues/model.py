@@ -113,6 +113,9 @@ class Queue:
         """Leases outstanding (at-most-once: backlog slots held)."""
         self.deferred: dict[str, float] = {}
         """Acks of messages not in the queue yet: bookmark -> when to forget it."""
+        self.deferred_index: dict[str, int] = {}
+        """The journal index of a deferred ack's record (``queues.ack`` stays at or before
+        it while the ack waits, so a restart rebuilds it); stale entries are dropped there."""
         self._lease_heap: list[tuple[float, int, QueueMessage]] = []
         self._expiry_heap: list[tuple[float, int, QueueMessage]] = []
         self.remote = 0

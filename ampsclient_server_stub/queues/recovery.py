@@ -4,7 +4,8 @@ journal from the queue's ack point and hands each record to :class:`Replay`).
 A record of an underlying topic (a name or a regular expression) that passes the queue's
 ``Filter`` enters the queue again (or waits, beyond ``TargetQueueDepth``), with its own
 expiration (``queues.expiration``); a journaled removal (a ``sow_delete`` on the queue topic
-marked ``queue``) takes its bookmarks out again.
+marked ``queue``) takes its bookmarks out again, or, for a message not journaled before it
+(an acknowledgement that arrived first), is a deferred acknowledgement again.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Replay:
         self._predicate = compile_filter(cfg.filter) if cfg.filter else None
         self._expiry = expiry if cfg.expiration_model != "queue" else None
         self._inactive = inactive
+        self._journal: Journal | None = None
         self.enqueued = 0
         """Messages that entered the queue (or wait to)."""
         self.removed = 0
@@ -62,6 +64,11 @@ class Replay:
                         inactive is not None and inactive.remove(bookmark)
                     ):
                         self.removed += 1
+                    elif self._arrives_later(bookmark, record.index):
+                        # acknowledged before its message arrived here: deferred again
+                        until = record.timestamp / 1e6 + queue.config.deferred_ack_expiration
+                        queue.deferred[bookmark] = until
+                        queue.deferred_index[bookmark] = record.index
             return
         topic = record.topic
         if topic not in self._names and not any(m.matches(topic) for m in self._regexes):
@@ -86,9 +93,25 @@ class Replay:
         if entered:
             self.enqueued += 1
 
+    def _arrives_later(self, bookmark: str, index: int) -> bool:
+        """The message ``bookmark`` was not journaled here before the record at ``index``
+        (it comes later in the log, or has not arrived at all); one journaled before, since
+        pruned, was (its publisher's sequence is past it)."""
+        journal = self._journal
+        pid, _, rest = bookmark.partition("|")
+        try:
+            publisher, sequence = int(pid), int(rest.partition("|")[0])
+        except ValueError:
+            return False  # not a bookmark of this log
+        found = journal.find_bookmark(publisher, sequence) if journal is not None else None
+        if found is not None:
+            return found > index
+        return journal is not None and sequence > journal.last_sequence(publisher)
+
     def scan(self, journal: Journal, position: int, replica: ReplicatedQueues | None) -> None:
         """Apply the records of ``journal`` from ``position`` to its end (``replica``: each
         one's ownership too)."""
+        self._journal = journal
         queue = self._queue
         while position <= journal.last_index:
             batch = journal.read(position, max_records=4096)

@@ -380,13 +380,13 @@ class ReplicatedQueues:
                     queue.counters["transferred_in"] += gained
                     touched.add(queue)
                 elif "queue" in fields:
-                    self._remote_acks(queue, bookmarks, now)
+                    self._remote_acks(queue, bookmarks, now, index)
                     touched.add(queue)
         self._cursor = max(self._cursor, position)
         for queue in touched:
             engine.pump(queue)
 
-    def _remote_acks(self, queue: Queue, bookmarks: list[str], now: float) -> None:
+    def _remote_acks(self, queue: Queue, bookmarks: list[str], now: float, index: int) -> None:
         expiry = now + queue.config.deferred_ack_expiration
         inactive = self._engine.inactive.get(queue.name) if self._engine.inactive else None
         for bookmark in bookmarks:
@@ -397,6 +397,7 @@ class ReplicatedQueues:
                 pass  # still waiting here (TargetQueueDepth): it never becomes active
             elif queue.remove(bookmark) is None and not self._engine.in_journal(bookmark):
                 queue.deferred[bookmark] = expiry  # acknowledged before it arrived here
+                queue.deferred_index[bookmark] = index  # (its record: kept for a restart)
             self._requested.pop(bookmark, None)
 
     # ------------------------------------------------------------------ requests and grants
