@@ -334,8 +334,7 @@ def _parse(
                 f"{label}: <Filter> is only valid for a view over a single underlying topic",
             )
         check_compiles(first_child(elem, "Filter"), filter_text, label, fail, compile_filter)
-    if not joins:
-        _check_opaque_parts(elem, label, types[0], projection, grouping, filter_text, fail)
+    _check_opaque_parts(elem, label, (names, types), projection, grouping, filter_text, fail)
     conflation = (one_text(elem, "Conflation", fail) or "none").lower()
     if conflation not in ("none", "inline"):
         fail(
@@ -369,24 +368,54 @@ _SWITCH: Final = {"enabled": True, "true": True, "disabled": False, "false": Fal
 def _check_opaque_parts(
     elem: ET.Element,
     label: str,
-    underlying_type: str,
+    topics: tuple[Sequence[str], Sequence[str]],
     projection: Sequence[Field],
     grouping: Sequence[str],
     filter_text: str | None,
     fail: Fail,
 ) -> None:
     """Over a composite-local topic nothing reads inside a binary part or the unparsed payload
-    (it is opaque): a projected field may copy such a part whole (``/2``), no more."""
-    from ..engine.wire import opaque_filter_refusal
-
+    (it is opaque): a projected field may copy such a part whole (``/2``, ``[topic].[/2]``), no
+    more. ``topics``: the view's underlying topics' names and types (several: a join, whose
+    fields name their topic, ``[topic].[/path]``)."""
     checks = [(f.expression, f.aggregate is None, "Projection") for f in projection]
     checks += [(g, False, "Grouping") for g in grouping]
     if filter_text is not None:
         checks.append((filter_text, False, "Filter"))
     for text, whole, tag in checks:
-        opaque = opaque_filter_refusal(underlying_type, text, whole_part=whole)
+        opaque = _opaque_refusal(text, topics, whole_part=whole)
         if opaque is not None:
             fail(first_child(elem, tag), f"{label}: <{tag}>: {opaque}")
+
+
+def _opaque_refusal(
+    text: str, topics: tuple[Sequence[str], Sequence[str]], *, whole_part: bool
+) -> str | None:
+    """Why the expression ``text`` of a view over ``topics`` (names, types) reads inside an
+    opaque part of a composite-local topic (``whole_part``: a bare path of a whole part is a
+    copy, allowed); ``None``: it does not."""
+    from ..engine.composite_codec import opaque_part_refusal
+    from ..engine.filter_syntax import Path, identifiers, parse_filter
+
+    names, types = topics
+    if not any((c := composite_type(t)) is not None and c.local for t in types):
+        return None
+    joined = len(names) > 1
+    source = qualify(text, names, types) if joined or _QUALIFIED.search(text) else text
+    node = parse_filter(source)
+    if whole_part and isinstance(node, Path) and len(node.steps) == 1 + joined:
+        return None
+    for steps in identifiers(node):
+        index = 0
+        if joined:  # /<topic's position>/<path in the topic's record>
+            if not steps or not str(steps[0]).isdigit() or int(steps[0]) >= len(types):
+                continue
+            index, steps = int(steps[0]), steps[1:]
+        ctype = composite_type(types[index])
+        refusal = None if ctype is None else opaque_part_refusal(ctype, steps)
+        if refusal is not None:
+            return f"[{names[index]}]: {refusal}"
+    return None
 
 
 def _check_shape(
@@ -487,6 +516,10 @@ def _joins(
             kind = _resolve(join, label, known, topic, match[f"{side}mt"], None, fail)
             sides.append((topic, kind))
             paths.append(match[f"{side}path"] or match[f"{side}upath"])
+        for (topic, kind), path in zip(sides, paths, strict=True):
+            opaque = _opaque_refusal(path, ((topic,), (kind,)), whole_part=False)
+            if opaque is not None:
+                fail(join, f"{label}: <Join> {text!r}: {opaque}")
         if sides[0] == sides[1]:
             fail(
                 join,

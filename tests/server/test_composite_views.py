@@ -309,3 +309,54 @@ def test_nothing_reads_inside_a_binary_part(
             query(c, "orders", options)
     with pytest.raises(ConfigError, match=r"view 'by-sym'.*is opaque"):
         parse_config(config(view), base_dir=tmp_path)
+
+
+JOINED = """
+    <Topic><Name>desks</Name><MessageType>json</MessageType><Key>/sym</Key></Topic>
+    <View><Name>per-desk</Name><MessageType>json</MessageType>
+      <UnderlyingTopic><Join>[orders].[/0/sym] = [desks].[/sym]</Join></UnderlyingTopic>
+      <Projection><Field>[desks].[/desk] AS /desk</Field>
+        <Field>COUNT([orders].[/0/id]) AS /n</Field></Projection>
+      <Grouping><Field>[orders].[/0/sym]</Field></Grouping></View>"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "tag", "path"),
+    [
+        ("[orders].[/0/sym] =", "[orders].[/2/x] =", "Join", "/2/x"),
+        ("[orders].[/0/sym] =", "[orders].[/2] =", "Join", "/2"),
+        ("[orders].[/0/sym] =", "[orders].[/3] =", "Join", "/3"),
+        ("COUNT([orders].[/0/id])", "COUNT([orders].[/2])", "Projection", "/2"),
+        ("[desks].[/desk] AS /desk", "[orders].[/2/x] AS /desk", "Projection", "/2/x"),
+        ("<Field>[orders].[/0/sym]</Field>", "<Field>[orders].[/2]</Field>", "Grouping", "/2"),
+    ],
+    ids=["join-inside", "join-whole", "join-payload", "count", "inside", "grouping"],
+)
+def test_nothing_in_a_join_reads_a_binary_part(
+    tmp_path: Path, old: str, new: str, tag: str, path: str
+) -> None:
+    """A view over several topics reads no binary part of a composite-local one either (its
+    ``<Join>`` compared the part's Python representation, a field inside it as NULL): refused
+    at start-up, naming the view, the element, the topic and the path."""
+    parse_config(config(JOINED), base_dir=tmp_path)  # the view as it is: accepted
+    view = JOINED.replace(old, new, 1)
+    assert view != JOINED
+    why = rf"view 'per-desk': <{tag}>.*\[orders\].*'{path}'.*is opaque"
+    with pytest.raises(ConfigError, match=why):
+        parse_config(config(view), base_dir=tmp_path)
+
+
+def test_a_single_topic_view_names_its_topic_and_reads_no_binary_part(tmp_path: Path) -> None:
+    """A view over one topic may name it (``[orders].[/0/sym]``, as a join does): accepted,
+    and refused by name when the field reads inside the binary part (it raised the filter
+    parser's error, not a ``ConfigError``)."""
+    named = VIEWS.replace(
+        "<Field>/0/sym</Field><Field>COUNT",
+        "<Field>[orders].[/0/sym] AS /0/sym</Field><Field>COUNT",
+        1,
+    )
+    assert named != VIEWS
+    parse_config(config(named), base_dir=tmp_path)
+    inside = VIEWS.replace("<Field>/2</Field>", "<Field>[orders].[/2/x] AS /0/x</Field>", 1)
+    with pytest.raises(ConfigError, match=r"view 'by-sym': <Projection>: \[orders\]: '/2/x'"):
+        parse_config(config(inside), base_dir=tmp_path)
