@@ -334,7 +334,7 @@ def _parse(
                 f"{label}: <Filter> is only valid for a view over a single underlying topic",
             )
         check_compiles(first_child(elem, "Filter"), filter_text, label, fail, compile_filter)
-    _check_opaque_parts(elem, label, (names, types), projection, grouping, filter_text, fail)
+    _check_opaque_parts(elem, label, (names, types), mt, projection, grouping, filter_text, fail)
     conflation = (one_text(elem, "Conflation", fail) or "none").lower()
     if conflation not in ("none", "inline"):
         fail(
@@ -369,16 +369,21 @@ def _check_opaque_parts(
     elem: ET.Element,
     label: str,
     topics: tuple[Sequence[str], Sequence[str]],
+    mt: str,
     projection: Sequence[Field],
     grouping: Sequence[str],
     filter_text: str | None,
     fail: Fail,
 ) -> None:
     """Over a composite-local topic nothing reads inside a binary part or the unparsed payload
-    (it is opaque): a projected field may copy such a part whole (``/2``, ``[topic].[/2]``), no
-    more. ``topics``: the view's underlying topics' names and types (several: a join, whose
-    fields name their topic, ``[topic].[/path]``)."""
-    checks = [(f.expression, f.aggregate is None, "Projection") for f in projection]
+    (it is opaque): a projected field may copy such a part whole (``/2``, ``[topic].[/2]``)
+    into a binary part (or the unparsed payload) of the view's composite-local type ``mt``, no
+    more (a part of another type cannot hold it). ``topics``: the view's underlying topics'
+    names and types (several: a join, whose fields name their topic, ``[topic].[/path]``)."""
+    checks = [
+        (f.expression, f.aggregate is None and _opaque_slot(mt, f.path), "Projection")
+        for f in projection
+    ]
     checks += [(g, False, "Grouping") for g in grouping]
     if filter_text is not None:
         checks.append((filter_text, False, "Filter"))
@@ -386,6 +391,19 @@ def _check_opaque_parts(
         opaque = _opaque_refusal(text, topics, whole_part=whole)
         if opaque is not None:
             fail(first_child(elem, tag), f"{label}: <{tag}>: {opaque}")
+
+
+def _opaque_slot(mt: str, path: str) -> bool:
+    """Whether ``path`` of a record of type ``mt`` is a whole binary part or the unparsed
+    payload of a composite-local type (where a copy of an opaque part can go)."""
+    ctype = composite_type(mt)
+    step = path.strip("/")
+    if ctype is None or not ctype.local or not step.isdigit():
+        return False
+    index = int(step)
+    return index == len(ctype.parts) or (
+        index < len(ctype.parts) and ctype.parts[index] == "binary"
+    )
 
 
 def _opaque_refusal(

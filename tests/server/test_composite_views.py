@@ -360,3 +360,23 @@ def test_a_single_topic_view_names_its_topic_and_reads_no_binary_part(tmp_path: 
     inside = VIEWS.replace("<Field>/2</Field>", "<Field>[orders].[/2/x] AS /0/x</Field>", 1)
     with pytest.raises(ConfigError, match=r"view 'by-sym': <Projection>: \[orders\]: '/2/x'"):
         parse_config(config(inside), base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("view", "name"),
+    [
+        (JOINED.replace("[desks].[/desk] AS /desk", "[orders].[/2] AS /img", 1), "per-desk"),
+        (
+            VIEWS.replace("<Field>/2</Field>", "<Field>/2 AS /0/img</Field>", 1),
+            "by-sym",
+        ),
+    ],
+    ids=["json-view-of-a-join", "json-part"],
+)
+def test_a_binary_part_is_copied_whole_only_into_a_binary_part(
+    tmp_path: Path, view: str, name: str
+) -> None:
+    """A part of another type cannot hold an opaque part: the view was accepted and then wrote
+    no record ("cannot encode document as json: ... OpaquePart")."""
+    with pytest.raises(ConfigError, match=rf"view '{name}': <Projection>: \[orders\]: '/2'"):
+        parse_config(config(view), base_dir=tmp_path)
