@@ -53,6 +53,7 @@ __all__ = [
     "define_composite",
     "encode_composite",
     "opaque_part_refusal",
+    "opaque_slot",
     "split_composite",
     "stats_ack_refusal",
 ]
@@ -297,6 +298,16 @@ def composite_record_refusal(ctype: CompositeType, paths: Sequence[str]) -> str 
                     f"/{index}/Root/name (the same Root for every field)"
                 )
     return None
+
+
+def opaque_slot(ctype: CompositeType | None, path: str) -> bool:
+    """Whether ``path`` of a record of type ``ctype`` is a whole binary part or the unparsed
+    payload of a composite-local type: the only place a copy of an opaque part can go."""
+    step = path.strip("/")
+    if ctype is None or not ctype.local or not step.isdigit():
+        return False
+    index, parts = int(step), ctype.parts
+    return index == len(parts) or (index < len(parts) and parts[index] == "binary")
 
 
 def opaque_part_refusal(ctype: CompositeType, steps: Sequence[str | int]) -> str | None:

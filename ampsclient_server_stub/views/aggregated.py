@@ -28,7 +28,7 @@ from typing import Any
 
 from ampsclient.protocol.header import Header, encode_header
 
-from ..engine.composite_codec import composite_record_refusal, composite_type
+from ..engine.composite_codec import composite_record_refusal, composite_type, opaque_slot
 from ..engine.filters import compile_expression
 from ..engine.payload import encode
 from ..engine.query_options import query_options
@@ -206,7 +206,7 @@ class Aggregated:
         grouping = _grouping(grouping_text)
         if ctype is not None:  # nothing reads inside an opaque part (a copy of one whole may)
             for field in projection:
-                whole = field.aggregate is None
+                whole = field.aggregate is None and opaque_slot(ctype, field.path)
                 opaque = opaque_filter_refusal(sow.message_type, field.expression, whole_part=whole)
                 if opaque is not None:
                     raise CommandFailure("invalid options", f"projection: {opaque}")

@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
-from ..engine.composite_codec import composite_record_refusal, composite_type
+from ..engine.composite_codec import composite_record_refusal, composite_type, opaque_slot
 from .fields import (
     ANY_AGGREGATE,
     Fail,
@@ -381,7 +381,11 @@ def _check_opaque_parts(
     more (a part of another type cannot hold it). ``topics``: the view's underlying topics'
     names and types (several: a join, whose fields name their topic, ``[topic].[/path]``)."""
     checks = [
-        (f.expression, f.aggregate is None and _opaque_slot(mt, f.path), "Projection")
+        (
+            f.expression,
+            f.aggregate is None and opaque_slot(composite_type(mt), f.path),
+            "Projection",
+        )
         for f in projection
     ]
     checks += [(g, False, "Grouping") for g in grouping]
@@ -391,19 +395,6 @@ def _check_opaque_parts(
         opaque = _opaque_refusal(text, topics, whole_part=whole)
         if opaque is not None:
             fail(first_child(elem, tag), f"{label}: <{tag}>: {opaque}")
-
-
-def _opaque_slot(mt: str, path: str) -> bool:
-    """Whether ``path`` of a record of type ``mt`` is a whole binary part or the unparsed
-    payload of a composite-local type (where a copy of an opaque part can go)."""
-    ctype = composite_type(mt)
-    step = path.strip("/")
-    if ctype is None or not ctype.local or not step.isdigit():
-        return False
-    index = int(step)
-    return index == len(ctype.parts) or (
-        index < len(ctype.parts) and ctype.parts[index] == "binary"
-    )
 
 
 def _opaque_refusal(

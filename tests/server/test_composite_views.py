@@ -380,3 +380,14 @@ def test_a_binary_part_is_copied_whole_only_into_a_binary_part(
     no record ("cannot encode document as json: ... OpaquePart")."""
     with pytest.raises(ConfigError, match=rf"view '{name}': <Projection>: \[orders\]: '/2'"):
         parse_config(config(view), base_dir=tmp_path)
+
+
+def test_an_aggregated_query_copies_a_binary_part_only_into_one(server: ServerThread) -> None:
+    """``/2 AS /0/img``: refused with ``invalid options`` (the query's handler failed encoding
+    the record); ``/2`` (above) is the accepted copy."""
+    with client(server, LOCAL) as c:
+        c.publish("orders", order(1, "A", 5, b"\x00img"))
+        c.flush(5000)
+        with pytest.raises(InvalidOptionsException, match=r"'/2'.*opaque"):
+            query(c, "orders", "projection=[/0/sym,/2 AS /0/img],grouping=[/0/sym]")
+        assert len(query(c, "orders", "projection=[/0/sym,/2],grouping=[/0/sym]")) == 1
