@@ -688,10 +688,10 @@ class QueueEngine:
 
     def _refresh_points(self) -> bool:
         """Recompute each queue's ack point (the journal index of its oldest message, or
-        the end of the log when it is empty; of a replicated queue, never past the record
-        of an acknowledgement still waiting for its message, nor of a pending transfer;
-        never past what is durable) and move the journal pin there; ``True`` when a point
-        was held back by durability. Needs the journal open."""
+        the end of the log when it is empty; never past the record of an acknowledgement
+        that came before its message (:meth:`_deferred_point`), nor, of a replicated queue,
+        of a pending transfer; never past what is durable) and move the journal pin there;
+        ``True`` when a point was held back by durability. Needs the journal open."""
         journal = self._journal
         limit = journal.durable_index + 1
         points: dict[str, int] = {}
@@ -707,13 +707,7 @@ class QueueEngine:
                 point = found if found is not None else self._points.get(key, point)
             replica = self.replica_of(queue) if self.replica is not None else None
             if queue.deferred_index:
-                deferred = queue.deferred
-                for bookmark in [b for b in queue.deferred_index if b not in deferred]:
-                    del queue.deferred_index[bookmark]  # applied or forgotten since
-                if queue.deferred_index and replica is not None:
-                    # an ack that came before its message (from a consumer that failed over,
-                    # or replicated): its record stays for a restart until the message comes
-                    point = min(point, min(queue.deferred_index.values()))
+                point = self._deferred_point(queue, point)
             if replica is not None:
                 pending = replica.oldest_pending_index(queue)
                 if pending is not None:
@@ -726,6 +720,29 @@ class QueueEngine:
         self._pin = journal.pin(low) if low is not None else None
         if old is not None:
             journal.unpin(old)
+        return held
+
+    def _deferred_point(self, queue: Queue, point: int) -> int:
+        """``point`` held at the record of an acknowledgement that came before its message
+        (a consumer's ack replayed after a restart, its message republished later; or
+        replicated): until the message comes, and once it came and the ack was applied,
+        until ``point`` is past the message's record too. A restart from between the two
+        records would enqueue the message again, with no removal after it (the removal
+        happened in memory when it arrived)."""
+        journal = self._journal
+        deferred = queue.deferred
+        held = point
+        for bookmark, index in list(queue.deferred_index.items()):
+            if bookmark not in deferred:  # applied since (an expired one is dropped by tick)
+                pid, _, rest = bookmark.partition("|")
+                try:
+                    found = journal.find_bookmark(int(pid), int(rest.partition("|")[0]))
+                except ValueError:
+                    found = None
+                if found is None or found < point:  # the point is past its message
+                    del queue.deferred_index[bookmark]
+                    continue
+            held = min(held, index)
         return held
 
     def _write_points(self) -> None:

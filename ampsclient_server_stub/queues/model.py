@@ -704,6 +704,7 @@ class Queue:
         if self.deferred:
             for bookmark in [b for b, when in self.deferred.items() if when <= now]:
                 del self.deferred[bookmark]
+                self.deferred_index.pop(bookmark, None)  # (its record holds nothing now)
         return expired, returned
 
     def next_deadline(self) -> float | None:

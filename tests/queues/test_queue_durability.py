@@ -6,6 +6,7 @@ once the journaled acknowledgement is durable."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,5 +147,61 @@ def test_graceful_restart_and_lost_ack_point(tmp_path: Path) -> None:
             assert [n for _, n in c.take(8)] == list(range(4, 12))
             c.close()
             server.kill()
+    finally:
+        server.kill()
+
+
+def _publish(server: ServerProcess, name: str, seq: int, n: int) -> None:
+    """Publish ``{"n": n}`` as sequence ``seq`` of client ``name``; wait for its persisted ack."""
+    with RawClient(server.tcp_port) as raw:
+        raw.logon(name)
+        raw.send(
+            {"c": "p", "t": "orders", "a": "persisted", "s": seq}, json.dumps({"n": n}).encode()
+        )
+        raw.recv_until(lambda h: h.get("a") == "persisted" and int(h.get("s", 0)) >= seq)
+
+
+def _ack_point(path: Path) -> int:
+    try:
+        return int(json.loads(path.read_text()).get("json/work", 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def test_kill_9_after_an_early_ack_was_applied(tmp_path: Path) -> None:
+    """An ack that came before its message (a consumer's replayed ack after a restart, its
+    message republished later) is applied when the message arrives; the ack point written
+    between the two records must not let a restart re-enqueue the message (30-minute soak:
+    10 messages redelivered after their acks were persisted in a 2-second server life)."""
+    config = tmp_path / "queues.xml"
+    config.write_text(QUEUE_XML)
+    server = ServerProcess(data_dir=tmp_path / "data", config=config, name="Q")
+    ack_file = tmp_path / "data" / "journal" / "Q.queues.ack"
+    server.start()
+    try:
+        _publish(server, "pub", 1, 0)  # record 1
+        c = RawConsumer(server, "w")
+        c.subscribe(10)
+        [(bm0, _)] = c.take(1)
+        pid, seq, *rest = bm0.split("|")
+        assert seq == "1"
+        early = "|".join([pid, "2", *rest])  # the bookmark sequence 2 of 'pub' will have
+        c.ack_durably([early])  # record 2: deferred, its message not journaled yet
+        c.ack_durably([bm0])  # record 3: the queue is empty now
+        deadline = time.monotonic() + 30.0
+        while _ack_point(ack_file) < 2:  # written at most once a second
+            assert time.monotonic() < deadline, "queues.ack not written"
+            time.sleep(0.05)
+        _publish(server, "pub", 2, 1)  # record 4: acknowledged already, never delivered
+        _publish(server, "pub", 3, 2)  # the marker
+        assert c.take(2)[1][1] == 2
+        server.kill()  # kill -9
+        c.close()
+
+        server.start()
+        c = RawConsumer(server, "w")
+        c.subscribe(10)
+        assert [n for _, n in c.take(1)] == [2]  # the marker only: message 1 stays acked
+        c.close()
     finally:
         server.kill()
