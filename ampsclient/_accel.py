@@ -32,7 +32,7 @@ import functools
 import os
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 __all__ = [
     "LAYOUT",
@@ -194,6 +194,8 @@ SPEEDUPS: bool = deliver is not None
 """``True`` when the C speedups are in use."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def py_lane_method(attr: str, method: _F) -> _F:
@@ -213,7 +215,7 @@ def py_lane_method(attr: str, method: _F) -> _F:
     return call  # type: ignore[return-value]
 
 
-class PyRelay:
+class PyRelay(Generic[_P, _R]):
     """``call(*args, **kwargs)`` calls :attr:`target`, which the relay's owner may change.
 
     The twin of the C ``Relay``. An object that hands out a lane which must follow a later
@@ -224,12 +226,12 @@ class PyRelay:
 
     __slots__ = ("target",)
 
-    def __init__(self, target: Callable[..., Any]) -> None:
+    def __init__(self, target: Callable[_P, _R]) -> None:
         self.target = target
         """What :meth:`call` calls."""
 
-    def call(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the target with these arguments."""
+    def call(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """Call the target with these arguments (the target's own signature)."""
         return self.target(*args, **kwargs)
 
 
