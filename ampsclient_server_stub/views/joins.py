@@ -165,14 +165,7 @@ class JoinRows:
             return self._change_rooted(side, key, doc)
         inner = self._inner
         linked = set() if inner else self._linked(side, key)  # (before the change)
-        if doc is None:
-            self._docs[side].pop(key, None)
-            for own, _other in self._sides[side]:
-                own.drop(key)
-        else:
-            self._docs[side][key] = doc
-            for own, _other in self._sides[side]:
-                own.put(key, doc)
+        self._store(side, key, doc)
         if inner:  # only the rows that hold the record change
             before = dict(self._of.get((side, key), {}))
             rows = self._rows_with(side, key) if doc is not None else {}
@@ -183,34 +176,16 @@ class JoinRows:
                 before |= self._of.get(record, {})
             docs = self._docs
             rows = self._evaluate({(t, k) for t, k in linked if k in docs[t]})
-        gone = [row for row in before if row not in rows]
-        for row in gone:
-            self._forget(row)
-        now: dict[Row, Any] = {}
-        for row in rows:
-            if row not in self._rows:
-                self._rows[row] = None
-                for n, k in enumerate(row):
-                    if k is not None:
-                        self._of.setdefault((n, k), {})[row] = None
-            now[row] = self._doc(row)
-        return gone, now
+        return self._settle(before, rows)
 
     def _change_rooted(self, side: int, key: str, doc: Any) -> tuple[list[Row], dict[Row, Any]]:
         first = self._first
         roots: set[str] = {row[first] for row in self._of.get((side, key), {})}  # type: ignore[misc]
         adding = [step for step in self._steps if step.new.topic == side]
         values = {step.new.values.get(key) for step in adding}
-        if doc is None:
-            self._docs[side].pop(key, None)
-            for own, _other in self._sides[side]:
-                own.drop(key)
-        else:
-            self._docs[side][key] = doc
-            for own, _other in self._sides[side]:
-                own.put(key, doc)
-            if side == first:
-                roots.add(key)
+        self._store(side, key, doc)
+        if doc is not None and side == first:
+            roots.add(key)
         values |= {step.new.values.get(key) for step in adding}
         for step in adding:  # (rows that may gain or lose this record as a partner)
             acc = step.acc
@@ -227,6 +202,25 @@ class JoinRows:
             before |= self._of.get((first, root), {})
             if root in docs:
                 rows |= self._grow(root)
+        return self._settle(before, rows)
+
+    def _store(self, side: int, key: str, doc: Any) -> None:
+        """Record ``key`` of topic ``side`` is now ``doc`` (``None``: gone), in the documents
+        and in the join value index of every side of that topic."""
+        if doc is None:
+            self._docs[side].pop(key, None)
+            for own, _other in self._sides[side]:
+                own.drop(key)
+        else:
+            self._docs[side][key] = doc
+            for own, _other in self._sides[side]:
+                own.put(key, doc)
+
+    def _settle(
+        self, before: dict[Row, None], rows: dict[Row, None]
+    ) -> tuple[list[Row], dict[Row, Any]]:
+        """The rows a change recomputed were ``before`` and are ``rows`` now: forget those that
+        left, index the new ones; ``(rows that left, rows that are with their documents)``."""
         gone = [row for row in before if row not in rows]
         for row in gone:
             self._forget(row)
