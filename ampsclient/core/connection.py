@@ -787,6 +787,12 @@ class ClientCore:
         if pending.name == "logon":
             self._logon_acked(pending, message)
             return
+        if message.status == "failure" and pending.stream is not None and not pending.wants_ack:
+            # the server failed a command it had acknowledged (the reference server's sow
+            # handler raising after its processed ack): its stream ends with the error, or
+            # it waits forever for an end that never comes (the command timeout is over)
+            self.forget(pending, error_for_reason(message.reason, ack=message))
+            return
         outcome = ack_outcome(pending, message.ack_type)
         pending.seen |= message.ack_type & pending.terminal
         if outcome.resolves:
