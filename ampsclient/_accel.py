@@ -98,7 +98,8 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
         "segment_log.map_size": "map_size",
         "segment_log.segment_size": "segment_size",
         "segment_log.write_gen": "write_gen",
-        # AsyncClient instance attributes the publish lanes read or call
+        # ampsclient.writer.FrameWriter (an AsyncClient's writer, ``client._wiring.writer``):
+        # the attributes and slots the publish lanes, built on it, read or call
         "client.pub_prefix": "_pub_prefix",
         "client.enqueue": "_enqueue",
         "client.wake": "_wake",
@@ -109,7 +110,7 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
         "client.outq": "_outq",
         "client.caller_writes": "_caller_writes",
         "client.caller_write": "write_from_caller",
-        # an AsyncClient's publish gate, which the AsyncHAClient holding it drives (PublishLane)
+        # the writer's publish gate, which the AsyncHAClient holding its client drives (PublishLane)
         "ha_client.pub_lock": "_pub_lock",
         "ha_client.seq_suffix": "_seq_suffix",
         "ha_client.can_send": "_can_send",
@@ -142,7 +143,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "StoreLock.release": "_thread.LockType.release",
         "StoreLock.locked": "_thread.LockType.locked",
         "PublishLane.publish": "ampsclient.ha.client.AsyncHAClient.publish",
-        "PlainPublishLane.publish": "ampsclient.client.AsyncClient.publish",
+        "PlainPublishLane.publish": "ampsclient.writer.FrameWriter.publish",
         "LaneMethod": "ampsclient._accel.py_lane_method",
         "Relay.call": "ampsclient._accel.PyRelay.call",
     }

@@ -7,7 +7,11 @@ writes what the core queues, and acts on the events the core gives back
 (:mod:`ampsclient.core.event_types`: it resolves the futures of awaited commands, ends
 streams, closes a silent connection, tells the listeners). It is the one
 asyncio implementation; :class:`ampsclient.Client` drives it from synchronous code on a
-background loop thread. Method names follow the official AMPS Python client; options beyond its
+background loop thread. Its parts are held, not inherited: the core, the
+:class:`~ampsclient.writer.FrameWriter` (the write queue, publish batching and the publish
+gate), and the :class:`~ampsclient.wiring.Wiring` the objects that hold a client (the HA
+client, the sync facade) drive it through, so its public face is the user API alone.
+Method names follow the official AMPS Python client; options beyond its
 positional parameters are keyword-only. Timeouts named ``timeout`` are in **milliseconds**
 (``0`` = no limit), as in the official client.
 
@@ -25,10 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import inspect
 import logging
 import ssl
-import types
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
@@ -65,7 +67,8 @@ from .protocol.message import Message
 from .stream import MessageStream
 from .transport.factory import open_transport
 from .uri import URI, parse_uri
-from .writer import PUBLISHED, FrameWriter
+from .wiring import Wiring
+from .writer import PUBLISHED, FrameWriter, Published
 
 __all__ = [
     "CLIENT_VERSION",
@@ -83,7 +86,7 @@ E = TypeVar("E", bound=Event)
 _T = TypeVar("_T")
 
 
-class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
+class AsyncClient(AsyncCommands, QueueAckMethods):
     """One connection to an AMPS server.
 
     Args:
@@ -95,6 +98,8 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         ssl_context: TLS settings for ``tcps://`` and ``wss://`` (see :mod:`ampsclient.tls`);
             default: verify the server against the system's CAs and check the host name.
     """
+
+    __slots__ = ("_publish_lane",)  # the lane: read at its offset (C LaneMethod)
 
     def __init__(
         self,
@@ -112,7 +117,8 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         self._logon_options = logon_options
         self._uri: URI | None = None
         self._core = ClientCore(max_frame_size=max_frame_size)
-        FrameWriter.__init__(self, self._core, lambda: self.message_type)
+        self._writer = FrameWriter(self._core, lambda: self.message_type)
+        """The write queue, back-pressure, publish batching and the publish gate."""
         self._disconnect_handler: Callable[[AsyncClient, BaseException | None], Any] | None = None
         self._state_listeners: list[Callable[[ConnectionEvent], Any]] = []
         self._heartbeat_task: asyncio.Task[None] | None = None
@@ -135,18 +141,34 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             SubscriptionPersisted: self._unrouted_ack,
             HandlerFailed: self._handler_failed,
         }
-        self.queue_acks = QueueAcks(self.send_now, self.call_later)
+        writer = self._writer
+        self.queue_acks = QueueAcks(writer.send_now, writer.call_later)
         """Queue acknowledgements: settings and pending batch (:mod:`ampsclient.acks`)."""
         self._core.message_type = bound_message_type(self.queue_acks.ack, self.queue_acks)
         self.logon_correlation_data: str | None = None
         """Sent as the logon's correlation id (``x``): how the server's logs name this logon."""
         self._plain_lane: Any = None
+        self._publish_lane: Callable[..., Published] = writer.publish
+        """What takes :meth:`publish` calls (:func:`ampsclient._accel.lane_method`): the C
+        ``PlainPublishLane``'s ``publish``, built on the writer, or the writer's Python
+        ``publish``."""
         lane = _accel.PlainPublishLane
         if lane is not None and type(self).publish is AsyncClient.publish:
-            # the C speedups do publish()'s common case and call its Python body otherwise
-            slow = types.MethodType(inspect.unwrap(AsyncClient.publish), self)
-            self._plain_lane = lane(self, slow, PUBLISHED)
+            # the C speedups do publish()'s common case and call the writer's otherwise
+            self._plain_lane = lane(writer, writer.publish, PUBLISHED)
             self._publish_lane = self._plain_lane.publish
+        self._wiring = Wiring(
+            writer=writer,
+            send_command=self._send_command,
+            new_stream=self._new_stream,
+            close_stream=self._close_stream,
+            process_events=self._process_events,
+            set_event_handler=self._set_event_handler,
+            emit_state=self._emit,
+            report=self._report,
+            abort=self._abort,
+        )
+        """The plumbing the objects holding this client drive (:mod:`ampsclient.wiring`)."""
 
     Bookmarks = Bookmarks
     """``EPOCH``, ``NOW`` and ``MOST_RECENT``."""
@@ -197,12 +219,12 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
     @property
     def connected(self) -> bool:
         """``True`` while a transport is open."""
-        return self.transport is not None
+        return self._writer.transport is not None
 
     @property
     def logged_on(self) -> bool:
         """``True`` between a successful logon and a disconnect."""
-        return self._core.state is State.LOGGED_ON and self.transport is not None
+        return self._core.state is State.LOGGED_ON and self._writer.transport is not None
 
     @property
     def message_type(self) -> str:
@@ -316,7 +338,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         """
         if observer is not None and self._plain_lane is not None:
             self._plain_lane.disable()
-        self.observer = observer
+        self._writer.observer = observer
 
     def set_heartbeat(self, interval: float, timeout: float | None = None) -> None:
         """Ask the server for heartbeats every ``interval`` seconds.
@@ -325,8 +347,8 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         ``timeout`` seconds (default ``2 * interval``). Takes effect at once when logged on.
         """
         self._core.set_heartbeat(interval, timeout)
-        if self.logged_on and self.loop is not None:
-            self.call_soon(self._start_heartbeat)
+        if self.logged_on and self._writer.loop is not None:
+            self._writer.call_soon(self._start_heartbeat)
 
     def _emit(self, state: ConnectionState, cause: BaseException | None = None) -> None:
         event = ConnectionEvent(state, self.uri, cause)
@@ -334,11 +356,11 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             try:
                 listener(event)
             except Exception as exc:
-                self.report(exc)
+                self._report(exc)
 
     # ---------------------------------------------------------------------- the core's events
 
-    def report(self, exc: BaseException) -> None:
+    def _report(self, exc: BaseException) -> None:
         """A handler the wing called raised ``exc``: log it and tell the exception listener
         at once (also for wrappers whose own handlers run application code, as the HA
         client's failed-write handler). Handlers the core calls come back as
@@ -346,7 +368,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         log.error("exception in a handler: %r", exc, exc_info=exc)
         self._handler_failed(HandlerFailed(exc))
 
-    def set_event_handler(self, kind: type[E], handler: Callable[[E], None]) -> None:
+    def _set_event_handler(self, kind: type[E], handler: Callable[[E], None]) -> None:
         """Act on the core's events of type ``kind`` with ``handler`` instead of this
         client's default (the HA client takes ``PublishPersisted`` and
         ``SubscriptionPersisted``, which a plain client gives the last-chance handler at
@@ -357,7 +379,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         if kind is SubscriptionPersisted:  # at once, in order with the deliveries (#32)
             self._core.on_sub_persisted = lambda ack: handler(SubscriptionPersisted(ack))  # type: ignore[arg-type]
 
-    def process_events(self) -> None:
+    def _process_events(self) -> None:
         """Act on every event the core queued (see :mod:`ampsclient.core.event_types`).
 
         Called after each call into the core that may queue one; an event handler that
@@ -379,13 +401,13 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         core = self._core
         core.receive_payloads(payloads)
         if core.events:  # once per read, not per message
-            self.process_events()
+            self._process_events()
 
     def _receive_data(self, data: bytes) -> None:
         core = self._core
         core.receive_data(data)  # tcp://: framed and delivered in one pass
         if core.events:
-            self.process_events()
+            self._process_events()
 
     def _logon_acked(self, event: LogonAcked) -> None:
         fut = self._logons.pop(event.cid, None)
@@ -406,7 +428,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             fut.exception()  # mark retrieved: nobody may be awaiting it any more
 
     def _heartbeat_timed_out(self, event: HeartbeatTimedOut) -> None:
-        self.abort(DisconnectedError("heartbeat timeout: the server went silent"))
+        self._abort(DisconnectedError("heartbeat timeout: the server went silent"))
 
     def _connection_lost(self, event: ConnectionLost) -> None:
         if event.by_user:  # as the official client reports a close: disconnected, shut down
@@ -420,7 +442,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             try:
                 self._disconnect_handler(self, err)
             except Exception as exc:
-                self.report(exc)
+                self._report(exc)
 
     def _unrouted_ack(self, event: PublishPersisted | SubscriptionPersisted) -> None:
         self._core.unrouted(event.ack)
@@ -433,10 +455,73 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             except Exception:
                 log.exception("exception listener failed")
 
-    def emit_state(self, state: ConnectionState, cause: BaseException | None = None) -> None:
-        """Tell the connection state listeners of ``state`` (an HA client's own steps:
-        ``PUBLISH_REPLAYED``, ``RESUBSCRIBED``)."""
-        self._emit(state, cause)
+    # -------------------------------------------------------------------------- publishing
+
+    @_accel.lane_method("_publish_lane")
+    def publish(
+        self,
+        topic: str,
+        data: str | bytes | Any,
+        expiration: int | None = None,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> Published:
+        """Publish ``data`` to ``topic`` (fire and forget). Thread-safe; not a coroutine, yet
+        ``await`` of its result works.
+
+        ``data`` may be ``bytes``, ``str``, or an object encoded for the connection's message
+        type (JSON for ``json``, msgpack for ``msgpack``). The call goes to ``_publish_lane``:
+        the writer's :meth:`~ampsclient.writer.FrameWriter.publish`, or, with the C speedups,
+        their ``PlainPublishLane``, which takes the common case and calls the writer's for
+        everything else (the body below runs only for a lane set to ``None``).
+
+        Returns:
+            0, as the official client's ``publish`` without a publish store (an HA client
+            returns the message's sequence number); an ``int`` that ``await`` also accepts
+            (:class:`~ampsclient.writer.Published`): ``await client.publish(...)`` returns 0
+            once the message is queued.
+        """
+        return self._writer.publish(topic, data, expiration, correlation_id, sow_key)
+
+    def delta_publish(
+        self,
+        topic: str,
+        data: str | bytes | Any,
+        expiration: int | None = None,
+        *,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> Published:
+        """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics).
+        Returns 0, as :meth:`publish`."""
+        return self._writer.delta_publish(
+            topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key
+        )
+
+    def publish_path(self) -> Callable[..., Published]:
+        """What a facade may hold to publish through this client with no dispatch of its own:
+        the C ``PlainPublishLane``'s ``publish`` (set once, at construction), else the
+        writer's ``publish``. A switched-off lane calls the writer's Python path, so a held
+        one stays correct (``set_observer``)."""
+        return self._publish_lane
+
+    def set_publish_batching(self, batch_size: int, batch_timeout: int) -> None:
+        """Hold publishes until ``batch_size`` bytes are queued or the oldest has waited
+        ``batch_timeout`` ms (0: no time bound), then write them in one call (official API).
+
+        ``(0, 0)``, the default, writes as soon as the loop runs (publishes made meanwhile
+        still share one write). Commands (``flush``, subscriptions, acks...) are never held:
+        one takes the held publishes with it, so ``flush`` and ``publish_flush`` end a batch.
+        """
+        self._writer.set_publish_batching(batch_size, batch_timeout)
+
+    def encode_data(self, data: Any) -> bytes:
+        """``data`` as bytes: bytes as is, ``str`` in UTF-8, other objects in the connection's
+        message type (msgpack for ``msgpack``, else JSON)."""
+        return self._writer.encode_data(data)
+
+    def _encode_data(self, data: Any) -> bytes:
+        return self._writer.encode_data(data)
 
     # -------------------------------------------------------------------------- connecting
 
@@ -455,25 +540,26 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             timeout: seconds to wait for the connection (``None`` = the OS default).
             ssl_context: TLS settings for this connection (default: the constructor's).
         """
-        if self.transport is not None:
+        writer = self._writer
+        if writer.transport is not None:
             raise UsageError("already connected")
         parsed = parse_uri(uri)
-        self.bind_loop(asyncio.get_running_loop())
+        writer.bind_loop(asyncio.get_running_loop())
         self._closed_by_user = False
         transport = await open_transport(
             parsed,
             on_payload=self._receive_payloads,
             on_data=self._receive_data,
             on_close=self._on_close,
-            on_writable=self.transport_writable,
+            on_writable=writer.transport_writable,
             max_frame_size=self._max_frame_size,
             connect_timeout=timeout,
             ssl_context=ssl_context or self._ssl_context or compat.default_ssl_context(),
         )
         self._core.connection_made()
-        self.attach(transport)
+        writer.attach(transport)
         self._uri = parsed
-        self.process_events()
+        self._process_events()
         self._emit(ConnectionState.CONNECTED)
 
     async def logon(
@@ -517,7 +603,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             except BaseException:
                 self._logons.pop(cid, None)
                 core.logon_abandoned(cid)
-                self.process_events()
+                self._process_events()
                 raise
             status, ack = acked.status, acked.ack
             if status == "retry":
@@ -539,7 +625,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         return await self.logon(timeout, authenticator)
 
     def _require_uri(self) -> URI:
-        if self._uri is None or self.transport is None:
+        if self._uri is None or self._writer.transport is None:
             raise DisconnectedError("not connected")
         return self._uri
 
@@ -553,7 +639,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         awaited: AckType = AckType.PROCESSED,
     ) -> Message:
         """Send a command that waits for its ``awaited`` ack (processed) and return that ack."""
-        if self.transport is None and self.send_retry is not None:
+        if self._writer.transport is None and self._writer.send_retry is not None:
             await self._retry_if_dropped()
         cid = self._core.request(name, fields, data, awaited=awaited)
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
@@ -565,11 +651,11 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             self._core.forget_command(cid)
 
     async def _retry_if_dropped(self) -> None:
-        """No connection and a :attr:`send_retry`: ask it on a worker thread (it may run a
-        disconnect handler that reconnects through this loop); the command then goes out,
-        or fails as usual when still not connected."""
-        retry = self.send_retry
-        if self.transport is None and retry is not None:
+        """No connection and a ``send_retry`` (the writer's): ask it on a worker thread (it
+        may run a disconnect handler that reconnects through this loop); the command then goes
+        out, or fails as usual when still not connected."""
+        retry = self._writer.send_retry
+        if self._writer.transport is None and retry is not None:
             await asyncio.get_running_loop().run_in_executor(None, retry)
 
     async def _wait(self, fut: asyncio.Future[_T], timeout_ms: int, what: str) -> _T:
@@ -591,21 +677,21 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             The command id (for subscriptions, use ``command.get_sub_id()`` or the return
             value to unsubscribe).
         """
-        pending = await self.send_command(command, handler)
+        pending = await self._send_command(command, handler)
         return pending.sub_id or pending.cid if pending is not None else ""
 
     async def execute(self, command: Command) -> MessageStream:
         """Send ``command`` and return a stream of what comes back."""
-        stream = self.new_stream()
-        await self.send_command(command, stream.put, stream)
+        stream = self._new_stream()
+        await self._send_command(command, stream.put, stream)
         return stream
 
-    def new_stream(self, on_close: Callable[[MessageStream], None] | None = None) -> MessageStream:
+    def _new_stream(self, on_close: Callable[[MessageStream], None] | None = None) -> MessageStream:
         """A message stream on this client's loop (closing it early calls ``on_close``,
-        default :meth:`close_stream`)."""
+        default :meth:`_close_stream`)."""
         stream = MessageStream(
             asyncio.get_running_loop(),
-            on_close=on_close or self.close_stream,
+            on_close=on_close or self._close_stream,
             max_depth=self._default_max_depth,
             pause=self._pause_reading,
             resume=self._resume_reading,
@@ -618,14 +704,16 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         return stream
 
     def _pause_reading(self) -> None:
-        if self.transport is not None:
-            self.transport.pause_reading()
+        transport = self._writer.transport
+        if transport is not None:
+            transport.pause_reading()
 
     def _resume_reading(self) -> None:
-        if self.transport is not None:
-            self.transport.resume_reading()
+        transport = self._writer.transport
+        if transport is not None:
+            transport.resume_reading()
 
-    async def send_command(
+    async def _send_command(
         self, command: Command, handler: Handler | None, stream: MessageStream | None = None
     ) -> Pending | None:
         """Send ``command`` through the core and wait for its processed ack (if it asks for
@@ -638,15 +726,16 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         Raises:
             CommandError: the server refused it. TimeoutError: no ack within its timeout.
         """
-        if self.transport is None and self.send_retry is not None:
+        if self._writer.transport is None and self._writer.send_retry is not None:
             await self._retry_if_dropped()
+        observer = self._writer.observer
         if (
-            self.observer is not None  # opt-in tracing (ampsclient.observer)
+            observer is not None  # opt-in tracing (ampsclient.observer)
             and handler is not None
             and stream is None
             and not getattr(handler, "bookmark_logged", False)  # a bookmark store's route
         ):
-            handler = self.observer.handler_for(command, handler)
+            handler = observer.handler_for(command, handler)
         route = None
         qa = self.queue_acks
         if (
@@ -660,7 +749,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         try:
             pending = core.send_command(command, handler, stream, route_handler=route)
         finally:
-            self.process_events()
+            self._process_events()
         if pending is None or not pending.wants_ack:
             return pending
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
@@ -670,17 +759,17 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         except BaseException as exc:
             self._waiting.pop(pending.cid, None)
             core.command_abandoned(pending, timed_out=isinstance(exc, TimeoutError))
-            self.process_events()
+            self._process_events()
             raise
         try:
             core.command_acked(pending, ack)
         finally:
-            self.process_events()
+            self._process_events()
         if pending.sub_id is not None and command.name in SUBSCRIBE_COMMANDS:
             qa.subscribed(pending.sub_id, command.fields.get("t"), ack.options)  # backlog cap
         return pending
 
-    def close_stream(self, stream: MessageStream) -> None:
+    def _close_stream(self, stream: MessageStream) -> None:
         """Forget ``stream`` (closed by the application) and unsubscribe its subscription."""
         self._core.close_stream(stream, stream.put)  # queues no event (any thread may call it)
         if stream.sub_id is not None:
@@ -693,7 +782,7 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
         try:
             self._core.unsubscribe(sub_id)
         finally:
-            self.process_events()
+            self._process_events()
         self.queue_acks.unsubscribed(sub_id)
 
     async def flush(self, timeout: int = 0, *, ack_type: AckType = AckType.PROCESSED) -> None:
@@ -713,8 +802,8 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
     # ------------------------------------------------------------------------------ heartbeats
 
     def _start_heartbeat(self) -> None:
-        loop = self.loop
-        if self.transport is None or loop is None:
+        loop = self._writer.loop
+        if self._writer.transport is None or loop is None:
             return
         tick = self._core.start_heartbeat(loop.time())  # queues no event
         if tick is None:
@@ -726,18 +815,19 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
     async def _heartbeat_loop(self, tick: float) -> None:
         loop = asyncio.get_running_loop()
         core = self._core
-        while self.transport is not None:
+        writer = self._writer
+        while writer.transport is not None:
             await asyncio.sleep(tick)
-            if self.transport is not None:
+            if writer.transport is not None:
                 core.heartbeat_tick(loop.time())
                 if core.events:
-                    self.process_events()  # a HeartbeatTimedOut aborts the connection
+                    self._process_events()  # a HeartbeatTimedOut aborts the connection
 
     # ----------------------------------------------------------------------------- closing
 
-    def abort(self, error: BaseException) -> None:
+    def _abort(self, error: BaseException) -> None:
         """Drop the connection at once (no flush); pending calls fail with ``error``."""
-        transport = self.transport
+        transport = self._writer.transport
         if transport is None:
             return
         # first: a transport that reports its close at once (memory://) would make it a plain
@@ -750,29 +840,29 @@ class AsyncClient(FrameWriter, AsyncCommands, QueueAckMethods):
             transport.close()
 
     def _on_close(self, error: BaseException | None) -> None:
-        if self.detach() is None:
+        if self._writer.detach() is None:
             return
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             self._heartbeat_task = None
         # failed commands, ended streams, then ConnectionLost (listeners, disconnect handler)
         self._core.connection_lost(error, by_user=self._closed_by_user)
-        self.process_events()
+        self._process_events()
 
     async def close(self) -> None:
         """Flush queued writes and close the connection. Streams end; pending calls fail.
 
         Connection state listeners hear ``DISCONNECTED`` then ``SHUTDOWN`` when a connection
         was open, ``SHUTDOWN`` alone otherwise (the official client's sequence)."""
-        transport = self.transport
+        transport = self._writer.transport
         if transport is None:
             self._emit(ConnectionState.SHUTDOWN)
             return
         self._closed_by_user = True
         self.queue_acks.flush()  # pending queue acks go out before the connection closes
-        self.drain_now()  # so do publishes held by batching
+        self._writer.drain_now()  # so do publishes held by batching
         self._core.end_streams()  # streams and subscriptions end quietly
-        self.process_events()
+        self._process_events()
         transport.close()
         self._on_close(None)
         await asyncio.sleep(0)

@@ -84,7 +84,7 @@ class DisconnectHandling:
         self._dropped = False
         self._reconnect_lock = threading.Lock()
         client.set_disconnect_handler(self._on_drop)
-        client.send_retry = self._retry_send
+        client._wiring.writer.send_retry = self._retry_send
 
     def _on_drop(self, _client: object, exc: BaseException | None) -> None:
         self._dropped = True
@@ -109,7 +109,7 @@ class DisconnectHandling:
     def _still_down(self, exc: BaseException | None) -> None:
         client = self._async
         if isinstance(client, AsyncClient):
-            client.emit_state(ConnectionState.DISCONNECTED, exc)
+            client._wiring.emit_state(ConnectionState.DISCONNECTED, exc)
 
     def _run_handler(
         self, user: tuple[Callable[..., Any], bool], exc: BaseException | None

@@ -1,8 +1,8 @@
 """The client's observer hook: how opt-in instrumentation (:mod:`ampsclient.tracing`) sees
 publishes and deliveries without replacing any method.
 
-An :class:`AsyncClient` has an :attr:`~ampsclient.writer.FrameWriter.observer` attribute,
-``None`` by default. While it is ``None`` the client does one ``is not None`` check per
+An :class:`AsyncClient`'s writer has an :attr:`~ampsclient.writer.FrameWriter.observer`
+attribute, ``None`` by default. While it is ``None`` the client does one ``is not None`` check per
 publish on the Python path (the C publish lane does none: it is switched off for good when an
 observer is set) and one per subscribe/execute command, nothing per delivery. Set it with
 :meth:`~ampsclient.client.AsyncClient.set_observer`; this module imports nothing beyond the

@@ -342,7 +342,7 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
         lt = self._lt
         if lt is None:  # closed before: the listeners hear SHUTDOWN again (official)
             if isinstance(self._async, AsyncClient):
-                self._async.emit_state(ConnectionState.SHUTDOWN)
+                self._async._wiring.emit_state(ConnectionState.SHUTDOWN, None)
             return
         try:
             if not lt.loop.is_closed():

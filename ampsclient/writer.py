@@ -1,10 +1,13 @@
 """FrameWriter: how an :class:`~ampsclient.client.AsyncClient` queues and writes frames.
 
-A mixin of :class:`AsyncClient` (the C speedups' publish lanes read its fields on the client
-object: ``ampsclient._accel.LAYOUT``). It holds the write queue (the core's ``outq``), wakes
-the writer on the loop, applies back-pressure to publisher threads, batches publishes
-(``set_publish_batching``), and offers the publish gate a store-and-forward wrapper (the HA
-client) drives. ``publish`` and ``delta_publish`` live here: they only build and queue frames.
+An object the client holds (``AsyncClient._writer``; the wrappers reach it through the
+client's :class:`~ampsclient.wiring.Wiring`), not a base class: it alone owns the write
+state. The C speedups' publish lanes are built on it and read its fields at their
+``__slots__`` offsets (``ampsclient._accel.LAYOUT``, roles ``client.*``). It holds the write
+queue (the core's ``outq``), wakes the writer on the loop, applies back-pressure to publisher
+threads, batches publishes (``set_publish_batching``), and offers the publish gate a
+store-and-forward wrapper (the HA client) drives. The bodies of the client's ``publish`` and
+``delta_publish`` live here: they only build and queue frames.
 
 The loop thread writes the queue. A publisher on another thread that finds
 :data:`CALLER_WRITE_FRAMES` frames queued writes them itself
@@ -109,7 +112,6 @@ class FrameWriter:
         "_blocked",
         "_caller_writes",
         "_can_send",
-        "_publish_lane",
         "_transport",
         "_wake_pending",
     )
@@ -155,11 +157,9 @@ class FrameWriter:
         """A caller's send found the socket full: callers leave writing to the loop until it
         wrote the rest (so a full socket does not make every publish join the queue again)."""
         self.observer: ClientObserver | None = None
-        """Opt-in instrumentation (:mod:`ampsclient.observer`, :mod:`ampsclient.tracing`);
-        ``None``: each publish pays one ``is not None`` check, nothing else."""
-        self._publish_lane: Callable[..., Published] | None = None
-        """What takes :meth:`publish` calls first (:func:`ampsclient._accel.lane_method`): the
-        C ``PlainPublishLane``'s ``publish`` (set by the client), or ``None``: the Python body."""
+        """Opt-in instrumentation (:mod:`ampsclient.observer`, :mod:`ampsclient.tracing`;
+        the client's ``set_observer`` sets it); ``None``: each publish pays one
+        ``is not None`` check, nothing else."""
 
     # ---------------------------------------------------------------------- the transport
 
@@ -538,7 +538,6 @@ class FrameWriter:
     def _encode_data(self, data: Any) -> bytes:
         return encode_data(data, self._message_type_of())
 
-    @_accel.lane_method("_publish_lane")
     def publish(
         self,
         topic: str,
@@ -547,20 +546,10 @@ class FrameWriter:
         correlation_id: str | None = None,
         sow_key: str | None = None,
     ) -> Published:
-        """Publish ``data`` to ``topic`` (fire and forget). Thread-safe; not a coroutine, yet
-        ``await`` of its result works.
-
-        ``data`` may be ``bytes``, ``str``, or an object encoded for the connection's message
-        type (JSON for ``json``, msgpack for ``msgpack``). With the C speedups their
-        ``PlainPublishLane`` takes the common case first (``_publish_lane``) and calls the
-        body below for everything else.
-
-        Returns:
-            0, as the official client's ``publish`` without a publish store (an HA client
-            returns the message's sequence number); an ``int`` that ``await`` also accepts
-            (:class:`Published`): ``await client.publish(...)`` returns 0 once the message
-            is queued.
-        """
+        """The body of :meth:`AsyncClient.publish <ampsclient.client.AsyncClient.publish>`
+        (see there): encode and queue one publish. Thread-safe. With the C speedups their
+        ``PlainPublishLane``, built on this writer, takes the common case first and calls
+        this for everything else."""
         if self.observer is not None:  # opt-in tracing: the publish span, the trace context
             correlation_id = self.observer.publishing(topic, correlation_id)
         if type(data) is str:
@@ -592,13 +581,6 @@ class FrameWriter:
         self._send_publish(header + data)
         return PUBLISHED
 
-    def publish_path(self) -> Callable[..., Published]:
-        """What a facade may hold to publish through this client with no dispatch of its own:
-        the C ``PlainPublishLane``'s ``publish`` (set once, at construction), else
-        :meth:`publish` bound. Switched off lanes call this client's Python path, so a held
-        one stays correct (``set_observer``)."""
-        return self._publish_lane or self.publish
-
     def _retried(self) -> bool:
         """No connection: whether :attr:`send_retry` made one again (never on the loop)."""
         retry = self.send_retry
@@ -627,8 +609,9 @@ class FrameWriter:
         correlation_id: str | None = None,
         sow_key: str | None = None,
     ) -> Published:
-        """Merge ``data`` into the SOW record it names (a plain publish on non-SOW topics).
-        Returns 0, as :meth:`publish`."""
+        """The body of :meth:`AsyncClient.delta_publish
+        <ampsclient.client.AsyncClient.delta_publish>`: merge ``data`` into the SOW record it
+        names (a plain publish on non-SOW topics). Returns 0, as :meth:`publish`."""
         if self.observer is not None:  # opt-in tracing, as in publish
             correlation_id = self.observer.publishing(topic, correlation_id)
         header = encode_header(

@@ -99,8 +99,8 @@ def layout_owners() -> dict[str, Any]:
         "bookmark_publisher": bookmark_memory._Publisher,
         "publish_store": MemoryPublishStore,
         "segment_log": SegmentLog,
-        "client": AsyncClient("layout"),
-        "ha_client": AsyncHAClient("layout-ha").client,  # the lane reads the held client
+        "client": AsyncClient("layout")._wiring.writer,  # the lanes are built on the writer
+        "ha_client": AsyncHAClient("layout-ha").client._wiring.writer,  # the held client's
         "queue_acks": AsyncClient("layout-acks").queue_acks,
     }
 

@@ -125,7 +125,11 @@ class AsyncHAClient(ConnectionFace):
             ssl_context=ssl_context,
         )
         super().__init__(client)
-        client.set_caller_writes(False)  # costs more than it gains here (docs/design.md)
+        self._wiring = wiring = client._wiring
+        """The held client's plumbing (:mod:`ampsclient.wiring`): this client drives it."""
+        self._writer = writer = wiring.writer
+        """The held client's writer: its publish gate, lock and queue are this client's."""
+        writer.set_caller_writes(False)  # costs more than it gains here (docs/design.md)
         self._core = client.core
         self._owned: list[PublishStore | BookmarkStore] = []
         """Stores this client made from path strings: it closes them in :meth:`close`."""
@@ -138,7 +142,7 @@ class AsyncHAClient(ConnectionFace):
         """:meth:`discard`'s lane: the relay's ``call``, so that one held (``client.discard``
         is this very function with the C speedups) follows a new bookmark store."""
         self._duplicate_handler: Handler | None = None
-        client.set_event_handler(SubscriptionPersisted, lambda e: self._sub_persisted(e.ack))
+        wiring.set_event_handler(SubscriptionPersisted, lambda e: self._sub_persisted(e.ack))
         self._chooser: ServerChooser = server_chooser or DefaultServerChooser()
         self._strategy: ReconnectDelayStrategy = (
             reconnect_delay_strategy or ExponentialDelayStrategy()
@@ -154,8 +158,8 @@ class AsyncHAClient(ConnectionFace):
             resume=self._resume,
         )
         """The reconnect sequence (sans-I/O): this client performs its steps."""
-        self._pub_lock = client.publish_lock
-        client.set_publish_gate(False)
+        self._pub_lock = writer.publish_lock
+        writer.set_publish_gate(False)
         self._can_send_event = threading.Event()
         self._closing = False
         self._reconnect_task: asyncio.Task[None] | None = None
@@ -163,15 +167,15 @@ class AsyncHAClient(ConnectionFace):
         self._failed_resubscribe: Callable[[Command, int, BaseException], bool] | None = None
         self._give_up_error: BaseException | None = None
         self._waiters = PersistWaiters()
-        self._seq_suffix = client.stored_publish_suffixes
-        self._queue_frame = client.queue_frame
-        self._writable = client.writable
+        self._seq_suffix = writer.stored_publish_suffixes
+        self._queue_frame = writer.queue_frame
+        self._writable = writer.writable
         self._core.keep_routes_on_disconnect = True
         self._acks = PersistedAcks(
-            self._store, self._waiters, report=client.report, unrouted=self._core.unrouted
+            self._store, self._waiters, report=wiring.report, unrouted=self._core.unrouted
         )
         apply_ack = self._acks.apply  # bound once: one call per persisted ack, as before
-        client.set_event_handler(PublishPersisted, lambda e: apply_ack(e.ack))
+        wiring.set_event_handler(PublishPersisted, lambda e: apply_ack(e.ack))
         self._user_disconnect_handler: (
             Callable[[AsyncHAClient, BaseException | None], Any] | None
         ) = None
@@ -179,7 +183,7 @@ class AsyncHAClient(ConnectionFace):
         self._loop_tid: int | None = None
         client.set_disconnect_handler(self._disconnected)
         client.queue_acks.set_writer(  # queue acks: stored, persisted, replayed with options
-            persisted_ack_writer(self._store.store_parts, self._pub_lock, client.queue_frame_now)
+            persisted_ack_writer(self._store.store_parts, self._pub_lock, writer.queue_frame_now)
         )
         self._lane: Any = None
         self._publish_lane: Callable[..., int] | None = None
@@ -217,11 +221,11 @@ class AsyncHAClient(ConnectionFace):
         kind = publish_lane_store_kind(self._store)
         if lane is None or kind is None or type(self).publish is not AsyncHAClient.publish:
             return
-        if self._client.observer is not None:
+        if self._writer.observer is not None:
             return  # observed publishes take the Python path (set_observer)
         slow = types.MethodType(inspect.unwrap(AsyncHAClient.publish), self)
-        # the lane reads the held client's writer and publish gate
-        self._lane = lane(self._client, self._store, kind == "file", slow)
+        # the lane reads the held client's writer and its publish gate
+        self._lane = lane(self._writer, self._store, kind == "file", slow)
         self._publish_lane = self._lane.publish
 
     def publish_path(self) -> Callable[..., int]:
@@ -429,11 +433,11 @@ class AsyncHAClient(ConnectionFace):
                         raise
                     if isinstance(exc, ForeignSequenceError):  # retrying cannot help
                         log.error("logon to %s: %s", redact(uri), exc)
-                        self._client.abort(exc)
+                        self._wiring.abort(exc)
                         self._seq.connection_lost()
                         raise
                     log.info("connection to %s failed: %s", redact(uri), exc)
-                    self._client.abort(exc)  # a half-made connection; subscriptions stay
+                    self._wiring.abort(exc)  # a half-made connection; subscriptions stay
                     self._seq.connection_lost()
                     self._chooser.report_failure(exc)
                     continue
@@ -454,7 +458,7 @@ class AsyncHAClient(ConnectionFace):
         while (step := seq.next_resubscribe()) is not None:
             sub = step.subscription
             try:
-                await self._client.send_command(step.command, sub.handler, sub.stream)
+                await self._wiring.send_command(step.command, sub.handler, sub.stream)
             except DisconnectedError:
                 seq.connection_lost()
                 raise
@@ -474,7 +478,7 @@ class AsyncHAClient(ConnectionFace):
                 seq.resubscribed(sub.sub_id)
         with self._pub_lock:  # what was stored meanwhile, then the gate opens
             seq.open()
-            self._client.set_publish_gate(True)
+            self._writer.set_publish_gate(True)
             self._can_send_event.set()
         self._sequence_events()
 
@@ -486,11 +490,11 @@ class AsyncHAClient(ConnectionFace):
             elif isinstance(event, PublishesReplayed):
                 if event.count:
                     log.info("replayed %d unpersisted message(s) to %s", event.count, self.uri)
-                self._client.emit_state(ConnectionState.PUBLISH_REPLAYED)
+                self._wiring.emit_state(ConnectionState.PUBLISH_REPLAYED, None)
             elif isinstance(event, SequenceOpened):
                 if event.count:
                     log.info("replayed %d message(s) stored while resubscribing", event.count)
-                self._client.emit_state(ConnectionState.RESUBSCRIBED)
+                self._wiring.emit_state(ConnectionState.RESUBSCRIBED, None)
 
     def _resume(self, sub_id: str, start: str) -> str:
         """A bookmark subscription resumes from its recovery point (see :func:`resume_point`)."""
@@ -498,7 +502,7 @@ class AsyncHAClient(ConnectionFace):
 
     def _disconnected(self, client: AsyncClient, error: BaseException | None) -> None:
         with self._pub_lock:
-            self._client.set_publish_gate(False)
+            self._writer.set_publish_gate(False)
             self._can_send_event.clear()
             self._seq.connection_lost()
         if self._closing or self._in_connect_loop:
@@ -512,7 +516,7 @@ class AsyncHAClient(ConnectionFace):
             try:
                 handler(self, error)
             except Exception as exc:
-                self._client.report(exc)
+                self._wiring.report(exc)
 
     async def _reconnect(self) -> None:
         try:
@@ -567,8 +571,9 @@ class AsyncHAClient(ConnectionFace):
         C speedups their ``PublishLane`` takes the common case first (``_publish_lane``) and
         calls the body below for everything else.
         """
-        if self._client.observer is not None:  # opt-in tracing (ampsclient.observer)
-            correlation_id = self._client.observer.publishing(topic, correlation_id)
+        observer = self._writer.observer
+        if observer is not None:  # opt-in tracing (ampsclient.observer)
+            correlation_id = observer.publishing(topic, correlation_id)
         if type(data) is str:
             try:
                 data = data.encode()
@@ -598,8 +603,9 @@ class AsyncHAClient(ConnectionFace):
         sow_key: str | None = None,
     ) -> int:
         """Store and delta-publish; returns the sequence number."""
-        if self._client.observer is not None:  # opt-in tracing, as in publish
-            correlation_id = self._client.observer.publishing(topic, correlation_id)
+        observer = self._writer.observer
+        if observer is not None:  # opt-in tracing, as in publish
+            correlation_id = observer.publishing(topic, correlation_id)
         extra = encode_header(
             {"a": "persisted", **publish_fields(topic, expiration, correlation_id, sow_key)}
         )
@@ -608,7 +614,7 @@ class AsyncHAClient(ConnectionFace):
         )
 
     def _store_and_send(self, head: bytes, tail: bytes) -> int:
-        if self._block_when_disconnected and not self._client.publish_gate_open:
+        if self._block_when_disconnected and not self._writer.publish_gate_open:
             self._wait_connected()
         lock = self._pub_lock
         lock.acquire()  # not ``with``: this runs once per publish and __exit__ costs a call
@@ -620,7 +626,7 @@ class AsyncHAClient(ConnectionFace):
         finally:
             lock.release()
         if not self._writable.is_set():
-            self._client.wait_writable()
+            self._writer.wait_writable()
         return seq
 
     def _wait_connected(self) -> None:
@@ -629,7 +635,7 @@ class AsyncHAClient(ConnectionFace):
         while not self._can_send_event.wait(0.5):
             if self._closing:
                 raise DisconnectedError("the client is closed")
-        if self._give_up_error is not None and not self._client.publish_gate_open:
+        if self._give_up_error is not None and not self._writer.publish_gate_open:
             raise DisconnectedError("reconnecting gave up") from self._give_up_error
 
     async def publish_and_wait(
@@ -729,7 +735,7 @@ class AsyncHAClient(ConnectionFace):
     async def execute(self, command: Command) -> MessageStream:
         """Send ``command`` and return a stream of what comes back; a subscription's stream
         survives failovers."""
-        stream = self._client.new_stream(on_close=self._close_stream)
+        stream = self._wiring.new_stream(self._close_stream)
         await self._place(command, stream.put, stream)
         return stream
 
@@ -741,7 +747,7 @@ class AsyncHAClient(ConnectionFace):
             handler = prepare_bookmark_subscription(
                 self._bookmark_store, command, handler, lambda: self._duplicate_handler
             )
-        pending = await self._client.send_command(command, handler, stream)
+        pending = await self._wiring.send_command(command, handler, stream)
         if (
             pending is not None
             and pending.sub_id is not None
@@ -759,14 +765,14 @@ class AsyncHAClient(ConnectionFace):
         if not self._client.connected:
             routes = self._core.routes
             self._core.forget_routes(list(routes) if sub_id == "all" else sub_id.split(","))
-            self._client.process_events()  # their streams end
+            self._wiring.process_events()  # their streams end
             return
         await self._client.unsubscribe(sub_id)
 
     def _close_stream(self, stream: MessageStream) -> None:
         if stream.sub_id is not None:
             self._subscriptions.remove(stream.sub_id)
-        self._client.close_stream(stream)
+        self._wiring.close_stream(stream)
 
     # ------------------------------------------------------------------------------- closing
 

@@ -101,7 +101,7 @@ async def test_discard_replay_resubscribe_then_new_publishes(peer: ScriptedPeer)
     events.clear()
     # the core's own events, as the held client's wing takes them
     moves: list[tuple[State, State]] = []
-    ha.client.set_event_handler(StateChanged, lambda e: moves.append((e.old, e.new)))
+    ha.client._wiring.set_event_handler(StateChanged, lambda e: moves.append((e.old, e.new)))
     peer.conns[0].close()
     await wait_for_async(lambda: ConnectionState.RESUBSCRIBED in events, what="the reconnect")
     assert moves == [

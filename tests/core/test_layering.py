@@ -3,48 +3,71 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
+import json
 import pathlib
 
 import ampsclient.core
 from ampsclient.client import AsyncClient
 from ampsclient.ha.client import AsyncHAClient
+from ampsclient.wiring import Wiring
+from ampsclient.writer import FrameWriter
 
 CORE = pathlib.Path(ampsclient.core.__file__).parent
 BANNED = {"asyncio", "socket", "selectors", "ssl", "threading", "websockets", "time"}
 
-WING_ONLY = {
-    # the plumbing a wrapper drives on the client it holds; not part of the HA client's face
-    "abort",
-    "attach",
-    "bind_loop",
-    "call_later",
-    "call_soon",
-    "detach",
-    "drain_now",
-    "loop",
-    "transport",
-    "transport_writable",
-    "close_stream",
-    "emit_state",
-    "new_stream",
-    "process_events",
-    "publish_gate_open",
-    "publish_lock",
-    "queue_frame",
-    "queue_frame_now",
-    "report",
-    "schedule_drain",
-    "send_command",
-    "send_now",
-    "set_event_handler",
-    "set_publish_gate",
-    "stored_publish_suffixes",
-    "wait_writable",
-    "wake_pending",
-    "writable",
-    "set_caller_writes",
-    "write_from_caller",
+OFFICIAL = json.loads(
+    (pathlib.Path(__file__).resolve().parents[1] / "migration" / "official_api.json").read_text()
+)["classes"]
+"""The official client's public names (``tools/official_api_manifest.py``)."""
+
+CLIENT_EXTRAS = {
+    # our documented additions to the official Client's names (each has a docstring)
+    "connect_and_logon": "connect then logon (the official HAClient's name)",
+    "connected": "True while a transport is open",
+    "core": "the sans-I/O core the client drives (docs/design.md)",
+    "default_max_depth": "max_depth of new message streams",
+    "encode_data": "data as bytes for the connection's message type",
+    "flush_acks": "send the pending batched queue acks (the C++ client's flushAcks)",
+    "logged_on": "True between a logon and a disconnect",
+    "logon_ack": "the last logon ack",
+    "logon_options": "options sent with every logon",
+    "message_type": "the connection's message type",
+    "publish_path": "the publish callable a facade may hold (the C lane itself)",
+    "run_sow_delete": "the step under the sow_delete conveniences",
+    "run_subscription": "the step under the subscribe/sow conveniences",
+    "server_version": "the version string of the logon ack",
+    "set_observer": "opt-in instrumentation (ampsclient.observer, ampsclient.tracing)",
+    "state": "the core's connection state",
+    "statistics": "frame and delivery counters",
+    "transport_filter": "the official set_transport_filter's callable, as a property",
+    "uri": "the URI without credentials",
 }
+"""Public names of :class:`AsyncClient` that the official ``Client`` lacks."""
+
+HA_EXTRAS = {
+    # names of the HA client beyond its held client's face and the official HAClient's
+    "bookmark_store": "the bookmark store",
+    "client": "the AsyncClient it holds",
+    "get_logon_timeout": "the logon timeout (official set_timeout's value)",
+    "logon_correlation_data": "the held client's attribute, forwarded",
+    "publish_and_wait": "publish and await the persisted ack",
+    "publish_future": "publish; a future resolved by the persisted ack",
+    "publish_store": "the publish store",
+    "queue_acks": "the held client's queue acknowledgements, forwarded",
+    "set_logon_timeout": "how long each logon waits (official set_timeout)",
+    "unpersisted_count": "the publish store's unpersisted count, as a property",
+}
+"""Public names of :class:`AsyncHAClient` beyond :data:`CLIENT_EXTRAS` and the official
+``HAClient``'s."""
+
+WIRING_USERS = ("client.py", "wiring.py", "sync.py", "disconnects.py", "ha/")
+"""The modules of the package that may touch a client's ``_wiring`` (its docstring says so)."""
+
+
+def public(cls: type) -> set[str]:
+    return {n for n in dir(cls) if not n.startswith("_")}
 
 
 def test_the_core_imports_nothing_that_does_io() -> None:
@@ -61,13 +84,43 @@ def test_the_core_imports_nothing_that_does_io() -> None:
                 assert name.split(".")[0] not in BANNED, (path.name, name)
 
 
+def test_the_client_face_is_the_official_api_and_the_documented_extras() -> None:
+    """No plumbing on the face: what the HA client and the sync facade drive on the client
+    they hold is on its ``_wiring`` (``ampsclient/wiring.py``), not among its public names."""
+    face = public(AsyncClient)
+    assert sorted(face - set(OFFICIAL["Client"]["members"])) == sorted(CLIENT_EXTRAS)
+    for name in CLIENT_EXTRAS:
+        assert inspect.getdoc(getattr(AsyncClient, name)), name
+    wiring = AsyncClient("face")._wiring
+    assert type(wiring) is Wiring
+    plumbing = {f.name for f in dataclasses.fields(Wiring)} - {"writer"}
+    assert plumbing & face == set()
+    # the writer's names the client has are its own user API, forwarded to its writer
+    forwarded = {"publish", "delta_publish", "encode_data", "set_publish_batching"}
+    assert public(FrameWriter) & face == forwarded
+
+
+def test_only_the_wrappers_touch_a_clients_wiring() -> None:
+    package = CORE.parent
+    users = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        if any(isinstance(n, ast.Attribute) and n.attr == "_wiring" for n in ast.walk(tree)):
+            users.append(path.relative_to(package).as_posix())
+    assert users and all(u.startswith(WIRING_USERS) for u in users), users
+
+
 def test_the_ha_client_holds_a_client_and_has_its_public_face() -> None:
     assert not issubclass(AsyncHAClient, AsyncClient)
     ha = AsyncHAClient("face")
     assert type(ha.client) is AsyncClient
-    public = {n for n in dir(AsyncClient) if not n.startswith("_")}
-    missing = sorted(n for n in public - WING_ONLY if not hasattr(ha, n))
-    assert missing == []
+    face = public(AsyncClient)
+    ha_face = public(AsyncHAClient)
+    assert sorted(face - ha_face) == []
+    extras = ha_face - face - set(OFFICIAL["HAClient"]["members"])
+    assert sorted(extras) == sorted(HA_EXTRAS)
+    for name in HA_EXTRAS:
+        assert inspect.getdoc(getattr(AsyncHAClient, name)), name
     # settings reach the held connection
     ha.set_heartbeat(2.0)
     assert ha.client.core.heartbeat_timeout == 4.0
