@@ -661,7 +661,7 @@ class QueueEngine:
         replica = self.replica_of(queue)
         position = self.metadata.load(queue, replay, replica, max(start, journal.first_index))
         replay.scan(journal, position, replica)
-        replay.done()
+        replay.done(self._clock())
         self._points[_key(cfg)] = start
         if replay.enqueued or replay.removed:
             logger.info(

@@ -191,7 +191,7 @@ class Queue:
         whether this instance may deliver it (until then it is :data:`REMOTE`)."""
         if bookmark in self.messages:  # (arrivals made objects: this one comes after them)
             return False
-        if self.deferred and self.deferred.pop(bookmark, None) is not None:
+        if self.deferred and self._deferred_applies(bookmark, now):
             self.counters["deferred_acks_applied"] += 1
             return False
         self._order += 1
@@ -239,7 +239,7 @@ class Queue:
         if self.message_class is QueueMessage and len(cfg.topics()) == 1:
             run = items if type(items) is list else list(items)
             if deferred:
-                kept = [item for item in run if deferred.pop(item[0], None) is None]
+                kept = [item for item in run if not self._deferred_applies(item[0], now)]
                 if len(kept) < len(run):
                     counters["deferred_acks_applied"] += len(run) - len(kept)
                 run = kept
@@ -255,7 +255,7 @@ class Queue:
         for bookmark, data in items:
             if bookmark in messages:
                 continue
-            if deferred and deferred.pop(bookmark, None) is not None:
+            if deferred and self._deferred_applies(bookmark, now):
                 applied += 1
                 continue
             order += 1
@@ -268,6 +268,27 @@ class Queue:
         if applied:
             counters["deferred_acks_applied"] += applied
         return added
+
+    def _deferred_applies(self, bookmark: str, now: float) -> bool:
+        """Whether an acknowledgement that came before ``bookmark`` takes it out as it arrives,
+        published at ``now``: one kept until after ``now`` does; one that expired first
+        (``DeferredAckExpiration``) is forgotten, as :meth:`tick` would have (``now`` is the
+        journal time in a recovery, so a replay decides as the live run did)."""
+        until = self.deferred.pop(bookmark, None)
+        if until is None or until > now:
+            return until is not None
+        self.deferred_index.pop(bookmark, None)  # (its record holds nothing now)
+        return False
+
+    def expire_deferred(self, now: float) -> int:
+        """Forget the acknowledgements kept for messages that did not come by ``now``
+        (:meth:`tick` does it too; a recovery calls it once the journal is read, since a
+        deferred acknowledgement rebuilt from its record may be past its time); how many."""
+        gone = [b for b, when in self.deferred.items() if when <= now]
+        for bookmark in gone:
+            del self.deferred[bookmark]
+            self.deferred_index.pop(bookmark, None)  # (its record holds nothing now)
+        return len(gone)
 
     def decode_doc(self, msg: QueueMessage) -> Any:
         """``msg``'s parsed payload (``None`` when it cannot be parsed), parsed once."""
@@ -702,9 +723,7 @@ class Queue:
             self.counters["expired"] += 1
             expired.append((msg, "time_limit"))
         if self.deferred:
-            for bookmark in [b for b, when in self.deferred.items() if when <= now]:
-                del self.deferred[bookmark]
-                self.deferred_index.pop(bookmark, None)  # (its record holds nothing now)
+            self.expire_deferred(now)
         return expired, returned
 
     def next_deadline(self) -> float | None:

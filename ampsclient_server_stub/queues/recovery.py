@@ -5,7 +5,9 @@ A record of an underlying topic (a name or a regular expression) that passes the
 ``Filter`` enters the queue again (or waits, beyond ``TargetQueueDepth``), with its own
 expiration (``queues.expiration``); a journaled removal (a ``sow_delete`` on the queue topic
 marked ``queue``) takes its bookmarks out again, or, for a message not journaled before it
-(an acknowledgement that arrived first), is a deferred acknowledgement again.
+(an acknowledgement that arrived first), is a deferred acknowledgement again, until its
+``DeferredAckExpiration`` counted from its record: it takes out a message journaled before
+then, and is forgotten at the end of the replay when its time has passed.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class Replay:
         """Messages that entered the queue (or wait to)."""
         self.removed = 0
         """Messages a journaled removal took out."""
+        self.expired_acks = 0
+        """Deferred acknowledgements past their expiration when the journal was read."""
 
     def apply(self, record: JournalRecord) -> None:
         """One journal record."""
@@ -123,7 +127,10 @@ class Replay:
                     replica.recovered(queue, record)
             position = batch[-1].index + 1
 
-    def done(self) -> None:
-        """The journal is read: activate what the target depth allows."""
+    def done(self, now: float) -> None:
+        """The journal is read (at ``now``): forget the deferred acknowledgements rebuilt from
+        their records whose ``DeferredAckExpiration`` has passed (their messages did not come
+        in time: one that comes later is delivered), activate what the target depth allows."""
+        self.expired_acks = self._queue.expire_deferred(now)
         if self._inactive is not None:
             self._inactive.refill()
