@@ -2,7 +2,9 @@
 
 Composition of small parts (``shared/style.md`` rule 11): the connection is an
 :class:`~ampsclient.client.AsyncClient` it holds (not a base class: its public API is
-forwarded by :class:`~ampsclient.ha.face.ConnectionFace`); next to it sit a
+forwarded by :class:`~ampsclient.ha.face.ConnectionFace`, and what this client drives on it,
+the publish gate, the persisted acks, resubscriptions, is its :class:`~ampsclient.wiring.Wiring`,
+which is not on the client's public face); next to it sit a
 :class:`ServerChooser`, a :class:`ReconnectDelayStrategy`, a publish store and a
 :class:`SubscriptionManager`.
 
@@ -124,7 +126,8 @@ class AsyncHAClient(ConnectionFace):
             logon_options=logon_options,
             ssl_context=ssl_context,
         )
-        super().__init__(client)
+        self._client = client
+        """The connection this client holds (:attr:`client`)."""
         self._wiring = wiring = client._wiring
         """The held client's plumbing (:mod:`ampsclient.wiring`): this client drives it."""
         self._writer = writer = wiring.writer
@@ -190,6 +193,11 @@ class AsyncHAClient(ConnectionFace):
         """What takes :meth:`publish` calls first (:func:`ampsclient._accel.lane_method`): the
         C ``PublishLane``'s ``publish``, or ``None``: the Python body."""
         self._bind_publish_lane()
+
+    @property
+    def client(self) -> AsyncClient:
+        """The connection this client holds (an :class:`AsyncClient`)."""
+        return self._client
 
     def _own_publish_store(self, store: PublishStore | str | None) -> PublishStore:
         """The publish store given, one made from a path (owned), or a memory store."""

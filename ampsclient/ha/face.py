@@ -4,7 +4,8 @@
 :class:`~ampsclient.client.AsyncClient` (it does not subclass it). This base gives it the
 same public surface as the client it holds: the official getters and setters, listeners,
 heartbeats and the convenience commands (through :meth:`execute` / :meth:`execute_async`,
-which the holder defines). Each method forwards to the held client's public API.
+which the holder defines). Each method forwards to the held client's public API, reached
+through :attr:`client` (which the holder defines): the base keeps no state of its own.
 """
 
 from __future__ import annotations
@@ -33,184 +34,182 @@ class ConnectionFace(AsyncCommands, QueueAckMethods):
     Bookmarks = Bookmarks
     """``EPOCH``, ``NOW`` and ``MOST_RECENT``."""
 
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
-
     @property
     def client(self) -> AsyncClient:
-        """The connection this object holds."""
-        return self._client
+        """The connection this object holds: the holder defines it (it alone keeps the
+        client; this base only reads it here)."""
+        raise NotImplementedError
 
     @property
     def core(self) -> ClientCore:
         """The held connection's sans-I/O core."""
-        return self._client.core
+        return self.client.core
 
     @property
     def state(self) -> State:
         """The held connection's state."""
-        return self._client.state
+        return self.client.state
 
     @property
     def queue_acks(self) -> QueueAcks:  # type: ignore[override]
         """Queue acknowledgements of the held connection (:mod:`ampsclient.acks`)."""
-        return self._client.queue_acks
+        return self.client.queue_acks
 
     @property
     def transport_filter(self) -> Callable[[bytes, bool], Any] | None:
         """Sees the bytes written (``False``) and each frame's payload read (``True``)."""
-        return self._client.transport_filter
+        return self.client.transport_filter
 
     @transport_filter.setter
     def transport_filter(self, value: Callable[[bytes, bool], Any] | None) -> None:
-        self._client.transport_filter = value
+        self.client.transport_filter = value
 
     @property
     def logon_correlation_data(self) -> str | None:
         """Sent as the logon's correlation id (``x``)."""
-        return self._client.logon_correlation_data
+        return self.client.logon_correlation_data
 
     @logon_correlation_data.setter
     def logon_correlation_data(self, value: str | None) -> None:
-        self._client.logon_correlation_data = value
+        self.client.logon_correlation_data = value
 
     # ---------------------------------------------------------------- properties / getters
 
     @property
     def name(self) -> str:
         """The client name."""
-        return self._client.name
+        return self.client.name
 
     def get_name(self) -> str:
         """Official spelling of :attr:`name`."""
-        return self._client.name
+        return self.client.name
 
     def set_name(self, name: str) -> None:
         """Set the client name (before logon)."""
-        self._client.set_name(name)
+        self.client.set_name(name)
 
     @property
     def uri(self) -> str | None:
         """The URI of the current or last connection, without credentials."""
-        return self._client.uri
+        return self.client.uri
 
     def get_uri(self) -> str | None:
         """Official spelling of :attr:`uri`."""
-        return self._client.uri
+        return self.client.uri
 
     @property
     def connected(self) -> bool:
         """``True`` while a transport is open."""
-        return self._client.connected
+        return self.client.connected
 
     @property
     def logged_on(self) -> bool:
         """``True`` between a successful logon and a disconnect."""
-        return self._client.logged_on
+        return self.client.logged_on
 
     @property
     def message_type(self) -> str:
         """The message type of the connection."""
-        return self._client.message_type
+        return self.client.message_type
 
     @property
     def server_version(self) -> str | None:
         """The ``version`` the server sent in its logon ack."""
-        return self._client.server_version
+        return self.client.server_version
 
     def get_server_version(self) -> int:
         """The server version as the official client reports it."""
-        return self._client.get_server_version()
+        return self.client.get_server_version()
 
     def get_server_version_info(self) -> str | None:
         """The server's version string."""
-        return self._client.get_server_version_info()
+        return self.client.get_server_version_info()
 
     @property
     def logon_ack(self) -> Message | None:
         """The last logon ack."""
-        return self._client.logon_ack
+        return self.client.logon_ack
 
     def statistics(self) -> dict[str, int]:
         """Counters of the held connection."""
-        return self._client.statistics()
+        return self.client.statistics()
 
     @property
     def default_max_depth(self) -> int:
         """The ``max_depth`` of new message streams (0 = unbounded)."""
-        return self._client.default_max_depth
+        return self.client.default_max_depth
 
     @default_max_depth.setter
     def default_max_depth(self, depth: int) -> None:
-        self._client.default_max_depth = depth
+        self.client.default_max_depth = depth
 
     @property
     def logon_options(self) -> str | None:
         """Options sent with every logon (``None``: none)."""
-        return self._client.logon_options
+        return self.client.logon_options
 
     @logon_options.setter
     def logon_options(self, options: str | None) -> None:
-        self._client.logon_options = options
+        self.client.logon_options = options
 
     # ---------------------------------------------------------------------- handlers
 
     def set_last_chance_message_handler(self, handler: Handler | None) -> None:
         """Receives messages that no other handler took."""
-        self._client.set_last_chance_message_handler(handler)
+        self.client.set_last_chance_message_handler(handler)
 
     def set_exception_listener(self, listener: Callable[[BaseException], Any] | None) -> None:
         """Receives exceptions raised by handlers (they are logged either way)."""
-        self._client.set_exception_listener(listener)
+        self.client.set_exception_listener(listener)
 
     def get_exception_listener(self) -> Callable[[BaseException], Any] | None:
         """The exception listener."""
-        return self._client.get_exception_listener()
+        return self.client.get_exception_listener()
 
     def add_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
         """Receives a :class:`ConnectionEvent` on each connection state change."""
-        self._client.add_connection_state_listener(listener)
+        self.client.add_connection_state_listener(listener)
 
     def remove_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
         """Stop sending events to ``listener``."""
-        self._client.remove_connection_state_listener(listener)
+        self.client.remove_connection_state_listener(listener)
 
     def add_message_handler(
         self, command_id: str, message_handler: Handler, acks: str = "", is_subscribe: bool = False
     ) -> None:
         """Route what the server sends for ``command_id`` to ``message_handler``."""
-        self._client.add_message_handler(command_id, message_handler, acks, is_subscribe)
+        self.client.add_message_handler(command_id, message_handler, acks, is_subscribe)
 
     def remove_message_handler(self, command_id: str) -> bool:
         """Stop routing ``command_id`` to its handler; ``True`` if one was registered."""
-        return self._client.remove_message_handler(command_id)
+        return self.client.remove_message_handler(command_id)
 
     def get_ssl(self) -> Any:
         """Refused, as on :class:`AsyncClient`."""
-        return self._client.get_ssl()
+        return self.client.get_ssl()
 
     def set_global_command_type_message_handler(self, command: str, handler: Handler) -> None:
         """See every ``ack`` or ``heartbeat`` message (official API)."""
-        self._client.set_global_command_type_message_handler(command, handler)
+        self.client.set_global_command_type_message_handler(command, handler)
 
     def set_observer(self, observer: ClientObserver | None) -> None:
         """Opt-in instrumentation of the held client (:meth:`AsyncClient.set_observer`)."""
-        self._client.set_observer(observer)
+        self.client.set_observer(observer)
 
     def set_heartbeat(self, interval: float, timeout: float | None = None) -> None:
         """Heartbeats every ``interval`` s; the connection is dead after ``timeout`` s."""
-        self._client.set_heartbeat(interval, timeout)
+        self.client.set_heartbeat(interval, timeout)
 
     def set_publish_batching(self, batch_size: int, batch_timeout: int) -> None:
         """Hold publishes up to ``batch_size`` bytes or ``batch_timeout`` ms (official API)."""
-        self._client.set_publish_batching(batch_size, batch_timeout)
+        self.client.set_publish_batching(batch_size, batch_timeout)
 
     def encode_data(self, data: Any) -> bytes:
         """``data`` as bytes for the connection's message type."""
-        return self._client.encode_data(data)
+        return self.client.encode_data(data)
 
     def _encode_data(self, data: Any) -> bytes:
-        return self._client.encode_data(data)
+        return self.client.encode_data(data)
 
     # ------------------------------------------------------------------- connection
 
@@ -222,7 +221,7 @@ class ConnectionFace(AsyncCommands, QueueAckMethods):
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """Open one connection to ``uri`` (no failover: see ``connect_and_logon``)."""
-        await self._client.connect(uri, timeout=timeout, ssl_context=ssl_context)
+        await self.client.connect(uri, timeout=timeout, ssl_context=ssl_context)
 
     async def logon(
         self,
@@ -231,8 +230,8 @@ class ConnectionFace(AsyncCommands, QueueAckMethods):
         options: str | None = None,
     ) -> str:
         """Log on over the open connection; returns the logon's command id."""
-        return await self._client.logon(timeout, authenticator, options)
+        return await self.client.logon(timeout, authenticator, options)
 
     async def flush(self, timeout: int = 0) -> None:
         """Wait until the server has processed every command sent before this one."""
-        await self._client.flush(timeout)
+        await self.client.flush(timeout)

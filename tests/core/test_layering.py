@@ -155,3 +155,18 @@ def test_the_ha_wing_leaves_the_reconnect_sequence_to_the_core() -> None:
     assert "replay" not in calls and "discard_up_to" not in calls
     assert {"logged_on", "next_resubscribe", "resubscribed", "resubscribe_failed", "open"} <= calls
     assert "drop_subscription_commands" not in calls
+
+
+def test_the_face_keeps_no_state_of_its_own() -> None:
+    """ConnectionFace (ha/face.py) reaches the held client through its holder's public
+    ``client`` property: no private attribute is shared across the two files."""
+    path = CORE.parent / "ha" / "face.py"
+    private = {
+        node.attr
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and node.attr.startswith("_")
+    }
+    assert private == set()
