@@ -23,7 +23,7 @@ decodes every header with the client's decoder: both paths give the same batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
@@ -36,6 +36,7 @@ from ..exceptions import AMPSError
 from ..protocol.header import KEY_ALIASES
 from ..protocol.message import Message
 from ._core import server_micros
+from ._jsonfields import KINDS, json_fields
 
 __all__ = ["MetadataBatches", "PayloadBatches"]
 
@@ -198,74 +199,105 @@ class MetadataBatches:
 
 class PayloadBatches:
     """``parse=json``: record batches of metadata columns and payload fields, the metadata
-    from the one-pass cut (see :class:`MetadataBatches`) and the fields by pyarrow's JSON
-    reader on the bodies (back to back, as they are in the cut's buffer).
+    from the one-pass cut (see :class:`MetadataBatches`) and the fields by
+    :func:`~._jsonfields.json_fields` (C) on the bodies, back to back as they are in the
+    cut's buffer: one pass that reads only the wanted top-level keys of each body.
 
-    A chunk is taken only when the C cut is regular, every body starts with ``{`` and the
-    reader gives exactly one row per body without an error; the reader fails on any value
-    that is not of its field's type (a string for a number, an integer out of range, a
-    float for an integer...) where the row-by-row path coerces or nulls it, so such chunks,
-    and any other, give ``None``: the caller converts them row by row. The payload fields
-    must be of types read the same way by both (BIGINT, INT, SMALLINT, TINYINT, DOUBLE,
-    STRING, BOOLEAN; not FLOAT: parsed to 32 bits directly it may round differently from
-    the row path's double then float).
+    The rows it cannot convert exactly as the row-by-row path does (a malformed body, a
+    value Python coerces in forms the C code does not read: see :mod:`._jsonfields`) come
+    back in its ``redo`` list; those rows alone are converted by ``redo`` (the row path:
+    its warnings, its ``mode=FAILFAST`` error) and put in place. A chunk whose headers the
+    cut does not take (irregular, not UTF-8) gives ``None``: the caller converts it row by
+    row. The payload fields must be of the types :data:`~._jsonfields.KINDS` names (BIGINT,
+    INT, SMALLINT, TINYINT, DOUBLE, STRING, BOOLEAN).
 
     Args:
         schema: the Arrow schema of the batches.
         fields: the names of the payload fields in it (the others are metadata columns).
         text: the payload is text.
+        redo: a payload's values of ``fields``, in that order, by the row path.
+        strict: ``mode=FAILFAST``: a value that does not fit goes ``redo`` (which fails).
     """
 
-    def __init__(self, schema: pa.Schema, fields: list[str], *, text: bool) -> None:
+    def __init__(
+        self,
+        schema: pa.Schema,
+        fields: list[str],
+        *,
+        text: bool,
+        redo: Callable[[bytes], Sequence[Any]],
+        strict: bool = False,
+    ) -> None:
         self.schema = schema
-        self.fields = frozenset(fields)
-        meta = [f for f in schema if f.name not in self.fields]
+        self.fields = list(fields)
+        meta = [f for f in schema if f.name not in set(fields)]
         self.meta = MetadataBatches(pa.schema(meta), text=text)
-        self.parse_options = pa_json.ParseOptions(
-            explicit_schema=pa.schema([schema.field(n) for n in fields]),
-            unexpected_field_behavior="ignore",
-        )
+        self.names = tuple(n.encode() for n in fields)
+        self.types = [schema.field(n).type for n in fields]
+        self.kinds = b"".join(KINDS[str(t)] for t in self.types)
+        self.redo = redo
+        self.strict = strict
         self.taken = 0
         """Chunks converted here (the others went row by row)."""
+        self.redone = 0
+        """Rows of those chunks converted by ``redo``."""
 
     def batch(self, payloads: list[bytes]) -> pa.RecordBatch | None:
         """One record batch with a row per payload, or ``None`` (convert it row by row)."""
-        if _COLUMNS is None:
+        if _COLUMNS is None or _FIELDS is None:
             return None
         cut = _COLUMNS(payloads, self.meta.long_names)
         if cut is None:
             return None
         n = len(payloads)
-        bodies = pa.Array.from_buffers(
-            pa.binary(), n, [None, pa.py_buffer(cut[16]), pa.py_buffer(cut[17])]
-        )
-        if not pc.all(pc.starts_with(bodies, pattern="{")).as_py():
-            return None  # an empty or odd body: one body must be one object
-        blob = cut[17]
-        read = pa_json.ReadOptions(use_threads=False, block_size=len(blob) + 1)
         try:
             meta = self.meta._buffers(n, cut)
-            table = pa_json.read_json(
-                pa.BufferReader(blob), parse_options=self.parse_options, read_options=read
-            )
-        except pa.ArrowException:
+        except pa.ArrowException:  # a header value or body that is not UTF-8
             return None
-        if table.num_rows != n:
-            return None
+        columns, redo = _FIELDS(cut[16], cut[17], n, self.names, self.kinds, self.strict)
+        parsed = {
+            name: _array(t, n, buffers)
+            for name, t, buffers in zip(self.fields, self.types, columns, strict=True)
+        }
+        if redo:
+            self._patch(parsed, payloads, redo)
         arrays = []
         for f in self.schema:
-            if f.name in self.fields:
-                arrays.append(table.column(f.name).combine_chunks())
-            else:
-                a = meta[f.name]
-                arrays.append(a if a.type == f.type else a.cast(f.type))
+            a = parsed[f.name] if f.name in parsed else meta[f.name]
+            arrays.append(a if a.type == f.type else a.cast(f.type))
         self.taken += 1
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _patch(self, parsed: dict[str, pa.Array], payloads: list[bytes], redo: list[int]) -> None:
+        """The ``redo`` rows' values, by the row path, put in place."""
+        rows = [self.redo(payloads[i]) for i in redo]
+        flags = [False] * len(payloads)
+        for i in redo:
+            flags[i] = True
+        mask = pa.array(flags, type=pa.bool_())
+        for j, (name, t) in enumerate(zip(self.fields, self.types, strict=True)):
+            values = pa.array([row[j] for row in rows], type=t)
+            parsed[name] = pc.replace_with_mask(parsed[name], mask, values)
+        self.redone += len(redo)
+
+
+def _array(t: pa.DataType, n: int, buffers: tuple[bytes | None, ...]) -> pa.Array:
+    """An array of type ``t`` on the buffers of :func:`~._jsonfields.json_fields`."""
+    if len(buffers) == 3:  # strings: offsets, data, validity (UTF-8 checked by the pass)
+        offsets, data, valid = buffers
+        return pa.Array.from_buffers(
+            t, n, [_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+    values, valid = buffers
+    return pa.Array.from_buffers(t, n, [_buffer(valid), pa.py_buffer(values)])
 
 
 _COLUMNS: Final = _accel.delivery_columns
 """The one-pass cut in C (``None`` without the speedups: its Python twin is slower than the
 JSON-reader path, so it is not used here)."""
+_FIELDS: Final = json_fields
+"""The payload fields' pass in C (``None`` without it: ``parse=json`` then goes row by row;
+its Python twin, :func:`~._jsonfields.py_json_fields`, is the reference, not a fast path)."""
 _STRING_COLUMNS: Final = ("t", "bm", "k", "x")
 """The header keys of the string columns, in the order of the cut's result."""
 

@@ -207,6 +207,11 @@ def _to_bool(v: Any) -> bool:
 
 def _to_str(v: Any) -> str:
     if isinstance(v, str):
+        if not v.isascii():
+            try:
+                v.encode()
+            except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800"): no UTF-8 text
+                raise ValueError("a string with a lone surrogate is not UTF-8 text") from None
         return v
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
@@ -470,15 +475,25 @@ class RowBuilder:
 
         schema = to_arrow_schema(self.schema, timezone="UTC")
         if self.payload_arrow:
-            fields = [
-                f.name
-                for f, k in zip(self.schema.fields, self.kinds, strict=True)
-                if k == "payload"
-            ]
-            parsed = PayloadBatches(schema, fields, text=self.text)
+            at = [i for i, k in enumerate(self.kinds) if k == "payload"]
+            row = self.row
+
+            def redo(payload: bytes) -> list[Any]:
+                values = row(Message(payload))
+                return [values[i] for i in at]
+
+            parsed = PayloadBatches(
+                schema,
+                [self.schema.fields[i].name for i in at],
+                text=self.text,
+                redo=redo,
+                strict=self.opts.fail_fast,
+            )
             for chunk in chunks:
                 batch = parsed.batch(chunk)
                 yield batch if batch is not None else self._row_batch(schema, chunk)
+            if parsed.redone:
+                log.info("%d row(s) of parsed chunks converted row by row", parsed.redone)
             return
         batches = MetadataBatches(schema, text=self.text)
         for chunk in chunks:
@@ -504,10 +519,12 @@ class RowBuilder:
 
 
 def _json_arrow(fields: list[StructField]) -> bool:
-    """Are these payload fields all of types the Arrow JSON path reads (with C speedups)?"""
+    """Are these payload fields all of types the C pass reads (:mod:`._jsonfields`), and
+    are the C speedups (the header cut and that pass) built?"""
     from .. import _accel
+    from ._jsonfields import json_fields
 
-    if _accel.delivery_columns is None or not fields:
+    if _accel.delivery_columns is None or json_fields is None or not fields:
         return False
     simple = (LongType, IntegerType, ShortType, ByteType, DoubleType, StringType, BooleanType)
     return all(type(f.dataType) in simple for f in fields)

@@ -164,6 +164,7 @@ EXTENSIONS = (
     r"ampsclient/_speedups\.cpython-\d+[^/]*\.so",
     r"ampsclient_server_stub/_speedups\.cpython-\d+[^/]*\.so",
     r"ampsclient_server_stub/queues/_queue_speedups\.cpython-\d+[^/]*\.so",
+    r"ampsclient/spark/_json_speedups\.cpython-\d+[^/]*\.so",
 )
 
 
@@ -199,6 +200,7 @@ def test_wheel_carries_types_extensions_and_its_tags(dist: Dist) -> None:
         "ampsclient/_speedups.c",
         "ampsclient_server_stub/_speedups.c",
         "ampsclient_server_stub/queues/_queue_speedups.c",
+        "ampsclient/spark/_json_speedups.c",
         "ampsclient/py.typed",
         "ampsclient_server_stub/py.typed",
         "setup.py",
