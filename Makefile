@@ -31,6 +31,10 @@ PYTEST := $(PY) -m pytest -p no:cacheprovider
 # two workers (pytest-xdist), then the tests marked serial (they assert on time) one at a time
 PARALLEL := -n 2 --dist worksteal -m "not serial"
 PURE_SUITES := tests/client tests/ha tests/stores tests/protocol tests/fuzz tests/test_speedups.py
+# the serial passes collect only the files with serial tests (tests/test_serial_files.py checks
+# that the list names every one); the pure-Python one those of them in PURE_SUITES
+SERIAL_FILES = $(shell cat tests/serial_files.txt)
+PURE_SERIAL_FILES = $(filter $(PURE_SUITES:%=%/%) $(PURE_SUITES),$(SERIAL_FILES))
 COV := --cov --cov-append --cov-report=
 
 .PHONY: coverage
@@ -39,9 +43,9 @@ COV := --cov --cov-append --cov-report=
 # through it. `make coverage` runs the same with coverage measured (about 1.6x slower).
 test: $(STAMP)
 	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PYTEST) $(TESTFLAGS) $(PARALLEL)
-	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PYTEST) $(TESTFLAGS) -m serial
+	AMPSCLIENT_REQUIRE_SPEEDUPS=1 $(PYTEST) $(TESTFLAGS) -m serial $(SERIAL_FILES)
 	AMPSCLIENT_PUREPYTHON=1 $(PYTEST) $(TESTFLAGS) -q $(PARALLEL) $(PURE_SUITES)
-	AMPSCLIENT_PUREPYTHON=1 $(PYTEST) $(TESTFLAGS) -q -m serial $(PURE_SUITES)
+	AMPSCLIENT_PUREPYTHON=1 $(PYTEST) $(TESTFLAGS) -q -m serial $(PURE_SERIAL_FILES)
 
 coverage: $(STAMP)
 	$(PY) -m coverage erase

@@ -7,6 +7,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,8 +69,44 @@ def _long_rank(item: pytest.Item) -> int:
     return next((i for i, p in enumerate(LONG_FIRST) if path.startswith(p)), len(LONG_FIRST))
 
 
+# --------------------------------------------------------------------------- serial files
+#
+# `make test` runs the tests marked serial in a pass of their own over the files that
+# tests/serial_files.txt names, not over the whole suite (collecting ~4,000 tests to run 24 cost
+# about 10 s). A serial test in a file the list lacks would run in neither pass, so whenever a
+# run collects the whole suite (the parallel pass does), the files of its serial tests are kept
+# here before `-m` deselects them, and tests/test_serial_files.py fails naming any the list lacks.
+
+TESTS = Path(__file__).resolve().parent
+SERIAL_FOUND = pytest.StashKey[set[str]]()
+
+
+def _collects_whole_suite(config: pytest.Config) -> bool:
+    """Whether the run's arguments name ``tests/`` or a directory above it."""
+    base = config.invocation_params.dir
+    for arg in config.args:
+        path = (base / arg.split("::", 1)[0]).resolve()
+        if path == TESTS or path in TESTS.parents:
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=_long_rank)
+    if _collects_whole_suite(config):
+        config.stash[SERIAL_FOUND] = {
+            item.path.relative_to(TESTS.parent).as_posix()
+            for item in items
+            if item.get_closest_marker("serial") is not None
+        }
+
+
+@pytest.fixture
+def serial_files_collected(pytestconfig: pytest.Config) -> set[str] | None:
+    """The files holding tests marked serial, as this run collected them, or ``None`` when the
+    run did not collect the whole suite."""
+    return pytestconfig.stash.get(SERIAL_FOUND, None)
 
 
 @pytest.fixture
