@@ -17,13 +17,17 @@ stores bind theirs at import. Set
 ``AMPSCLIENT_PUREPYTHON=1`` before importing ampsclient to run the pure-Python code (the way
 ``MSGPACK_PUREPYTHON`` works for msgpack).
 
-The C code names no attribute of ours. :data:`LAYOUT` below is the one place that says which
-attribute or slot plays each role the C code touches (a :class:`~ampsclient.Message`'s
-slots, the bookmark store's subscription and publisher records, a publish store and its
-segment files, a client's publish state); it is handed to the extension's ``bind()`` once,
-at import. Renaming one of those attributes means changing its line here, nowhere else
-(``tests/test_speedups.py`` checks every name against the classes). :data:`TWINS` names the
-pure-Python twin of every C function and lane method; each pair has a differential test.
+The C code writes the fields of its own types: a :class:`~ampsclient.Message` is built on
+:data:`MessageFields` (the C type, or its twin :class:`PyMessageFields`), whose public fields
+the receive loop fills. It names no attribute of ours. :data:`LAYOUT` below is the one
+place that says which attribute or slot plays each role the C code still touches on other
+classes (the bookmark store's subscription and publisher records, a publish store and its
+segment files, a client's publish state, the queue acks' batches: issue #29's known
+remainder, listed in ``tests/test_speedups.py``); it is handed to the extension's
+``bind()`` once, at import. Renaming one of those attributes means changing its line
+here, nowhere else (``tests/test_speedups.py`` checks every name against the classes).
+:data:`TWINS` names the pure-Python twin of every C function, lane method and C-owned type;
+each pair has a differential test.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import functools
 import os
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar
 
 __all__ = [
     "LAYOUT",
@@ -41,8 +45,10 @@ __all__ = [
     "AutoAck",
     "BookmarkLane",
     "LaneMethod",
+    "MessageFields",
     "PlainPublishLane",
     "PublishLane",
+    "PyMessageFields",
     "PyRelay",
     "Relay",
     "StoreLock",
@@ -61,13 +67,6 @@ __all__ = [
 
 LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
     {
-        # ampsclient.protocol.message.Message: slots the receive path fills
-        "message.raw": "_raw",
-        "message.sub_id": "_sub_id",
-        "message.header": "_hdr",
-        "message.data": "_data",
-        "message.bookmark": "_bm",
-        "message.body": "_body",
         # ampsclient.stores.bookmark.memory: the per-subscription record's slots
         "bookmark_subscription.inflight": "inflight",
         "bookmark_subscription.last_pub": "last_pub",
@@ -124,6 +123,7 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
 
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
+        "MessageFields": "ampsclient._accel.PyMessageFields",
         "split_frames": "ampsclient.protocol.framing.split_frames",
         "deliver": "ampsclient.core.routes.deliver",
         "deliver_stream": "ampsclient.core.routes.deliver_stream",
@@ -150,6 +150,40 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
 )
 """Each C function or lane method -> its pure-Python twin (the reference)."""
 
+
+class PyMessageFields:
+    """The storage of a :class:`~ampsclient.Message`: six public fields, which
+    :mod:`ampsclient.protocol.message` documents and alone writes, apart from the receive
+    loops (``ampsclient.core.routes.deliver`` through :meth:`Message.refill`, and the C
+    ``deliver``, which fills the same fields of its twin, the C ``MessageFields``).
+
+    The twin of the C ``MessageFields``: a type the C code owns, so it writes these fields
+    through its own struct, not through another class's slots. A new instance has no field
+    set (reading one raises :class:`AttributeError`); ``Message.__init__`` sets all six."""
+
+    __slots__ = (
+        "body_start",
+        "parsed_data",
+        "parsed_header",
+        "payload_bytes",
+        "routed_sub_id",
+        "seen_bookmark",
+    )
+
+    payload_bytes: bytes
+    """The frame's payload, header and body (``b""`` for a message built by the application)."""
+    routed_sub_id: str | None
+    """The subscription the receive path routed the message to, or ``None``."""
+    parsed_header: dict[str, Any] | None
+    """The decoded header once parsed (or given), else ``None``."""
+    parsed_data: bytes | None
+    """The body bytes once cut (or given), else ``None``."""
+    seen_bookmark: str | None
+    """The ``bm`` value when the receive path read it without parsing the header."""
+    body_start: int
+    """The offset of the body in :attr:`payload_bytes`, ``-1`` while not known."""
+
+
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
 deliver_stream: Callable[..., tuple[int, int]] | None = None
@@ -159,6 +193,7 @@ PublishLane: Callable[..., Any] | None = None
 PlainPublishLane: Callable[..., Any] | None = None
 LaneMethod: Callable[[str, Callable[..., Any]], Any] | None = None
 _c_relay: Callable[[Callable[..., Any]], Any] | None = None
+_c_fields: type[Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 send_nowait: Callable[[int, bytes], int] | None = None
@@ -172,7 +207,10 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         from . import _speedups  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - built without a compiler
         _speedups = None
+    if _speedups is not None and not hasattr(_speedups, "MessageFields"):
+        _speedups = None  # pragma: no cover - a build older than its Python (rebuild it)
     if _speedups is not None:
+        _c_fields = _speedups.MessageFields
         _speedups.bind(dict(LAYOUT))
         split_frames = _speedups.split_frames
         deliver = _speedups.deliver
@@ -193,6 +231,13 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
 
 SPEEDUPS: bool = deliver is not None
 """``True`` when the C speedups are in use."""
+
+if TYPE_CHECKING:
+    MessageFields = PyMessageFields
+else:
+    MessageFields = _c_fields or PyMessageFields
+    """The C ``MessageFields`` when built, else :class:`PyMessageFields`: the base of
+    :class:`~ampsclient.Message` (the C receive loop fills only this type's fields)."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _P = ParamSpec("_P")

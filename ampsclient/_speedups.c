@@ -16,17 +16,16 @@
 
 /* ------------------------------------------------------------------ the layout
  *
- * The objects this module reads and writes (a Message's slots, a bookmark store's
+ * The objects of other classes this module still reads and writes (a bookmark store's
  * subscription and publisher records, a publish store and its segment files, a client's
  * publish state) are named by ROLE here; the Python attribute or slot that plays each role
  * comes from one table in Python, ampsclient/_accel.py LAYOUT, handed to bind() once at
  * import. No attribute name of ours is written in this file: renaming one means editing
- * that table only. Until bind() ran, everything that needs the layout raises.
+ * that table only. Until bind() ran, everything that needs the layout raises. A Message is
+ * not among them: it is built on this module's own MessageFields type (see deliver).
  */
 
 enum {
-    /* Message (slots) */
-    R_MSG_RAW, R_MSG_SUB_ID, R_MSG_HEADER, R_MSG_DATA, R_MSG_BOOKMARK, R_MSG_BODY,
     /* MemoryBookmarkStore's per-subscription record (slots) */
     R_SUB_INFLIGHT, R_SUB_LAST_PUB, R_SUB_NEXT_NO, R_SUB_PUBS, R_SUB_POINTS, R_SUB_LOADED_TS,
     R_SUB_RECENT,
@@ -50,8 +49,6 @@ enum {
 };
 
 static const char *const role_keys[R_COUNT] = {
-    "message.raw", "message.sub_id", "message.header", "message.data", "message.bookmark",
-    "message.body",
     "bookmark_subscription.inflight", "bookmark_subscription.last_pub",
     "bookmark_subscription.next_no", "bookmark_subscription.pubs",
     "bookmark_subscription.points", "bookmark_subscription.loaded_ts",
@@ -85,8 +82,6 @@ need_layout(void)
     }
     return 0;
 }
-
-static void unbind_message_type(void);
 
 PyDoc_STRVAR(bind_doc,
 "bind(layout) -> None\n\n"
@@ -131,7 +126,6 @@ bind_layout(PyObject *self, PyObject *layout)
         Py_XSETREF(role_names[i], names[i]);
     }
     layout_bound = 1;
-    unbind_message_type(); /* offsets are read again from the new names */
     Py_RETURN_NONE;
 }
 
@@ -390,13 +384,92 @@ ws_encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ deliver */
 
-/* Offsets of the Message roles' slots, read from the member descriptors of the class a
- * caller hands over (message_base). A subclass that keeps those slots (the client's
- * per-connection Message subclass) is accepted as is and remembered (message_seen). */
-static PyTypeObject *message_base = NULL, *message_seen = NULL;
-static Py_ssize_t off_raw, off_sub_id, off_hdr, off_data, off_bm, off_body;
+/* MessageFields: the storage of an ampsclient.Message, a type this module owns (its twin:
+ * ampsclient._accel.PyMessageFields). ampsclient/protocol/message.py builds Message on it and
+ * documents its six fields; the receive pass below fills them as Message.refill does. Its
+ * fields are public members of a C type, written here through the struct: no attribute of
+ * any other class is read or written. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *payload;  /* payload_bytes: the frame's payload (header and body) */
+    PyObject *sub_id;   /* routed_sub_id: the subscription it was routed to, or None */
+    PyObject *header;   /* parsed_header: the decoded header, or None */
+    PyObject *data;     /* parsed_data: the body bytes, or None */
+    PyObject *bookmark; /* seen_bookmark: the bm value read without parsing, or None */
+    PyObject *body;     /* body_start: the body's offset, -1 when not known */
+} MessageFields;
+
+static PyTypeObject MessageFieldsType;
+
+static int
+mf_traverse(MessageFields *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->payload);
+    Py_VISIT(self->sub_id);
+    Py_VISIT(self->header);
+    Py_VISIT(self->data);
+    Py_VISIT(self->bookmark);
+    Py_VISIT(self->body);
+    return 0;
+}
+
+static int
+mf_clear(MessageFields *self)
+{
+    Py_CLEAR(self->payload);
+    Py_CLEAR(self->sub_id);
+    Py_CLEAR(self->header);
+    Py_CLEAR(self->data);
+    Py_CLEAR(self->bookmark);
+    Py_CLEAR(self->body);
+    return 0;
+}
+
+/* (a Python subclass's dealloc and traverse see to its type's reference) */
+static void
+mf_dealloc(MessageFields *self)
+{
+    PyObject_GC_UnTrack(self);
+    mf_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef mf_members[] = {
+    {"payload_bytes", T_OBJECT_EX, offsetof(MessageFields, payload), 0,
+     "The frame's payload, header and body (b\"\" for a message built by the application)."},
+    {"routed_sub_id", T_OBJECT_EX, offsetof(MessageFields, sub_id), 0,
+     "The subscription the receive path routed the message to, or None."},
+    {"parsed_header", T_OBJECT_EX, offsetof(MessageFields, header), 0,
+     "The decoded header once parsed (or given), else None."},
+    {"parsed_data", T_OBJECT_EX, offsetof(MessageFields, data), 0,
+     "The body bytes once cut (or given), else None."},
+    {"seen_bookmark", T_OBJECT_EX, offsetof(MessageFields, bookmark), 0,
+     "The bm value when the receive path read it without parsing the header, else None."},
+    {"body_start", T_OBJECT_EX, offsetof(MessageFields, body), 0,
+     "The offset of the body in payload_bytes, -1 while not known."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject MessageFieldsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.MessageFields",
+    .tp_basicsize = sizeof(MessageFields),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "MessageFields()\n\nThe six fields of an ampsclient.Message (its storage; twin: "
+              "ampsclient._accel.PyMessageFields). A new instance has none set.",
+    .tp_traverse = (traverseproc)mf_traverse,
+    .tp_clear = (inquiry)mf_clear,
+    .tp_dealloc = (destructor)mf_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_members = mf_members,
+};
+
+#define MF(obj) ((MessageFields *)(obj))
+
 static PyObject *minus_one = NULL, *plus_one = NULL;
 
+/* the offset of slot ``name`` of ``tp`` (a member descriptor of an object slot); -1 on error */
 static int
 slot_offset(PyTypeObject *tp, PyObject *name, Py_ssize_t *offset)
 {
@@ -420,77 +493,38 @@ slot_offset(PyTypeObject *tp, PyObject *name, Py_ssize_t *offset)
     return 0;
 }
 
-/* the offsets of the six Message roles in ``tp``; -1 on error */
+/* ``cls`` is a class whose instances are MessageFields: 0, else -1 with TypeError */
 static int
-message_offsets(PyTypeObject *tp, Py_ssize_t off[6])
+check_message_type(PyObject *cls)
 {
-    for (int i = 0; i < 6; i++) {
-        if (slot_offset(tp, NAME(R_MSG_RAW + i), &off[i]) < 0) {
-            return -1;
-        }
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &MessageFieldsType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "message_type must be a subclass of ampsclient._speedups.MessageFields");
+        return -1;
     }
     return 0;
 }
 
-static void
-unbind_message_type(void)
+static inline int
+is_message(PyObject *obj)
 {
-    Py_CLEAR(message_base);
-    Py_CLEAR(message_seen);
-}
-
-static int
-bind_message_type(PyObject *cls)
-{
-    if ((PyObject *)message_seen == cls && cls != NULL) {
-        return 0;
-    }
-    if (need_layout() < 0) {
-        return -1;
-    }
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "message_type must be a class");
-        return -1;
-    }
-    PyTypeObject *tp = (PyTypeObject *)cls;
-    Py_ssize_t off[6];
-    if (message_offsets(tp, off) < 0) {
-        return -1;
-    }
-    int same = message_base != NULL && PyType_IsSubtype(tp, message_base) && off[0] == off_raw
-               && off[1] == off_sub_id && off[2] == off_hdr && off[3] == off_data
-               && off[4] == off_bm && off[5] == off_body;
-    if (!same) { /* a new base: its offsets */
-        off_raw = off[0];
-        off_sub_id = off[1];
-        off_hdr = off[2];
-        off_data = off[3];
-        off_bm = off[4];
-        off_body = off[5];
-        Py_INCREF(tp);
-        Py_XSETREF(message_base, tp);
-    }
-    Py_INCREF(tp);
-    Py_XSETREF(message_seen, tp);
-    return 0;
+    return PyObject_TypeCheck(obj, &MessageFieldsType);
 }
 
 static inline void
-set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value)
+set_field(PyObject **field, PyObject *value)
 {
-    PyObject **slot = (PyObject **)((char *)obj + offset);
     Py_INCREF(value);
-    Py_XSETREF(*slot, value);
+    Py_XSETREF(*field, value);
 }
 
-/* set_slot, skipped when the slot already holds ``value`` */
+/* set_field, skipped when the field already holds ``value`` */
 static inline void
-set_slot_if(PyObject *obj, Py_ssize_t offset, PyObject *value)
+set_field_if(PyObject **field, PyObject *value)
 {
-    PyObject **slot = (PyObject **)((char *)obj + offset);
-    if (*slot != value) {
+    if (*field != value) {
         Py_INCREF(value);
-        Py_XSETREF(*slot, value);
+        Py_XSETREF(*field, value);
     }
 }
 
@@ -592,7 +626,7 @@ pass_start(Pass *p, PyObject *const *args, const char *fn)
         PyErr_Format(PyExc_TypeError, "%s(): bad argument types", fn);
         return -1;
     }
-    if (bind_message_type(p->cls) < 0) {
+    if (check_message_type(p->cls) < 0) {
         return -1;
     }
     p->nlengths = read_lengths(p->lengths_obj, p->lengths);
@@ -674,12 +708,13 @@ pass_one(Pass *p, PyObject *payload)
     PyObject *message = p->message;
     Py_INCREF(route); /* the handler may change the cache */
     /* a recycled message mostly holds these already (same stream, nothing parsed) */
-    set_slot_if(message, off_raw, payload);
-    set_slot_if(message, off_sub_id, PyTuple_GET_ITEM(route, 0));
-    set_slot_if(message, off_hdr, Py_None);
-    set_slot_if(message, off_data, Py_None);
-    set_slot_if(message, off_bm, Py_None);
-    set_slot_if(message, off_body, minus_one);
+    MessageFields *f = MF(message);
+    set_field_if(&f->payload, payload);
+    set_field_if(&f->sub_id, PyTuple_GET_ITEM(route, 0));
+    set_field_if(&f->header, Py_None);
+    set_field_if(&f->data, Py_None);
+    set_field_if(&f->bookmark, Py_None);
+    set_field_if(&f->body, minus_one);
     PyObject *result = NULL;
     PyObject *flag = PyTuple_GET_ITEM(route, 2);
     int wants_bm = flag == Py_True ? 1 : flag == Py_False ? 0 : PyObject_IsTrue(flag);
@@ -698,7 +733,7 @@ pass_one(Pass *p, PyObject *payload)
     if (close != NULL) {
         PyObject *bm = PyUnicode_DecodeUTF8(raw + start, close - (raw + start), NULL);
         if (bm != NULL) {
-            set_slot(message, off_bm, bm);
+            set_field(&f->bookmark, bm);
             Py_DECREF(bm);
             PyObject *log = PyTuple_GET_ITEM(route, 3);
 #ifndef Py_GIL_DISABLED
@@ -860,7 +895,7 @@ deliver_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 #ifndef Py_GIL_DISABLED
         if (payload != NULL && n > 1 /* (never the shared empty and one-byte bytes) */
             && Py_REFCNT(payload) == 2 && Py_REFCNT(p.message) == 1
-            && *(PyObject **)((char *)p.message + off_raw) == payload
+            && MF(p.message)->payload == payload
             && PyBytes_GET_SIZE(payload) == (Py_ssize_t)n) {
             memcpy(PyBytes_AS_STRING(payload), q + 4, (size_t)n);
 #if defined(__GNUC__)
@@ -1790,7 +1825,7 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "BookmarkLane: that lock already has a lane");
         return -1;
     }
-    if (bind_message_type(msg_type) < 0) {
+    if (check_message_type(msg_type) < 0) {
         return -1;
     }
     PyTypeObject *st = (PyTypeObject *)sub_type, *pt = (PyTypeObject *)pub_type;
@@ -1830,12 +1865,11 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
 static int
 message_ids(PyObject *message, PyObject **bm, PyObject **sid)
 {
-    if (message_base == NULL
-        || (Py_TYPE(message) != message_seen && !PyObject_TypeCheck(message, message_base))) {
+    if (!is_message(message)) {
         return 0;
     }
-    *bm = SLOT(message, off_bm);
-    *sid = SLOT(message, off_sub_id);
+    *bm = MF(message)->bookmark;
+    *sid = MF(message)->sub_id;
     return *bm != NULL && *sid != NULL && PyUnicode_CheckExact(*bm) && PyUnicode_CheckExact(*sid)
            && PyUnicode_GET_LENGTH(*sid) > 0;
 }
@@ -3009,13 +3043,9 @@ autoack_message(AutoAck *self, PyObject *message)
         return NULL;
     }
     if (PyDict_GET_SIZE(self->settled) == 0 && !((StoreLock *)self->lock)->held && layout_bound) {
-        PyObject *raw = NULL;
-        if (message_base != NULL && PyObject_TypeCheck(message, message_base)) {
-            raw = *(PyObject **)((char *)message + off_raw); /* the slot, read in place */
-            Py_XINCREF(raw);
-        }
-        if (raw == NULL) {
-            raw = PyObject_GetAttr(message, NAME(R_MSG_RAW));
+        PyObject *raw = NULL; /* (not a MessageFields: the Python path) */
+        if (is_message(message)) {
+            raw = Py_XNewRef(MF(message)->payload); /* its field, read in place */
         }
         PyObject *pending = autoack_field(self, R_QA_PENDING);
         PyObject *caps = autoack_field(self, R_QA_CAPS);
@@ -3693,7 +3723,9 @@ PyInit__speedups(void)
     if (module == NULL) {
         return NULL;
     }
-    if (PyType_Ready(&LaneMethodType) < 0
+    if (PyType_Ready(&MessageFieldsType) < 0
+        || PyModule_AddObjectRef(module, "MessageFields", (PyObject *)&MessageFieldsType) < 0
+        || PyType_Ready(&LaneMethodType) < 0
         || PyModule_AddObjectRef(module, "LaneMethod", (PyObject *)&LaneMethodType) < 0
         || PyType_Ready(&RelayType) < 0
         || PyModule_AddObjectRef(module, "Relay", (PyObject *)&RelayType) < 0) {

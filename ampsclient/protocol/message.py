@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
+from .._accel import MessageFields
 from .acks import AckType, parse_ack_types
 from .header import Header, decode_header
 from .options import Options
@@ -53,19 +54,26 @@ def body_offset(payload: bytes) -> int:
     return decode_header(payload)[1]
 
 
-class Message:
+class Message(MessageFields):
     """One message received from (or built for) an AMPS server.
 
     Accessors follow the official client (``get_data()``, ``get_topic()``, ...); properties
     (``data``, ``topic``, ...) are the Pythonic spelling. ``data`` is bytes; ``get_data()``
     decodes it as UTF-8 text like the official client does for text message types.
+
+    Its storage is its base class, ``ampsclient._accel.MessageFields`` (the C speedups' own
+    type, else its Python twin :class:`~ampsclient._accel.PyMessageFields`), six public
+    fields: ``payload_bytes`` (the payload as received), ``routed_sub_id`` (the subscription
+    the receive path routed it to), ``parsed_header`` and ``parsed_data`` (``None`` until
+    parsed or given), ``seen_bookmark`` (the ``bm`` value read without parsing the header)
+    and ``body_start`` (the body's offset, ``-1`` until known). This module alone writes
+    them; other code builds a message with the constructor or :meth:`refill` and reads it
+    through the properties (``bookmark``, ``sub_id``, ``raw_payload``...). The C receive loop
+    (``_speedups.c`` ``deliver``) is :meth:`refill`'s twin: it fills the fields of its own
+    type, so it reaches into no slot of this class.
     """
 
-    __slots__ = ("_bm", "_body", "_data", "_hdr", "_raw", "_sub_id")
-    # This module alone writes these slots; other code builds a message with the constructor
-    # or :meth:`refill` and reads it through the properties (``bookmark``, ``sub_id``, ...).
-    # The C receive loop (``_speedups.c`` ``deliver``) is :meth:`refill`'s twin: it writes the
-    # same six slots, named for it in ``ampsclient._accel.LAYOUT``.
+    __slots__ = ()
 
     _ack_to: ClassVar[Callable[[str, str, str | None], None] | None] = None
     """Where :meth:`ack` sends a queue acknowledgement: set on the per-client subclass of
@@ -94,23 +102,23 @@ class Message:
             bookmark: the ``bm`` value, when the caller read it without parsing the header
                 (:attr:`bookmark` reads it first).
         """
-        self._raw = payload
-        self._sub_id = sub_id
-        self._hdr = header
-        self._data = data
-        self._body = -1
-        self._bm = bookmark
+        self.payload_bytes = payload
+        self.routed_sub_id = sub_id
+        self.parsed_header = header
+        self.parsed_data = data
+        self.body_start = -1
+        self.seen_bookmark = bookmark
 
     def refill(self, payload: bytes, sub_id: str | None, bookmark: str | None = None) -> None:
         """Make this instance the message of another ``payload``, as the constructor would
         (no header or body known yet): what the receive loop does with the instance a
         handler did not keep (:func:`ampsclient.core.routes.deliver`; its C twin writes the
         same slots)."""
-        self._raw = payload
-        self._sub_id = sub_id
-        self._hdr = self._data = None
-        self._body = -1
-        self._bm = bookmark
+        self.payload_bytes = payload
+        self.routed_sub_id = sub_id
+        self.parsed_header = self.parsed_data = None
+        self.body_start = -1
+        self.seen_bookmark = bookmark
 
     if TYPE_CHECKING:  # the official spellings installed by message_api, for type checkers
 
@@ -286,24 +294,24 @@ class Message:
     @property
     def header(self) -> Header:
         """The decoded header (canonical keys)."""
-        hdr = self._hdr
+        hdr = self.parsed_header
         if hdr is None:
-            if not self._raw:  # built by the application: Message()
-                hdr = self._hdr = _Built()
-                self._body = 0
+            if not self.payload_bytes:  # built by the application: Message()
+                hdr = self.parsed_header = _Built()
+                self.body_start = 0
                 return hdr
-            hdr, self._body = decode_header(self._raw)
-            self._hdr = hdr
+            hdr, self.body_start = decode_header(self.payload_bytes)
+            self.parsed_header = hdr
         return hdr
 
     @property
     def data(self) -> bytes:
         """The body bytes."""
-        data = self._data
+        data = self.parsed_data
         if data is None:
-            if self._body < 0:
-                self._body = body_offset(self._raw)
-            data = self._data = self._raw[self._body :]
+            if self.body_start < 0:
+                self.body_start = body_offset(self.payload_bytes)
+            data = self.parsed_data = self.payload_bytes[self.body_start :]
         return data
 
     @property
@@ -313,7 +321,7 @@ class Message:
         A handler that keeps it instead of the message keeps plain bytes (delivered messages
         are recycled), and can decode many of them at once later.
         """
-        return self._raw
+        return self.payload_bytes
 
     def get(self, key: str, default: Any = None) -> Any:
         """A header field by canonical key."""
@@ -377,17 +385,17 @@ class Message:
 
     def set_data(self, data: str | bytes) -> Message:
         """Set the body (text is encoded as UTF-8)."""
-        self._data = data.encode() if isinstance(data, str) else bytes(data)
+        self.parsed_data = data.encode() if isinstance(data, str) else bytes(data)
         return self
 
     def reset(self) -> Message:
         """Clear every field and the body (the official ``Message.reset``)."""
-        self._raw = b""
-        self._hdr = _Built()
-        self._data = b""
-        self._body = 0
-        self._bm = None
-        self._sub_id = None
+        self.payload_bytes = b""
+        self.parsed_header = _Built()
+        self.parsed_data = b""
+        self.body_start = 0
+        self.seen_bookmark = None
+        self.routed_sub_id = None
         return self
 
     def ack(self, options: str | None = None) -> AckHandedOver:
@@ -438,8 +446,8 @@ class Message:
     @property
     def sub_id(self) -> str | None:
         """The subscription this message was routed to (or the ``sub_id`` header)."""
-        if self._sub_id is not None:
-            return self._sub_id
+        if self.routed_sub_id is not None:
+            return self.routed_sub_id
         sid = self._str("sub_id")
         if sid is None:
             sid = self._str("sids")
@@ -463,7 +471,7 @@ class Message:
     @property
     def bookmark(self) -> str | None:
         """``bm`` (known without parsing the header when the client's fast path saw it)."""
-        bm = self._bm
+        bm = self.seen_bookmark
         if bm is None:
             bm = self._str("bm")
         return bm
@@ -645,22 +653,22 @@ class Message:
         try:
             hdr = self.header
         except Exception:  # pragma: no cover - repr of a broken payload
-            return f"Message(<unparsable {len(self._raw)} bytes>)"
+            return f"Message(<unparsable {len(self.payload_bytes)} bytes>)"
         data = self.data
         shown = data[:80] + (b"..." if len(data) > 80 else b"")
         return f"Message({hdr!r}, data={shown!r})"
 
     def __copy__(self) -> Message:
         # the same class: a delivered message's copy still acks through its client
-        hdr = self._hdr
+        hdr = self.parsed_header
         copy = type(self)(
-            self._raw,
+            self.payload_bytes,
             header=None if hdr is None else type(hdr)(hdr),
-            data=self._data,
-            sub_id=self._sub_id,
+            data=self.parsed_data,
+            sub_id=self.routed_sub_id,
         )
-        copy._body = self._body
-        copy._bm = self._bm
+        copy.body_start = self.body_start
+        copy.seen_bookmark = self.seen_bookmark
         return copy
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Message:
