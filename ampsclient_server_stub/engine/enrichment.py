@@ -15,9 +15,10 @@ when there is none), as in the AMPS 5.2 announcement
 ``IF(/qty < 0, /qty OF PREVIOUS, /qty) AS /qty``. Preprocessing "does not have access to the
 previous state of the message in the SOW": ``OF PREVIOUS`` there is refused.
 
-A field may end with a hint (User Guide 5.3.4, "Constructing Fields", "Using HINT to Control
-Field Construction"; the ``docs/user-guide`` of the ``amps-python-client`` 5.3.4.0 sdist on
-PyPI, chapters/amps_expressions.html): ``HINT OPTIONAL`` removes the field when the value is
+A field may end with a hint (our reading of the User Guide's "Constructing Fields",
+https://docs.crankuptheamps.com/amps-user-guide/amps-functions/constructing-fields, whose hint
+section lies past what the public copies this project can search hold: docs/configuration.md,
+"<Preprocessing> and <Enrichment>"): ``HINT OPTIONAL`` removes the field when the value is
 ``NULL`` instead of writing a null (this is how AMPS removes a field: it has no ``REMOVE``
 directive), ``HINT SET_CURRENT`` writes the value into the current message at once, so that
 the later fields of the stage read it; ``HINT SET_CURRENT,OPTIONAL`` does both. ``/path OF

@@ -14,30 +14,31 @@ Views and Aggregations" (https://docs.crankuptheamps.com/amps-user-guide/views/d
 * ``UnderlyingTopic`` (required): one SOW topic (or an earlier view), or "any number of
   ``Join`` elements", each relating two topics: ``[Orders].[/customer]=[Customers].[/id]``
   (a topic may carry its message type, ``[nvfix].[Orders].[/customer]``, which it must when
-  topics of several types share its name; "the square brackets [] are optional" around the
-  topic and the field: ``[Orders]./customer``, ``Orders./customer``); every ``Join`` after the
+  topics of several types share its name; the brackets around the topic and the field are
+  optional: ``[Orders]./customer``, ``Orders./customer``); every ``Join`` after the
   first adds one topic to those already joined, or relates the same two topics as an earlier
   one by another field (multi-field join, the ``Join`` elements combined with ``AND``).
-  User Guide, "Multiple Topic Aggregation: Join" (5.3.4, also in the ``docs/user-guide`` of
-  the ``amps-python-client`` 5.3.4.0 sdist on PyPI, ``chapters/views.html``): a ``Join`` "is an
-  equality comparison"; "values are always compared as strings"; a record of the topic on the
+  The rules are in the User Guide's "Multiple Topic Aggregation: Join" (Defining Views and
+  Aggregations, above) and SOW/View's ``Join`` and ``JoinNullEquivalency``, past what the
+  public copies this project can search hold (docs/views.md, "Joins"): *our reading* is that
+  a ``Join`` is an equality whose values are compared as strings; a record of the topic on the
   left of ``=`` with no partner is projected with ``NULL`` for the other topic, one of the
-  right-hand topic is not: "In database terms, this is equivalent to a LEFT OUTER JOIN";
-  ``NULL`` values, "including empty strings", match nothing unless ``JoinNullEquivalency`` is
-  ``enabled``. The guide has no other join operator: ``LEFT/RIGHT/FULL OUTER JOIN``, ``INNER
-  JOIN`` and the like are refused naming the keyword;
+  right-hand topic is not (a LEFT OUTER JOIN); ``NULL``, missing and empty values match nothing
+  unless ``JoinNullEquivalency`` is ``enabled``. ``=`` is the only operator: ``LEFT/RIGHT/FULL
+  OUTER JOIN``, ``INNER JOIN`` and the like are refused naming the keyword;
 * ``Projection/Field`` and ``Grouping/Field`` (both required), ``views.fields``; in a join every
   field names its topic, ``[Orders].[/qty]`` (or ``[Orders]./qty``, ``[nvfix].[Orders]./qty``);
 * ``Filter``: only with a single underlying topic (as the guide says);
 * ``KeyDomain``: the seed of the view's record keys (default: the view's name);
-* ``Conflation``: ``none`` (default) or ``inline`` ("Inline Update Conflation": AMPS "makes no
-  guarantees as to the number of updates to a view", the final state is the same); the
-  reference server processes every update in order for both;
+* ``Conflation``: it "accepts two values" (SOW/View); ``none`` (default) and ``inline`` are
+  our reading of their names; the reference server processes every update in order for both
+  (the final state is the same);
 * ``JoinNullEquivalency``: ``enabled`` makes ``NULL``, missing and empty values join each other.
 
 Refused by name: ``FileName``, ``HashIndex``, ``Key``, a topic joined with itself (AMPS names a
-join's topics by ``[type].[topic]`` only: the guide gives no alias to tell the two sides apart),
-a ``Join`` relating no topic already joined, or two topics joined through others.
+join's topics by ``[type].[topic]`` only: no public AMPS page found gives an alias to tell the
+two sides apart), a ``Join`` relating no topic already joined, or two topics joined through
+others.
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ _SIDE: Final = (
     r"(?:\[(?P<{p}path>/[^\[\]]*)\]|(?P<{p}upath>/[^\[\]\s=]*))"
 )
 """One side of a ``<Join>``: ``[mt].[topic].[/path]``; the brackets around the topic and the
-path are optional ("If they are omitted, AMPS uses the first / in the expression as the start
-of the field definition"), those around the message type are not."""
+path are optional (our reading: without them the first ``/`` starts the field), those around
+the message type are not."""
 _JOIN: Final = re.compile(
     r"^\s*" + _SIDE.format(p="l") + r"\s*=\s*" + _SIDE.format(p="r") + r"\s*$", re.I
 )
@@ -237,10 +238,17 @@ def parse_sow_views(
     if section is None:
         return ()
     views: list[SowViewConfig] = []
+    # sow_topics: the section's <Topic>s in order, then those of a pre-5.0 <TopicMetaData>
+    in_section = sum(1 for c in section if c.tag in ("Topic", "TopicDefinition"))
+    before = 0
     for elem in section:
+        if elem.tag in ("Topic", "TopicDefinition"):
+            before += 1
         if elem.tag not in ("View", "ViewDefinition") or skip(elem):
             continue
-        view = _parse(elem, sow_topics, views, fail)
+        defined = [*sow_topics[:before], *sow_topics[in_section:]]
+        later = frozenset(t.topic for t in sow_topics[before:in_section])
+        view = _parse(elem, defined, views, fail, later=later)
         if any(v.name == view.name for v in views) or any(t.topic == view.name for t in sow_topics):
             fail(elem, f"duplicate topic {view.name!r}: a view needs a name of its own")
         views.append(view)
@@ -269,7 +277,12 @@ def _parse(
     sow_topics: Sequence[UnderlyingSow],
     earlier: Sequence[SowViewConfig],
     fail: Fail,
+    *,
+    later: frozenset[str] = frozenset(),
 ) -> SowViewConfig:
+    """``later``: the SOW topics defined after the view (AMPS: "the underlying topic for the
+    view must be defined in the AMPS configuration file before the view itself is defined",
+    User Guide, Understanding Views)."""
     from ..engine.filters import compile_expression, compile_filter
 
     check_children(elem, refused=_REFUSED, known=_KNOWN, what="view", fail=fail)
@@ -291,12 +304,12 @@ def _parse(
     topics: list[tuple[str, str]] = []
     joins: tuple[JoinSpec, ...] = ()
     if len(under):
-        joins = _joins(under, label, known, topics, fail)
+        joins = _joins(under, label, known, topics, fail, later=later)
     else:
         text = (under.text or "").strip()
         if not text:
             fail(under, f"<UnderlyingTopic> in <{elem.tag}> is empty")
-        topics.append((text, _resolve(under, label, known, text, None, mt, fail)))
+        topics.append((text, _resolve(under, label, known, text, None, mt, fail, later=later)))
     names = tuple(t for t, _ in topics)
     types = tuple(k for _, k in topics)
 
@@ -461,14 +474,24 @@ def _resolve(
     mt: str | None,
     view_mt: str | None,
     fail: Fail,
+    *,
+    later: frozenset[str] = frozenset(),
 ) -> str:
     """The message type of underlying topic ``topic`` (written ``[mt].[topic]`` when ``mt``;
-    ``view_mt``: the type preferred when several share the name, ``None`` in a join)."""
+    ``view_mt``: the type preferred when several share the name, ``None`` in a join;
+    ``later``: SOW topics defined after the view)."""
     kinds = known.get(topic, [])
     if mt is not None:
         kinds = [k for k in kinds if k == mt.lower()]
     if not kinds:
         what = topic if mt is None else f"[{mt}].[{topic}]"
+        if topic in later:
+            fail(
+                at,
+                f"{label}: <UnderlyingTopic> {what!r} is defined after the view: the underlying "
+                "topic of a view must be defined before the view itself (User Guide, "
+                "'Understanding Views')",
+            )
         fail(
             at,
             f"{label}: <UnderlyingTopic> {what!r} is not a queue, SOW topic or earlier view "
@@ -495,6 +518,8 @@ def _joins(
     known: dict[str, list[str]],
     topics: list[tuple[str, str]],
     fail: Fail,
+    *,
+    later: frozenset[str] = frozenset(),
 ) -> tuple[JoinSpec, ...]:
     """The ``<Join>`` elements of ``under``; ``topics`` receives the joined topics in order."""
     elements = list(under)
@@ -522,7 +547,7 @@ def _joins(
         paths = []
         for side in ("l", "r"):
             topic = match[f"{side}topic"] or match[f"{side}bare"]
-            kind = _resolve(join, label, known, topic, match[f"{side}mt"], None, fail)
+            kind = _resolve(join, label, known, topic, match[f"{side}mt"], None, fail, later=later)
             sides.append((topic, kind))
             paths.append(match[f"{side}path"] or match[f"{side}upath"])
         for (topic, kind), path in zip(sides, paths, strict=True):

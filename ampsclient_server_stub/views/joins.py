@@ -4,11 +4,11 @@ A view's ``<Join>`` elements are evaluated in order, as SQL evaluates ``A JOIN B
 ON ..``: the first relates two topics, each later one adds a topic to the rows joined so far
 (its other side names a topic already joined). An inner join keeps the pairs with equal values;
 an outer one also keeps the rows of the kept side(s) that found no partner, with ``None`` for
-the other topic's record. AMPS's ``=`` is a left outer join (``views.config``). Join values are
-compared as strings, as the AMPS User Guide says ("values are always compared as strings": 12345
-and 12345.00 differ); a ``NULL`` (missing or empty) value matches nothing, unless the view
-enables ``JoinNullEquivalency`` (then they all match each other). A multi-field join compares
-every field pair.
+the other topic's record. AMPS's ``=`` is a left outer join (``views.config``; our reading of
+the User Guide's "Multiple Topic Aggregation: Join", docs/views.md). Join values are compared as
+strings (12345 and 12345.00 differ); a ``NULL`` (missing or empty) value matches nothing, unless
+the view enables ``JoinNullEquivalency`` (then they all match each other). A multi-field join
+compares every field pair.
 
 A row is a tuple of record keys, one per topic (``None``: no record), and its document
 ``{"0": doc, "1": doc, ...}`` (the shape ``views.config.qualify`` rewrites ``[topic].[/path]``

@@ -1,16 +1,16 @@
-"""How AMPS joins, as the User Guide's "Multiple Topic Aggregation: Join" says (AMPS 5.3.4
-User Guide, chapter "Aggregating and Analyzing Data in AMPS"; the same text ships in the
-``docs/user-guide`` of the ``amps-python-client`` 5.3.4.0 sdist on PyPI, chapters/views.html):
+"""How AMPS joins, in our reading of the User Guide's "Multiple Topic Aggregation: Join"
+(https://docs.crankuptheamps.com/amps-user-guide/views/defining-views; the public copies this
+project can search stop before the rules: docs/views.md, "Joins", marks each as our reading):
 
-* the guide's own example config (``[ORDERS]./Tick = [COMPANIES]./Tick``, fields written
-  ``[COMPANIES]./Name`` without ``AS``) is read and computed;
-* "values are always compared as strings" (12345 and 12345.0 differ; nvfix "7" is json 7);
-* "AMPS does not consider NULL values, including empty strings, to be equivalent", unless
-  ``JoinNullEquivalency`` is ``enabled``;
+* a company-volume view over nvfix topics (``[ORDERS]./Tick = [COMPANIES]./Tick``, fields
+  written ``[COMPANIES]./Name`` without ``AS``) is read and computed;
+* join values are compared as strings (12345 and 12345.0 differ; nvfix "7" is json 7);
+* ``NULL``, missing and empty values match nothing, unless ``JoinNullEquivalency`` is
+  ``enabled``;
 * several ``Join`` elements relating the same two topics join on every field pair;
 * ``<Conflation>inline</Conflation>`` is accepted (the final state is the same).
 
-The broker frame by frame, and the guide's example over TCP with the official client.
+The broker frame by frame, and the company-volume view over TCP with the official client.
 """
 
 from __future__ import annotations

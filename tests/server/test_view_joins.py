@@ -1,8 +1,8 @@
 """Views joining three topics, and topics of different message types (AMPS User Guide,
 "Defining Views and Aggregations": "You can join topics of different message types, and you
 can project messages of a different type than the underlying topic"; Configuration Guide,
-"SOW/View": ``UnderlyingTopic`` holds "any number of ``Join`` elements", each relating two
-topics).
+"SOW/View": ``UnderlyingTopic`` holds "any number of ``Join`` elements", each of which
+"specifies two top[ics]").
 
 The broker driven frame by frame (every view record asserted after each publish, delta
 publish and delete; ``oof`` when a group leaves a subscriber's filter or empties), the
@@ -158,6 +158,27 @@ def test_bad_joins_are_refused_naming_the_element(tmp_path: Path, view: str, mes
     assert str(info.value).startswith("line ")
 
 
+def test_an_underlying_topic_defined_after_the_view_is_refused(tmp_path: Path) -> None:
+    """User Guide, Understanding Views
+    (https://docs.crankuptheamps.com/amps-user-guide/views/understanding-views): "the
+    underlying topic for the view must be defined in the AMPS configuration file before the
+    view itself is defined" (it was accepted wherever it stood)."""
+    products = "<Topic><Name>products</Name><MessageType>json</MessageType><Key>/pid</Key></Topic>"
+    assert products in TOPICS
+    joined = xml(THREE.format(name="late")).replace(products, "")
+    joined = joined.replace("</View>", "</View>" + products, 1)  # a join's second topic
+    with pytest.raises(ConfigError, match=r"'products' is defined after the view: the under"):
+        parse_config(joined, base_dir=tmp_path)
+    single = """<View><Name>one</Name><MessageType>json</MessageType>
+      <UnderlyingTopic>orders</UnderlyingTopic>
+      <Projection><Field>/sym</Field></Projection><Grouping><Field>/sym</Field></Grouping>
+    </View>"""
+    late = xml(single).replace(TOPICS, "").replace("</View>", "</View>" + TOPICS, 1)
+    with pytest.raises(ConfigError, match=r"'orders' is defined after the view"):
+        parse_config(late, base_dir=tmp_path)
+    assert parse_config(xml(single), base_dir=tmp_path).sow_views[0].topics == ("orders",)
+
+
 def test_a_topic_name_of_two_types_must_name_its_type(tmp_path: Path) -> None:
     two = (
         TOPICS + "<Topic><Name>orders</Name><MessageType>nvfix</MessageType><Key>/id</Key></Topic>"
@@ -216,8 +237,7 @@ def view(broker: Broker, topic: str) -> list[Any]:
 
 def test_a_three_topic_join_follows_publish_delta_and_delete(broker: Broker) -> None:
     """Two ``=`` joins: every order is kept, with NULL for a customer or product it lacks
-    (User Guide: "Where there are no matching messages in the Catalog and Addresses topics,
-    AMPS projects those values as NULL")."""
+    (our reading of the User Guide's "Multiple Topic Aggregation: Join", docs/views.md)."""
     p, _ = logon(broker, "pub")
     pub(broker, p, "customers", cid=1, name="Ada")
     pub(broker, p, "orders", id=10, cid=1, pid="x", qty=2)
