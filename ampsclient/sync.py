@@ -3,6 +3,14 @@
 Each ``Client`` owns one background thread running an asyncio loop (like the official
 client's receive thread): handlers run there, blocking methods wait for results from it.
 ``publish`` does not hop threads: it encodes in the caller's thread and queues the bytes.
+
+The methods that mirror the asyncio clients' are generated from their source by
+``tools/unasync.py`` (httpcore's unasync): :class:`~ampsclient.sync_face.SyncClientFace`,
+:class:`~ampsclient.sync_face.SyncHAClientFace` and the convenience commands'
+:class:`~ampsclient.sync_convenience.SyncCommands`. What is written here is what only the
+synchronous facade has: the loop thread, the publish lanes, connecting again after
+``close``, closing and the context managers, handlers run on threads of their own, and the
+official client's argument names where they differ from the asyncio ones.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypedDict, TypeVar, Unpack
 from ._accel import lane_method
 from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
-from .client import AsyncClient, ConnectionEvent, ConnectionState, Handler
+from .client import AsyncClient, ConnectionState, Handler
 from .command import Command
 from .disconnects import DisconnectHandling, takes_error
 from .exceptions import DisconnectedError, TimeoutError, UsageError
@@ -26,12 +34,12 @@ from .protocol.acks import AckType
 from .protocol.bookmarks import Bookmarks
 from .protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from .protocol.message import Message
-from .stream import MessageStream
 from .sync_convenience import SyncCommands
+from .sync_face import SyncClientFace, SyncHAClientFace
 
 if TYPE_CHECKING:  # the HA modules load when an HAClient is made
     from .ha.chooser import ServerChooser
-    from .ha.client import AsyncHAClient, FailedWriteHandler
+    from .ha.client import AsyncHAClient
     from .ha.reconnect import ReconnectDelayStrategy
     from .stores.bookmark import BookmarkStore
     from .stores.publish import PublishStore
@@ -104,7 +112,9 @@ class LoopThread:
         self._thread.join(10)
 
 
-class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMethods):
+class Client(
+    SyncClientFace, DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMethods
+):
     """A synchronous AMPS client with the official client's method names.
 
     Example::
@@ -211,68 +221,7 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
             raise
         return lt.run(coro)
 
-    # ---------------------------------------------------------------- state and settings
-    @property
-    def name(self) -> str:
-        """The client name."""
-        return self._async.name
-
-    def get_name(self) -> str:
-        """Official spelling of :attr:`name`."""
-        return self._async.name
-
-    @property
-    def uri(self) -> str | None:
-        """The current URI without credentials."""
-        return self._async.uri
-
-    def get_uri(self) -> str | None:
-        """Official spelling of :attr:`uri`."""
-        return self._async.uri
-
-    @property
-    def connected(self) -> bool:
-        """``True`` while connected."""
-        return self._async.connected
-
-    @property
-    def logged_on(self) -> bool:
-        """``True`` while logged on."""
-        return self._async.logged_on
-
-    def get_server_version(self) -> int:
-        """The server version as a number (official API)."""
-        return self._async.get_server_version()
-
-    def get_server_version_info(self) -> str | None:
-        """The server's version string."""
-        return self._async.get_server_version_info()
-
-    @property
-    def logon_ack(self) -> Message | None:
-        """The last logon ack."""
-        return self._async.logon_ack
-
-    def statistics(self) -> dict[str, int]:
-        """Counters."""
-        return self._async.statistics()
-
-    def set_last_chance_message_handler(self, handler: Handler | None) -> None:
-        """Receives messages that no other handler took."""
-        self._async.set_last_chance_message_handler(handler)
-
-    def set_exception_listener(self, listener: Callable[[BaseException], Any] | None) -> None:
-        """Receives exceptions raised by handlers."""
-        self._async.set_exception_listener(listener)
-
-    def add_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
-        """Receives connection events."""
-        self._async.add_connection_state_listener(listener)
-
-    def remove_connection_state_listener(self, listener: Callable[[ConnectionEvent], Any]) -> None:
-        """Stop sending events to ``listener``."""
-        self._async.remove_connection_state_listener(listener)
-
+    # ------------------------------------------------------- the official argument names
     def set_global_command_type_message_handler(
         self, command: str, message_handler: Handler
     ) -> None:
@@ -301,38 +250,16 @@ class Client(DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMe
         self._run(self._async.connect(uri, timeout=timeout, ssl_context=ssl_context))
         self._dropped = False
 
-    def logon(
-        self,
-        timeout: int = 0,
-        authenticator: Authenticator | None = None,
-        options: str | None = None,
-    ) -> str:
-        """Log on (``timeout`` in ms)."""
-        return self._run(self._async.logon(timeout, authenticator, options))
-
-    def connect_and_logon(
-        self, uri: str, *, timeout: int = 0, authenticator: Authenticator | None = None
-    ) -> str:
-        """Connect then log on."""
-        return self._run(
-            self._async.connect_and_logon(uri, timeout=timeout, authenticator=authenticator)
-        )
-
     # --------------------------------------------------------------------------- commands
-    def execute(self, command: Command) -> MessageStream:
-        """Send ``command``; return a stream of its messages."""
-        return self._run(self._async.execute(command))
-
     def execute_async(self, command: Command, on_message: Handler | None = None) -> str:
         """Send ``command``; its messages go to ``on_message`` on the client's thread."""
         return self._run(self._async.execute_async(command, on_message))
 
-    def unsubscribe(self, sub_id: str = "all") -> None:
-        """Cancel a subscription (or ``"all"``)."""
-        self._run(self._async.unsubscribe(sub_id))
-
     def flush(self, timeout: int = 0) -> None:
-        """Wait until the server processed everything sent before (``timeout`` in ms)."""
+        """Wait until the server processed everything sent before (``timeout`` in ms).
+
+        The official signature, for both clients (an ``AsyncHAClient``'s ``flush`` has no
+        ``ack_type``; a persisted flush is ``publish_flush(timeout, ack_type)``)."""
         self._run(self._async.flush(timeout))
 
     # ---------------------------------------------------------------------------- closing
@@ -388,7 +315,7 @@ class HAClientOptions(TypedDict, total=False):
     ssl_context: ssl.SSLContext | None
 
 
-class HAClient(Client):
+class HAClient(SyncHAClientFace, Client):
     """The synchronous HA client: reconnects, fails over, replays, resubscribes.
 
     Example::
@@ -473,10 +400,6 @@ class HAClient(Client):
         """How long each logon waits for its ack, in ms (default 10000)."""
         self._ha.set_logon_timeout(timeout)
 
-    def get_resubscription_timeout(self) -> int:
-        """The resubscription timeout in ms (0 = wait indefinitely)."""
-        return self._ha.get_resubscription_timeout()
-
     @staticmethod
     def set_default_resubscription_timeout(timeout: int) -> None:
         """The resubscription timeout (ms) of the HAClients created from now on."""
@@ -516,62 +439,6 @@ class HAClient(Client):
         """The :class:`AsyncHAClient` this facade drives."""
         return self._ha
 
-    def set_server_chooser(self, chooser: ServerChooser) -> None:
-        """Use ``chooser`` to pick servers."""
-        self._ha.set_server_chooser(chooser)
-
-    def get_server_chooser(self) -> ServerChooser:
-        """The server chooser."""
-        return self._ha.get_server_chooser()
-
-    def set_reconnect_delay_strategy(self, strategy: ReconnectDelayStrategy) -> None:
-        """Use ``strategy`` between connection attempts."""
-        self._ha.set_reconnect_delay_strategy(strategy)
-
-    def get_reconnect_delay_strategy(self) -> ReconnectDelayStrategy:
-        """The reconnect delay strategy."""
-        return self._ha.get_reconnect_delay_strategy()
-
-    def set_reconnect_delay(self, milliseconds: int) -> None:
-        """A fixed reconnect delay."""
-        self._ha.set_reconnect_delay(milliseconds)
-
-    def set_failed_write_handler(self, handler: FailedWriteHandler | None) -> None:
-        """``handler(message, reason)`` for publishes the server refused."""
-        self._ha.set_failed_write_handler(handler)
-
-    def set_failed_resubscribe_handler(
-        self, handler: Callable[[Command, int, BaseException], bool] | None
-    ) -> None:
-        """Called when re-placing a subscription fails."""
-        self._ha.set_failed_resubscribe_handler(handler)
-
-    def set_resubscription_timeout(self, milliseconds: int) -> None:
-        """Timeout for each re-placed subscription."""
-        self._ha.set_resubscription_timeout(milliseconds)
-
-    @property
-    def publish_store(self) -> PublishStore:
-        """The publish store."""
-        return self._ha.publish_store
-
-    @property
-    def bookmark_store(self) -> BookmarkStore:
-        """The bookmark store."""
-        return self._ha.bookmark_store
-
-    def set_bookmark_store(self, store: BookmarkStore) -> None:
-        """Use ``store`` for bookmark subscriptions placed from now on."""
-        self._ha.set_bookmark_store(store)  # its discard picks the new store's lane
-
-    def set_duplicate_message_handler(self, handler: Handler | None) -> None:
-        """Receives redelivered messages the bookmark store recognised as duplicates."""
-        self._ha.set_duplicate_message_handler(handler)
-
-    def get_duplicate_message_handler(self) -> Handler | None:
-        """The duplicate message handler."""
-        return self._ha.get_duplicate_message_handler()
-
     @lane_method("_async_publish")
     def publish(
         self,
@@ -599,31 +466,6 @@ class HAClient(Client):
         """Mark a bookmark-subscription message as processed (any thread; forwarded like
         :meth:`publish`, so the store's C lane runs with no Python frame in between)."""
         self._ha.discard(message)
-
-    def get_most_recent(self, sub_id: str) -> str:
-        """Where subscription ``sub_id`` would resume."""
-        return self._ha.get_most_recent(sub_id)
-
-    @property
-    def unpersisted_count(self) -> int:
-        """Publishes not yet acknowledged as persisted."""
-        return self._ha.unpersisted_count
-
-    def get_unpersisted_count(self) -> int:
-        """Official spelling of :attr:`unpersisted_count`."""
-        return self._ha.unpersisted_count
-
-    def connect_and_logon(
-        self,
-        uri: str | None = None,
-        *,
-        timeout: int = 0,
-        authenticator: Authenticator | None = None,
-    ) -> str:
-        """Connect to the chooser's servers (failing over) and log on."""
-        return self._run(
-            self._ha.connect_and_logon(uri, timeout=timeout, authenticator=authenticator)
-        )
 
     def connect(
         self,
@@ -657,28 +499,6 @@ class HAClient(Client):
         is always for the ``persisted`` acks of the stored messages, as in the official client.
         """
         self._run(self._ha.publish_flush(timeout))
-
-    def publish_and_wait(
-        self,
-        topic: str,
-        data: object,
-        expiration: int | None = None,
-        *,
-        correlation_id: str | None = None,
-        sow_key: str | None = None,
-        timeout: int = 0,
-    ) -> int:
-        """Publish and wait for this message's persisted ack; returns its sequence."""
-        return self._run(
-            self._ha.publish_and_wait(
-                topic,
-                data,
-                expiration,
-                correlation_id=correlation_id,
-                sow_key=sow_key,
-                timeout=timeout,
-            )
-        )
 
     def publish_future(
         self,
