@@ -240,10 +240,6 @@ class OfficialClientMethods:
         batch. ``(0, 0)`` (the default): write as soon as the client's loop runs."""
         self._async.set_publish_batching(batchSize, batchTimeoutMillis)
 
-    def get_exception_listener(self) -> Any:
-        """The exception listener."""
-        return self._async.get_exception_listener()
-
     # -- official alternative spellings -----------------------------------------------------
 
     def set_unhandled_message_handler(self, message_handler: Handler | None) -> None:
@@ -348,15 +344,7 @@ class OfficialClientMethods:
         """Route deliveries and the ``acks`` for ``command_id`` to ``message_handler``."""
         self._async.add_message_handler(command_id, message_handler, acks, bool(is_subscribe))
 
-    def remove_message_handler(self, command_id: str) -> bool:
-        """Stop routing ``command_id``."""
-        return self._async.remove_message_handler(command_id)
-
     # -- names that cannot apply --------------------------------------------------------------
-
-    def get_ssl(self) -> Any:
-        """Refused: there is no SSL socket object (TLS runs inside asyncio)."""
-        return self._async.get_ssl()
 
     def add_http_preflight_header(self, header: str) -> None:
         """Refused: connecting through an HTTP proxy is not supported."""

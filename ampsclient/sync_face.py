@@ -139,6 +139,10 @@ class SyncClientFace:
         """Stop sending events to ``listener``."""
         self._async.remove_connection_state_listener(listener)
 
+    def get_exception_listener(self) -> Callable[[BaseException], Any] | None:
+        """The exception listener."""
+        return self._async.get_exception_listener()
+
     @property
     def default_max_depth(self) -> int:
         """The ``max_depth`` of new message streams (0 = unbounded)."""
@@ -156,6 +160,14 @@ class SyncClientFace:
     @logon_options.setter
     def logon_options(self, options: str | None) -> None:
         self._async.logon_options = options
+
+    def remove_message_handler(self, command_id: str) -> bool:
+        """Stop routing ``command_id`` to its handler; ``True`` if one was registered."""
+        return self._async.remove_message_handler(command_id)
+
+    def get_ssl(self) -> Any:
+        """Refused: the official client's ``PySSLSocket`` does not exist here."""
+        return self._async.get_ssl()
 
     def set_observer(self, observer: ClientObserver | None) -> None:
         """Let ``observer`` see this client's publishes and the commands it sends
