@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _history_support import history_config, query, send_and_flush, stamp
 
 import ampsclient_server_stub.engine.journal as journal_module
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
 from ampsclient_server_stub.testing import RawClient
-from tests.server.test_config_history import config, query, send_and_flush, stamp
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def stepped(monkeypatch: pytest.MonkeyPatch) -> SteppedClock:
 @pytest.fixture
 def server(tmp_path: Path, stepped: SteppedClock) -> Iterator[ServerThread]:
     history = "<History><Window>1d</Window></History>"
-    with ServerThread(parse_config(config(history), base_dir=tmp_path)) as thread:
+    with ServerThread(parse_config(history_config(history), base_dir=tmp_path)) as thread:
         yield thread
 
 

@@ -9,16 +9,13 @@ transaction log does not record fails the start.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _history_support import history_config, pass_time, query, send_and_flush, stamp
 
-from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ConfigError, parse_config
 from ampsclient_server_stub.testing import RawClient
@@ -26,62 +23,11 @@ from ampsclient_server_stub.testing import RawClient
 pytestmark = pytest.mark.integration
 
 
-def config(history: str, *, recorded: str = "q") -> str:
-    return f"""<AMPSConfig><Name>hist</Name>
-  <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
-  </Transport></Transports>
-  <SOW>
-    <Topic><Name>q</Name><MessageType>json</MessageType><Key>/id</Key>{history}</Topic>
-    <Topic><Name>plain</Name><MessageType>json</MessageType><Key>/id</Key></Topic>
-  </SOW>
-  <TransactionLog><JournalSize>1MB</JournalSize>
-    <PreallocatedJournalFiles>1</PreallocatedJournalFiles>
-    <Topic><Name>{recorded}</Name><MessageType>json</MessageType></Topic>
-  </TransactionLog>
-</AMPSConfig>"""
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerThread]:
     history = "<History><Window>1h</Window></History>"
-    with ServerThread(parse_config(config(history), base_dir=tmp_path)) as thread:
+    with ServerThread(parse_config(history_config(history), base_dir=tmp_path)) as thread:
         yield thread
-
-
-def stamp(when: float) -> str:
-    moment = datetime.fromtimestamp(when, UTC)
-    return moment.strftime("%Y%m%dT%H%M%S") + f".{moment.microsecond:06d}Z"
-
-
-def send_and_flush(raw: RawClient, commands: list[tuple[dict[str, Any], bytes]]) -> None:
-    for hdr, body in commands:
-        raw.send(hdr, body)
-    raw.send({"c": "flush", "cid": "F", "a": "persisted"})
-    raw.recv_until(lambda h: h.get("cid") == "F", 10)
-
-
-def query(raw: RawClient, topic: str, bookmark: str | None = None) -> dict[Any, Any]:
-    """The records of a sow query by id, or the failure ack (``{"failure": ack}``)."""
-    hdr: dict[str, Any] = {"c": "sow", "cid": "Q", "t": topic, "a": "processed,completed"}
-    if bookmark is not None:
-        hdr["bm"] = bookmark
-    raw.send(hdr)
-    records: dict[Any, Any] = {}
-    while True:
-        head, body = raw.recv(10)
-        if head.get("c") == "ack" and head.get("cid") == "Q":
-            if head.get("status") == "failure":
-                return {"failure": head}
-            if head.get("a") == "completed":
-                return records
-        elif head.get("c") == "sow":
-            pos = 0
-            while pos < len(body):
-                rec, end = decode_header(body[pos:])
-                length = int(rec["l"])
-                doc = json.loads(body[pos + end : pos + end + length])
-                records[doc["id"]] = doc["v"]
-                pos += end + length
 
 
 def test_a_historical_query_returns_the_sow_as_it_was(server: ServerThread) -> None:
@@ -95,8 +41,7 @@ def test_a_historical_query_returns_the_sow_as_it_was(server: ServerThread) -> N
             ],
         )
         then = time.time()
-        while time.time() <= then:  # the next records are received after `then`
-            time.sleep(0.001)
+        pass_time(then)  # the next records are received after `then`
         send_and_flush(
             raw,
             [
@@ -113,7 +58,7 @@ def test_a_historical_query_returns_the_sow_as_it_was(server: ServerThread) -> N
 def test_granularity_rounds_the_time_down(tmp_path: Path) -> None:
     history = "<History><Window>1d</Window><Granularity>1h</Granularity></History>"
     with (
-        ServerThread(parse_config(config(history), base_dir=tmp_path)) as server,
+        ServerThread(parse_config(history_config(history), base_dir=tmp_path)) as server,
         RawClient(server.tcp_port) as raw,
     ):
         raw.logon("gran")
@@ -158,7 +103,7 @@ def test_sow_and_subscribe_with_a_bookmark_fails(server: ServerThread) -> None:
 
 
 def test_history_on_an_unrecorded_topic_fails_the_start(tmp_path: Path) -> None:
-    xml = config("<History><Window>1h</Window></History>", recorded="other")
+    xml = history_config("<History><Window>1h</Window></History>", recorded="other")
     thread = ServerThread(parse_config(xml, base_dir=tmp_path))
     try:
         with pytest.raises(ConfigError, match=r"SOW topic 'q' has <History>"):
@@ -177,4 +122,4 @@ def test_history_on_an_unrecorded_topic_fails_the_start(tmp_path: Path) -> None:
 )
 def test_bad_history_is_a_config_error(history: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        parse_config(config(history))
+        parse_config(history_config(history))

@@ -8,13 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _history_support import pass_time, send_and_flush, sow_query, stamp
 
-from ampsclient.protocol.header import decode_header
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
 from ampsclient_server_stub.engine.payload import decode, encode
@@ -83,36 +82,11 @@ def config(case: Case) -> str:
 </AMPSConfig>"""
 
 
-def stamp(when: float) -> str:
-    moment = datetime.fromtimestamp(when, UTC)
-    return moment.strftime("%Y%m%dT%H%M%S") + f".{moment.microsecond:06d}Z"
-
-
-def send_and_flush(raw: RawClient, commands: list[tuple[dict[str, Any], bytes]]) -> None:
-    for hdr, body in commands:
-        raw.send(hdr, body)
-    raw.send({"c": "flush", "cid": "F", "a": "persisted"})
-    raw.recv_until(lambda h: h.get("cid") == "F", 10)
-
-
 def query(raw: RawClient, case: Case, **fields: Any) -> dict[str, str]:
     """``{id: v}`` of the records a sow query returns."""
-    raw.send({"c": "sow", "cid": "Q", "t": "q", "a": "processed,completed"} | fields)
-    records: dict[str, str] = {}
-    while True:
-        head, body = raw.recv(10)
-        if head.get("c") == "ack" and head.get("cid") == "Q":
-            assert head.get("status") != "failure", str(head)
-            if head.get("a") == "completed":
-                return records
-        elif head.get("c") == "sow":
-            pos = 0
-            while pos < len(body):
-                rec, end = decode_header(body[pos:])
-                length = int(rec["l"])
-                oid, v = case.read(decode(case.mt, body[pos + end : pos + end + length]))
-                records[oid] = v
-                pos += end + length
+    ack, records = sow_query(raw, {"t": "q"} | fields)
+    assert ack.get("status") != "failure", str(ack)
+    return dict(case.read(decode(case.mt, record)) for record in records)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.mt for c in CASES])
@@ -133,8 +107,7 @@ def test_a_historical_query_on_each_type_returns_the_sow_as_it_was(
             ],
         )
         then = time.time()
-        while time.time() <= then:  # the next records are received after `then`
-            time.sleep(0.001)
+        pass_time(then)  # the next records are received after `then`
         send_and_flush(
             raw,
             [
