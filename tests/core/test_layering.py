@@ -87,6 +87,7 @@ def test_the_core_imports_nothing_that_does_io() -> None:
 def test_the_client_face_is_the_official_api_and_the_documented_extras() -> None:
     """No plumbing on the face: what the HA client and the sync facade drive on the client
     they hold is on its ``_wiring`` (``ampsclient/wiring.py``), not among its public names."""
+    assert not issubclass(AsyncClient, FrameWriter)  # it holds its writer
     face = public(AsyncClient)
     assert sorted(face - set(OFFICIAL["Client"]["members"])) == sorted(CLIENT_EXTRAS)
     for name in CLIENT_EXTRAS:
