@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -66,9 +66,11 @@ __all__ = [
     "Position",
     "ReadOptions",
     "Reconnect",
+    "ReplayEnd",
     "WriteOptions",
     "bookmark_micros",
     "connect",
+    "counting_replay",
     "describe",
     "fence",
     "first_micros",
@@ -883,6 +885,18 @@ def connect(
         time.sleep(schedule.pause())
 
 
+def _replay_command(topic: str, filter: str | None, bookmark: str, options: str) -> Command:
+    """The subscription of a bounded replay that ends with a ``completed`` ack."""
+    return (
+        Command("subscribe")
+        .set_topic(topic)
+        .set_filter(filter)
+        .set_bookmark(bookmark)
+        .set_options(options)
+        .add_ack_type("completed")
+    )
+
+
 def replay(
     client: Client,
     topic: str,
@@ -904,15 +918,7 @@ def replay(
         TimeoutError: the server sent nothing for ``wait_ms`` (the subscription's ack, or
             the next message or ack of the replay).
     """
-    cmd = (
-        Command("subscribe")
-        .set_topic(topic)
-        .set_filter(filter)
-        .set_bookmark(bookmark)
-        .set_options(options)
-        .add_ack_type("completed")
-        .set_timeout(wait_ms)
-    )
+    cmd = _replay_command(topic, filter, bookmark, options).set_timeout(wait_ms)
     what = f"the replay of {topic!r} {bookmark}"
     try:
         stream = client.execute(cmd)
@@ -1029,6 +1035,75 @@ class Backlog:
         return None if self.last is None else Message(self.last).bookmark
 
 
+class ReplayEnd:
+    """How a counting replay ends: its completed ack, a failed ack (``error``: the server's
+    reason), a dropped connection, or its handler giving up (:meth:`fail`)."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        """Why the replay ended badly (raised by :func:`counting_replay`)."""
+        self.done = threading.Event()
+        """Set when the replay ended, well or not."""
+
+    def on_ack(self, message: Message, on_completed: Callable[[], None] | None = None) -> None:
+        """An ack of the replay: a failure ends it with the server's reason; the completed
+        ack ends it (``on_completed`` runs first, on the client's thread)."""
+        if message.status == "failure":
+            self.fail(error_for_reason(message.reason, ack=message))
+        elif message.ack_type & AckType.COMPLETED:
+            if on_completed is not None:
+                on_completed()
+            self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        """End the replay with ``error``."""
+        self.error = error
+        self.done.set()
+
+    def on_state(self, event: ConnectionEvent) -> None:
+        """A connection listener: a drop before the end fails the replay."""
+        if event.state is ConnectionState.DISCONNECTED and not self.done.is_set():
+            self.fail(DisconnectedError(f"the connection dropped: {event.cause or 'closed'}"))
+
+
+def counting_replay(
+    client: Client,
+    handler: Callable[[Message], None],
+    end: ReplayEnd,
+    *,
+    topic: str,
+    filter: str | None,
+    bookmark: str,
+    options: str,
+    wait_ms: int,
+) -> None:
+    """Replay the range ``bookmark`` of ``topic`` (with a completed ack) through ``handler``,
+    on the client's thread, until ``end`` is done; then unsubscribe.
+
+    Raises:
+        CommandError: the server refused the replay (``invalid bookmark``: its start is gone).
+        DisconnectedError: the connection dropped before the replay ended.
+        TimeoutError: the replay did not end within ``wait_ms``.
+        Exception: whatever ended it through :meth:`ReplayEnd.fail`.
+    """
+    cmd = _replay_command(topic, filter, bookmark, options)
+    client.add_connection_state_listener(end.on_state)
+    try:
+        sub_id = client.execute_async(cmd, handler)
+        try:
+            if not end.done.wait(wait_ms / 1000.0):
+                raise TimeoutError(
+                    f"counting the replay of {topic!r} {bookmark} did not end within {wait_ms} ms"
+                )
+        finally:
+            with contextlib.suppress(AMPSError):
+                client.unsubscribe(sub_id)
+    finally:
+        client.remove_connection_state_listener(end.on_state)
+    if end.error is not None:
+        raise end.error
+
+
 class _Counter:
     """Counts a replay's deliveries on the client's thread, keeping the last counted one's
     payload; past a row or byte cap it only counts the rest (when asked for a backlog)."""
@@ -1042,13 +1117,12 @@ class _Counter:
         self.bytes = 0
         self.full = False
         self.last: bytes | None = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.end = ReplayEnd()
 
     def _stop(self) -> None:
         self.full = True
         if self.backlog is None:
-            self.done.set()
+            self.end.done.set()
 
     def on_message(self, message: Message) -> None:
         raw = message.raw_payload
@@ -1072,16 +1146,7 @@ class _Counter:
             ):
                 self._stop()
         elif message.command == "ack":
-            if message.status == "failure":
-                self.error = error_for_reason(message.reason, ack=message)
-                self.done.set()
-            elif message.ack_type & AckType.COMPLETED:
-                self.done.set()
-
-    def on_state(self, event: ConnectionEvent) -> None:
-        if event.state is ConnectionState.DISCONNECTED and not self.done.is_set():
-            self.error = DisconnectedError(f"the connection dropped: {event.cause or 'closed'}")
-            self.done.set()
+            self.end.on_ack(message)
 
 
 def scan(
@@ -1107,29 +1172,10 @@ def scan(
     of the last one.
     """
     counter = _Counter(limit, max_bytes, backlog)
-    cmd = (
-        Command("subscribe")
-        .set_topic(topic)
-        .set_filter(filter)
-        .set_bookmark(bookmark)
-        .set_options(UNTIMED_REPLAY_OPTIONS)
-        .add_ack_type("completed")
-    )
-    client.add_connection_state_listener(counter.on_state)
-    try:
-        sub_id = client.execute_async(cmd, counter.on_message)
-        try:
-            if not counter.done.wait(WAIT_MS / 1000.0):
-                raise TimeoutError(
-                    f"counting the replay of {topic!r} {bookmark} did not end within {WAIT_MS} ms"
-                )
-        finally:
-            with contextlib.suppress(AMPSError):
-                client.unsubscribe(sub_id)
-    finally:
-        client.remove_connection_state_listener(counter.on_state)
-    if counter.error is not None:
-        raise counter.error
+    counting_replay(
+        client, counter.on_message, counter.end, topic=topic, filter=filter,
+        bookmark=bookmark, options=UNTIMED_REPLAY_OPTIONS, wait_ms=WAIT_MS,
+    )  # fmt: skip
     if counter.last is None:
         return 0, None
     bm = Message(counter.last).bookmark

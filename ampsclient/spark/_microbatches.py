@@ -16,8 +16,6 @@ them: a micro-batch replanned from the checkpoint reads the same messages.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from array import array
 from collections import deque
 from collections.abc import Sequence
@@ -26,13 +24,11 @@ from itertools import accumulate
 from typing import Final
 
 from .. import _accel
-from ..client import ConnectionEvent, ConnectionState
-from ..command import Command
-from ..exceptions import AMPSError, DisconnectedError, TimeoutError, error_for_reason
-from ..protocol.acks import AckType
+from ..exceptions import AMPSError
 from ..protocol.header import KEY_ALIASES
 from ..protocol.message import Message, body_offset
 from ..sync import Client
+from ._core import ReplayEnd, counting_replay
 
 __all__ = ["MAX_CUTS", "Cut", "MicroBatches", "count_into", "data_sizes"]
 
@@ -234,8 +230,7 @@ class _Sink:
     def __init__(self, plan: MicroBatches) -> None:
         self.plan = plan
         self.payloads: list[bytes] = []
-        self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.end = ReplayEnd()
 
     @property
     def payload_sink(self) -> list[bytes]:
@@ -248,31 +243,18 @@ class _Sink:
             return
         chunk = self.payloads[:]
         self.payloads.clear()
-        if self.error is None:
+        if self.end.error is None:
             try:
                 self.plan.feed(chunk)
             except Exception as exc:  # a message without a bookmark: the count is wrong
-                self.error = exc
-                self.done.set()
+                self.end.fail(exc)
 
     def __call__(self, message: Message) -> None:
         raw = message.raw_payload
         if raw.startswith(_DELIVERY) or message.command == "publish":
             self.payloads.append(raw)
-            return
-        if message.command != "ack":
-            return
-        if message.status == "failure":
-            self.error = error_for_reason(message.reason, ack=message)
-            self.done.set()
-        elif message.ack_type & AckType.COMPLETED:
-            self.sink_filled()
-            self.done.set()
-
-    def on_state(self, event: ConnectionEvent) -> None:
-        if event.state is ConnectionState.DISCONNECTED and not self.done.is_set():
-            self.error = DisconnectedError(f"the connection dropped: {event.cause or 'closed'}")
-            self.done.set()
+        elif message.command == "ack":
+            self.end.on_ack(message, self.sink_filled)
 
 
 def count_into(
@@ -294,29 +276,12 @@ def count_into(
     """
     sink = _Sink(plan)
     before = plan.fed
-    cmd = (
-        Command("subscribe")
-        .set_topic(topic)
-        .set_filter(filter)
-        .set_bookmark(bookmark)
-        .set_options(options)
-        .add_ack_type("completed")
-    )
-    client.add_connection_state_listener(sink.on_state)
-    try:
-        sub_id = client.execute_async(cmd, sink)
-        try:
-            if not sink.done.wait(wait_ms / 1000.0):
-                raise TimeoutError(
-                    f"counting the replay of {topic!r} {bookmark} did not end within {wait_ms} ms"
-                )
-        finally:
-            with contextlib.suppress(AMPSError):
-                client.unsubscribe(sub_id)
-    finally:
-        client.remove_connection_state_listener(sink.on_state)
-    if sink.error is not None:
-        raise sink.error
+    counting_replay(
+        client, sink, sink.end, topic=topic, filter=filter, bookmark=bookmark,
+        options=options, wait_ms=wait_ms,
+    )  # fmt: skip
     sink.sink_filled()  # none expected after the completed ack; the subscription is gone
+    if sink.end.error is not None:
+        raise sink.end.error
     plan.settle()
     return plan.fed - before
