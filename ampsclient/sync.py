@@ -125,8 +125,12 @@ class Client(
             client.publish("orders", '{"id": 1}')
             client.flush()
 
-    Every method of :class:`~ampsclient.client.AsyncClient` is available with the same
-    arguments, blocking until done. Timeouts named ``timeout`` are milliseconds.
+    Every public method of :class:`~ampsclient.client.AsyncClient` is available, blocking
+    until done: with the same arguments (the twins generated in
+    :class:`~ampsclient.sync_face.SyncClientFace`), or with the official client's where they
+    differ (``set_heartbeat``, ``execute_async``, ``set_global_command_type_message_handler``,
+    ``flush``, ``set_publish_batching``, ``add_message_handler``). Timeouts named ``timeout``
+    are milliseconds.
     """
 
     Bookmarks = Bookmarks
