@@ -1,8 +1,9 @@
 """The chaos tests' seed: fixed by default, so a run can be repeated; printed with the run.
 
 ``AMPSCLIENT_CHAOS_SEED=<n>`` picks another seed, ``AMPSCLIENT_CHAOS_SEED=random`` a fresh
-one each run (exploration). ``run_chaos`` runs the chaos runner as a subprocess; its
-:class:`~tests.chaos.chaos_outcome.ChaosRun` holds the output and the ledger checks.
+one each run (exploration). ``run_chaos`` runs the chaos runner as a subprocess, ``run_soak``
+the soak script; their :class:`~tests.chaos.chaos_outcome.ChaosRun` holds the output and the
+ledger checks.
 """
 
 from __future__ import annotations
@@ -36,26 +37,45 @@ def chaos_seed() -> int:
     return seed
 
 
+def run_python(*args: str) -> ChaosRun:
+    """``python *args`` in the repository (230 s at most): its exit status and everything it
+    printed (printed here too, so a failure shows the figures)."""
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    print(out)
+    return ChaosRun(done.returncode, out)
+
+
 @pytest.fixture
 def run_chaos(tmp_path: Path, chaos_seed: int) -> Callable[..., ChaosRun]:
     """Run ``python -m tests.chaos.run`` with this test's seed and work directory plus the
-    given arguments (printed, so a failure shows the figures)."""
+    given arguments."""
 
     def run(*args: str) -> ChaosRun:
-        done = subprocess.run(
-            [
-                sys.executable,
-                *("-m", "tests.chaos.run", "--seed", str(chaos_seed)),
-                *("--work", str(tmp_path / "chaos"), *args),
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=230,
-            check=False,
+        return run_python(
+            *("-m", "tests.chaos.run", "--seed", str(chaos_seed)),
+            *("--work", str(tmp_path / "chaos"), *args),
         )
-        out = done.stdout + done.stderr
-        print(out)
-        return ChaosRun(done.returncode, out)
+
+    return run
+
+
+@pytest.fixture
+def run_soak(tmp_path: Path, chaos_seed: int) -> Callable[..., ChaosRun]:
+    """Run ``benchmarks/soak.py`` with this test's seed and work directory
+    (``tmp_path / "soak"``) plus the given arguments."""
+
+    def run(*args: str) -> ChaosRun:
+        return run_python(
+            *(str(ROOT / "benchmarks" / "soak.py"), "--seed", str(chaos_seed)),
+            *("--work", str(tmp_path / "soak"), *args),
+        )
 
     return run

@@ -514,7 +514,8 @@ class Report:
         return lines
 
 
-def _rss_mb(pid: int | None) -> float:
+def rss_mb(pid: int | None) -> float:
+    """The resident set of process ``pid`` in MB (0 once it is gone)."""
     if pid is None:
         return 0.0
     try:
@@ -770,7 +771,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
 
     def sample() -> None:
         while not stop_rss.wait(0.25):
-            report.max_rss_mb = max(report.max_rss_mb, _rss_mb(server.pid))
+            report.max_rss_mb = max(report.max_rss_mb, rss_mb(server.pid))
 
     for w in workers:
         w.log = work / f"{w.name}.log"
@@ -838,7 +839,7 @@ def orchestrate(args: argparse.Namespace) -> Report:
             elif fault == "memory_squeeze" and cgroup is not None:
                 if str(server.pid) not in cgroup.procs.read_text().split():
                     report.problems.append(f"server pid {server.pid} not in its memory cgroup")
-                tight = squeeze(cgroup, _rss_mb(server.pid), limit, rng)
+                tight = squeeze(cgroup, rss_mb(server.pid), limit, rng)
                 if tight:
                     report.squeezes_mb.append(tight / 1024 / 1024)
                 else:
@@ -1126,7 +1127,7 @@ def orchestrate_replicated(args: argparse.Namespace) -> Report:
 
         def sample() -> None:
             while not stop_rss.wait(0.25):
-                rss = max(_rss_mb(a.pid), _rss_mb(b.pid))
+                rss = max(rss_mb(a.pid), rss_mb(b.pid))
                 report.max_rss_mb = max(report.max_rss_mb, rss)
 
         sampler = threading.Thread(target=sample, daemon=True)

@@ -15,6 +15,7 @@ import pytest
 
 from ampsclient import AsyncClient, Client, Message
 from ampsclient_server_stub.harness import ServerProcess
+from tests.chaos.run import rss_mb
 
 pytestmark = pytest.mark.integration
 
@@ -24,17 +25,6 @@ SECONDS = 10.0
 BURST = 5
 """Messages each client publishes every 100 ms."""
 RSS_LIMIT_MB = 300.0
-
-
-def rss_mb(pid: int | None) -> float:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return 0.0
 
 
 @pytest.mark.serial

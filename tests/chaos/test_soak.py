@@ -4,39 +4,30 @@ of the chaos run with resources sampled, the ledger check, and the per-window re
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from tests.chaos.chaos_outcome import ChaosRun
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 
 
 @pytest.mark.timeout(240)
-def test_soak_short_form_reports_windows_and_loses_nothing(tmp_path: Path, chaos_seed: int) -> None:
+def test_soak_short_form_reports_windows_and_loses_nothing(
+    tmp_path: Path, chaos_seed: int, run_soak: Callable[..., ChaosRun]
+) -> None:
     work = tmp_path / "soak"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "soak.py"),
-            *("--seconds", "5", "--window", "3", "--sample", "1", "--seed", str(chaos_seed)),
-            *("--work", str(work), "--min-gap", "0.4", "--max-gap", "1.0"),
-            *("--publishers", "2", "--subscribers", "2", "--consumers", "2"),
-            # small journal files and a removal action (with an Age no file reaches here:
-            # a removal under a subscriber's feet would be a loss; the 30-minute soak prunes)
-            *("--journal-size", "64KB", "--remove-journal-age", "1h"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=230,
-        check=False,
+    done = run_soak(
+        *("--seconds", "5", "--window", "3", "--sample", "1"),
+        *("--min-gap", "0.4", "--max-gap", "1.0"),
+        *("--publishers", "2", "--subscribers", "2", "--consumers", "2"),
+        # small journal files and a removal action (with an Age no file reaches here:
+        # a removal under a subscriber's feet would be a loss; the 30-minute soak prunes)
+        *("--journal-size", "64KB", "--remove-journal-age", "1h"),
     )
-    out = done.stdout + done.stderr
-    print(out)
+    out = done.out
     assert done.returncode == 0, f"soak failed (seed {chaos_seed}):\n{out}"
     assert "losses: 0" in out and "delivered twice to the application: 0" in out
     result = json.loads((work / "soak.json").read_text())
