@@ -1,4 +1,5 @@
-"""Helpers of the transaction-log tests: inboxes, waiting on conditions, server probes."""
+"""Helpers of the transaction-log tests: inboxes, waiting on conditions, configurations, server
+probes, clients."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import itertools
 import time
 from pathlib import Path
 
+from ampsclient.stores import FilePublishStore
+from ampsclient.sync import HAClient
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import ServerConfig, default_config
 from ampsclient_server_stub.testing import Inbox as _Inbox, wait_for
@@ -31,6 +34,24 @@ def journal_config(tmp_path: Path) -> ServerConfig:
     return default_config(tcp_port=0, ws_port=0, data_dir=tmp_path)
 
 
+def txlog_xml(name: str, txlog: str, *, more: str = "") -> str:
+    """An AMPS configuration ``name`` with one tcp transport (a free port of 127.0.0.1), the
+    ``<TransactionLog>`` holding ``txlog``, then ``more``."""
+    return f"""
+<AMPSConfig>
+  <Name>{name}</Name>
+  <Transports>
+    <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+      <Protocol>amps</Protocol></Transport>
+  </Transports>
+  <TransactionLog>
+    {txlog}
+  </TransactionLog>
+  {more}
+</AMPSConfig>
+"""
+
+
 def wait_durable(server: ServerThread, timeout: float = 10.0) -> None:
     """Wait until every record appended so far is durable and delivered to replays.
 
@@ -46,3 +67,29 @@ def wait_durable(server: ServerThread, timeout: float = 10.0) -> None:
 
     wait_until(done, timeout, "journal durable")
     server.call(lambda: None)
+
+
+def journal_bookmarks(server: ServerThread) -> list[str]:
+    """Every bookmark in the journal, in log order (read on the server thread)."""
+    journal = server.server.journal
+    assert journal is not None
+
+    def read() -> list[str]:
+        out: list[str] = []
+        position = journal.first_index
+        while batch := journal.read(position, max_records=5000):
+            out.extend(r.bookmark for r in batch)
+            position = batch[-1].index + 1
+        return out
+
+    return server.call(read)
+
+
+def ha_client(name: str, store_dir: Path, uri: str) -> HAClient:
+    """A connected, logged-on :class:`HAClient` of ``uri`` with a file publish store in
+    ``store_dir``."""
+    client = HAClient(name, FilePublishStore(store_dir, fsync="interval"))
+    client.get_server_chooser().add(uri)
+    client.set_reconnect_delay(20)
+    client.connect_and_logon()
+    return client

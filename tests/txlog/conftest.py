@@ -21,12 +21,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def txserver(tmp_path: Path) -> Iterator[ServerThread]:
     """A journaled :class:`ServerThread` (fsync=never: kill-safe, fast) per test."""
-    thread = ServerThread(journal_config(tmp_path), fsync="never")
-    thread.start()
-    try:
+    with ServerThread(journal_config(tmp_path), fsync="never") as thread:
         yield thread
-    finally:
-        thread.stop()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _txlog_support import Inbox, unique, wait_durable
+from _txlog_support import Inbox, journal_bookmarks, txlog_xml, unique, wait_durable
 
 import ampsclient_server_stub.engine.journal as journal_module
 from ampsclient import Client, Command
@@ -68,24 +68,6 @@ def bookmark_sub(
 
 def ns(box: Inbox) -> list[int]:
     return [m.json()["n"] for m in box.messages]
-
-
-def journal_bookmarks(server: ServerThread) -> list[str]:
-    """Every bookmark in the journal, in log order (read on the server thread)."""
-    journal = server.server.journal
-    assert journal is not None
-
-    def read() -> list[str]:
-        out: list[str] = []
-        position = journal.first_index
-        while True:
-            batch = journal.read(position, max_records=5000)
-            if not batch:
-                return out
-            out.extend(r.bookmark for r in batch)
-            position = batch[-1].index + 1
-
-    return server.call(read)
 
 
 @pytest.fixture
@@ -371,20 +353,12 @@ def test_a_garbage_bookmark_is_an_invalid_bookmark(
     assert info.value.reason == "invalid bookmark"
 
 
-CONFIG = """
-<AMPSConfig>
-  <Name>partial</Name>
-  <Transports>
-    <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
-      <Protocol>amps</Protocol></Transport>
-  </Transports>
-  <TransactionLog>
-    <JournalDirectory>journal</JournalDirectory>
+CONFIG = txlog_xml(
+    "partial",
+    """<JournalDirectory>journal</JournalDirectory>
     <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
-    <Topic><Name>audit/.*</Name></Topic>
-  </TransactionLog>
-</AMPSConfig>
-"""
+    <Topic><Name>audit/.*</Name></Topic>""",
+)
 
 
 @pytest.mark.integration

@@ -99,12 +99,10 @@ def txserver(tmp_path: Path) -> Iterator[ServerThread]:
     """The TIMELINE journal behind a server (overrides the conftest's; its ``connect``
     fixture connects to this one)."""
     write_journal(tmp_path / "journal", TIMELINE)
-    thread = ServerThread(quotes_config(tmp_path), fsync="never", persisted_ack_interval=0.05)
-    thread.start()
-    try:
+    with ServerThread(
+        quotes_config(tmp_path), fsync="never", persisted_ack_interval=0.05
+    ) as thread:
         yield thread
-    finally:
-        thread.stop()
 
 
 def conflated_replay(

@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _txlog_support import Inbox, unique, wait_until
+from _txlog_support import Inbox, ha_client, unique, wait_until
 
 from ampsclient import Client, Command
 from ampsclient.protocol.bookmarks import publisher_id_for
-from ampsclient.stores import FilePublishStore
-from ampsclient.sync import HAClient
 from ampsclient_server_stub.harness import ServerProcess
 from ampsclient_server_stub.testing.log import read_log
 
@@ -30,14 +28,6 @@ pytestmark = pytest.mark.integration
 def epoch_replay(uri: str, topic: str) -> list[tuple[str, dict[str, Any]]]:
     """``(bookmark, body)`` of every message of ``topic`` in the log, in log order."""
     return [(bm, json.loads(data)) for bm, data in read_log(uri, topic)]
-
-
-def ha_client(name: str, store_dir: Path, uri: str) -> HAClient:
-    client = HAClient(name, FilePublishStore(store_dir, fsync="interval"))
-    client.get_server_chooser().add(uri)
-    client.set_reconnect_delay(20)
-    client.connect_and_logon()
-    return client
 
 
 def test_acknowledged_publishes_survive_kill_9_exactly_once(tmp_path: Path) -> None:

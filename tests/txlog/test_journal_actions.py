@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from _txlog_support import Inbox, unique, wait_durable, wait_until
+from _txlog_support import Inbox, txlog_xml, unique, wait_durable, wait_until
 
 from ampsclient import Client, Command
 from ampsclient_server_stub import ServerThread
@@ -40,22 +40,14 @@ def config_xml(
     actions: str = "",
     size: str = "16KB",
 ) -> str:
-    return f"""
-<AMPSConfig>
-  <Name>{name}</Name>
-  <Transports>
-    <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
-      <Protocol>amps</Protocol></Transport>
-  </Transports>
-  <TransactionLog>
-    <JournalDirectory>{journal}</JournalDirectory>
+    return txlog_xml(
+        name,
+        f"""<JournalDirectory>{journal}</JournalDirectory>
     <JournalSize>{size}</JournalSize>
     {extra_txlog}
-    <Topic><Name>.*</Name></Topic>
-  </TransactionLog>
-  {actions}
-</AMPSConfig>
-"""
+    <Topic><Name>.*</Name></Topic>""",
+        more=actions,
+    )
 
 
 def action_xml(every: str, *steps: tuple[str, str]) -> str:

@@ -30,6 +30,21 @@ pytestmark = pytest.mark.integration
 PAD = "x" * 500
 
 
+def write_config(tmp_path: Path, name: str, admin: int, *, more: str = "") -> Path:
+    """``tmp_path/amps.xml``: configuration ``name``, its admin port ``admin``, a tcp transport,
+    topic ``t`` recorded in 4 MB journal files under ``journal``, then ``more``."""
+    conf = tmp_path / "amps.xml"
+    conf.write_text(f"""<AMPSConfig><Name>{name}</Name>
+  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>
+  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+    </Transport></Transports>
+  <TransactionLog><JournalDirectory>journal</JournalDirectory><JournalSize>4MB</JournalSize>
+    <Topic><Name>t</Name><MessageType>json</MessageType></Topic></TransactionLog>
+  {more}
+</AMPSConfig>""")
+    return conf
+
+
 def conditions(admin: int) -> dict[str, Any]:
     found = get_json(admin, "/amps/instance/storage")["conditions"]
     return {c["id"]: c for c in found} if isinstance(found, list) else dict(found)
@@ -63,14 +78,7 @@ def test_a_full_journal_disk_refuses_reports_once_and_resumes(
 ) -> None:
     admin = free_port()
     (tmp_path / "data").mkdir()
-    conf = tmp_path / "amps.xml"
-    conf.write_text(f"""<AMPSConfig><Name>journal-full</Name>
-  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>
-  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
-    </Transport></Transports>
-  <TransactionLog><JournalDirectory>journal</JournalDirectory><JournalSize>4MB</JournalSize>
-    <Topic><Name>t</Name><MessageType>json</MessageType></Topic></TransactionLog>
-</AMPSConfig>""")
+    conf = write_config(tmp_path, "journal-full", admin)
     total = 6000
     with (
         small_filesystem(tmp_path / "data" / "journal", "16m") as fs,
@@ -128,14 +136,7 @@ def test_a_bookmark_subscribe_while_the_journal_disk_is_full_gets_what_is_durabl
     reported once, and the connection and another client carry on."""
     admin = free_port()
     (tmp_path / "data").mkdir()
-    conf = tmp_path / "amps.xml"
-    conf.write_text(f"""<AMPSConfig><Name>journal-full-sub</Name>
-  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>
-  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
-    </Transport></Transports>
-  <TransactionLog><JournalDirectory>journal</JournalDirectory><JournalSize>4MB</JournalSize>
-    <Topic><Name>t</Name><MessageType>json</MessageType></Topic></TransactionLog>
-</AMPSConfig>""")
+    conf = write_config(tmp_path, "journal-full-sub", admin)
     got: list[int] = []
     with small_filesystem(tmp_path / "data" / "journal", "16m") as fs:
         server = ServerProcess(data_dir=tmp_path / "data", config=conf).start()
@@ -184,16 +185,13 @@ def test_a_queue_ack_refused_by_a_full_journal_disk_says_tx_store_failure(tmp_pa
     acknowledgements succeed again once space returns."""
     admin = free_port()
     (tmp_path / "data").mkdir()
-    conf = tmp_path / "amps.xml"
-    conf.write_text(f"""<AMPSConfig><Name>journal-full-ack</Name>
-  <Admin><InetAddr>127.0.0.1:{admin}</InetAddr></Admin>
-  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
-    </Transport></Transports>
-  <TransactionLog><JournalDirectory>journal</JournalDirectory><JournalSize>4MB</JournalSize>
-    <Topic><Name>t</Name><MessageType>json</MessageType></Topic></TransactionLog>
-  <SOW><Queue><Name>q</Name><MessageType>json</MessageType><UnderlyingTopic>t</UnderlyingTopic>
-    <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog></Queue></SOW>
-</AMPSConfig>""")
+    conf = write_config(
+        tmp_path,
+        "journal-full-ack",
+        admin,
+        more="""<SOW><Queue><Name>q</Name><MessageType>json</MessageType><UnderlyingTopic>t</UnderlyingTopic>
+    <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog></Queue></SOW>""",
+    )
 
     def ack(raw: RawClient, bookmark: str, cid: str) -> dict[str, Any]:
         """The processed ack, with the stats ack's ``records_deleted`` when it succeeded."""

@@ -7,26 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
-from _txlog_support import Inbox, unique, wait_durable
+from _txlog_support import Inbox, txlog_xml, unique, wait_durable
 
 from ampsclient import Client, Command
 from ampsclient_server_stub import ServerThread
 from ampsclient_server_stub.config import parse_config
 
-CONFIG = """
-<AMPSConfig>
-  <Name>managed</Name>
-  <Transports>
-    <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
-      <Protocol>amps</Protocol></Transport>
-  </Transports>
-  <TransactionLog>
-    <JournalDirectory>journal</JournalDirectory>
+CONFIG = txlog_xml(
+    "managed",
+    """<JournalDirectory>journal</JournalDirectory>
     <JournalSize>16KB</JournalSize>
-    <Topic><Name>.*</Name></Topic>
-  </TransactionLog>
-</AMPSConfig>
-"""
+    <Topic><Name>.*</Name></Topic>""",
+)
 
 
 @pytest.mark.integration

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _txlog_support import Inbox, journal_config, unique, wait_durable
+from _txlog_support import Inbox, journal_bookmarks, journal_config, unique, wait_durable
 
 from ampsclient import Client, Command, Message
 from ampsclient.protocol.header import encode_header
@@ -30,27 +30,10 @@ pytestmark = pytest.mark.integration
 def txserver(tmp_path: Path) -> Iterator[ServerThread]:
     """A journaled server that sends bookmark persisted acks every 100 ms (overrides the
     conftest's; its ``connect`` fixture connects to this one)."""
-    thread = ServerThread(journal_config(tmp_path), fsync="never", persisted_ack_interval=0.1)
-    thread.start()
-    try:
+    with ServerThread(
+        journal_config(tmp_path), fsync="never", persisted_ack_interval=0.1
+    ) as thread:
         yield thread
-    finally:
-        thread.stop()
-
-
-def journal_bookmarks(server: ServerThread) -> list[str]:
-    journal = server.server.journal
-    assert journal is not None
-
-    def read() -> list[str]:
-        out: list[str] = []
-        position = journal.first_index
-        while batch := journal.read(position, max_records=5000):
-            out.extend(r.bookmark for r in batch)
-            position = batch[-1].index + 1
-        return out
-
-    return server.call(read)
 
 
 def publish(client: Client, topic: str, count: int, start: int = 0) -> None:

@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _txlog_support import unique, wait_until
+from _txlog_support import ha_client, unique, wait_until
 
 from ampsclient import Client
 from ampsclient.protocol.bookmarks import publisher_id_for
 from ampsclient.protocol.header import encode_header
-from ampsclient.stores import FilePublishStore
-from ampsclient.sync import HAClient
 from ampsclient_server_stub.config import ServerConfig, default_config
 from ampsclient_server_stub.engine.broker import Broker
 from ampsclient_server_stub.engine.journal import Journal
@@ -320,14 +318,6 @@ def last_recovery(server: ServerProcess) -> tuple[int, int]:
     match = re.search(r"(\d+) journal record\(s\) read from index \d+, (\d+) applied", lines[-1])
     assert match is not None, lines[-1]
     return int(match.group(1)), int(match.group(2))
-
-
-def ha_client(name: str, store_dir: Path, uri: str) -> HAClient:
-    client = HAClient(name, FilePublishStore(store_dir, fsync="interval"))
-    client.get_server_chooser().add(uri)
-    client.set_reconnect_delay(20)
-    client.connect_and_logon()
-    return client
 
 
 @pytest.mark.integration
