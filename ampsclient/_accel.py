@@ -42,15 +42,23 @@ __all__ = [
     "LAYOUT",
     "SPEEDUPS",
     "TWINS",
+    "AckBatches",
     "AutoAck",
     "BookmarkLane",
+    "BookmarkPublisherFields",
+    "BookmarkSubscriptionFields",
     "LaneMethod",
     "MessageFields",
     "PlainPublishLane",
     "PublishLane",
+    "PyAckBatches",
+    "PyBookmarkPublisherFields",
+    "PyBookmarkSubscriptionFields",
     "PyMessageFields",
     "PyRelay",
+    "PySegmentLogFields",
     "Relay",
+    "SegmentLogFields",
     "StoreLock",
     "autoack_take",
     "deliver",
@@ -67,20 +75,6 @@ __all__ = [
 
 LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
     {
-        # ampsclient.stores.bookmark.memory: the per-subscription record's slots
-        "bookmark_subscription.inflight": "inflight",
-        "bookmark_subscription.last_pub": "last_pub",
-        "bookmark_subscription.next_no": "next_no",
-        "bookmark_subscription.pubs": "pubs",
-        "bookmark_subscription.points": "points",
-        "bookmark_subscription.loaded_ts": "loaded_ts",
-        "bookmark_subscription.recent": "recent",
-        # ... and the per-publisher record's slots
-        "bookmark_publisher.high": "high",
-        "bookmark_publisher.done": "done",
-        "bookmark_publisher.point": "point",
-        "bookmark_publisher.queue": "queue",
-        "bookmark_publisher.slot": "slot",
         # ampsclient.stores.publish: MemoryPublishStore/FilePublishStore slots and attributes
         "publish_store.closed": "_closed",
         "publish_store.next": "_next",
@@ -90,13 +84,6 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
         "publish_store.buf": "_buf",
         "publish_store.segment_log": "segment_log",
         "publish_store.lock": "_lock",
-        # ampsclient.stores.publish.segments.SegmentLog slots
-        "segment_log.broken": "broken",
-        "segment_log.mm": "mm",
-        "segment_log.active_size": "active_size",
-        "segment_log.map_size": "map_size",
-        "segment_log.segment_size": "segment_size",
-        "segment_log.write_gen": "write_gen",
         # ampsclient.writer.FrameWriter (an AsyncClient's writer, ``client._wiring.writer``):
         # the attributes and slots the publish lanes, built on it, read or call
         "client.pub_prefix": "_pub_prefix",
@@ -113,10 +100,6 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
         "ha_client.pub_lock": "_pub_lock",
         "ha_client.seq_suffix": "_seq_suffix",
         "ha_client.can_send": "_can_send",
-        # ampsclient.acks.QueueAcks instance attributes the auto-ack handler (AutoAck) reads
-        "queue_acks.pending": "_pending",
-        "queue_acks.caps": "_caps",
-        "queue_acks.batch_size": "batch_size",
     }
 )
 """Role -> the attribute or slot that plays it: everything ``_speedups.c`` touches by name."""
@@ -124,6 +107,10 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "MessageFields": "ampsclient._accel.PyMessageFields",
+        "AckBatches": "ampsclient._accel.PyAckBatches",
+        "BookmarkSubscriptionFields": "ampsclient._accel.PyBookmarkSubscriptionFields",
+        "BookmarkPublisherFields": "ampsclient._accel.PyBookmarkPublisherFields",
+        "SegmentLogFields": "ampsclient._accel.PySegmentLogFields",
         "split_frames": "ampsclient.protocol.framing.split_frames",
         "deliver": "ampsclient.core.routes.deliver",
         "deliver_stream": "ampsclient.core.routes.deliver_stream",
@@ -184,6 +171,56 @@ class PyMessageFields:
     """The offset of the body in :attr:`payload_bytes`, ``-1`` while not known."""
 
 
+class PyAckBatches:
+    """A client's pending queue-ack batches: three public fields that
+    :class:`ampsclient.acks.QueueAcks` holds, documents and alone replaces (under its lock).
+
+    The twin of the C ``AckBatches``, a type the C code owns: the C auto-ack handler
+    (``AutoAck``) reads these fields through its own struct. A new instance has no field
+    set."""
+
+    __slots__ = ("batch_size", "caps", "pending")
+
+    pending: dict[str, list[str]]
+    """topic -> the bookmarks of its open batch."""
+    caps: dict[str, int]
+    """topic -> the smallest ``max_backlog`` its subscriptions reported."""
+    batch_size: int
+    """Plain acks per batch (0 or 1: each ack at once)."""
+
+
+class PyBookmarkSubscriptionFields:
+    """The fields of :class:`~ampsclient.stores.MemoryBookmarkStore`'s per-subscription
+    record that its lane works on (``ampsclient.stores.bookmark.memory`` documents them and
+    builds its record on this type).
+
+    The twin of the C ``BookmarkSubscriptionFields``, a type the C code owns: the C
+    ``BookmarkLane`` reads and writes these fields through its own struct. A new instance
+    has no field set."""
+
+    __slots__ = ("inflight", "last_pub", "loaded_ts", "next_no", "points", "pubs", "recent")
+
+
+class PyBookmarkPublisherFields:
+    """The fields of :class:`~ampsclient.stores.MemoryBookmarkStore`'s per-publisher record
+    that its lane works on; the twin of the C ``BookmarkPublisherFields`` (see
+    :class:`PyBookmarkSubscriptionFields`)."""
+
+    __slots__ = ("done", "high", "point", "queue", "slot")
+
+
+class PySegmentLogFields:
+    """The fields of a file publish store's segment files
+    (:class:`ampsclient.stores.publish.segments.SegmentLog`, built on this type, documents
+    them) that the HA publish lane reads and writes: ``broken``, ``mm``, ``active_size``,
+    ``map_size``, ``segment_size``, ``write_gen``.
+
+    The twin of the C ``SegmentLogFields``, a type the C code owns: the C ``PublishLane``
+    works on these fields through its own struct. A new instance has no field set."""
+
+    __slots__ = ("active_size", "broken", "map_size", "mm", "segment_size", "write_gen")
+
+
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
 deliver_stream: Callable[..., tuple[int, int]] | None = None
@@ -194,6 +231,10 @@ PlainPublishLane: Callable[..., Any] | None = None
 LaneMethod: Callable[[str, Callable[..., Any]], Any] | None = None
 _c_relay: Callable[[Callable[..., Any]], Any] | None = None
 _c_fields: type[Any] | None = None
+_c_batches: type[Any] | None = None
+_c_sub_fields: type[Any] | None = None
+_c_pub_fields: type[Any] | None = None
+_c_seg_fields: type[Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 send_nowait: Callable[[int, bytes], int] | None = None
@@ -216,10 +257,14 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         deliver = _speedups.deliver
         deliver_stream = _speedups.deliver_stream
         BookmarkLane = getattr(_speedups, "BookmarkLane", None)  # not on free-threaded builds
+        _c_sub_fields = getattr(_speedups, "BookmarkSubscriptionFields", None)  # (with the lane)
+        _c_pub_fields = getattr(_speedups, "BookmarkPublisherFields", None)
         StoreLock = getattr(_speedups, "StoreLock", None)  # (the lane's lock)
         PublishLane = getattr(_speedups, "PublishLane", None)  # nor these
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
+        _c_seg_fields = getattr(_speedups, "SegmentLogFields", None)  # (with PublishLane)
         AutoAck = getattr(_speedups, "AutoAck", None)
+        _c_batches = getattr(_speedups, "AckBatches", None)  # (with AutoAck)
         LaneMethod = getattr(_speedups, "LaneMethod", None)  # (an older build has none)
         _c_relay = getattr(_speedups, "Relay", None)
         join_seq = _speedups.join_seq
@@ -234,7 +279,19 @@ SPEEDUPS: bool = deliver is not None
 
 if TYPE_CHECKING:
     MessageFields = PyMessageFields
+    AckBatches = PyAckBatches
+    BookmarkSubscriptionFields = PyBookmarkSubscriptionFields
+    BookmarkPublisherFields = PyBookmarkPublisherFields
+    SegmentLogFields = PySegmentLogFields
 else:
+    SegmentLogFields = _c_seg_fields or PySegmentLogFields
+    """The base of a file publish store's ``SegmentLog``: the C type with the lane."""
+    BookmarkSubscriptionFields = _c_sub_fields or PyBookmarkSubscriptionFields
+    """The base of the bookmark store's subscription record: the C type with the lane."""
+    BookmarkPublisherFields = _c_pub_fields or PyBookmarkPublisherFields
+    """The base of the bookmark store's publisher record: the C type with the lane."""
+    AckBatches = _c_batches or PyAckBatches
+    """The C ``AckBatches`` when built, else :class:`PyAckBatches`."""
     MessageFields = _c_fields or PyMessageFields
     """The C ``MessageFields`` when built, else :class:`PyMessageFields`: the base of
     :class:`~ampsclient.Message` (the C receive loop fills only this type's fields)."""

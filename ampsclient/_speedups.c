@@ -26,44 +26,25 @@
  */
 
 enum {
-    /* MemoryBookmarkStore's per-subscription record (slots) */
-    R_SUB_INFLIGHT, R_SUB_LAST_PUB, R_SUB_NEXT_NO, R_SUB_PUBS, R_SUB_POINTS, R_SUB_LOADED_TS,
-    R_SUB_RECENT,
-    /* its per-publisher record (slots) */
-    R_PUB_HIGH, R_PUB_DONE, R_PUB_POINT, R_PUB_QUEUE, R_PUB_SLOT,
     /* a publish store (slots; segment_log and lock are attributes) */
     R_STORE_CLOSED, R_STORE_NEXT, R_STORE_COUNT, R_STORE_FIRST, R_STORE_PAD, R_STORE_BUF,
     R_STORE_SEGMENT_LOG, R_STORE_LOCK,
-    /* a file publish store's segment files (slots) */
-    R_SEG_BROKEN, R_SEG_MM, R_SEG_ACTIVE_SIZE, R_SEG_MAP_SIZE, R_SEG_SEGMENT_SIZE,
-    R_SEG_WRITE_GEN,
     /* a client's publish state (instance attributes) */
     R_CLIENT_PUB_PREFIX, R_CLIENT_ENQUEUE, R_CLIENT_WAKE, R_CLIENT_WAIT_WRITABLE,
     R_CLIENT_TRANSPORT, R_CLIENT_WAKE_PENDING, R_CLIENT_BLOCKED, R_CLIENT_OUTQ,
     R_CLIENT_CALLER_WRITES, R_CLIENT_CALLER_WRITE,
     /* an HA client's, on top (instance attributes) */
     R_HA_PUB_LOCK, R_HA_SEQ_SUFFIX, R_HA_CAN_SEND,
-    /* a client's queue acks (instance attributes the auto-ack handler reads) */
-    R_QA_PENDING, R_QA_CAPS, R_QA_BATCH_SIZE,
     R_COUNT
 };
 
 static const char *const role_keys[R_COUNT] = {
-    "bookmark_subscription.inflight", "bookmark_subscription.last_pub",
-    "bookmark_subscription.next_no", "bookmark_subscription.pubs",
-    "bookmark_subscription.points", "bookmark_subscription.loaded_ts",
-    "bookmark_subscription.recent",
-    "bookmark_publisher.high", "bookmark_publisher.done", "bookmark_publisher.point",
-    "bookmark_publisher.queue", "bookmark_publisher.slot",
     "publish_store.closed", "publish_store.next", "publish_store.count", "publish_store.first",
     "publish_store.pad", "publish_store.buf", "publish_store.segment_log", "publish_store.lock",
-    "segment_log.broken", "segment_log.mm", "segment_log.active_size", "segment_log.map_size",
-    "segment_log.segment_size", "segment_log.write_gen",
     "client.pub_prefix", "client.enqueue", "client.wake", "client.wait_writable",
     "client.transport", "client.wake_pending", "client.blocked", "client.outq",
     "client.caller_writes", "client.caller_write",
     "ha_client.pub_lock", "ha_client.seq_suffix", "ha_client.can_send",
-    "queue_acks.pending", "queue_acks.caps", "queue_acks.batch_size",
 };
 
 static PyObject *role_names[R_COUNT]; /* interned str, set by bind() */
@@ -505,10 +486,23 @@ check_message_type(PyObject *cls)
     return 0;
 }
 
+/* the last class is_message() accepted (a strong reference): a client's deliveries are all
+ * of one class, so the check is mostly one comparison instead of a walk of the MRO */
+static PyTypeObject *message_type_seen = NULL;
+
 static inline int
 is_message(PyObject *obj)
 {
-    return PyObject_TypeCheck(obj, &MessageFieldsType);
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (tp == message_type_seen) {
+        return 1;
+    }
+    if (!PyType_IsSubtype(tp, &MessageFieldsType)) {
+        return 0;
+    }
+    Py_INCREF(tp);
+    Py_XSETREF(message_type_seen, tp);
+    return 1;
 }
 
 static inline void
@@ -1503,7 +1497,8 @@ write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * including every error, goes to the Python methods given at construction.
  *
  * The lane keeps the numbers of that common case as C state and writes them back into the
- * store's records (their __slots__) only when a Python method of the store takes its lock:
+ * store's records (the fields of their C base types, below) only when a Python method of
+ * the store takes its lock:
  * the store's lock is a StoreLock (below), whose acquire() writes the lane's state back
  * (lane_flush) before the Python code runs. While it is held the lane stays out of the way
  * (its flag is read without a call; the Python method then waits for the lock). So the
@@ -1518,6 +1513,157 @@ write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  */
 
 #ifndef Py_GIL_DISABLED
+
+/* The bookmark store's two record types' fields, types this module owns (twins:
+ * ampsclient._accel.PyBookmarkSubscriptionFields, PyBookmarkPublisherFields): the records of
+ * ampsclient.stores.bookmark.memory are built on them and document their public fields; the
+ * lane reads and writes those fields through these structs, no other class's slot. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *inflight;
+    PyObject *last_pub;
+    PyObject *next_no;
+    PyObject *pubs;
+    PyObject *points;
+    PyObject *loaded_ts;
+    PyObject *recent;
+} BmSubFields;
+
+static int
+bmsubfields_traverse(BmSubFields *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->inflight);
+    Py_VISIT(self->last_pub);
+    Py_VISIT(self->next_no);
+    Py_VISIT(self->pubs);
+    Py_VISIT(self->points);
+    Py_VISIT(self->loaded_ts);
+    Py_VISIT(self->recent);
+    return 0;
+}
+
+static int
+bmsubfields_clear(BmSubFields *self)
+{
+    Py_CLEAR(self->inflight);
+    Py_CLEAR(self->last_pub);
+    Py_CLEAR(self->next_no);
+    Py_CLEAR(self->pubs);
+    Py_CLEAR(self->points);
+    Py_CLEAR(self->loaded_ts);
+    Py_CLEAR(self->recent);
+    return 0;
+}
+
+static void
+bmsubfields_dealloc(BmSubFields *self)
+{
+    PyObject_GC_UnTrack(self);
+    bmsubfields_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef bmsubfields_members[] = {
+    {"inflight", T_OBJECT_EX, offsetof(BmSubFields, inflight), 0,
+     "The one logged, undiscarded entry kept out of the queues, or None."},
+    {"last_pub", T_OBJECT_EX, offsetof(BmSubFields, last_pub), 0,
+     "Publisher id of the last message logged, or None."},
+    {"next_no", T_OBJECT_EX, offsetof(BmSubFields, next_no), 0,
+     "The next number log() hands out (an int)."},
+    {"pubs", T_OBJECT_EX, offsetof(BmSubFields, pubs), 0,
+     "Publisher id -> its record (a dict, first-seen order)."},
+    {"points", T_OBJECT_EX, offsetof(BmSubFields, points), 0,
+     "Every publisher's point by slot (a list of str, empty for none)."},
+    {"loaded_ts", T_OBJECT_EX, offsetof(BmSubFields, loaded_ts), 0,
+     "Timestamp item recovered from the adapter, or None."},
+    {"recent", T_OBJECT_EX, offsetof(BmSubFields, recent), 0,
+     "The cached recovery point, or None (recompute)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject BmSubFieldsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.BookmarkSubscriptionFields",
+    .tp_basicsize = sizeof(BmSubFields),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "BookmarkSubscriptionFields()\n\nThe fields of MemoryBookmarkStore's "
+              "per-subscription record that its lane works on (twin: "
+              "ampsclient._accel.PyBookmarkSubscriptionFields). A new instance has no field set.",
+    .tp_traverse = (traverseproc)bmsubfields_traverse,
+    .tp_clear = (inquiry)bmsubfields_clear,
+    .tp_dealloc = (destructor)bmsubfields_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_members = bmsubfields_members,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *high;
+    PyObject *done;
+    PyObject *point;
+    PyObject *queue;
+    PyObject *slot;
+} BmPubFields;
+
+static int
+bmpubfields_traverse(BmPubFields *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->high);
+    Py_VISIT(self->done);
+    Py_VISIT(self->point);
+    Py_VISIT(self->queue);
+    Py_VISIT(self->slot);
+    return 0;
+}
+
+static int
+bmpubfields_clear(BmPubFields *self)
+{
+    Py_CLEAR(self->high);
+    Py_CLEAR(self->done);
+    Py_CLEAR(self->point);
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->slot);
+    return 0;
+}
+
+static void
+bmpubfields_dealloc(BmPubFields *self)
+{
+    PyObject_GC_UnTrack(self);
+    bmpubfields_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef bmpubfields_members[] = {
+    {"high", T_OBJECT_EX, offsetof(BmPubFields, high), 0,
+     "Highest sequence logged or recovered (an int)."},
+    {"done", T_OBJECT_EX, offsetof(BmPubFields, done), 0,
+     "Highest sequence such that everything up to it is discarded (an int)."},
+    {"point", T_OBJECT_EX, offsetof(BmPubFields, point), 0,
+     "This publisher's recovery item, or None."},
+    {"queue", T_OBJECT_EX, offsetof(BmPubFields, queue), 0,
+     "Logged entries not folded into point yet (a deque)."},
+    {"slot", T_OBJECT_EX, offsetof(BmPubFields, slot), 0,
+     "Index of point in the subscription's points (an int)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject BmPubFieldsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.BookmarkPublisherFields",
+    .tp_basicsize = sizeof(BmPubFields),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "BookmarkPublisherFields()\n\nThe fields of MemoryBookmarkStore's "
+              "per-publisher record that its lane works on (twin: "
+              "ampsclient._accel.PyBookmarkPublisherFields). A new instance has no field set.",
+    .tp_traverse = (traverseproc)bmpubfields_traverse,
+    .tp_clear = (inquiry)bmpubfields_clear,
+    .tp_dealloc = (destructor)bmpubfields_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_members = bmpubfields_members,
+};
 
 typedef struct Lane Lane;
 
@@ -1538,9 +1684,9 @@ struct Lane {
     int fast_discard;        /* no adapter: discard may finish here */
     int enabled;
     unsigned long long fast_logs, fast_discards, flushes; /* calls done here (tests, statistics) */
-    /* the subscription record's slots */
+    /* the subscription record's fields (offsets in BmSubFields) */
     Py_ssize_t s_inflight, s_last_pub, s_next_no, s_pubs, s_points, s_loaded_ts, s_recent;
-    /* the publisher record's slots */
+    /* the publisher record's fields (offsets in BmPubFields) */
     Py_ssize_t p_high, p_done, p_point, p_queue, p_slot;
     /* the cached common case (c_sub == NULL: nothing cached) */
     PyObject *c_sid, *c_sub, *c_pub, *c_key, *c_point, *c_bm;
@@ -1829,20 +1975,24 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     PyTypeObject *st = (PyTypeObject *)sub_type, *pt = (PyTypeObject *)pub_type;
-    if (slot_offset(st, NAME(R_SUB_INFLIGHT), &self->s_inflight) < 0
-        || slot_offset(st, NAME(R_SUB_LAST_PUB), &self->s_last_pub) < 0
-        || slot_offset(st, NAME(R_SUB_NEXT_NO), &self->s_next_no) < 0
-        || slot_offset(st, NAME(R_SUB_PUBS), &self->s_pubs) < 0
-        || slot_offset(st, NAME(R_SUB_POINTS), &self->s_points) < 0
-        || slot_offset(st, NAME(R_SUB_LOADED_TS), &self->s_loaded_ts) < 0
-        || slot_offset(st, NAME(R_SUB_RECENT), &self->s_recent) < 0
-        || slot_offset(pt, NAME(R_PUB_HIGH), &self->p_high) < 0
-        || slot_offset(pt, NAME(R_PUB_DONE), &self->p_done) < 0
-        || slot_offset(pt, NAME(R_PUB_POINT), &self->p_point) < 0
-        || slot_offset(pt, NAME(R_PUB_QUEUE), &self->p_queue) < 0
-        || slot_offset(pt, NAME(R_PUB_SLOT), &self->p_slot) < 0) {
+    if (!PyType_IsSubtype(st, &BmSubFieldsType) || !PyType_IsSubtype(pt, &BmPubFieldsType)) {
+        PyErr_SetString(PyExc_TypeError, "BookmarkLane: the record types must be built on "
+                                         "BookmarkSubscriptionFields and BookmarkPublisherFields");
         return -1;
     }
+    /* the fields of this module's own record types (the records' classes are built on them) */
+    self->s_inflight = offsetof(BmSubFields, inflight);
+    self->s_last_pub = offsetof(BmSubFields, last_pub);
+    self->s_next_no = offsetof(BmSubFields, next_no);
+    self->s_pubs = offsetof(BmSubFields, pubs);
+    self->s_points = offsetof(BmSubFields, points);
+    self->s_loaded_ts = offsetof(BmSubFields, loaded_ts);
+    self->s_recent = offsetof(BmSubFields, recent);
+    self->p_high = offsetof(BmPubFields, high);
+    self->p_done = offsetof(BmPubFields, done);
+    self->p_point = offsetof(BmPubFields, point);
+    self->p_queue = offsetof(BmPubFields, queue);
+    self->p_slot = offsetof(BmPubFields, slot);
     Py_INCREF(lock);
     self->lock = (StoreLock *)lock;
     self->lock->lane = self;
@@ -2207,6 +2357,83 @@ after_enqueue(PyObject *client, const Waker *w)
     return 0;
 }
 
+/* SegmentLogFields: the fields of ampsclient.stores.publish.segments.SegmentLog that the
+ * publish lane reads and writes, a type this module owns (twin:
+ * ampsclient._accel.PySegmentLogFields); SegmentLog is built on it and documents them. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *broken;
+    PyObject *mm;
+    PyObject *active_size;
+    PyObject *map_size;
+    PyObject *segment_size;
+    PyObject *write_gen;
+} SegFields;
+
+static int
+segfields_traverse(SegFields *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->broken);
+    Py_VISIT(self->mm);
+    Py_VISIT(self->active_size);
+    Py_VISIT(self->map_size);
+    Py_VISIT(self->segment_size);
+    Py_VISIT(self->write_gen);
+    return 0;
+}
+
+static int
+segfields_clear(SegFields *self)
+{
+    Py_CLEAR(self->broken);
+    Py_CLEAR(self->mm);
+    Py_CLEAR(self->active_size);
+    Py_CLEAR(self->map_size);
+    Py_CLEAR(self->segment_size);
+    Py_CLEAR(self->write_gen);
+    return 0;
+}
+
+static void
+segfields_dealloc(SegFields *self)
+{
+    PyObject_GC_UnTrack(self);
+    segfields_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef segfields_members[] = {
+    {"broken", T_OBJECT_EX, offsetof(SegFields, broken), 0,
+     "Why the files refuse writes after an I/O error it could not undo, or None."},
+    {"mm", T_OBJECT_EX, offsetof(SegFields, mm), 0,
+     "The active segment's mapping (an mmap), or None."},
+    {"active_size", T_OBJECT_EX, offsetof(SegFields, active_size), 0,
+     "Bytes of data in the active segment (an int)."},
+    {"map_size", T_OBJECT_EX, offsetof(SegFields, map_size), 0,
+     "Bytes mapped of the active segment (an int)."},
+    {"segment_size", T_OBJECT_EX, offsetof(SegFields, segment_size), 0,
+     "Roll to a new segment past this many bytes (an int)."},
+    {"write_gen", T_OBJECT_EX, offsetof(SegFields, write_gen), 0,
+     "Write generation, bumped by each write (an int; group commit)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SegFieldsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.SegmentLogFields",
+    .tp_basicsize = sizeof(SegFields),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "SegmentLogFields()\n\nThe fields of a file publish store's SegmentLog that "
+              "the publish lane works on (twin: ampsclient._accel.PySegmentLogFields). A new "
+              "instance has no field set.",
+    .tp_traverse = (traverseproc)segfields_traverse,
+    .tp_clear = (inquiry)segfields_clear,
+    .tp_dealloc = (destructor)segfields_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_members = segfields_members,
+};
+
 typedef struct {
     PyObject_HEAD
     PyObject *client;
@@ -2331,15 +2558,18 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
         if (take_attr(store, NAME(R_STORE_SEGMENT_LOG), &self->log) < 0) {
             return -1;
         }
-        PyTypeObject *lt = Py_TYPE(self->log);
-        if (slot_offset(lt, NAME(R_SEG_BROKEN), &self->o_broken) < 0
-            || slot_offset(lt, NAME(R_SEG_MM), &self->o_mm) < 0
-            || slot_offset(lt, NAME(R_SEG_ACTIVE_SIZE), &self->o_active) < 0
-            || slot_offset(lt, NAME(R_SEG_MAP_SIZE), &self->o_map_size) < 0
-            || slot_offset(lt, NAME(R_SEG_SEGMENT_SIZE), &self->o_segment_size) < 0
-            || slot_offset(lt, NAME(R_SEG_WRITE_GEN), &self->o_write_gen) < 0) {
+        if (!PyObject_TypeCheck(self->log, &SegFieldsType)) {
+            PyErr_SetString(PyExc_TypeError, "PublishLane: the store's segment log must be "
+                                             "built on SegmentLogFields");
             return -1;
         }
+        /* the fields of this module's own SegmentLogFields (SegmentLog is built on it) */
+        self->o_broken = offsetof(SegFields, broken);
+        self->o_mm = offsetof(SegFields, mm);
+        self->o_active = offsetof(SegFields, active_size);
+        self->o_map_size = offsetof(SegFields, map_size);
+        self->o_segment_size = offsetof(SegFields, segment_size);
+        self->o_write_gen = offsetof(SegFields, write_gen);
     }
     PyObject *lock = NULL;
     int failed = take_attr(client, NAME(R_HA_PUB_LOCK), &lock) < 0
@@ -2969,7 +3199,7 @@ autoack_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 #ifndef Py_GIL_DISABLED
 /* ------------------------------------------------------------------ AutoAck
  *
- * AutoAck(handler, acks, settled, lock, hand_out, settle, after, send_now, arm): a queue
+ * AutoAck(handler, batches, settled, lock, hand_out, settle, after, send_now, arm): a queue
  * subscription's handler with auto-ack, the route's handler itself (twin:
  * ampsclient.acks.AutoAckCall). Called with a message it does what the twin does:
  *   - settled (the dict of acks the application made itself) not empty: hand_out(message)
@@ -2977,18 +3207,81 @@ autoack_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *   - handler(message); when it raises: settle(message, True) (the cancel), then the
  *     exception goes on;
  *   - then, in the common case (settled empty, nobody holds lock, a StoreLock), the work of
- *     autoack_take on the acks object's batches (roles queue_acks.pending, .caps, .batch_size)
- *     and the message's payload (role message.raw), all under the GIL without calling Python
+ *     autoack_take on the fields of batches (an AckBatches, this module's own type) and
+ *     the message's payload (its MessageFields field), all under the GIL without calling Python
  *     code, so without taking the lock; then send_now(topic, bookmarks) when an ack is to go
  *     out, arm() when a new batch began. Anything else (the payload not in the form, settled
  *     not empty, the lock held by a thread) calls after(message), the Python path that takes
  *     the lock. */
 
+/* AckBatches: a client's pending queue-ack batches, a type this module owns (its twin:
+ * ampsclient._accel.PyAckBatches). ampsclient.acks.QueueAcks holds one and documents its
+ * three public fields: pending (topic -> the bookmarks of its open batch), caps (topic -> the
+ * smallest max_backlog of its subscriptions) and batch_size (the ack batch size). QueueAcks
+ * alone replaces them, under its lock; AutoAck reads them here, through the struct. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *pending;
+    PyObject *caps;
+    PyObject *batch_size;
+} AckBatches;
+
+static int
+ab_traverse(AckBatches *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->pending);
+    Py_VISIT(self->caps);
+    Py_VISIT(self->batch_size);
+    return 0;
+}
+
+static int
+ab_clear(AckBatches *self)
+{
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->caps);
+    Py_CLEAR(self->batch_size);
+    return 0;
+}
+
+static void
+ab_dealloc(AckBatches *self)
+{
+    PyObject_GC_UnTrack(self);
+    ab_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef ab_members[] = {
+    {"pending", T_OBJECT_EX, offsetof(AckBatches, pending), 0,
+     "topic -> the bookmarks of its open batch (a dict)."},
+    {"caps", T_OBJECT_EX, offsetof(AckBatches, caps), 0,
+     "topic -> the smallest max_backlog its subscriptions reported (a dict)."},
+    {"batch_size", T_OBJECT_EX, offsetof(AckBatches, batch_size), 0,
+     "Plain acks per batch (an int; 0 or 1: each ack at once)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject AckBatchesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.AckBatches",
+    .tp_basicsize = sizeof(AckBatches),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "AckBatches()\n\nA client's pending queue-ack batches (twin: "
+              "ampsclient._accel.PyAckBatches). A new instance has no field set.",
+    .tp_traverse = (traverseproc)ab_traverse,
+    .tp_clear = (inquiry)ab_clear,
+    .tp_dealloc = (destructor)ab_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_members = ab_members,
+};
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *handler;
-    PyObject *acks;
+    PyObject *batches; /* an AckBatches */
     PyObject *settled;
     PyObject *lock;
     PyObject *hand_out;
@@ -2996,27 +3289,9 @@ typedef struct {
     PyObject *after;
     PyObject *send_now;
     PyObject *arm;
-    PyObject *acks_dict; /* the acks object's __dict__ (NULL: read through getattr) */
     PyObject *topic;     /* the last topic seen (see autoack_core) */
     unsigned long long fast;
 } AutoAck;
-
-/* acks.<role>: from its __dict__ when it is there (one lookup of an interned name), else
- * getattr; a new reference, NULL on error */
-static PyObject *
-autoack_field(AutoAck *self, int role)
-{
-    if (self->acks_dict != NULL) {
-        PyObject *value = PyDict_GetItemWithError(self->acks_dict, NAME(role));
-        if (value != NULL) {
-            return Py_NewRef(value);
-        }
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-    }
-    return PyObject_GetAttr(self->acks, NAME(role));
-}
 
 static PyObject *
 autoack_message(AutoAck *self, PyObject *message)
@@ -3042,14 +3317,15 @@ autoack_message(AutoAck *self, PyObject *message)
         PyErr_Restore(et, ev, etb);
         return NULL;
     }
-    if (PyDict_GET_SIZE(self->settled) == 0 && !((StoreLock *)self->lock)->held && layout_bound) {
+    if (PyDict_GET_SIZE(self->settled) == 0 && !((StoreLock *)self->lock)->held) {
         PyObject *raw = NULL; /* (not a MessageFields: the Python path) */
         if (is_message(message)) {
             raw = Py_XNewRef(MF(message)->payload); /* its field, read in place */
         }
-        PyObject *pending = autoack_field(self, R_QA_PENDING);
-        PyObject *caps = autoack_field(self, R_QA_CAPS);
-        PyObject *size = autoack_field(self, R_QA_BATCH_SIZE);
+        AckBatches *b = (AckBatches *)self->batches; /* its own fields, as they are now */
+        PyObject *pending = Py_XNewRef(b->pending);
+        PyObject *caps = Py_XNewRef(b->caps);
+        PyObject *size = Py_XNewRef(b->batch_size);
         PyObject *done = NULL;
         int checked = raw != NULL && pending != NULL && caps != NULL && size != NULL
                       && PyBytes_Check(raw) && PyDict_CheckExact(pending)
@@ -3125,12 +3401,14 @@ autoack_init(AutoAck *self, PyObject *args, PyObject *kwds)
                            &a[6], &a[7], &a[8])) {
         return -1;
     }
-    if (!PyDict_CheckExact(a[2]) || !Py_IS_TYPE(a[3], &StoreLockType)) {
-        PyErr_SetString(PyExc_TypeError, "AutoAck(): settled must be a dict and lock a StoreLock");
+    if (!PyObject_TypeCheck(a[1], &AckBatchesType) || !PyDict_CheckExact(a[2])
+        || !Py_IS_TYPE(a[3], &StoreLockType)) {
+        PyErr_SetString(PyExc_TypeError, "AutoAck(): batches must be an AckBatches, settled a "
+                                         "dict and lock a StoreLock");
         return -1;
     }
     Py_XSETREF(self->handler, Py_NewRef(a[0]));
-    Py_XSETREF(self->acks, Py_NewRef(a[1]));
+    Py_XSETREF(self->batches, Py_NewRef(a[1]));
     Py_XSETREF(self->settled, Py_NewRef(a[2]));
     Py_XSETREF(self->lock, Py_NewRef(a[3]));
     Py_XSETREF(self->hand_out, Py_NewRef(a[4]));
@@ -3138,18 +3416,6 @@ autoack_init(AutoAck *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->after, Py_NewRef(a[6]));
     Py_XSETREF(self->send_now, Py_NewRef(a[7]));
     Py_XSETREF(self->arm, Py_NewRef(a[8]));
-    /* the acks object's attributes live in its __dict__ (a class with one: not a slot) */
-    Py_CLEAR(self->acks_dict);
-    self->acks_dict = PyObject_GenericGetDict(a[1], NULL);
-    if (self->acks_dict == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            return -1;
-        }
-        PyErr_Clear(); /* no __dict__ (slots): getattr each time */
-    }
-    else if (!PyDict_CheckExact(self->acks_dict)) {
-        Py_CLEAR(self->acks_dict);
-    }
     Py_CLEAR(self->topic);
     self->vectorcall = autoack_vectorcall;
     return 0;
@@ -3184,7 +3450,7 @@ static int
 autoack_traverse(AutoAck *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->handler);
-    Py_VISIT(self->acks);
+    Py_VISIT(self->batches);
     Py_VISIT(self->settled);
     Py_VISIT(self->lock);
     Py_VISIT(self->hand_out);
@@ -3192,7 +3458,6 @@ autoack_traverse(AutoAck *self, visitproc visit, void *arg)
     Py_VISIT(self->after);
     Py_VISIT(self->send_now);
     Py_VISIT(self->arm);
-    Py_VISIT(self->acks_dict);
     Py_VISIT(self->topic);
     return 0;
 }
@@ -3202,7 +3467,7 @@ autoack_clear(AutoAck *self)
 {
     self->vectorcall = NULL;
     Py_CLEAR(self->handler);
-    Py_CLEAR(self->acks);
+    Py_CLEAR(self->batches);
     Py_CLEAR(self->settled);
     Py_CLEAR(self->lock);
     Py_CLEAR(self->hand_out);
@@ -3210,7 +3475,6 @@ autoack_clear(AutoAck *self)
     Py_CLEAR(self->after);
     Py_CLEAR(self->send_now);
     Py_CLEAR(self->arm);
-    Py_CLEAR(self->acks_dict);
     Py_CLEAR(self->topic);
     return 0;
 }
@@ -3733,18 +3997,29 @@ PyInit__speedups(void)
         return NULL;
     }
 #ifndef Py_GIL_DISABLED
-    if (PyType_Ready(&LaneType) < 0 || PyModule_AddObjectRef(module, "BookmarkLane", (PyObject *)&LaneType) < 0
+    if (PyType_Ready(&BmSubFieldsType) < 0
+        || PyModule_AddObjectRef(module, "BookmarkSubscriptionFields",
+                                 (PyObject *)&BmSubFieldsType) < 0
+        || PyType_Ready(&BmPubFieldsType) < 0
+        || PyModule_AddObjectRef(module, "BookmarkPublisherFields", (PyObject *)&BmPubFieldsType)
+               < 0
+        || PyType_Ready(&LaneType) < 0
+        || PyModule_AddObjectRef(module, "BookmarkLane", (PyObject *)&LaneType) < 0
         || PyType_Ready(&StoreLockType) < 0
         || PyModule_AddObjectRef(module, "StoreLock", (PyObject *)&StoreLockType) < 0) {
         Py_DECREF(module);
         return NULL;
     }
     str_locked = PyUnicode_InternFromString("locked");
-    if (str_locked == NULL || PyType_Ready(&PublishLaneType) < 0
+    if (str_locked == NULL || PyType_Ready(&SegFieldsType) < 0
+        || PyModule_AddObjectRef(module, "SegmentLogFields", (PyObject *)&SegFieldsType) < 0
+        || PyType_Ready(&PublishLaneType) < 0
         || PyModule_AddObjectRef(module, "PublishLane", (PyObject *)&PublishLaneType) < 0
         || PyType_Ready(&PlainLaneType) < 0
         || PyModule_AddObjectRef(module, "PlainPublishLane", (PyObject *)&PlainLaneType) < 0
         || PyModule_AddIntConstant(module, "CALLER_WRITE_FRAMES", CALLER_WRITE_FRAMES) < 0
+        || PyType_Ready(&AckBatchesType) < 0
+        || PyModule_AddObjectRef(module, "AckBatches", (PyObject *)&AckBatchesType) < 0
         || PyType_Ready(&AutoAckType) < 0
         || PyModule_AddObjectRef(module, "AutoAck", (PyObject *)&AutoAckType) < 0) {
         Py_DECREF(module);

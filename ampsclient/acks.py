@@ -108,18 +108,30 @@ class QueueAcks:
         # the C auto-ack reads whether this lock is held without taking it (StoreLock)
         self._lock: Any = threading.Lock() if _accel.StoreLock is None else _accel.StoreLock()
         self._take = _accel.autoack_take or autoack_take
-        self._pending: dict[str, list[str]] = {}
+        # the batches: pending (topic -> bookmarks), caps (topic -> smallest backlog of its
+        # subscriptions), batch_size. A type of the C speedups when built (their AutoAck
+        # reads its fields), else its twin; replaced only here, under the lock.
+        self._batches = batches = _accel.AckBatches()
+        batches.pending = {}
+        batches.caps = {}
+        batches.batch_size = 0
         self._timer_armed = False
         self._settled: dict[tuple[str, str], None] = {}  # acked since handed out (bounded)
         self._backlogs: dict[str, tuple[str, int]] = {}  # sub_id -> (topic, max_backlog)
-        self._caps: dict[str, int] = {}  # topic -> smallest backlog of its subscriptions
         self._writer: Callable[[str, str, str | None], None] | None = None
         self.auto_ack = False
         """Ack queue messages when their handler returns (official default: off)."""
-        self.batch_size = 0
-        """Plain acks per ``sow_delete`` (0 or 1: each ack at once)."""
         self.timeout_ms = 1000
         """The longest a batched ack waits, in milliseconds (0: until the batch is full)."""
+
+    @property
+    def batch_size(self) -> int:
+        """Plain acks per ``sow_delete`` (0 or 1: each ack at once)."""
+        return self._batches.batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self._batches.batch_size = value
 
     # -- settings (official rules) ----------------------------------------------------------
 
@@ -174,12 +186,12 @@ class QueueAcks:
         for topic, backlog in self._backlogs.values():
             old = caps.get(topic)
             caps[topic] = backlog if old is None else min(old, backlog)
-        self._caps = caps
+        self._batches.caps = caps
 
     def batch_limit(self, topic: str) -> int:
         """The effective batch size for ``topic``: ``batch_size`` capped at its backlog."""
         limit = self.batch_size
-        cap = self._caps.get(topic)
+        cap = self._batches.caps.get(topic)
         if cap is not None and cap < limit:
             limit = max(cap, 1)
         return limit
@@ -206,17 +218,18 @@ class QueueAcks:
         """A plain ack: into ``topic``'s batch (the bookmarks are joined once, when the batch
         is sent), or sent at once without batching."""
         limit = self.batch_size
-        cap = self._caps.get(topic)
+        cap = self._batches.caps.get(topic)
         if cap is not None and cap < limit:
             limit = max(cap, 1)
-        pending = self._pending
+        batches = self._batches
+        pending = batches.pending
         if limit <= 1 and topic not in pending:
             self._write(topic, bookmark, None)
             return
         full: list[str] | None = None
         arm = False
         with self._lock:
-            pending = self._pending  # flush() may have swapped it meanwhile
+            pending = batches.pending  # flush() may have swapped it meanwhile
             batch = pending.get(topic)
             if batch is None:
                 batch = pending[topic] = []
@@ -238,7 +251,8 @@ class QueueAcks:
     def flush(self) -> None:
         """Send every pending batched ack now."""
         with self._lock:
-            pending, self._pending = self._pending, {}
+            batches = self._batches
+            pending, batches.pending = batches.pending, {}
         for topic, bookmarks in pending.items():
             try:
                 self._write(topic, ",".join(bookmarks), None)
@@ -249,7 +263,7 @@ class QueueAcks:
     def pending(self) -> int:
         """Acks waiting in batches."""
         with self._lock:
-            return sum(len(b) for b in self._pending.values())
+            return sum(len(b) for b in self._batches.pending.values())
 
     def set_writer(self, writer: Callable[[str, str, str | None], None] | None) -> None:
         """Send each ack frame with ``writer(topic, bookmarks, options)`` instead of as a plain
@@ -331,7 +345,7 @@ class QueueAcks:
         if lane is not None and _accel.StoreLock is not None:  # then self._lock is one
             return lane(  # type: ignore[no-any-return]
                 handler,
-                self,
+                self._batches,
                 self._settled,
                 self._lock,
                 self.hand_out,
@@ -348,7 +362,8 @@ class QueueAcks:
             self.settle(message)
             return
         with self._lock:
-            done = self._take(self._pending, self._caps, self.batch_size, message.raw_payload)
+            b = self._batches
+            done = self._take(b.pending, b.caps, b.batch_size, message.raw_payload)
         if done is None:
             self.settle(message)
         elif done.__class__ is tuple:
@@ -372,12 +387,13 @@ class AutoAckCall:
     """A queue subscription's handler with auto-ack (:meth:`QueueAcks.wrap`): the Python
     twin of the C speedups' ``AutoAck``."""
 
-    __slots__ = ("__wrapped__", "_acks", "_lock", "_settled", "_take")
+    __slots__ = ("__wrapped__", "_acks", "_batches", "_lock", "_settled", "_take")
 
     def __init__(self, handler: Handler, acks: QueueAcks) -> None:
         self.__wrapped__ = handler
         self._acks = acks
-        self._settled = acks._settled  # never replaced (unlike the batches)
+        self._settled = acks._settled  # never replaced (unlike the batches' fields)
+        self._batches = acks._batches
         self._lock = acks._lock
         self._take = acks._take
 
@@ -395,7 +411,8 @@ class AutoAckCall:
             acks.settle(message)
             return result
         with self._lock:  # QueueAcks.after_handler, inline
-            done = self._take(acks._pending, acks._caps, acks.batch_size, message.raw_payload)
+            b = self._batches
+            done = self._take(b.pending, b.caps, b.batch_size, message.raw_payload)
         if done is None:
             acks.settle(message)
         elif done.__class__ is tuple:

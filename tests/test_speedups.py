@@ -51,6 +51,9 @@ needs_c_message = pytest.mark.skipif(
     C is None or not issubclass(Message, C.MessageFields),
     reason="Message is built on the Python twin of MessageFields (AMPSCLIENT_PUREPYTHON)",
 )
+needs_publish_lane_type = pytest.mark.skipif(
+    _accel.PublishLane is None, reason="no C publish lane (AMPSCLIENT_PUREPYTHON)"
+)
 needs_lane = pytest.mark.skipif(
     _accel.BookmarkLane is None, reason="stores do not use the C lane (AMPSCLIENT_PUREPYTHON)"
 )
@@ -93,17 +96,10 @@ def test_purepython_switch_selects_the_python_code() -> None:
 def layout_owners() -> dict[str, Any]:
     """For each role prefix of ``_accel.LAYOUT``, an object that must have the named slot or
     attribute (the classes for slots, instances for instance attributes)."""
-    from ampsclient.stores.bookmark import memory as bookmark_memory
-    from ampsclient.stores.publish.segments import SegmentLog
-
     return {
-        "bookmark_subscription": bookmark_memory._Subscription,
-        "bookmark_publisher": bookmark_memory._Publisher,
         "publish_store": MemoryPublishStore,
-        "segment_log": SegmentLog,
         "client": AsyncClient("layout")._wiring.writer,  # the lanes are built on the writer
         "ha_client": AsyncHAClient("layout-ha").client._wiring.writer,  # the held client's
-        "queue_acks": AsyncClient("layout-acks").queue_acks,
     }
 
 
@@ -111,12 +107,11 @@ def test_layout_names_exist_where_the_roles_say() -> None:
     """Every name in the table is there: a member (slot) descriptor on the class for the
     slots the C code reads by offset, an attribute of a new instance for the others."""
     owners = layout_owners()
-    slot_roles = ("bookmark_subscription.", "bookmark_publisher.", "segment_log.")
     store_slots = {"closed", "next", "count", "first", "pad", "buf"}
     for role, name in _accel.LAYOUT.items():
         prefix, _, what = role.partition(".")
         owner = owners[prefix]
-        if role.startswith(slot_roles) or (prefix == "publish_store" and what in store_slots):
+        if prefix == "publish_store" and what in store_slots:
             for cls in (owner, FilePublishStore) if prefix == "publish_store" else (owner,):
                 descr = getattr(cls, name)
                 assert type(descr).__name__ == "member_descriptor", (role, cls, name)
@@ -136,23 +131,10 @@ def test_layout_names_exist_where_the_roles_say() -> None:
 # no table): these are the ones not converted yet, each listed so that the list documents
 # what is left. A new role fails this test; a converted one must leave the list.
 KNOWN_REMAINING_REACH: dict[str, str] = {
-    # MemoryBookmarkStore's private record classes (_Subscription, _Publisher): BookmarkLane
-    **{
-        f"bookmark_subscription.{n}": "slot of bookmark.memory._Subscription"
-        for n in ("inflight", "last_pub", "next_no", "pubs", "points", "loaded_ts", "recent")
-    },
-    **{
-        f"bookmark_publisher.{n}": "slot of bookmark.memory._Publisher"
-        for n in ("high", "done", "point", "queue", "slot")
-    },
     # the publish stores' private state: PublishLane
     **{
         f"publish_store.{n}": "private slot/attribute of MemoryPublishStore/FilePublishStore"
         for n in ("closed", "next", "count", "first", "pad", "buf", "segment_log", "lock")
-    },
-    **{
-        f"segment_log.{n}": "slot of stores.publish.segments.SegmentLog"
-        for n in ("broken", "mm", "active_size", "map_size", "segment_size", "write_gen")
     },
     # the client's writer: PublishLane, PlainPublishLane
     **{
@@ -174,8 +156,6 @@ KNOWN_REMAINING_REACH: dict[str, str] = {
         f"ha_client.{n}": "the HA publish gate on the client's writer"
         for n in ("pub_lock", "seq_suffix", "can_send")
     },
-    # QueueAcks' private batches: AutoAck
-    **{f"queue_acks.{n}": "attribute of acks.QueueAcks" for n in ("pending", "caps", "batch_size")},
 }
 
 
@@ -187,6 +167,103 @@ def test_no_layout_role_reaches_into_a_class_c_does_not_own_beyond_the_known_lis
     assert not any(role.startswith("message.") for role in _accel.LAYOUT)
     private = {role for role, name in _accel.LAYOUT.items() if name.startswith("_")}
     assert private <= set(KNOWN_REMAINING_REACH)
+
+
+@needs_lane
+def test_bookmark_record_fields_twins_behave_alike() -> None:
+    """The C ``BookmarkSubscriptionFields``/``BookmarkPublisherFields`` (the lane works on
+    their fields) and their twins: the same public fields, unset on a new instance,
+    settable, no instance dict; the store's record classes are built on the ones in use,
+    and the lane refuses record types that are not."""
+    from ampsclient.stores.bookmark import memory
+
+    pairs = [
+        (C.BookmarkSubscriptionFields, _accel.PyBookmarkSubscriptionFields, memory._Subscription),
+        (C.BookmarkPublisherFields, _accel.PyBookmarkPublisherFields, memory._Publisher),
+    ]
+    for c_type, twin, record in pairs:
+        names = set(twin.__slots__)
+        for cls in (c_type, twin):
+            assert {n for n in dir(cls) if not n.startswith("_")} == names, cls
+            obj = cls()
+            for name in sorted(names):
+                with pytest.raises(AttributeError):
+                    getattr(obj, name)
+                setattr(obj, name, [name])
+                assert getattr(obj, name) == [name]
+            with pytest.raises(AttributeError):
+                obj.other = 1
+        assert record.__mro__[1] is c_type
+        assert not names & set(record.__slots__)  # the record keeps only its own slots
+    store = MemoryBookmarkStore()
+
+    class Other:
+        __slots__ = _accel.PyBookmarkSubscriptionFields.__slots__
+
+    with pytest.raises(TypeError, match="BookmarkSubscriptionFields"):
+        C.BookmarkLane(
+            {},
+            C.StoreLock(),
+            store.log,
+            store.discard_message,
+            Other,
+            memory._Publisher,
+            Message,
+            True,
+        )
+
+
+@needs_publish_lane_type
+def test_segment_log_fields_twins_behave_alike(tmp_path: Any) -> None:
+    """The C ``SegmentLogFields`` (the HA publish lane works on its fields) and its twin:
+    the same public fields, unset on a new instance, settable, no instance dict;
+    ``SegmentLog`` is built on the one in use and keeps only its other slots."""
+    from ampsclient.stores.publish.segments import SegmentLog
+
+    names = set(_accel.PySegmentLogFields.__slots__)
+    for cls in (C.SegmentLogFields, _accel.PySegmentLogFields):
+        assert {n for n in dir(cls) if not n.startswith("_")} == names, cls
+        obj = cls()
+        for name in sorted(names):
+            with pytest.raises(AttributeError):
+                getattr(obj, name)
+            setattr(obj, name, [name])
+            assert getattr(obj, name) == [name]
+        with pytest.raises(AttributeError):
+            obj.other = 1
+    assert SegmentLog.__mro__[1] is C.SegmentLogFields
+    assert not names & set(SegmentLog.__slots__)
+    log = SegmentLog(tmp_path, segment_size=1 << 20, sync_files=False)
+    assert (log.broken, log.mm, log.active_size, log.write_gen) == (None, None, 0, 0)
+
+
+@needs_lane
+def test_ack_batches_twins_behave_alike() -> None:
+    """The C ``AckBatches`` (what the C auto-ack reads) and its twin ``PyAckBatches``: the
+    same three public fields, unset on a new instance, settable, no instance dict; a
+    ``QueueAcks`` holds the one in use, and the C handler refuses anything else."""
+    for cls in (C.AckBatches, _accel.PyAckBatches):
+        assert {n for n in dir(cls) if not n.startswith("_")} == {
+            "pending",
+            "caps",
+            "batch_size",
+        }
+        obj = cls()
+        for name in ("pending", "caps", "batch_size"):
+            with pytest.raises(AttributeError):
+                getattr(obj, name)
+            setattr(obj, name, {name: 1})
+            assert getattr(obj, name) == {name: 1}
+        with pytest.raises(AttributeError):
+            obj.other = 1  # type: ignore[attr-defined]
+    from ampsclient.acks import QueueAcks
+
+    acks = QueueAcks(lambda payload: None, lambda seconds, fn: None)
+    assert type(acks._batches) is C.AckBatches
+    acks.set_batch_size(7)
+    assert acks._batches.batch_size == 7 == acks.batch_size
+    with pytest.raises(TypeError, match="AckBatches"):
+        C.AutoAck(print, acks, {}, acks._lock, print, print, print, print, print)
 
 
 @needs_c
@@ -202,7 +279,7 @@ def test_the_c_source_names_no_attribute_of_ours() -> None:
     with open(os.path.join(os.path.dirname(_accel.__file__), "_speedups.c")) as f:
         source = f.read()
     literals = set(re.findall(r'"((?:[^"\\\n]|\\.)*)"', source))
-    assert "bookmark_publisher.high" in literals  # the pattern does see the role keys
+    assert "publish_store.next" in literals  # the pattern does see the role keys
     assert literals & set(_accel.LAYOUT.values()) == set()
 
 
@@ -210,13 +287,13 @@ def test_the_c_source_names_no_attribute_of_ours() -> None:
 def test_bind_refuses_a_table_that_misses_or_adds_a_role() -> None:
     table = dict(_accel.LAYOUT)
     missing = dict(table)
-    del missing["bookmark_publisher.high"]
-    with pytest.raises(ValueError, match=r"bookmark_publisher\.high"):
+    del missing["publish_store.next"]
+    with pytest.raises(ValueError, match=r"publish_store\.next"):
         C.bind(missing)
     with pytest.raises(ValueError, match="roles"):
-        C.bind({**table, "bookmark_publisher.extra": "_extra"})
-    with pytest.raises(ValueError, match=r"bookmark_publisher\.high"):
-        C.bind({**table, "bookmark_publisher.high": ""})
+        C.bind({**table, "publish_store.extra": "_extra"})
+    with pytest.raises(ValueError, match=r"publish_store\.next"):
+        C.bind({**table, "publish_store.next": ""})
     with pytest.raises(TypeError):
         C.bind(list(table.items()))
     # nothing changed: the module still works with the table _accel gave it
@@ -1601,7 +1678,7 @@ def _c_autoack(handler: Any, acks: Any, *, after: Any = None) -> Any:
     wires it; ``after``: its Python path (default the acks object's own)."""
     return C.AutoAck(
         handler,
-        acks,
+        acks._batches,
         acks._settled,
         acks._lock,
         acks.hand_out,
@@ -1652,7 +1729,7 @@ def _autoack_run(use_c: bool, steps: list[tuple[int, str, int]]) -> list[Any]:
             out.append(("ok", call(Message(payload))))
         except ValueError as exc:
             out.append(("raised", str(exc)))
-    pending = {t: list(b) for t, b in acks._pending.items()}
+    pending = {t: list(b) for t, b in acks._batches.pending.items()}
     return [out, sent, timers, pending, dict(acks._settled)]
 
 
@@ -1696,7 +1773,7 @@ def test_autoack_handler_is_what_a_client_routes_to() -> None:
     for i in range(3):
         wrapped(Message(b'{"c":"p","t":"q","sids":"s","bm":"7|%d|","lp":"9"}{}' % i))
     assert wrapped.fast == 3  # each one through the C path
-    assert client.queue_acks._pending == {"q": ["7|0|", "7|1|", "7|2|"]}
+    assert client.queue_acks._batches.pending == {"q": ["7|0|", "7|1|", "7|2|"]}
     wrapped(Message(b'{"c":"p","t":"q","sids":"s","bm":"7|3|"}{}'))  # not leased: no ack
     assert wrapped.fast == 3
     assert client.queue_acks.pending == 3
@@ -1705,7 +1782,7 @@ def test_autoack_handler_is_what_a_client_routes_to() -> None:
 @needs_lane
 def test_autoack_handler_reads_the_settings_as_they_are_now() -> None:
     """The C handler reads the acks object's batch size, backlog caps and batches on each
-    message (from the object's ``__dict__``), so a change made after it was created counts
+    message (the fields of its ``AckBatches``), so a change made after it was created counts
     from the next message; a new topic after another is its own batch."""
     from ampsclient.acks import QueueAcks
 
@@ -1716,14 +1793,14 @@ def test_autoack_handler_reads_the_settings_as_they_are_now() -> None:
     for i in range(3):
         call(Message(b'{"c":"p","t":"q","sids":"s","bm":"6|%d|","lp":"9"}{}' % i))
     call(Message(b'{"c":"p","t":"r","sids":"s","bm":"6|9|","lp":"9"}{}'))
-    assert acks._pending == {"q": ["6|0|", "6|1|", "6|2|"], "r": ["6|9|"]} and sent == []
+    assert acks._batches.pending == {"q": ["6|0|", "6|1|", "6|2|"], "r": ["6|9|"]} and sent == []
     acks.set_batch_size(4)  # the fourth of q fills its batch now
     call(Message(b'{"c":"p","t":"q","sids":"s","bm":"6|3|","lp":"9"}{}'))
     assert [decode_header(f)[0]["bm"] for f in sent] == ["6|0|,6|1|,6|2|,6|3|"]
     acks.subscribed("s", "r", "max_backlog=2")  # a cap below the batch size, for r
     call(Message(b'{"c":"p","t":"r","sids":"s","bm":"6|10|","lp":"9"}{}'))
     assert [decode_header(f)[0]["bm"] for f in sent][1:] == ["6|9|,6|10|"]
-    assert acks._pending == {} and call.fast == 6
+    assert acks._batches.pending == {} and call.fast == 6
 
 
 @needs_lane
@@ -1749,12 +1826,12 @@ def test_autoack_handler_leaves_the_batches_to_python_while_another_thread_holds
         assert held.wait(30)
         first = Message(b'{"c":"p","t":"q","sids":"s","bm":"5|1|","lp":"9"}{}')
         call(first)
-        assert to_python == [first] and call.fast == 0 and acks._pending == {}
+        assert to_python == [first] and call.fast == 0 and acks._batches.pending == {}
     finally:
         release.set()
         thread.join(30)
     call(Message(b'{"c":"p","t":"q","sids":"s","bm":"5|2|","lp":"9"}{}'))
-    assert call.fast == 1 and acks._pending == {"q": ["5|2|"]} and len(to_python) == 1
+    assert call.fast == 1 and acks._batches.pending == {"q": ["5|2|"]} and len(to_python) == 1
 
 
 # ------------------------------------------------------------------------- send_nowait

@@ -80,10 +80,15 @@ _NO: Final = 3
 _DONE: Final = 4
 
 
-class _Publisher:
-    """One publisher seen on one subscription."""
+class _Publisher(_accel.BookmarkPublisherFields):
+    """One publisher seen on one subscription.
 
-    __slots__ = ("done", "floor", "high", "point", "queue", "slot")
+    Built on ``ampsclient._accel.BookmarkPublisherFields`` (the C speedups' own type when
+    built, else its twin): ``queue``, ``high``, ``done``, ``point`` and ``slot`` are that
+    type's public fields, which the store's C lane reads and writes through its own struct
+    (documented below); ``floor`` is this class's own slot."""
+
+    __slots__ = ("floor",)
 
     def __init__(self, slot: int, high: int = 0, point: str | None = None) -> None:
         self.queue: deque[list[Any]] = deque()
@@ -102,23 +107,16 @@ class _Publisher:
         """Index of :attr:`point` in the subscription's ``points`` list."""
 
 
-class _Subscription:
-    """Everything the store knows about one subscription."""
+class _Subscription(_accel.BookmarkSubscriptionFields):
+    """Everything the store knows about one subscription.
 
-    __slots__ = (
-        "base",
-        "floating",
-        "inflight",
-        "last_pub",
-        "live",
-        "loaded_ts",
-        "next_no",
-        "pending",
-        "pointless",
-        "points",
-        "pubs",
-        "recent",
-    )
+    Built on ``ampsclient._accel.BookmarkSubscriptionFields`` (the C speedups' own type when
+    built, else its twin): ``pubs``, ``next_no``, ``loaded_ts``, ``recent``, ``last_pub``,
+    ``points`` and ``inflight`` are that type's public fields, which the store's C lane
+    reads and writes through its own struct (documented below); the others are this
+    class's own slots."""
+
+    __slots__ = ("base", "floating", "live", "pending", "pointless")
 
     def __init__(self, base: str = EPOCH) -> None:
         self.pubs: dict[str, _Publisher] = {}

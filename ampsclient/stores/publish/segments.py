@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from ... import _accel
 from ...exceptions import StoreError
 from .record import SEGMENT_MAGIC, encode_state, record_size, store_records, write_record_fast
 from .scan import STATE_NAME, STATE_TMP, SegmentInfo, segment_name
@@ -122,8 +123,13 @@ class Segment:
     """Highest sequence number used when the segment was closed (meaningless while active)."""
 
 
-class SegmentLog:
+class SegmentLog(_accel.SegmentLogFields):
     """The segment files of one store directory, the active one mapped.
+
+    Built on ``ampsclient._accel.SegmentLogFields`` (the C speedups' own type when built,
+    else its twin): ``broken``, ``mm``, ``active_size``, ``map_size``, ``segment_size`` and
+    ``write_gen`` are that type's public fields (documented below), which the HA publish
+    lane reads and writes through its own struct; the others are this class's own slots.
 
     Args:
         directory: the store directory.
@@ -132,25 +138,19 @@ class SegmentLog:
     """
 
     __slots__ = (
-        "active_size",
-        "broken",
         "defer_roll_sync",
         "directory",
         "fd",
         "fsyncs",
-        "map_size",
-        "mm",
         "resize_check",
         "retired",
         "roll_blocked",
-        "segment_size",
         "segments",
         "segments_deleted",
         "sync_cond",
         "sync_files",
         "synced_gen",
         "syncing",
-        "write_gen",
     )
 
     def __init__(self, directory: Path, *, segment_size: int, sync_files: bool) -> None:
