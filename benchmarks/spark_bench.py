@@ -15,7 +15,8 @@ Each record also has the CPU per row of each kind of process during the write an
 figures on a shared 2-core machine move with the load. ``--schema DDL`` reads with a schema
 instead of the default columns (without ``timestamp`` the server sends no times).
 
-``--baseline REV`` measures the Spark data source of another revision in the same invocation:
+``--baseline REV`` measures the Spark data source of another revision in the same invocation
+(with ``--targets``, issue #26's cases in each tree's session):
 a copy of this tree's packages gets ``ampsclient/spark`` of ``REV`` (``git archive``; client,
 server and C extension stay the same), and this script runs once per tree in child processes
 (baseline first, then this tree), ``--rounds`` times alternately, each child doing ``--runs``
@@ -106,7 +107,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--phases",
         action="store_true",
         help="where a read's time goes, outside Spark: planning, connecting, the server's "
-        "replay alone, framing, conversion (us per row, wall and CPU)",
+        "replay alone, framing, conversion (us per row, wall and CPU; conversion_json: the "
+        "parse=json case's three fields, framing included)",
     )
     parser.add_argument(
         "--executor",
@@ -725,6 +727,12 @@ def measure_phases(args: argparse.Namespace) -> list[dict[str, Any]]:
         schema = default_schema("json")
         opts = ReadOptions.parse_options(options)
         builder = RowBuilder(schema, opts)
+        parsed = RowBuilder(
+            _payload_struct(),
+            ReadOptions.parse_options(
+                dict(options, parse="json", schema=PAYLOAD_FIELDS, metadataColumns="")
+            ),
+        )
         for run in range(args.runs):
             record: dict[str, Any] = {"run": run, "rows": n}
             t0 = time.perf_counter()
@@ -736,7 +744,7 @@ def measure_phases(args: argparse.Namespace) -> list[dict[str, Any]]:
             record["connect_ms"] = (time.perf_counter() - t0) * 1000
             client.close()
             whole = "[0:0|1|]"
-            for phase in ("server", "framing", "conversion"):
+            for phase in ("server", "framing", "conversion", "conversion_json"):
                 s0, c0, t0 = _proc_cpu(server_pid), time.process_time(), time.perf_counter()
                 if phase == "server":
                     got = _raw_replay(uri, topic, whole, builder.replay_options)
@@ -748,7 +756,8 @@ def measure_phases(args: argparse.Namespace) -> list[dict[str, Any]]:
                     if phase == "framing":
                         got = sum(len(c) for c in chunks)
                     else:
-                        got = sum(b.num_rows for b in builder.arrow_batches(chunks))
+                        convert = parsed if phase == "conversion_json" else builder
+                        got = sum(b.num_rows for b in convert.arrow_batches(chunks))
                 wall = time.perf_counter() - t0
                 if got != n:
                     raise SystemExit(f"{phase}: {got} rows, expected {n}")
@@ -760,6 +769,16 @@ def measure_phases(args: argparse.Namespace) -> list[dict[str, Any]]:
             print(json.dumps(record), flush=True)
             results.append(record)
     return results
+
+
+def _payload_struct() -> Any:
+    """:data:`PAYLOAD_FIELDS` as a StructType (no SparkSession needed)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType(
+        [StructField("id", LongType()), StructField("sym", StringType()),
+         StructField("qty", LongType())]
+    )  # fmt: skip
 
 
 def report_phases(records: list[dict[str, Any]]) -> None:
@@ -902,6 +921,8 @@ def compare(args: argparse.Namespace) -> None:
         "--count", str(args.count), "--partitions", args.partitions, "--runs", str(args.runs),
         "--fsync", args.fsync, "--master", args.master,
     ] + (["--executor"] if args.executor else []) + ["--stream", str(args.stream)]  # fmt: skip
+    child_args += ["--targets"] if args.targets else []
+    child_args += ["--batch-only"] if args.batch_only else []
     if args.uri:
         child_args += ["--uri", args.uri]
     results: dict[str, list[dict[str, Any]]] = {"baseline": [], "current": []}
@@ -918,8 +939,13 @@ def compare(args: argparse.Namespace) -> None:
                     check=True,
                 )
                 results[label] += json.loads(out.read_text())
-    report(f"baseline {args.baseline}", results["baseline"])
-    report("working tree", results["current"])
+    show = report_targets if args.targets else None
+    for label, key in ((f"baseline {args.baseline}", "baseline"), ("working tree", "current")):
+        if show is None:
+            report(label, results[key])
+        else:
+            print(f"\n{label}:")
+            show(results[key])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -36,7 +36,7 @@ from ..exceptions import AMPSError
 from ..protocol.header import KEY_ALIASES
 from ..protocol.message import Message
 from ._core import server_micros
-from ._jsonfields import KINDS, json_fields
+from ._jsonfields import KINDS, json_fields, payload_fields
 
 __all__ = ["MetadataBatches", "PayloadBatches"]
 
@@ -201,7 +201,9 @@ class PayloadBatches:
     """``parse=json``: record batches of metadata columns and payload fields, the metadata
     from the one-pass cut (see :class:`MetadataBatches`) and the fields by
     :func:`~._jsonfields.json_fields` (C) on the bodies, back to back as they are in the
-    cut's buffer: one pass that reads only the wanted top-level keys of each body.
+    cut's buffer: one pass that reads only the wanted top-level keys of each body. Without
+    metadata columns there is no cut: :func:`~._jsonfields.payload_fields` reads the bodies
+    of the payloads after their headers.
 
     The rows it cannot convert exactly as the row-by-row path does (a malformed body, a
     value Python coerces in forms the C code does not read: see :mod:`._jsonfields`) come
@@ -244,17 +246,21 @@ class PayloadBatches:
 
     def batch(self, payloads: list[bytes]) -> pa.RecordBatch | None:
         """One record batch with a row per payload, or ``None`` (convert it row by row)."""
-        if _COLUMNS is None or _FIELDS is None:
-            return None
-        cut = _COLUMNS(payloads, self.meta.long_names)
-        if cut is None:
+        if _COLUMNS is None or _FIELDS is None or _PAYLOAD_FIELDS is None:
             return None
         n = len(payloads)
-        try:
-            meta = self.meta._buffers(n, cut)
-        except pa.ArrowException:  # a header value or body that is not UTF-8
-            return None
-        columns, redo = _FIELDS(cut[16], cut[17], n, self.names, self.kinds, self.strict)
+        meta: dict[str, pa.Array] = {}
+        if not self.meta.names:  # no metadata column: the bodies alone, after each header
+            columns, redo = _PAYLOAD_FIELDS(payloads, self.names, self.kinds, self.strict)
+        else:
+            cut = _COLUMNS(payloads, self.meta.long_names)
+            if cut is None:
+                return None
+            try:
+                meta = self.meta._buffers(n, cut)
+            except pa.ArrowException:  # a header value or body that is not UTF-8
+                return None
+            columns, redo = _FIELDS(cut[16], cut[17], n, self.names, self.kinds, self.strict)
         parsed = {
             name: _array(t, n, buffers)
             for name, t, buffers in zip(self.fields, self.types, columns, strict=True)
@@ -296,6 +302,7 @@ _COLUMNS: Final = _accel.delivery_columns
 """The one-pass cut in C (``None`` without the speedups: its Python twin is slower than the
 JSON-reader path, so it is not used here)."""
 _FIELDS: Final = json_fields
+_PAYLOAD_FIELDS: Final = payload_fields
 """The payload fields' pass in C (``None`` without it: ``parse=json`` then goes row by row;
 its Python twin, :func:`~._jsonfields.py_json_fields`, is the reference, not a fast path)."""
 _STRING_COLUMNS: Final = ("t", "bm", "k", "x")

@@ -1,8 +1,10 @@
 /* The fields of flat JSON objects, read into Arrow column buffers in one pass.
  *
  * json_fields(offsets, data, n, names, kinds, strict) -> (columns, redo)
+ * payload_fields(payloads, names, kinds, strict) -> (columns, redo): the same, of the bodies
+ *     of delivery payloads (after each header's closing brace)
  *
- * The one function here has a pure-Python twin, the reference of its result
+ * Each function here has a pure-Python twin, the reference of its result
  * (ampsclient.spark._jsonfields.py_json_fields, which documents it; AMPSCLIENT_PUREPYTHON=1
  * forces it). tests/spark/test_jsonfields.py runs both on the same cases, and checks both
  * against the row-by-row conversion (json.loads and RowBuilder's converters), which is the
@@ -746,19 +748,62 @@ static int width(char kind) {
     }
 }
 
-PyDoc_STRVAR(json_fields_doc,
-"json_fields(offsets, data, n, names, kinds, strict) -> (columns, redo)\n\n"
-"The wanted top-level fields of n JSON objects as Arrow column buffers (twin:\n"
-"ampsclient.spark._jsonfields.py_json_fields, which documents the result).");
+/* Where the bodies are: Arrow binary buffers (json_fields), or a list of delivery payloads
+ * whose bodies follow their headers (payload_fields). */
+typedef struct {
+    const int32_t *offs;
+    const unsigned char *data;
+    Py_ssize_t data_len;
+    PyObject *payloads;
+} Bodies;
 
-static PyObject *json_fields(PyObject *self, PyObject *args) {
-    Py_buffer offsets_buf, data_buf;
-    Py_ssize_t n;
-    PyObject *names, *kinds_obj;
-    int strict;
-    if (!PyArg_ParseTuple(args, "y*y*nO!O!p:json_fields", &offsets_buf, &data_buf, &n,
-                          &PyTuple_Type, &names, &PyBytes_Type, &kinds_obj, &strict))
-        return NULL;
+/* The body of a payload: after the header's first '}' with no backslash before it and an
+ * even number of quotes before it (ampsclient.protocol.message.body_offset's fast path).
+ * 1, or 0 when there is none such (the row is redone: the row path decodes the header). */
+static int after_header(const unsigned char *p, Py_ssize_t n, Py_ssize_t *body) {
+    Py_ssize_t quotes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (c == '"')
+            quotes++;
+        else if (c == '\\')
+            return 0;
+        else if (c == '}' && (quotes & 1) == 0) {
+            *body = i + 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Row i's body: 1, 0 (no body found: redo), -1 (an exception is set). */
+static int body_of(const Bodies *src, Py_ssize_t i, const unsigned char **p, Py_ssize_t *len) {
+    if (src->payloads == NULL) {
+        int32_t a = src->offs[i], b = src->offs[i + 1];
+        if (a < 0 || b < a || b > src->data_len) {
+            PyErr_SetString(PyExc_ValueError, "json_fields: offsets outside the data");
+            return -1;
+        }
+        *p = src->data + a;
+        *len = b - a;
+        return 1;
+    }
+    PyObject *item = PyList_GET_ITEM(src->payloads, i);
+    if (!PyBytes_Check(item)) {
+        PyErr_SetString(PyExc_TypeError, "payload_fields: payloads must be bytes");
+        return -1;
+    }
+    const unsigned char *q = (const unsigned char *)PyBytes_AS_STRING(item);
+    Py_ssize_t n = PyBytes_GET_SIZE(item), body;
+    if (!after_header(q, n, &body))
+        return 0;
+    *p = q + body;
+    *len = n - body;
+    return 1;
+}
+
+static PyObject *run_pass(const Bodies *src, Py_ssize_t n, PyObject *names, PyObject *kinds_obj,
+                          int strict) {
     PyObject *result = NULL, *columns = NULL, *redo = NULL;
     Field *fields = NULL;
     Span *spans = NULL;
@@ -766,13 +811,10 @@ static PyObject *json_fields(PyObject *self, PyObject *args) {
     unsigned char scratch[SCRATCH];
     Py_ssize_t nf = PyTuple_GET_SIZE(names);
     const char *kinds = PyBytes_AS_STRING(kinds_obj);
-    if (PyBytes_GET_SIZE(kinds_obj) != nf || n < 0 ||
-        offsets_buf.len < (n + 1) * (Py_ssize_t)sizeof(int32_t)) {
-        PyErr_SetString(PyExc_ValueError, "json_fields: names, kinds or offsets do not match n");
+    if (PyBytes_GET_SIZE(kinds_obj) != nf) {
+        PyErr_SetString(PyExc_ValueError, "json_fields: names and kinds do not match");
         goto done;
     }
-    const int32_t *offs = (const int32_t *)offsets_buf.buf;
-    const unsigned char *data = (const unsigned char *)data_buf.buf;
     fields = PyMem_Calloc((size_t)(nf ? nf : 1), sizeof(Field));
     spans = PyMem_Calloc((size_t)(nf ? nf : 1), sizeof(Span));
     ok = PyMem_Calloc((size_t)(nf ? nf : 1), 1);
@@ -818,12 +860,12 @@ static PyObject *json_fields(PyObject *self, PyObject *args) {
         }
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t a = offs[i], b = offs[i + 1];
-        if (a < 0 || b < a || b > data_buf.len) {
-            PyErr_SetString(PyExc_ValueError, "json_fields: offsets outside the data");
+        const unsigned char *body;
+        Py_ssize_t body_len;
+        int found = body_of(src, i, &body, &body_len);
+        if (found < 0)
             goto done;
-        }
-        int scanned = scan_body(data + a, data + b, fields, nf, spans, scratch);
+        int scanned = found ? scan_body(body, body + body_len, fields, nf, spans, scratch) : -1;
         if (scanned == -2)
             goto done;
         int r = scanned < 0 ? C_REDO : convert_row(fields, nf, spans, i, strict, ok);
@@ -895,13 +937,53 @@ done:
     PyMem_Free(ok);
     Py_XDECREF(columns);
     Py_XDECREF(redo);
+    return result;
+}
+
+PyDoc_STRVAR(json_fields_doc,
+"json_fields(offsets, data, n, names, kinds, strict) -> (columns, redo)\n\n"
+"The wanted top-level fields of n JSON objects as Arrow column buffers (twin:\n"
+"ampsclient.spark._jsonfields.py_json_fields, which documents the result).");
+
+static PyObject *json_fields(PyObject *self, PyObject *args) {
+    Py_buffer offsets_buf, data_buf;
+    Py_ssize_t n;
+    PyObject *names, *kinds_obj;
+    int strict;
+    if (!PyArg_ParseTuple(args, "y*y*nO!O!p:json_fields", &offsets_buf, &data_buf, &n,
+                          &PyTuple_Type, &names, &PyBytes_Type, &kinds_obj, &strict))
+        return NULL;
+    PyObject *result = NULL;
+    if (n < 0 || offsets_buf.len < (n + 1) * (Py_ssize_t)sizeof(int32_t)) {
+        PyErr_SetString(PyExc_ValueError, "json_fields: the offsets do not match n");
+    } else {
+        Bodies src = {(const int32_t *)offsets_buf.buf, (const unsigned char *)data_buf.buf,
+                      data_buf.len, NULL};
+        result = run_pass(&src, n, names, kinds_obj, strict);
+    }
     PyBuffer_Release(&offsets_buf);
     PyBuffer_Release(&data_buf);
     return result;
 }
 
+PyDoc_STRVAR(payload_fields_doc,
+"payload_fields(payloads, names, kinds, strict) -> (columns, redo)\n\n"
+"json_fields of the bodies of a list of delivery payloads, each after its header (twin:\n"
+"ampsclient.spark._jsonfields.py_payload_fields).");
+
+static PyObject *payload_fields(PyObject *self, PyObject *args) {
+    PyObject *payloads, *names, *kinds_obj;
+    int strict;
+    if (!PyArg_ParseTuple(args, "O!O!O!p:payload_fields", &PyList_Type, &payloads,
+                          &PyTuple_Type, &names, &PyBytes_Type, &kinds_obj, &strict))
+        return NULL;
+    Bodies src = {NULL, NULL, 0, payloads};
+    return run_pass(&src, PyList_GET_SIZE(payloads), names, kinds_obj, strict);
+}
+
 static PyMethodDef methods[] = {
     {"json_fields", json_fields, METH_VARARGS, json_fields_doc},
+    {"payload_fields", payload_fields, METH_VARARGS, payload_fields_doc},
     {NULL, NULL, 0, NULL},
 };
 

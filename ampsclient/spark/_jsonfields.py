@@ -1,10 +1,15 @@
 """The wanted fields of flat JSON payloads, read into Arrow column buffers in one pass.
 
 :func:`py_json_fields` is the pure-Python twin of the C speedup's ``json_fields``
-(``ampsclient/spark/_json_speedups.c``); :data:`json_fields` is the C one when it is built
+(``ampsclient/spark/_json_speedups.c``), :func:`py_payload_fields` of its
+``payload_fields``; :data:`json_fields` is the C one when it is built
 (and ``AMPSCLIENT_PUREPYTHON`` is not set), else ``None``: without it, ``parse=json`` reads
 convert message by message (:meth:`._convert.RowBuilder.row`), which is the specification
 both follow. No I/O, no third-party import.
+
+``payload_fields(payloads, names, kinds, strict)`` is the same pass over the bodies of a list
+of delivery payloads (each after its header; :func:`py_payload_fields`), for a read that needs
+no metadata column.
 
 ``json_fields(offsets, data, n, names, kinds, strict)``: body *i* is
 ``data[offsets[i]:offsets[i + 1]]`` (little-endian int32 offsets, the layout of an Arrow
@@ -38,6 +43,7 @@ validated and skipped. Integers for STRING keep their text (``-0`` is ``0``), fr
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -46,7 +52,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-__all__ = ["KINDS", "json_fields", "py_json_fields"]
+__all__ = ["KINDS", "json_fields", "payload_fields", "py_json_fields", "py_payload_fields"]
 
 KINDS: Final = {
     "int64": b"q",
@@ -213,17 +219,55 @@ def py_json_fields(
     strict: bool,
 ) -> tuple[Columns, list[int]]:
     """The pure-Python twin of the C ``json_fields`` (see the module's docstring)."""
-    if len(kinds) != len(names) or len(offsets) < 4 * (n + 1):
-        raise ValueError("json_fields: names, kinds or offsets do not match n")
-    offs = struct.unpack_from(f"<{n + 1}i", offsets)
+    if len(kinds) != len(names):
+        raise ValueError("json_fields: names and kinds do not match")
+    if n < 0 or len(offsets) < 4 * (n + 1):
+        raise ValueError("json_fields: the offsets do not match n")
+    spans = list(itertools.pairwise(struct.unpack_from(f"<{n + 1}i", offsets)))
+    if any(a < 0 or b < a or b > len(data) for a, b in spans):
+        raise ValueError("json_fields: offsets outside the data")
+    return _fields([bytes(data[a:b]) for a, b in spans], names, kinds, strict)
+
+
+def py_payload_fields(
+    payloads: list[bytes], names: tuple[bytes, ...], kinds: bytes, strict: bool
+) -> tuple[Columns, list[int]]:
+    """The pure-Python twin of the C ``payload_fields``: :func:`py_json_fields` of the
+    bodies of delivery payloads. A body starts after the header's first ``}`` that has no
+    backslash and an even number of quotes before it (the fast path of
+    :func:`~ampsclient.protocol.message.body_offset`); a payload without one is redone."""
+    if len(kinds) != len(names):
+        raise ValueError("json_fields: names and kinds do not match")
+    return _fields([_body(p) for p in payloads], names, kinds, strict)
+
+
+def _body(payload: bytes) -> bytes | None:
+    if not isinstance(payload, bytes):
+        raise TypeError("payload_fields: payloads must be bytes")
+    quotes = 0
+    for i, c in enumerate(payload):
+        if c == 0x22:  # "
+            quotes += 1
+        elif c == 0x5C:  # backslash
+            return None
+        elif c == 0x7D and quotes % 2 == 0:  # }
+            return payload[i + 1 :]
+    return None
+
+
+def _fields(
+    bodies: list[bytes | None], names: tuple[bytes, ...], kinds: bytes, strict: bool
+) -> tuple[Columns, list[int]]:
+    """The pass over ``bodies`` (``None``: a row redone as it is)."""
     keys = [name.decode() for name in names]
     kind_list = [kinds[j : j + 1] for j in range(len(kinds))]
     values: list[list[Any]] = [[] for _ in names]
     redo: list[int] = []
-    for i in range(n):
-        body = bytes(data[offs[i] : offs[i + 1]])
+    for i, body in enumerate(bodies):
         row: list[Any] = []
         try:
+            if body is None:
+                raise _Redo
             doc = _document(body)
             for key, kind in zip(keys, kind_list, strict=True):
                 outcome, value = _convert(doc.get(key), kind)
@@ -256,22 +300,32 @@ def _column(kind: bytes, values: list[Any]) -> tuple[bytes | None, ...]:
     return struct.pack(f"<{len(values)}{fmt}", *(0 if v is None else v for v in values)), validity
 
 
+PayloadFields = Callable[[list[bytes], tuple[bytes, ...], bytes, bool], tuple[Columns, list[int]]]
+
 json_fields: JsonFields | None = None
 """The C ``json_fields`` when built (and ``AMPSCLIENT_PUREPYTHON`` unset), else ``None``."""
+payload_fields: PayloadFields | None = None
+"""The C ``payload_fields`` when built (and ``AMPSCLIENT_PUREPYTHON`` unset), else ``None``."""
 
 if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
     try:
-        from ._json_speedups import json_fields  # type: ignore[import-not-found,no-redef]
+        from ._json_speedups import (  # type: ignore[import-not-found,no-redef]
+            json_fields,
+            payload_fields,
+        )
     except ImportError:  # pragma: no cover - built without a compiler
         pass
 
 
-def implementations() -> dict[str, JsonFields]:
-    """Every implementation present, by name (``python``, and ``c`` when built): for tests."""
-    found: dict[str, JsonFields] = {"python": py_json_fields}
+def implementations() -> dict[str, tuple[JsonFields, PayloadFields]]:
+    """Every implementation present, by name (``python``, and ``c`` when built), as
+    ``(json_fields, payload_fields)``: for tests."""
+    found: dict[str, tuple[JsonFields, PayloadFields]] = {
+        "python": (py_json_fields, py_payload_fields)
+    }
     try:
-        from ._json_speedups import json_fields as c_json_fields  # type: ignore[import-not-found]
+        from . import _json_speedups  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover
         return found
-    found["c"] = c_json_fields
+    found["c"] = (_json_speedups.json_fields, _json_speedups.payload_fields)
     return found

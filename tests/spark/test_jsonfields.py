@@ -1,8 +1,8 @@
 """``parse=json``'s field pass (``ampsclient.spark._jsonfields``): the C ``json_fields`` and
-its Python twin give the same buffers on every case, and a parsed batch (the pass, its
-``redo`` rows by the row path) is the batch of the row-by-row path (``RowBuilder.row``:
-``json.loads`` and the converters), which is the specification. No server, no Spark
-session: deliveries are built here."""
+``payload_fields`` and their Python twins give the same buffers on every case, and a parsed
+batch (the pass, its ``redo`` rows by the row path) is the batch of the row-by-row path
+(``RowBuilder.row``: ``json.loads`` and the converters), which is the specification. No
+server, no Spark session: deliveries are built here."""
 
 from __future__ import annotations
 
@@ -38,7 +38,12 @@ from ampsclient.spark import AMPSSparkError
 from ampsclient.spark._arrow import PayloadBatches
 from ampsclient.spark._convert import RowBuilder, default_schema
 from ampsclient.spark._core import ReadOptions
-from ampsclient.spark._jsonfields import implementations, json_fields, py_json_fields
+from ampsclient.spark._jsonfields import (
+    implementations,
+    json_fields,
+    py_json_fields,
+    py_payload_fields,
+)
 
 IMPLS = implementations()
 needs_c = pytest.mark.skipif(
@@ -237,7 +242,7 @@ ALL = CASES + _mutations(20261129, 400) + _random_docs(7, 300)
 @pytest.mark.parametrize("strict", [False, True])
 def test_c_and_python_give_the_same_buffers(strict: bool) -> None:
     offsets, data = _buffers(ALL)
-    c = IMPLS["c"](offsets, data, len(ALL), NAMES, KINDS, strict)
+    c = IMPLS["c"][0](offsets, data, len(ALL), NAMES, KINDS, strict)
     py = py_json_fields(offsets, data, len(ALL), NAMES, KINDS, strict)
     assert c[1] == py[1]  # the same rows left to the caller
     for name, got, want in zip(NAMES, c[0], py[0], strict=True):
@@ -245,18 +250,49 @@ def test_c_and_python_give_the_same_buffers(strict: bool) -> None:
     # one body at a time too (offsets of one row, bitmaps of one byte)
     for body in ALL:
         offsets, data = _buffers([body])
-        assert IMPLS["c"](offsets, data, 1, NAMES, KINDS, strict) == py_json_fields(
+        assert IMPLS["c"][0](offsets, data, 1, NAMES, KINDS, strict) == py_json_fields(
             offsets, data, 1, NAMES, KINDS, strict
         ), body
 
 
+ODD_HEADERS = [
+    b'{"c":"p","t":"a}b","bm":"1|2|"}{"id":1}',  # a brace inside a header string
+    b'{"c":"p","t":"a\\"b","bm":"1|2|"}{"id":1}',  # an escape in the header: redone
+    b'{"c":"p","t":"x"',  # no end of header
+    b'{"c":"p"}',  # no body
+    b"",
+]
+
+
+@needs_c
+@pytest.mark.parametrize("strict", [False, True])
+def test_payload_fields_reads_the_bodies_after_the_headers(strict: bool) -> None:
+    payloads = [_delivery(i + 1, body) for i, body in enumerate(ALL)] + ODD_HEADERS
+    c = IMPLS["c"][1](payloads, NAMES, KINDS, strict)
+    assert c == py_payload_fields(payloads, NAMES, KINDS, strict)
+    # the same as json_fields of the bodies, but for the odd headers (redone)
+    offsets, data = _buffers(ALL)
+    _, redo = py_json_fields(offsets, data, len(ALL), NAMES, KINDS, strict)
+    assert c[1] == redo + [len(ALL) + k for k in (1, 2, 3, 4)]
+    _, fields_redo = py_payload_fields([_delivery(1, b'{"id":1}'), ODD_HEADERS[0]], NAMES,
+                                       KINDS, strict)  # fmt: skip
+    assert fields_redo == []
+    with pytest.raises(TypeError):
+        IMPLS["c"][1]([b'{}{"id":1}', "text"], NAMES, KINDS, strict)
+
+
 def test_no_field_and_no_row() -> None:
-    for impl in IMPLS.values():
+    for impl, payload_impl in IMPLS.values():
         offsets, data = _buffers([b'{"a":1}', b"x"])
         assert impl(offsets, data, 2, (), b"", False) == ((), [1])
         assert impl(struct.pack("<i", 0), b"", 0, NAMES, KINDS, False)[1] == []
+        assert payload_impl([], NAMES, KINDS, False)[1] == []
         with pytest.raises(ValueError):
             impl(offsets, data, 3, NAMES, KINDS, False)  # offsets of 2 rows
+        with pytest.raises(ValueError):
+            impl(struct.pack("<3i", 0, 9, 7), data, 2, NAMES, KINDS, False)  # backwards
+        with pytest.raises(ValueError):
+            payload_impl([], NAMES, b"q", False)  # a kind per name
 
 
 def test_the_usual_bodies_are_not_redone() -> None:
@@ -267,11 +303,15 @@ def test_the_usual_bodies_are_not_redone() -> None:
         for i in range(1000)
     ]
     offsets, data = _buffers(bodies)
-    for impl in IMPLS.values():
-        columns, redo = impl(offsets, data, len(bodies), NAMES, KINDS, True)
-        assert redo == []
-        ids = struct.unpack("<1000q", columns[0][0])
-        assert list(ids) == list(range(1000)) and columns[0][1] is None
+    payloads = [_delivery(i + 1, body) for i, body in enumerate(bodies)]
+    for impl, payload_impl in IMPLS.values():
+        for columns, redo in (
+            impl(offsets, data, len(bodies), NAMES, KINDS, True),
+            payload_impl(payloads, NAMES, KINDS, True),
+        ):
+            assert redo == []
+            ids = struct.unpack("<1000q", columns[0][0])
+            assert list(ids) == list(range(1000)) and columns[0][1] is None
 
 
 # ------------------------------------------------------------- against the row path
@@ -308,12 +348,17 @@ def test_parsed_batches_are_the_row_paths(meta: str) -> None:
     assert fast.payload_arrow
     slow, _ = _builder(meta)
     payloads = [_delivery(i + 1, body) for i, body in enumerate(ALL)]
+    if not meta:  # no header cut: odd headers are the pass's
+        payloads += [
+            b'{"c":"p","t":"a}b","bm":"1|2|"}{"id":1}',
+            b'{"c":"p","t":"a\\"b","bm":"1|3|"}{"id":2,"sym":"\\u00e9"}',
+        ]
     (batch,) = fast.arrow_batches([payloads])
     want = slow._row_batch(schema, payloads)
     assert batch.schema == want.schema
     # by repr: -0.0 is not 0.0, and NaN (float("nan") of a string) is NaN
     for i, (got, ref) in enumerate(zip(batch.to_pylist(), want.to_pylist(), strict=True)):
-        assert repr(got) == repr(ref), ALL[i]
+        assert repr(got) == repr(ref), payloads[i]
     assert fast.decode_errors == slow.decode_errors > 50  # warned the same way
 
 
