@@ -40,7 +40,7 @@ from .authenticator import Authenticator, DefaultAuthenticator
 from .calls import Handler
 from .command import Command
 from .convenience import AsyncCommands
-from .core.connection import CLIENT_VERSION, SUBSCRIBE_COMMANDS, ClientCore, Pending, publish_fields
+from .core.connection import CLIENT_VERSION, SUBSCRIBE_COMMANDS, ClientCore, Pending
 from .core.event_types import (
     CommandAcked,
     CommandFailed,
@@ -77,7 +77,6 @@ __all__ = [
     "ConnectionState",
     "Handler",
     "deliver",
-    "publish_fields",
 ]
 
 log = logging.getLogger("ampsclient.client")

@@ -23,17 +23,17 @@ import asyncio
 import logging
 import os
 import socket
-import struct
 import threading
 from collections.abc import Callable, Generator
 from typing import Any, Final
 
 from . import _accel
-from .core.connection import ClientCore, publish_fields
+from .core.connection import ClientCore
+from .core.publish import publish_frame, publish_header
 from .core.values import encode_data
 from .exceptions import AMPSError, DisconnectedError, UsageError
 from .observer import ClientObserver
-from .protocol.header import encode_header, encode_text, escape, unencodable
+from .protocol.header import unencodable
 from .transport.base import Transport
 
 __all__ = [
@@ -57,7 +57,6 @@ CALLER_SEND_MAX: Final = 256 * 1024
 socket does not take is copied back to the queue: the copy stays small)."""
 
 log = logging.getLogger("ampsclient.client")
-_pack_len = struct.Struct(">I").pack
 
 
 class Published(int):
@@ -94,6 +93,7 @@ def send_nowait(fd: int, data: bytes) -> int:
 
 
 _send_nowait: Final = _accel.send_nowait or send_nowait
+_publish_frame: Final = publish_frame
 
 
 class FrameWriter:
@@ -562,12 +562,12 @@ class FrameWriter:
         if expiration is None is correlation_id is sow_key:
             cached = self._pub_prefix.get(topic)
             if cached is None:
-                prefix = b'{"c":"p","t":"' + encode_text(escape(topic), "the topic") + b'"}'
-                cached = self._pub_prefix[topic] = (prefix, len(prefix))
+                head = publish_header("p", topic)[0]
+                cached = self._pub_prefix[topic] = (head, len(head))
             # _send_publish, inlined: this is the hottest path of the library
             if self._transport is None and not self._retried():
                 raise DisconnectedError("not connected")
-            self._enqueue(_pack_len(cached[1] + len(data)) + cached[0] + data)
+            self._enqueue(_publish_frame(cached[0], None, b"", data))
             if not self._wake_pending:
                 self._wake()
             elif self._blocked:
@@ -575,10 +575,7 @@ class FrameWriter:
             elif self._caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
                 self.write_from_caller()
             return PUBLISHED
-        header = encode_header(
-            {"c": "p", **publish_fields(topic, expiration, correlation_id, sow_key)}
-        )
-        self._send_publish(header + data)
+        self._send_publish("p", topic, data, expiration, correlation_id, sow_key)
         return PUBLISHED
 
     def _retried(self) -> bool:
@@ -588,11 +585,27 @@ class FrameWriter:
             return False
         return retry() and self._transport is not None
 
-    def _send_publish(self, payload: bytes) -> None:
-        """Queue a publish (held by publish batching, unlike the core's commands)."""
+    def _send_publish(
+        self,
+        command: str,
+        topic: str,
+        data: bytes,
+        expiration: int | None,
+        correlation_id: str | None,
+        sow_key: str | None,
+    ) -> None:
+        """Queue a publish with options, spelled by the core's encoder (held by publish
+        batching, unlike the core's commands)."""
+        head, tail = publish_header(
+            command,
+            topic,
+            expiration=expiration,
+            correlation_id=correlation_id,
+            sow_key=sow_key,
+        )
         if self._transport is None and not self._retried():
             raise DisconnectedError("not connected")
-        self._enqueue(_pack_len(len(payload)) + payload)
+        self._enqueue(_publish_frame(head, None, tail, data))
         if not self._wake_pending:
             self._wake()
         elif self._blocked:
@@ -614,8 +627,7 @@ class FrameWriter:
         names (a plain publish on non-SOW topics). Returns 0, as :meth:`publish`."""
         if self.observer is not None:  # opt-in tracing, as in publish
             correlation_id = self.observer.publishing(topic, correlation_id)
-        header = encode_header(
-            {"c": "delta_publish", **publish_fields(topic, expiration, correlation_id, sow_key)}
+        self._send_publish(
+            "delta_publish", topic, self._encode_data(data), expiration, correlation_id, sow_key
         )
-        self._send_publish(header + self._encode_data(data))
         return PUBLISHED

@@ -6,7 +6,7 @@ No module of this package does I/O: no socket, no event loop, no thread.
 
 from __future__ import annotations
 
-from .connection import ClientCore, Pending, Sink, publish_fields
+from .connection import ClientCore, Pending, Sink
 from .event_types import (
     CommandAcked,
     CommandFailed,
@@ -22,10 +22,12 @@ from .event_types import (
 )
 from .events import ConnectionEvent, ConnectionState
 from .ha_sequence import HA_TRANSITIONS, HAPhase, HAPhaseChanged, HAPhaseError, HASequence
+from .publish import PUBLISH_COMMANDS, encode_publish, publish_frame, publish_header
 from .state import TRANSITIONS, InvalidStateError, State
 
 __all__ = [
     "HA_TRANSITIONS",
+    "PUBLISH_COMMANDS",
     "TRANSITIONS",
     "ClientCore",
     "CommandAcked",
@@ -49,5 +51,7 @@ __all__ = [
     "StateChanged",
     "StreamEnded",
     "SubscriptionPersisted",
-    "publish_fields",
+    "encode_publish",
+    "publish_frame",
+    "publish_header",
 ]

@@ -67,6 +67,7 @@ from .event_types import (
     SubscriptionPersisted,
 )
 from .heartbeat import HEARTBEAT_BEAT, Heartbeat
+from .publish import encode_publish
 from .routes import BM_NEXT, Routes, deliver, deliver_stream
 from .state import OPEN_STATES, State, check_transition
 
@@ -77,7 +78,6 @@ __all__ = [
     "ClientCore",
     "Pending",
     "Sink",
-    "publish_fields",
 ]
 
 log = logging.getLogger("ampsclient.client")
@@ -88,18 +88,6 @@ CLIENT_VERSION: Final = "5.3.5.0.ampsclient-0.1.0:python"
 _P_PREFIX: Final = b'{"c":"p"'
 _SIDS_KEY: Final = b'"sids":"'
 _pack_len = struct.Struct(">I").pack
-
-
-def publish_fields(
-    topic: str, expiration: int | None, correlation_id: str | None, sow_key: str | None
-) -> dict[str, Any]:
-    """The header fields of a publish after ``c`` (``None`` values are left out when encoded)."""
-    return {
-        "t": topic,
-        "e": None if expiration is None else str(expiration),
-        "x": correlation_id,
-        "k": sow_key,
-    }
 
 
 class ClientCore:
@@ -222,6 +210,43 @@ class ClientCore:
         self.outq.append(_pack_len(len(payload)) + payload)
         if notify and self.on_send is not None:
             self.on_send()
+
+    def publish(
+        self,
+        topic: str,
+        data: bytes,
+        *,
+        command: str = "p",
+        sequence: int | None = None,
+        ack_type: str | None = None,
+        expiration: int | None = None,
+        correlation_id: str | None = None,
+        sow_key: str | None = None,
+    ) -> None:
+        """Queue one publish (``command`` ``"p"`` or ``"delta_publish"``), spelled by
+        :func:`~ampsclient.core.publish.encode_publish` as every publish path spells it.
+
+        :attr:`on_send` is not called: a publish does not end a publish batch (the asyncio
+        wing's writer schedules itself; a sans-I/O user reads :meth:`data_to_send`).
+
+        Raises:
+            DisconnectedError: no transport is open.
+            LocalProtocolError: text UTF-8 cannot encode (nothing is queued).
+        """
+        if self.state not in OPEN_STATES:
+            raise DisconnectedError("not connected")
+        self.outq.append(
+            encode_publish(
+                command,
+                topic,
+                data,
+                sequence=sequence,
+                ack_type=ack_type,
+                expiration=expiration,
+                correlation_id=correlation_id,
+                sow_key=sow_key,
+            )
+        )
 
     def data_to_send(self) -> list[bytes]:
         """Take every queued frame, oldest first."""

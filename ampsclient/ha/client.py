@@ -33,16 +33,17 @@ import struct
 import threading
 import types
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from .. import _accel
 from ..acks import persisted_ack_writer
 from ..authenticator import Authenticator
 from ..client import AsyncClient, ConnectionState, Handler
 from ..command import Command
-from ..core.connection import SUBSCRIBE_COMMANDS, Pending, publish_fields
+from ..core.connection import SUBSCRIBE_COMMANDS, Pending
 from ..core.event_types import PublishPersisted, SubscriptionPersisted
 from ..core.ha_sequence import HASequence, PublishesReplayed, SequenceOpened, StoreDiscarded
+from ..core.publish import publish_header
 from ..exceptions import (
     AMPSError,
     DisconnectedError,
@@ -53,7 +54,7 @@ from ..exceptions import (
 from ..observer import ClientObserver
 from ..protocol.bookmarks import MOST_RECENT
 from ..protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from ..protocol.header import encode_header, encode_text, escape, unencodable
+from ..protocol.header import unencodable
 from ..protocol.message import Message
 from ..stores.bookmark import BookmarkStore, MemoryBookmarkStore
 from ..stores.publish import MemoryPublishStore, PublishStore
@@ -76,6 +77,8 @@ __all__ = ["AsyncHAClient", "FailedWriteHandler"]
 
 log = logging.getLogger("ampsclient.ha")
 _pack_len = struct.Struct(">I").pack
+_STORED_P_HEAD: Final = publish_header("p", "", sequenced=True)[0]
+"""The head of every stored ``p`` (up to its ``"s":``), from the core's encoder."""
 
 
 class AsyncHAClient(ConnectionFace):
@@ -557,9 +560,11 @@ class AsyncHAClient(ConnectionFace):
     # ---------------------------------------------------------------------------- publishing
 
     def _suffix(self, topic: str) -> bytes:
+        """The header tail of a stored publish of ``topic`` with no option (after its ``s``),
+        from the core's encoder, cached per topic (the C ``PublishLane`` reads the cache)."""
         suffix = self._seq_suffix.get(topic)
         if suffix is None:
-            suffix = b',"a":"persisted","t":"' + encode_text(escape(topic), "the topic") + b'"}'
+            suffix = publish_header("p", topic, sequenced=True, ack_type="persisted")[1]
             self._seq_suffix[topic] = suffix
         return suffix
 
@@ -590,16 +595,19 @@ class AsyncHAClient(ConnectionFace):
         elif type(data) is not bytes:
             data = self._client.encode_data(data)
         if expiration is None and correlation_id is None and sow_key is None:
-            head = b'{"c":"p","s":'
             suffix = self._seq_suffix.get(topic)
             tail = (suffix if suffix is not None else self._suffix(topic)) + data
-        else:
-            extra = encode_header(
-                {"a": "persisted", **publish_fields(topic, expiration, correlation_id, sow_key)}
-            )
-            head = b'{"c":"p","s":'
-            tail = b"," + extra[1:] + data
-        return self._store_and_send(head, tail)
+            return self._store_and_send(_STORED_P_HEAD, tail)
+        head, tail = publish_header(
+            "p",
+            topic,
+            sequenced=True,
+            ack_type="persisted",
+            expiration=expiration,
+            correlation_id=correlation_id,
+            sow_key=sow_key,
+        )
+        return self._store_and_send(head, tail + data)
 
     def delta_publish(
         self,
@@ -614,12 +622,16 @@ class AsyncHAClient(ConnectionFace):
         observer = self._writer.observer
         if observer is not None:  # opt-in tracing, as in publish
             correlation_id = observer.publishing(topic, correlation_id)
-        extra = encode_header(
-            {"a": "persisted", **publish_fields(topic, expiration, correlation_id, sow_key)}
+        head, tail = publish_header(
+            "delta_publish",
+            topic,
+            sequenced=True,
+            ack_type="persisted",
+            expiration=expiration,
+            correlation_id=correlation_id,
+            sow_key=sow_key,
         )
-        return self._store_and_send(
-            b'{"c":"delta_publish","s":', b"," + extra[1:] + self._client.encode_data(data)
-        )
+        return self._store_and_send(head, tail + self._client.encode_data(data))
 
     def _store_and_send(self, head: bytes, tail: bytes) -> int:
         if self._block_when_disconnected and not self._writer.publish_gate_open:
