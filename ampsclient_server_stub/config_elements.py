@@ -36,6 +36,10 @@ _SOW_TOPIC: Final = {
     "History/Granularity": "historical states are kept at this spacing",
     "Preprocessing/Field": "'expr AS /path': written into a published message before its key",
     "Enrichment/Field": "'expr AS /path': written into a published message after its key",
+    "HashIndex/Key": "a field of a hash index (repeat for several): exact-match and IN queries "
+    "with literal strings over exactly these fields look records up instead of scanning",
+    "Index": "a field AMPS pre-creates a memo index for (records are held parsed: checked, "
+    "listed in the admin SOW statistics)",
 }
 
 _TRANSPORT_POLICY: Final = {

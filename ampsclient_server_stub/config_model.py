@@ -149,6 +149,11 @@ class SowTopicConfig:
     computed (``engine.enrichment``)."""
     enrichment: tuple[str, ...] = ()
     """``<Enrichment><Field>`` texts: applied after the SOW key is computed."""
+    hash_indexes: tuple[tuple[str, ...], ...] = ()
+    """``<HashIndex>`` definitions, each its ``<Key>`` identifiers (``engine.sow_index``)."""
+    memo_indexes: tuple[str, ...] = ()
+    """``<Index>`` identifiers: fields AMPS pre-creates a memo index for (every record is held
+    parsed here, which serves any field; the identifiers are checked and listed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +166,8 @@ class ConflatedTopicConfig:
     underlying: str
     interval: float = 5.0
     filter: str | None = None
+    hash_indexes: tuple[tuple[str, ...], ...] = ()
+    """``<HashIndex>`` definitions, each its ``<Key>`` identifiers."""
 
 
 class TxlogTopic(NamedTuple):

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 
 from .config_elements import check_elements
+from .config_indexes import parse_hash_indexes, parse_memo_indexes
 from .config_message_types import check_message_types, read_message_types
 from .config_model import (
     DEFAULT_JOURNAL_SIZE,
@@ -257,7 +258,12 @@ class ConfigReader(ElementReader):
             "History",
             "Preprocessing",
             "Enrichment",
+            "HashIndex",
+            "Index",
         )
+        parseable = is_parseable(message_type)
+        hash_indexes = parse_hash_indexes(elem, label, parseable=parseable, fail=self.fail)
+        memo_indexes = parse_memo_indexes(elem, label, parseable=parseable, fail=self.fail)
         preprocessing = self.enrichment_stage(elem, "Preprocessing", label, message_type)
         enrichment = self.enrichment_stage(elem, "Enrichment", label, message_type)
         return SowTopicConfig(
@@ -272,6 +278,8 @@ class ConfigReader(ElementReader):
             key_domain=self.text(elem, "KeyDomain"),
             expiration=expiration,
             extra=MappingProxyType(self.extras(elem, known)),
+            hash_indexes=hash_indexes,
+            memo_indexes=memo_indexes,
         )
 
     def enrichment_stage(

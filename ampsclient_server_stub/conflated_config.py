@@ -4,8 +4,9 @@ at most once per ``Interval`` with the latest value of each record that changed.
 Follows the AMPS configuration reference, SOW/ConflatedTopic
 (https://docs.crankuptheamps.com/amps-configuration-guide/sow/conflatedtopic): ``Name``
 (``Topic`` accepted as a synonym), ``UnderlyingTopic`` (must name a SOW topic), ``MessageType``
-(must be the underlying topic's), ``Interval`` (default 5s, minimum 100ms), ``Filter``.
-``HashIndex`` and ``TopicFormat`` are refused by name; the underlying topic must be a SOW
+(must be the underlying topic's), ``Interval`` (default 5s, minimum 100ms), ``Filter``,
+``HashIndex`` ("created on startup, and kept up to date": ``config_indexes``,
+``engine.sow_index``). ``TopicFormat`` is refused by name; the underlying topic must be a SOW
 ``Topic`` (not a view or another conflated topic).
 """
 
@@ -15,6 +16,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from typing import Final, NoReturn
 
+from .config_indexes import parse_hash_indexes
 from .config_model import ConflatedTopicConfig, SowTopicConfig
 from .config_values import parse_duration
 from .views.fields import check_children
@@ -32,9 +34,16 @@ CONFLATED_TAGS: Final = ("ConflatedTopic", "ReplicaDefinition")
 MIN_INTERVAL: Final = 0.1
 """The smallest ``Interval`` AMPS accepts, seconds."""
 
-_KNOWN: Final = ("Name", "Topic", "UnderlyingTopic", "MessageType", "Interval", "Filter")
+_KNOWN: Final = (
+    "Name",
+    "Topic",
+    "UnderlyingTopic",
+    "MessageType",
+    "Interval",
+    "Filter",
+    "HashIndex",
+)
 _REFUSED: Final = {
-    "HashIndex": "hash indexes are not implemented; a conflated topic is queried by filter",
     "TopicFormat": "regular-expression underlying topics are not supported",
 }
 
@@ -136,4 +145,7 @@ def _parse(
         underlying=underlying,
         interval=interval,
         filter=filter_text,
+        hash_indexes=parse_hash_indexes(
+            elem, label, parseable=is_parseable(message_type), fail=fail
+        ),
     )

@@ -437,6 +437,8 @@ class StatisticsCollector:
                 "keys": list(sow.keys),
                 "valid_keys": len(sow),
                 "records": len(sow),
+                "hash_indexes": sow.index_statistics(),
+                "memo_indexes": list(sow.memo_indexes),
             }
             for (count, rate_name), value in zip(_SOW_COUNTS, counts, strict=True):
                 entry[count] = value

@@ -49,6 +49,7 @@ def views(broker: Broker | None) -> Entries:
             "conflation_ratio": 0.0,
             "queue_depth": 0,  # a view over SOW topics is updated with the publish itself
             "records": len(view.sow),
+            "hash_indexes": view.sow.index_statistics(),
         }
     engine = queue_engine(broker)
     queue_views = engine.views if engine is not None else None
@@ -85,6 +86,7 @@ def conflated_topics(broker: Broker | None) -> Entries:
             "interval": cfg.interval,
             "filter": cfg.filter or "",
             "records": len(topic.sow),
+            "hash_indexes": topic.sow.index_statistics(),
             "intervals": topic.intervals,
             "updates_in": updates_in,
             "updates_out": topic.copied,

@@ -50,6 +50,7 @@ class ConflatedTopic:
             keys=underlying.keys,  # delta messages keep the key fields, as on the underlying
             message_type=config.message_type,
             key_domain=underlying.key_domain,
+            hash_indexes=config.hash_indexes,
         )
         """The conflated records (clients read it as a SOW topic)."""
         self._predicate: Final[Callable[[Any], bool] | None] = (

@@ -45,6 +45,7 @@ from typing import Any, Final, Protocol, Self
 import sqlite_utils
 
 from .payload import OrderBy, decode, delta_merge, encode, lookup_path, parse_path
+from .sow_index import HashIndex, equality_plan, index_steps
 
 __all__ = ["SowRecord", "SowTopic", "SowWatcher", "table_name"]
 
@@ -115,6 +116,27 @@ def _key_bytes(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str).encode("utf-8")
 
 
+def _build_indexes(
+    topic: str, keys: tuple[str, ...], configured: Sequence[Sequence[str]]
+) -> tuple[HashIndex, ...]:
+    out: list[HashIndex] = []
+    for paths in configured:
+        try:
+            index = HashIndex(paths)
+        except ValueError as exc:
+            raise ValueError(f"bad hash index of {topic!r}: {exc}") from None
+        if any(other.fields == index.fields for other in out):
+            raise ValueError(f"{topic!r} has two hash indexes over {list(paths)!r}")
+        out.append(index)
+    try:
+        automatic = HashIndex(keys, automatic=True) if keys else None
+    except ValueError:  # a key path no filter can name (or named twice): no index over it
+        automatic = None
+    if automatic is not None and not any(i.fields == automatic.fields for i in out):
+        out.append(automatic)
+    return tuple(out)
+
+
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start : start + _CHUNK]
@@ -129,6 +151,10 @@ class SowTopic:
     :param message_type: payload type (``json``, ``msgpack``, ``binary``, ...).
     :param filename: SQLite file; ``None`` keeps the SOW in memory.
     :param key_domain: key domain for generated keys (default: the topic name).
+    :param memo_indexes: the ``<Index>`` fields (checked and listed).
+    :param hash_indexes: the configured hash indexes (``<HashIndex>``), each a sequence of
+        identifiers; a topic with key fields also gets the automatic one over them
+        (:mod:`.sow_index`).
     """
 
     def __init__(
@@ -139,6 +165,8 @@ class SowTopic:
         message_type: str = "json",
         filename: str | os.PathLike[str] | None = None,
         key_domain: str | None = None,
+        hash_indexes: Sequence[Sequence[str]] = (),
+        memo_indexes: Sequence[str] = (),
     ) -> None:
         if isinstance(keys, str):
             raise TypeError("keys must be a sequence of paths, not a string")
@@ -153,6 +181,14 @@ class SowTopic:
         self.message_type: Final = message_type.lower()
         self.key_domain: Final = topic if key_domain is None else key_domain
         self.filename: Final = None if filename is None else os.fspath(filename)
+        self.hash_indexes: Final = _build_indexes(topic, self.keys, hash_indexes)
+        """The hash indexes kept over the records (the configured ones, then the automatic
+        one over the key fields unless a configured one has the same fields)."""
+        self.memo_indexes: Final = tuple(memo_indexes)
+        """The ``<Index>`` fields: every record is held parsed (the document cache), which
+        serves any field as AMPS' memo indexes do; kept to be listed."""
+        for path in self.memo_indexes:
+            index_steps(path)
         self._table: Final = table_name(topic)
         self._closed = False
 
@@ -208,9 +244,14 @@ class SowTopic:
     def _load_docs(self) -> None:
         """(Re)build the document cache from the table."""
         self._docs.clear()
+        for index in self.hash_indexes:
+            index.clear()
         load_sql = f'SELECT k, data, seq FROM "{self._table}" ORDER BY seq'
         for key, data, seq in self._conn.execute(load_sql):
-            self._docs[key] = decode(self.message_type, bytes(data))
+            doc = decode(self.message_type, bytes(data))
+            self._docs[key] = doc
+            for index in self.hash_indexes:
+                index.add(key, doc, int(seq))
             self._next_seq = max(self._next_seq, int(seq) + 1)
 
     def _load_journal_index(self) -> int:
@@ -362,6 +403,8 @@ class SowTopic:
         existed = key in self._docs
         before = self._docs.pop(key, None)  # re-insert at the end: dict order tracks seq
         self._docs[key] = doc
+        for index in self.hash_indexes:
+            index.add(key, doc, record.seq)
         self.counters["update_count" if existed else "insert_count"] += 1
         for watcher in tuple(self.watchers):
             watcher.record_changed(self, key, before, doc)
@@ -405,21 +448,24 @@ class SowTopic:
         order_by: OrderBy | None = None,
         top_n: int | None = None,
         skip_n: int = 0,
+        filter_text: str | None = None,
     ) -> tuple[list[SowRecord], int]:
         """Return ``(records, matches)``.
 
         ``predicate`` is called with parsed documents; records whose payload
         cannot be parsed never match a predicate.  ``keys`` restricts to those
-        SOW keys.  ``matches`` counts every matching record before ``skip_n`` /
-        ``top_n`` are applied.  Default order is write order (``seq``); with
-        ``order_by`` ties keep write order.
+        SOW keys. ``filter_text``, the filter ``predicate`` was compiled from, lets a hash
+        index (:attr:`hash_indexes`) narrow the records the predicate is run on when the
+        filter is one it answers; the result is the same either way. ``matches`` counts
+        every matching record before ``skip_n`` / ``top_n`` are applied. Default order is
+        write order (``seq``); with ``order_by`` ties keep write order.
         """
         self._check_open()
         if top_n is not None and top_n < 0:
             raise ValueError(f"top_n must be >= 0, got {top_n}")
         if skip_n < 0:
             raise ValueError(f"skip_n must be >= 0, got {skip_n}")
-        matched = self._select_keys(predicate, keys)
+        matched = self._select_keys(predicate, keys, filter_text)
         matches = len(matched)
         if order_by is not None:
             docs = self._docs
@@ -437,13 +483,41 @@ class SowTopic:
         """Iterate over SOW keys in write order (a snapshot)."""
         return iter(list(self._docs))
 
+    def index_statistics(self) -> list[dict[str, Any]]:
+        """Per hash index: its fields, whether it is the automatic one, the records it holds
+        and the queries it answered (the admin interface's ``hash_indexes``)."""
+        return [index.statistics() for index in self.hash_indexes]
+
+    def index_for(self, filter_text: str | None) -> tuple[HashIndex, list[str]] | None:
+        """The hash index that answers the filter ``filter_text`` and the records that can
+        match it (write order), or ``None`` when the records must be scanned."""
+        if not filter_text or not self.hash_indexes:
+            return None
+        plan = equality_plan(filter_text)
+        if not plan:
+            return None
+        fields = frozenset(plan)
+        for index in self.hash_indexes:
+            if index.fields == fields:
+                return index, index.candidates(plan)
+        return None
+
     def _select_keys(
-        self, predicate: Callable[[Any], bool] | None, keys: Iterable[str] | None
+        self,
+        predicate: Callable[[Any], bool] | None,
+        keys: Iterable[str] | None,
+        filter_text: str | None = None,
     ) -> list[str]:
         docs = self._docs
-        if keys is not None:
+        indexed = None if predicate is None else self.index_for(filter_text)
+        if indexed is not None:
+            candidates: Iterable[str] = indexed[1]
+            if keys is not None:
+                wanted = set(keys)
+                candidates = [k for k in candidates if k in wanted]
+        elif keys is not None:
             wanted = set(keys)
-            candidates: Iterable[str] = (k for k in docs if k in wanted)
+            candidates = (k for k in docs if k in wanted)
         else:
             candidates = docs
         if predicate is None:
@@ -525,6 +599,8 @@ class SowTopic:
             self._journal_index = journal_index
         for key in keys:
             before = self._docs.pop(key, None)
+            for index in self.hash_indexes:
+                index.remove(key)
             for watcher in tuple(self.watchers):
                 watcher.record_changed(self, key, before, None)
         self.counters["delete_count"] += len(keys)

@@ -56,6 +56,8 @@ def _new_sow(cfg: SowTopicConfig) -> SowTopic:
         message_type=cfg.message_type,
         filename=cfg.file_name,
         key_domain=cfg.key_domain,
+        hash_indexes=cfg.hash_indexes,
+        memo_indexes=cfg.memo_indexes,
     )
 
 
@@ -285,19 +287,26 @@ class SowService:
         order_by: OrderBy | None,
         top_n: int | None,
         skip_n: int,
+        filter_text: str | None = None,
     ) -> QueryResult:
-        """``(records, matches, topic_matches)`` of a query over ``sows``."""
+        """``(records, matches, topic_matches)`` of a query over ``sows``; ``filter_text``
+        (the text ``predicate`` was compiled from) lets a hash index answer it."""
         topic_matches = sum(len(s) for s in sows)
         if len(sows) == 1:
             sow = sows[0]
             records, matches = sow.query(
-                predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n
+                predicate,
+                keys=keys,
+                order_by=order_by,
+                top_n=top_n,
+                skip_n=skip_n,
+                filter_text=filter_text,
             )
             return [(sow, r) for r in records], matches, topic_matches
         combined: list[tuple[SowTopic, SowRecord]] = []
         matches = 0
         for sow in sows:
-            records, count = sow.query(predicate, keys=keys)
+            records, count = sow.query(predicate, keys=keys, filter_text=filter_text)
             matches += count
             combined.extend((sow, r) for r in records)
         if order_by is not None:

@@ -310,7 +310,7 @@ class Subscribing:
     ) -> None:
         """Run the query over ``sows``, send its results and acks, install the subscription."""
         flags = ack_flags(hdr)
-        _filter_text, predicate = command_filter(hdr, message_type=conn.mt)
+        filter_text, predicate = command_filter(hdr, message_type=conn.mt)
         spec = query_options(hdr, options)
         order_by, top_n, skip_n = spec.order_by, spec.top_n, spec.skip_n
         batch_size = int_field(hdr.get("bs")) or 1
@@ -329,7 +329,13 @@ class Subscribing:
         if paginated:
             _check_paginated(sows, delta=delta, keys=keys, sub=sub)
         results, matches, topic_matches = self._sows.query(
-            sows, predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n
+            sows,
+            predicate,
+            keys=keys,
+            order_by=order_by,
+            top_n=top_n,
+            skip_n=skip_n,
+            filter_text=filter_text,
         )
         if paginated:
             assert sub is not None and top_n is not None

@@ -35,7 +35,10 @@ Views and Aggregations" (https://docs.crankuptheamps.com/amps-user-guide/views/d
   (the final state is the same);
 * ``JoinNullEquivalency``: ``enabled`` makes ``NULL``, missing and empty values join each other.
 
-Refused by name: ``FileName``, ``HashIndex``, ``Key``, a topic joined with itself (AMPS names a
+``HashIndex`` (``config_indexes``): hash indexes over the view's records (its output fields),
+kept current as the view changes, used by ``sow`` queries it answers (``engine.sow_index``).
+
+Refused by name: ``FileName``, ``Key``, a topic joined with itself (AMPS names a
 join's topics by ``[type].[topic]`` only: no public AMPS page found gives an alias to tell the
 two sides apart), a ``Join`` relating no topic already joined, or two topics joined through
 others.
@@ -49,6 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
+from ..config_indexes import parse_hash_indexes
 from ..engine.composite_codec import composite_record_refusal, composite_type, opaque_slot
 from .fields import (
     ANY_AGGREGATE,
@@ -98,7 +102,6 @@ _GUIDE_TYPES: Final = {
 _REFUSED: Final = {
     "ConflationInterval": "every change of the view is published",
     "FileName": "a view is computed in memory from its underlying topics at start",
-    "HashIndex": "view queries scan the view",
     "Key": "a view's records are keyed by its <Grouping> fields",
 }
 _KNOWN: Final = frozenset(
@@ -108,6 +111,7 @@ _KNOWN: Final = frozenset(
         "MessageType",
         "UnderlyingTopic",
         "Projection",
+        "HashIndex",
         "Grouping",
         "Filter",
         "KeyDomain",
@@ -177,6 +181,8 @@ class SowViewConfig:
     """``<JoinNullEquivalency>enabled``: ``NULL``, missing and empty join values match."""
     conflation: str = "none"
     """``<Conflation>``: ``none`` or ``inline`` (processed alike here)."""
+    hash_indexes: tuple[tuple[str, ...], ...] = ()
+    """``<HashIndex>`` definitions over the view's fields, each its ``<Key>`` identifiers."""
 
     @property
     def join(self) -> JoinSpec | None:
@@ -372,6 +378,7 @@ def _parse(
         topic_types=types,
         join_null_equivalency=_SWITCH[equivalency],
         conflation=conflation,
+        hash_indexes=parse_hash_indexes(elem, label, parseable=True, fail=fail),
     )
 
 

@@ -51,7 +51,9 @@ class SowView:
         self.config: Final = config
         self.underlying: Final = tuple(underlying)
         self.table, self.join = self._empty()
-        self.sow: Final = ViewSow(config.name, message_type=config.message_type)
+        self.sow: Final = ViewSow(
+            config.name, message_type=config.message_type, hash_indexes=config.hash_indexes
+        )
         """The view's records (keyed by their group)."""
 
     def _empty(self) -> tuple[GroupTable, JoinRows | None]:

@@ -21,8 +21,10 @@ __all__ = ["ViewSow"]
 class ViewSow(SowTopic):
     """A view's records (keys given by the view: its groups)."""
 
-    def __init__(self, topic: str, *, message_type: str) -> None:
-        super().__init__(topic, keys=(), message_type=message_type)
+    def __init__(
+        self, topic: str, *, message_type: str, hash_indexes: Sequence[Sequence[str]] = ()
+    ) -> None:
+        super().__init__(topic, keys=(), message_type=message_type, hash_indexes=hash_indexes)
         self.records: dict[str, tuple[SowRecord, Any]] = {}
         """The current record and document of each group (authoritative, staged or not)."""
         self._staged: dict[str, None] = {}  # keys written or removed since the last sync
@@ -93,9 +95,17 @@ class ViewSow(SowTopic):
         order_by: OrderBy | None = None,
         top_n: int | None = None,
         skip_n: int = 0,
+        filter_text: str | None = None,
     ) -> tuple[list[SowRecord], int]:
         self.sync()
-        return super().query(predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n)
+        return super().query(
+            predicate,
+            keys=keys,
+            order_by=order_by,
+            top_n=top_n,
+            skip_n=skip_n,
+            filter_text=filter_text,
+        )
 
     def delete(
         self,

@@ -96,6 +96,8 @@ def test_views_and_conflated_topics_in_the_tree(server: ServerThread, client: Cl
         "interval": 0.1,
         "filter": "",
         "records": 2,
+        # the hash index AMPS creates over the (underlying) key fields
+        "hash_indexes": [{"keys": ["/id"], "automatic": True, "records": 2, "queries": 0}],
         "intervals": seen["intervals"],
         "updates_in": 5,
         "updates_out": 2,
@@ -133,6 +135,7 @@ def test_views_and_conflated_topics_in_the_tree(server: ServerThread, client: Cl
         "conflation_ratio": 0.0,
         "queue_depth": 0,
         "records": 2,
+        "hash_indexes": [],
     }
     # the guide keeps a view's SOW figures under /sow, by the view's name
     assert get_json(port, "/amps/instance/sow/by_sym")["valid_keys"] == 2

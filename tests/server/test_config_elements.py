@@ -539,6 +539,11 @@ PROOFS: dict[str, Probe | Covered] = {
             ("History/Granularity", Covered(HISTORY + "test_granularity_rounds_the_time_down")),
             ("Preprocessing/Field", _ENRICHMENT),
             ("Enrichment/Field", _ENRICHMENT),
+            (
+                "HashIndex/Key",
+                Covered("server/test_hash_index.py::test_the_index_answers_and_says_so"),
+            ),
+            ("Index", Covered("server/test_hash_index.py::test_memo_index_fields_are_listed")),
         )
     },
     "SOW/TopicDefinition/Topic": _SOW,

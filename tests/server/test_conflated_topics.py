@@ -86,9 +86,9 @@ def test_a_conflated_topic_is_read_with_its_documented_defaults(tmp_path: Path) 
         ),
         (
             "<ConflatedTopic><Name>c</Name><UnderlyingTopic>quotes</UnderlyingTopic>"
-            "<MessageType>json</MessageType><HashIndex><Key>/sym</Key></HashIndex>"
+            "<MessageType>json</MessageType><HashIndex></HashIndex>"
             "</ConflatedTopic>",
-            "<HashIndex> in <ConflatedTopic> is not implemented by the reference server",
+            "conflated topic 'c': <HashIndex> has no <Key>",
         ),
         (
             "<ConflatedTopic><Name>c</Name><UnderlyingTopic>quotes</UnderlyingTopic>"

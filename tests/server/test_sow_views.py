@@ -102,7 +102,7 @@ def test_a_view_over_a_sow_topic_is_read(tmp_path: Path) -> None:
         (BY_SYM.replace("COUNT(/id) AS /orders", "COUNT(/id)"), "needs 'AS /path'"),
         (BY_SYM.replace("SUM(/qty) AS", "SUM(/qty) + 1 AS"), "an aggregate inside a larger"),
         (BY_SYM.replace("</Grouping>", "</Grouping><Key>/sym</Key>"), "<Key> in <View> is not"),
-        (BY_SYM.replace("</Grouping>", "</Grouping><HashIndex/>"), "<HashIndex> in <View> is no"),
+        (BY_SYM.replace("</Grouping>", "</Grouping><HashIndex/>"), "<HashIndex> has no <Key>"),
         (
             BY_SYM.replace(">json<", ">binary<"),
             "binary message types cannot be the underlying topic for a view or the type of a view",
