@@ -66,6 +66,7 @@ __all__ = [
     "delivery_columns",
     "join_seq",
     "lane_method",
+    "publish_frame",
     "py_lane_method",
     "send_nowait",
     "split_frames",
@@ -115,6 +116,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "deliver": "ampsclient.core.routes.deliver",
         "deliver_stream": "ampsclient.core.routes.deliver_stream",
         "join_seq": "ampsclient.stores.publish.base.join_seq",
+        "publish_frame": "ampsclient.core.publish.publish_frame",
         "send_nowait": "ampsclient.writer.send_nowait",
         "crc32": "zlib.crc32",
         "delivery_columns": "ampsclient.protocol.columns.delivery_columns",
@@ -237,6 +239,7 @@ _c_pub_fields: type[Any] | None = None
 _c_seg_fields: type[Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
+publish_frame: Callable[[bytes, int | None, bytes, bytes], bytes] | None = None
 send_nowait: Callable[[int, bytes], int] | None = None
 write_record: Callable[[Any, int, int, bytes], int] | None = None
 ws_encode: Callable[[bytes, bool], bytes | None] | None = None
@@ -268,6 +271,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         LaneMethod = getattr(_speedups, "LaneMethod", None)  # (an older build has none)
         _c_relay = getattr(_speedups, "Relay", None)
         join_seq = _speedups.join_seq
+        publish_frame = getattr(_speedups, "publish_frame", None)  # (an older build has none)
         send_nowait = _speedups.send_nowait
         write_record = _speedups.write_record
         ws_encode = _speedups.ws_encode

@@ -1488,6 +1488,95 @@ write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(end);
 }
 
+/* ------------------------------------------------------------------ publish_frame
+ *
+ * One publish as a TCP frame: the 4-byte big-endian payload length, then head, the sequence
+ * in decimal (none for None), tail, data. The twin of ampsclient.core.publish.publish_frame
+ * (the core's encoder makes head and tail: publish_header); both publish lanes spell their
+ * frames with spell_publish, so a lane and the Python paths send the same bytes. */
+
+/* the frame's length (4 + payload), or -1 when the payload would not fit the 32-bit length */
+static Py_ssize_t
+publish_frame_size(Py_ssize_t head_len, Py_ssize_t ndigits, Py_ssize_t tail_len,
+                   Py_ssize_t body_len)
+{
+    Py_ssize_t n = head_len + ndigits + tail_len + body_len;
+    return n > (Py_ssize_t)0xFFFFFFFF - 4 ? -1 : 4 + n;
+}
+
+/* write the frame into out (publish_frame_size bytes); returns the payload's start */
+static char *
+spell_publish(char *out, const char *head, Py_ssize_t head_len, const char *digits,
+              Py_ssize_t ndigits, const char *tail, Py_ssize_t tail_len, const char *body,
+              Py_ssize_t body_len)
+{
+    be32((unsigned char *)out, (uint32_t)(head_len + ndigits + tail_len + body_len));
+    char *p = out + 4;
+    memcpy(p, head, (size_t)head_len);
+    memcpy(p + head_len, digits, (size_t)ndigits);
+    memcpy(p + head_len + ndigits, tail, (size_t)tail_len);
+    memcpy(p + head_len + ndigits + tail_len, body, (size_t)body_len);
+    return p;
+}
+
+PyDoc_STRVAR(publish_frame_doc,
+"publish_frame(head, sequence, tail, data) -> bytes\n\n"
+"One publish as a TCP frame: length, head, the sequence in decimal (None: none), tail, data\n"
+"(twin: ampsclient.core.publish.publish_frame).");
+
+static PyObject *
+publish_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[2])
+        || !PyBytes_CheckExact(args[3]) || (args[1] != Py_None && !PyLong_CheckExact(args[1]))) {
+        PyErr_SetString(PyExc_TypeError, "publish_frame(head: bytes, sequence: int | None, "
+                                         "tail: bytes, data: bytes)");
+        return NULL;
+    }
+    char buf[24];
+    const char *digits = buf;
+    Py_ssize_t ndigits = 0;
+    PyObject *text = NULL; /* the digits of a sequence outside 0..2**64-1 */
+    if (args[1] != Py_None) {
+        int overflow = 0;
+        long long seq = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+        if (seq == -1 && !overflow && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (overflow || seq < 0) {
+            PyObject *str = PyObject_Str(args[1]);
+            text = str == NULL ? NULL : PyUnicode_AsASCIIString(str);
+            Py_XDECREF(str);
+            if (text == NULL) {
+                return NULL;
+            }
+            digits = PyBytes_AS_STRING(text);
+            ndigits = PyBytes_GET_SIZE(text);
+        }
+        else {
+            char *end = buf + sizeof buf;
+            digits = u64_digits((unsigned long long)seq, end);
+            ndigits = end - digits;
+        }
+    }
+    Py_ssize_t hn = PyBytes_GET_SIZE(args[0]), tn = PyBytes_GET_SIZE(args[2]);
+    Py_ssize_t bn = PyBytes_GET_SIZE(args[3]);
+    Py_ssize_t size = publish_frame_size(hn, ndigits, tn, bn);
+    PyObject *out = NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_OverflowError, "publish_frame: the payload is over 4 GiB");
+    }
+    else {
+        out = PyBytes_FromStringAndSize(NULL, size);
+    }
+    if (out != NULL) {
+        spell_publish(PyBytes_AS_STRING(out), PyBytes_AS_STRING(args[0]), hn, digits, ndigits,
+                      PyBytes_AS_STRING(args[2]), tn, PyBytes_AS_STRING(args[3]), bn);
+    }
+    Py_XDECREF(text);
+    return out;
+}
+
 /* ------------------------------------------------------------------ StoreLock, BookmarkLane
  *
  * MemoryBookmarkStore's common case in C: a delivery whose publisher already has a point
@@ -2682,6 +2771,9 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
     digits = u64_digits((unsigned long long)seq, digits_end);
     Py_ssize_t ndigits = digits_end - digits, suffix_len = PyBytes_GET_SIZE(suffix);
     Py_ssize_t n = PUBLISH_HEAD_LEN + ndigits + suffix_len + body_len;
+    if (publish_frame_size(PUBLISH_HEAD_LEN, ndigits, suffix_len, body_len) < 0) {
+        goto slow;
+    }
     long long start = 0, end = 0, gen = 0;
     if (self->file) {
         PyObject *log = self->log;
@@ -2711,21 +2803,20 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
         }
     }
     /* every object first (bytes and ints: no GC), then the writes, which cannot fail */
-    payload = PyBytes_FromStringAndSize(NULL, n);
     frame = PyBytes_FromStringAndSize(NULL, 4 + n);
     next_obj = PyLong_FromLongLong(seq + 1);
     count_obj = PyLong_FromLongLong(count + 1);
-    if (payload == NULL || frame == NULL || next_obj == NULL || count_obj == NULL) {
+    if (frame == NULL || next_obj == NULL || count_obj == NULL) {
         goto error;
     }
-    char *p = PyBytes_AS_STRING(payload);
-    memcpy(p, PUBLISH_HEAD, PUBLISH_HEAD_LEN);
-    memcpy(p + PUBLISH_HEAD_LEN, digits, (size_t)ndigits);
-    memcpy(p + PUBLISH_HEAD_LEN + ndigits, PyBytes_AS_STRING(suffix), (size_t)suffix_len);
-    memcpy(p + PUBLISH_HEAD_LEN + ndigits + suffix_len, body, (size_t)body_len);
-    unsigned char *f = (unsigned char *)PyBytes_AS_STRING(frame);
-    be32(f, (uint32_t)n);
-    memcpy(f + 4, p, (size_t)n);
+    /* the frame as publish_frame spells it; the stored payload is the frame after its length */
+    const char *p = spell_publish(PyBytes_AS_STRING(frame), PUBLISH_HEAD, PUBLISH_HEAD_LEN,
+                                  digits, ndigits, PyBytes_AS_STRING(suffix), suffix_len, body,
+                                  body_len);
+    payload = PyBytes_FromStringAndSize(p, n);
+    if (payload == NULL) {
+        goto error;
+    }
     if (PyList_Append(buf, payload) < 0) { /* the only write that can fail: first */
         goto error;
     }
@@ -2940,16 +3031,19 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     if (transport == NULL || transport == Py_None) {
         goto slow; /* not connected: Python raises DisconnectedError */
     }
-    PyObject *prefix = PyTuple_GET_ITEM(cached, 0);
-    Py_ssize_t prefix_len = PyBytes_GET_SIZE(prefix), n = prefix_len + body_len;
-    PyObject *frame = PyBytes_FromStringAndSize(NULL, 4 + n);
+    PyObject *prefix = PyTuple_GET_ITEM(cached, 0); /* the core encoder's header */
+    Py_ssize_t prefix_len = PyBytes_GET_SIZE(prefix);
+    Py_ssize_t size = publish_frame_size(prefix_len, 0, 0, body_len);
+    if (size < 0) {
+        goto slow;
+    }
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, size);
     if (frame == NULL) {
         return NULL;
     }
-    unsigned char *f = (unsigned char *)PyBytes_AS_STRING(frame);
-    be32(f, (uint32_t)n);
-    memcpy(f + 4, PyBytes_AS_STRING(prefix), (size_t)prefix_len);
-    memcpy(f + 4 + prefix_len, body, (size_t)body_len);
+    /* publish_frame(prefix, None, b"", body) */
+    spell_publish(PyBytes_AS_STRING(frame), PyBytes_AS_STRING(prefix), prefix_len, "", 0, "", 0,
+                  body, body_len);
     PyObject *r = PyObject_CallOneArg(self->enqueue, frame);
     Py_DECREF(frame);
     if (r == NULL) {
@@ -3956,6 +4050,8 @@ static PyMethodDef speedups_methods[] = {
     {"deliver_stream", (PyCFunction)(void (*)(void))deliver_stream, METH_FASTCALL,
      deliver_stream_doc},
     {"join_seq", (PyCFunction)(void (*)(void))join_seq, METH_FASTCALL, join_seq_doc},
+    {"publish_frame", (PyCFunction)(void (*)(void))publish_frame, METH_FASTCALL,
+     publish_frame_doc},
     {"send_nowait", send_nowait, METH_VARARGS, send_nowait_doc},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, crc32_doc},
     {"delivery_columns", (PyCFunction)(void (*)(void))delivery_columns, METH_FASTCALL,

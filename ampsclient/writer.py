@@ -93,7 +93,7 @@ def send_nowait(fd: int, data: bytes) -> int:
 
 
 _send_nowait: Final = _accel.send_nowait or send_nowait
-_publish_frame: Final = publish_frame
+_publish_frame: Final = _accel.publish_frame or publish_frame
 
 
 class FrameWriter:

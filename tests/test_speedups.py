@@ -31,6 +31,7 @@ from hypothesis import given, settings, strategies as st
 from ampsclient import Client, Message, _accel
 from ampsclient.client import AsyncClient, deliver as deliver_py
 from ampsclient.core.connection import ClientCore
+from ampsclient.core.publish import publish_frame as publish_frame_py, publish_header
 from ampsclient.core.routes import deliver_stream as routes_deliver_stream
 from ampsclient.exceptions import DisconnectedError, FrameTooLargeError
 from ampsclient.ha.client import AsyncHAClient
@@ -573,6 +574,67 @@ def test_join_seq_digits_at_every_length() -> None:
         edges += [10**k - 1, 10**k, 10**k + 1, 2 * 10**k - 1, -(10**k), -(10**k) + 1]
     for seq in edges:
         assert C.join_seq(b"s=", seq, b",") == b"s=%d," % seq
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(
+    command=st.sampled_from(["p", "publish", "delta_publish"]),
+    topic=_TEXT,
+    stored=st.booleans(),
+    expiration=st.none() | st.integers(-(10**12), 10**12),
+    correlation_id=st.none() | _TEXT,
+    sow_key=st.none() | _TEXT,
+    seq=st.one_of(st.integers(0, 2**64 - 1), st.integers(-(10**30), 10**30)),
+    data=st.binary(max_size=300),
+)
+def test_publish_frame_matches_the_core_encoder(
+    command: str,
+    topic: str,
+    stored: bool,
+    expiration: int | None,
+    correlation_id: str | None,
+    sow_key: str | None,
+    seq: int,
+    data: bytes,
+) -> None:
+    """The C ``publish_frame`` (which both publish lanes spell their frames with) and its twin,
+    the core's :func:`~ampsclient.core.publish.publish_frame`, on the head and tail the core's
+    encoder makes for every option the client sends, stored (with a sequence) or not."""
+    head, tail = publish_header(
+        command,
+        topic,
+        sequenced=stored,
+        ack_type="persisted" if stored else None,
+        expiration=expiration,
+        correlation_id=correlation_id,
+        sow_key=sow_key,
+    )
+    sequence = seq if stored else None
+    assert C.publish_frame(head, sequence, tail, data) == publish_frame_py(
+        head, sequence, tail, data
+    )
+
+
+@needs_c
+def test_publish_frame_edges_and_refusals() -> None:
+    for seq in [None, 0, 1, 9, 10, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -1, -(2**63)]:
+        for head, tail, data in [(b"", b"", b""), (b'{"c":"p","s":', b',"t":"t"}', b"x" * 70001)]:
+            assert C.publish_frame(head, seq, tail, data) == publish_frame_py(head, seq, tail, data)
+    for bad in [
+        ("h", None, b"", b""),
+        (b"h", 1.0, b"", b""),
+        (b"h", True, b"", b""),
+        (b"h", None, b"", "data"),
+        (b"h", None, bytearray(), b""),
+    ]:
+        with pytest.raises(TypeError, match="publish_frame"):
+            C.publish_frame(*bad)
+    with pytest.raises(TypeError):
+        C.publish_frame(b"h", None, b"")
 
 
 @needs_c
