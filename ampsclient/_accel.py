@@ -19,12 +19,13 @@ stores bind theirs at import. Set
 
 The C code writes the fields of its own types: a :class:`~ampsclient.Message` is built on
 :data:`MessageFields` (the C type, or its twin :class:`PyMessageFields`), whose public fields
-the receive loop fills. It names no attribute of ours. :data:`LAYOUT` below is the one
-place that says which attribute or slot plays each role the C code still touches on other
-classes (the bookmark store's subscription and publisher records, a publish store and its
-segment files, a client's publish state, the queue acks' batches: issue #29's known
-remainder, listed in ``tests/test_speedups.py``); it is handed to the extension's
-``bind()`` once, at import. Renaming one of those attributes means changing its line
+the receive loop fills; the bookmark store's records, the publish stores' index and segment
+files are built on the C types below the same way, and a client's queue-ack batches are an
+:data:`AckBatches`. It names no attribute of ours. :data:`LAYOUT` below is the one place
+that says which attribute or slot plays each role the C code still touches on other classes
+(the client's writer and the HA publish gate on it, which the publish lanes use: issue
+#29's known remainder, listed in ``tests/test_speedups.py``); it is handed to the
+extension's ``bind()`` once, at import. Renaming one of those attributes means changing its line
 here, nowhere else (``tests/test_speedups.py`` checks every name against the classes).
 :data:`TWINS` names the pure-Python twin of every C function, lane method and C-owned type;
 each pair has a differential test.
@@ -50,11 +51,13 @@ __all__ = [
     "LaneMethod",
     "MessageFields",
     "PlainPublishLane",
+    "PublishIndexFields",
     "PublishLane",
     "PyAckBatches",
     "PyBookmarkPublisherFields",
     "PyBookmarkSubscriptionFields",
     "PyMessageFields",
+    "PyPublishIndexFields",
     "PyRelay",
     "PySegmentLogFields",
     "Relay",
@@ -76,15 +79,6 @@ __all__ = [
 
 LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
     {
-        # ampsclient.stores.publish: MemoryPublishStore/FilePublishStore slots and attributes
-        "publish_store.closed": "_closed",
-        "publish_store.next": "_next",
-        "publish_store.count": "_count",
-        "publish_store.first": "_first",
-        "publish_store.pad": "_pad",
-        "publish_store.buf": "_buf",
-        "publish_store.segment_log": "segment_log",
-        "publish_store.lock": "_lock",
         # ampsclient.writer.FrameWriter (an AsyncClient's writer, ``client._wiring.writer``):
         # the attributes and slots the publish lanes, built on it, read or call
         "client.pub_prefix": "_pub_prefix",
@@ -112,6 +106,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "BookmarkSubscriptionFields": "ampsclient._accel.PyBookmarkSubscriptionFields",
         "BookmarkPublisherFields": "ampsclient._accel.PyBookmarkPublisherFields",
         "SegmentLogFields": "ampsclient._accel.PySegmentLogFields",
+        "PublishIndexFields": "ampsclient._accel.PyPublishIndexFields",
         "split_frames": "ampsclient.protocol.framing.split_frames",
         "deliver": "ampsclient.core.routes.deliver",
         "deliver_stream": "ampsclient.core.routes.deliver_stream",
@@ -223,6 +218,26 @@ class PySegmentLogFields:
     __slots__ = ("active_size", "broken", "map_size", "mm", "segment_size", "write_gen")
 
 
+class PyPublishIndexFields:
+    """The index fields of the bundled publish stores
+    (:class:`ampsclient.stores.publish.base.IndexedPublishStore`, built on this type,
+    documents them) that the HA publish lane reads and writes.
+
+    The twin of the C ``PublishIndexFields``, a type the C code owns: the C ``PublishLane``
+    works on these fields through its own struct. A new instance has no field set."""
+
+    __slots__ = (
+        "index_buf",
+        "index_closed",
+        "index_count",
+        "index_first",
+        "index_lock",
+        "index_log",
+        "index_next",
+        "index_pad",
+    )
+
+
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
 deliver_stream: Callable[..., tuple[int, int]] | None = None
@@ -237,6 +252,7 @@ _c_batches: type[Any] | None = None
 _c_sub_fields: type[Any] | None = None
 _c_pub_fields: type[Any] | None = None
 _c_seg_fields: type[Any] | None = None
+_c_index_fields: type[Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 publish_frame: Callable[[bytes, int | None, bytes, bytes], bytes] | None = None
@@ -266,6 +282,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         PublishLane = getattr(_speedups, "PublishLane", None)  # nor these
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
         _c_seg_fields = getattr(_speedups, "SegmentLogFields", None)  # (with PublishLane)
+        _c_index_fields = getattr(_speedups, "PublishIndexFields", None)
         AutoAck = getattr(_speedups, "AutoAck", None)
         _c_batches = getattr(_speedups, "AckBatches", None)  # (with AutoAck)
         LaneMethod = getattr(_speedups, "LaneMethod", None)  # (an older build has none)
@@ -287,7 +304,10 @@ if TYPE_CHECKING:
     BookmarkSubscriptionFields = PyBookmarkSubscriptionFields
     BookmarkPublisherFields = PyBookmarkPublisherFields
     SegmentLogFields = PySegmentLogFields
+    PublishIndexFields = PyPublishIndexFields
 else:
+    PublishIndexFields = _c_index_fields or PyPublishIndexFields
+    """The base of the publish stores' index: the C type with the lane."""
     SegmentLogFields = _c_seg_fields or PySegmentLogFields
     """The base of a file publish store's ``SegmentLog``: the C type with the lane."""
     BookmarkSubscriptionFields = _c_sub_fields or PyBookmarkSubscriptionFields

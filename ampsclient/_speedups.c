@@ -16,19 +16,19 @@
 
 /* ------------------------------------------------------------------ the layout
  *
- * The objects of other classes this module still reads and writes (a bookmark store's
- * subscription and publisher records, a publish store and its segment files, a client's
- * publish state) are named by ROLE here; the Python attribute or slot that plays each role
- * comes from one table in Python, ampsclient/_accel.py LAYOUT, handed to bind() once at
- * import. No attribute name of ours is written in this file: renaming one means editing
- * that table only. Until bind() ran, everything that needs the layout raises. A Message is
- * not among them: it is built on this module's own MessageFields type (see deliver).
+ * The objects of other classes this module still reads and writes (a client's writer and
+ * the HA publish gate on it: the publish lanes) are named by ROLE here; the Python
+ * attribute or slot that plays each role comes from one table in Python,
+ * ampsclient/_accel.py LAYOUT, handed to bind() once at import. No attribute name of ours
+ * is written in this file: renaming one means editing that table only. Until bind() ran,
+ * everything that needs the layout raises. A Message, the bookmark store's records, the
+ * publish stores' index and segment files and the queue-ack batches are not among them:
+ * they are built on (or are) this module's own types (MessageFields,
+ * BookmarkSubscriptionFields, BookmarkPublisherFields, PublishIndexFields, SegmentLogFields,
+ * AckBatches), whose fields it reaches through their structs.
  */
 
 enum {
-    /* a publish store (slots; segment_log and lock are attributes) */
-    R_STORE_CLOSED, R_STORE_NEXT, R_STORE_COUNT, R_STORE_FIRST, R_STORE_PAD, R_STORE_BUF,
-    R_STORE_SEGMENT_LOG, R_STORE_LOCK,
     /* a client's publish state (instance attributes) */
     R_CLIENT_PUB_PREFIX, R_CLIENT_ENQUEUE, R_CLIENT_WAKE, R_CLIENT_WAIT_WRITABLE,
     R_CLIENT_TRANSPORT, R_CLIENT_WAKE_PENDING, R_CLIENT_BLOCKED, R_CLIENT_OUTQ,
@@ -39,8 +39,6 @@ enum {
 };
 
 static const char *const role_keys[R_COUNT] = {
-    "publish_store.closed", "publish_store.next", "publish_store.count", "publish_store.first",
-    "publish_store.pad", "publish_store.buf", "publish_store.segment_log", "publish_store.lock",
     "client.pub_prefix", "client.enqueue", "client.wake", "client.wait_writable",
     "client.transport", "client.wake_pending", "client.blocked", "client.outq",
     "client.caller_writes", "client.caller_write",
@@ -2358,7 +2356,7 @@ lane_of(PyObject *log)
  * what the Python path does (AsyncHAClient.publish -> _store_and_send -> store_parts of
  * MemoryPublishStore or FilePublishStore), in the same order:
  *
- *   payload = b'{"c":"p","s":' + b"%d" % s + suffix(topic) + data, s = the store's next (role publish_store.next);
+ *   payload = b'{"c":"p","s":' + b"%d" % s + suffix(topic) + data, s = the store's index_next;
  *   (file store) the record of (s, payload) copied into the active segment's mapping
  *   (store.segment_log, SegmentLog.write_stores in ampsclient/stores/publish/segments.py);
  *   the payload appended to the store's index; the length-prefixed frame to the client's
@@ -2446,6 +2444,94 @@ after_enqueue(PyObject *client, const Waker *w)
     return 0;
 }
 
+/* PublishIndexFields: the fields of the bundled publish stores' index
+ * (ampsclient.stores.publish.base.IndexedPublishStore is built on it and documents them)
+ * that the publish lane reads and writes, a type this module owns (twin:
+ * ampsclient._accel.PyPublishIndexFields). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *index_closed;
+    PyObject *index_next;
+    PyObject *index_count;
+    PyObject *index_first;
+    PyObject *index_pad;
+    PyObject *index_buf;
+    PyObject *index_lock;
+    PyObject *index_log;
+} IdxFields;
+
+static int
+idxfields_traverse(IdxFields *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->index_closed);
+    Py_VISIT(self->index_next);
+    Py_VISIT(self->index_count);
+    Py_VISIT(self->index_first);
+    Py_VISIT(self->index_pad);
+    Py_VISIT(self->index_buf);
+    Py_VISIT(self->index_lock);
+    Py_VISIT(self->index_log);
+    return 0;
+}
+
+static int
+idxfields_clear(IdxFields *self)
+{
+    Py_CLEAR(self->index_closed);
+    Py_CLEAR(self->index_next);
+    Py_CLEAR(self->index_count);
+    Py_CLEAR(self->index_first);
+    Py_CLEAR(self->index_pad);
+    Py_CLEAR(self->index_buf);
+    Py_CLEAR(self->index_lock);
+    Py_CLEAR(self->index_log);
+    return 0;
+}
+
+static void
+idxfields_dealloc(IdxFields *self)
+{
+    PyObject_GC_UnTrack(self);
+    idxfields_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef idxfields_members[] = {
+    {"index_closed", T_OBJECT_EX, offsetof(IdxFields, index_closed), 0,
+     "True once the store is closed."},
+    {"index_next", T_OBJECT_EX, offsetof(IdxFields, index_next), 0,
+     "The sequence number the next store gets (an int)."},
+    {"index_count", T_OBJECT_EX, offsetof(IdxFields, index_count), 0,
+     "Live messages in the index (an int)."},
+    {"index_first", T_OBJECT_EX, offsetof(IdxFields, index_first), 0,
+     "The lowest live sequence number (an int; meaningful when index_count)."},
+    {"index_pad", T_OBJECT_EX, offsetof(IdxFields, index_pad), 0,
+     "Sequence numbers dropped from the end since the last store (an int)."},
+    {"index_buf", T_OBJECT_EX, offsetof(IdxFields, index_buf), 0,
+     "The index: a list of payloads (None for a hole)."},
+    {"index_lock", T_OBJECT_EX, offsetof(IdxFields, index_lock), 0,
+     "The lock that guards every field above."},
+    {"index_log", T_OBJECT_EX, offsetof(IdxFields, index_log), 0,
+     "The segment files records are written to (a file store), else None."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject IdxFieldsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.PublishIndexFields",
+    .tp_basicsize = sizeof(IdxFields),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "PublishIndexFields()\n\nThe index fields of the bundled publish stores that "
+              "the publish lane works on (twin: ampsclient._accel.PyPublishIndexFields). A new "
+              "instance has no field set.",
+    .tp_traverse = (traverseproc)idxfields_traverse,
+    .tp_clear = (inquiry)idxfields_clear,
+    .tp_dealloc = (destructor)idxfields_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_members = idxfields_members,
+};
+
 /* SegmentLogFields: the fields of ampsclient.stores.publish.segments.SegmentLog that the
  * publish lane reads and writes, a type this module owns (twin:
  * ampsclient._accel.PySegmentLogFields); SegmentLog is built on it and documents them. */
@@ -2529,7 +2615,7 @@ typedef struct {
     PyObject *store;
     PyObject *log;            /* store.segment_log (a file store), else NULL */
     PyObject *pub_locked;     /* role ha_client.pub_lock, its .locked */
-    PyObject *store_locked;   /* role publish_store.lock, its .locked */
+    PyObject *store_locked;   /* the store's index_lock, its .locked */
     PyObject *suffixes;       /* role ha_client.seq_suffix: topic -> b',"a":"persisted","t":"..."}' */
     PyObject *enqueue;        /* role client.enqueue (the write queue's append) */
     Waker w;                  /* roles client.wake, .wait_writable, .outq, .caller_write */
@@ -2633,21 +2719,27 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
     if (need_layout() < 0) {
         return -1;
     }
-    PyTypeObject *st = Py_TYPE(store);
-    if (slot_offset(st, NAME(R_STORE_CLOSED), &self->o_closed) < 0
-        || slot_offset(st, NAME(R_STORE_NEXT), &self->o_next) < 0
-        || slot_offset(st, NAME(R_STORE_COUNT), &self->o_count) < 0
-        || slot_offset(st, NAME(R_STORE_FIRST), &self->o_first) < 0
-        || slot_offset(st, NAME(R_STORE_PAD), &self->o_pad) < 0
-        || slot_offset(st, NAME(R_STORE_BUF), &self->o_buf) < 0) {
+    if (!PyObject_TypeCheck(store, &IdxFieldsType)) {
+        PyErr_SetString(PyExc_TypeError, "PublishLane: the store must be built on "
+                                         "PublishIndexFields");
+        return -1;
+    }
+    /* the fields of this module's own PublishIndexFields (the stores are built on it) */
+    self->o_closed = offsetof(IdxFields, index_closed);
+    self->o_next = offsetof(IdxFields, index_next);
+    self->o_count = offsetof(IdxFields, index_count);
+    self->o_first = offsetof(IdxFields, index_first);
+    self->o_pad = offsetof(IdxFields, index_pad);
+    self->o_buf = offsetof(IdxFields, index_buf);
+    IdxFields *index = (IdxFields *)store;
+    if (index->index_lock == NULL) {
+        PyErr_SetString(PyExc_TypeError, "PublishLane: the store has no index_lock");
         return -1;
     }
     if (file) {
-        /* the segment files (ampsclient/stores/publish/segments.py) */
-        if (take_attr(store, NAME(R_STORE_SEGMENT_LOG), &self->log) < 0) {
-            return -1;
-        }
-        if (!PyObject_TypeCheck(self->log, &SegFieldsType)) {
+        /* the segment files (ampsclient/stores/publish/segments.py), the store's index_log */
+        Py_XSETREF(self->log, Py_XNewRef(index->index_log));
+        if (self->log == NULL || !PyObject_TypeCheck(self->log, &SegFieldsType)) {
             PyErr_SetString(PyExc_TypeError, "PublishLane: the store's segment log must be "
                                              "built on SegmentLogFields");
             return -1;
@@ -2663,8 +2755,7 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
     PyObject *lock = NULL;
     int failed = take_attr(client, NAME(R_HA_PUB_LOCK), &lock) < 0
                  || take_attr(lock, str_locked, &self->pub_locked) < 0
-                 || take_attr(store, NAME(R_STORE_LOCK), &lock) < 0
-                 || take_attr(lock, str_locked, &self->store_locked) < 0
+                 || take_attr(index->index_lock, str_locked, &self->store_locked) < 0
                  || take_attr(client, NAME(R_HA_SEQ_SUFFIX), &self->suffixes) < 0
                  || take_attr(client, NAME(R_CLIENT_ENQUEUE), &self->enqueue) < 0
                  || take_waker(client, &self->w) < 0;
@@ -4109,6 +4200,8 @@ PyInit__speedups(void)
     str_locked = PyUnicode_InternFromString("locked");
     if (str_locked == NULL || PyType_Ready(&SegFieldsType) < 0
         || PyModule_AddObjectRef(module, "SegmentLogFields", (PyObject *)&SegFieldsType) < 0
+        || PyType_Ready(&IdxFieldsType) < 0
+        || PyModule_AddObjectRef(module, "PublishIndexFields", (PyObject *)&IdxFieldsType) < 0
         || PyType_Ready(&PublishLaneType) < 0
         || PyModule_AddObjectRef(module, "PublishLane", (PyObject *)&PublishLaneType) < 0
         || PyType_Ready(&PlainLaneType) < 0

@@ -328,87 +328,89 @@ _COMPACT_MIN: Final = 4096
 at least half of it), which keeps :meth:`discard_up_to` amortized O(1)."""
 
 
-class IndexedPublishStore(PublishStore):
+class IndexedPublishStore(PublishStore, _accel.PublishIndexFields):
     """The in-memory index shared by both stores (internal base class).
 
-    Stored sequence numbers are contiguous from ``_first`` (the lowest unpersisted one): the
-    index is a list ``_buf`` of payloads whose live part starts at ``_head``; slot ``i`` holds
-    sequence ``_first + i - _head``. A message dropped singly by :meth:`discard` leaves a
-    ``None`` hole, except at either end, which is trimmed, so the first and last live slots
-    always hold a message (``_pad`` remembers how many were trimmed from the end, so that the
-    next store can restore the holes before appending). Dropping a prefix only moves
-    ``_head``; the list is compacted when the dead prefix is at least half of it.
+    Stored sequence numbers are contiguous from ``index_first`` (the lowest unpersisted one):
+    the index is a list ``index_buf`` of payloads whose live part starts at ``_head``; slot
+    ``i`` holds sequence ``index_first + i - _head``. A message dropped singly by
+    :meth:`discard` leaves a ``None`` hole, except at either end, which is trimmed, so the
+    first and last live slots always hold a message (``index_pad`` remembers how many were
+    trimmed from the end, so that the next store can restore the holes before appending).
+    Dropping a prefix only moves ``_head``; the list is compacted when the dead prefix is at
+    least half of it.
+
+    The index's fields that the C speedups' ``PublishLane`` reads and writes are those of its
+    base ``ampsclient._accel.PublishIndexFields`` (the extension's own type when built, else
+    its twin), public and documented below: ``index_closed``, ``index_next``,
+    ``index_count``, ``index_first``, ``index_pad``, ``index_buf``, ``index_lock`` and
+    ``index_log``. They are the store's internals, written only by this module and the two
+    store modules (under ``index_lock``); applications read the store through its methods.
     """
 
     __slots__ = (
-        "_buf",
-        "_closed",
         "_cond",
-        "_count",
         "_discarded_total",
         "_error_on_publish_gap",
-        "_first",
         "_head",
         "_holes",
         "_last_persisted",
-        "_lock",
-        "_next",
-        "_pad",
         "_waiters",
     )
-    # slots: the C speedups' PublishLane reads and writes the index through them
 
     def __init__(self, *, error_on_publish_gap: bool = False, next_sequence: int | None = None):
-        self._lock = threading.Lock()
+        self.index_lock = threading.Lock()
         """Guards every field below; the critical sections are a few statements long."""
-        self._cond = threading.Condition(self._lock)
+        self.index_log: Any = None
+        """The segment files records are written to (a file store), else ``None``."""
+        self._cond = threading.Condition(self.index_lock)
         """Wakes :meth:`wait_for` callers after a discard or a close."""
         self._waiters = 0
         """How many threads sit in :meth:`wait_for` (notify only when someone listens)."""
-        self._buf: list[bytes | None] = []
+        self.index_buf: list[bytes | None] = []
         self._head = 0
-        self._first = 0
-        self._count = 0
+        self.index_first = 0
+        self.index_count = 0
         """Live messages (slots that are not holes)."""
         self._holes = 0
         """``None`` slots inside the live part."""
-        self._pad = 0
+        self.index_pad = 0
         """Sequence numbers dropped from the end by :meth:`discard` since the last store: the
         next store first appends this many holes so that slots stay contiguous."""
-        self._next = initial_sequence() if next_sequence is None else next_sequence
+        self.index_next = initial_sequence() if next_sequence is None else next_sequence
         self._last_persisted = 0
         self._error_on_publish_gap = error_on_publish_gap
-        self._closed = False
+        self.index_closed = False
         self._discarded_total = 0
 
     # ------------------------------------------------------------------ index helpers
-    # All helpers below expect self._lock to be held.
+    # All helpers below expect self.index_lock to be held.
 
     def _index_reset(self) -> None:
-        self._buf.clear()
+        self.index_buf.clear()
         self._head = 0
-        self._count = 0
+        self.index_count = 0
         self._holes = 0
-        self._pad = 0
+        self.index_pad = 0
 
     def _index_pad(self) -> None:
         """Re-insert the holes left by single discards at the end (before a store)."""
-        self._buf.extend([None] * self._pad)
-        self._holes += self._pad
-        self._pad = 0
+        self.index_buf.extend([None] * self.index_pad)
+        self._holes += self.index_pad
+        self.index_pad = 0
 
     def _index_drop_through(self, sequence: int) -> tuple[int, int]:
         """Drop every slot ``<= sequence``; returns ``(dropped messages, highest dropped seq)``.
 
-        ``sequence`` must be ``>= self._first`` and the index must not be empty.
+        ``sequence`` must be ``>= self.index_first`` and the index must not be empty.
         """
-        buf = self._buf
+        buf = self.index_buf
         head = self._head
         span = len(buf) - head
-        k = sequence - self._first + 1
+        k = sequence - self.index_first + 1
         if k >= span:
-            dropped = self._count
-            top = self._first + span - 1
+            dropped = self.index_count
+            top = self.index_first + span - 1
             self._index_reset()
             return dropped, top
         holes = 0
@@ -422,8 +424,8 @@ class IndexedPublishStore(PublishStore):
             head += 1
             first += 1
             self._holes -= 1
-        self._first = first
-        self._count -= dropped
+        self.index_first = first
+        self.index_count -= dropped
         if head >= _COMPACT_MIN and head * 2 >= len(buf):
             del buf[:head]
             head = 0
@@ -432,28 +434,28 @@ class IndexedPublishStore(PublishStore):
 
     def _index_drop_one(self, sequence: int) -> bool:
         """Drop a single slot; returns whether it held a message."""
-        if not self._count:
+        if not self.index_count:
             return False
-        buf = self._buf
-        idx = self._head + sequence - self._first
+        buf = self.index_buf
+        idx = self._head + sequence - self.index_first
         if idx < self._head or idx >= len(buf) or buf[idx] is None:
             return False
-        self._count -= 1
-        if not self._count:
+        self.index_count -= 1
+        if not self.index_count:
             self._index_reset()
         elif idx == len(buf) - 1:
             buf.pop()
-            self._pad += 1
+            self.index_pad += 1
             while buf[-1] is None:
                 buf.pop()
                 self._holes -= 1
-                self._pad += 1
+                self.index_pad += 1
         elif idx == self._head:
             idx += 1
             while buf[idx] is None:
                 idx += 1
                 self._holes -= 1
-            self._first += idx - self._head
+            self.index_first += idx - self._head
             self._head = idx
         else:
             buf[idx] = None
@@ -463,26 +465,26 @@ class IndexedPublishStore(PublishStore):
     def _index_one(self, sequence: int, payload: bytes) -> None:
         """Index one ``payload`` stored with ``sequence`` (lock held). ``store_parts`` of the
         memory and file stores inline this: it runs once per HA publish."""
-        if not self._count:
-            self._first = sequence
-        elif self._pad:
+        if not self.index_count:
+            self.index_first = sequence
+        elif self.index_pad:
             self._index_pad()
-        self._buf.append(payload)
-        self._count += 1
-        self._next = sequence + 1
+        self.index_buf.append(payload)
+        self.index_count += 1
+        self.index_next = sequence + 1
 
     def _index_extend(self, first: int, payloads: list[bytes]) -> None:
         """Index ``payloads``, stored with sequences from ``first`` (lock held)."""
-        if not self._count:
-            self._first = first
-        elif self._pad:
+        if not self.index_count:
+            self.index_first = first
+        elif self.index_pad:
             self._index_pad()
-        self._buf.extend(payloads)
-        self._count += len(payloads)
-        self._next = first + len(payloads)
+        self.index_buf.extend(payloads)
+        self.index_count += len(payloads)
+        self.index_next = first + len(payloads)
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self.index_closed:
             raise StoreError(f"{type(self).__name__} is closed")
 
     def _gap(self, sequence: int) -> None:
@@ -506,8 +508,8 @@ class IndexedPublishStore(PublishStore):
 
     def discard_up_to(self, sequence: int) -> int:
         """Drop every message ``<= sequence`` (a persisted ack); returns how many."""
-        with self._lock:
-            if self._closed:
+        with self.index_lock:
+            if self.index_closed:
                 self._check_open()
             if sequence <= self._last_persisted:
                 if 0 < sequence < self._last_persisted:
@@ -515,10 +517,10 @@ class IndexedPublishStore(PublishStore):
                 return 0
             self._record_discard(b"d", sequence)
             self._last_persisted = sequence
-            if sequence >= self._next:
-                self._next = sequence + 1
+            if sequence >= self.index_next:
+                self.index_next = sequence + 1
             dropped = 0
-            if self._count and sequence >= self._first:
+            if self.index_count and sequence >= self.index_first:
                 dropped = self._index_drop_through(sequence)[0]
                 self._discarded_total += dropped
                 if self._waiters:
@@ -527,7 +529,7 @@ class IndexedPublishStore(PublishStore):
 
     def discard(self, sequence: int) -> bool:
         """Drop one message (a failed publish); ``True`` if it was stored."""
-        with self._lock:
+        with self.index_lock:
             self._check_open()
             if not self._index_drop_one(sequence):
                 return False
@@ -538,11 +540,11 @@ class IndexedPublishStore(PublishStore):
 
     def next_sequence(self) -> int:
         """The sequence number the next :meth:`store` will assign (a peek)."""
-        return self._next
+        return self.index_next
 
     def _snapshot(self) -> tuple[int, list[bytes | None]]:
-        with self._lock:
-            return self._first, self._buf[self._head :]
+        with self.index_lock:
+            return self.index_first, self.index_buf[self._head :]
 
     def replay(self, replayer: Replayer) -> int:
         """Call ``replayer`` for every unpersisted message in sequence order (see base)."""
@@ -564,29 +566,29 @@ class IndexedPublishStore(PublishStore):
 
     def get(self, sequence: int) -> StoredMessage | None:
         """The unpersisted message with this sequence number, or ``None``."""
-        with self._lock:
+        with self.index_lock:
             return self.get_unlocked(sequence)
 
     def get_unlocked(self, sequence: int) -> StoredMessage | None:
         """:meth:`get` for a caller that holds the store's lock (subclasses)."""
-        if not self._count:
+        if not self.index_count:
             return None
-        idx = self._head + sequence - self._first
-        if idx < self._head or idx >= len(self._buf):
+        idx = self._head + sequence - self.index_first
+        if idx < self._head or idx >= len(self.index_buf):
             return None
-        payload = self._buf[idx]
+        payload = self.index_buf[idx]
         return None if payload is None else StoredMessage(sequence, payload)
 
     @property
     def unpersisted_count(self) -> int:
         """How many messages are stored and not yet discarded."""
-        return self._count
+        return self.index_count
 
     @property
     def lowest_unpersisted(self) -> int | None:
         """The smallest stored sequence number, or ``None`` when empty."""
-        with self._lock:
-            return self._first if self._count else None
+        with self.index_lock:
+            return self.index_first if self.index_count else None
 
     @property
     def last_persisted(self) -> int:
@@ -605,7 +607,7 @@ class IndexedPublishStore(PublishStore):
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._closed
+        return self.index_closed
 
     def wait_for(self, sequence: int, timeout: float | None = None) -> bool:
         """Block until every message ``<= sequence`` is discarded; ``False`` on timeout."""
@@ -613,11 +615,14 @@ class IndexedPublishStore(PublishStore):
             self._waiters += 1
             try:
                 self._cond.wait_for(
-                    lambda: self._closed or not self._count or self._first > sequence, timeout
+                    lambda: (
+                        self.index_closed or not self.index_count or self.index_first > sequence
+                    ),
+                    timeout,
                 )
-                if not self._count or self._first > sequence:
+                if not self.index_count or self.index_first > sequence:
                     return True
-                if self._closed:
+                if self.index_closed:
                     raise StoreError(f"{type(self).__name__} was closed during wait_for")
                 return False
             finally:
@@ -626,14 +631,14 @@ class IndexedPublishStore(PublishStore):
     def statistics(self) -> dict[str, int]:
         """Counters: ``stored``, ``bytes``, ``next_sequence``, ``last_persisted``,
         ``stored_total`` (stored or loaded by this instance), ``discarded_total``, ``waiters``."""
-        with self._lock:
-            live = self._buf[self._head :]
+        with self.index_lock:
+            live = self.index_buf[self._head :]
             return {
-                "stored": self._count,
+                "stored": self.index_count,
                 "bytes": sum(len(p) for p in live if p is not None),
-                "next_sequence": self._next,
+                "next_sequence": self.index_next,
                 "last_persisted": self._last_persisted,
-                "stored_total": self._count + self._discarded_total,
+                "stored_total": self.index_count + self._discarded_total,
                 "discarded_total": self._discarded_total,
                 "waiters": self._waiters,
             }

@@ -126,13 +126,13 @@ class FilePublishStore(IndexedPublishStore):
         "_always",
         "_dir",
         "_lock_fd",
-        "_log",
         "_policy",
         "_resize_handler",
         "_syncer",
         "_torn_tails_repaired",
         "_truncate_on_close",
     )
+    index_log: SegmentLog  # (a file store's is always its segment files)
 
     def __init__(
         self,
@@ -151,9 +151,11 @@ class FilePublishStore(IndexedPublishStore):
         """The store directory."""
         self._policy: FsyncPolicy = fsync
         self._always = fsync == "always"
-        self._log = SegmentLog(self._dir, segment_size=segment_size, sync_files=fsync != "never")
+        self.index_log = SegmentLog(
+            self._dir, segment_size=segment_size, sync_files=fsync != "never"
+        )
         # "interval": a full segment is synced by the background thread, not by the publisher
-        self._log.defer_roll_sync = fsync == "interval"
+        self.index_log.defer_roll_sync = fsync == "interval"
         self._torn_tails_repaired = 0
         self._truncate_on_close = False
         self._resize_handler: ResizeHandler | None = None
@@ -166,14 +168,14 @@ class FilePublishStore(IndexedPublishStore):
         try:
             self._load()
         except BaseException as exc:
-            self._log.release_active(trim=False)
+            self.index_log.release_active(trim=False)
             os.close(self._lock_fd)
             if isinstance(exc, OSError):
                 raise StoreError(f"cannot open publish store {self._dir}: {exc}") from exc
             raise
         if fsync == "interval":
             self._syncer = IntervalSync(
-                self._log, fsync_interval, name=f"publish-store-fsync {self._dir}"
+                self.index_log, fsync_interval, name=f"publish-store-fsync {self._dir}"
             )
 
     # ------------------------------------------------------------------ opening
@@ -208,7 +210,7 @@ class FilePublishStore(IndexedPublishStore):
             fd = os.open(torn.path, os.O_WRONLY)
             try:
                 os.ftruncate(fd, torn.offset)  # re-extended with zeros when it is mapped
-                if self._log.sync_files:
+                if self.index_log.sync_files:
                     os.fsync(fd)
             finally:
                 os.close(fd)
@@ -224,40 +226,40 @@ class FilePublishStore(IndexedPublishStore):
         inspection, live, singles = found.inspection, found.live, found.singles
         self._repair(inspection)
         next_sequence = inspection.next_sequence
-        self._next = initial_sequence() if next_sequence is None else next_sequence
+        self.index_next = initial_sequence() if next_sequence is None else next_sequence
         self._last_persisted = inspection.last_persisted
         if live:
-            self._first = live[0][0]
-            self._buf = [None if s in singles else p for s, p in live]
-            self._count = len(inspection.messages)
+            self.index_first = live[0][0]
+            self.index_buf = [None if s in singles else p for s, p in live]
+            self.index_count = len(inspection.messages)
             self._holes = len(inspection.holes)
-            self._pad = self._next - (self._first + len(self._buf))
-        self._log.open(inspection.segments, self._next)
+            self.index_pad = self.index_next - (self.index_first + len(self.index_buf))
+        self.index_log.open(inspection.segments, self.index_next)
         logger.debug(
             "publish store %s opened: %d unpersisted, next sequence %d, %d segment(s)",
             self._dir,
-            self._count,
-            self._next,
-            len(self._log.segments),
+            self.index_count,
+            self.index_next,
+            len(self.index_log.segments),
         )
-        self._log.compact(self._low(), self._last_persisted, self._next - 1)
+        self.index_log.compact(self._low(), self._last_persisted, self.index_next - 1)
 
     # ------------------------------------------------------------------ writing (lock held)
 
     def _low(self) -> int | None:
         """The lowest unpersisted sequence number, ``None`` when there is none."""
-        return self._first if self._count else None
+        return self.index_first if self.index_count else None
 
     def _check_writable(self) -> None:
         self._check_open()
-        if self._log.broken is not None:
-            raise StoreError(f"publish store {self._dir} is unusable: {self._log.broken}")
+        if self.index_log.broken is not None:
+            raise StoreError(f"publish store {self._dir} is unusable: {self.index_log.broken}")
 
     def _write(self, first: int, payloads: list[bytes]) -> int:
         """Record and index ``payloads`` (sequences from ``first``); returns the write
         generation to sync to. The one write path of :meth:`store`, :meth:`store_parts`
         and :meth:`store_many`."""
-        log = self._log
+        log = self.index_log
         if log.roll_blocked is not None and log.active_size >= log.segment_size:
             # the last roll found the disk full: try again before growing the full segment
             # (the roll first reclaims segments whose messages were persisted meanwhile)
@@ -265,7 +267,7 @@ class FilePublishStore(IndexedPublishStore):
         log.write_stores(first, payloads)
         self._index_extend(first, payloads)
         if log.active_size >= log.segment_size:
-            log.roll(self._next, self._low(), self._last_persisted)
+            log.roll(self.index_next, self._low(), self._last_persisted)
         return log.write_gen
 
     def store(self, build: Build | StorableMessage) -> int:
@@ -278,25 +280,25 @@ class FilePublishStore(IndexedPublishStore):
                 fsync the message is kept, but its durability is unknown).
         """
         make = as_build(build)
-        with self._lock:
-            if self._closed or self._log.broken is not None:
+        with self.index_lock:
+            if self.index_closed or self.index_log.broken is not None:
                 self._check_writable()
-            s = self._next
+            s = self.index_next
             generation = self._write(s, [make(s)])
         if self._always:
-            self._log.sync_to(generation)
+            self.index_log.sync_to(generation)
         return s
 
     def store_parts(self, head: bytes, tail: bytes) -> tuple[int, bytes]:
         """:meth:`store` of ``head + b"<sequence>" + tail`` (the HA client's hot path)."""
-        with self._lock:
-            if self._closed or self._log.broken is not None:
+        with self.index_lock:
+            if self.index_closed or self.index_log.broken is not None:
                 self._check_writable()
-            s = self._next
+            s = self.index_next
             payload = join_seq_fast(head, s, tail)
             generation = self._write(s, [payload])
         if self._always:
-            self._log.sync_to(generation)
+            self.index_log.sync_to(generation)
         return s, payload
 
     def store_many(self, builds: Iterable[Build]) -> list[int]:
@@ -304,9 +306,9 @@ class FilePublishStore(IndexedPublishStore):
 
         All or none of the batch is recorded.
         """
-        with self._lock:
+        with self.index_lock:
             self._check_writable()
-            s = self._next
+            s = self.index_next
             payloads: list[bytes] = []
             for build in builds:
                 payloads.append(build(s + len(payloads)))
@@ -314,40 +316,44 @@ class FilePublishStore(IndexedPublishStore):
                 return []
             generation = self._write(s, payloads)
         if self._always:
-            self._log.sync_to(generation)
+            self.index_log.sync_to(generation)
         return list(range(s, s + len(payloads)))
 
     def _record_discard(self, kind: bytes, sequence: int) -> None:
         """Record a discard (no fsync); an I/O error is logged, not raised (it only costs a
         duplicate replay after a restart)."""
-        if self._log.broken is not None:
+        if self.index_log.broken is not None:
             return
         try:
-            self._log.append(control_record(kind, sequence))
+            self.index_log.append(control_record(kind, sequence))
         except StoreError:
             logger.exception("publish store %s: could not record a discard", self._dir)
 
     def flush(self) -> None:
         """Force everything written so far to stable storage now (any policy)."""
-        self._log.sync_to(self._log.write_gen)
+        self.index_log.sync_to(self.index_log.write_gen)
 
     def close(self) -> None:
         """Sync (unless ``"never"``), write the state file and release the directory.
 
         Idempotent. Threads blocked in :meth:`wait_for` wake up and raise ``StoreError``.
         """
-        with self._lock:
-            if self._closed:
+        with self.index_lock:
+            if self.index_closed:
                 return
-            self._closed = True
+            self.index_closed = True
             self._cond.notify_all()
         if self._syncer is not None:
             self._syncer.stop()
-        with self._lock:
+        with self.index_lock:
             try:
-                self._log.close(self._low(), self._last_persisted, self._next - 1)
-                if self._truncate_on_close and not self._count and self._log.broken is None:
-                    self._log.remove_all()  # the state file keeps the sequence numbers
+                self.index_log.close(self._low(), self._last_persisted, self.index_next - 1)
+                if (
+                    self._truncate_on_close
+                    and not self.index_count
+                    and self.index_log.broken is None
+                ):
+                    self.index_log.remove_all()  # the state file keeps the sequence numbers
             except OSError as exc:
                 raise StoreError(f"publish store {self._dir}: close failed: {exc}") from exc
             finally:
@@ -367,9 +373,9 @@ class FilePublishStore(IndexedPublishStore):
         would take. ``False`` refuses: a refused new segment means appending to the current
         one, a refused extension makes that :meth:`store` raise ``StoreError`` (nothing
         stored). ``None`` removes the handler."""
-        with self._lock:
+        with self.index_lock:
             self._resize_handler = handler
-            self._log.resize_check = None if handler is None else self._ask_resize
+            self.index_log.resize_check = None if handler is None else self._ask_resize
 
     def _ask_resize(self, size: int) -> bool:
         handler = self._resize_handler
@@ -390,19 +396,19 @@ class FilePublishStore(IndexedPublishStore):
     @property
     def segment_log(self) -> SegmentLog:
         """The segment files (the C speedups' ``PublishLane`` writes records through it)."""
-        return self._log
+        return self.index_log
 
     def segment_files(self) -> list[Path]:
         """The segment files, oldest first (the last one is being appended to)."""
-        with self._lock:
-            return [s.path for s in self._log.segments]
+        with self.index_lock:
+            return [s.path for s in self.index_log.segments]
 
     def statistics(self) -> dict[str, int]:
         """The base counters plus ``fsyncs``, ``segments``, ``segments_deleted``,
         ``disk_bytes`` (segment bytes) and ``torn_tails_repaired``."""
         stats = super().statistics()
-        with self._lock:
-            log = self._log
+        with self.index_lock:
+            log = self.index_log
             stats.update(
                 fsyncs=log.fsyncs,
                 segments=len(log.segments),
@@ -415,5 +421,5 @@ class FilePublishStore(IndexedPublishStore):
     def __repr__(self) -> str:
         return (
             f"FilePublishStore({str(self._dir)!r}, fsync={self._policy!r}, "
-            f"unpersisted={self._count}, next={self._next})"
+            f"unpersisted={self.index_count}, next={self.index_next})"
         )

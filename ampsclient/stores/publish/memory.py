@@ -72,39 +72,39 @@ class MemoryPublishStore(IndexedPublishStore):
     def store(self, build: Build | StorableMessage) -> int:
         """Assign the next sequence number, build the payload with it, keep it; returns it."""
         make = as_build(build)
-        with self._lock:
-            if self._closed:
+        with self.index_lock:
+            if self.index_closed:
                 self._check_open()
-            s = self._next
+            s = self.index_next
             self._index_one(s, make(s))
             return s
 
     def store_parts(self, head: bytes, tail: bytes) -> tuple[int, bytes]:
         """:meth:`store` of ``head + b"<sequence>" + tail`` (the HA client's hot path)."""
-        lock = self._lock
+        lock = self.index_lock
         lock.acquire()  # not ``with``: this runs once per publish and __exit__ costs a call
         try:
-            if self._closed:
+            if self.index_closed:
                 self._check_open()
-            s = self._next
+            s = self.index_next
             payload = join_seq_fast(head, s, tail)
             # _index_one inlined (the HA publish hot path)
-            if not self._count:
-                self._first = s
-            elif self._pad:
+            if not self.index_count:
+                self.index_first = s
+            elif self.index_pad:
                 self._index_pad()
-            self._buf.append(payload)
-            self._count += 1
-            self._next = s + 1
+            self.index_buf.append(payload)
+            self.index_count += 1
+            self.index_next = s + 1
         finally:
             lock.release()
         return s, payload
 
     def store_many(self, builds: Iterable[Build]) -> list[int]:
         """Store several messages under one lock round; returns their sequence numbers."""
-        with self._lock:
+        with self.index_lock:
             self._check_open()
-            s = self._next
+            s = self.index_next
             payloads: list[bytes] = []
             for build in builds:
                 payloads.append(build(s + len(payloads)))
@@ -118,6 +118,6 @@ class MemoryPublishStore(IndexedPublishStore):
 
         Threads blocked in :meth:`wait_for` wake up (and raise ``StoreError``).
         """
-        with self._lock:
-            self._closed = True
+        with self.index_lock:
+            self.index_closed = True
             self._cond.notify_all()

@@ -188,9 +188,9 @@ class HybridPublishStore(ClientOwned):
             segment_size=10000 * blockSize,
             error_on_publish_gap=errorOnPublishGap,
         )
-        with self._lock:  # a reopened store: spill what the budget does not hold
+        with self.index_lock:  # a reopened store: spill what the budget does not hold
             self._measured_at = self._discarded_total  # counted below, oldest first
-            buf = self._buf
+            buf = self.index_buf
             for i in range(self._head, len(buf)):
                 payload = buf[i]
                 if payload is not None and not self._fits(len(payload)):
@@ -214,7 +214,9 @@ class HybridPublishStore(ClientOwned):
 
     def memory_bytes(self) -> int:
         """Bytes of payloads held in memory now (the lock held, or a moment's estimate)."""
-        return sum(len(p) for p in self._buf[self._head :] if p is not None and p is not _SPILLED)
+        return sum(
+            len(p) for p in self.index_buf[self._head :] if p is not None and p is not _SPILLED
+        )
 
     def _index_extend(self, first: int, payloads: list[bytes]) -> None:
         kept = []
@@ -234,8 +236,8 @@ class HybridPublishStore(ClientOwned):
     def replay(self, replayer: Replayer) -> int:
         """Call ``replayer`` for every unpersisted message in order (spilled payloads are
         read back from disk first)."""
-        with self._lock:
-            first, payloads = self._first, self._buf[self._head :]
+        with self.index_lock:
+            first, payloads = self.index_first, self.index_buf[self._head :]
             spilled = {first + i for i, p in enumerate(payloads) if p is _SPILLED}
             disk = self._from_disk(spilled) if spilled else {}
         n = 0
@@ -249,7 +251,7 @@ class HybridPublishStore(ClientOwned):
 
     def get(self, sequence: int) -> StoredMessage | None:
         """The unpersisted message with this sequence number (from disk if spilled)."""
-        with self._lock:
+        with self.index_lock:
             message = super().get_unlocked(sequence)
             if message is None or message.payload is not _SPILLED:
                 return message
@@ -260,8 +262,8 @@ class HybridPublishStore(ClientOwned):
         """The file store's counters plus ``memory_bytes``, ``spilled`` (payloads on disk
         only now) and ``spilled_total``."""
         stats = super().statistics()
-        with self._lock:
-            live = self._buf[self._head :]
+        with self.index_lock:
+            live = self.index_buf[self._head :]
             stats.update(
                 memory_bytes=self.memory_bytes(),
                 spilled=sum(1 for p in live if p is _SPILLED),
