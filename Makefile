@@ -27,7 +27,12 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/worker_grid/runner.py --mode both
 
-PYTEST := $(PY) -m pytest -p no:cacheprovider
+# every process of a run (pytest, its workers, the servers and tools they start) reads and writes
+# bytecode in one cache in the venv, kept across passes and runs (the tree gets no __pycache__):
+# with PYTHONDONTWRITEBYTECODE, set on some machines, each of them compiled (and pytest rewrote)
+# everything it imported again; collecting the whole suite took 12.9 s of CPU instead of 3.4 s
+PYCACHE := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
+PYTEST := $(PYCACHE) $(PY) -m pytest -p no:cacheprovider
 # two workers (pytest-xdist), then the tests marked serial (they assert on time) one at a time
 PARALLEL := -n 2 --dist worksteal -m "not serial"
 PURE_SUITES := tests/client tests/ha tests/stores tests/protocol tests/fuzz tests/test_speedups.py

@@ -21,7 +21,8 @@ from ampsclient_server_stub.config import default_config
 # With PYTHONDONTWRITEBYTECODE set (as on some machines) each of them compiled every module
 # it imports again, about 0.2 s a process. Children get a bytecode cache of their own for the
 # session instead (PYTHONPYCACHEPREFIX: a temporary directory, so the tree gets no
-# __pycache__), removed at the end. A prefix set by the caller is left as it is.
+# __pycache__), removed at the end. A prefix set by the caller is left as it is (`make test`
+# sets one in the venv that every process shares, kept across passes and runs).
 
 _PYCACHE_ENV = "PYTHONPYCACHEPREFIX"
 _pycache_dir: str | None = None
