@@ -182,8 +182,11 @@ class SowTopic:
         self.key_domain: Final = topic if key_domain is None else key_domain
         self.filename: Final = None if filename is None else os.fspath(filename)
         self.hash_indexes: Final = _build_indexes(topic, self.keys, hash_indexes)
-        """The hash indexes kept over the records (the configured ones, then the automatic
-        one over the key fields unless a configured one has the same fields)."""
+        """The hash indexes over the records (the configured ones, then the automatic one
+        over the key fields unless a configured one has the same fields)."""
+        self._maintained: list[HashIndex] = [i for i in self.hash_indexes if not i.automatic]
+        """The indexes kept current: the configured ones from the start, the automatic one
+        from the first query it answers (a topic never queried by its key pays nothing)."""
         self.memo_indexes: Final = tuple(memo_indexes)
         """The ``<Index>`` fields: every record is held parsed (the document cache), which
         serves any field as AMPS' memo indexes do; kept to be listed."""
@@ -244,13 +247,13 @@ class SowTopic:
     def _load_docs(self) -> None:
         """(Re)build the document cache from the table."""
         self._docs.clear()
-        for index in self.hash_indexes:
+        for index in self._maintained:
             index.clear()
         load_sql = f'SELECT k, data, seq FROM "{self._table}" ORDER BY seq'
         for key, data, seq in self._conn.execute(load_sql):
             doc = decode(self.message_type, bytes(data))
             self._docs[key] = doc
-            for index in self.hash_indexes:
+            for index in self._maintained:
                 index.add(key, doc, int(seq))
             self._next_seq = max(self._next_seq, int(seq) + 1)
 
@@ -403,7 +406,7 @@ class SowTopic:
         existed = key in self._docs
         before = self._docs.pop(key, None)  # re-insert at the end: dict order tracks seq
         self._docs[key] = doc
-        for index in self.hash_indexes:
+        for index in self._maintained:
             index.add(key, doc, record.seq)
         self.counters["update_count" if existed else "insert_count"] += 1
         for watcher in tuple(self.watchers):
@@ -499,6 +502,12 @@ class SowTopic:
         fields = frozenset(plan)
         for index in self.hash_indexes:
             if index.fields == fields:
+                if index not in self._maintained:
+                    # built from the cache; positions are in write order and below the
+                    # write counter of every later write, so the order holds
+                    for position, (key, doc) in enumerate(self._docs.items()):
+                        index.add(key, doc, position)
+                    self._maintained.append(index)
                 return index, index.candidates(plan)
         return None
 
@@ -599,7 +608,7 @@ class SowTopic:
             self._journal_index = journal_index
         for key in keys:
             before = self._docs.pop(key, None)
-            for index in self.hash_indexes:
+            for index in self._maintained:
                 index.remove(key)
             for watcher in tuple(self.watchers):
                 watcher.record_changed(self, key, before, None)

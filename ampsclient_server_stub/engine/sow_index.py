@@ -63,15 +63,23 @@ def index_steps(path: str) -> tuple[Step, ...]:
         raise ValueError(f"invalid XPath {path!r}: {exc}") from None
 
 
+_NUMBER_START: Final = frozenset("0123456789+-.")
+
+
 def _literal_tokens(text: str) -> tuple[Token, ...]:
-    number = parse_num(text)
+    number = parse_num(text) if text[:1] in _NUMBER_START else None
     return (("s", text),) if number is None else (("s", text), ("n", number))
 
 
 def _value_tokens(value: Any) -> set[Token]:
     """Every spelling a string literal equal to ``value`` can have (none for NULL)."""
+    t = type(value)
+    if t is int or t is float:  # the common cases first
+        return {("n", value)} if value == value else set()
+    if t is str and value:
+        return set(_literal_tokens(value))
     out: set[Token] = set()
-    for item in value if type(value) is list else (value,):
+    for item in value if t is list else (value,):
         if type(item) is str and not item:
             out.add(("s", ""))  # '' = '' holds for a top-level field
             continue
@@ -121,21 +129,35 @@ class HashIndex:
 
     def add(self, key: str, doc: Any, seq: int) -> None:
         """Index record ``key`` (write counter ``seq``) as ``doc``; replaces its old entry."""
-        self.remove(key)
+        if key in self._entries or key in self._wide:
+            self.remove(key)
         if doc is None:
             return  # an unparseable record matches no filter
-        spellings = [_value_tokens(get(doc)) for get in self._getters]
-        count = 1
-        for tokens in spellings:
-            count *= len(tokens)
-        if count == 0:
-            return  # a NULL field: no exact match can hold
-        if count > MAX_ENTRIES:
-            self._wide[key] = seq
-            return
-        entries = tuple(itertools.product(*spellings))
+        getters = self._getters
+        if len(getters) == 1:
+            entries: tuple[tuple[Token, ...], ...] = tuple(
+                (token,) for token in _value_tokens(getters[0](doc))
+            )
+            if not entries:
+                return  # NULL: no exact match can hold
+        else:
+            spellings = [_value_tokens(get(doc)) for get in getters]
+            count = 1
+            for tokens in spellings:
+                count *= len(tokens)
+            if count == 0:
+                return  # a NULL field: no exact match can hold
+            if count > MAX_ENTRIES:
+                self._wide[key] = seq
+                return
+            entries = tuple(itertools.product(*spellings))
+        buckets = self._buckets
         for entry in entries:
-            self._buckets.setdefault(entry, {})[key] = seq
+            bucket = buckets.get(entry)
+            if bucket is None:
+                buckets[entry] = {key: seq}
+            else:
+                bucket[key] = seq
         self._entries[key] = entries
 
     def remove(self, key: str) -> None:
