@@ -258,35 +258,24 @@ def test_records_the_sow_has_not_seen_are_applied_in_log_order(tmp_path: Path) -
     tail = [body(i) for i in range(200, 260)]
     with Journal(tmp_path / "journal", fsync="never") as journal:
         seq = 0
+
+        def append(command: str, payload: bytes, **fields: str) -> None:
+            nonlocal seq
+            seq += 1
+            journal.append(
+                publisher_id=pid,
+                sequence=seq,
+                topic=TOPIC,
+                command=command,
+                payload=payload,
+                fields={"mt": "json", **fields},
+            )
+
         for b in tail[:30]:
-            seq += 1
-            journal.append(
-                publisher_id=pid,
-                sequence=seq,
-                topic=TOPIC,
-                command="p",
-                payload=json.dumps(b).encode(),
-                fields={"mt": "json"},
-            )
-        seq += 1
-        journal.append(
-            publisher_id=pid,
-            sequence=seq,
-            topic=TOPIC,
-            command="sow_delete",
-            payload=b"",
-            fields={"mt": "json", "filter": "/clientName = 'c3'"},
-        )
+            append("p", json.dumps(b).encode())
+        append("sow_delete", b"", filter="/clientName = 'c3'")
         for b in tail[30:]:
-            seq += 1
-            journal.append(
-                publisher_id=pid,
-                sequence=seq,
-                topic=TOPIC,
-                command="p",
-                payload=json.dumps(b).encode(),
-                fields={"mt": "json"},
-            )
+            append("p", json.dumps(b).encode())
         journal.sync()
 
     node = Node(tmp_path)
