@@ -21,6 +21,11 @@ from ampsclient_server_stub.harness import ServerProcess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The local session's JVM (driver and executors in one): the quick compiler only and one GC
+thread. The tests' jobs are short, so the optimising compiler's threads (and a parallel GC's)
+cost the two cores more than their code gains back."""
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
@@ -46,6 +51,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
