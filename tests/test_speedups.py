@@ -153,6 +153,18 @@ def test_no_layout_role_reaches_into_a_class_c_does_not_own_beyond_the_known_lis
     assert private <= set(KNOWN_REMAINING_REACH)
 
 
+def test_the_c_source_reads_no_instance_dict_but_the_lane_methods_own_attribute() -> None:
+    """No C function reads another object's instance ``__dict__`` (the auto-ack handler did,
+    for the QueueAcks' batches; it gets an AckBatches now). The one dict read left is
+    ``LaneMethod``'s: the lane attribute the decorated class itself names (``lane_method``)."""
+    with open(os.path.join(os.path.dirname(_accel.__file__), "_speedups.c")) as f:
+        source = f.read()
+    assert "GenericGetDict" not in source
+    assert source.count("_PyObject_GetDictPtr(") == 1
+    lane_method = source[source.index("lanemethod_lane(LaneMethod *lm") :]
+    assert "_PyObject_GetDictPtr(" in lane_method[: lane_method.index("\n}\n")]
+
+
 @needs_lane
 def test_bookmark_record_fields_twins_behave_alike() -> None:
     """The C ``BookmarkSubscriptionFields``/``BookmarkPublisherFields`` (the lane works on
