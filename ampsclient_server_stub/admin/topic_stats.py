@@ -54,7 +54,7 @@ def views(broker: Broker | None) -> Entries:
     engine = queue_engine(broker)
     queue_views = engine.views if engine is not None else None
     if queue_views is not None:
-        for (_mt, name), qcfg, records, pending in queue_views.summaries():
+        for (mt, name), qcfg, records, pending in queue_views.summaries():
             out[name] = {
                 "topic": name,
                 "message_type": qcfg.message_type,
@@ -67,6 +67,7 @@ def views(broker: Broker | None) -> Entries:
                 "conflation_ratio": 0.0,
                 "queue_depth": pending,
                 "records": records,
+                "hash_indexes": queue_views.index_statistics(mt, name),
             }
     return out
 

@@ -6,9 +6,10 @@ the view's message type (json). ``Projection`` holds ``Field`` elements, each ``
 (a bare ``/path`` stands for ``/path AS /path``), where ``expr`` is an AMPS expression or one
 aggregate over one (``views.aggregates``; ``NULL`` values are left out, as AMPS does);
 ``Grouping`` holds the ``Field`` expressions that make a group (required); ``Filter`` selects the
-messages that count. ``KeyDomain``, ``Conflation``, ``FileName``, ``HashIndex`` and other message
-types are refused by name. A view whose ``UnderlyingTopic`` is not a queue (a SOW topic, a
-``Join``) is a view over SOW topics (``views.config``).
+messages that count; ``HashIndex`` (``config_indexes``): hash indexes over the view's records
+answer the ``sow`` queries they can (``engine.sow_index``). ``KeyDomain``, ``Conflation``,
+``FileName`` and other message types are refused by name. A view whose ``UnderlyingTopic`` is
+not a queue (a SOW topic, a ``Join``) is a view over SOW topics (``views.config``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from ..config_indexes import parse_hash_indexes
 from ..views.aggregates import AGGREGATES
 from ..views.fields import (
     ANY_AGGREGATE,
@@ -44,10 +46,18 @@ _REFUSED: Final = {
     "Conflation": "every change of the view is published",
     "ConflationInterval": "every change of the view is published",
     "FileName": "a view over a queue is computed from the queue, not stored",
-    "HashIndex": "view queries scan the view",
 }
 _KNOWN: Final = frozenset(
-    {"Name", "Topic", "MessageType", "UnderlyingTopic", "Projection", "Grouping", "Filter"}
+    {
+        "Name",
+        "Topic",
+        "MessageType",
+        "UnderlyingTopic",
+        "Projection",
+        "Grouping",
+        "Filter",
+        "HashIndex",
+    }
 )
 
 
@@ -62,6 +72,8 @@ class ViewConfig:
     projection: tuple[Field, ...]
     grouping: tuple[str, ...]
     filter: str | None = None
+    hash_indexes: tuple[tuple[str, ...], ...] = ()
+    """``<HashIndex>`` definitions, each its ``<Key>`` identifiers."""
 
 
 def is_queue_view(elem: ET.Element, queues: Sequence[QueueConfig]) -> bool:
@@ -127,4 +139,12 @@ def _parse_view(elem: ET.Element, queues: Sequence[QueueConfig], fail: Fail) -> 
     filter_text = one_text(elem, "Filter", fail)
     if filter_text is not None:
         check_compiles(first_child(elem, "Filter"), filter_text, label, fail, compile_filter)
-    return ViewConfig(name, mt, underlying, projection, tuple(grouping), filter_text)
+    return ViewConfig(
+        name,
+        mt,
+        underlying,
+        projection,
+        tuple(grouping),
+        filter_text,
+        hash_indexes=parse_hash_indexes(elem, label, parseable=True, fail=fail),
+    )

@@ -26,6 +26,7 @@ from ..engine.filters import compile_expression, compile_filter
 from ..engine.payload import apply_select, encode
 from ..engine.query_options import query_options
 from ..engine.session import CallLater, TimerHandle
+from ..engine.sow_index import HashIndex, equality_plan
 from ..engine.state import Connection, Subscription
 from ..engine.topics import TopicMatcher
 from ..engine.wire import (
@@ -68,6 +69,25 @@ class _View:
         self._filter = compile_filter(config.filter) if config.filter else None
         self.records: dict[str, Record] = {}
         self.subs: list[Subscription] = []
+        self.indexes = tuple(HashIndex(paths) for paths in config.hash_indexes)
+        """The view's hash indexes (``<HashIndex>``), brought up to date by :meth:`candidates` (the
+        records are recomputed as a whole when the queue changes)."""
+        self._indexed: dict[str, Record] | None = None  # the records the indexes hold
+
+    def candidates(self, filter_text: str | None) -> list[str] | None:
+        """The keys of the records that can match ``filter_text``, in record order, when a
+        hash index answers it (:mod:`..engine.sow_index`); ``None``: scan every record."""
+        plan = equality_plan(filter_text) if filter_text and self.indexes else None
+        index = next((i for i in self.indexes if plan and i.fields == frozenset(plan)), None)
+        if index is None or plan is None:
+            return None
+        if self._indexed is not self.records:
+            for each in self.indexes:
+                each.clear()
+                for position, (key, (_body, doc)) in enumerate(self.records.items()):
+                    each.add(key, doc, position)
+            self._indexed = self.records
+        return index.candidates(plan)
 
     def compute(self, queue: Queue) -> dict[str, Record]:
         """The records the queue's available messages make now."""
@@ -145,6 +165,10 @@ class QueueViews:
         for key, view in self.views.items():
             yield key, view.config, len(view.records), int(view.config.underlying in self._dirty)
 
+    def index_statistics(self, mt: str, name: str) -> list[dict[str, Any]]:
+        """The hash indexes of view ``name`` (statistics: fields, records held, queries)."""
+        return [index.statistics() for index in self.views[(mt, name)].indexes]
+
     def is_view(self, mt: str, topic: str) -> bool:
         """``topic`` is a view of message type ``mt``."""
         return (mt, topic) in self.views
@@ -212,12 +236,16 @@ class QueueViews:
         if text(hdr.get("bm")) is not None:
             raise CommandFailure("invalid options", "a view of a queue keeps no history")
         self.flush()  # (a change of this turn first)
-        _text, predicate = command_filter(hdr, message_type=conn.mt)
+        filter_text, predicate = command_filter(hdr, message_type=conn.mt)
         spec = query_options(hdr, command_options(hdr))
         spec.refuse("a view of a queue")
+        records = view.records
+        keys = view.candidates(filter_text)
         found = [
             (key, body, doc)
-            for key, (body, doc) in view.records.items()
+            for key, (body, doc) in (
+                records.items() if keys is None else ((k, records[k]) for k in keys)
+            )
             if predicate is None or predicate(doc)
         ]
         matches = len(found)

@@ -119,6 +119,7 @@ def test_views_and_conflated_topics_in_the_tree(server: ServerThread, client: Cl
         "conflation_ratio": 0.0,
         "queue_depth": 0,
         "records": 2,
+        "hash_indexes": [],
     }
     # AMPS' JSON form: a collection of entries with their id, rooted at amps
     document = get_json(port, "/amps/instance/views.json")

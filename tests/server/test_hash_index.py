@@ -321,3 +321,55 @@ def test_a_bad_index_fails_the_start_naming_it(tmp_path: Path, extra: str, messa
     with pytest.raises(ConfigError) as caught:
         parse_config(config(extra), base_dir=tmp_path)
     assert message in str(caught.value)
+
+
+QUEUE_CONFIG = """<AMPSConfig><Name>hash-index-queue</Name>
+  <Transports><Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr>
+    <Protocol>amps</Protocol></Transport></Transports>
+  <TransactionLog><JournalDirectory>journal</JournalDirectory>
+    <Topic><Name>jobs</Name><MessageType>json</MessageType></Topic></TransactionLog>
+  <SOW>
+    <Queue><Name>work</Name><MessageType>json</MessageType>
+      <UnderlyingTopic>jobs</UnderlyingTopic></Queue>
+    {views}
+  </SOW>
+</AMPSConfig>"""
+QUEUE_VIEW = """<View><Name>{name}</Name><MessageType>json</MessageType>
+      <UnderlyingTopic>work</UnderlyingTopic>
+      <Projection><Field>/kind</Field><Field>/site</Field><Field>COUNT(/id) AS /waiting</Field>
+      </Projection><Grouping><Field>/kind</Field><Field>/site</Field></Grouping>{index}</View>"""
+
+
+def test_a_view_over_a_queue_answers_from_its_index(tmp_path: Path) -> None:
+    views = QUEUE_VIEW.format(
+        name="qv-i", index="<HashIndex><Key>/kind</Key><Key>/site</Key></HashIndex>"
+    ) + QUEUE_VIEW.format(name="qv-p", index="")
+    thread = start(tmp_path, QUEUE_CONFIG.format(views=views))
+    try:
+        raw = connect(thread)
+        try:
+            for n in range(60):
+                job = {"id": n, "kind": VALUES[n % len(VALUES)], "site": ["x", "y", 7][n % 3]}
+                raw.send({"c": "p", "t": "jobs"}, json.dumps(job).encode())
+            raw.send({"c": "flush", "cid": "F", "a": "processed"})
+            raw.recv_until(lambda h: h.get("cid") == "F", 10)
+            wait_for(lambda: len(sow(raw, "qv-i", None)) == len(sow(raw, "qv-p", None)) > 5, 20)
+            queries: list[tuple[str | None, bool]] = [
+                ("/kind = 'east' AND /site = 'x'", True),
+                ("/kind IN ('5', 'west', '07') AND /site IN ('7', 'y')", True),
+                ("/kind = 5 AND /site = 'x'", False),
+                ("/kind = 'east'", False),
+                (None, False),
+            ]
+            where = "/amps/instance/views/qv-i"
+            for text, answered in queries:
+                before = index_queries(thread, where)[("/kind", "/site")]
+                got = sow(raw, "qv-i", text)
+                assert got == sow(raw, "qv-p", text), text
+                after = index_queries(thread, where)[("/kind", "/site")]
+                assert after - before == (1 if answered else 0), text
+            assert sow(raw, "qv-i", "/kind = 'east' AND /site = 'x'") != []
+        finally:
+            raw.close()
+    finally:
+        thread.stop()
