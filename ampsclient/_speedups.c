@@ -484,23 +484,12 @@ check_message_type(PyObject *cls)
     return 0;
 }
 
-/* the last class is_message() accepted (a strong reference): a client's deliveries are all
- * of one class, so the check is mostly one comparison instead of a walk of the MRO */
-static PyTypeObject *message_type_seen = NULL;
-
+/* (a look along the class's MRO, a few pointer comparisons: no class is remembered, so a
+ * client's per-connection Message subclass is never kept alive from here) */
 static inline int
 is_message(PyObject *obj)
 {
-    PyTypeObject *tp = Py_TYPE(obj);
-    if (tp == message_type_seen) {
-        return 1;
-    }
-    if (!PyType_IsSubtype(tp, &MessageFieldsType)) {
-        return 0;
-    }
-    Py_INCREF(tp);
-    Py_XSETREF(message_type_seen, tp);
-    return 1;
+    return PyObject_TypeCheck(obj, &MessageFieldsType);
 }
 
 static inline void
