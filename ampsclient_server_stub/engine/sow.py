@@ -11,6 +11,8 @@ Semantics follow amps-semantics.md section 2:
 * Queries filter with a caller-supplied predicate over parsed documents, can
   be restricted to ``sow_keys``, ordered (default: write order), and paged
   with ``top_n``/``skip_n``; the match count ignores paging.
+* Hash indexes (``<HashIndex>``, and the automatic one over the key fields; :mod:`.sow_index`)
+  are kept current with the document cache and narrow a query whose filter text they answer.
 
 Storage is SQLite through sqlite-utils: one table per topic, primary key ``k``,
 on disk (WAL, ``synchronous=NORMAL``; state survives re-opening) or in memory.
