@@ -91,7 +91,10 @@ def _compare(indexed: SowTopic, plain: SowTopic) -> None:
         after = {i.paths: i.queries for i in indexed.hash_indexes}
         used = [paths for paths in after if after[paths] != before[paths]]
         assert used == ([] if fields is None else [fields]), text
-        # paged and ordered, through the index too
+        # restricted to sow_keys, paged: through the index too
+        some = list(plain)[::3]
+        got, _ = indexed.query(predicate, keys=some, filter_text=text)
+        assert [r.key for r in got] == [r.key for r in plain.query(predicate, keys=some)[0]]
         got, _ = indexed.query(predicate, filter_text=text, order_by=None, top_n=3, skip_n=1)
         want, _ = plain.query(predicate, top_n=3, skip_n=1)
         assert [r.key for r in got] == [r.key for r in want], text
