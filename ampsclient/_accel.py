@@ -84,7 +84,7 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
         "client.pub_prefix": "_pub_prefix",
         "client.enqueue": "_enqueue",
         "client.wake": "_wake",
-        "client.wait_writable": "_wait_writable",
+        "client.wait_writable": "wait_writable",  # public: FrameWriter.wait_writable
         "client.transport": "_transport",
         "client.wake_pending": "_wake_pending",
         "client.blocked": "_blocked",
@@ -92,8 +92,8 @@ LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
         "client.caller_writes": "_caller_writes",
         "client.caller_write": "write_from_caller",
         # the writer's publish gate, which the AsyncHAClient holding its client drives (PublishLane)
-        "ha_client.pub_lock": "_pub_lock",
-        "ha_client.seq_suffix": "_seq_suffix",
+        "ha_client.pub_lock": "publish_lock",  # public property, read once
+        "ha_client.seq_suffix": "stored_publish_suffixes",  # public property, read once
         "ha_client.can_send": "_can_send",
     }
 )
