@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ampsclient import _accel
 from ampsclient.client import AsyncClient
 from ampsclient.ha.client import AsyncHAClient
 from ampsclient_server_stub.testing import wait_for_async
@@ -62,6 +63,8 @@ async def test_the_plain_client_writes_the_golden_frames(server: Any) -> None:
             + tcp(b'{"c":"delta_publish","t":"orders","e":"10","x":"x","k":"k2"}{"id":4}')
             + tcp(b'{"c":"delta_publish","t":"orders"}{"id":5}'),
         )
+        if _accel.PlainPublishLane is not None:  # the C lane wrote the cached topic's frames
+            assert client._plain_lane.fast == 1
     finally:
         await client.close()
 
@@ -96,6 +99,9 @@ async def test_the_ha_client_writes_the_golden_frames(
             + tcp(d % s5 + b',"t":"orders","e":"10","x":"x","k":"k2"}{"id":4}')
             + tcp(d % s6 + b',"t":"orders"}{"id":5}'),
         )
+        lane = ha._lane
+        if _accel.PublishLane is not None:  # the C lane wrote the cached topic's frames
+            assert lane is not None and lane.fast == 1
         await ha.publish_flush(10000)
     finally:
         await ha.close()
