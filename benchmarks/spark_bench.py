@@ -31,6 +31,10 @@ read in micro-batches of ``--stream`` rows (``Trigger.AvailableNow`` and a proce
 trigger) against the same eight-column source; a batch write against a
 ``DataSourceArrowWriter`` that only counts the rows. Each ratio is printed with its target.
 
+``--targets --replay-only`` adds a do-nothing experiment for each batch read: our source's
+planning, connection, replay and framing with a slice of the do-nothing source's batch per
+chunk instead of any conversion (what that case could reach with a free conversion).
+
 Usage::
 
     python benchmarks/spark_bench.py --targets --runs 5   # issue #26's cases, 1M rows
@@ -102,6 +106,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--batch-only",
         action="store_true",
         help="with --targets: the batch cases only (write, read, parse=json read), no streams",
+    )
+    parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="with --targets: also read each batch case's topic with our planning, replay and "
+        "framing but a ready-made batch per chunk (no conversion): each case's bound",
     )
     parser.add_argument(
         "--phases",
@@ -442,6 +452,23 @@ def _ceiling_classes() -> type:
             a, b = partition.value
             return _slices("default", b - a)
 
+    from ampsclient.spark._core import REPLAY_OPTIONS, UNTIMED_REPLAY_OPTIONS
+    from ampsclient.spark.datasource import AMPSBatchReader, _chunks
+
+    class ReplayOnlyReader(AMPSBatchReader):
+        """Our source's planning, connection, server replay and framing, then a slice of the
+        ready-made batch of ``shape`` per chunk of deliveries: no conversion at all."""
+
+        shape = "json3"
+
+        def read(self, partition: InputPartition) -> Any:
+            bookmark = partition.bookmark
+            if bookmark is None:
+                return
+            options = UNTIMED_REPLAY_OPTIONS if self.shape == "json3" else REPLAY_OPTIONS
+            for chunk in _chunks(self.opts, partition, bookmark, options):
+                yield _ceiling_batch(self.shape).slice(0, len(chunk))
+
     class CeilingWriter(DataSourceArrowWriter):
         def write(self, iterator: Any) -> WriterCommitMessage:
             for _batch in iterator:  # take every batch, do nothing with it
@@ -458,6 +485,11 @@ def _ceiling_classes() -> type:
 
         def reader(self, schema: Any) -> DataSourceReader:
             opts = self.options
+            if "uri" in opts:  # the replay-only source: ours without the conversion
+                keys = ("uri", "topic", "numPartitions")
+                reader = ReplayOnlyReader({k: opts[k] for k in keys}, schema)
+                reader.shape = opts.get("shape", "default")
+                return reader
             return CeilingReader(
                 int(opts["n"]), int(opts.get("partitions", 2)), opts.get("shape", "default")
             )
@@ -600,6 +632,14 @@ def measure_targets(args: argparse.Namespace) -> list[dict[str, Any]]:
             record["read_json"] = timed(
                 noop(amps(topic, parse="json", schema=PAYLOAD_FIELDS, metadataColumns=""))
             )
+            if args.replay_only:
+                for shape, case in (("default", "read_replay"), ("json3", "read_json_replay")):
+                    replayed = (
+                        spark.read.format("ceilingsource").option("shape", shape)
+                        .option("uri", uri).option("topic", topic).option("numPartitions", 2)
+                        .load()
+                    )  # fmt: skip
+                    record[case] = timed(noop(replayed))
             if args.batch_only:
                 record["load"] = os.getloadavg()[0]
                 print(json.dumps(record), flush=True)
@@ -623,16 +663,16 @@ def report_targets(records: list[dict[str, Any]]) -> None:
     """Medians, ranges and the ratios against issue #26's targets."""
     print(f"\nmedians over {len(records)} run(s) [min-max], rows/s")
     print(f"{'case':<12} {'ours':>24} {'do-nothing':>24} {'ratio':>18} {'target':>7}")
+
+    def cell(v: list[float], fmt: str) -> str:
+        return f"{statistics.median(v):{fmt}} [{min(v):{fmt}}-{max(v):{fmt}}]"
+
     for case, target in TARGETS.items():
         if case not in records[0]:  # --batch-only
             continue
         ours = [r[case] for r in records]
         base = [r[f"{case}_ceiling"] for r in records]
         ratio = [o / b for o, b in zip(ours, base, strict=True)]
-
-        def cell(v: list[float], fmt: str) -> str:
-            return f"{statistics.median(v):{fmt}} [{min(v):{fmt}}-{max(v):{fmt}}]"
-
         mark = "ok" if statistics.median(ratio) >= target else "below"
         print(
             f"{case:<12} {cell(ours, ',.0f'):>24} {cell(base, ',.0f'):>24} "
@@ -642,6 +682,16 @@ def report_targets(records: list[dict[str, Any]]) -> None:
             alone = [r[f"{case}_nothing"] for r in records]
             ratio = [o / b for o, b in zip(ours, alone, strict=True)]
             print(f"{'  (stream)':<12} {'':>24} {cell(alone, ',.0f'):>24} {cell(ratio, '.2f'):>18}")
+    for case in ("read", "read_json"):  # --replay-only: the bounds without conversion
+        if f"{case}_replay" not in records[0]:
+            continue
+        alone = [r[f"{case}_replay"] for r in records]
+        base = [r[f"{case}_ceiling"] for r in records]
+        ratio = [o / b for o, b in zip(alone, base, strict=True)]
+        print(
+            f"{'  (replay)':<12} {cell(alone, ',.0f'):>24} {'':>24} {cell(ratio, '.2f'):>18}"
+            f"  ours without conversion / {case}'s do-nothing"
+        )
     loads = [r["load"] for r in records]
     print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
 
@@ -923,6 +973,7 @@ def compare(args: argparse.Namespace) -> None:
     ] + (["--executor"] if args.executor else []) + ["--stream", str(args.stream)]  # fmt: skip
     child_args += ["--targets"] if args.targets else []
     child_args += ["--batch-only"] if args.batch_only else []
+    child_args += ["--replay-only"] if args.replay_only else []
     if args.uri:
         child_args += ["--uri", args.uri]
     results: dict[str, list[dict[str, Any]]] = {"baseline": [], "current": []}
