@@ -29,6 +29,9 @@ PLAIN = {
     "server",
     "server's",
     "the",
+    "tests",
+    "where",
+    "live",
     "words",
 }
 """Heading words that are plain English or this project's ordinary names."""
