@@ -55,10 +55,12 @@ checks the drawing against the code)::
     │   ├── AMPSDataLossError                  spark/_core.py: a read's start left the log
     │   └── AMPSUnavailableError               spark/_core.py: no server within the timeout
     ├── _Irregular                             protocol/columns.py: private, caught where raised
-    └── _Irregular                             spark/_arrow.py: private, caught where raised
+    ├── _Irregular                             spark/_arrow.py: private, caught where raised
+    └── _Redo                                  spark/_jsonfields.py: private, caught where raised
 
 The two private ``_Irregular`` signals ("this payload is not in the shape the fast path
-handles, take the general one") never leave their module.
+handles, take the general one") and ``_Redo`` ("this row is left to the row path") never leave
+their module.
 
 **Local or remote** (as h11's ``LocalProtocolError``/``RemoteProtocolError``): a
 :class:`RemoteProtocolError` means the peer sent bytes that are not AMPS (the framers, the

@@ -52,6 +52,8 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from ..exceptions import AMPSError
+
 __all__ = ["KINDS", "json_fields", "payload_fields", "py_json_fields", "py_payload_fields"]
 
 KINDS: Final = {
@@ -87,7 +89,7 @@ _VALUE: Final = 1
 _MISMATCH: Final = 2
 
 
-class _Redo(Exception):
+class _Redo(AMPSError):
     """This row is left to the caller."""
 
 
