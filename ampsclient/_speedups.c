@@ -1104,27 +1104,82 @@ PyDoc_STRVAR(delivery_columns_doc,
 "decimal128 and sequence as int64; ts as int64 microseconds) and bodies of a list of\n"
 "delivery payloads; None when one is irregular (ampsclient.protocol.columns).");
 
+/* An output column written in place in its bytes object: presized from the input's sizes
+ * (an upper bound: the pages never written are never touched), cut to its length at the end
+ * (a shrinking realloc, no copy). Grows only when the bound could not be had. */
 typedef struct {
-    char *buf;
+    PyObject *obj;
+    unsigned char *buf;
     Py_ssize_t len, cap;
-} DcBuf;
+} DcOut;
 
-static int dc_put(DcBuf *b, const void *src, Py_ssize_t n)
+static int dc_open(DcOut *o, Py_ssize_t cap, Py_ssize_t fallback)
 {
-    if (b->len + n > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap *= 2;
-        char *grown = PyMem_Realloc(b->buf, (size_t)cap);
-        if (grown == NULL) { PyErr_NoMemory(); return -1; }
-        b->buf = grown;
-        b->cap = cap;
+    o->len = 0;
+    o->obj = PyBytes_FromStringAndSize(NULL, cap > 0 ? cap : 1);
+    if (o->obj == NULL && fallback < cap) {
+        PyErr_Clear();
+        cap = fallback;
+        o->obj = PyBytes_FromStringAndSize(NULL, cap > 0 ? cap : 1);
     }
-    if (n) memcpy(b->buf + b->len, src, (size_t)n);
-    b->len += n;
+    if (o->obj == NULL) return -1;
+    o->cap = cap > 0 ? cap : 1;
+    o->buf = (unsigned char *)PyBytes_AS_STRING(o->obj);
     return 0;
 }
 
-static PyObject *dc_bytes(DcBuf *b) { return PyBytes_FromStringAndSize(b->buf ? b->buf : "", b->len); }
+static int dc_reserve(DcOut *o, Py_ssize_t n)
+{
+    if (o->len + n <= o->cap) return 0;
+    Py_ssize_t cap = o->cap;
+    while (cap < o->len + n) cap *= 2;
+    if (_PyBytes_Resize(&o->obj, cap) < 0) return -1; /* (o->obj is NULL then) */
+    o->cap = cap;
+    o->buf = (unsigned char *)PyBytes_AS_STRING(o->obj);
+    return 0;
+}
+
+/* The finished bytes (the reference moves to the caller), or NULL. */
+static PyObject *dc_close(DcOut *o)
+{
+    if (o->obj != NULL && o->len != o->cap && _PyBytes_Resize(&o->obj, o->len) < 0) return NULL;
+    PyObject *done = o->obj;
+    o->obj = NULL;
+    return done;
+}
+
+/* n bytes from s (no overlap, n within the reserved room): short spans by word moves. */
+static inline void dc_copy(unsigned char *d, const unsigned char *s, Py_ssize_t n)
+{
+    if (n > 32 && n <= 64) {
+        memcpy(d, s, 32);
+        memcpy(d + n - 32, s + n - 32, 32);
+    } else if (n >= 16 && n <= 32) {
+        memcpy(d, s, 16);
+        memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8 && n < 16) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4 && n < 8) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else if (n > 64) {
+        memcpy(d, s, (size_t)n);
+    } else {
+        for (Py_ssize_t k = 0; k < n; k++) d[k] = s[k];
+    }
+}
+
+/* v as `width` little-endian bytes (width 4 or 8) */
+static inline void dc_le(unsigned char *d, uint64_t v, int width)
+{
+#if PY_LITTLE_ENDIAN
+    if (width == 8) memcpy(d, &v, 8);
+    else { uint32_t w = (uint32_t)v; memcpy(d, &w, 4); }
+#else
+    for (int k = 0; k < width; k++) d[k] = (unsigned char)(v >> (8 * k));
+#endif
+}
 
 /* A validity bitmap as bytes, or None when no value is null. */
 static PyObject *dc_bitmap(const unsigned char *bits, Py_ssize_t n, Py_ssize_t nulls)
@@ -1147,11 +1202,19 @@ static long long dc_num(const unsigned char *p, Py_ssize_t n)
     return v;
 }
 
-static int dc_bare(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.'
-           || c == '+' || c == '-' || c == '_';
-}
+/* the bytes of a bare (unquoted) header value: digits, letters, . + - _ */
+static const unsigned char dc_bare_tab[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+    ['8'] = 1, ['9'] = 1, ['.'] = 1, ['+'] = 1, ['-'] = 1, ['_'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1,
+    ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1,
+    ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1,
+    ['y'] = 1, ['z'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1,
+    ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,
+    ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
+    ['Y'] = 1, ['Z'] = 1,
+};
 
 /* days since 1970-01-01 of a civil date (Howard Hinnant's days_from_civil) */
 static long long dc_days(long long y, long long m, long long d)
@@ -1196,8 +1259,30 @@ static int dc_key(const unsigned char *k, Py_ssize_t n)
     return -1;
 }
 
-/* The wanted values and the body's offset of one payload; 0: irregular. */
-static int dc_header(const unsigned char *p, Py_ssize_t n, PyObject *aliases,
+/* The aliases of a call: their lengths as a bit mask (lengths 0-63), so that most keys are
+ * cleared without a compare; `longer`: one is 64 bytes or more. */
+typedef struct {
+    PyObject *aliases;
+    uint64_t lengths;
+    int longer;
+} DcAliases;
+
+static int dc_aliased(const DcAliases *al, const unsigned char *key, Py_ssize_t klen)
+{
+    if (klen < 64 ? !((al->lengths >> klen) & 1) : !al->longer) return 0;
+    Py_ssize_t na = PyTuple_GET_SIZE(al->aliases);
+    for (Py_ssize_t a = 0; a < na; a++) {
+        PyObject *alias = PyTuple_GET_ITEM(al->aliases, a);
+        if (PyBytes_GET_SIZE(alias) == klen
+            && memcmp(PyBytes_AS_STRING(alias), key, (size_t)klen) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The wanted values and the body's offset of one payload; 0: irregular. The quotes are
+ * scanned inline (keys and values are short: a memchr call costs more than the scan). */
+static int dc_header(const unsigned char *p, Py_ssize_t n, const DcAliases *al,
                      const unsigned char **vals, Py_ssize_t *lens, Py_ssize_t *body)
 {
     for (int k = 0; k < DC_KEYS; k++) vals[k] = NULL, lens[k] = 0;
@@ -1206,43 +1291,49 @@ static int dc_header(const unsigned char *p, Py_ssize_t n, PyObject *aliases,
     if (p[i] == '}') { *body = 2; return 1; }
     for (;;) {
         if (i >= n || p[i] != '"') return 0;
+        Py_ssize_t j = i + 1;
+        while (j < n && p[j] != '"') {
+            if (p[j] == '\\') return 0; /* an escape in a key */
+            j++;
+        }
+        if (j >= n) return 0;
         const unsigned char *key = p + i + 1;
-        const unsigned char *q = memchr(key, '"', (size_t)(n - i - 1));
-        if (q == NULL || memchr(key, '\\', (size_t)(q - key)) != NULL) return 0;
-        Py_ssize_t klen = q - key;
-        i = (q - p) + 1;
+        Py_ssize_t klen = j - i - 1;
+        i = j + 1;
         if (i >= n || p[i] != ':') return 0;
         i++;
         if (i >= n) return 0;
         int which = dc_key(key, klen);
-        if (which < 0) {
-            Py_ssize_t na = PyTuple_GET_SIZE(aliases);
-            for (Py_ssize_t a = 0; a < na; a++) {
-                PyObject *alias = PyTuple_GET_ITEM(aliases, a);
-                if (PyBytes_GET_SIZE(alias) == klen
-                    && memcmp(PyBytes_AS_STRING(alias), key, (size_t)klen) == 0)
-                    return 0;
-            }
-        }
+        if (which < 0 && dc_aliased(al, key, klen)) return 0;
         if (p[i] == '"') {
-            Py_ssize_t j = i + 1;
+            j = i + 1;
             int escaped = 0;
+            uint64_t high = 0; /* the OR of the bytes scanned: a high bit if one is not ASCII */
+            while (j + 8 <= n) { /* 8 bytes at a time while none is a quote or a backslash */
+                uint64_t w, q, e;
+                memcpy(&w, p + j, 8);
+                q = w ^ 0x2222222222222222ULL;
+                e = w ^ 0x5C5C5C5C5C5C5C5CULL;
+                if (((q - 0x0101010101010101ULL) & ~q) & 0x8080808080808080ULL) break;
+                if (((e - 0x0101010101010101ULL) & ~e) & 0x8080808080808080ULL) break;
+                high |= w;
+                j += 8;
+            }
             while (j < n && p[j] != '"') {
                 if (p[j] == '\\') { escaped = 1; j += 2; }
-                else j++;
+                else high |= p[j++];
             }
             if (j >= n) return 0;
             if (which >= 0) {
-                if (escaped || vals[which] != NULL) return 0;
-                for (Py_ssize_t c = i + 1; c < j; c++) if (p[c] >= 0x80) return 0;
+                if (escaped || vals[which] != NULL || (high & 0x8080808080808080ULL)) return 0;
                 vals[which] = p + i + 1;
                 lens[which] = j - i - 1;
             }
             i = j + 1;
         } else {
             if (which >= 0) return 0;
-            Py_ssize_t j = i;
-            while (j < n && dc_bare(p[j])) j++;
+            j = i;
+            while (j < n && dc_bare_tab[p[j]]) j++;
             if (j == i) return 0;
             i = j;
         }
@@ -1253,6 +1344,33 @@ static int dc_header(const unsigned char *p, Py_ssize_t n, PyObject *aliases,
     }
 }
 
+/* bm's publisherId|sequence|... -> the two numbers; 0: not of that form. One pass over the
+ * digits (the same checks as the twin's _bookmark: 1-20 digits below 2**64, then 1-19 digits
+ * up to 2**63 - 1, each closed by a '|'). */
+static int dc_bookmark(const unsigned char *b, Py_ssize_t bl, uint64_t *pid, long long *seq)
+{
+    uint64_t pv = 0;
+    Py_ssize_t k = 0;
+    while (k < bl && b[k] >= '0' && b[k] <= '9') {
+        unsigned d = (unsigned)(b[k] - '0');
+        if (k >= 20 || pv > (UINT64_MAX - d) / 10) return 0;
+        pv = pv * 10 + d;
+        k++;
+    }
+    if (k == 0 || k >= bl || b[k] != '|') return 0;
+    Py_ssize_t s = ++k;
+    unsigned long long qv = 0;
+    while (k < bl && b[k] >= '0' && b[k] <= '9') {
+        if (k - s >= 19) return 0;
+        qv = qv * 10 + (unsigned)(b[k] - '0');
+        k++;
+    }
+    if (k == s || k >= bl || b[k] != '|' || qv > (unsigned long long)INT64_MAX) return 0;
+    *pid = pv;
+    *seq = (long long)qv;
+    return 1;
+}
+
 static PyObject *
 delivery_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1261,14 +1379,25 @@ delivery_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *payloads = args[0], *aliases = args[1];
+    DcAliases al = {aliases, 0, 0};
     for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(aliases); a++) {
-        if (!PyBytes_Check(PyTuple_GET_ITEM(aliases, a))) {
+        PyObject *alias = PyTuple_GET_ITEM(aliases, a);
+        if (!PyBytes_Check(alias)) {
             PyErr_SetString(PyExc_TypeError, "aliases must be bytes");
             return NULL;
         }
+        Py_ssize_t alen = PyBytes_GET_SIZE(alias);
+        if (alen < 64) al.lengths |= (uint64_t)1 << alen;
+        else al.longer = 1;
     }
     Py_ssize_t n = PyList_GET_SIZE(payloads), nb = (n + 7) / 8;
-    DcBuf off[5] = {{0}}, data[5] = {{0}}, pid = {0}, seq = {0}, mic = {0}; /* 4: body */
+    /* The input's size bounds each data column (a value lies inside its payload). */
+    Py_ssize_t total = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject *item = PyList_GET_ITEM(payloads, r);
+        if (PyBytes_Check(item)) total += PyBytes_GET_SIZE(item);
+    }
+    DcOut off[5] = {{0}}, data[5] = {{0}}, pid = {0}, seq = {0}, mic = {0}; /* 4: body */
     unsigned char *bits[5] = {NULL}; /* t, bm, k, x, ts */
     Py_ssize_t nulls[5] = {0};
     PyObject *result = NULL, *items[18] = {NULL};
@@ -1276,9 +1405,14 @@ delivery_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (int c = 0; c < 5; c++) {
         bits[c] = PyMem_Calloc((size_t)(nb ? nb : 1), 1);
         if (bits[c] == NULL) { PyErr_NoMemory(); goto done; }
-        int32_t zero = 0;
-        if (dc_put(&off[c], &zero, 4) < 0) goto done;
+        if (dc_open(&off[c], 4 * (n + 1), 4 * (n + 1)) < 0) goto done;
+        if (dc_open(&data[c], total, 256) < 0) goto done;
+        dc_le(off[c].buf, 0, 4);
+        off[c].len = 4;
     }
+    if (dc_open(&pid, 16 * n, 16 * n) < 0 || dc_open(&seq, 8 * n, 8 * n) < 0
+        || dc_open(&mic, 8 * n, 8 * n) < 0)
+        goto done;
     for (Py_ssize_t r = 0; r < n && regular; r++) {
         PyObject *item = PyList_GET_ITEM(payloads, r);
         if (!PyBytes_Check(item)) {
@@ -1289,50 +1423,11 @@ delivery_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t len = PyBytes_GET_SIZE(item), body = 0;
         const unsigned char *vals[DC_KEYS];
         Py_ssize_t lens[DC_KEYS];
-        if (!dc_header(p, len, aliases, vals, lens, &body)) { regular = 0; break; }
-        for (int c = 0; c < 5; c++) {
-            const unsigned char *v = c < 4 ? vals[c] : p + body;
-            Py_ssize_t vl = c < 4 ? lens[c] : len - body;
-            if (c < 4) {
-                if (v == NULL) nulls[c]++;
-                else bits[c][r >> 3] |= (unsigned char)(1u << (r & 7));
-            }
-            if (v != NULL && dc_put(&data[c], v, vl) < 0) goto done;
-            if (data[c].len > INT32_MAX) { regular = 0; break; }
-            int32_t end = (int32_t)data[c].len;
-            if (dc_put(&off[c], &end, 4) < 0) goto done;
-        }
-        if (!regular) break;
+        if (!dc_header(p, len, &al, vals, lens, &body)) { regular = 0; break; }
         /* bm: publisherId|sequence| */
         uint64_t pv = 0;
         long long sv = 0;
-        if (vals[1] != NULL) {
-            const unsigned char *b = vals[1];
-            Py_ssize_t bl = lens[1];
-            const unsigned char *i1 = memchr(b, '|', (size_t)bl);
-            const unsigned char *i2 = i1 ? memchr(i1 + 1, '|', (size_t)(b + bl - i1 - 1)) : NULL;
-            if (i1 == NULL || i2 == NULL || i1 == b || i2 == i1 + 1) { regular = 0; break; }
-            Py_ssize_t hl = i1 - b, ql = i2 - i1 - 1;
-            if (!dc_is_digits(b, hl) || !dc_is_digits(i1 + 1, ql) || hl > 20 || ql > 19) {
-                regular = 0;
-                break;
-            }
-            for (Py_ssize_t k = 0; k < hl; k++) {
-                unsigned d = (unsigned)(b[k] - '0');
-                if (pv > (UINT64_MAX - d) / 10) { regular = 0; break; }
-                pv = pv * 10 + d;
-            }
-            if (!regular) break;
-            unsigned long long qv = 0;
-            for (Py_ssize_t k = 0; k < ql; k++) qv = qv * 10 + (unsigned)(i1[1 + k] - '0');
-            if (qv > (unsigned long long)INT64_MAX) { regular = 0; break; }
-            sv = (long long)qv;
-        }
-        unsigned char dec[16] = {0};
-        for (int k = 0; k < 8; k++) dec[k] = (unsigned char)(pv >> (8 * k));
-        unsigned char le[8];
-        for (int k = 0; k < 8; k++) le[k] = (unsigned char)((unsigned long long)sv >> (8 * k));
-        if (dc_put(&pid, dec, 16) < 0 || dc_put(&seq, le, 8) < 0) goto done;
+        if (vals[1] != NULL && !dc_bookmark(vals[1], lens[1], &pv, &sv)) { regular = 0; break; }
         long long us = 0;
         if (vals[4] != NULL) {
             if (!dc_micros(vals[4], lens[4], &us)) { regular = 0; break; }
@@ -1340,24 +1435,49 @@ delivery_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         } else {
             nulls[4]++;
         }
-        for (int k = 0; k < 8; k++) le[k] = (unsigned char)((unsigned long long)us >> (8 * k));
-        if (dc_put(&mic, le, 8) < 0) goto done;
+        vals[4] = p + body; /* from here on, 4 is the body */
+        lens[4] = len - body;
+        for (int c = 0; c < 5; c++) {
+            const unsigned char *v = vals[c];
+            Py_ssize_t vl = lens[c];
+            if (c < 4) {
+                if (v == NULL) nulls[c]++;
+                else bits[c][r >> 3] |= (unsigned char)(1u << (r & 7));
+            }
+            if (v != NULL && vl) {
+                if (dc_reserve(&data[c], vl) < 0) goto done;
+                dc_copy(data[c].buf + data[c].len, v, vl);
+                data[c].len += vl;
+            }
+            if (data[c].len > INT32_MAX) { regular = 0; break; }
+            dc_le(off[c].buf + off[c].len, (uint64_t)data[c].len, 4);
+            off[c].len += 4;
+        }
+        if (!regular) break;
+        unsigned char *d = pid.buf + pid.len;
+        dc_le(d, pv, 8);
+        dc_le(d + 8, 0, 8);
+        pid.len += 16;
+        dc_le(seq.buf + seq.len, (uint64_t)sv, 8);
+        seq.len += 8;
+        dc_le(mic.buf + mic.len, (uint64_t)us, 8);
+        mic.len += 8;
     }
     if (!regular) {
         result = Py_NewRef(Py_None);
         goto done;
     }
     for (int c = 0; c < 4; c++) {
-        items[3 * c] = dc_bytes(&off[c]);
-        items[3 * c + 1] = dc_bytes(&data[c]);
+        items[3 * c] = dc_close(&off[c]);
+        items[3 * c + 1] = dc_close(&data[c]);
         items[3 * c + 2] = dc_bitmap(bits[c], n, nulls[c]);
     }
-    items[12] = dc_bytes(&pid);
-    items[13] = dc_bytes(&seq);
-    items[14] = dc_bytes(&mic);
+    items[12] = dc_close(&pid);
+    items[13] = dc_close(&seq);
+    items[14] = dc_close(&mic);
     items[15] = dc_bitmap(bits[4], n, nulls[4]);
-    items[16] = dc_bytes(&off[4]);
-    items[17] = dc_bytes(&data[4]);
+    items[16] = dc_close(&off[4]);
+    items[17] = dc_close(&data[4]);
     for (int k = 0; k < 18; k++) if (items[k] == NULL) goto done;
     result = PyTuple_New(18);
     if (result == NULL) goto done;
@@ -1368,13 +1488,13 @@ delivery_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 done:
     for (int k = 0; k < 18; k++) Py_XDECREF(items[k]);
     for (int c = 0; c < 5; c++) {
-        PyMem_Free(off[c].buf);
-        PyMem_Free(data[c].buf);
+        Py_XDECREF(off[c].obj);
+        Py_XDECREF(data[c].obj);
         PyMem_Free(bits[c]);
     }
-    PyMem_Free(pid.buf);
-    PyMem_Free(seq.buf);
-    PyMem_Free(mic.buf);
+    Py_XDECREF(pid.obj);
+    Py_XDECREF(seq.obj);
+    Py_XDECREF(mic.obj);
     return result;
 }
 

@@ -132,3 +132,81 @@ def test_c_matches_its_twin(seed: int) -> None:
                 p for p in payloads if delivery_columns([p], ALIASES) is not None
             ]
         assert c_version(payloads, ALIASES) == delivery_columns(payloads, ALIASES)
+
+
+def _same_in_c_and_twin(payloads: list[bytes], aliases: tuple[bytes, ...] = ALIASES) -> None:
+    c_version = _accel.delivery_columns
+    assert c_version is not None
+    assert c_version(payloads, aliases) == delivery_columns(payloads, aliases)
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"{}",  # an empty header, no body
+        b'{}{"n":1}',  # an empty header
+        b"{}" + b"b" * 5_000_000,  # a huge body
+        b'{"c":"p","t":"' + b"t" * 70_000 + b'"}' + b"x" * 1_000_000,  # a huge value
+        b'{"c":"p","s":"' + b"\\" * 40 + b'"}{}',  # escaped backslashes, word-long
+        b'{"c":"p","s":"abcdefgh\\"ijklmnop\\"q"}{}',  # escaped quotes (not a wanted key)
+        b'{"c":"p","t":"abcdefgh\\"ijklmnop"}{}',  # an escaped quote in a wanted value
+        b'{"c":"p","t":"abcdefghijklmno\\\\"}{}',  # an escaped backslash before the quote
+        b'{"c":"p","t":"abcdefghijklmnop\xc3\xa9"}{}',  # not ASCII, after two words
+        b'{"c":"p","t":"abcdefg\xffhijklmnop"}{}',  # not ASCII inside a word
+        b'{"c":"p","s":"abcdefg\xffhijklmnop"}{}',  # ... in a value no column takes
+        b'{"c":"p","t":"abcdefghijklmnop',  # no closing quote, word-long
+        b'{"c":"p","t":"abcdefghijklmno"',  # no closing brace
+        b'{"k\\"ey":"v"}{}',  # an escape in a key
+        b'{"' + b"k" * 100 + b'":"v"}{}',  # a long key
+        b'{"c":"p","bm":"18446744073709551615|9223372036854775807|"}{}',  # the largest
+        b'{"c":"p","bm":"012345678901234567890|1|"}{}',  # 21 digits
+        b'{"c":"p","bm":"1|01234567890123456789|"}{}',  # 20 digits
+        b'{"c":"p","bm":"1|2"}{}',  # no second bar
+        b'{"c":"p","bm":"|1|"}{}',
+        b'{"c":"p","bm":"1||"}{}',
+        b'{"c":"p","bm":"1|2|3|4"}{}',
+        b'{"c":"p","ts":"20261128T235959.000001Z","t":"x"}{}',
+        b"no header at all",
+        b'"c":"p"}{}',
+        b"{",
+        b"{}}",
+    ],
+)
+def test_c_matches_its_twin_at_the_edges(payload: bytes) -> None:
+    _same_in_c_and_twin([payload])
+    _same_in_c_and_twin([_delivery(1), payload, _delivery(2, k="k")])
+
+
+@needs_c
+def test_c_matches_its_twin_for_every_value_length() -> None:
+    """Values and bodies of 0-200 bytes (C copies short spans by words) and a quote at each
+    place of an 8-byte word (C scans values 8 bytes at a time)."""
+    payloads = [
+        b'{"c":"p","t":"%s","x":"%s","k":"%s"}%s'
+        % (b"t" * n, b"x" * (n // 2), b"k" * (n % 9), b"b" * n)
+        for n in range(200)
+    ]
+    _same_in_c_and_twin(payloads)
+    cols = delivery_columns(payloads, ALIASES)
+    assert cols is not None
+    assert _strings(*cols[0:3], 200) == [b"t" * n for n in range(200)]
+    _same_in_c_and_twin(
+        [
+            b'{"%s":"%s\\"%s"}{}' % (b"s" * k, b"v" * v, b"w" * k)
+            for k in range(1, 10)
+            for v in range(20)
+        ]
+    )
+
+
+@needs_c
+def test_c_matches_its_twin_with_any_aliases() -> None:
+    """C checks the aliases by length first: short, long (64 bytes and more) and empty ones."""
+    long_key = b"q" * 70
+    payload = b'{"c":"p","%s":"v","sub_id":"1"}{}' % long_key
+    for aliases in [(), (b"",), (long_key,), (b"q" * 63,), (b"sub_id",), (*ALIASES, long_key)]:
+        _same_in_c_and_twin([_delivery(1), payload], aliases)
+    assert _accel.delivery_columns is not None
+    assert _accel.delivery_columns([payload], (long_key,)) is None
+    assert _accel.delivery_columns([payload], (b"q" * 63,)) is not None
