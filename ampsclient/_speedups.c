@@ -484,12 +484,44 @@ check_message_type(PyObject *cls)
     return 0;
 }
 
-/* (a look along the class's MRO, a few pointer comparisons: no class is remembered, so a
- * client's per-connection Message subclass is never kept alive from here) */
+/* A weak reference to the last class is_message() accepted: a client's deliveries are all of
+ * one class (its per-connection Message subclass), so the check is mostly two loads and a
+ * comparison instead of a call that walks the MRO (the bookmark lane checks each message
+ * twice, in log and in discard). Weak, so that class and what it holds (its client's ack
+ * function) are never kept alive from here; a class that died cleared the reference before
+ * its memory could hold another class, so a stale address never matches. */
+static PyObject *message_type_seen = NULL;
+
+static int
+is_message_slow(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (!PyType_IsSubtype(tp, &MessageFieldsType)) {
+        return 0;
+    }
+#ifndef Py_GIL_DISABLED
+    /* (the type's shared plain weak reference once it has one: no allocation then) */
+    PyObject *ref = PyWeakref_NewRef((PyObject *)tp, NULL);
+    if (ref == NULL) {
+        PyErr_Clear(); /* (only the cache is lost) */
+    }
+    else {
+        Py_XSETREF(message_type_seen, ref);
+    }
+#endif
+    return 1;
+}
+
 static inline int
 is_message(PyObject *obj)
 {
-    return PyObject_TypeCheck(obj, &MessageFieldsType);
+#ifndef Py_GIL_DISABLED
+    PyObject *seen = message_type_seen;
+    if (seen != NULL && ((PyWeakReference *)seen)->wr_object == (PyObject *)Py_TYPE(obj)) {
+        return 1;
+    }
+#endif
+    return Py_IS_TYPE(obj, &MessageFieldsType) || is_message_slow(obj);
 }
 
 static inline void
@@ -1310,12 +1342,24 @@ static int dc_header(const unsigned char *p, Py_ssize_t n, const DcAliases *al,
             int escaped = 0;
             uint64_t high = 0; /* the OR of the bytes scanned: a high bit if one is not ASCII */
             while (j + 8 <= n) { /* 8 bytes at a time while none is a quote or a backslash */
-                uint64_t w, q, e;
+                uint64_t w, q, e, mq, me;
                 memcpy(&w, p + j, 8);
                 q = w ^ 0x2222222222222222ULL;
                 e = w ^ 0x5C5C5C5C5C5C5C5CULL;
-                if (((q - 0x0101010101010101ULL) & ~q) & 0x8080808080808080ULL) break;
-                if (((e - 0x0101010101010101ULL) & ~e) & 0x8080808080808080ULL) break;
+                /* the high bit of each byte that is 0 (exact up to the first such byte) */
+                mq = (q - 0x0101010101010101ULL) & ~q & 0x8080808080808080ULL;
+                me = (e - 0x0101010101010101ULL) & ~e & 0x8080808080808080ULL;
+                if (mq | me) {
+#if PY_LITTLE_ENDIAN && defined(__GNUC__)
+                    /* the first is a quote: the value ends there (its bytes before, once) */
+                    int at = __builtin_ctzll(mq | me);
+                    if (mq && (me == 0 || __builtin_ctzll(mq) < __builtin_ctzll(me))) {
+                        high |= w & ((1ULL << at) - 1);
+                        j += at >> 3;
+                    }
+#endif
+                    break;
+                }
                 high |= w;
                 j += 8;
             }
@@ -1351,9 +1395,28 @@ static int dc_bookmark(const unsigned char *b, Py_ssize_t bl, uint64_t *pid, lon
 {
     uint64_t pv = 0;
     Py_ssize_t k = 0;
+#if PY_LITTLE_ENDIAN
+    /* the first 16 digits 8 at a time (simdjson's is_made_of_eight_digits_fast and
+     * parse_eight_digits_unrolled), the rest one by one */
+    while (k + 8 <= bl && k < 16) {
+        uint64_t w;
+        memcpy(&w, b + k, 8);
+        if (((w & 0xF0F0F0F0F0F0F0F0ULL)
+             | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4))
+            != 0x3333333333333333ULL)
+            break;
+        w -= 0x3030303030303030ULL;
+        w = w * 10 + (w >> 8);
+        w = (((w & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)))
+             + (((w >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32))))
+            >> 32;
+        pv = pv * 100000000ULL + (uint32_t)w;
+        k += 8;
+    }
+#endif
     while (k < bl && b[k] >= '0' && b[k] <= '9') {
         unsigned d = (unsigned)(b[k] - '0');
-        if (k >= 20 || pv > (UINT64_MAX - d) / 10) return 0;
+        if (k >= 19 && (k >= 20 || pv > (UINT64_MAX - d) / 10)) return 0; /* 19 digits fit */
         pv = pv * 10 + d;
         k++;
     }

@@ -155,6 +155,8 @@ def _same_in_c_and_twin(payloads: list[bytes], aliases: tuple[bytes, ...] = ALIA
         b'{"c":"p","t":"abcdefghijklmnop\xc3\xa9"}{}',  # not ASCII, after two words
         b'{"c":"p","t":"abcdefg\xffhijklmnop"}{}',  # not ASCII inside a word
         b'{"c":"p","s":"abcdefg\xffhijklmnop"}{}',  # ... in a value no column takes
+        b'{"c":"p","t":"ab\xffc"}{"body":1}',  # ... in the word of the closing quote
+        b'{"t":"a","\xff":"v"}{"body":1}',  # ... after the closing quote, in its word
         b'{"c":"p","t":"abcdefghijklmnop',  # no closing quote, word-long
         b'{"c":"p","t":"abcdefghijklmno"',  # no closing brace
         b'{"k\\"ey":"v"}{}',  # an escape in a key
@@ -210,3 +212,23 @@ def test_c_matches_its_twin_with_any_aliases() -> None:
     assert _accel.delivery_columns is not None
     assert _accel.delivery_columns([payload], (long_key,)) is None
     assert _accel.delivery_columns([payload], (b"q" * 63,)) is not None
+
+
+@needs_c
+def test_c_matches_its_twin_for_bookmarks_of_every_width() -> None:
+    """Publisher ids and sequences of 0-22 digits (C reads 8 digits at a time)."""
+    rng = random.Random(5)
+    payloads = []
+    for width in range(23):
+        for _ in range(5):
+            pid = "".join(rng.choice("0123456789") for _ in range(width))
+            seq = "".join(rng.choice("0123456789") for _ in range(rng.randint(0, 20)))
+            texts = [pid, "9" * width]  # and a byte just beside the digits at each place:
+            texts += [pid[:at] + rng.choice("/:") + pid[at + 1 :] for at in range(width)]
+            for pid_text in texts:
+                payloads.append(b'{"bm":"%s|%s|"}{}' % (pid_text.encode(), seq.encode()))
+    for p in payloads:
+        _same_in_c_and_twin([p])
+    regular = [p for p in payloads if delivery_columns([p], ALIASES) is not None]
+    assert len(regular) > 100
+    _same_in_c_and_twin(regular)
