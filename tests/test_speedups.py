@@ -11,6 +11,7 @@ use a server run under both.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import queue
@@ -21,6 +22,7 @@ import struct
 import subprocess
 import sys
 import threading
+import weakref
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -1097,6 +1099,45 @@ def test_bookmark_lane_in_order_stream_resume_point() -> None:
 
     with pytest.raises(StoreError):
         store.log_lane(delivery("s", "42|1001|"))
+
+
+@needs_lane
+def test_bookmark_lane_remembers_no_message_class_strongly() -> None:
+    """The C check that a message is a MessageFields remembers the last class it accepted
+    (one comparison per call on the bookmark path) only weakly: a client's per-connection
+    Message subclass, which holds its ack function, is collected once nothing else holds it,
+    and the next class is checked and taken by the lane's common case as well."""
+    store = MemoryBookmarkStore()
+    seed = delivery("s", "7|1|")
+    store.log(seed)  # Python: the publisher is new
+    store.discard_message(seed)
+    lane = store._lane
+    logs, discards = lane.fast_logs, lane.fast_discards
+
+    def through_the_lane(cls: type[Message], first: int) -> None:
+        for i in range(first, first + 3):
+            m = cls()
+            m.seen_bookmark = f"7|{i}|"
+            m.routed_sub_id = "s"
+            assert store.log_lane(m) == i
+            store.discard_lane(m)
+
+    class PerClient(Message):
+        __slots__ = ()
+
+    through_the_lane(PerClient, 2)
+    assert (lane.fast_logs - logs, lane.fast_discards - discards) == (3, 3)
+    gone = weakref.ref(PerClient)
+    del PerClient
+    gc.collect()
+    assert gone() is None
+
+    class Next(Message):
+        __slots__ = ()
+
+    through_the_lane(Next, 5)
+    assert (lane.fast_logs - logs, lane.fast_discards - discards) == (6, 6)
+    store.close()
 
 
 @needs_lane
