@@ -5,7 +5,8 @@ In process, no sockets: two in-memory SOW topics keyed by ``/id`` get the same `
 (``{"id", "code", "region", "qty"}``; ``code`` is unique, ``region`` one of 50, ``qty`` one of
 97: about 20 records per pair); one has the hash indexes ``/code`` and ``(/region, /qty)``,
 the other none. The filters ``/code = 'c…'`` (one record) and ``/region = 'r7' AND /qty = '7'``
-are answered by the index on the first topic and by scanning every record on the second; each lookup runs ``--lookups`` times with
+are answered by the index on the first topic and by scanning every record on the second;
+each lookup runs ``--lookups`` times with
 varying literals, and the same filter and records go to both (the script checks the results
 are equal). Medians and ranges of ``--runs``, by the wall clock (``perf_counter``) and by the
 process's CPU time (``process_time``; other work on a shared machine inflates it less).

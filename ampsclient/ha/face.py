@@ -10,6 +10,7 @@ through :attr:`client` (which the holder defines): the base keeps no state of it
 
 from __future__ import annotations
 
+import abc
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -28,17 +29,17 @@ from ..protocol.message import Message
 __all__ = ["ConnectionFace"]
 
 
-class ConnectionFace(AsyncCommands, QueueAckMethods):
+class ConnectionFace(AsyncCommands, QueueAckMethods, abc.ABC):
     """The public API of the :class:`AsyncClient` held in :attr:`client`, forwarded."""
 
     Bookmarks = Bookmarks
     """``EPOCH``, ``NOW`` and ``MOST_RECENT``."""
 
     @property
+    @abc.abstractmethod
     def client(self) -> AsyncClient:
         """The connection this object holds: the holder defines it (it alone keeps the
         client; this base only reads it here)."""
-        raise NotImplementedError
 
     @property
     def core(self) -> ClientCore:
