@@ -44,6 +44,7 @@ from .wire import (
     int_field,
     persisted_ack,
     printable_detail,
+    processed_ack_sent,
     send_ack,
     send_acks,
     split_list,
@@ -217,8 +218,24 @@ class CommandHandlers:
 
     def failed(self, conn: Connection, hdr: Header, exc: Exception) -> None:
         """Answer a command that raised ``exc`` (``internal error`` unless it was a
-        :class:`CommandFailure`)."""
+        :class:`CommandFailure`).
+
+        AMPS sends one ``processed`` ack per command: when the handler raised after that ack
+        went out (a success), nothing more goes on the wire (the AMPS ack reference,
+        docs.crankuptheamps.com/amps-command-reference/messages-from-amps/ack-messages, says
+        nothing of a failure after it); the error is logged once with the command id and
+        counted in ``failures``. The connection stays open.
+        """
         self._counters["failures"] += 1
+        if processed_ack_sent(hdr):
+            logger.error(
+                "%r: %s (cid %r) failed after its processed ack; nothing more sent",
+                conn,
+                hdr.get("c"),
+                hdr.get("cid"),
+                exc_info=exc,
+            )
+            return
         detail = None
         if isinstance(exc, CommandFailure):
             reason = exc.reason

@@ -10,6 +10,7 @@ without decoding a header.
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -54,6 +55,7 @@ __all__ = [
     "parse_seq_publish",
     "persisted_ack",
     "printable_detail",
+    "processed_ack_sent",
     "publish_header",
     "replay_frames",
     "scan_publishes",
@@ -331,6 +333,8 @@ def send_ack(
     extra: Mapping[str, Any] | None = None,
 ) -> None:
     """One ack frame for the command ``hdr`` (echoing its ``cid``, ``sub_id``, ``query_id``)."""
+    if ack_type == "processed":
+        _processed.hdr = hdr
     fields: dict[str, Any] = {"c": "ack", "cid": text(hdr.get("cid")), "a": ack_type}
     fields["status"] = status
     if reason is not None:
@@ -340,6 +344,21 @@ def send_ack(
     if extra:
         fields.update(extra)
     send(encode_header(fields))
+
+
+class _LastProcessed(threading.local):
+    hdr: Header | None = None
+
+
+_processed: Final = _LastProcessed()
+"""The header of the command whose ``processed`` ack this thread sent last (one server
+runs on one thread; a cluster in one process runs one per thread)."""
+
+
+def processed_ack_sent(hdr: Header) -> bool:
+    """Whether the last ``processed`` ack this thread sent answered this very command header
+    (identity, not equality: a failing handler is answered right after it raised)."""
+    return _processed.hdr is hdr
 
 
 def send_acks(
