@@ -171,6 +171,24 @@ def test_the_c_source_reads_no_instance_dict_but_the_lane_methods_own_attribute(
     assert "_PyObject_GetDictPtr(" in lane_method[: lane_method.index("\n}\n")]
 
 
+def assert_field_type(cls: Any, fields: set[str], *, deletable: bool = False) -> None:
+    """A C-owned field type or its Python twin: exactly ``fields`` public, each unset on a new
+    instance and settable (and deletable where asked), no instance dict."""
+    assert {n for n in dir(cls) if not n.startswith("_")} == fields, cls
+    obj = cls()
+    for name in sorted(fields):
+        with pytest.raises(AttributeError):
+            getattr(obj, name)
+        setattr(obj, name, [name])
+        assert getattr(obj, name) == [name]
+        if deletable:
+            delattr(obj, name)
+            with pytest.raises(AttributeError):
+                getattr(obj, name)
+    with pytest.raises(AttributeError):
+        obj.other = 1
+
+
 @needs_lane
 def test_bookmark_record_fields_twins_behave_alike() -> None:
     """The C ``BookmarkSubscriptionFields``/``BookmarkPublisherFields`` (the lane works on
@@ -186,15 +204,7 @@ def test_bookmark_record_fields_twins_behave_alike() -> None:
     for c_type, twin, record in pairs:
         names = set(twin.__slots__)
         for cls in (c_type, twin):
-            assert {n for n in dir(cls) if not n.startswith("_")} == names, cls
-            obj = cls()
-            for name in sorted(names):
-                with pytest.raises(AttributeError):
-                    getattr(obj, name)
-                setattr(obj, name, [name])
-                assert getattr(obj, name) == [name]
-            with pytest.raises(AttributeError):
-                obj.other = 1
+            assert_field_type(cls, names)
         assert record.__mro__[1] is c_type
         assert not names & set(record.__slots__)  # the record keeps only its own slots
     store = MemoryBookmarkStore()
@@ -223,15 +233,7 @@ def test_publish_index_fields_twins_behave_alike(tmp_path: Any) -> None:
     segment files; the lane refuses a store that is not built on it."""
     names = set(_accel.PyPublishIndexFields.__slots__)
     for cls in (C.PublishIndexFields, _accel.PyPublishIndexFields):
-        assert {n for n in dir(cls) if not n.startswith("_")} == names, cls
-        obj = cls()
-        for name in sorted(names):
-            with pytest.raises(AttributeError):
-                getattr(obj, name)
-            setattr(obj, name, [name])
-            assert getattr(obj, name) == [name]
-        with pytest.raises(AttributeError):
-            obj.other = 1
+        assert_field_type(cls, names)
     memory = MemoryPublishStore()
     assert isinstance(memory, C.PublishIndexFields) and memory.index_log is None
     assert (memory.index_closed, memory.index_count, memory.index_buf) == (False, 0, [])
@@ -250,15 +252,7 @@ def test_segment_log_fields_twins_behave_alike(tmp_path: Any) -> None:
 
     names = set(_accel.PySegmentLogFields.__slots__)
     for cls in (C.SegmentLogFields, _accel.PySegmentLogFields):
-        assert {n for n in dir(cls) if not n.startswith("_")} == names, cls
-        obj = cls()
-        for name in sorted(names):
-            with pytest.raises(AttributeError):
-                getattr(obj, name)
-            setattr(obj, name, [name])
-            assert getattr(obj, name) == [name]
-        with pytest.raises(AttributeError):
-            obj.other = 1
+        assert_field_type(cls, names)
     assert SegmentLog.__mro__[1] is C.SegmentLogFields
     assert not names & set(SegmentLog.__slots__)
     log = SegmentLog(tmp_path, segment_size=1 << 20, sync_files=False)
@@ -271,19 +265,7 @@ def test_ack_batches_twins_behave_alike() -> None:
     same three public fields, unset on a new instance, settable, no instance dict; a
     ``QueueAcks`` holds the one in use, and the C handler refuses anything else."""
     for cls in (C.AckBatches, _accel.PyAckBatches):
-        assert {n for n in dir(cls) if not n.startswith("_")} == {
-            "pending",
-            "caps",
-            "batch_size",
-        }
-        obj = cls()
-        for name in ("pending", "caps", "batch_size"):
-            with pytest.raises(AttributeError):
-                getattr(obj, name)
-            setattr(obj, name, {name: 1})
-            assert getattr(obj, name) == {name: 1}
-        with pytest.raises(AttributeError):
-            obj.other = 1  # type: ignore[attr-defined]
+        assert_field_type(cls, {"pending", "caps", "batch_size"})
     from ampsclient.acks import QueueAcks
 
     acks = QueueAcks(lambda payload: None, lambda seconds, fn: None)
@@ -376,19 +358,7 @@ def test_message_fields_twins_behave_alike() -> None:
         "body_start",
     }
     for cls in (C.MessageFields, _accel.PyMessageFields):
-        names = {n for n in dir(cls) if not n.startswith("_")}
-        assert names == fields, cls
-        obj = cls()
-        for name in sorted(fields):
-            with pytest.raises(AttributeError):
-                getattr(obj, name)
-            setattr(obj, name, [name])
-            assert getattr(obj, name) == [name]
-            delattr(obj, name)
-            with pytest.raises(AttributeError):
-                getattr(obj, name)
-        with pytest.raises(AttributeError):
-            obj.other = 1  # type: ignore[attr-defined]
+        assert_field_type(cls, fields, deletable=True)
     assert Message.__slots__ == ()
     assert Message.__mro__[1] is _accel.MessageFields
     if _accel.SPEEDUPS:
