@@ -1,6 +1,8 @@
-"""``Message`` is owned by its module: other code builds it with the constructor or
-:meth:`Message.refill` and reads it through its properties, and a client's per-client subclass
-(:func:`ampsclient.acks.bound_message_type`) takes the same path as a plain ``Message``.
+"""``Message`` (:mod:`ampsclient.protocol.message`): its lazy accessors, the body offset and
+a SOW batch's split; and it is owned by its module: other code builds it with the constructor
+or :meth:`Message.refill` and reads it through its properties, and a client's per-client
+subclass (:func:`ampsclient.acks.bound_message_type`) takes the same path as a plain
+``Message``.
 
 Unit tests: no sockets.
 """
@@ -20,6 +22,7 @@ import ampsclient
 from ampsclient import Message, _accel
 from ampsclient.acks import bound_message_type
 from ampsclient.core.routes import deliver
+from ampsclient.protocol import body_offset, encode_header, find_sids, split_sow_batch
 from ampsclient.stores import MemoryBookmarkStore
 
 PACKAGE = pathlib.Path(ampsclient.__file__).parent
@@ -121,3 +124,46 @@ def test_the_python_receive_loop_fills_a_client_subclass_through_refill() -> Non
     )
     assert reports == []
     assert got == [(cls, BM, "S", b'{"a":1}')] * 2
+
+
+# ------------------------------------------------------------- accessors and batches
+
+SOW_BATCH = (
+    b'{"c":"sow","t":"topicS","query_id":"auto2","bs":2}'
+    b'{"k":"k1","bm":"9|1|","l":8}{"id":1}'
+    b'{"k":"k2","bm":"9|2|","l":8}{"id":2}'
+)
+
+
+def test_message_lazy_accessors() -> None:
+    raw = b'{"c":"p","t":"orders","sids":"s1,s2","bm":"10|3|","s":7,"x":"corr"}{"id":1}'
+    assert find_sids(raw) == "s1,s2"
+    assert body_offset(raw) == raw.index(b"}{") + 1
+    m = Message(raw, sub_id="s2")
+    assert m.data == b'{"id":1}'
+    assert m.get_data() == '{"id":1}'
+    assert m.json() == {"id": 1}
+    assert m.get_command() == "publish"  # official spelling of "c":"p"
+    assert m.get_topic() == "orders"
+    assert m.get_sub_id() == "s2"
+    assert m.get_sub_ids() == "s1,s2"
+    assert m.get_bookmark() == "10|3|"
+    assert m.get_sequence() == 7
+    assert m.get_correlation_id() == "corr"
+
+
+def test_body_offset_with_braces_and_escapes_in_strings() -> None:
+    raw = encode_header({"c": "p", "t": 'a}"b', "x": "}}"}) + b"{BODY}"
+    assert raw[body_offset(raw) :] == b"{BODY}"
+    raw = encode_header({"c": "p", "t": "a}b"}) + b"}"
+    assert raw[body_offset(raw) :] == b"}"
+
+
+def test_split_sow_batch() -> None:
+    outer, records = split_sow_batch(SOW_BATCH)
+    assert outer == {"c": "sow", "t": "topicS", "query_id": "auto2", "bs": 2}
+    assert [r.get_sow_key() for r in records] == ["k1", "k2"]
+    assert [r.get_bookmark() for r in records] == ["9|1|", "9|2|"]
+    assert [r.data for r in records] == [b'{"id":1}', b'{"id":2}']
+    assert all(r.get_topic() == "topicS" and r.get_query_id() == "auto2" for r in records)
+    assert all(r.get_command() == "sow" for r in records)

@@ -1,4 +1,4 @@
-"""The reference server's layering, checked on its source (as tests/protocol/test_wire.py does
+"""The reference server's layering, checked on its source (as tests/protocol/test_sans_io.py does
 for the client's protocol package). Unit test: it parses files with ``ast``, imports nothing.
 
 What is checked:
