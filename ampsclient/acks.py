@@ -19,14 +19,15 @@ command id ``AMPS-queue-ack`` and no ack request (``shared/queues.md`` §10)::
   has held it for the ack timeout (a quiet stream leaves nothing leased). An ack the
   application made itself since the message was handed out is not repeated.
 * :func:`persisted_ack_writer`: the HA client's form, through its publish store.
-* :class:`QueueAckMethods`: the official methods (``ack``, ``set_auto_ack``...) for a client
-  class that has a ``queue_acks`` attribute.
+* :class:`QueueAckMethods`: the official methods (``ack``, ``set_auto_ack``...), an abstract
+  base for a client class that defines ``queue_acks``.
 * :func:`bound_message_type`: the per-client :class:`Message` subclass whose
   :meth:`Message.ack` goes to that client.
 """
 
 from __future__ import annotations
 
+import abc
 import logging
 import re
 import struct
@@ -526,10 +527,14 @@ def parse_max_backlog(options: str | None) -> int | None:
     return None
 
 
-class QueueAckMethods:
-    """The official client's queue-ack methods, for a class with a ``queue_acks`` attribute."""
+class QueueAckMethods(abc.ABC):
+    """The official client's queue-ack methods, on the :class:`QueueAcks` a client defines
+    as :attr:`queue_acks`: an abstract base that keeps no state (every method forwards)."""
 
-    queue_acks: QueueAcks
+    @property
+    @abc.abstractmethod
+    def queue_acks(self) -> QueueAcks:
+        """The client's queue acknowledgements."""
 
     def ack(
         self,

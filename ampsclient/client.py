@@ -141,9 +141,9 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
             HandlerFailed: self._handler_failed,
         }
         writer = self._writer
-        self.queue_acks = QueueAcks(writer.send_now, writer.call_later)
+        self._queue_acks = QueueAcks(writer.send_now, writer.call_later)
         """Queue acknowledgements: settings and pending batch (:mod:`ampsclient.acks`)."""
-        self._core.message_type = bound_message_type(self.queue_acks.ack, self.queue_acks)
+        self._core.message_type = bound_message_type(self._queue_acks.ack, self._queue_acks)
         self.logon_correlation_data: str | None = None
         """Sent as the logon's correlation id (``x``): how the server's logs name this logon."""
         self._plain_lane: Any = None
@@ -519,8 +519,10 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         message type (msgpack for ``msgpack``, else JSON)."""
         return self._writer.encode_data(data)
 
-    def _encode_data(self, data: Any) -> bytes:
-        return self._writer.encode_data(data)
+    @property
+    def queue_acks(self) -> QueueAcks:
+        """Queue acknowledgements: ack settings and the pending batch (:mod:`ampsclient.acks`)."""
+        return self._queue_acks
 
     # -------------------------------------------------------------------------- connecting
 
@@ -695,8 +697,8 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
             pause=self._pause_reading,
             resume=self._resume_reading,
         )
-        if self.queue_acks.auto_ack:
-            qa = self.queue_acks
+        if self._queue_acks.auto_ack:
+            qa = self._queue_acks
             stream.set_auto_ack(
                 qa.settle, hand_out=qa.hand_out, idle=qa.settle_idle, idle_seconds=qa.idle_seconds
             )
@@ -736,7 +738,7 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         ):
             handler = observer.handler_for(command, handler)
         route = None
-        qa = self.queue_acks
+        qa = self._queue_acks
         if (
             handler is not None
             and stream is None
@@ -772,7 +774,7 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         """Forget ``stream`` (closed by the application) and unsubscribe its subscription."""
         self._core.close_stream(stream, stream.put)  # queues no event (any thread may call it)
         if stream.sub_id is not None:
-            self.queue_acks.unsubscribed(stream.sub_id)
+            self._queue_acks.unsubscribed(stream.sub_id)
 
     # ------------------------------------------------------------------- convenience commands
 
@@ -782,7 +784,7 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
             self._core.unsubscribe(sub_id)
         finally:
             self._process_events()
-        self.queue_acks.unsubscribed(sub_id)
+        self._queue_acks.unsubscribed(sub_id)
 
     async def flush(self, timeout: int = 0, *, ack_type: AckType = AckType.PROCESSED) -> None:
         """Wait until the server has processed every command sent before this one (with
@@ -858,7 +860,7 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
             self._emit(ConnectionState.SHUTDOWN)
             return
         self._closed_by_user = True
-        self.queue_acks.flush()  # pending queue acks go out before the connection closes
+        self._queue_acks.flush()  # pending queue acks go out before the connection closes
         self._writer.drain_now()  # so do publishes held by batching
         self._core.end_streams()  # streams and subscriptions end quietly
         self._process_events()

@@ -13,10 +13,11 @@ until then).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import builtins
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from . import calls
 from .calls import UNSET, Handler, OptionsArg, join_options
@@ -73,9 +74,15 @@ def _with_max_backlog(options: str | None, max_backlog: object) -> str | None:
     return f"{options},max_backlog={max_backlog}" if options else f"max_backlog={max_backlog}"
 
 
-class AsyncCommands:
-    """The convenience commands, for a class with ``execute``, ``execute_async`` and
-    ``_encode_data`` (:class:`~ampsclient.client.AsyncClient`).
+class AsyncCommands(abc.ABC):
+    """The convenience commands, built on three primitives a client defines: ``execute``,
+    ``execute_async`` and ``encode_data`` (:class:`~ampsclient.client.AsyncClient`, and
+    :class:`~ampsclient.ha.face.ConnectionFace` for the HA client that holds one).
+
+    An abstract base in the manner of :class:`collections.abc.Mapping`: it keeps no state and
+    writes no attribute (``tests/client/test_client_bases.py`` checks), so the commands are
+    written once for both clients instead of forwarded twice with their three overloads
+    each; a class that lacks a primitive cannot be instantiated.
 
     (1) Each implementation takes the handler form's parameters; mypy cannot see that
     :func:`calls.bind` moves the handler-less form's positional arguments one place right
@@ -83,18 +90,22 @@ class AsyncCommands:
     and ``tests/typing/test_call_forms.py`` runs both forms.
     """
 
-    if TYPE_CHECKING:
+    @abc.abstractmethod
+    async def execute(self, command: Command) -> MessageStream:
+        """Send ``command``; its messages arrive on the stream returned."""
 
-        async def execute(self, command: Command) -> MessageStream: ...
+    @abc.abstractmethod
+    async def execute_async(self, command: Command, handler: Handler | None = None) -> str:
+        """Send ``command``; its messages go to ``handler``; returns its command id."""
 
-        async def execute_async(self, command: Command, handler: Handler | None = None) -> str: ...
-
-        def _encode_data(self, data: Any) -> bytes: ...
+    @abc.abstractmethod
+    def encode_data(self, data: Any) -> bytes:
+        """``data`` as bytes for the connection's message type."""
 
     def _resolve_bookmark(self, bookmark: str | None, sub_id: str | None) -> str | None:
         """``MOST_RECENT`` is resolved here and never sent: with no bookmark store it is EPOCH.
 
-        The HA client overrides it to ask its bookmark store.
+        The one hook a client may override: the HA client asks its bookmark store.
         """
         if bookmark == MOST_RECENT:
             return "0"
@@ -123,7 +134,7 @@ class AsyncCommands:
             keys = p["keys"]
             cmd.set_filter(None).set_sow_keys(keys if isinstance(keys, str) else ",".join(keys))
         elif name == "sow_delete_by_data":
-            cmd.set_filter(None).set_data(self._encode_data(p["data"]))
+            cmd.set_filter(None).set_data(self.encode_data(p["data"]))
         if handler is not None:
             return await self.execute_async(cmd, handler)
         timeout = int(p.get("timeout") or 0)

@@ -125,7 +125,6 @@ class OfficialClientMethods:
     """Official ``Client`` methods for the sync facade (which provides the members below)."""
 
     _async: AsyncClient | AsyncHAClient
-    _thread_created: Callable[[], Any] | None = None
 
     if TYPE_CHECKING:
 
@@ -200,7 +199,6 @@ class OfficialClientMethods:
 
     def set_thread_created_callback(self, thread_created_callable: Callable[[], Any]) -> None:
         """Run ``fn()`` on the client's receive thread (at once: that thread already runs)."""
-        self._thread_created = thread_created_callable
         done = threading.Event()
         errors: list[BaseException] = []
 
@@ -216,23 +214,6 @@ class OfficialClientMethods:
         done.wait(10)
         if errors:
             raise errors[0]
-
-    _retry_on_disconnect = True
-
-    def set_retry_on_disconnect(self, enabled: bool) -> None:
-        """Official ``retry_on_disconnect`` (default ``True``): a send (a publish or a
-        command) that finds the connection dropped reports ``DISCONNECTED`` to the state
-        listeners and calls the disconnect handler again, on the sender's thread; if that
-        reconnected, the send goes on, else it raises ``DisconnectedException``. With
-        ``False`` it raises at once. A connection the application closed is never retried.
-        (An ``HAClient`` stores its publishes and re-places its subscriptions whatever this
-        says, as the official one does.)
-        """
-        self._retry_on_disconnect = bool(enabled)
-
-    def get_retry_on_disconnect(self) -> bool:
-        """See :meth:`set_retry_on_disconnect`."""
-        return self._retry_on_disconnect
 
     def set_publish_batching(self, batchSize: int, batchTimeoutMillis: int) -> None:
         """Hold publishes until ``batchSize`` bytes are queued or the oldest has waited

@@ -27,7 +27,7 @@ from .acks import QueueAckMethods, QueueAcks
 from .authenticator import Authenticator
 from .client import AsyncClient, ConnectionState, Handler
 from .command import Command
-from .disconnects import DisconnectHandling, takes_error
+from .disconnects import DropHandling, takes_error
 from .exceptions import DisconnectedError, TimeoutError, UsageError
 from .official import ConnectionStateListener, OfficialClientMethods
 from .protocol.acks import AckType
@@ -112,9 +112,7 @@ class LoopThread:
         self._thread.join(10)
 
 
-class Client(
-    SyncClientFace, DisconnectHandling, SyncCommands, QueueAckMethods, OfficialClientMethods
-):
+class Client(SyncClientFace, SyncCommands, QueueAckMethods, OfficialClientMethods):
     """A synchronous AMPS client with the official client's method names.
 
     Example::
@@ -160,8 +158,10 @@ class Client(
             logon_options=logon_options,
             ssl_context=ssl_context,
         )
+        self._drops = DropHandling(self, self._async)
+        """The disconnect handler and ``retry_on_disconnect`` (it alone keeps their state)."""
+        self._drops.install()
         self._start()
-        self._install_retry()
 
     def _start(self) -> None:
         self._lt: LoopThread | None = LoopThread(f"ampsclient-{self._async.name or 'client'}")
@@ -177,7 +177,7 @@ class Client(
         return self._async
 
     @property
-    def queue_acks(self) -> QueueAcks:  # type: ignore[override]
+    def queue_acks(self) -> QueueAcks:
         """Queue-ack settings and pending batch (:mod:`ampsclient.acks`)."""
         return self._async.queue_acks
 
@@ -237,6 +237,36 @@ class Client(
         (default twice the interval). Official argument names."""
         self._async.set_heartbeat(interval_seconds, timeout_seconds)
 
+    # ------------------------------------------------------------- disconnect handling
+    def set_disconnect_handler(self, handler: Callable[..., Any] | None) -> None:
+        """Called when the connection drops (not when the application closes it).
+
+        ``handler(client)`` as the official ``DisconnectHandler`` is called, or
+        ``handler(client, exc)`` when it has two positional parameters without defaults
+        (decided here, once: :func:`~ampsclient.disconnects.takes_error`). It runs on a
+        thread of its own, so it may reconnect with the blocking methods
+        (``client.connect(uri); client.logon()``), as official handlers do on the receive
+        thread; an exception it raises goes to the exception listener. With
+        ``retry_on_disconnect`` (the default) a send that finds the connection dropped calls
+        it again, on the sender's thread, and goes on if it reconnected.
+        """
+        self._drops.set_handler(handler)
+
+    def set_retry_on_disconnect(self, enabled: bool) -> None:
+        """Official ``retry_on_disconnect`` (default ``True``): a send (a publish or a
+        command) that finds the connection dropped reports ``DISCONNECTED`` to the state
+        listeners and calls the disconnect handler again, on the sender's thread; if that
+        reconnected, the send goes on, else it raises ``DisconnectedException``. With
+        ``False`` it raises at once. A connection the application closed is never retried.
+        (An ``HAClient`` stores its publishes and re-places its subscriptions whatever this
+        says, as the official one does.)
+        """
+        self._drops.retry_on_disconnect = bool(enabled)
+
+    def get_retry_on_disconnect(self) -> bool:
+        """See :meth:`set_retry_on_disconnect`."""
+        return self._drops.retry_on_disconnect
+
     # ------------------------------------------------------------------------ connection
     def connect(
         self,
@@ -252,7 +282,7 @@ class Client(
         if self._lt is None and type(self._async) is AsyncClient:
             self._lt = LoopThread(f"ampsclient-{self._async.name or 'client'}")
         self._run(self._async.connect(uri, timeout=timeout, ssl_context=ssl_context))
-        self._dropped = False
+        self._drops.forget_drop()
 
     # --------------------------------------------------------------------------- commands
     def execute_async(self, command: Command, on_message: Handler | None = None) -> str:
@@ -269,7 +299,7 @@ class Client(
     # ---------------------------------------------------------------------------- closing
     def close(self) -> None:
         """Close the connection and stop the client's thread."""
-        self._dropped = False  # closed by the application: sends do not retry
+        self._drops.forget_drop()  # closed by the application: sends do not retry
         lt = self._lt
         if lt is None:  # closed before: the listeners hear SHUTDOWN again (official)
             if isinstance(self._async, AsyncClient):
@@ -284,7 +314,7 @@ class Client(
 
     def disconnect(self) -> None:
         """Close the connection; the client may connect again (official API)."""
-        self._dropped = False
+        self._drops.forget_drop()
         lt = self._lt
         if lt is not None and not lt.loop.is_closed():
             lt.run(self._async.close())
@@ -363,6 +393,7 @@ class HAClient(SyncHAClientFace, Client):
         self._ha_discard: Callable[[Message], None] = self._ha.discard
         """:meth:`discard`'s lane: the asyncio client's (which calls the store's C lane)."""
         self._close_timeout = close_timeout
+        self._drops = DropHandling(self, self._ha)  # its handler only: the HA client reconnects
         if HAClient._default_resubscription_timeout:
             self._ha.set_resubscription_timeout(HAClient._default_resubscription_timeout)
         self._start()
@@ -381,7 +412,7 @@ class HAClient(SyncHAClientFace, Client):
         def on_drop(_client: object, exc: BaseException | None) -> None:
             name = f"ampsclient-disconnect-{self._ha.name or 'client'}"
             threading.Thread(
-                target=self._run_handler, args=(user, exc), name=name, daemon=True
+                target=self._drops.run_handler, args=(user, exc), name=name, daemon=True
             ).start()
 
         self._ha.set_disconnect_handler(on_drop)

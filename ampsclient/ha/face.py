@@ -52,7 +52,7 @@ class ConnectionFace(AsyncCommands, QueueAckMethods, abc.ABC):
         return self.client.state
 
     @property
-    def queue_acks(self) -> QueueAcks:  # type: ignore[override]
+    def queue_acks(self) -> QueueAcks:
         """Queue acknowledgements of the held connection (:mod:`ampsclient.acks`)."""
         return self.client.queue_acks
 
@@ -207,9 +207,6 @@ class ConnectionFace(AsyncCommands, QueueAckMethods, abc.ABC):
 
     def encode_data(self, data: Any) -> bytes:
         """``data`` as bytes for the connection's message type."""
-        return self.client.encode_data(data)
-
-    def _encode_data(self, data: Any) -> bytes:
         return self.client.encode_data(data)
 
     # ------------------------------------------------------------------- connection

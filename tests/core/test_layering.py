@@ -1,4 +1,5 @@
-"""The core does no I/O, and the HA client holds a client instead of subclassing it."""
+"""The core does no I/O, the HA client holds a client instead of subclassing it, and what
+the clients inherit from other modules keeps no state."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import inspect
 import json
 import pathlib
+import textwrap
 
 import ampsclient.core
 from ampsclient.client import AsyncClient
@@ -35,6 +37,7 @@ CLIENT_EXTRAS = {
     "logon_options": "options sent with every logon",
     "message_type": "the connection's message type",
     "publish_path": "the publish callable a facade may hold (the C lane itself)",
+    "queue_acks": "the queue acknowledgements (ampsclient.acks), as a property",
     "run_sow_delete": "the step under the sow_delete conveniences",
     "run_subscription": "the step under the subscribe/sow conveniences",
     "server_version": "the version string of the logon ack",
@@ -55,7 +58,6 @@ HA_EXTRAS = {
     "publish_and_wait": "publish and await the persisted ack",
     "publish_future": "publish; a future resolved by the persisted ack",
     "publish_store": "the publish store",
-    "queue_acks": "the held client's queue acknowledgements, forwarded",
     "set_logon_timeout": "how long each logon waits (official set_timeout)",
     "unpersisted_count": "the publish store's unpersisted count, as a property",
 }
@@ -171,3 +173,88 @@ def test_the_face_keeps_no_state_of_its_own() -> None:
         and node.attr.startswith("_")
     }
     assert private == set()
+
+
+def own_names(cls: type) -> set[str]:
+    """The names ``cls``'s body declares: its methods and attributes, those under
+    ``if TYPE_CHECKING:`` included (the contract it states for its hosts)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0]
+    assert isinstance(body, ast.ClassDef)
+    names: set[str] = set()
+    stack: list[ast.stmt] = list(body.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If):
+            stack.extend(node.body)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_the_clients_bases_from_other_modules_keep_no_state() -> None:
+    """Issue #29, composition not mixins: what a client inherits from another module is a
+    stateless base (the convenience commands, the queue-ack methods, the generated sync
+    twins, the official spellings, the HA client's face): no ``__init__``, no attribute
+    written on ``self``, and no private attribute of its host read unless its own body
+    declares it (an abstract method or a ``TYPE_CHECKING`` contract). State lives in held
+    objects (the writer, the wiring, ``QueueAcks``, the sync client's ``DropHandling``)."""
+    from ampsclient.sync import Client, HAClient
+
+    checked: set[type] = set()
+    for host in (AsyncClient, AsyncHAClient, Client, HAClient):
+        for base in host.__mro__[1:]:
+            if not base.__module__.startswith("ampsclient") or base.__module__ == host.__module__:
+                continue
+            checked.add(base)
+            assert "__init__" not in vars(base), base
+            tree = ast.parse(textwrap.dedent(inspect.getsource(base)))
+            declared = own_names(base)
+            for node in ast.walk(tree):
+                targets: list[ast.expr] = []
+                if isinstance(node, ast.Assign):
+                    targets = node.targets
+                elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                    targets = [node.target]
+                for t in targets:
+                    assert not (
+                        isinstance(t, ast.Attribute)
+                        and isinstance(t.value, ast.Name)
+                        and t.value.id == "self"
+                    ), (base, t.attr)
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                ):
+                    assert node.attr in declared, (base, node.attr)
+    names = {b.__name__ for b in checked}
+    assert {"AsyncCommands", "QueueAckMethods", "ConnectionFace", "OfficialClientMethods"} <= names
+    assert {"SyncClientFace", "SyncCommands"} <= names
+
+
+def test_the_abstract_bases_refuse_a_host_that_lacks_a_primitive() -> None:
+    """The convenience commands and the queue-ack methods state what they are built on:
+    a class that lacks one of those primitives cannot be instantiated."""
+    import abc
+
+    from ampsclient.acks import QueueAckMethods
+    from ampsclient.convenience import AsyncCommands
+
+    assert AsyncCommands.__abstractmethods__ == {"execute", "execute_async", "encode_data"}
+    assert QueueAckMethods.__abstractmethods__ == {"queue_acks"}
+    for base in (AsyncCommands, QueueAckMethods):
+        assert isinstance(base, abc.ABCMeta)
+        lacking = type("Lacking", (base,), {})
+        try:
+            lacking()
+        except TypeError as exc:
+            assert "abstract" in str(exc)
+        else:
+            raise AssertionError(f"{base.__name__} accepted a host without its primitives")
