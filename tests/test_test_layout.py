@@ -57,13 +57,12 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "authenticator.py": ("tests/security/test_security_units.py",),
     "tls.py": ("tests/security/test_tls_*.py",),
     "uri.py": ("tests/client/test_unix_zlib.py", "tests/migration/test_api_manifest.py"),
-    # transports: exercised by every client test over tcp://, ws://, unix:// and memory://
+    # transports: exercised by the client tests over tcp://, ws:// and unix://
     "transport/base.py": ("tests/client/test_client.py",),
     "transport/factory.py": ("tests/client/test_client.py", "tests/client/test_unix_zlib.py"),
     "transport/tcp.py": ("tests/client/test_client.py", "tests/client/test_unix_zlib.py"),
     "transport/ws.py": ("tests/client/test_ws_close.py", "tests/core/test_publish.py"),
     "transport/wsconn.py": ("tests/server/test_server_speedups.py",),  # shared with the server
-    "transport/memory.py": ("tests/client/test_pair.py", "tests/core/test_wing_events.py"),
     # the core's parts, driven through ClientCore with golden bytes and typed events
     "core/correlation.py": ("tests/core/test_connection.py",),
     "core/event_types.py": ("tests/core/test_connection.py",),
