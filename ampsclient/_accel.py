@@ -17,18 +17,16 @@ stores bind theirs at import. Set
 ``AMPSCLIENT_PUREPYTHON=1`` before importing ampsclient to run the pure-Python code (the way
 ``MSGPACK_PUREPYTHON`` works for msgpack).
 
-The C code writes the fields of its own types: a :class:`~ampsclient.Message` is built on
-:data:`MessageFields` (the C type, or its twin :class:`PyMessageFields`), whose public fields
-the receive loop fills; the bookmark store's records, the publish stores' index and segment
-files are built on the C types below the same way, and a client's queue-ack batches are an
-:data:`AckBatches`. It names no attribute of ours. :data:`LAYOUT` below is the one place
-that says which attribute or slot plays each role the C code still touches on other classes
-(the client's writer and the HA publish gate on it, which the publish lanes use: issue
-#29's known remainder, listed in ``tests/test_speedups.py``); it is handed to the
-extension's ``bind()`` once, at import. Renaming one of those attributes means changing its line
-here, nowhere else (``tests/test_speedups.py`` checks every name against the classes).
-:data:`TWINS` names the pure-Python twin of every C function, lane method and C-owned type;
-each pair has a differential test.
+The C code names no attribute of ours and reads no other class's slots or instance
+``__dict__``: its functions take and return values, and it works on the fields of its own
+types. A :class:`~ampsclient.Message` is built on :data:`MessageFields` (the C type, or its
+twin :class:`PyMessageFields`), whose public fields the receive loop fills; the bookmark
+store's records, the publish stores' index and segment files are built on the C types below
+the same way, a client's queue-ack batches are an :data:`AckBatches`, and a client writer's
+flags a :data:`WriterFields` (``FrameWriter.fields``). What the publish lanes use besides
+(the write queue, the writer's wake, the suffix cache, the publish lock...) is given to their
+constructors as values. :data:`TWINS` names the pure-Python twin of every C function, lane
+method and C-owned type; each pair has a differential test.
 """
 
 from __future__ import annotations
@@ -39,8 +37,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar
 
+if TYPE_CHECKING:
+    from .transport.base import Transport
+
 __all__ = [
-    "LAYOUT",
     "SPEEDUPS",
     "TWINS",
     "AckBatches",
@@ -60,9 +60,11 @@ __all__ = [
     "PyPublishIndexFields",
     "PyRelay",
     "PySegmentLogFields",
+    "PyWriterFields",
     "Relay",
     "SegmentLogFields",
     "StoreLock",
+    "WriterFields",
     "autoack_take",
     "deliver",
     "deliver_stream",
@@ -77,28 +79,6 @@ __all__ = [
     "ws_encode",
 ]
 
-LAYOUT: Final[Mapping[str, str]] = MappingProxyType(
-    {
-        # ampsclient.writer.FrameWriter (an AsyncClient's writer, ``client._wiring.writer``):
-        # the attributes and slots the publish lanes, built on it, read or call
-        "client.pub_prefix": "_pub_prefix",
-        "client.enqueue": "_enqueue",
-        "client.wake": "_wake",
-        "client.wait_writable": "wait_writable",  # public: FrameWriter.wait_writable
-        "client.transport": "_transport",
-        "client.wake_pending": "_wake_pending",
-        "client.blocked": "_blocked",
-        "client.outq": "_outq",
-        "client.caller_writes": "_caller_writes",
-        "client.caller_write": "write_from_caller",
-        # the writer's publish gate, which the AsyncHAClient holding its client drives (PublishLane)
-        "ha_client.pub_lock": "publish_lock",  # public property, read once
-        "ha_client.seq_suffix": "stored_publish_suffixes",  # public property, read once
-        "ha_client.can_send": "_can_send",
-    }
-)
-"""Role -> the attribute or slot that plays it: everything ``_speedups.c`` touches by name."""
-
 TWINS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "MessageFields": "ampsclient._accel.PyMessageFields",
@@ -107,6 +87,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "BookmarkPublisherFields": "ampsclient._accel.PyBookmarkPublisherFields",
         "SegmentLogFields": "ampsclient._accel.PySegmentLogFields",
         "PublishIndexFields": "ampsclient._accel.PyPublishIndexFields",
+        "WriterFields": "ampsclient._accel.PyWriterFields",
         "split_frames": "ampsclient.protocol.framing.split_frames",
         "deliver": "ampsclient.core.routes.deliver",
         "deliver_stream": "ampsclient.core.routes.deliver_stream",
@@ -238,6 +219,30 @@ class PyPublishIndexFields:
     )
 
 
+class PyWriterFields:
+    """A client writer's flags: five public fields that
+    :class:`ampsclient.writer.FrameWriter` holds (its ``fields``), documents and alone
+    writes.
+
+    The twin of the C ``WriterFields``, a type the C code owns: the C publish lanes
+    (``PublishLane``, ``PlainPublishLane``) read these fields through its own struct. A new
+    instance has no field set."""
+
+    __slots__ = ("blocked", "caller_writes", "can_send", "transport", "wake_pending")
+
+    transport: Transport | None
+    """The open transport, or ``None`` while disconnected."""
+    wake_pending: bool
+    """``True`` while the writer is scheduled (a frame queued now goes out without a wake)."""
+    blocked: bool
+    """``True`` while the socket's write buffer is over its high-water mark."""
+    caller_writes: bool
+    """Whether a publish that leaves ``CALLER_WRITE_FRAMES`` frames queued writes them."""
+    can_send: bool
+    """The publish gate: ``False`` while a store-and-forward wrapper (the HA client) keeps
+    its publishes in its store instead of sending them."""
+
+
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
 deliver: Callable[..., None] | None = None
 deliver_stream: Callable[..., tuple[int, int]] | None = None
@@ -253,6 +258,7 @@ _c_sub_fields: type[Any] | None = None
 _c_pub_fields: type[Any] | None = None
 _c_seg_fields: type[Any] | None = None
 _c_index_fields: type[Any] | None = None
+_c_writer_fields: type[Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 publish_frame: Callable[[bytes, int | None, bytes, bytes], bytes] | None = None
@@ -271,7 +277,6 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         _speedups = None  # pragma: no cover - a build older than its Python (rebuild it)
     if _speedups is not None:
         _c_fields = _speedups.MessageFields
-        _speedups.bind(dict(LAYOUT))
         split_frames = _speedups.split_frames
         deliver = _speedups.deliver
         deliver_stream = _speedups.deliver_stream
@@ -283,6 +288,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         PlainPublishLane = getattr(_speedups, "PlainPublishLane", None)
         _c_seg_fields = getattr(_speedups, "SegmentLogFields", None)  # (with PublishLane)
         _c_index_fields = getattr(_speedups, "PublishIndexFields", None)
+        _c_writer_fields = getattr(_speedups, "WriterFields", None)
         AutoAck = getattr(_speedups, "AutoAck", None)
         _c_batches = getattr(_speedups, "AckBatches", None)  # (with AutoAck)
         LaneMethod = getattr(_speedups, "LaneMethod", None)  # (an older build has none)
@@ -305,7 +311,10 @@ if TYPE_CHECKING:
     BookmarkPublisherFields = PyBookmarkPublisherFields
     SegmentLogFields = PySegmentLogFields
     PublishIndexFields = PyPublishIndexFields
+    WriterFields = PyWriterFields
 else:
+    WriterFields = _c_writer_fields or PyWriterFields
+    """What a client writer's flags are: the C type with the publish lanes."""
     PublishIndexFields = _c_index_fields or PyPublishIndexFields
     """The base of the publish stores' index: the C type with the lane."""
     SegmentLogFields = _c_seg_fields or PySegmentLogFields
@@ -391,13 +400,9 @@ def lane_method(attr: str) -> Callable[[_F], _F]:
 
 
 def implementations() -> dict[str, Any]:
-    """The C module when built (for tests that run both implementations), else ``{}``.
-
-    It is bound to :data:`LAYOUT` here too: with ``AMPSCLIENT_PUREPYTHON=1`` nothing else
-    binds it."""
+    """The C module when built (for tests that run both implementations), else ``{}``."""
     try:
         from . import _speedups  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover
         return {}
-    _speedups.bind(dict(LAYOUT))
     return {"c": _speedups}

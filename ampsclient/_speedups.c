@@ -14,119 +14,17 @@
 #include <string.h>
 #include <sys/socket.h>
 
-/* ------------------------------------------------------------------ the layout
+/* ------------------------------------------------------------------ no layout table
  *
- * The objects of other classes this module still reads and writes (a client's writer and
- * the HA publish gate on it: the publish lanes) are named by ROLE here; the Python
- * attribute or slot that plays each role comes from one table in Python,
- * ampsclient/_accel.py LAYOUT, handed to bind() once at import. No attribute name of ours
- * is written in this file: renaming one means editing that table only. Until bind() ran,
- * everything that needs the layout raises. A Message, the bookmark store's records, the
- * publish stores' index and segment files and the queue-ack batches are not among them:
- * they are built on (or are) this module's own types (MessageFields,
+ * This module names no attribute of another class and reads no other class's slots or
+ * instance __dict__. Its functions take and return values (bytes, lists, tuples, dicts,
+ * callables given at construction) and the fields of its own types: a Message, the
+ * bookmark store's records, the publish stores' index and segment files, the queue-ack
+ * batches and a client writer's flags are built on (or hold) MessageFields,
  * BookmarkSubscriptionFields, BookmarkPublisherFields, PublishIndexFields, SegmentLogFields,
- * AckBatches), whose fields it reaches through their structs.
+ * AckBatches and WriterFields, whose fields it reaches through their structs. The names it
+ * looks up are the standard library's (a lock's locked). tests/test_speedups.py checks.
  */
-
-enum {
-    /* a client's publish state (instance attributes) */
-    R_CLIENT_PUB_PREFIX, R_CLIENT_ENQUEUE, R_CLIENT_WAKE, R_CLIENT_WAIT_WRITABLE,
-    R_CLIENT_TRANSPORT, R_CLIENT_WAKE_PENDING, R_CLIENT_BLOCKED, R_CLIENT_OUTQ,
-    R_CLIENT_CALLER_WRITES, R_CLIENT_CALLER_WRITE,
-    /* an HA client's, on top (instance attributes) */
-    R_HA_PUB_LOCK, R_HA_SEQ_SUFFIX, R_HA_CAN_SEND,
-    R_COUNT
-};
-
-static const char *const role_keys[R_COUNT] = {
-    "client.pub_prefix", "client.enqueue", "client.wake", "client.wait_writable",
-    "client.transport", "client.wake_pending", "client.blocked", "client.outq",
-    "client.caller_writes", "client.caller_write",
-    "ha_client.pub_lock", "ha_client.seq_suffix", "ha_client.can_send",
-};
-
-static PyObject *role_names[R_COUNT]; /* interned str, set by bind() */
-static int layout_bound = 0;
-
-#define NAME(role) (role_names[role])
-
-static int
-need_layout(void)
-{
-    if (!layout_bound) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "ampsclient._speedups: bind(layout) was not called (ampsclient._accel "
-                        "does it at import)");
-        return -1;
-    }
-    return 0;
-}
-
-PyDoc_STRVAR(bind_doc,
-"bind(layout) -> None\n\n"
-"Give this module the attribute or slot name of every role it touches (a dict of role ->\n"
-"name, exactly the roles of roles()). ampsclient/_accel.py calls it once with LAYOUT.");
-
-static PyObject *
-bind_layout(PyObject *self, PyObject *layout)
-{
-    if (!PyDict_Check(layout)) {
-        PyErr_SetString(PyExc_TypeError, "bind(): layout must be a dict of role -> name");
-        return NULL;
-    }
-    PyObject *names[R_COUNT];
-    for (int i = 0; i < R_COUNT; i++) {
-        PyObject *name = PyDict_GetItemString(layout, role_keys[i]); /* borrowed */
-        if (name == NULL || !PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) == 0) {
-            for (int k = 0; k < i; k++) {
-                Py_DECREF(names[k]);
-            }
-            if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_ValueError,
-                             "bind(): the layout has no attribute name (a non-empty str) for "
-                             "role %s",
-                             role_keys[i]);
-            }
-            return NULL;
-        }
-        Py_INCREF(name);
-        PyUnicode_InternInPlace(&name);
-        names[i] = name;
-    }
-    if (PyDict_Size(layout) != R_COUNT) {
-        for (int k = 0; k < R_COUNT; k++) {
-            Py_DECREF(names[k]);
-        }
-        PyErr_Format(PyExc_ValueError, "bind(): the layout names %zd roles, this module has %d "
-                     "(see roles())", PyDict_Size(layout), R_COUNT);
-        return NULL;
-    }
-    for (int i = 0; i < R_COUNT; i++) {
-        Py_XSETREF(role_names[i], names[i]);
-    }
-    layout_bound = 1;
-    Py_RETURN_NONE;
-}
-
-PyDoc_STRVAR(roles_doc, "roles() -> tuple[str, ...]\n\nThe roles bind() needs, in order.");
-
-static PyObject *
-roles(PyObject *self, PyObject *unused)
-{
-    PyObject *out = PyTuple_New(R_COUNT);
-    if (out == NULL) {
-        return NULL;
-    }
-    for (int i = 0; i < R_COUNT; i++) {
-        PyObject *key = PyUnicode_FromString(role_keys[i]);
-        if (key == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, i, key);
-    }
-    return out;
-}
 
 /* ------------------------------------------------------------------ split_frames */
 
@@ -447,30 +345,6 @@ static PyTypeObject MessageFieldsType = {
 #define MF(obj) ((MessageFields *)(obj))
 
 static PyObject *minus_one = NULL, *plus_one = NULL;
-
-/* the offset of slot ``name`` of ``tp`` (a member descriptor of an object slot); -1 on error */
-static int
-slot_offset(PyTypeObject *tp, PyObject *name, Py_ssize_t *offset)
-{
-    PyObject *descr = PyObject_GetAttr((PyObject *)tp, name);
-    if (descr == NULL) {
-        return -1;
-    }
-    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        Py_DECREF(descr);
-        PyErr_Format(PyExc_TypeError, "%s.%U is not a slot", tp->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-    if (member->type != T_OBJECT_EX && member->type != T_OBJECT) {
-        Py_DECREF(descr);
-        PyErr_Format(PyExc_TypeError, "%s.%U is not an object slot", tp->tp_name, name);
-        return -1;
-    }
-    *offset = member->offset;
-    Py_DECREF(descr);
-    return 0;
-}
 
 /* ``cls`` is a class whose instances are MessageFields: 0, else -1 with TypeError */
 static int
@@ -2533,7 +2407,8 @@ lane_of(PyObject *log)
  * what the Python path does (AsyncHAClient.publish -> _store_and_send -> store_parts of
  * MemoryPublishStore or FilePublishStore), in the same order:
  *
- *   payload = b'{"c":"p","s":' + b"%d" % s + suffix(topic) + data, s = the store's index_next;
+ *   payload = head + b"%d" % s + suffix(topic) + data, s = the store's index_next, head the
+ *   core encoder's head of a stored p (publish_header("p", "", sequenced=True)[0], given);
  *   (file store) the record of (s, payload) copied into the active segment's mapping
  *   (store.segment_log, SegmentLog.write_stores in ampsclient/stores/publish/segments.py);
  *   the payload appended to the store's index; the length-prefixed frame to the client's
@@ -2546,8 +2421,11 @@ lane_of(PyObject *log)
  * in the Python path). Between its checks and its writes it calls no Python code and
  * creates no object the garbage collector tracks (bytes and ints only), so under the GIL
  * the whole step is atomic with respect to the Python methods, which keep their locks.
- * The store's fields are its __slots__ (offsets read at construction); so are the client's
- * flags (FrameWriter's __slots__: transport, can_send, wake_pending, blocked, caller_writes).
+ * The store's fields are those of this module's PublishIndexFields and SegmentLogFields;
+ * the writer's flags (transport, can_send, wake_pending, blocked, caller_writes) those of its
+ * WriterFields. Everything else it uses (the head, the suffix cache, the publish lock, the
+ * write queue and its append, the writer's wake/wait/caller-write) is given to the
+ * constructor, as values: nothing is looked up by an attribute name of ours.
  */
 
 static PyObject *str_locked; /* threading.Lock's locked(): the standard library's name */
@@ -2573,36 +2451,150 @@ fast_body(PyObject *data, const char **body, Py_ssize_t *len)
 /* ampsclient.writer.CALLER_WRITE_FRAMES (tests/test_speedups.py checks they are equal) */
 #define CALLER_WRITE_FRAMES 256
 
-/* The callables and the queue after_enqueue uses (borrowed from a lane). */
+/* WriterFields: a client writer's flags (ampsclient.writer.FrameWriter holds one as its
+ * ``fields``, documents them and alone writes them), a type this module owns (twin:
+ * ampsclient._accel.PyWriterFields). The publish lanes only read them, through this struct
+ * (the Python callables they are given, such as wake, write them as before). */
+
 typedef struct {
-    PyObject *wake;          /* role client.wake */
-    PyObject *wait_writable; /* role client.wait_writable */
-    PyObject *outq;          /* role client.outq (the write queue, a deque) */
-    PyObject *caller_write;  /* role client.caller_write */
-    /* the client's FrameWriter slots, read at their offsets (found at construction) */
-    Py_ssize_t o_transport;     /* role client.transport */
-    Py_ssize_t o_wake_pending;  /* role client.wake_pending */
-    Py_ssize_t o_blocked;       /* role client.blocked */
-    Py_ssize_t o_caller_writes; /* role client.caller_writes */
-    Py_ssize_t o_can_send;      /* role ha_client.can_send */
+    PyObject_HEAD
+    PyObject *transport;
+    PyObject *wake_pending;
+    PyObject *blocked;
+    PyObject *caller_writes;
+    PyObject *can_send;
+} WFields;
+
+static int
+wfields_traverse(WFields *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->transport);
+    Py_VISIT(self->wake_pending);
+    Py_VISIT(self->blocked);
+    Py_VISIT(self->caller_writes);
+    Py_VISIT(self->can_send);
+    return 0;
+}
+
+static int
+wfields_clear(WFields *self)
+{
+    Py_CLEAR(self->transport);
+    Py_CLEAR(self->wake_pending);
+    Py_CLEAR(self->blocked);
+    Py_CLEAR(self->caller_writes);
+    Py_CLEAR(self->can_send);
+    return 0;
+}
+
+static void
+wfields_dealloc(WFields *self)
+{
+    PyObject_GC_UnTrack(self);
+    wfields_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef wfields_members[] = {
+    {"transport", T_OBJECT_EX, offsetof(WFields, transport), 0,
+     "The open transport, or None while disconnected."},
+    {"wake_pending", T_OBJECT_EX, offsetof(WFields, wake_pending), 0,
+     "True while the writer is scheduled (a frame queued now goes out without a wake)."},
+    {"blocked", T_OBJECT_EX, offsetof(WFields, blocked), 0,
+     "True while the socket's write buffer is over its high-water mark."},
+    {"caller_writes", T_OBJECT_EX, offsetof(WFields, caller_writes), 0,
+     "True when a publish that leaves CALLER_WRITE_FRAMES frames queued writes them."},
+    {"can_send", T_OBJECT_EX, offsetof(WFields, can_send), 0,
+     "The publish gate: False while a store-and-forward wrapper keeps publishes stored."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject WFieldsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.WriterFields",
+    .tp_basicsize = sizeof(WFields),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "WriterFields()\n\nA client writer's flags, which the publish lanes read (twin: "
+              "ampsclient._accel.PyWriterFields). A new instance has no field set.",
+    .tp_traverse = (traverseproc)wfields_traverse,
+    .tp_clear = (inquiry)wfields_clear,
+    .tp_dealloc = (destructor)wfields_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_members = wfields_members,
+};
+
+/* What after_enqueue uses, given to a lane's constructor (values, owned by the lane). */
+typedef struct {
+    WFields *fields;         /* the writer's flags */
+    PyObject *outq;          /* the write queue (a deque) */
+    PyObject *enqueue;       /* its append */
+    PyObject *wake;          /* schedule the writer, then wait while the socket is full */
+    PyObject *wait_writable; /* wait while the socket is full */
+    PyObject *caller_write;  /* write the queue from this thread */
 } Waker;
 
-/* After a frame was queued, what the Python publish paths do: wake the writer when it
- * sleeps (role client.wake, which also waits while the socket is full), else wait while
- * it is full (role client.wait_writable), else, when the client lets publishes write
- * (role client.caller_writes) and CALLER_WRITE_FRAMES frames are queued, write them from
- * this thread (role client.caller_write). The flags are the client's slots. -1 on error. */
+#define WAKER_KWDS "fields", "outq", "enqueue", "wake", "wait_writable", "caller_write"
+#define WAKER_ARGS(w) &(w).fields, &(w).outq, &(w).enqueue, &(w).wake, &(w).wait_writable, \
+                      &(w).caller_write
+
 static int
-after_enqueue(PyObject *client, const Waker *w)
+waker_traverse(Waker *w, visitproc visit, void *arg)
+{
+    Py_VISIT(w->fields);
+    Py_VISIT(w->outq);
+    Py_VISIT(w->enqueue);
+    Py_VISIT(w->wake);
+    Py_VISIT(w->wait_writable);
+    Py_VISIT(w->caller_write);
+    return 0;
+}
+
+static void
+waker_clear(Waker *w)
+{
+    Py_CLEAR(w->fields);
+    Py_CLEAR(w->outq);
+    Py_CLEAR(w->enqueue);
+    Py_CLEAR(w->wake);
+    Py_CLEAR(w->wait_writable);
+    Py_CLEAR(w->caller_write);
+}
+
+/* Keep the parsed (borrowed) values in *w; -1 with TypeError when fields is not a
+ * WriterFields. */
+static int
+waker_take(Waker *w, const Waker *given, const char *who)
+{
+    if (!Py_IS_TYPE((PyObject *)given->fields, &WFieldsType)) {
+        PyErr_Format(PyExc_TypeError, "%s: fields must be a WriterFields", who);
+        return -1;
+    }
+    Py_XSETREF(w->fields, (WFields *)Py_NewRef(given->fields));
+    Py_XSETREF(w->outq, Py_NewRef(given->outq));
+    Py_XSETREF(w->enqueue, Py_NewRef(given->enqueue));
+    Py_XSETREF(w->wake, Py_NewRef(given->wake));
+    Py_XSETREF(w->wait_writable, Py_NewRef(given->wait_writable));
+    Py_XSETREF(w->caller_write, Py_NewRef(given->caller_write));
+    return 0;
+}
+
+/* After a frame was queued, what the Python publish paths do: wake the writer when it
+ * sleeps (wake, which also waits while the socket is full), else wait while it is full
+ * (wait_writable), else, when the writer lets publishes write (caller_writes) and
+ * CALLER_WRITE_FRAMES frames are queued, write them from this thread (caller_write). The
+ * flags are the writer's WriterFields. -1 on error. */
+static int
+after_enqueue(const Waker *w)
 {
     PyObject *call = NULL;
-    if (SLOT(client, w->o_wake_pending) != Py_True) {
+    WFields *f = w->fields;
+    if (f->wake_pending != Py_True) {
         call = w->wake;
     }
-    else if (SLOT(client, w->o_blocked) == Py_True) {
+    else if (f->blocked == Py_True) {
         call = w->wait_writable;
     }
-    else if (SLOT(client, w->o_caller_writes) == Py_True) {
+    else if (f->caller_writes == Py_True) {
         Py_ssize_t queued = PyObject_Size(w->outq);
         if (queued < 0) {
             return -1;
@@ -2788,14 +2780,13 @@ static PyTypeObject SegFieldsType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *client;
     PyObject *store;
     PyObject *log;            /* store.segment_log (a file store), else NULL */
-    PyObject *pub_locked;     /* role ha_client.pub_lock, its .locked */
+    PyObject *head;           /* the core encoder's head of a stored p, up to its "s": */
+    PyObject *pub_locked;     /* the publish lock's .locked */
     PyObject *store_locked;   /* the store's index_lock, its .locked */
-    PyObject *suffixes;       /* role ha_client.seq_suffix: topic -> b',"a":"persisted","t":"..."}' */
-    PyObject *enqueue;        /* role client.enqueue (the write queue's append) */
-    Waker w;                  /* roles client.wake, .wait_writable, .outq, .caller_write */
+    PyObject *suffixes;       /* topic -> b',"a":"persisted","t":"..."}' (the stored tail) */
+    Waker w;                  /* the writer's flags, queue, wake, wait, caller write */
     PyObject *slow;           /* AsyncHAClient.publish, bound */
     int file;                 /* a FilePublishStore: write the record too */
     int enabled;
@@ -2804,43 +2795,30 @@ typedef struct {
     Py_ssize_t o_broken, o_mm, o_active, o_map_size, o_segment_size, o_write_gen;
 } PublishLane;
 
-
-static const char PUBLISH_HEAD[] = "{\"c\":\"p\",\"s\":";
-#define PUBLISH_HEAD_LEN ((Py_ssize_t)(sizeof PUBLISH_HEAD - 1))
-
 static int
 publane_traverse(PublishLane *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->client);
     Py_VISIT(self->store);
     Py_VISIT(self->log);
+    Py_VISIT(self->head);
     Py_VISIT(self->pub_locked);
     Py_VISIT(self->store_locked);
     Py_VISIT(self->suffixes);
-    Py_VISIT(self->enqueue);
-    Py_VISIT(self->w.wake);
-    Py_VISIT(self->w.wait_writable);
-    Py_VISIT(self->w.outq);
-    Py_VISIT(self->w.caller_write);
     Py_VISIT(self->slow);
-    return 0;
+    return waker_traverse(&self->w, visit, arg);
 }
 
 static int
 publane_clear(PublishLane *self)
 {
-    Py_CLEAR(self->client);
     Py_CLEAR(self->store);
     Py_CLEAR(self->log);
+    Py_CLEAR(self->head);
     Py_CLEAR(self->pub_locked);
     Py_CLEAR(self->store_locked);
     Py_CLEAR(self->suffixes);
-    Py_CLEAR(self->enqueue);
-    Py_CLEAR(self->w.wake);
-    Py_CLEAR(self->w.wait_writable);
-    Py_CLEAR(self->w.outq);
-    Py_CLEAR(self->w.caller_write);
     Py_CLEAR(self->slow);
+    waker_clear(&self->w);
     self->enabled = 0;
     return 0;
 }
@@ -2864,41 +2842,29 @@ take_attr(PyObject *obj, PyObject *name, PyObject **field)
     return 0;
 }
 
-/* A lane's Waker from the client's attributes. */
-static int
-take_waker(PyObject *client, Waker *w)
-{
-    if (take_attr(client, NAME(R_CLIENT_WAKE), &w->wake) < 0
-        || take_attr(client, NAME(R_CLIENT_WAIT_WRITABLE), &w->wait_writable) < 0
-        || take_attr(client, NAME(R_CLIENT_OUTQ), &w->outq) < 0
-        || take_attr(client, NAME(R_CLIENT_CALLER_WRITE), &w->caller_write) < 0) {
-        return -1;
-    }
-    PyTypeObject *tp = Py_TYPE(client);
-    if (slot_offset(tp, NAME(R_CLIENT_TRANSPORT), &w->o_transport) < 0
-        || slot_offset(tp, NAME(R_CLIENT_WAKE_PENDING), &w->o_wake_pending) < 0
-        || slot_offset(tp, NAME(R_CLIENT_BLOCKED), &w->o_blocked) < 0
-        || slot_offset(tp, NAME(R_CLIENT_CALLER_WRITES), &w->o_caller_writes) < 0
-        || slot_offset(tp, NAME(R_HA_CAN_SEND), &w->o_can_send) < 0) {
-        return -1;
-    }
-    return 0;
-}
-
 static int
 publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *client, *store, *slow;
+    static char *kwlist[] = {"store", "file", "publish", "head", "lock", "suffixes", WAKER_KWDS,
+                             NULL};
+    PyObject *store, *slow, *head, *lock, *suffixes;
     int file;
-    if (!PyArg_ParseTuple(args, "OOpO:PublishLane", &client, &store, &file, &slow)) {
-        return -1;
-    }
-    if (need_layout() < 0) {
+    Waker given = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OpOSOO!OOOOOO:PublishLane", kwlist, &store,
+                                     &file, &slow, &head, &lock, &PyDict_Type, &suffixes,
+                                     WAKER_ARGS(given))) {
         return -1;
     }
     if (!PyObject_TypeCheck(store, &IdxFieldsType)) {
         PyErr_SetString(PyExc_TypeError, "PublishLane: the store must be built on "
                                          "PublishIndexFields");
+        return -1;
+    }
+    if (!PyBytes_CheckExact(head) || !PyDict_CheckExact(suffixes)) {
+        PyErr_SetString(PyExc_TypeError, "PublishLane: head must be bytes, suffixes a dict");
+        return -1;
+    }
+    if (waker_take(&self->w, &given, "PublishLane") < 0) {
         return -1;
     }
     /* the fields of this module's own PublishIndexFields (the stores are built on it) */
@@ -2929,28 +2895,14 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
         self->o_segment_size = offsetof(SegFields, segment_size);
         self->o_write_gen = offsetof(SegFields, write_gen);
     }
-    PyObject *lock = NULL;
-    int failed = take_attr(client, NAME(R_HA_PUB_LOCK), &lock) < 0
-                 || take_attr(lock, str_locked, &self->pub_locked) < 0
-                 || take_attr(index->index_lock, str_locked, &self->store_locked) < 0
-                 || take_attr(client, NAME(R_HA_SEQ_SUFFIX), &self->suffixes) < 0
-                 || take_attr(client, NAME(R_CLIENT_ENQUEUE), &self->enqueue) < 0
-                 || take_waker(client, &self->w) < 0;
-    Py_XDECREF(lock);
-    if (failed) {
+    if (take_attr(lock, str_locked, &self->pub_locked) < 0
+        || take_attr(index->index_lock, str_locked, &self->store_locked) < 0) {
         return -1;
     }
-    if (!PyDict_CheckExact(self->suffixes)) {
-        PyErr_Format(PyExc_TypeError, "PublishLane: the client's %U (role ha_client.seq_suffix) "
-                     "must be a dict", NAME(R_HA_SEQ_SUFFIX));
-        return -1;
-    }
-    Py_INCREF(client);
-    Py_XSETREF(self->client, client);
-    Py_INCREF(store);
-    Py_XSETREF(self->store, store);
-    Py_INCREF(slow);
-    Py_XSETREF(self->slow, slow);
+    Py_XSETREF(self->head, Py_NewRef(head));
+    Py_XSETREF(self->suffixes, Py_NewRef(suffixes));
+    Py_XSETREF(self->store, Py_NewRef(store));
+    Py_XSETREF(self->slow, Py_NewRef(slow));
     self->file = file;
     self->enabled = 1;
     return 0;
@@ -3010,9 +2962,9 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
         }
         goto slow; /* a new topic: Python builds and caches its suffix */
     }
-    /* the client: connected, logged on, replayed (_can_send); its slots */
-    PyObject *can_send = SLOT(self->client, self->w.o_can_send);
-    PyObject *transport = can_send == Py_True ? SLOT(self->client, self->w.o_transport) : NULL;
+    /* the writer: connected, logged on, replayed (the gate open); its WriterFields */
+    WFields *wf = self->w.fields;
+    PyObject *transport = wf->can_send == Py_True ? wf->transport : NULL;
     if (transport == NULL || transport == Py_None) {
         goto slow;
     }
@@ -3038,8 +2990,9 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
     char *digits_end = digits_buf + sizeof digits_buf, *digits = digits_end;
     digits = u64_digits((unsigned long long)seq, digits_end);
     Py_ssize_t ndigits = digits_end - digits, suffix_len = PyBytes_GET_SIZE(suffix);
-    Py_ssize_t n = PUBLISH_HEAD_LEN + ndigits + suffix_len + body_len;
-    if (publish_frame_size(PUBLISH_HEAD_LEN, ndigits, suffix_len, body_len) < 0) {
+    Py_ssize_t head_len = PyBytes_GET_SIZE(self->head);
+    Py_ssize_t n = head_len + ndigits + suffix_len + body_len;
+    if (publish_frame_size(head_len, ndigits, suffix_len, body_len) < 0) {
         goto slow;
     }
     long long start = 0, end = 0, gen = 0;
@@ -3078,7 +3031,7 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
         goto error;
     }
     /* the frame as publish_frame spells it; the stored payload is the frame after its length */
-    const char *p = spell_publish(PyBytes_AS_STRING(frame), PUBLISH_HEAD, PUBLISH_HEAD_LEN,
+    const char *p = spell_publish(PyBytes_AS_STRING(frame), PyBytes_AS_STRING(self->head), head_len,
                                   digits, ndigits, PyBytes_AS_STRING(suffix), suffix_len, body,
                                   body_len);
     payload = PyBytes_FromStringAndSize(p, n);
@@ -3108,13 +3061,13 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
     self->fast++;
     Py_DECREF(payload);
     /* the frame goes out in sequence order: nothing ran since the checks */
-    PyObject *r = PyObject_CallOneArg(self->enqueue, frame);
+    PyObject *r = PyObject_CallOneArg(self->w.enqueue, frame);
     Py_DECREF(frame);
     if (r == NULL) {
         goto after_error;
     }
     Py_DECREF(r);
-    if (after_enqueue(self->client, &self->w) < 0) {
+    if (after_enqueue(&self->w) < 0) {
         goto after_error;
     }
     return seq_obj;
@@ -3175,8 +3128,9 @@ static PyTypeObject PublishLaneType = {
     .tp_name = "ampsclient._speedups.PublishLane",
     .tp_basicsize = sizeof(PublishLane),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "PublishLane(client, store, file, publish)\n\nAsyncHAClient.publish's common "
-              "case in C (see the C source).",
+    .tp_doc = "PublishLane(store, file, publish, head, lock, suffixes, fields, outq, enqueue, "
+              "wake, wait_writable, caller_write)\n\nAsyncHAClient.publish's common case in C "
+              "(see the C source).",
     .tp_traverse = (traverseproc)publane_traverse,
     .tp_clear = (inquiry)publane_clear,
     .tp_dealloc = (destructor)publane_dealloc,
@@ -3196,10 +3150,8 @@ static PyTypeObject PublishLaneType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *client;
-    PyObject *prefixes;      /* role client.pub_prefix: topic -> (b'{"c":"p","t":"..."}', length) */
-    PyObject *enqueue;       /* role client.enqueue */
-    Waker w;                 /* roles client.wake, .wait_writable, .outq, .caller_write */
+    PyObject *prefixes;      /* topic -> (b'{"c":"p","t":"..."}', length): the encoder's heads */
+    Waker w;                 /* the writer's flags, queue, wake, wait, caller write */
     PyObject *slow;          /* AsyncClient.publish, bound */
     PyObject *result;        /* what publish returns: the official 0 (one awaitable int) */
     int enabled;
@@ -3209,30 +3161,19 @@ typedef struct {
 static int
 plainlane_traverse(PlainLane *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->client);
     Py_VISIT(self->prefixes);
-    Py_VISIT(self->enqueue);
-    Py_VISIT(self->w.wake);
-    Py_VISIT(self->w.wait_writable);
-    Py_VISIT(self->w.outq);
-    Py_VISIT(self->w.caller_write);
     Py_VISIT(self->slow);
     Py_VISIT(self->result);
-    return 0;
+    return waker_traverse(&self->w, visit, arg);
 }
 
 static int
 plainlane_clear(PlainLane *self)
 {
-    Py_CLEAR(self->client);
     Py_CLEAR(self->prefixes);
-    Py_CLEAR(self->enqueue);
-    Py_CLEAR(self->w.wake);
-    Py_CLEAR(self->w.wait_writable);
-    Py_CLEAR(self->w.outq);
-    Py_CLEAR(self->w.caller_write);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->result);
+    waker_clear(&self->w);
     self->enabled = 0;
     return 0;
 }
@@ -3248,28 +3189,23 @@ plainlane_dealloc(PlainLane *self)
 static int
 plainlane_init(PlainLane *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *client, *slow, *result = NULL;
-    if (!PyArg_ParseTuple(args, "OO|O:PlainPublishLane", &client, &slow, &result)) {
+    static char *kwlist[] = {"publish", "result", "prefixes", WAKER_KWDS, NULL};
+    PyObject *slow, *result, *prefixes;
+    Waker given = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OOOOOO:PlainPublishLane", kwlist, &slow,
+                                     &result, &PyDict_Type, &prefixes, WAKER_ARGS(given))) {
         return -1;
     }
-    if (need_layout() < 0 || take_attr(client, NAME(R_CLIENT_PUB_PREFIX), &self->prefixes) < 0
-        || take_attr(client, NAME(R_CLIENT_ENQUEUE), &self->enqueue) < 0
-        || take_waker(client, &self->w) < 0) {
+    if (!PyDict_CheckExact(prefixes)) {
+        PyErr_SetString(PyExc_TypeError, "PlainPublishLane: prefixes must be a dict");
         return -1;
     }
-    if (!PyDict_CheckExact(self->prefixes)) {
-        PyErr_Format(PyExc_TypeError, "PlainPublishLane: the client's %U (role "
-                     "client.pub_prefix) must be a dict", NAME(R_CLIENT_PUB_PREFIX));
+    if (waker_take(&self->w, &given, "PlainPublishLane") < 0) {
         return -1;
     }
-    Py_INCREF(client);
-    Py_XSETREF(self->client, client);
-    Py_INCREF(slow);
-    Py_XSETREF(self->slow, slow);
-    Py_XSETREF(self->result, result != NULL ? Py_NewRef(result) : PyLong_FromLong(0));
-    if (self->result == NULL) {
-        return -1;
-    }
+    Py_XSETREF(self->prefixes, Py_NewRef(prefixes));
+    Py_XSETREF(self->slow, Py_NewRef(slow));
+    Py_XSETREF(self->result, Py_NewRef(result));
     self->enabled = 1;
     return 0;
 }
@@ -3295,7 +3231,7 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
         }
         goto slow; /* a new topic: Python builds and caches its prefix */
     }
-    PyObject *transport = SLOT(self->client, self->w.o_transport);
+    PyObject *transport = self->w.fields->transport;
     if (transport == NULL || transport == Py_None) {
         goto slow; /* not connected: Python raises DisconnectedError */
     }
@@ -3312,14 +3248,14 @@ plainlane_publish(PlainLane *self, PyObject *const *args, size_t nargsf, PyObjec
     /* publish_frame(prefix, None, b"", body) */
     spell_publish(PyBytes_AS_STRING(frame), PyBytes_AS_STRING(prefix), prefix_len, "", 0, "", 0,
                   body, body_len);
-    PyObject *r = PyObject_CallOneArg(self->enqueue, frame);
+    PyObject *r = PyObject_CallOneArg(self->w.enqueue, frame);
     Py_DECREF(frame);
     if (r == NULL) {
         return NULL;
     }
     Py_DECREF(r);
     self->fast++;
-    if (after_enqueue(self->client, &self->w) < 0) {
+    if (after_enqueue(&self->w) < 0) {
         return NULL;
     }
     if (self->result == NULL) {
@@ -3363,8 +3299,9 @@ static PyTypeObject PlainLaneType = {
     .tp_name = "ampsclient._speedups.PlainPublishLane",
     .tp_basicsize = sizeof(PlainLane),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "PlainPublishLane(client, publish, result=0)\n\nAsyncClient.publish's common case in C "
-              "(see the C source).",
+    .tp_doc = "PlainPublishLane(publish, result, prefixes, fields, outq, enqueue, wake, "
+              "wait_writable, caller_write)\n\nAsyncClient.publish's common case in C (see the "
+              "C source).",
     .tp_traverse = (traverseproc)plainlane_traverse,
     .tp_clear = (inquiry)plainlane_clear,
     .tp_dealloc = (destructor)plainlane_dealloc,
@@ -3893,7 +3830,7 @@ static PyTypeObject AutoAckType = {
  * makes no bound method, as for a Python function. When the lane is itself a lane method
  * bound to another object, that object's lane is looked up at once (no second dispatch).
  * ``attr`` is the attribute the class that declares the method names for its own lane (no
- * role of LAYOUT, no other class's field): a slot of that class (read at its offset, found
+ * other class's field): a slot of that class (read at its offset, found
  * once per type version) or an entry of the instance's __dict__.
  */
 
@@ -4311,8 +4248,6 @@ static PyTypeObject RelayType = {
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef speedups_methods[] = {
-    {"bind", (PyCFunction)bind_layout, METH_O, bind_doc},
-    {"roles", (PyCFunction)roles, METH_NOARGS, roles_doc},
     {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL, split_frames_doc},
     {"deliver", (PyCFunction)(void (*)(void))deliver, METH_FASTCALL, deliver_doc},
     {"deliver_stream", (PyCFunction)(void (*)(void))deliver_stream, METH_FASTCALL,
@@ -4377,6 +4312,8 @@ PyInit__speedups(void)
     str_locked = PyUnicode_InternFromString("locked");
     if (str_locked == NULL || PyType_Ready(&SegFieldsType) < 0
         || PyModule_AddObjectRef(module, "SegmentLogFields", (PyObject *)&SegFieldsType) < 0
+        || PyType_Ready(&WFieldsType) < 0
+        || PyModule_AddObjectRef(module, "WriterFields", (PyObject *)&WFieldsType) < 0
         || PyType_Ready(&IdxFieldsType) < 0
         || PyModule_AddObjectRef(module, "PublishIndexFields", (PyObject *)&IdxFieldsType) < 0
         || PyType_Ready(&PublishLaneType) < 0

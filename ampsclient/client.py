@@ -68,7 +68,7 @@ from .stream import MessageStream
 from .transport.factory import open_transport
 from .uri import URI, parse_uri
 from .wiring import Wiring
-from .writer import PUBLISHED, FrameWriter, Published
+from .writer import FrameWriter, Published
 
 __all__ = [
     "CLIENT_VERSION",
@@ -154,7 +154,7 @@ class AsyncClient(AsyncCommands, QueueAckMethods):
         lane = _accel.PlainPublishLane
         if lane is not None and type(self).publish is AsyncClient.publish:
             # the C speedups do publish()'s common case and call the writer's otherwise
-            self._plain_lane = lane(writer, writer.publish, PUBLISHED)
+            self._plain_lane = writer.plain_publish_lane()
             self._publish_lane = self._plain_lane.publish
         self._wiring = Wiring(
             writer=writer,

@@ -2,11 +2,12 @@
 
 An object the client holds (``AsyncClient._writer``; the wrappers reach it through the
 client's :class:`~ampsclient.wiring.Wiring`), not a base class: it alone owns the write
-state. The C speedups' publish lanes are built on it and read its fields at their
-``__slots__`` offsets (``ampsclient._accel.LAYOUT``, roles ``client.*``). It holds the write
-queue (the core's ``outq``), wakes the writer on the loop, applies back-pressure to publisher
-threads, batches publishes (``set_publish_batching``), and offers the publish gate a
-store-and-forward wrapper (the HA client) drives. The bodies of the client's ``publish`` and
+state. Its flags are a :data:`~ampsclient._accel.WriterFields` it holds
+(:attr:`FrameWriter.fields`), a type the C speedups own: their publish lanes read those
+flags, and are given what else they use as values (:meth:`FrameWriter.lane_arguments`).
+It holds the write queue (the core's ``outq``), wakes the writer on the loop, applies
+back-pressure to publisher threads, batches publishes (``set_publish_batching``), and
+offers the publish gate a store-and-forward wrapper (the HA client) drives. The bodies of the client's ``publish`` and
 ``delta_publish`` live here: they only build and queue frames.
 
 The loop thread writes the queue. A publisher on another thread that finds
@@ -106,23 +107,17 @@ class FrameWriter:
             decides how publish data that is not ``bytes``/``str`` is encoded.
     """
 
-    __slots__ = (  # read at their offsets by the C speedups (``ampsclient._accel``)
-        "__dict__",
-        "__weakref__",
-        "_blocked",
-        "_caller_writes",
-        "_can_send",
-        "_transport",
-        "_wake_pending",
-    )
-
     def __init__(self, core: ClientCore, message_type: Callable[[], str]) -> None:
         self._writer_core = core
         self._message_type_of = message_type
         core.on_send = self._after_enqueue
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_tid: int | None = None
-        self._transport: Transport | None = None
+        self.fields: Final[_accel.PyWriterFields] = _accel.WriterFields()
+        """The writer's flags (see :class:`ampsclient._accel.PyWriterFields`): this writer
+        alone writes them; the C publish lanes read them."""
+        fields = self.fields
+        fields.transport = None
         self.send_retry: Callable[[], bool] | None = None
         """Asked (on the sender's thread, never the loop's) when a send finds no connection:
         ``True`` once it connected again, and the send goes on (the sync client's official
@@ -130,17 +125,15 @@ class FrameWriter:
         self._pub_prefix: dict[str, tuple[bytes, int]] = {}
         self._outq = core.outq
         self._enqueue = self._outq.append
-        self._blocked = False
-        """True while the socket's write buffer is over its high-water mark."""
-        self._wake_pending = False
+        fields.blocked = False
+        fields.wake_pending = False
         self._writable = threading.Event()
         self._writable.set()
         self._batch_bytes = 0
         self._batch_timeout = 0.0
         self._batch_since: float | None = None
         self._urgent = False
-        self._can_send = True
-        """The publish gate (see :meth:`set_publish_gate`); the C ``PublishLane`` reads it."""
+        fields.can_send = True  # the publish gate (see :meth:`set_publish_gate`)
         self._pub_lock = threading.Lock()
         self._seq_suffix: dict[str, bytes] = {}
         self._write_lock = threading.Lock()
@@ -150,9 +143,7 @@ class FrameWriter:
         """The transport's :meth:`~.Transport.caller_socket` while connected (plain TCP)."""
         self._caller_writes_allowed = True
         """See :meth:`set_caller_writes`."""
-        self._caller_writes = False
-        """Whether a publish that leaves :data:`CALLER_WRITE_FRAMES` frames queued writes them:
-        allowed, a caller socket is open and publishes are not batched (the C lanes read it)."""
+        fields.caller_writes = False  # allowed, a caller socket is open, no publish batching
         self._caller_paused = False
         """A caller's send found the socket full: callers leave writing to the loop until it
         wrote the rest (so a full socket does not make every publish join the queue again)."""
@@ -171,7 +162,7 @@ class FrameWriter:
     @property
     def transport(self) -> Transport | None:
         """The open transport (``None`` while disconnected)."""
-        return self._transport
+        return self.fields.transport
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Use ``loop`` (called on it, before connecting)."""
@@ -180,9 +171,9 @@ class FrameWriter:
 
     def attach(self, transport: Transport) -> None:
         """Write to ``transport`` from now on (an empty queue, not blocked)."""
-        self._transport = transport
-        self._wake_pending = False
-        self._blocked = False
+        self.fields.transport = transport
+        self.fields.wake_pending = False
+        self.fields.blocked = False
         self._caller_paused = False
         self._writable.set()
         self._sender = transport.caller_socket() if self._caller_writes_allowed else None
@@ -190,11 +181,12 @@ class FrameWriter:
 
     def detach(self) -> Transport | None:
         """The transport closed: stop writing (publisher threads waiting for room return)."""
-        transport, self._transport = self._transport, None
-        self._blocked = False
+        fields = self.fields
+        transport, fields.transport = fields.transport, None
+        fields.blocked = False
         self._writable.set()
         sender, self._sender = self._sender, None
-        self._caller_writes = False
+        fields.caller_writes = False
         if sender is not None:
             with self._write_lock:  # (held at most for one non-blocking send)
                 sender.close()
@@ -211,12 +203,12 @@ class FrameWriter:
     def publish_gate_open(self) -> bool:
         """``False`` while a store-and-forward wrapper (the HA client) keeps its publishes in
         its store instead of sending them (while reconnecting and replaying)."""
-        return self._can_send
+        return self.fields.can_send
 
     def set_publish_gate(self, open_: bool) -> None:
         """Open or close the publish gate (hold :attr:`publish_lock` to make it atomic with
         the wrapper's store-then-send step)."""
-        self._can_send = bool(open_)
+        self.fields.can_send = bool(open_)
 
     @property
     def publish_lock(self) -> threading.Lock:
@@ -235,12 +227,44 @@ class FrameWriter:
         transport is, and schedule the writer, without waiting for the socket (a wrapper
         holding :attr:`publish_lock` must not block: it calls :meth:`wait_writable` once the
         lock is released). Returns whether the frame was queued."""
-        if not self._can_send or self._transport is None:
+        fields = self.fields
+        if not fields.can_send or fields.transport is None:
             return False
         self._outq.append(frame)
-        if not self._wake_pending:
+        if not fields.wake_pending:
             self.schedule_drain()
         return True
+
+    # ------------------------------------------------------------------------ the C lanes
+
+    def lane_arguments(self) -> dict[str, Any]:
+        """What a C publish lane built on this writer is given at construction, as keyword
+        arguments of ``PublishLane`` and ``PlainPublishLane`` (values: the lanes look no
+        attribute up): the writer's flags (:attr:`fields`), the write queue and its append,
+        and what a publish calls after it queued a frame, as :meth:`publish` does (wake the
+        writer, wait while the socket is full, write the queue from the calling thread)."""
+        return {
+            "fields": self.fields,
+            "outq": self._outq,
+            "enqueue": self._enqueue,
+            "wake": self._wake,
+            "wait_writable": self.wait_writable,
+            "caller_write": self.write_from_caller,
+        }
+
+    def plain_publish_lane(self) -> Any:
+        """A C ``PlainPublishLane`` on this writer: :meth:`publish`'s common case (a cached
+        topic's head from the core encoder, ``bytes`` or ASCII ``str`` data), calling
+        :meth:`publish` for the rest; ``None`` without the C speedups."""
+        lane = _accel.PlainPublishLane
+        if lane is None:
+            return None
+        return lane(
+            publish=self.publish,
+            result=PUBLISHED,
+            prefixes=self._pub_prefix,
+            **self.lane_arguments(),
+        )
 
     @property
     def writable(self) -> threading.Event:
@@ -268,16 +292,17 @@ class FrameWriter:
         """The core queued a command: it goes out at the next write, with any publishes held
         by batching; wake the writer if it sleeps, else wait while the socket is full."""
         self._urgent = True
-        if not self._wake_pending:
+        fields = self.fields
+        if not fields.wake_pending:
             self._wake()
-        elif self._blocked:
+        elif fields.blocked:
             self._wait_writable()
 
     def queue_frame_now(self, frame: bytes) -> bool:
         """:meth:`queue_frame`, then, on the loop thread, write the queue at once (the HA
         client's queue acknowledgements: see :meth:`send_now`)."""
         if self._writes_now():
-            if not self._can_send:
+            if not self.fields.can_send:
                 return False
             self._outq.append(frame)
             self._write_queued()
@@ -310,17 +335,19 @@ class FrameWriter:
     def _writes_now(self) -> bool:
         """On the loop thread with an open transport that takes writes: a frame queued now
         can be written at once (otherwise the writer is scheduled as usual)."""
+        fields = self.fields
         return (
             threading.get_ident() == self._loop_tid
-            and self._transport is not None
-            and not self._blocked
+            and fields.transport is not None
+            and not fields.blocked
         )
 
     def _write_queued(self) -> None:
         """Write everything queued now (loop only); the writer's schedule is left as it is
         (a drain already scheduled finds the queue empty)."""
-        transport = self._transport
-        if self._outq and transport is not None and not self._blocked:
+        fields = self.fields
+        transport = fields.transport
+        if self._outq and transport is not None and not fields.blocked:
             self._write_all(transport)
 
     def _write_all(self, transport: Transport) -> None:
@@ -335,7 +362,7 @@ class FrameWriter:
         transport, which buffers it."""
         lock = self._write_lock
         if not lock.acquire(blocking=False):
-            if not self._wake_pending:
+            if not self.fields.wake_pending:
                 self.schedule_drain()
             return
         try:
@@ -380,7 +407,11 @@ class FrameWriter:
         the socket is full, a transport filter is set, the transport holds unwritten bytes
         (its buffer must go first), or another thread is writing.
         """
-        if self._batch_bytes or self._blocked or self._writer_core.transport_filter is not None:
+        if (
+            self._batch_bytes
+            or self.fields.blocked
+            or self._writer_core.transport_filter is not None
+        ):
             return
         if threading.get_ident() == self._loop_tid:
             self._write_queued()
@@ -389,7 +420,7 @@ class FrameWriter:
         if sender is None or self._caller_paused or not self._write_lock.acquire(blocking=False):
             return
         try:
-            transport = self._transport
+            transport = self.fields.transport
             if transport is not None and self._sender is sender and not transport.write_buffer_size:
                 self._send_queue(sender)
         finally:
@@ -421,7 +452,7 @@ class FrameWriter:
             q.appendleft(data[sent:] if sent else data)  # one frame for the loop to count
             n -= 1
             self._caller_paused = True
-            if not self._wake_pending:  # the loop's drain may have found the queue empty
+            if not self.fields.wake_pending:  # the loop's drain may have found the queue empty
                 self.schedule_drain()
         stats = self._writer_core.stats
         stats["frames_sent"] += n
@@ -434,7 +465,7 @@ class FrameWriter:
         self._caller_writes_allowed = bool(enabled)
 
     def _update_caller_writes(self) -> None:
-        self._caller_writes = self._sender is not None and not self._batch_bytes
+        self.fields.caller_writes = self._sender is not None and not self._batch_bytes
 
     def _wake(self) -> None:
         """Schedule the writer (the queue went from idle to busy), then apply back-pressure."""
@@ -444,7 +475,7 @@ class FrameWriter:
 
     def schedule_drain(self) -> None:
         """Have the loop write what is queued (any thread; never blocks)."""
-        self._wake_pending = True
+        self.fields.wake_pending = True
         loop = self._loop
         assert loop is not None
         if threading.get_ident() == self._loop_tid:
@@ -466,13 +497,13 @@ class FrameWriter:
         if threading.get_ident() == self._loop_tid:
             return  # the loop itself must never block
         while not self._writable.wait(0.5):
-            if self._transport is None:
+            if self.fields.transport is None:
                 return
 
     @property
     def wake_pending(self) -> bool:
         """``True`` while the writer is scheduled (frames queued now go out without a wake)."""
-        return self._wake_pending
+        return self.fields.wake_pending
 
     def _drain(self) -> None:
         """Write everything queued. While frames keep coming, stay awake: drain again after
@@ -480,16 +511,17 @@ class FrameWriter:
         does not pay a wake-up (a syscall and a GIL hand-off) for every few messages."""
         q = self._outq
         n = len(q)
+        fields = self.fields
         if not n:
-            self._wake_pending = False
+            fields.wake_pending = False
             if q:  # appended after the check by a publisher that saw the flag still set
-                self._wake_pending = True
+                fields.wake_pending = True
                 self._loop.call_soon(self._drain)  # type: ignore[union-attr]
             return
-        transport = self._transport
+        transport = fields.transport
         if transport is None:
             q.clear()
-            self._wake_pending = False
+            fields.wake_pending = False
             return
         if self._batch_bytes and not self._urgent and self._hold_batch():
             self._loop.call_later(WRITE_LINGER, self._drain)  # type: ignore[union-attr]
@@ -522,7 +554,7 @@ class FrameWriter:
 
     def transport_writable(self, writable: bool) -> None:
         """The transport's write buffer went over (``False``) or back under its mark."""
-        self._blocked = not writable
+        self.fields.blocked = not writable
         if writable:
             self._writable.set()
         else:
@@ -565,14 +597,15 @@ class FrameWriter:
                 head = publish_header("p", topic)[0]
                 cached = self._pub_prefix[topic] = (head, len(head))
             # _send_publish, inlined: this is the hottest path of the library
-            if self._transport is None and not self._retried():
+            fields = self.fields
+            if fields.transport is None and not self._retried():
                 raise DisconnectedError("not connected")
             self._enqueue(_publish_frame(cached[0], None, b"", data))
-            if not self._wake_pending:
+            if not fields.wake_pending:
                 self._wake()
-            elif self._blocked:
+            elif fields.blocked:
                 self._wait_writable()
-            elif self._caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
+            elif fields.caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
                 self.write_from_caller()
             return PUBLISHED
         self._send_publish("p", topic, data, expiration, correlation_id, sow_key)
@@ -583,7 +616,7 @@ class FrameWriter:
         retry = self.send_retry
         if retry is None or threading.get_ident() == self._loop_tid:
             return False
-        return retry() and self._transport is not None
+        return retry() and self.fields.transport is not None
 
     def _send_publish(
         self,
@@ -603,14 +636,15 @@ class FrameWriter:
             correlation_id=correlation_id,
             sow_key=sow_key,
         )
-        if self._transport is None and not self._retried():
+        fields = self.fields
+        if fields.transport is None and not self._retried():
             raise DisconnectedError("not connected")
         self._enqueue(_publish_frame(head, None, tail, data))
-        if not self._wake_pending:
+        if not fields.wake_pending:
             self._wake()
-        elif self._blocked:
+        elif fields.blocked:
             self._wait_writable()
-        elif self._caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
+        elif fields.caller_writes and len(self._outq) >= CALLER_WRITE_FRAMES:
             self.write_from_caller()
 
     def delta_publish(

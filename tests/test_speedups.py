@@ -93,82 +93,65 @@ def test_purepython_switch_selects_the_python_code() -> None:
     assert out.split() == ["False", "None", "None", "[b'hi']"]
 
 
-# ----------------------------------------------------------------------------- the layout
+# ------------------------------------------------------------- no layout: values and own types
 
 
-def layout_owners() -> dict[str, Any]:
-    """For each role prefix of ``_accel.LAYOUT``, an object that must have the named slot or
-    attribute (the classes for slots, instances for instance attributes)."""
-    return {
-        "client": AsyncClient("layout")._wiring.writer,  # the lanes are built on the writer
-        "ha_client": AsyncHAClient("layout-ha").client._wiring.writer,  # the held client's
+def c_source() -> str:
+    with open(os.path.join(os.path.dirname(_accel.__file__), "_speedups.c")) as f:
+        return f.read()
+
+
+def c_function(source: str, signature: str) -> str:
+    """The body of the C function whose definition starts with ``signature``."""
+    body = source[source.index(signature) :]
+    return body[: body.index("\n}\n")]
+
+
+def test_there_is_no_layout_table() -> None:
+    """Issue #29: C reads or writes no slot or instance attribute of a class it does not own;
+    it takes values (given to its functions and lanes' constructors) and works on the fields
+    of its own types. So there is no table of roles to bind: ``_accel`` has no ``LAYOUT``,
+    the extension no ``bind``/``roles``, and its source no role table."""
+    assert not hasattr(_accel, "LAYOUT")
+    source = c_source()
+    for gone in ("role_keys", "bind(", "roles(", "NAME(", "need_layout"):
+        assert gone not in source, gone
+    if C is not None:
+        assert not hasattr(C, "bind") and not hasattr(C, "roles")
+
+
+def test_the_c_source_reads_no_slot_offset_of_a_python_class() -> None:
+    """The only member descriptor the C code looks up is ``LaneMethod``'s (the lane attribute
+    the decorated class itself names): the lanes and the bookmark lane find every field they
+    touch at an ``offsetof`` of one of the extension's own structs. The names it looks up
+    on an object are the standard library's (a lock's ``locked``)."""
+    source = c_source()
+    lane_method = c_function(source, "lanemethod_lane(LaneMethod *lm")
+    for lookup in ("PyMemberDescr_Type", "_PyType_Lookup("):
+        assert source.count(lookup) == 1, lookup
+        assert lookup in lane_method, lookup
+    assert "slot_offset" not in source
+    assert "tp_dictoffset" not in source
+    calls = re.findall(r"take_attr\(([^,]+), ([^,]+),", source)
+    assert calls[0] == ("PyObject *obj", "PyObject *name")  # its definition, then its calls
+    assert calls[1:] and {name for _, name in calls[1:]} == {"str_locked"}, calls
+    # every attribute lookup by name: take_attr (given str_locked), and LaneMethod's
+    # forwarding of its own Python method's attributes (__doc__, __name__...)
+    looked_up_in = {
+        re.findall(r"^(\w+)\(", source[: m.start()], re.M)[-1]
+        for m in re.finditer(r"PyObject_GetAttr(?:String)?\(", source)
     }
-
-
-def test_layout_names_exist_where_the_roles_say() -> None:
-    """Every name in the table is there: a member (slot) descriptor on the class for the
-    slots the C code reads by offset, an attribute of a new instance for the others."""
-    owners = layout_owners()
-    for role, name in _accel.LAYOUT.items():
-        prefix = role.partition(".")[0]
-        assert hasattr(owners[prefix], name), (role, name)
-        if prefix == "client":  # the HA client has the plain client's too
-            assert hasattr(owners["ha_client"], name), (role, name)
-
-
-# Issue #29: C reads or writes no private slot or instance attribute of a class it does not
-# own; it fills its own types (MessageFields, the lanes, Relay, StoreLock) and takes and
-# returns values. Every role still in LAYOUT names such an attribute (a type C owns needs
-# no table): these are the ones not converted yet, each listed so that the list documents
-# what is left. A new role fails this test; a converted one must leave the list.
-KNOWN_REMAINING_REACH: dict[str, str] = {
-    # the client's writer (FrameWriter): PublishLane, PlainPublishLane. Private: read per
-    # publish at their slot offsets (transport, wake_pending, blocked, caller_writes,
-    # can_send) or once at a lane's construction (the others).
-    **{
-        f"client.{n}": "private attribute of the client's writer"
-        for n in (
-            "pub_prefix",
-            "enqueue",
-            "wake",
-            "transport",
-            "wake_pending",
-            "blocked",
-            "outq",
-            "caller_writes",
-        )
-    },
-    "ha_client.can_send": "private slot of the client's writer (the HA publish gate)",
-    # public, documented FrameWriter members the lanes read once at construction (no
-    # private reach, but still a class C does not own: values a constructor could take)
-    "client.wait_writable": "public method FrameWriter.wait_writable",
-    "client.caller_write": "public method FrameWriter.write_from_caller",
-    "ha_client.pub_lock": "public property FrameWriter.publish_lock",
-    "ha_client.seq_suffix": "public property FrameWriter.stored_publish_suffixes",
-}
-
-
-def test_no_layout_role_reaches_into_a_class_c_does_not_own_beyond_the_known_list() -> None:
-    """Every role the C code still plays on another class's attribute is listed above as
-    known remaining (and nothing converted stays listed); the Message's storage is not
-    among them: C fills its own MessageFields."""
-    assert set(_accel.LAYOUT) == set(KNOWN_REMAINING_REACH)
-    assert not any(role.startswith("message.") for role in _accel.LAYOUT)
-    private = {role for role, name in _accel.LAYOUT.items() if name.startswith("_")}
-    listed_private = {r for r, why in KNOWN_REMAINING_REACH.items() if "private" in why}
-    assert private == listed_private
+    assert looked_up_in == {"take_attr", "lanemethod_getattro", "lanemethod_doc"}
 
 
 def test_the_c_source_reads_no_instance_dict_but_the_lane_methods_own_attribute() -> None:
     """No C function reads another object's instance ``__dict__`` (the auto-ack handler did,
     for the QueueAcks' batches; it gets an AckBatches now). The one dict read left is
     ``LaneMethod``'s: the lane attribute the decorated class itself names (``lane_method``)."""
-    with open(os.path.join(os.path.dirname(_accel.__file__), "_speedups.c")) as f:
-        source = f.read()
+    source = c_source()
     assert "GenericGetDict" not in source
     assert source.count("_PyObject_GetDictPtr(") == 1
-    lane_method = source[source.index("lanemethod_lane(LaneMethod *lm") :]
-    assert "_PyObject_GetDictPtr(" in lane_method[: lane_method.index("\n}\n")]
+    assert "_PyObject_GetDictPtr(" in c_function(source, "lanemethod_lane(LaneMethod *lm")
 
 
 def assert_field_type(cls: Any, fields: set[str], *, deletable: bool = False) -> None:
@@ -239,8 +222,46 @@ def test_publish_index_fields_twins_behave_alike(tmp_path: Any) -> None:
     assert (memory.index_closed, memory.index_count, memory.index_buf) == (False, 0, [])
     with FilePublishStore(str(tmp_path / "s"), fsync="never") as file_store:
         assert file_store.index_log is file_store.segment_log
+    writer = AsyncClient("index")._wiring.writer
     with pytest.raises(TypeError, match="PublishIndexFields"):
-        C.PublishLane(AsyncClient("index")._wiring.writer, object(), False, print)
+        C.PublishLane(
+            store=object(),
+            file=False,
+            publish=print,
+            head=b"",
+            lock=threading.Lock(),
+            suffixes={},
+            **writer.lane_arguments(),
+        )
+
+
+@needs_publish_lane_type
+def test_writer_fields_twins_behave_alike() -> None:
+    """The C ``WriterFields`` (the publish lanes read the writer's flags through it) and its
+    twin: the same five public fields, unset on a new instance, settable, no instance dict;
+    a client's writer holds the one in use and hands it to its lanes, which refuse
+    anything else (a writer object, whatever its attributes)."""
+    names = {"transport", "wake_pending", "blocked", "caller_writes", "can_send"}
+    assert set(_accel.PyWriterFields.__slots__) == names
+    for cls in (C.WriterFields, _accel.PyWriterFields):
+        assert_field_type(cls, names)
+    writer = AsyncClient("fields")._wiring.writer
+    assert type(writer.fields) is C.WriterFields is _accel.WriterFields
+    f = writer.fields
+    assert (f.transport, f.wake_pending, f.blocked, f.caller_writes, f.can_send) == (
+        None,
+        False,
+        False,
+        False,
+        True,
+    )
+    writer.set_publish_gate(False)
+    assert f.can_send is False and writer.publish_gate_open is False
+    args = writer.lane_arguments()
+    assert args["fields"] is f
+    with pytest.raises(TypeError, match="WriterFields"):
+        C.PlainPublishLane(publish=print, result=0, prefixes={}, **{**args, "fields": writer})
+    assert type(writer.plain_publish_lane()) is C.PlainPublishLane
 
 
 @needs_publish_lane_type
@@ -274,41 +295,6 @@ def test_ack_batches_twins_behave_alike() -> None:
     assert acks._batches.batch_size == 7 == acks.batch_size
     with pytest.raises(TypeError, match="AckBatches"):
         C.AutoAck(print, acks, {}, acks._lock, print, print, print, print, print)
-
-
-@needs_c
-def test_layout_covers_exactly_the_roles_of_the_c_code() -> None:
-    assert set(C.roles()) == set(_accel.LAYOUT)
-    assert len(C.roles()) == len(_accel.LAYOUT)
-
-
-@needs_c
-def test_the_c_source_names_no_attribute_of_ours() -> None:
-    """The C code reaches our objects only through the table: none of its string literals
-    is a name the table gives (renaming an attribute means editing ``_accel.LAYOUT``)."""
-    with open(os.path.join(os.path.dirname(_accel.__file__), "_speedups.c")) as f:
-        source = f.read()
-    literals = set(re.findall(r'"((?:[^"\\\n]|\\.)*)"', source))
-    assert "client.transport" in literals  # the pattern does see the role keys
-    assert literals & set(_accel.LAYOUT.values()) == set()
-
-
-@needs_c_message
-def test_bind_refuses_a_table_that_misses_or_adds_a_role() -> None:
-    table = dict(_accel.LAYOUT)
-    missing = dict(table)
-    del missing["client.transport"]
-    with pytest.raises(ValueError, match=r"client\.transport"):
-        C.bind(missing)
-    with pytest.raises(ValueError, match="roles"):
-        C.bind({**table, "client.extra": "_extra"})
-    with pytest.raises(ValueError, match=r"client\.transport"):
-        C.bind({**table, "client.transport": ""})
-    with pytest.raises(TypeError):
-        C.bind(list(table.items()))
-    # nothing changed: the module still works with the table _accel gave it
-    rec = run_deliver(C.deliver, [PREFIX_A + b"}x"], [len(PREFIX_A)])
-    assert rec.events[0][:3] == ("a", PREFIX_A + b"}x", "A")
 
 
 @needs_c
@@ -387,7 +373,7 @@ def test_every_c_lane_has_exactly_one_python_twin() -> None:
     exported: set[str] = set()
     for name in dir(C):
         obj = getattr(C, name)
-        if name.startswith("_") or name in ("bind", "roles") or not callable(obj):
+        if name.startswith("_") or not callable(obj):
             continue
         if isinstance(obj, type):
             methods = {

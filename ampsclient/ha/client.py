@@ -235,8 +235,18 @@ class AsyncHAClient(ConnectionFace):
         if self._writer.observer is not None:
             return  # observed publishes take the Python path (set_observer)
         slow = types.MethodType(inspect.unwrap(AsyncHAClient.publish), self)
-        # the lane reads the held client's writer and its publish gate
-        self._lane = lane(self._writer, self._store, kind == "file", slow)
+        # values in: the store (built on PublishIndexFields), the core encoder's head, the
+        # publish lock and suffix cache, and the held client's writer (its WriterFields: the
+        # gate and the flags; its queue and wake)
+        self._lane = lane(
+            store=self._store,
+            file=kind == "file",
+            publish=slow,
+            head=_STORED_P_HEAD,
+            lock=self._pub_lock,
+            suffixes=self._seq_suffix,
+            **self._writer.lane_arguments(),
+        )
         self._publish_lane = self._lane.publish
 
     def publish_path(self) -> Callable[..., int]:
