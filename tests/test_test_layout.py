@@ -56,7 +56,7 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "wiring.py": ("tests/core/test_layering.py",),
     "authenticator.py": ("tests/security/test_security_units.py",),
     "tls.py": ("tests/security/test_tls_*.py",),
-    "uri.py": ("tests/client/test_unix_zlib.py", "tests/migration/test_api_manifest.py"),
+    "uri.py": ("tests/client/test_unix_zlib.py",),
     # transports: exercised by the client tests over tcp://, ws:// and unix://
     "transport/base.py": ("tests/client/test_client.py",),
     "transport/factory.py": ("tests/client/test_client.py", "tests/client/test_unix_zlib.py"),
