@@ -49,7 +49,6 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "sync_convenience.py": ("tests/typing/test_call_forms.py",),
     "official.py": ("tests/client/test_official_*.py", "tests/migration/test_official_*.py"),
     "disconnects.py": ("tests/client/test_official_handlers.py",),
-    "compat.py": ("tests/migration/test_official_helpers.py",),
     "acks.py": ("tests/queues/test_client_acks.py", "tests/queues/test_queue_ack_*.py"),
     "observer.py": ("tests/tracing/test_otel_tracing.py", "tests/core/test_layering.py"),
     "tracing.py": ("tests/tracing/test_otel_tracing.py",),  # the otel extra, its own suite
@@ -57,6 +56,7 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "authenticator.py": ("tests/security/test_security_units.py",),
     "tls.py": ("tests/security/test_tls_*.py",),
     "uri.py": ("tests/client/test_unix_zlib.py",),
+    "core/values.py": ("tests/client/test_client.py", "tests/interop/test_official_client.py"),
     # transports: exercised by the client tests over tcp://, ws:// and unix://
     "transport/base.py": ("tests/client/test_client.py",),
     "transport/factory.py": ("tests/client/test_client.py", "tests/client/test_unix_zlib.py"),
@@ -68,7 +68,6 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "core/event_types.py": ("tests/core/test_connection.py",),
     "core/heartbeat.py": ("tests/core/test_connection.py",),
     "core/state.py": ("tests/core/test_connection.py",),
-    "core/values.py": ("tests/core/test_connection.py", "tests/migration/test_official_helpers.py"),
     "core/events.py": ("tests/core/test_wing_events.py",),
     "core/routes.py": ("tests/protocol/test_message.py", "tests/test_speedups.py"),
     # the HA client's parts, through AsyncHAClient and the sans-I/O HA sequence
@@ -83,10 +82,6 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     ),
     # protocol modules tested through the clients
     "protocol/compression.py": ("tests/client/test_unix_zlib.py",),
-    "protocol/message_api.py": (  # the official spellings on Message
-        "tests/migration/test_official_helpers.py",
-        "tests/migration/test_api_manifest.py",
-    ),
     "protocol/queue_ack.py": ("tests/queues/test_client_acks.py",),
     # the command-line client: run as a real process against a server process
     "cli/exit_codes.py": ("tests/cli/test_cli_honest.py",),
