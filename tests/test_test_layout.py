@@ -1,40 +1,54 @@
-"""Each client module's unit tests are where a newcomer looks (docs/design.md, "Where the tests
-live"), or this file's table says where they are.
+"""Each library module's unit tests are where a newcomer looks (docs/design.md, "Where the tests
+live"), or a table here says where they are.
 
-The rule, for a module of ``ampsclient/``:
+The rule, for a module of ``ampsclient/`` or ``ampsclient_server_stub/``:
 
-- top-level modules and ``transport/`` -> ``tests/client/test_<module>.py``
-  (``writer.py`` -> ``tests/client/test_writer.py``);
+- the client's top-level modules and ``transport/`` -> ``tests/client/test_<module>.py``
+  (``writer.py`` -> ``tests/client/test_writer.py``); the server's top-level modules,
+  ``engine/`` and ``net/`` -> ``tests/server/test_<module>.py`` (``engine/journal.py`` ->
+  ``tests/server/test_journal.py``), its ``views/`` -> ``tests/server/test_view_<module>.py``;
 - any other subpackage -> ``tests/<subpackage>/test_<module>.py``
-  (``core/connection.py`` -> ``tests/core/test_connection.py``, ``cli/progress.py`` ->
-  ``tests/cli/test_progress.py``, ``spark/_arrow.py`` -> ``tests/spark/test_arrow.py``: a
+  (``core/connection.py`` -> ``tests/core/test_connection.py``, ``testing/wait.py`` ->
+  ``tests/testing/test_wait.py``, ``spark/_arrow.py`` -> ``tests/spark/test_arrow.py``: a
   leading underscore is dropped);
 - where the bare name is taken elsewhere in the suite (test basenames are unique,
   ``tests/test_module_names.py``), the name carries the module's package names or the test
-  directory's name in front: ``ha/client.py`` -> ``tests/ha/test_ha_client.py``,
+  directory's name in front, plural or singular: ``ha/client.py`` ->
+  ``tests/ha/test_ha_client.py``, ``queues/config.py`` -> ``tests/queues/test_queue_config.py``,
   ``stores/publish/file.py`` -> ``tests/stores/test_publish_file.py``;
-- a package's ``__init__.py`` is its face, checked by ``tests/typing/test_package_face.py``.
+- a package's ``__init__.py`` is its face (``tests/typing/test_package_face.py`` for the
+  client's).
 
 A module whose tests live elsewhere (a behaviour suite through the public API, a process or
-interop suite, the C twins' differential tests, a generated file's check) is listed in
-:data:`ELSEWHERE` with the files that test it, so a new module without tests fails here until
-it gets its file or its line. Pure path checks: no import of the library.
+interop suite, the C twins' differential tests, a generated file's check) is listed in its
+package's table in :data:`ELSEWHERE` with the files that test it, so a new module without
+tests fails here until it gets its file or its line. Pure path checks: nothing is imported.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "ampsclient"
 TESTS = ROOT / "tests"
 
-# subpackages whose unit tests sit with the top-level modules' in tests/client
-IN_TESTS_CLIENT = {"transport"}
+# package -> {subpackage ("" for the top level): (test directory, prefix its files must carry)};
+# a subpackage not named here has tests/<subpackage>/ and no required prefix
+PLACES: dict[str, dict[str, tuple[str, str]]] = {
+    "ampsclient": {"": ("client", ""), "transport": ("client", "")},
+    "ampsclient_server_stub": {
+        "": ("server", ""),
+        "engine": ("server", ""),
+        "net": ("server", ""),
+        "views": ("server", "view"),
+    },
+}
 
-# module (relative to ampsclient/) -> the test files (globs, relative to the repository) that
+# module (relative to its package) -> the test files (globs, relative to the repository) that
 # test it, for the modules without tests/<dir>/test_<module>.py
-ELSEWHERE: dict[str, tuple[str, ...]] = {
+CLIENT: dict[str, tuple[str, ...]] = {
     # entry points, generated and C-backed modules
     "__main__.py": ("tests/cli/test_cli_commands.py",),  # `python -m ampsclient`, as a process
     "_version.py": ("tests/typing/test_package_face.py", "tests/release/test_wheel.py"),
@@ -118,64 +132,285 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "stores/recovery/sow.py": ("tests/stores/test_recovery_adapters.py",),
 }
 
+SERVER: dict[str, tuple[str, ...]] = {
+    # entry points and C-backed modules
+    "__main__.py": ("tests/server/test_server_net.py", "tests/admin/test_cli.py"),  # processes
+    "accel.py": ("tests/server/test_server_speedups.py",),  # the C speedups and their twins
+    "server.py": ("tests/server/test_server_net.py",),  # the listeners over real sockets
+    "cluster.py": ("tests/replication/test_links.py", "tests/queues/test_replicated_chain.py"),
+    "pytest_plugin.py": ("tests/plugin/test_pytest_plugin.py",),
+    "journal_actions.py": ("tests/txlog/test_journal_actions.py",),
+    "journal_tool.py": ("tests/server/test_journal.py", "tests/txlog/test_journal_archive.py"),
+    # the configuration's parts, read through parse_config / the configuration elements
+    "action_options.py": ("tests/server/test_config_elements.py",),
+    "config_expand.py": ("tests/server/test_config_tooling.py",),  # environment, <Include>
+    "config_indexes.py": ("tests/server/test_hash_index.py",),
+    "config_message_types.py": ("tests/server/test_composite_types.py",),
+    "config_model.py": ("tests/server/test_config.py",),
+    "config_reader.py": ("tests/server/test_config.py", "tests/server/test_config_elements.py"),
+    "config_values.py": ("tests/server/test_config.py",),  # sizes, durations, addresses
+    "config_xml.py": ("tests/server/test_config.py", "tests/fuzz/test_fuzz_parsers.py"),
+    "conflated_config.py": ("tests/server/test_conflated_topics.py",),
+    # the engine: the Broker driven by direct calls (test_broker) or a real server
+    "engine/commands.py": ("tests/server/test_broker.py", "tests/server/test_late_failure_ack.py"),
+    "engine/delivery.py": ("tests/server/test_broker.py",),
+    "engine/ingest.py": ("tests/server/test_broker.py", "tests/txlog/test_batch_paths.py"),
+    "engine/publishing.py": ("tests/server/test_broker.py",),
+    "engine/routing.py": ("tests/server/test_broker.py", "tests/server/test_regexes.py"),
+    "engine/session.py": ("tests/server/test_broker.py",),  # the interfaces its doubles fill
+    "engine/state.py": ("tests/server/test_client_names.py", "tests/server/test_broker.py"),
+    "engine/subscribing.py": (
+        "tests/server/test_broker.py",
+        "tests/server/test_command_options.py",
+    ),
+    "engine/subscriptions.py": ("tests/server/test_broker.py",),
+    "engine/topics.py": ("tests/server/test_broker.py", "tests/server/test_regexes.py"),
+    "engine/wire.py": ("tests/server/test_broker.py", "tests/queues/test_queue_ack_parse.py"),
+    "engine/hooks.py": ("tests/server/test_broker.py", "tests/replication/test_plug.py"),
+    "engine/queue_site.py": ("tests/server/test_layers.py", "tests/queues/test_delivery.py"),
+    "engine/query_options.py": ("tests/server/test_command_options.py",),  # orderby, top_n
+    "engine/pagination.py": ("tests/server/test_paginated_subscription.py",),
+    "engine/clocks.py": (
+        "tests/queues/test_queue_clock_step.py",
+        "tests/server/test_clock_step_*.py",
+    ),
+    "engine/topic_counts.py": ("tests/admin/test_stats.py",),
+    "engine/enrichment.py": ("tests/server/test_sow_enrichment.py",),
+    "engine/storage_faults.py": (
+        "tests/server/test_disk_full_server.py",
+        "tests/txlog/test_*disk*.py",
+    ),
+    "engine/durability.py": (
+        "tests/txlog/test_durability.py",
+        "tests/txlog/test_persisted_acks.py",
+    ),
+    # message types and the filter language
+    "engine/bson_codec.py": ("tests/server/test_xml_bson_types.py",),
+    "engine/xml_codec.py": ("tests/server/test_xml_bson_types.py",),
+    "engine/fix_codec.py": ("tests/server/test_fix_types.py",),
+    "engine/composite_codec.py": ("tests/server/test_composite_types.py",),
+    "engine/filter_compile.py": ("tests/server/test_filters.py",),
+    "engine/filter_functions.py": ("tests/server/test_filters.py",),
+    "engine/filter_syntax.py": ("tests/server/test_filters.py", "tests/fuzz/test_fuzz_parsers.py"),
+    "engine/filter_values.py": ("tests/server/test_filters.py",),
+    # the journal's parts, through Journal on real files, and the transaction log's suites
+    "engine/journal_append.py": (
+        "tests/server/test_journal.py",
+        "tests/server/test_server_speedups.py",
+    ),
+    "engine/journal_format.py": (
+        "tests/server/test_journal_crash.py",
+        "tests/fuzz/test_fuzz_parsers.py",
+    ),
+    "engine/journal_open.py": (
+        "tests/server/test_journal.py",
+        "tests/server/test_journal_crash.py",
+    ),
+    "engine/journal_reads.py": ("tests/server/test_journal.py", "tests/txlog/test_replay_seek.py"),
+    "engine/journal_recovery.py": ("tests/server/test_journal_crash.py",),
+    "engine/journal_segments.py": ("tests/server/test_journal.py",),
+    "engine/journal_types.py": ("tests/server/test_journal.py",),
+    "engine/journal_maintenance.py": ("tests/txlog/test_journal_management.py",),
+    "engine/txlog.py": ("tests/txlog/test_*.py",),
+    "engine/replay_scheduler.py": (
+        "tests/txlog/test_bookmark_replay.py",
+        "tests/txlog/test_replay_seek.py",
+    ),
+    # the SOW's parts
+    "engine/sow_service.py": ("tests/server/test_sow.py", "tests/txlog/test_sow_recovery.py"),
+    "engine/sow_history.py": ("tests/server/test_*history.py",),  # historical SOW queries
+    "engine/sow_index.py": (
+        "tests/server/test_hash_index.py",
+        "tests/server/test_hash_index_store.py",
+    ),
+    "engine/sow_salvage.py": ("tests/server/test_sow_damaged.py",),
+    # the network layer, over real sockets
+    "net/session.py": ("tests/server/test_server_net.py", "tests/server/test_flow.py"),
+    "net/tcp.py": ("tests/server/test_server_net.py",),
+    "net/ws.py": ("tests/server/test_server_net.py",),
+    "net/unix.py": ("tests/server/test_unix_listener.py",),
+    "net/compressed.py": ("tests/client/test_unix_zlib.py", "tests/security/test_tls_zlib.py"),
+    "net/exposure.py": ("tests/admin/test_csrf.py",),
+    # views, through SOW views and aggregated queries
+    "views/aggregated.py": (
+        "tests/server/test_command_options.py",
+        "tests/server/test_composite_views.py",
+    ),
+    "views/config.py": ("tests/server/test_sow_views.py",),
+    "views/engine.py": ("tests/server/test_sow_views.py", "tests/server/test_view_joins.py"),
+    "views/fields.py": ("tests/server/test_sow_views.py", "tests/queues/test_queue_views.py"),
+    "views/groups.py": ("tests/server/test_sow_views.py", "tests/server/test_view_joins.py"),
+    "views/view_sow.py": ("tests/server/test_sow_views.py",),
+    # the admin interface
+    "admin/host.py": ("tests/admin/test_http.py",),  # what it needs of the server
+    "admin/origin.py": ("tests/admin/test_csrf.py",),
+    "admin/query.py": ("tests/admin/test_query_panel.py",),
+    "admin/server.py": ("tests/admin/test_http.py", "tests/admin/test_exhaustion.py"),
+    "admin/system.py": ("tests/admin/test_amps_tree.py",),
+    "admin/topic_stats.py": ("tests/admin/test_stats.py", "tests/admin/test_view_stats.py"),
+    "admin/tree.py": ("tests/admin/test_amps_tree.py",),
+    # queues: by behaviour, over real sockets and processes
+    "queues/acking.py": ("tests/queues/test_delivery.py", "tests/queues/test_queue_ack_split.py"),
+    "queues/depth.py": ("tests/queues/test_queue_target_depth*.py",),
+    "queues/engine.py": ("tests/queues/test_delivery.py", "tests/queues/test_queue_config.py"),
+    "queues/expiration.py": ("tests/queues/test_queue_expiration_model.py",),
+    "queues/framing.py": ("tests/queues/test_queue_speedups.py",),
+    "queues/intake.py": (
+        "tests/queues/test_queue_run_sink.py",
+        "tests/queues/test_queue_speedups.py",
+    ),
+    "queues/leasing.py": ("tests/queues/test_delivery.py", "tests/queues/test_queue_speedups.py"),
+    "queues/message.py": (
+        "tests/queues/test_queue_arrivals.py",
+        "tests/queues/test_queue_speedups.py",
+    ),
+    "queues/metadata_file.py": ("tests/queues/test_queue_file_backed.py",),
+    "queues/model.py": (
+        "tests/queues/test_queue_arrivals.py",
+        "tests/queues/test_replicated_queues.py",
+    ),
+    "queues/plug.py": (
+        "tests/queues/test_queue_clock_step.py",
+        "tests/queues/test_file_backed_transfers.py",
+    ),
+    "queues/priority.py": ("tests/queues/test_queue_config.py", "tests/queues/test_delivery.py"),
+    "queues/recovery.py": ("tests/queues/test_queue_durability.py",),
+    "queues/replicated.py": ("tests/queues/test_replicated_*.py",),
+    "queues/sow_subscribe.py": ("tests/queues/test_sow_and_subscribe.py",),
+    "queues/states.py": ("tests/queues/test_queue_speedups.py",),
+    "queues/transfer_relay.py": (
+        "tests/queues/test_replicated_chain.py",
+        "tests/queues/test_replicated_hot_hot.py",
+    ),
+    "queues/view_config.py": ("tests/queues/test_queue_views.py",),
+    # replication: two instances in one process (test_links) or as processes
+    "replication/admin.py": (
+        "tests/replication/test_links.py",
+        "tests/replication/test_security.py",
+    ),
+    "replication/apply.py": (
+        "tests/txlog/test_sow_recovery.py",
+        "tests/queues/test_file_backed_transfers.py",
+    ),
+    "replication/inbound.py": ("tests/replication/test_links.py",),
+    "replication/link.py": ("tests/replication/test_links.py",),
+    "replication/manager.py": (
+        "tests/replication/test_links.py",
+        "tests/replication/test_failover.py",
+    ),
+    "replication/protocol.py": (
+        "tests/replication/test_rules.py",
+        "tests/replication/test_security.py",
+    ),
+    "replication/streams.py": (
+        "tests/replication/test_blocks.py",
+        "tests/replication/test_origins.py",
+    ),
+    # security
+    "security/auth.py": (
+        "tests/security/test_security_units.py",
+        "tests/security/test_tls_auth.py",
+    ),
+    "security/guard.py": ("tests/security/test_tls_auth.py", "tests/server/test_client_names.py"),
+    "security/passwords.py": ("tests/security/test_security_units.py",),
+    "security/policy.py": (
+        "tests/security/test_idle_connections.py",
+        "tests/security/test_memory_limit.py",
+    ),
+    "security/replication.py": (
+        "tests/security/test_security_units.py",
+        "tests/replication/test_security.py",
+    ),
+    "security/throttle.py": ("tests/security/test_logon_lockout.py",),
+    "security/users.py": (
+        "tests/security/test_security_units.py",
+        "tests/server/test_config_refusals.py",
+    ),
+    # the testing helpers: the plugin's fixtures, and the suites that use them
+    "testing/amps_server.py": ("tests/plugin/test_pytest_plugin.py",),
+    "testing/fault_proxy.py": ("tests/plugin/test_pytest_plugin.py",),
+    "testing/pair.py": ("tests/plugin/test_pytest_plugin.py",),
+    "testing/log.py": ("tests/plugin/test_pytest_plugin.py", "tests/txlog/test_durability.py"),
+    "testing/proxy.py": ("tests/testing/test_proxy_faults.py", "tests/testing/test_netem.py"),
+    "testing/clock.py": ("tests/server/test_broker.py", "tests/cli/test_progress.py"),  # ManualTime
+    "testing/collect.py": ("tests/plugin/test_pytest_plugin.py", "tests/ha/test_ha_client.py"),
+    "testing/raw.py": ("tests/server/test_client_names.py", "tests/ha/test_name_takeover.py"),
+    "testing/session.py": ("tests/server/test_broker.py",),  # RecordingSession
+}
 
-def modules() -> list[str]:
-    """Every module of the package but the package faces, relative to ``ampsclient/``."""
-    found = [
-        path.relative_to(PACKAGE).as_posix()
-        for path in PACKAGE.rglob("*.py")
-        if path.name != "__init__.py"
-    ]
+ELSEWHERE: dict[str, dict[str, tuple[str, ...]]] = {
+    "ampsclient": CLIENT,
+    "ampsclient_server_stub": SERVER,
+}
+
+
+def modules(package: str) -> list[str]:
+    """Every module of ``package`` but the package faces, relative to the package."""
+    root = ROOT / package
+    found = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.name != "__init__.py"]
     assert len(found) > 50  # the scan sees the package
     return sorted(found)
 
 
-def unit_test_files(module: str) -> list[Path]:
+def unit_test_files(package: str, module: str) -> list[Path]:
     """Where the rule puts ``module``'s unit tests: the bare name first, then the prefixed ones."""
     *packages, name = module.removesuffix(".py").split("/")
     stem = name.lstrip("_")
-    directory = "client" if not packages or packages[0] in IN_TESTS_CLIENT else packages[0]
+    sub = packages[0] if packages else ""
+    directory, required = PLACES[package].get(sub, (sub, ""))
+    if required:
+        return [TESTS / directory / f"test_{required}_{stem}.py"]
     prefixes = ["_".join(packages[i:]) for i in range(len(packages))] + [directory]
+    prefixes += [prefix.removesuffix("s") for prefix in prefixes]
     names = [f"test_{stem}.py"] + [f"test_{prefix}_{stem}.py" for prefix in prefixes]
     return [TESTS / directory / n for n in dict.fromkeys(names)]
 
 
+def has_its_file(package: str, module: str) -> bool:
+    return any(path.is_file() for path in unit_test_files(package, module))
+
+
 def test_the_rule_reads_as_documented() -> None:
-    def first(module: str) -> str:
-        return unit_test_files(module)[0].relative_to(ROOT).as_posix()
+    def places(package: str, module: str) -> list[str]:
+        return [p.relative_to(ROOT).as_posix() for p in unit_test_files(package, module)]
 
-    assert first("writer.py") == "tests/client/test_writer.py"
-    assert first("transport/tcp.py") == "tests/client/test_tcp.py"
-    assert first("core/connection.py") == "tests/core/test_connection.py"
-    assert first("spark/_arrow.py") == "tests/spark/test_arrow.py"
-    prefixed = [p.relative_to(ROOT).as_posix() for p in unit_test_files("stores/publish/file.py")]
-    assert "tests/stores/test_publish_file.py" in prefixed
-    assert "tests/ha/test_ha_client.py" in [
-        p.relative_to(ROOT).as_posix() for p in unit_test_files("ha/client.py")
-    ]
+    client, server = "ampsclient", "ampsclient_server_stub"
+    assert places(client, "writer.py")[0] == "tests/client/test_writer.py"
+    assert places(client, "transport/tcp.py")[0] == "tests/client/test_tcp.py"
+    assert places(client, "core/connection.py")[0] == "tests/core/test_connection.py"
+    assert places(client, "spark/_arrow.py")[0] == "tests/spark/test_arrow.py"
+    assert "tests/stores/test_publish_file.py" in places(client, "stores/publish/file.py")
+    assert "tests/ha/test_ha_client.py" in places(client, "ha/client.py")
+    assert places(server, "harness.py")[0] == "tests/server/test_harness.py"
+    assert places(server, "engine/journal.py")[0] == "tests/server/test_journal.py"
+    assert places(server, "testing/wait.py")[0] == "tests/testing/test_wait.py"
+    assert "tests/queues/test_queue_config.py" in places(server, "queues/config.py")
+    assert places(server, "views/joins.py") == ["tests/server/test_view_joins.py"]
 
 
-def test_every_module_has_its_unit_tests_where_a_newcomer_looks_or_says_where() -> None:
+@pytest.mark.parametrize("package", sorted(ELSEWHERE))
+def test_every_module_has_its_unit_tests_where_a_newcomer_looks_or_says_where(
+    package: str,
+) -> None:
     missing = [
-        f"{module} -> {unit_test_files(module)[0].relative_to(ROOT).as_posix()}"
-        for module in modules()
-        if module not in ELSEWHERE and not any(p.is_file() for p in unit_test_files(module))
+        f"{module} -> {unit_test_files(package, module)[0].relative_to(ROOT).as_posix()}"
+        for module in modules(package)
+        if module not in ELSEWHERE[package] and not has_its_file(package, module)
     ]
     assert missing == [], (
-        "each module's unit tests go to tests/<dir>/test_<module>.py (docs/design.md, 'Where "
-        f"the tests live'), or its line in ELSEWHERE says where they are: {missing}"
+        f"{package}: each module's unit tests go to tests/<dir>/test_<module>.py (docs/design.md, "
+        f"'Where the tests live'), or its line in ELSEWHERE says where they are: {missing}"
     )
 
 
-def test_the_table_of_exceptions_is_current() -> None:
-    known = set(modules())
-    gone = sorted(set(ELSEWHERE) - known)
-    assert gone == [], f"no such module in ampsclient/, remove its ELSEWHERE line: {gone}"
-    placed = sorted(m for m in ELSEWHERE if any(p.is_file() for p in unit_test_files(m)))
-    assert placed == [], (
-        f"these have their unit test file now, remove their ELSEWHERE line: {placed}"
-    )
-    for module, places in ELSEWHERE.items():
+@pytest.mark.parametrize("package", sorted(ELSEWHERE))
+def test_the_table_of_exceptions_is_current(package: str) -> None:
+    table = ELSEWHERE[package]
+    gone = sorted(set(table) - set(modules(package)))
+    assert gone == [], f"no such module in {package}/, remove its ELSEWHERE line: {gone}"
+    placed = sorted(module for module in table if has_its_file(package, module))
+    assert placed == [], f"these have their unit test file now, remove their line: {placed}"
+    for module, places in table.items():
         assert places, module
         for place in places:
-            assert list(ROOT.glob(place)), f"{module}: {place} names no test file"
+            assert list(ROOT.glob(place)), f"{package}/{module}: {place} names no test file"
