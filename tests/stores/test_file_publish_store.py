@@ -560,12 +560,15 @@ def test_active_segment_is_preallocated_and_trimmed_when_closed(tmp_path: Path) 
     stored = [store.store(payload_for) for _ in range(3)]
     (active,) = segments(path)
     assert active.stat().st_size == 4096  # mapped; the data ends with a zero tail
-    big = store.store(lambda s: b"x" * 10_000)  # grows the segment, then rolls
-    first, newest = segments(path)
-    assert first.stat().st_size == data_end(first) > 10_000  # a closed segment is trimmed
+    # a record that does not fit starts the next segment, which grows for it, then rolls
+    big = store.store(lambda s: b"x" * 10_000)
+    first, grown, newest = segments(path)
+    assert first.stat().st_size == data_end(first) < 4096  # a closed segment is trimmed
+    assert grown.stat().st_size == data_end(grown) > 10_000
     assert newest.stat().st_size == 4096
     after = store.store(payload_for)
-    assert store.statistics()["disk_bytes"] == first.stat().st_size + data_end(newest)
+    closed = first.stat().st_size + grown.stat().st_size
+    assert store.statistics()["disk_bytes"] == closed + data_end(newest)
     store.close()
     assert newest.stat().st_size == data_end(newest)  # trimmed on close
     with FilePublishStore(path, fsync="never", segment_size=4096) as reopened:

@@ -34,9 +34,10 @@ from .base import (
     initial_sequence,
     join_seq_fast,
 )
-from .record import SEGMENT_MAGIC, STATE_MAGIC, control_record, write_record
+from .record import SEGMENT_MAGIC, STATE_MAGIC, control_record, record_size, write_record
 from .scan import (
     LOCK_NAME,
+    SPARE_NAME,
     STATE_TMP,
     SegmentInfo,
     StoreInspection,
@@ -194,10 +195,11 @@ class FilePublishStore(IndexedPublishStore):
 
     def _repair(self, inspection: StoreInspection) -> None:
         """Cut a torn tail off and rewrite a torn segment header, as a scan found them."""
-        try:
-            (self._dir / STATE_TMP).unlink()
-        except FileNotFoundError:
-            pass
+        for leftover in (STATE_TMP, SPARE_NAME):  # never part of the store's data
+            try:
+                (self._dir / leftover).unlink()
+            except FileNotFoundError:
+                pass
         torn = inspection.torn_tail
         if torn is not None:
             logger.warning(
@@ -263,6 +265,19 @@ class FilePublishStore(IndexedPublishStore):
         if log.roll_blocked is not None and log.active_size >= log.segment_size:
             # the last roll found the disk full: try again before growing the full segment
             # (the roll first reclaims segments whose messages were persisted meanwhile)
+            log.roll(first, self._low(), self._last_persisted)
+        elif (
+            log.active_size
+            + (
+                record_size(len(payloads[0]))
+                if len(payloads) == 1
+                else sum(record_size(len(p)) for p in payloads)
+            )
+            > log.segment_size
+            and first > log.active_first
+        ):
+            # what does not fit starts the next segment (growing the full one for it would
+            # cost a second mapping and an unmap of the whole segment)
             log.roll(first, self._low(), self._last_persisted)
         log.write_stores(first, payloads)
         self._index_extend(first, payloads)
@@ -376,6 +391,8 @@ class FilePublishStore(IndexedPublishStore):
         with self.index_lock:
             self._resize_handler = handler
             self.index_log.resize_check = None if handler is None else self._ask_resize
+            if handler is not None:  # a spare segment is disk space it was not asked for
+                self.index_log.stop_spares()
 
     def _ask_resize(self, size: int) -> bool:
         handler = self._resize_handler

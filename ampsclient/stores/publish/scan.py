@@ -32,6 +32,7 @@ from .record import (
 __all__ = [
     "LOCK_NAME",
     "SEGMENT_RE",
+    "SPARE_NAME",
     "STATE_NAME",
     "STATE_TMP",
     "ScanResult",
@@ -51,6 +52,9 @@ STATE_TMP: Final = "state.tmp"
 """Where a new state file is written before it replaces the old one."""
 LOCK_NAME: Final = "lock"
 """The file a store ``flock()``s while it has the directory open."""
+SPARE_NAME: Final = "spare.tmp"
+"""The next segment file made ahead of need (:mod:`.spare`): no part of the store until a
+roll-over renames it; a scan ignores it and an open deletes it."""
 _ZERO4: Final = bytes(4)
 
 
@@ -156,7 +160,7 @@ def _list_directory(directory: Path) -> tuple[list[tuple[int, Path]], list[str]]
         m = SEGMENT_RE.match(entry.name)
         if m:
             segment_paths.append((int(m.group(1)), Path(entry.path)))
-        elif entry.name not in (STATE_NAME, STATE_TMP, LOCK_NAME):
+        elif entry.name not in (STATE_NAME, STATE_TMP, LOCK_NAME, SPARE_NAME):
             unknown.append(entry.name)
     segment_paths.sort()
     return segment_paths, sorted(unknown)

@@ -5,7 +5,10 @@ A :class:`SegmentLog` owns the files of one store directory. Its callers hold th
 lock around every method except :meth:`SegmentLog.sync_to` (the group commit, which runs
 outside it). The active segment is preallocated to ``segment_size`` and memory-mapped;
 records are copied into the mapping (no ``write()`` syscall), so a segment may end in a run
-of zero bytes. Closed segments are trimmed to their data.
+of zero bytes. Closed segments are trimmed to their data. A record that does not fit in
+what is left starts the next segment. Once the active segment is half full (or at the first
+roll), a :class:`~.spare.SpareMaker` thread makes the next segment ahead and unmaps full
+ones behind, so a roll-over costs the publisher a rename and a swap of mappings.
 
 The C speedups' ``PublishLane`` writes records into the mapping through the public slots
 ``broken``, ``mm``, ``active_size``, ``map_size``, ``segment_size`` and ``write_gen``
@@ -16,7 +19,6 @@ The C speedups' ``PublishLane`` writes records into the mapping through the publ
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import mmap
 import os
@@ -31,6 +33,7 @@ from ... import _accel
 from ...exceptions import StoreError
 from .record import SEGMENT_MAGIC, encode_state, record_size, store_records, write_record_fast
 from .scan import STATE_NAME, STATE_TMP, SegmentInfo, segment_name
+from .spare import Spare, SpareMaker, fsync_dir, preallocate, unmap
 
 __all__ = ["MiB", "Segment", "SegmentLog", "fsync_dir", "preallocate", "write_state"]
 
@@ -40,37 +43,6 @@ MiB: Final = 1024 * 1024
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 _LINUX: Final = sys.platform.startswith("linux")
 _PAGE: Final = mmap.PAGESIZE
-
-
-def preallocate(fd: int, size: int) -> None:
-    """Make the file at least ``size`` bytes long, with its blocks allocated if possible.
-
-    ``posix_fallocate`` reserves the disk blocks, so storing into the mapping cannot hit
-    ``ENOSPC`` (which a memory-mapped write would turn into ``SIGBUS``); where it is missing
-    or unsupported the file is extended sparsely with ``ftruncate``.
-    """
-    if os.fstat(fd).st_size >= size:
-        return
-    fallocate = getattr(os, "posix_fallocate", None)
-    if fallocate is not None:
-        try:
-            fallocate(fd, 0, size)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
-                raise
-    os.ftruncate(fd, size)
-
-
-def fsync_dir(directory: Path) -> None:
-    """fsync a directory (its entries: created, renamed, deleted files)."""
-    if sys.platform == "win32":  # pragma: no cover - directories cannot be fsynced there
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _STATE_RESERVE: Final = 4096
@@ -138,7 +110,9 @@ class SegmentLog(_accel.SegmentLogFields):
     """
 
     __slots__ = (
+        "active_first",
         "defer_roll_sync",
+        "dir_dirty",
         "directory",
         "fd",
         "fsyncs",
@@ -147,6 +121,7 @@ class SegmentLog(_accel.SegmentLogFields):
         "roll_blocked",
         "segments",
         "segments_deleted",
+        "spares",
         "sync_cond",
         "sync_files",
         "synced_gen",
@@ -188,6 +163,15 @@ class SegmentLog(_accel.SegmentLogFields):
         self.retired: list[int] = []
         """Descriptors of full segments written since the last sync: :meth:`sync_to` and
         :meth:`close` fsync and close them."""
+        self.active_first = 0
+        """The sequence number in the active segment's name (a roll names the next segment
+        after a larger one)."""
+        self.spares: SpareMaker | None = None
+        """Makes the next segment ahead (started by the first roll; ``None`` before, and
+        while a resize handler is set: a spare is disk space the handler was not asked for)."""
+        self.dir_dirty = False
+        """A roll renamed a spare into place since the last sync: the next :meth:`sync_to`
+        fsyncs the directory too (``"interval"``; the other policies do it in the roll)."""
 
     # ------------------------------------------------------------------ opening
 
@@ -200,9 +184,11 @@ class SegmentLog(_accel.SegmentLogFields):
             self.fd = fd
             self.mm, self.map_size = mm, len(mm)
             self.active_size = segment.size
+            self.active_first = next_sequence
             self.segments.append(segment)
         else:
             active = self.segments[-1]
+            self.active_first = found[-1].first_sequence
             self.fd = os.open(active.path, os.O_RDWR)
             self.active_size = active.size
             self.mm, self.map_size = self._map(self.fd, active.size)
@@ -237,12 +223,21 @@ class SegmentLog(_accel.SegmentLogFields):
             raise
         return fd, mm, Segment(path, len(SEGMENT_MAGIC), 0)
 
+    def _unmap_active(self) -> None:
+        """Drop the active segment's mapping (on the spare maker's thread when there is one:
+        unmapping a full segment costs about 1 ms holding the GIL)."""
+        mm, self.mm = self.mm, None
+        if mm is None:
+            return
+        if self.spares is not None:
+            self.spares.release(mm)
+        else:
+            unmap(mm)
+
     def release_active(self, *, trim: bool) -> None:
         """Unmap and close the active segment; with ``trim``, cut its zero tail off first
         (best effort: a zero tail is valid, it only costs disk space)."""
-        if self.mm is not None:
-            self.mm.close()
-            self.mm = None
+        self._unmap_active()
         if self.fd < 0:
             return
         if trim:
@@ -258,9 +253,7 @@ class SegmentLog(_accel.SegmentLogFields):
     def _retire_active(self) -> None:
         """Unmap the active segment and cut its zero tail, keeping its descriptor in
         :attr:`retired` for the next sync."""
-        if self.mm is not None:
-            self.mm.close()
-            self.mm = None
+        self._unmap_active()
         if self.fd < 0:
             return
         try:
@@ -315,6 +308,8 @@ class SegmentLog(_accel.SegmentLogFields):
         self.mm[start:end] = record
         self.active_size = end
         self.write_gen += 1
+        if self.spares is None and end * 2 > self.segment_size:
+            self.start_spares()
 
     def _grow(self, end: int) -> None:
         """Extend the active segment and its mapping to hold ``end`` bytes (a record that
@@ -330,8 +325,8 @@ class SegmentLog(_accel.SegmentLogFields):
         except OSError as exc:
             raise StoreError(f"publish store {self.directory}: write failed: {exc}") from exc
         with self.sync_cond:
-            while self.syncing:
-                self.sync_cond.wait()
+            if not _LINUX:  # a sync there msyncs the mapping (on Linux it fsyncs the fd)
+                self._wait_no_sync()
             assert self.mm is not None
             self.mm.close()
             self.mm, self.map_size = mm, size
@@ -364,9 +359,11 @@ class SegmentLog(_accel.SegmentLogFields):
     def roll(self, next_sequence: int, low: int | None, last_persisted: int) -> None:
         """Close the full active segment, start a new one, and delete discarded segments.
 
-        Called after a record was appended, so it does not raise for problems that leave
-        that record safe: if the new segment cannot be created, it logs a warning and the
-        store keeps appending to the old one (and tries again after the next store).
+        The new segment is the spare made ahead (:mod:`.spare`), renamed, when one is ready;
+        else it is made here. Called after a record filled the segment, or before one that
+        does not fit: it does not raise for problems that leave the records safe: if the
+        new segment cannot be created, it logs a warning and the store keeps appending to
+        the old one (and tries again after the next store).
 
         Args:
             next_sequence: the next sequence number (names the new segment).
@@ -381,14 +378,17 @@ class SegmentLog(_accel.SegmentLogFields):
                 active.path.name,
             )
             return
+        made = self._take_spare(next_sequence)
+        renamed = made is not None
         try:
-            fd, mm, segment = self._new_segment_file(next_sequence)
+            if made is None:
+                made = self._new_segment_file(next_sequence)
         except OSError:
             # A full disk: the segments whose messages were all persisted meanwhile may be
             # what fills it. Delete them, then try once more.
             try:
                 self.compact(low, last_persisted, next_sequence - 1)
-                fd, mm, segment = self._new_segment_file(next_sequence)
+                made = self._new_segment_file(next_sequence)
             except OSError as exc:
                 if self.roll_blocked is None:
                     logger.warning(
@@ -400,16 +400,20 @@ class SegmentLog(_accel.SegmentLogFields):
                     )
                 self.roll_blocked = str(exc)
                 return
+        fd, mm, segment = made
         if self.roll_blocked is not None:
             logger.warning("publish store %s: new segments can be made again", self.directory)
             self.roll_blocked = None
         with self.sync_cond:
-            self._wait_no_sync()
             retire = self.defer_roll_sync and _LINUX and self.write_gen > self.synced_gen
+            if not retire:  # (a running sync keeps a retired descriptor open: no wait)
+                self._wait_no_sync()
             try:
                 if self.sync_files and not retire:
-                    self.sync_active()
+                    self.sync_active(self.fd)
                     self.fsyncs += 1
+                    if renamed:
+                        fsync_dir(self.directory)
             except OSError as exc:
                 mm.close()
                 os.close(fd)
@@ -425,15 +429,48 @@ class SegmentLog(_accel.SegmentLogFields):
             self.fd = fd
             self.mm, self.map_size = mm, len(mm)
             self.active_size = segment.size
+            self.active_first = next_sequence
             self.segments.append(segment)
             if not retire:
                 self.synced_gen = self.write_gen
+            elif renamed and self.sync_files:
+                self.dir_dirty = True  # the next sync makes the new name durable
         try:
             self.compact(low, last_persisted, next_sequence - 1)
         except OSError as exc:
             logger.warning(
                 "publish store %s: could not delete old segments: %s", self.directory, exc
             )
+
+    def _take_spare(self, next_sequence: int) -> tuple[int, mmap.mmap, Segment] | None:
+        """The spare segment renamed to ``seg-<next_sequence>.log``, if one is ready (the
+        first call starts the :class:`~.spare.SpareMaker`; none while a resize handler is
+        set)."""
+        if self.spares is None:
+            self.start_spares()
+            return None
+        spare: Spare | None = self.spares.take(self.directory / segment_name(next_sequence))
+        if spare is None:
+            return None
+        return spare.fd, spare.mm, Segment(spare.path, len(SEGMENT_MAGIC), 0)
+
+    def start_spares(self) -> None:
+        """Start the :class:`~.spare.SpareMaker` (not while a resize handler is set: a spare
+        is disk space the handler was not asked for)."""
+        if self.spares is None and self.resize_check is None and self.fd >= 0:
+            self.spares = SpareMaker(
+                self.directory,
+                self.segment_size,
+                sync=self.sync_files,
+                name=f"publish-store-spare {self.directory}",
+            )
+
+    def stop_spares(self) -> None:
+        """Stop making spare segments and delete an unused one (a resize handler is set, or
+        the store closes)."""
+        spares, self.spares = self.spares, None
+        if spares is not None:
+            spares.stop()
 
     def compact(self, low: int | None, last_persisted: int, last_sequence: int) -> None:
         """Delete the oldest closed segments whose messages are all discarded (``low``: the
@@ -471,11 +508,15 @@ class SegmentLog(_accel.SegmentLogFields):
                 cond.wait()
             self.syncing = True
             target = self.write_gen
+            fd = self.fd  # a roll meanwhile retires it: closed by the next sync, not before
             retired, self.retired = self.retired, []
+            dir_dirty, self.dir_dirty = self.dir_dirty, False
         error: OSError | None = None
         try:
             self._sync_retired(retired)  # full segments first: they hold the older writes
-            self.sync_active()  # roll/grow/close wait for syncing before unmapping
+            if dir_dirty:
+                fsync_dir(self.directory)  # a renamed spare's name
+            self.sync_active(fd)
         except OSError as exc:
             error = exc
         with cond:
@@ -484,12 +525,15 @@ class SegmentLog(_accel.SegmentLogFields):
                 self.fsyncs += 1
                 if target > self.synced_gen:
                     self.synced_gen = target
+            elif dir_dirty:
+                self.dir_dirty = True
             cond.notify_all()
         if error is not None:
             raise StoreError(f"publish store {self.directory}: fsync failed: {error}") from error
 
-    def sync_active(self) -> None:
-        """msync + fdatasync of the active segment (without holding the GIL on Linux).
+    def sync_active(self, fd: int) -> None:
+        """msync + fdatasync of the active segment, whose descriptor is ``fd`` (without
+        holding the GIL on Linux).
 
         On Linux ``msync(MS_SYNC)`` of a shared file mapping is ``vfs_fsync_range`` on the
         file, i.e. what ``fdatasync`` does, and ``fdatasync`` runs without the GIL (CPython's
@@ -497,19 +541,23 @@ class SegmentLog(_accel.SegmentLogFields):
         """
         if not _LINUX and self.mm is not None:
             self.mm.flush()
-        _fdatasync(self.fd)
+        _fdatasync(fd)
 
     def close(self, low: int | None, last_persisted: int, last_sequence: int) -> None:
         """Sync (unless ``"never"``), compact, write the state file (unless broken) and
         release the active segment; ``OSError`` after the segment was released."""
         try:
+            self.stop_spares()
             with self.sync_cond:
                 self._wait_no_sync()
                 retired, self.retired = self.retired, []
                 self._sync_retired(retired)
                 if self.sync_files and self.write_gen > self.synced_gen:
-                    self.sync_active()
+                    self.sync_active(self.fd)
                     self.fsyncs += 1
+                if self.dir_dirty:
+                    fsync_dir(self.directory)
+                    self.dir_dirty = False
                 self.synced_gen = self.write_gen
             if self.broken is None:
                 self.compact(low, last_persisted, last_sequence)
