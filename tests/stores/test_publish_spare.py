@@ -75,6 +75,26 @@ def test_a_roll_renames_the_spare_made_ahead(tmp_path: Path, policy: str) -> Non
         assert [m.sequence for m in replayed(again)] == stored[1:]
 
 
+def test_persisted_segments_are_deleted_behind_the_roll(tmp_path: Path) -> None:
+    """Once the maker runs, a roll leaves the segments whose messages are all persisted
+    to its thread: they leave the store's list at once, their files go after the state
+    file that covers them is written; a reopened store continues the sequence."""
+    path = tmp_path / "s"
+    with FilePublishStore(path, fsync="interval", segment_size=SEGMENT) as store:
+        fill_past_half(store)
+        wait_for(lambda: store.segment_log.spares is not None and store.segment_log.spares.ready)
+        for _ in range(4 * SEGMENT // len(BODY)):  # several rolls, every message acked
+            store.discard_up_to(store.store(payload_for))
+        stats = store.statistics()
+        assert stats["segments_deleted"] >= 3 and stats["segments"] <= 2
+        kept = store.segment_files()
+        wait_for(lambda: segments(path) == kept, what="the deleted segments' files gone")
+        last = store.next_sequence() - 1
+    with FilePublishStore(path, fsync="never") as again:
+        assert again.next_sequence() == last + 1
+        assert again.unpersisted_count == 0
+
+
 def test_a_leftover_spare_is_deleted_on_open_and_never_read(tmp_path: Path) -> None:
     """A crash leaves ``spare.tmp`` (before or after the roll that would have used it): it
     holds no record of the store, whatever it holds."""

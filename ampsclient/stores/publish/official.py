@@ -229,7 +229,10 @@ class HybridPublishStore(ClientOwned):
         super()._index_extend(first, kept)
 
     def _from_disk(self, sequences: set[int]) -> dict[int, bytes]:
-        """The payloads of ``sequences`` read back from the segment files."""
+        """The payloads of ``sequences`` read back from the segment files (once no segment
+        is being deleted behind a roll)."""
+        if self.index_log.spares is not None:
+            self.index_log.spares.drain()
         found = scan(self.path)
         return {s: p for s, p in found.live if s in sequences}
 

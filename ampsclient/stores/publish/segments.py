@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -122,6 +123,7 @@ class SegmentLog(_accel.SegmentLogFields):
         "segments",
         "segments_deleted",
         "spares",
+        "state_lock",
         "sync_cond",
         "sync_files",
         "synced_gen",
@@ -167,11 +169,15 @@ class SegmentLog(_accel.SegmentLogFields):
         """The sequence number in the active segment's name (a roll names the next segment
         after a larger one)."""
         self.spares: SpareMaker | None = None
-        """Makes the next segment ahead (started by the first roll; ``None`` before, and
-        while a resize handler is set: a spare is disk space the handler was not asked for)."""
+        """Makes the next segment ahead and releases full ones behind (started when the
+        active segment is half full or by the first roll; ``None`` before, and while a
+        resize handler is set: a spare is disk space the handler was not asked for)."""
         self.dir_dirty = False
         """A roll renamed a spare into place since the last sync: the next :meth:`sync_to`
         fsyncs the directory too (``"interval"``; the other policies do it in the roll)."""
+        self.state_lock = threading.Lock()
+        """Held around writing the state file and deleting the segments it covers (the
+        spare maker's thread deletes segments behind a roll)."""
 
     # ------------------------------------------------------------------ opening
 
@@ -435,12 +441,54 @@ class SegmentLog(_accel.SegmentLogFields):
                 self.synced_gen = self.write_gen
             elif renamed and self.sync_files:
                 self.dir_dirty = True  # the next sync makes the new name durable
+        self._compact_behind(low, last_persisted, next_sequence - 1)
+
+    def _compact_behind(self, low: int | None, last_persisted: int, last_sequence: int) -> None:
+        """:meth:`compact` after a roll: on the spare maker's thread when there is one (the
+        segments leave :attr:`segments` now; their files go once the state file covering
+        them is written there, two fsyncs the publisher does not wait for)."""
+        if self.spares is None:
+            try:
+                self.compact(low, last_persisted, last_sequence)
+            except OSError as exc:
+                logger.warning(
+                    "publish store %s: could not delete old segments: %s", self.directory, exc
+                )
+            return
+        doomed = self._doomed(low)
+        if not doomed:
+            return
+        paths = [segment.path for segment in self.segments[:doomed]]
+        del self.segments[:doomed]
+        self.segments_deleted += doomed
+        self.spares.submit(partial(self._delete, paths, last_persisted, last_sequence))
+
+    def _delete(self, paths: list[Path], last_persisted: int, last_sequence: int) -> None:
+        """Record the state, then delete ``paths`` (segments no longer in :attr:`segments`);
+        a failure is logged (the files stay until the next open deletes them)."""
         try:
-            self.compact(low, last_persisted, next_sequence - 1)
+            with self.state_lock:
+                write_state(self.directory, last_persisted, last_sequence, self.sync_files)
+                for path in paths:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                    logger.debug("publish store %s: deleted %s", self.directory, path.name)
+            if self.sync_files:
+                fsync_dir(self.directory)
         except OSError as exc:
             logger.warning(
                 "publish store %s: could not delete old segments: %s", self.directory, exc
             )
+
+    def _doomed(self, low: int | None) -> int:
+        """How many of the oldest closed segments hold only discarded messages (``low``: the
+        lowest unpersisted sequence number, ``None`` if none)."""
+        doomed = 0
+        for segment in self.segments[:-1]:
+            if low is not None and segment.high >= low:
+                break
+            doomed += 1
+        return doomed
 
     def _take_spare(self, next_sequence: int) -> tuple[int, mmap.mmap, Segment] | None:
         """The spare segment renamed to ``seg-<next_sequence>.log``, if one is ready (the
@@ -474,21 +522,21 @@ class SegmentLog(_accel.SegmentLogFields):
 
     def compact(self, low: int | None, last_persisted: int, last_sequence: int) -> None:
         """Delete the oldest closed segments whose messages are all discarded (``low``: the
-        lowest unpersisted sequence number, ``None`` if none), after recording the state."""
-        doomed = 0
-        for segment in self.segments[:-1]:
-            if low is not None and segment.high >= low:
-                break
-            doomed += 1
+        lowest unpersisted sequence number, ``None`` if none), after recording the state
+        (once the deletions behind earlier rolls are done)."""
+        if self.spares is not None:
+            self.spares.drain()
+        doomed = self._doomed(low)
         if not doomed:
             return
-        write_state(self.directory, last_persisted, last_sequence, self.sync_files)
-        for segment in self.segments[:doomed]:
-            try:
-                segment.path.unlink()
-            except FileNotFoundError:
-                pass
-            logger.debug("publish store %s: deleted %s", self.directory, segment.path.name)
+        with self.state_lock:
+            write_state(self.directory, last_persisted, last_sequence, self.sync_files)
+            for segment in self.segments[:doomed]:
+                try:
+                    segment.path.unlink()
+                except FileNotFoundError:
+                    pass
+                logger.debug("publish store %s: deleted %s", self.directory, segment.path.name)
         del self.segments[:doomed]
         self.segments_deleted += doomed
         if self.sync_files:

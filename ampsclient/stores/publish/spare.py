@@ -28,6 +28,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final, cast
 
@@ -189,7 +190,8 @@ def unmap(mm: mmap.mmap) -> None:
 
 class SpareMaker:
     """A thread that keeps one :class:`Spare` ready for a :class:`~.segments.SegmentLog`,
-    and unmaps the full segments' mappings behind it (:meth:`release`).
+    and releases what the log is done with behind it: the full segments' mappings
+    (:meth:`release`), the segments whose messages are all persisted (:meth:`submit`).
 
     Started by the log when its active segment is half full or at its first roll; stopped
     by :meth:`stop` (the store's ``close()``), which deletes an unused spare. :meth:`take`
@@ -206,12 +208,13 @@ class SpareMaker:
         "_cond",
         "_directory",
         "_failed",
+        "_jobs",
         "_ready",
+        "_running",
         "_size",
         "_stop",
         "_sync",
         "_thread",
-        "_unmaps",
     )
 
     def __init__(self, directory: Path, size: int, *, sync: bool, name: str) -> None:
@@ -221,7 +224,8 @@ class SpareMaker:
         self._cond = threading.Condition(threading.Lock())
         self._ready: Spare | None = None
         self._failed: str | None = None
-        self._unmaps: list[mmap.mmap] = []
+        self._jobs: list[Callable[[], None]] = []
+        self._running = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -262,18 +266,35 @@ class SpareMaker:
         return spare
 
     def release(self, mm: mmap.mmap) -> None:
-        """Unmap ``mm`` (a full segment's mapping nobody uses any more) on the thread; at
-        once if the thread is stopping."""
+        """Unmap ``mm`` (a full segment's mapping nobody uses any more) on the thread."""
+        self.submit(partial(unmap, mm))
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the thread, before the next spare (jobs run in order; one that
+        raises is logged); at once, here, if the thread is stopping."""
         with self._cond:
             if not self._stop.is_set():
-                self._unmaps.append(mm)
+                self._jobs.append(job)
                 self._cond.notify_all()
                 return
-        unmap(mm)
+        self._run_jobs([job])
+
+    def drain(self) -> None:
+        """Wait until every submitted job has run."""
+        with self._cond:
+            while (self._jobs or self._running) and self._thread.is_alive():
+                self._cond.wait()
+
+    def _run_jobs(self, jobs: list[Callable[[], None]]) -> None:
+        for job in jobs:
+            try:
+                job()
+            except Exception:
+                logger.exception("publish store %s: a background job failed", self._directory)
 
     def _idle(self) -> bool:
         """Nothing to do (``_cond`` held)."""
-        if self._unmaps or self._stop.is_set():
+        if self._jobs or self._stop.is_set():
             return False
         return self._ready is not None or self._failed is not None
 
@@ -282,13 +303,17 @@ class SpareMaker:
             with self._cond:
                 while self._idle():
                     self._cond.wait()
-                unmaps, self._unmaps = self._unmaps, []
+                jobs, self._jobs = self._jobs, []
+                self._running = bool(jobs)
                 stopping = self._stop.is_set()
-            for mm in unmaps:  # first: the publisher may be waiting for a spare after them
-                unmap(mm)
+            if jobs:  # first: they release what the publisher is done with
+                self._run_jobs(jobs)
+                with self._cond:
+                    self._running = False
+                    self._cond.notify_all()
             if stopping:
                 return
-            if unmaps or self._ready is not None or self._failed is not None:
+            if jobs or self._ready is not None or self._failed is not None:
                 continue
             try:
                 spare = make_spare(self._directory, self._size, sync=self._sync, stopped=self._stop)
@@ -310,7 +335,7 @@ class SpareMaker:
             spare.discard()
 
     def stop(self) -> None:
-        """Stop the thread, wait for it (it unmaps what is queued first) and delete an unused
+        """Stop the thread, wait for it (it runs the jobs queued first) and delete an unused
         spare (idempotent)."""
         with self._cond:
             self._stop.set()
@@ -319,8 +344,7 @@ class SpareMaker:
             self._thread.join()
         with self._cond:
             spare, self._ready = self._ready, None
-            unmaps, self._unmaps = self._unmaps, []
-        for mm in unmaps:
-            unmap(mm)
+            jobs, self._jobs = self._jobs, []
+        self._run_jobs(jobs)
         if spare is not None:
             spare.discard()
