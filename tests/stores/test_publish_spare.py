@@ -156,7 +156,7 @@ def test_a_spare_that_cannot_be_made_is_logged_once_and_rolls_go_on(
 
 
 def test_make_spare_writes_a_valid_empty_segment(tmp_path: Path) -> None:
-    spare = make_spare(tmp_path, SEGMENT, sync=True)
+    spare = make_spare(tmp_path, SEGMENT)
     try:
         assert spare.path == tmp_path / SPARE_NAME
         assert os.fstat(spare.fd).st_size == SEGMENT
@@ -168,5 +168,5 @@ def test_make_spare_writes_a_valid_empty_segment(tmp_path: Path) -> None:
     assert not (tmp_path / SPARE_NAME).exists()
     with pytest.raises(FileExistsError):  # never over an existing file
         (tmp_path / SPARE_NAME).write_bytes(b"other")
-        make_spare(tmp_path, SEGMENT, sync=False)
+        make_spare(tmp_path, SEGMENT)
     assert (tmp_path / SPARE_NAME).read_bytes() == b"other"

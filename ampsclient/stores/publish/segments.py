@@ -509,7 +509,6 @@ class SegmentLog(_accel.SegmentLogFields):
             self.spares = SpareMaker(
                 self.directory,
                 self.segment_size,
-                sync=self.sync_files,
                 name=f"publish-store-spare {self.directory}",
             )
 

@@ -1,20 +1,21 @@
-"""The file publish store's spare segment: the next segment file, made ahead of need on a
-background thread, so that a roll-over on the publisher's thread is a rename and a swap of
-mappings.
+"""The file publish store's spare segment, and the work done behind a roll-over: the next
+segment file is made ahead of need on the store's own thread, so that a roll on the
+publisher's thread is a rename and a swap of mappings; the full segment's mapping and the
+segments whose messages are all persisted are released on that thread too.
 
 Making a segment costs a file creation, a preallocation, an ``fdatasync`` and a directory
-fsync on the thread that rolls; storing into a fresh mapping then costs a page fault per
-4 KiB page (about 2 µs on ext4, where the first write to a preallocated block also marks it
-written: 50-70 ns per small message). The spare is made here instead, and its pages are
+fsync; storing into a fresh mapping then costs a page fault per 4 KiB page (about 2 µs on
+ext4, where the first write to a preallocated block also marks it written: 50-70 ns per
+small message). The spare needs no fsync (see :func:`make_spare`), and its pages are
 faulted in for writing ahead (``madvise(MADV_POPULATE_WRITE)``, Linux 5.14+, without the
-GIL): a store into it costs no fault. The pages are only dirtied in memory, not written:
-a segment is written to disk once, by the syncs that would write its records anyway.
+GIL): a store into it takes no fault. The pages are only dirtied in memory, not written: a
+segment is written to disk once, by the syncs that write its records.
 
 The spare lives at ``<dir>/spare.tmp`` (:data:`~.scan.SPARE_NAME`), which a scan ignores and
 an open deletes: until :meth:`.segments.SegmentLog.roll` renames it to ``seg-<next>.log`` it
 is no part of the store. One is kept at a time; a roll that finds none ready makes its
-segment itself, as before. The first error (a full disk, typically) turns the spares off
-for the store's life, logged once: the roll's own path then reports what it meets.
+segment itself, as before. The first error (a full disk, typically) stops the spares for
+the store's life, logged once: the roll's own path then reports what it meets.
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("ampsclient.stores.publish")
-
-_fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
 def preallocate(fd: int, size: int) -> None:
@@ -83,7 +82,7 @@ def fsync_dir(directory: Path) -> None:
 
 @dataclass(slots=True)
 class Spare:
-    """A ready segment file: the magic, zeros up to its size, synced, mapped."""
+    """A ready segment file: the magic, zeros up to its size, mapped."""
 
     path: Path
     fd: int
@@ -144,12 +143,13 @@ def populate(mm: mmap.mmap, stopped: threading.Event | None = None) -> bool:
     return True
 
 
-def make_spare(
-    directory: Path, size: int, *, sync: bool, stopped: threading.Event | None = None
-) -> Spare:
+def make_spare(directory: Path, size: int, *, stopped: threading.Event | None = None) -> Spare:
     """Make ``<directory>/spare.tmp``: the segment magic, preallocated to ``size`` bytes (a
-    full disk fails here), with ``sync`` synced with its directory entry; mapped, and its
-    pages faulted in for writing (:func:`populate`).
+    full disk fails here), mapped, its pages faulted in for writing (:func:`populate`).
+
+    Nothing is fsynced: until a roll renames it the spare is no part of the store (a crash
+    leaves a file the next open deletes); after the rename, the sync that covers the first
+    records written into it also syncs the file and the directory entry.
 
     Raises:
         OSError: the file could not be made (nothing is left behind).
@@ -159,9 +159,6 @@ def make_spare(
     try:
         os.write(fd, SEGMENT_MAGIC)
         preallocate(fd, size)
-        if sync:
-            _fdatasync(fd)
-            fsync_dir(directory)
         mm = mmap.mmap(fd, size)
         try:
             populate(mm, stopped)
@@ -200,7 +197,6 @@ class SpareMaker:
     Args:
         directory: the store directory.
         size: the spare's size (the log's ``segment_size``).
-        sync: fsync the spare and the directory (the store's policy is not ``"never"``).
         name: the thread's name.
     """
 
@@ -213,14 +209,12 @@ class SpareMaker:
         "_running",
         "_size",
         "_stop",
-        "_sync",
         "_thread",
     )
 
-    def __init__(self, directory: Path, size: int, *, sync: bool, name: str) -> None:
+    def __init__(self, directory: Path, size: int, *, name: str) -> None:
         self._directory = directory
         self._size = size
-        self._sync = sync
         self._cond = threading.Condition(threading.Lock())
         self._ready: Spare | None = None
         self._failed: str | None = None
@@ -316,7 +310,7 @@ class SpareMaker:
             if jobs or self._ready is not None or self._failed is not None:
                 continue
             try:
-                spare = make_spare(self._directory, self._size, sync=self._sync, stopped=self._stop)
+                spare = make_spare(self._directory, self._size, stopped=self._stop)
             except _Stopped:
                 continue  # (the loop unmaps what is queued, then returns)
             except Exception as exc:  # any failure turns the spares off; unmapping goes on
