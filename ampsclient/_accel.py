@@ -22,11 +22,12 @@ The C code names no attribute of ours and reads no other class's slots or instan
 types. A :class:`~ampsclient.Message` is built on :data:`MessageFields` (the C type, or its
 twin :class:`PyMessageFields`), whose public fields the receive loop fills; the bookmark
 store's records, the publish stores' index and segment files are built on the C types below
-the same way, a client's queue-ack batches are an :data:`AckBatches`, and a client writer's
-flags a :data:`WriterFields` (``FrameWriter.fields``). What the publish lanes use besides
-(the write queue, the writer's wake, the suffix cache, the publish lock...) is given to their
-constructors as values. :data:`TWINS` names the pure-Python twin of every C function, lane
-method and C-owned type; each pair has a differential test.
+the same way, a client's queue-ack batches are an :data:`AckBatches`, a client writer's
+flags a :data:`WriterFields` (``FrameWriter.fields``) and an HA client's publish state (store,
+lock, suffix cache, gate) a :data:`StoreForwardFields` (``StoreAndForward.fields``). What the
+publish lanes use besides (the write queue, the writer's wake, the stored publish's head...)
+is given to their constructors as values. :data:`TWINS` names the pure-Python twin of every
+C function, lane method and C-owned type; each pair has a differential test.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
+    import threading
+
     from .transport.base import Transport
 
 __all__ = [
@@ -60,9 +63,11 @@ __all__ = [
     "PyPublishIndexFields",
     "PyRelay",
     "PySegmentLogFields",
+    "PyStoreForwardFields",
     "PyWriterFields",
     "Relay",
     "SegmentLogFields",
+    "StoreForwardFields",
     "StoreLock",
     "WriterFields",
     "autoack_take",
@@ -88,6 +93,7 @@ TWINS: Final[Mapping[str, str]] = MappingProxyType(
         "SegmentLogFields": "ampsclient._accel.PySegmentLogFields",
         "PublishIndexFields": "ampsclient._accel.PyPublishIndexFields",
         "WriterFields": "ampsclient._accel.PyWriterFields",
+        "StoreForwardFields": "ampsclient._accel.PyStoreForwardFields",
         "split_frames": "ampsclient.protocol.framing.split_frames",
         "deliver": "ampsclient.core.routes.deliver",
         "deliver_stream": "ampsclient.core.routes.deliver_stream",
@@ -228,7 +234,7 @@ class PyWriterFields:
     (``PublishLane``, ``PlainPublishLane``) read these fields through its own struct. A new
     instance has no field set."""
 
-    __slots__ = ("blocked", "caller_writes", "can_send", "transport", "wake_pending")
+    __slots__ = ("blocked", "caller_writes", "transport", "wake_pending")
 
     transport: Transport | None
     """The open transport, or ``None`` while disconnected."""
@@ -238,9 +244,29 @@ class PyWriterFields:
     """``True`` while the socket's write buffer is over its high-water mark."""
     caller_writes: bool
     """Whether a publish that leaves ``CALLER_WRITE_FRAMES`` frames queued writes them."""
+
+
+class PyStoreForwardFields:
+    """An HA client's publish state: four public fields that
+    :class:`ampsclient.ha.store_forward.StoreAndForward` holds (its ``fields``), documents
+    and alone writes.
+
+    The twin of the C ``StoreForwardFields``, a type the C code owns: the C ``PublishLane``
+    is built on it (it takes the store, the lock and the suffix cache once, and reads the
+    gate on each publish). A new instance has no field set."""
+
+    __slots__ = ("can_send", "lock", "store", "suffixes")
+
+    store: Any
+    """The publish store (a :class:`~ampsclient.stores.publish.base.PublishStore`; not named
+    here: the stores import this module): its index gives each publish its sequence number."""
+    lock: threading.Lock
+    """Held while a publish is stored and queued, while the gate moves and while replaying."""
+    suffixes: dict[str, bytes]
+    """topic -> the tail of a stored publish of that topic (after its sequence number)."""
     can_send: bool
-    """The publish gate: ``False`` while a store-and-forward wrapper (the HA client) keeps
-    its publishes in its store instead of sending them."""
+    """The publish gate: ``False`` while publishes are stored, not sent (disconnected,
+    reconnecting, replaying)."""
 
 
 split_frames: Callable[[bytes, int, int, list[bytes]], int] | None = None
@@ -259,6 +285,7 @@ _c_pub_fields: type[Any] | None = None
 _c_seg_fields: type[Any] | None = None
 _c_index_fields: type[Any] | None = None
 _c_writer_fields: type[Any] | None = None
+_c_sf_fields: type[Any] | None = None
 AutoAck: Callable[..., Any] | None = None
 join_seq: Callable[[bytes, int, bytes], bytes] | None = None
 publish_frame: Callable[[bytes, int | None, bytes, bytes], bytes] | None = None
@@ -289,6 +316,7 @@ if not os.environ.get("AMPSCLIENT_PUREPYTHON"):
         _c_seg_fields = getattr(_speedups, "SegmentLogFields", None)  # (with PublishLane)
         _c_index_fields = getattr(_speedups, "PublishIndexFields", None)
         _c_writer_fields = getattr(_speedups, "WriterFields", None)
+        _c_sf_fields = getattr(_speedups, "StoreForwardFields", None)
         AutoAck = getattr(_speedups, "AutoAck", None)
         _c_batches = getattr(_speedups, "AckBatches", None)  # (with AutoAck)
         LaneMethod = getattr(_speedups, "LaneMethod", None)  # (an older build has none)
@@ -312,7 +340,10 @@ if TYPE_CHECKING:
     SegmentLogFields = PySegmentLogFields
     PublishIndexFields = PyPublishIndexFields
     WriterFields = PyWriterFields
+    StoreForwardFields = PyStoreForwardFields
 else:
+    StoreForwardFields = _c_sf_fields or PyStoreForwardFields
+    """What an HA client's publish state is: the C type with the publish lane."""
     WriterFields = _c_writer_fields or PyWriterFields
     """What a client writer's flags are: the C type with the publish lanes."""
     PublishIndexFields = _c_index_fields or PyPublishIndexFields

@@ -2422,8 +2422,9 @@ lane_of(PyObject *log)
  * creates no object the garbage collector tracks (bytes and ints only), so under the GIL
  * the whole step is atomic with respect to the Python methods, which keep their locks.
  * The store's fields are those of this module's PublishIndexFields and SegmentLogFields;
- * the writer's flags (transport, can_send, wake_pending, blocked, caller_writes) those of its
- * WriterFields. Everything else it uses (the head, the suffix cache, the publish lock, the
+ * the HA client's publish state (the store, the publish lock, the suffix cache, the gate
+ * can_send) those of the StoreForwardFields it is built on; the writer's flags (transport,
+ * wake_pending, blocked, caller_writes) those of its WriterFields. The rest (the head, the
  * write queue and its append, the writer's wake/wait/caller-write) is given to the
  * constructor, as values: nothing is looked up by an attribute name of ours.
  */
@@ -2462,7 +2463,6 @@ typedef struct {
     PyObject *wake_pending;
     PyObject *blocked;
     PyObject *caller_writes;
-    PyObject *can_send;
 } WFields;
 
 static int
@@ -2472,7 +2472,6 @@ wfields_traverse(WFields *self, visitproc visit, void *arg)
     Py_VISIT(self->wake_pending);
     Py_VISIT(self->blocked);
     Py_VISIT(self->caller_writes);
-    Py_VISIT(self->can_send);
     return 0;
 }
 
@@ -2483,7 +2482,6 @@ wfields_clear(WFields *self)
     Py_CLEAR(self->wake_pending);
     Py_CLEAR(self->blocked);
     Py_CLEAR(self->caller_writes);
-    Py_CLEAR(self->can_send);
     return 0;
 }
 
@@ -2504,8 +2502,6 @@ static PyMemberDef wfields_members[] = {
      "True while the socket's write buffer is over its high-water mark."},
     {"caller_writes", T_OBJECT_EX, offsetof(WFields, caller_writes), 0,
      "True when a publish that leaves CALLER_WRITE_FRAMES frames queued writes them."},
-    {"can_send", T_OBJECT_EX, offsetof(WFields, can_send), 0,
-     "The publish gate: False while a store-and-forward wrapper keeps publishes stored."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -2521,6 +2517,75 @@ static PyTypeObject WFieldsType = {
     .tp_dealloc = (destructor)wfields_dealloc,
     .tp_new = PyType_GenericNew,
     .tp_members = wfields_members,
+};
+
+/* StoreForwardFields: an HA client's publish state (ampsclient.ha.store_forward.StoreAndForward
+ * holds one as its ``fields``, documents them and alone writes them), a type this module owns
+ * (twin: ampsclient._accel.PyStoreForwardFields). The HA publish lane is built on it: it
+ * takes the store, the lock and the suffix cache from it once, and reads the gate on each
+ * publish. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *store;
+    PyObject *lock;
+    PyObject *suffixes;
+    PyObject *can_send;
+} SFFields;
+
+static int
+sffields_traverse(SFFields *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->store);
+    Py_VISIT(self->lock);
+    Py_VISIT(self->suffixes);
+    Py_VISIT(self->can_send);
+    return 0;
+}
+
+static int
+sffields_clear(SFFields *self)
+{
+    Py_CLEAR(self->store);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->suffixes);
+    Py_CLEAR(self->can_send);
+    return 0;
+}
+
+static void
+sffields_dealloc(SFFields *self)
+{
+    PyObject_GC_UnTrack(self);
+    sffields_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef sffields_members[] = {
+    {"store", T_OBJECT_EX, offsetof(SFFields, store), 0,
+     "The publish store: its index assigns each publish its sequence number."},
+    {"lock", T_OBJECT_EX, offsetof(SFFields, lock), 0,
+     "Held while a publish is stored and queued, while the gate moves and while replaying."},
+    {"suffixes", T_OBJECT_EX, offsetof(SFFields, suffixes), 0,
+     "topic -> the tail of a stored publish of that topic (after its sequence number)."},
+    {"can_send", T_OBJECT_EX, offsetof(SFFields, can_send), 0,
+     "The publish gate: False while publishes are stored, not sent (reconnecting, replaying)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SFFieldsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ampsclient._speedups.StoreForwardFields",
+    .tp_basicsize = sizeof(SFFields),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "StoreForwardFields()\n\nAn HA client's publish state, which the HA publish lane "
+              "is built on (twin: ampsclient._accel.PyStoreForwardFields). A new instance has no "
+              "field set.",
+    .tp_traverse = (traverseproc)sffields_traverse,
+    .tp_clear = (inquiry)sffields_clear,
+    .tp_dealloc = (destructor)sffields_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_members = sffields_members,
 };
 
 /* What after_enqueue uses, given to a lane's constructor (values, owned by the lane). */
@@ -2780,12 +2845,13 @@ static PyTypeObject SegFieldsType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *store;
+    SFFields *state;          /* the HA client's publish state: the gate is read per publish */
+    PyObject *store;          /* state->store, taken at construction */
     PyObject *log;            /* store.segment_log (a file store), else NULL */
     PyObject *head;           /* the core encoder's head of a stored p, up to its "s": */
-    PyObject *pub_locked;     /* the publish lock's .locked */
+    PyObject *pub_locked;     /* state->lock's .locked */
     PyObject *store_locked;   /* the store's index_lock, its .locked */
-    PyObject *suffixes;       /* topic -> b',"a":"persisted","t":"..."}' (the stored tail) */
+    PyObject *suffixes;       /* state->suffixes: topic -> b',"a":"persisted","t":"..."}' */
     Waker w;                  /* the writer's flags, queue, wake, wait, caller write */
     PyObject *slow;           /* AsyncHAClient.publish, bound */
     int file;                 /* a FilePublishStore: write the record too */
@@ -2798,6 +2864,7 @@ typedef struct {
 static int
 publane_traverse(PublishLane *self, visitproc visit, void *arg)
 {
+    Py_VISIT(self->state);
     Py_VISIT(self->store);
     Py_VISIT(self->log);
     Py_VISIT(self->head);
@@ -2811,6 +2878,7 @@ publane_traverse(PublishLane *self, visitproc visit, void *arg)
 static int
 publane_clear(PublishLane *self)
 {
+    Py_CLEAR(self->state);
     Py_CLEAR(self->store);
     Py_CLEAR(self->log);
     Py_CLEAR(self->head);
@@ -2845,23 +2913,25 @@ take_attr(PyObject *obj, PyObject *name, PyObject **field)
 static int
 publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"store", "file", "publish", "head", "lock", "suffixes", WAKER_KWDS,
-                             NULL};
-    PyObject *store, *slow, *head, *lock, *suffixes;
+    static char *kwlist[] = {"state", "file", "publish", "head", WAKER_KWDS, NULL};
+    PyObject *state_obj, *slow, *head;
     int file;
     Waker given = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OpOSOO!OOOOOO:PublishLane", kwlist, &store,
-                                     &file, &slow, &head, &lock, &PyDict_Type, &suffixes,
-                                     WAKER_ARGS(given))) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!pOSOOOOOO:PublishLane", kwlist, &SFFieldsType,
+                                     &state_obj, &file, &slow, &head, WAKER_ARGS(given))) {
         return -1;
     }
-    if (!PyObject_TypeCheck(store, &IdxFieldsType)) {
+    SFFields *state = (SFFields *)state_obj;
+    PyObject *store = state->store, *lock = state->lock, *suffixes = state->suffixes;
+    if (store == NULL || !PyObject_TypeCheck(store, &IdxFieldsType)) {
         PyErr_SetString(PyExc_TypeError, "PublishLane: the store must be built on "
                                          "PublishIndexFields");
         return -1;
     }
-    if (!PyBytes_CheckExact(head) || !PyDict_CheckExact(suffixes)) {
-        PyErr_SetString(PyExc_TypeError, "PublishLane: head must be bytes, suffixes a dict");
+    if (lock == NULL || suffixes == NULL || !PyDict_CheckExact(suffixes)
+        || !PyBytes_CheckExact(head)) {
+        PyErr_SetString(PyExc_TypeError, "PublishLane: the state needs a lock and a suffixes "
+                                         "dict, head must be bytes");
         return -1;
     }
     if (waker_take(&self->w, &given, "PublishLane") < 0) {
@@ -2899,6 +2969,7 @@ publane_init(PublishLane *self, PyObject *args, PyObject *kwds)
         || take_attr(index->index_lock, str_locked, &self->store_locked) < 0) {
         return -1;
     }
+    Py_XSETREF(self->state, (SFFields *)Py_NewRef(state));
     Py_XSETREF(self->head, Py_NewRef(head));
     Py_XSETREF(self->suffixes, Py_NewRef(suffixes));
     Py_XSETREF(self->store, Py_NewRef(store));
@@ -2962,9 +3033,8 @@ publane_publish(PublishLane *self, PyObject *const *args, size_t nargsf, PyObjec
         }
         goto slow; /* a new topic: Python builds and caches its suffix */
     }
-    /* the writer: connected, logged on, replayed (the gate open); its WriterFields */
-    WFields *wf = self->w.fields;
-    PyObject *transport = wf->can_send == Py_True ? wf->transport : NULL;
+    /* the gate open (logged on, replayed: the state's), the writer connected (its fields) */
+    PyObject *transport = self->state->can_send == Py_True ? self->w.fields->transport : NULL;
     if (transport == NULL || transport == Py_None) {
         goto slow;
     }
@@ -3128,9 +3198,9 @@ static PyTypeObject PublishLaneType = {
     .tp_name = "ampsclient._speedups.PublishLane",
     .tp_basicsize = sizeof(PublishLane),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "PublishLane(store, file, publish, head, lock, suffixes, fields, outq, enqueue, "
-              "wake, wait_writable, caller_write)\n\nAsyncHAClient.publish's common case in C "
-              "(see the C source).",
+    .tp_doc = "PublishLane(state, file, publish, head, fields, outq, enqueue, wake, "
+              "wait_writable, caller_write)\n\nAsyncHAClient.publish's common case in C (see "
+              "the C source).",
     .tp_traverse = (traverseproc)publane_traverse,
     .tp_clear = (inquiry)publane_clear,
     .tp_dealloc = (destructor)publane_dealloc,
@@ -4314,6 +4384,8 @@ PyInit__speedups(void)
         || PyModule_AddObjectRef(module, "SegmentLogFields", (PyObject *)&SegFieldsType) < 0
         || PyType_Ready(&WFieldsType) < 0
         || PyModule_AddObjectRef(module, "WriterFields", (PyObject *)&WFieldsType) < 0
+        || PyType_Ready(&SFFieldsType) < 0
+        || PyModule_AddObjectRef(module, "StoreForwardFields", (PyObject *)&SFFieldsType) < 0
         || PyType_Ready(&IdxFieldsType) < 0
         || PyModule_AddObjectRef(module, "PublishIndexFields", (PyObject *)&IdxFieldsType) < 0
         || PyType_Ready(&PublishLaneType) < 0

@@ -4,9 +4,10 @@ on it drive. Not user API.
 An application uses the client's public methods (the official client's names and the
 documented extras: ``tests/core/test_layering.py`` pins that face). The objects that *hold*
 a client need more: the HA client (:mod:`ampsclient.ha`) sends its resubscribe commands and
-waits for their acks, takes the persisted acks, drives the publish gate and queues stored
-publishes; the sync facade (:mod:`ampsclient.sync`, :mod:`ampsclient.disconnects`) tells
-the listeners of the states it decides and lets sends retry after a drop. That plumbing is
+waits for their acks, takes the persisted acks and queues stored publishes (its publish
+gate is its own: :mod:`ampsclient.ha.store_forward`); the sync facade
+(:mod:`ampsclient.sync`, :mod:`ampsclient.disconnects`) tells the listeners of the states it
+decides and lets sends retry after a drop. That plumbing is
 here, on an object each client makes for itself (``client._wiring``), instead of on the
 client's public face. Who may use it: ``ampsclient.ha``, ``ampsclient.sync``,
 ``ampsclient.disconnects`` and tests; nothing else (an application never needs it).
@@ -48,8 +49,8 @@ class Wiring:
     """One client's plumbing (see the module docstring for who may use it)."""
 
     writer: FrameWriter
-    """The client's write queue, publish gate and loop (its public methods are the writer's
-    API: ``queue_frame``, ``set_publish_gate``, ``publish_lock``, ``call_soon``...)."""
+    """The client's write queue and loop (its public methods are the writer's
+    API: ``queue_frame``, ``queue_frame_now``, ``lane_arguments``, ``call_soon``...)."""
     send_command: Callable[
         [Command, Handler | None, MessageStream | None], Coroutine[Any, Any, Pending | None]
     ]

@@ -7,7 +7,8 @@ state. Its flags are a :data:`~ampsclient._accel.WriterFields` it holds
 flags, and are given what else they use as values (:meth:`FrameWriter.lane_arguments`).
 It holds the write queue (the core's ``outq``), wakes the writer on the loop, applies
 back-pressure to publisher threads, batches publishes (``set_publish_batching``), and
-offers the publish gate a store-and-forward wrapper (the HA client) drives. The bodies of the client's ``publish`` and
+queues the frames of a store-and-forward wrapper (the HA client, whose publish gate and lock
+are its own: :mod:`ampsclient.ha.store_forward`). The bodies of the client's ``publish`` and
 ``delta_publish`` live here: they only build and queue frames.
 
 The loop thread writes the queue. A publisher on another thread that finds
@@ -133,9 +134,6 @@ class FrameWriter:
         self._batch_timeout = 0.0
         self._batch_since: float | None = None
         self._urgent = False
-        fields.can_send = True  # the publish gate (see :meth:`set_publish_gate`)
-        self._pub_lock = threading.Lock()
-        self._seq_suffix: dict[str, bytes] = {}
         self._write_lock = threading.Lock()
         """Held by whoever moves frames from the queue to the socket: the loop (never waiting
         for it) or a publisher thread in :meth:`write_from_caller`."""
@@ -199,36 +197,14 @@ class FrameWriter:
 
     # ------------------------------------------------------------- store-and-forward support
 
-    @property
-    def publish_gate_open(self) -> bool:
-        """``False`` while a store-and-forward wrapper (the HA client) keeps its publishes in
-        its store instead of sending them (while reconnecting and replaying)."""
-        return self.fields.can_send
-
-    def set_publish_gate(self, open_: bool) -> None:
-        """Open or close the publish gate (hold :attr:`publish_lock` to make it atomic with
-        the wrapper's store-then-send step)."""
-        self.fields.can_send = bool(open_)
-
-    @property
-    def publish_lock(self) -> threading.Lock:
-        """The lock a store-and-forward wrapper holds while it stores and queues a publish,
-        and while it replays (the C ``PublishLane`` takes its fast path only when it is free)."""
-        return self._pub_lock
-
-    @property
-    def stored_publish_suffixes(self) -> dict[str, bytes]:
-        """topic -> the header tail of a stored publish of that topic (after its ``s``), as
-        the wrapper builds it: a cache shared with the C ``PublishLane``."""
-        return self._seq_suffix
-
     def queue_frame(self, frame: bytes) -> bool:
-        """Queue one frame (length prefix included) when the publish gate is open and a
-        transport is, and schedule the writer, without waiting for the socket (a wrapper
-        holding :attr:`publish_lock` must not block: it calls :meth:`wait_writable` once the
+        """Queue one frame (length prefix included) when a transport is open, and schedule the
+        writer, without waiting for the socket (a store-and-forward wrapper, the HA client's
+        :class:`~ampsclient.ha.store_forward.StoreAndForward`, calls it holding its lock and
+        with its publish gate open; it must not block: it calls :meth:`wait_writable` once the
         lock is released). Returns whether the frame was queued."""
         fields = self.fields
-        if not fields.can_send or fields.transport is None:
+        if fields.transport is None:
             return False
         self._outq.append(frame)
         if not fields.wake_pending:
@@ -302,8 +278,6 @@ class FrameWriter:
         """:meth:`queue_frame`, then, on the loop thread, write the queue at once (the HA
         client's queue acknowledgements: see :meth:`send_now`)."""
         if self._writes_now():
-            if not self.fields.can_send:
-                return False
             self._outq.append(frame)
             self._write_queued()
             return True

@@ -37,6 +37,7 @@ from ampsclient.core.publish import publish_frame as publish_frame_py, publish_h
 from ampsclient.core.routes import deliver_stream as routes_deliver_stream
 from ampsclient.exceptions import DisconnectedError, FrameTooLargeError
 from ampsclient.ha.client import AsyncHAClient
+from ampsclient.ha.store_forward import StoreAndForward
 from ampsclient.protocol.framing import TcpFramer, split_frames as split_py
 from ampsclient.protocol.header import decode_header
 from ampsclient.stores.bookmark import MemoryBookmarkStore
@@ -223,45 +224,61 @@ def test_publish_index_fields_twins_behave_alike(tmp_path: Any) -> None:
     with FilePublishStore(str(tmp_path / "s"), fsync="never") as file_store:
         assert file_store.index_log is file_store.segment_log
     writer = AsyncClient("index")._wiring.writer
+    state = StoreAndForward(MemoryPublishStore(), writer).fields
+    state.store = object()  # (what only a test does: StoreAndForward alone writes it)
     with pytest.raises(TypeError, match="PublishIndexFields"):
-        C.PublishLane(
-            store=object(),
-            file=False,
-            publish=print,
-            head=b"",
-            lock=threading.Lock(),
-            suffixes={},
-            **writer.lane_arguments(),
-        )
+        C.PublishLane(state=state, file=False, publish=print, head=b"", **writer.lane_arguments())
 
 
 @needs_publish_lane_type
 def test_writer_fields_twins_behave_alike() -> None:
     """The C ``WriterFields`` (the publish lanes read the writer's flags through it) and its
-    twin: the same five public fields, unset on a new instance, settable, no instance dict;
+    twin: the same four public fields, unset on a new instance, settable, no instance dict;
     a client's writer holds the one in use and hands it to its lanes, which refuse
     anything else (a writer object, whatever its attributes)."""
-    names = {"transport", "wake_pending", "blocked", "caller_writes", "can_send"}
+    names = {"transport", "wake_pending", "blocked", "caller_writes"}
     assert set(_accel.PyWriterFields.__slots__) == names
     for cls in (C.WriterFields, _accel.PyWriterFields):
         assert_field_type(cls, names)
     writer = AsyncClient("fields")._wiring.writer
     assert type(writer.fields) is C.WriterFields is _accel.WriterFields
     f = writer.fields
-    assert (f.transport, f.wake_pending, f.blocked, f.caller_writes, f.can_send) == (
-        None,
-        False,
-        False,
-        False,
-        True,
-    )
-    writer.set_publish_gate(False)
-    assert f.can_send is False and writer.publish_gate_open is False
+    assert (f.transport, f.wake_pending, f.blocked, f.caller_writes) == (None, False, False, False)
     args = writer.lane_arguments()
     assert args["fields"] is f
     with pytest.raises(TypeError, match="WriterFields"):
         C.PlainPublishLane(publish=print, result=0, prefixes={}, **{**args, "fields": writer})
     assert type(writer.plain_publish_lane()) is C.PlainPublishLane
+
+
+@needs_publish_lane_type
+def test_store_forward_fields_twins_behave_alike() -> None:
+    """The C ``StoreForwardFields`` (the HA publish lane is built on it: store, lock, suffix
+    cache, gate) and its twin: the same four public fields, unset on a new instance,
+    settable, no instance dict; an HA client's ``StoreAndForward`` holds the one in use, its
+    lane is built on it, and the lane refuses anything else as its state."""
+    names = {"store", "lock", "suffixes", "can_send"}
+    assert set(_accel.PyStoreForwardFields.__slots__) == names
+    for cls in (C.StoreForwardFields, _accel.PyStoreForwardFields):
+        assert_field_type(cls, names)
+    client = AsyncHAClient("state")
+    publishing = client._publishing
+    f = publishing.fields
+    assert type(f) is C.StoreForwardFields is _accel.StoreForwardFields
+    assert f.store is client.publish_store and f.can_send is False and f.suffixes == {}
+    assert publishing.lock is f.lock and not publishing.gate_open
+    with publishing.lock:
+        publishing.open_gate()
+    assert f.can_send is True and publishing.wait_open(0)
+    with publishing.lock:
+        publishing.close_gate()
+    assert f.can_send is False and not publishing.wait_open(0)
+    assert type(client._lane) is C.PublishLane  # built on those fields
+    writer = client.client._wiring.writer
+    with pytest.raises(TypeError):
+        C.PublishLane(
+            state=publishing, file=False, publish=print, head=b"", **writer.lane_arguments()
+        )
 
 
 @needs_publish_lane_type

@@ -29,11 +29,10 @@ import builtins
 import inspect
 import logging
 import ssl
-import struct
 import threading
 import types
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from .. import _accel
 from ..acks import persisted_ack_writer
@@ -68,17 +67,14 @@ from .persist_waiters import (
     FailedWriteHandler,
     PersistedAcks,
     PersistWaiters,
-    publish_lane_store_kind,
 )
 from .reconnect import ExponentialDelayStrategy, ReconnectDelayStrategy, RetryLimitError
+from .store_forward import STORED_P_HEAD, StoreAndForward
 from .subscriptions import SubscriptionManager, prepare_bookmark_subscription
 
 __all__ = ["AsyncHAClient", "FailedWriteHandler"]
 
 log = logging.getLogger("ampsclient.ha")
-_pack_len = struct.Struct(">I").pack
-_STORED_P_HEAD: Final = publish_header("p", "", sequenced=True)[0]
-"""The head of every stored ``p`` (up to its ``"s":``), from the core's encoder."""
 
 
 class AsyncHAClient(ConnectionFace):
@@ -139,7 +135,14 @@ class AsyncHAClient(ConnectionFace):
         self._core = client.core
         self._owned: list[PublishStore | BookmarkStore] = []
         """Stores this client made from path strings: it closes them in :meth:`close`."""
-        self._store: PublishStore = self._own_publish_store(publish_store)
+        self._block_when_disconnected = publish_while_disconnected == "block"
+        self._publishing = StoreAndForward(
+            self._own_publish_store(publish_store),
+            writer,
+            block=self._wait_connected if self._block_when_disconnected else None,
+        )
+        """The publish store, gate, lock and stored tails (:mod:`ampsclient.ha.store_forward`):
+        that object alone writes them."""
         self._bookmark_store: BookmarkStore = self._own_bookmark_store(bookmark_store)
         self._discard_relay = _accel.Relay(fast_discard(self._bookmark_store))
         """Its ``target`` is the bookmark store's discard (its C lane's when built); this
@@ -153,32 +156,28 @@ class AsyncHAClient(ConnectionFace):
         self._strategy: ReconnectDelayStrategy = (
             reconnect_delay_strategy or ExponentialDelayStrategy()
         )
-        self._block_when_disconnected = publish_while_disconnected == "block"
         self._logon_timeout = logon_timeout
         self._connect_timeout = connect_timeout
         self._subscriptions = SubscriptionManager()
         self._seq = HASequence(
             core=self._core,
-            store=self._store,
+            store=self._publishing.store,
             subscriptions=self._subscriptions,
             resume=self._resume,
         )
         """The reconnect sequence (sans-I/O): this client performs its steps."""
-        self._pub_lock = writer.publish_lock
-        writer.set_publish_gate(False)
-        self._can_send_event = threading.Event()
         self._closing = False
         self._reconnect_task: asyncio.Task[None] | None = None
         self._in_connect_loop = False
         self._failed_resubscribe: Callable[[Command, int, BaseException], bool] | None = None
         self._give_up_error: BaseException | None = None
         self._waiters = PersistWaiters()
-        self._seq_suffix = writer.stored_publish_suffixes
-        self._queue_frame = writer.queue_frame
-        self._writable = writer.writable
         self._core.keep_routes_on_disconnect = True
         self._acks = PersistedAcks(
-            self._store, self._waiters, report=wiring.report, unrouted=self._core.unrouted
+            self._publishing.store,
+            self._waiters,
+            report=wiring.report,
+            unrouted=self._core.unrouted,
         )
         apply_ack = self._acks.apply  # bound once: one call per persisted ack, as before
         wiring.set_event_handler(PublishPersisted, lambda e: apply_ack(e.ack))
@@ -189,7 +188,11 @@ class AsyncHAClient(ConnectionFace):
         self._loop_tid: int | None = None
         client.set_disconnect_handler(self._disconnected)
         client.queue_acks.set_writer(  # queue acks: stored, persisted, replayed with options
-            persisted_ack_writer(self._store.store_parts, self._pub_lock, writer.queue_frame_now)
+            persisted_ack_writer(
+                self._publishing.store_parts,
+                self._publishing.lock,
+                self._publishing.queue_frame_now,
+            )
         )
         self._lane: Any = None
         self._publish_lane: Callable[..., int] | None = None
@@ -228,26 +231,15 @@ class AsyncHAClient(ConnectionFace):
         the locks) and calls this class's :meth:`publish` for everything else. Not for
         subclasses that override ``publish``, nor for stores the lane does not know.
         """
-        lane = _accel.PublishLane
-        kind = publish_lane_store_kind(self._store)
-        if lane is None or kind is None or type(self).publish is not AsyncHAClient.publish:
+        if type(self).publish is not AsyncHAClient.publish:
             return
         if self._writer.observer is not None:
             return  # observed publishes take the Python path (set_observer)
         slow = types.MethodType(inspect.unwrap(AsyncHAClient.publish), self)
-        # values in: the store (built on PublishIndexFields), the core encoder's head, the
-        # publish lock and suffix cache, and the held client's writer (its WriterFields: the
-        # gate and the flags; its queue and wake)
-        self._lane = lane(
-            store=self._store,
-            file=kind == "file",
-            publish=slow,
-            head=_STORED_P_HEAD,
-            lock=self._pub_lock,
-            suffixes=self._seq_suffix,
-            **self._writer.lane_arguments(),
-        )
-        self._publish_lane = self._lane.publish
+        # built on the publish state's StoreForwardFields and the writer's (values in)
+        self._lane = self._publishing.publish_lane(slow)
+        if self._lane is not None:
+            self._publish_lane = self._lane.publish
 
     def publish_path(self) -> Callable[..., int]:
         """What a facade may hold to publish through this client with no dispatch of its own:
@@ -310,7 +302,7 @@ class AsyncHAClient(ConnectionFace):
     @property
     def publish_store(self) -> PublishStore:
         """The publish store."""
-        return self._store
+        return self._publishing.store
 
     @property
     def bookmark_store(self) -> BookmarkStore:
@@ -322,10 +314,10 @@ class AsyncHAClient(ConnectionFace):
         store holds nothing unpersisted. ``None``: a new memory store."""
         if self._client.connected:
             raise UsageError("set_publish_store: call it before connecting")
-        if self._store.unpersisted_count:
+        if self._publishing.store.unpersisted_count:
             raise UsageError("set_publish_store: the current store holds unpersisted messages")
-        self._store = self._own_publish_store(store)
-        self._seq.store = self._acks.store = self._store
+        self._publishing.set_store(self._own_publish_store(store))
+        self._seq.store = self._acks.store = self._publishing.store
         if self._lane is not None:  # a facade may hold it (publish_path): it now calls
             self._lane.disable()  # this client's Python path, which uses the new store
         self._lane = self._publish_lane = None
@@ -388,11 +380,11 @@ class AsyncHAClient(ConnectionFace):
     @property
     def unpersisted_count(self) -> int:
         """Publishes stored and not yet acknowledged as persisted."""
-        return self._store.unpersisted_count
+        return self._publishing.store.unpersisted_count
 
     def get_unpersisted_count(self) -> int:
         """Official spelling of :attr:`unpersisted_count`."""
-        return self._store.unpersisted_count
+        return self._publishing.store.unpersisted_count
 
     # ---------------------------------------------------------------------------- connecting
 
@@ -473,7 +465,7 @@ class AsyncHAClient(ConnectionFace):
         steps' I/O and waits; the sequence decides what goes out, in which order."""
         ack = self._client.logon_ack
         seq = self._seq
-        with self._pub_lock:  # discard what the logon ack's s covers, replay the rest
+        with self._publishing.lock:  # discard what the logon ack's s covers, replay the rest
             seq.logged_on(ack.sequence if ack is not None else None)
         self._sequence_events()
         while (step := seq.next_resubscribe()) is not None:
@@ -497,10 +489,9 @@ class AsyncHAClient(ConnectionFace):
                     sub.stream.finish(exc)
             else:
                 seq.resubscribed(sub.sub_id)
-        with self._pub_lock:  # what was stored meanwhile, then the gate opens
+        with self._publishing.lock:  # what was stored meanwhile, then the gate opens
             seq.open()
-            self._writer.set_publish_gate(True)
-            self._can_send_event.set()
+            self._publishing.open_gate()
         self._sequence_events()
 
     def _sequence_events(self) -> None:
@@ -522,9 +513,8 @@ class AsyncHAClient(ConnectionFace):
         return resume_point(self._bookmark_store, sub_id, start)
 
     def _disconnected(self, client: AsyncClient, error: BaseException | None) -> None:
-        with self._pub_lock:
-            self._writer.set_publish_gate(False)
-            self._can_send_event.clear()
+        with self._publishing.lock:
+            self._publishing.close_gate()
             self._seq.connection_lost()
         if self._closing or self._in_connect_loop:
             return
@@ -565,18 +555,9 @@ class AsyncHAClient(ConnectionFace):
             except Exception:
                 log.exception("exception listener failed")
         self._waiters.fail_flushes(error)
-        self._can_send_event.set()  # release blocked publishers; they will see the error
+        self._publishing.release_waiters()  # blocked publishers see the error
 
     # ---------------------------------------------------------------------------- publishing
-
-    def _suffix(self, topic: str) -> bytes:
-        """The header tail of a stored publish of ``topic`` with no option (after its ``s``),
-        from the core's encoder, cached per topic (the C ``PublishLane`` reads the cache)."""
-        suffix = self._seq_suffix.get(topic)
-        if suffix is None:
-            suffix = publish_header("p", topic, sequenced=True, ack_type="persisted")[1]
-            self._seq_suffix[topic] = suffix
-        return suffix
 
     @_accel.lane_method("_publish_lane")
     def publish(
@@ -604,10 +585,11 @@ class AsyncHAClient(ConnectionFace):
                 raise unencodable("the data", exc) from exc
         elif type(data) is not bytes:
             data = self._client.encode_data(data)
+        publishing = self._publishing
         if expiration is None and correlation_id is None and sow_key is None:
-            suffix = self._seq_suffix.get(topic)
-            tail = (suffix if suffix is not None else self._suffix(topic)) + data
-            return self._store_and_send(_STORED_P_HEAD, tail)
+            suffix = publishing.fields.suffixes.get(topic)
+            tail = (suffix if suffix is not None else publishing.suffix(topic)) + data
+            return publishing.store_and_send(STORED_P_HEAD, tail)
         head, tail = publish_header(
             "p",
             topic,
@@ -617,7 +599,7 @@ class AsyncHAClient(ConnectionFace):
             correlation_id=correlation_id,
             sow_key=sow_key,
         )
-        return self._store_and_send(head, tail + data)
+        return publishing.store_and_send(head, tail + data)
 
     def delta_publish(
         self,
@@ -641,31 +623,15 @@ class AsyncHAClient(ConnectionFace):
             correlation_id=correlation_id,
             sow_key=sow_key,
         )
-        return self._store_and_send(head, tail + self._client.encode_data(data))
-
-    def _store_and_send(self, head: bytes, tail: bytes) -> int:
-        if self._block_when_disconnected and not self._writer.publish_gate_open:
-            self._wait_connected()
-        lock = self._pub_lock
-        lock.acquire()  # not ``with``: this runs once per publish and __exit__ costs a call
-        try:
-            seq, payload = self._store.store_parts(head, tail)
-            # sent only while the gate is open; no back-pressure wait while holding the lock
-            # the reconnect sequence needs
-            self._queue_frame(_pack_len(len(payload)) + payload)
-        finally:
-            lock.release()
-        if not self._writable.is_set():
-            self._writer.wait_writable()
-        return seq
+        return self._publishing.store_and_send(head, tail + self._client.encode_data(data))
 
     def _wait_connected(self) -> None:
         if threading.get_ident() == self._loop_tid:
             raise UsageError("publish would block the client's own event loop while disconnected")
-        while not self._can_send_event.wait(0.5):
+        while not self._publishing.wait_open(0.5):
             if self._closing:
                 raise DisconnectedError("the client is closed")
-        if self._give_up_error is not None and not self._writer.publish_gate_open:
+        if self._give_up_error is not None and not self._publishing.gate_open:
             raise DisconnectedError("reconnecting gave up") from self._give_up_error
 
     async def publish_and_wait(
@@ -711,9 +677,9 @@ class AsyncHAClient(ConnectionFace):
         if loop is None:
             raise DisconnectedError("not connected")
         future: asyncio.Future[int] = loop.create_future()
-        with self._pub_lock:
+        with self._publishing.lock:
             # the future is queued before the message can be acked
-            seq = self._store.next_sequence()
+            seq = self._publishing.store.next_sequence()
             self._waiters.add_publish(seq, future)
         got = self.publish(topic, data, expiration, correlation_id=correlation_id, sow_key=sow_key)
         if got != seq:  # pragma: no cover - another thread published in between
@@ -726,7 +692,7 @@ class AsyncHAClient(ConnectionFace):
         Raises:
             TimeoutError: "Timed out waiting to flush publish store." after ``timeout`` ms.
         """
-        store = self._store
+        store = self._publishing.store
         target = store.next_sequence() - 1
         lowest = store.lowest_unpersisted
         if lowest is None or lowest > target:
@@ -823,25 +789,25 @@ class AsyncHAClient(ConnectionFace):
         task = self._reconnect_task
         if task is not None and not task.done():
             task.cancel()
-        left = self._store.unpersisted_count
+        left = self._publishing.store.unpersisted_count
         if left and self.logged_on and timeout >= 0:
             try:
                 await self.publish_flush(timeout)
             except (TimeoutError, DisconnectedError) as exc:
                 log.debug("flush on close: %s", exc)
-            left = self._store.unpersisted_count
+            left = self._publishing.store.unpersisted_count
         if left:
             log.warning(
                 "closing %s with %d unpersisted message(s) (lowest s=%s)",
                 self.name,
                 left,
-                self._store.lowest_unpersisted,
+                self._publishing.store.lowest_unpersisted,
             )
         await self._client.close()
         for stream in [s.stream for s in self._subscriptions if s.stream is not None]:
             stream.finish(None)
         self._subscriptions.clear()
-        self._can_send_event.set()
+        self._publishing.release_waiters()
         for store in self._owned:  # made from a path: nobody else can close it
             try:
                 store.close()
