@@ -442,6 +442,8 @@ class SegmentLog(_accel.SegmentLogFields):
             elif renamed and self.sync_files:
                 self.dir_dirty = True  # the next sync makes the new name durable
         self._compact_behind(low, last_persisted, next_sequence - 1)
+        if self.spares is not None:
+            self.spares.kick()
 
     def _compact_behind(self, low: int | None, last_persisted: int, last_sequence: int) -> None:
         """:meth:`compact` after a roll: on the spare maker's thread when there is one (the

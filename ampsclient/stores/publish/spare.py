@@ -121,8 +121,9 @@ _MADV_DONTNEED: Final = 4
 """Drop the range's page table entries (of a shared file mapping: the pages stay cached)."""
 _MADV_POPULATE_WRITE: Final = 23
 """Linux 5.14+: fault the range in as if written (``EINVAL`` on older kernels)."""
-_POPULATE_CHUNK: Final = 4 * 1024 * 1024
-"""Bytes populated per call (the maker checks for a stop between calls)."""
+_POPULATE_CHUNK: Final = 32 * 1024 * 1024
+"""Bytes populated per call (the maker checks for a stop between calls; each call takes
+the GIL back once, which makes the publisher give it up: few, large calls)."""
 
 
 def populate(mm: mmap.mmap, stopped: threading.Event | None = None) -> bool:
@@ -235,17 +236,14 @@ class SpareMaker:
         return self._failed
 
     def take(self, target: Path) -> Spare | None:
-        """The ready spare, renamed to ``target`` (then the thread starts the next one), or
-        ``None`` if none is ready yet, the maker failed or was stopped, or the rename
-        failed (logged; that spare is deleted).
-
-        The rename happens before the thread may create the next ``spare.tmp``.
+        """The ready spare, renamed to ``target``, or ``None`` if none is ready yet, the
+        maker failed or was stopped, or the rename failed (logged; that spare is deleted).
+        The thread starts the next one at the next :meth:`kick`.
         """
         with self._cond:
             spare, self._ready = self._ready, None
             if spare is None:
                 return None
-            self._cond.notify_all()
             try:
                 if target.exists():  # (names only grow) a rename would replace it
                     raise FileExistsError(f"{target} exists")
@@ -264,18 +262,26 @@ class SpareMaker:
         self.submit(partial(unmap, mm))
 
     def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on the thread, before the next spare (jobs run in order; one that
-        raises is logged); at once, here, if the thread is stopping."""
+        """Run ``job`` on the thread after the next :meth:`kick`, before the next spare
+        (jobs run in order; one that raises is logged); at once, here, if the thread is
+        stopping."""
         with self._cond:
             if not self._stop.is_set():
                 self._jobs.append(job)
-                self._cond.notify_all()
                 return
         self._run_jobs([job])
+
+    def kick(self) -> None:
+        """Wake the thread for what :meth:`take` and :meth:`submit` left it: once per roll,
+        at its end (a thread woken earlier would take the GIL and the lock back and forth
+        with the publisher in the middle of it)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def drain(self) -> None:
         """Wait until every submitted job has run."""
         with self._cond:
+            self._cond.notify_all()
             while (self._jobs or self._running) and self._thread.is_alive():
                 self._cond.wait()
 
@@ -297,36 +303,43 @@ class SpareMaker:
             with self._cond:
                 while self._idle():
                     self._cond.wait()
-                jobs, self._jobs = self._jobs, []
-                self._running = bool(jobs)
                 stopping = self._stop.is_set()
-            if jobs:  # first: they release what the publisher is done with
+                wanted = not stopping and self._ready is None and self._failed is None
+                jobs: list[Callable[[], None]] = []
+                if not wanted:  # the spare first: a roll may be waiting for it
+                    jobs, self._jobs = self._jobs, []
+                    self._running = bool(jobs)
+            if wanted:
+                self._make()
+                continue
+            if jobs:
                 self._run_jobs(jobs)
                 with self._cond:
                     self._running = False
                     self._cond.notify_all()
             if stopping:
                 return
-            if jobs or self._ready is not None or self._failed is not None:
-                continue
-            try:
-                spare = make_spare(self._directory, self._size, stopped=self._stop)
-            except _Stopped:
-                continue  # (the loop unmaps what is queued, then returns)
-            except Exception as exc:  # any failure turns the spares off; unmapping goes on
-                self._failed = str(exc)
-                logger.info(
-                    "publish store %s: no spare segment ahead from now on (%s): new segments "
-                    "are made when needed",
-                    self._directory,
-                    exc,
-                )
-                continue
-            with self._cond:
-                if not self._stop.is_set():
-                    self._ready = spare
-                    continue
-            spare.discard()
+
+    def _make(self) -> None:
+        """Make the next spare (a failure turns the spares off; jobs go on)."""
+        try:
+            spare = make_spare(self._directory, self._size, stopped=self._stop)
+        except _Stopped:
+            return  # (the loop runs what is queued, then returns)
+        except Exception as exc:
+            self._failed = str(exc)
+            logger.info(
+                "publish store %s: no spare segment ahead from now on (%s): new segments "
+                "are made when needed",
+                self._directory,
+                exc,
+            )
+            return
+        with self._cond:
+            if not self._stop.is_set():
+                self._ready = spare
+                return
+        spare.discard()
 
     def stop(self) -> None:
         """Stop the thread, wait for it (it runs the jobs queued first) and delete an unused
