@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -170,3 +171,35 @@ def test_make_spare_writes_a_valid_empty_segment(tmp_path: Path) -> None:
         (tmp_path / SPARE_NAME).write_bytes(b"other")
         make_spare(tmp_path, SEGMENT)
     assert (tmp_path / SPARE_NAME).read_bytes() == b"other"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="retiring needs Linux fsync")
+def test_a_roll_does_not_wait_for_a_running_sync(tmp_path: Path) -> None:
+    """Under ``"interval"`` a sync of the full segments can take hundreds of ms (seconds on
+    a busy disk); a roll, or a growth, used to wait for it on the publisher's thread. A
+    sync that never ends stands for it here: the stores go on, rolling several times."""
+    store = FilePublishStore(
+        tmp_path / "s", fsync="interval", fsync_interval=3600, segment_size=SEGMENT
+    )
+    log = store.segment_log
+    store.store(payload_for)
+    with log.sync_cond:
+        log.syncing = True  # as the interval thread while it fsyncs
+    done = threading.Event()
+
+    def publish() -> None:
+        for _ in range(3 * SEGMENT // len(BODY)):
+            store.store(payload_for)
+        done.set()
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
+    try:
+        assert done.wait(30), "a roll waited for the running sync"
+        assert len(store.segment_files()) >= 3
+    finally:
+        with log.sync_cond:
+            log.syncing = False
+            log.sync_cond.notify_all()
+        publisher.join(30)
+        store.close()
