@@ -7,10 +7,11 @@ Layout of the store directory (the format is documented byte by byte in
     <dir>/state                         last persisted + last used sequence (written atomically)
     <dir>/seg-<first sequence:020d>.log one or more segments; the newest is appended to
 
-The store is four modules: :mod:`.record` (the byte format), :mod:`.scan` (reading and
+The store is five modules: :mod:`.record` (the byte format), :mod:`.scan` (reading and
 verifying a directory), :mod:`.segments` (the files, their mapping, roll-over and group
-commit), :mod:`.sync` (the fsync policies and the interval thread); this one is the store
-API on top of them.
+commit), :mod:`.spare` (the next segment made ahead, and what a roll leaves behind, on the
+store's own thread), :mod:`.sync` (the fsync policies and the interval thread); this one is
+the store API on top of them.
 
 Unpersisted payloads are also kept in memory (as in :class:`MemoryPublishStore`), so replay
 and lookups never touch the disk; the file is only read when the store is opened.
@@ -99,10 +100,13 @@ class FilePublishStore(IndexedPublishStore):
     Discards (persisted acks) are appended as small records but never force an fsync: losing
     one only means replaying messages the server already has, which it ignores as duplicates.
 
-    The newest segment rolls over once it reaches ``segment_size`` bytes; then every older
-    segment whose messages are all discarded is deleted (after the state file records the
-    last persisted and last used sequence numbers), so a long-running publisher's directory
-    stays bounded by its window of unacknowledged messages plus one segment.
+    The newest segment rolls over once it reaches ``segment_size`` bytes or the next record
+    does not fit; then every older segment whose messages are all discarded is deleted
+    (after the state file records the last persisted and last used sequence numbers), so a
+    long-running publisher's directory stays bounded by its window of unacknowledged
+    messages plus one segment and a spare. The next segment is made ahead (``spare.tmp``)
+    and the deletions happen on the store's own thread, started when the active segment is
+    half full and stopped by :meth:`close` (``docs/publish-stores.md``, "Roll-over").
 
     Opening a directory scans every segment and verifies every record's CRC. A torn tail (an
     incomplete or damaged record at the end of the newest segment, with nothing intact after
@@ -115,7 +119,8 @@ class FilePublishStore(IndexedPublishStore):
         path: the store directory (created if missing).
         fsync: ``"always"``, ``"interval"`` or ``"never"`` (see above).
         fsync_interval: seconds between background fsyncs for ``"interval"``.
-        segment_size: roll to a new segment file past this many bytes.
+        segment_size: the size of a segment file (a record larger than that gets a longer
+            one of its own).
         error_on_publish_gap: see :meth:`PublishStore.discard_up_to`.
 
     Raises:
