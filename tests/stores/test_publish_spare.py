@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ampsclient.stores.publish import FilePublishStore, StoredMessage
-from ampsclient.stores.publish.scan import SPARE_NAME
+from ampsclient.stores.publish import FilePublishStore, StoredMessage, inspect_store
+from ampsclient.stores.publish.scan import SPARE_NAME, _read_segments
 from ampsclient.stores.publish.spare import make_spare, populate
 from ampsclient_server_stub.testing import wait_for
 
@@ -203,3 +203,47 @@ def test_a_roll_does_not_wait_for_a_running_sync(tmp_path: Path) -> None:
             log.sync_cond.notify_all()
         publisher.join(30)
         store.close()
+
+
+def test_the_inspector_beside_a_store_deleting_behind_it(tmp_path: Path) -> None:
+    """``inspect_store`` reads a live store's directory while its thread deletes persisted
+    segments: a segment listed and gone before it is read is left out (it used to raise
+    ``FileNotFoundError``), and everything the inspector reports is what the store holds
+    (here nothing unacked: every message is acked at once)."""
+    path = tmp_path / "s"
+    store = FilePublishStore(path, fsync="never", segment_size=16 * 1024)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            for _ in range(10_000):
+                store.discard_up_to(store.store(payload_for))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
+    inspections = 0
+    try:
+        while not done.is_set() or inspections == 0:
+            found = inspect_store(path)
+            assert len(found.messages) <= 1  # at most the one stored and not yet acked
+            inspections += 1
+    finally:
+        publisher.join(30)
+        store.close()
+    assert errors == []
+    assert inspections > 0
+    assert store.statistics()["segments_deleted"] > 50
+
+
+def test_a_segment_gone_before_it_is_read_is_left_out(tmp_path: Path) -> None:
+    """The mechanism of the test above, deterministically: the newest readable segment is
+    the last one."""
+    kept = tmp_path / "seg-00000000000000000001.log"
+    kept.write_bytes(b"AMPSPUB1")
+    gone = tmp_path / "seg-00000000000000000002.log"
+    assert list(_read_segments([(1, kept), (2, gone)])) == [(1, kept, b"AMPSPUB1", True)]

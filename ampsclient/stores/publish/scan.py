@@ -12,6 +12,7 @@ import itertools
 import os
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -197,9 +198,31 @@ def _apply(
         run.singles.add(sequence)
 
 
-def _scan_segment(run: _Scan, path: Path, first: int, last_segment: bool) -> SegmentInfo:
-    """Read one segment's records into ``run``; returns what was found."""
-    data = path.read_bytes()
+def _read_segments(
+    segment_paths: list[tuple[int, Path]],
+) -> Iterator[tuple[int, Path, bytes, bool]]:
+    """Each segment's bytes, and whether it is the newest (two in memory at most). A
+    segment that is gone by the time it is read is left out: an open store deletes the
+    segments whose messages are all persisted behind its roll-overs (on its own thread), so
+    a read-only scan beside it (:func:`inspect_store`) can list one and then miss it;
+    leaving it out is what the store does too."""
+    pending: tuple[int, Path, bytes] | None = None
+    for first, path in segment_paths:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        if pending is not None:
+            yield (*pending, False)
+        pending = (first, path, data)
+    if pending is not None:
+        yield (*pending, True)
+
+
+def _scan_segment(
+    run: _Scan, path: Path, first: int, data: bytes, last_segment: bool
+) -> SegmentInfo:
+    """Read one segment's records (``data``) into ``run``; returns what was found."""
     size = len(data)
     run.high = max(run.high, first - 1)
     if last_segment and _header_torn(data):
@@ -259,8 +282,8 @@ def scan(directory: Path) -> ScanResult:
     state = read_state(directory / STATE_NAME)
     run = _Scan(last_persisted=state[0] if state else 0, high=state[1] if state else 0)
     segments = [
-        _scan_segment(run, path, first, number == len(segment_paths) - 1)
-        for number, (first, path) in enumerate(segment_paths)
+        _scan_segment(run, path, first, data, last)
+        for first, path, data, last in _read_segments(segment_paths)
     ]
     for older, newer in itertools.pairwise(segments):
         older.high = newer.first_sequence - 1  # exactly next - 1 when the store rolled over
