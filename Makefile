@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean setup docs
 
-$(STAMP): pyproject.toml setup.py ampsclient/_speedups.c ampsclient_server_stub/_speedups.c \
-		ampsclient_server_stub/queues/_queue_speedups.c
+$(STAMP): pyproject.toml setup.py $(wildcard ampsclient/_speedups_src/*.c ampsclient/_speedups_src/*.h) \
+		ampsclient_server_stub/_speedups.c ampsclient_server_stub/queues/_queue_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@# zlib's header for the server's C speedups (journal CRCs); Debian's python images have it

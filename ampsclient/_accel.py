@@ -1,11 +1,12 @@
 """Which implementation of the per-message loops runs: the C speedups or pure Python.
 
-``ampsclient/_speedups.c`` is an optional extension built at install time (a C compiler is
-needed; without one the install still succeeds). It has the client's two per-message loops,
-splitting the TCP stream into payloads and routing deliveries to handlers, and the common
-case of :class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and
-``discard_message``, the publish stores' payload and record building, and the common cases
-of ``AsyncHAClient.publish`` (``PublishLane``) and ``AsyncClient.publish``
+``ampsclient._speedups`` (C: ``ampsclient/_speedups_src/``) is an optional extension built
+at install time (a C compiler is needed; without one the install still succeeds). It has the
+client's two per-message loops, splitting the TCP stream into payloads and routing
+deliveries to handlers, and the common case of
+:class:`~ampsclient.stores.bookmark.MemoryBookmarkStore`'s ``log`` and ``discard_message``,
+the publish stores' payload and record building, and the common cases of
+``AsyncHAClient.publish`` (``PublishLane``) and ``AsyncClient.publish``
 (``PlainPublishLane``), and a queue auto-ack's read of a delivery and batch append
 (``autoack_take``, and ``AutoAck``, the handler that does it), a publisher thread's
 non-blocking send that keeps the GIL (``send_nowait``), ``LaneMethod``, the method that

@@ -1,4 +1,4 @@
-"""The optional C speedups (``ampsclient/_speedups.c``) against their pure-Python twins.
+"""The optional C speedups (``ampsclient/_speedups_src/``) against their pure-Python twins.
 
 Each C function is fed the same inputs as its Python reference and must give the same
 results, input by input: ``split_frames`` (TCP framing), ``deliver`` (routing deliveries to
@@ -98,8 +98,17 @@ def test_purepython_switch_selects_the_python_code() -> None:
 
 
 def c_source() -> str:
-    with open(os.path.join(os.path.dirname(_accel.__file__), "_speedups.c")) as f:
-        return f.read()
+    """The whole C source of ``ampsclient._speedups``: every ``.c`` and ``.h`` of
+    ``ampsclient/_speedups_src`` (one file per concept, one module), as one text, so that each
+    check below holds for the module whichever file a function is in."""
+    src = os.path.join(os.path.dirname(_accel.__file__), "_speedups_src")
+    names = sorted(n for n in os.listdir(src) if n.endswith((".c", ".h")))
+    assert {"module.c", "speedups.h", "lane_method.c", "publish_lane.c"} <= set(names), names
+    texts = []
+    for name in names:
+        with open(os.path.join(src, name)) as f:
+            texts.append(f.read())
+    return "\n".join(texts)
 
 
 def c_function(source: str, signature: str) -> str:

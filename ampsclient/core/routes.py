@@ -121,8 +121,8 @@ def deliver(
     goes to ``unrouted``. An :class:`Exception` raised by a handler goes to ``report``. For a
     route that wants the bookmark, a ``bm`` field right after the prefix (``bm_next``) is read
     into the message and the route's ``log`` decides whether its inner handler (logged) or
-    its handler (a duplicate, or not logged) gets it. ``ampsclient/_speedups.c`` has the same
-    function in C (:mod:`ampsclient._accel`).
+    its handler (a duplicate, or not logged) gets it. ``ampsclient/_speedups_src/deliver.c``
+    has the same function in C (:mod:`ampsclient._accel`).
 
     The :class:`Message` handed to a handler is recycled for the next delivery when the
     handler kept no reference to it (its reference count is back to what this loop holds),
@@ -190,9 +190,9 @@ def deliver_stream(
 
     Returns the offset of the first byte not consumed (``-1 - offset`` of a length prefix
     above ``limit``: the payloads before it are delivered) and how many payloads were
-    delivered. ``ampsclient/_speedups.c`` has the same function in C, which delivers each
-    payload as it cuts it and refills one payload's bytes for the next when nothing but the
-    recycled message held them (:mod:`ampsclient._accel`).
+    delivered. ``ampsclient/_speedups_src/deliver.c`` has the same function in C, which
+    delivers each payload as it cuts it and refills one payload's bytes for the next when
+    nothing but the recycled message held them (:mod:`ampsclient._accel`).
     """
     payloads: list[bytes] = []
     pos = split_frames(data, pos, limit, payloads)

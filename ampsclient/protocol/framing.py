@@ -60,8 +60,8 @@ def split_frames(data: bytes, pos: int, limit: int, out: list[bytes]) -> int:
     """Append every whole length-prefixed payload of ``data[pos:]`` to ``out``.
 
     Returns the offset of the first byte not consumed, or ``-1 - offset`` of a length prefix
-    above ``limit`` (nothing after it is consumed). ``ampsclient/_speedups.c`` has the same
-    function in C (:mod:`ampsclient._accel`).
+    above ``limit`` (nothing after it is consumed). ``ampsclient/_speedups_src/frames.c`` has
+    the same function in C (:mod:`ampsclient._accel`).
     """
     end = len(data)
     append = out.append

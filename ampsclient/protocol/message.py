@@ -69,8 +69,8 @@ class Message(MessageFields):
     and ``body_start`` (the body's offset, ``-1`` until known). This module alone writes
     them; other code builds a message with the constructor or :meth:`refill` and reads it
     through the properties (``bookmark``, ``sub_id``, ``raw_payload``...). The C receive loop
-    (``_speedups.c`` ``deliver``) is :meth:`refill`'s twin: it fills the fields of its own
-    type, so it reaches into no slot of this class.
+    (``deliver`` in ``_speedups_src/deliver.c``) is :meth:`refill`'s twin: it fills the fields
+    of its own type, so it reaches into no slot of this class.
     """
 
     __slots__ = ()

@@ -44,7 +44,7 @@ def ws_messages(data: bytes, text: bool) -> list[tuple[bytes, bool]]:
     4-byte-length-prefixed payloads in ``data``: count, header[, body] each (protocol.md
     §12); header and body are text in a text session when they are UTF-8.
 
-    ``ampsclient/_speedups.c`` has ``ws_encode``, which goes on to the masked frames.
+    ``ampsclient/_speedups_src/ws.c`` has ``ws_encode``, which goes on to the masked frames.
     """
     messages: list[tuple[bytes, bool]] = []
     append = messages.append

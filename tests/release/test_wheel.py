@@ -189,15 +189,18 @@ def test_wheel_carries_types_extensions_and_its_tags(dist: Dist) -> None:
     assert "Root-Is-Purelib: false" in meta.splitlines()
     assert "ampsclient_server_stub/admin/static/dashboard.html" in names
     assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)
-    assert not any(n.endswith(".c") for n in names)
+    assert not any(n.endswith((".c", ".h")) for n in names)
     assert "ampsclient = ampsclient.cli:main" in entry_points
     assert "ampsclient-server = ampsclient_server_stub.__main__:main" in entry_points
 
     with tarfile.open(dist.sdist) as sdist:
         members = sdist.getnames()
     root = f"ampsclient-{v}"
+    # the client's C speedups: every source file of the one module, and the header they share
+    client_c = sorted(p.name for p in (ROOT / "ampsclient" / "_speedups_src").glob("*.[ch]"))
+    assert "speedups.h" in client_c and "module.c" in client_c, client_c
     for name in (
-        "ampsclient/_speedups.c",
+        *(f"ampsclient/_speedups_src/{c}" for c in client_c),
         "ampsclient_server_stub/_speedups.c",
         "ampsclient_server_stub/queues/_queue_speedups.c",
         "ampsclient/spark/_json_speedups.c",
