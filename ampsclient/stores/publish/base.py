@@ -28,7 +28,8 @@ from ...protocol.header import encode_header
 def join_seq(head: bytes, sequence: int, tail: bytes) -> bytes:
     """A stored payload: ``head``, the sequence number in decimal, ``tail``.
 
-    ``ampsclient/_speedups.c`` has the same function in C (:mod:`ampsclient._accel`).
+    ``ampsclient/_speedups_src/publish_frame.c`` has the same function in C
+    (:mod:`ampsclient._accel`).
     """
     return head + b"%d" % sequence + tail
 

@@ -90,7 +90,7 @@ def store_records(first: int, payloads: list[bytes]) -> bytes:
 def write_record(buffer: Any, start: int, sequence: int, payload: bytes) -> int:
     """Write :func:`store_record` into ``buffer`` at ``start``; return its end.
 
-    ``ampsclient/_speedups.c`` has the same function in C (:mod:`ampsclient._accel`).
+    ``ampsclient/_speedups_src/record.c`` has the same function in C (:mod:`ampsclient._accel`).
     """
     record = store_record(sequence, payload)
     end = start + len(record)

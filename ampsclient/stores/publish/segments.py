@@ -13,7 +13,7 @@ ones behind, so a roll-over costs the publisher a rename and a swap of mappings.
 The C speedups' ``PublishLane`` writes records into the mapping through the public slots
 ``broken``, ``mm``, ``active_size``, ``map_size``, ``segment_size`` and ``write_gen``
 (read with :attr:`~ampsclient.stores.publish.FilePublishStore.segment_log`): keep
-``ampsclient/_speedups.c`` in step with :meth:`SegmentLog.write_stores`.
+``ampsclient/_speedups_src/publish_lane.c`` in step with :meth:`SegmentLog.write_stores`.
 """
 
 from __future__ import annotations
