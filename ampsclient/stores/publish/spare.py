@@ -98,10 +98,6 @@ class Spare:
             pass
 
 
-class _Stopped(Exception):
-    """The maker was stopped while it wrote a spare."""
-
-
 def _libc_madvise() -> Callable[[int, int, int], int] | None:
     """libc's ``madvise`` through ctypes (which releases the GIL during the call), or
     ``None`` off Linux (CPython's ``mmap.madvise`` keeps the GIL for the whole call)."""
@@ -130,7 +126,8 @@ def populate(mm: mmap.mmap, stopped: threading.Event | None = None) -> bool:
     """Fault every page of the shared mapping ``mm`` in for writing
     (``madvise(MADV_POPULATE_WRITE)``), so that stores into it take no page fault; without
     the GIL. ``False`` where that is not supported or refused (nothing is lost: stores then
-    fault the pages in themselves).
+    fault the pages in themselves), or when ``stopped`` is set meanwhile (the maker then
+    discards the spare).
     """
     if _MADVISE is None:
         return False
@@ -138,7 +135,7 @@ def populate(mm: mmap.mmap, stopped: threading.Event | None = None) -> bool:
     size = len(mm)
     for offset in range(0, size, _POPULATE_CHUNK):
         if stopped is not None and stopped.is_set():
-            raise _Stopped
+            return False  # stopped: the maker discards the spare
         if _MADVISE(address + offset, min(_POPULATE_CHUNK, size - offset), _MADV_POPULATE_WRITE):
             return False
     return True
@@ -324,8 +321,6 @@ class SpareMaker:
         """Make the next spare (a failure turns the spares off; jobs go on)."""
         try:
             spare = make_spare(self._directory, self._size, stopped=self._stop)
-        except _Stopped:
-            return  # (the loop runs what is queued, then returns)
         except Exception as exc:
             self._failed = str(exc)
             logger.info(
