@@ -111,21 +111,18 @@ CLIENT: dict[str, tuple[str, ...]] = {
     "spark/_leases.py": ("tests/spark/test_queue.py",),
     "spark/_sow.py": ("tests/spark/test_sow_reads.py",),
     "spark/datasource.py": ("tests/spark/test_read.py", "tests/spark/test_stream.py"),
-    # the stores: tests/stores names its files by store, not by module
+    # the stores' parts, tested with the store they make up
     "stores/bookmark/base.py": ("tests/stores/test_bookmark_store.py",),
     "stores/bookmark/memory.py": ("tests/stores/test_bookmark_store.py",),
     "stores/bookmark/stamps.py": ("tests/stores/test_bookmark_store.py",),
-    "stores/bookmark/file.py": ("tests/stores/test_file_bookmark_stores.py",),
     "stores/bookmark/live.py": ("tests/ha/test_live_store.py",),
     "stores/publish/base.py": ("tests/stores/test_publish_store_contract.py",),
     "stores/publish/memory.py": ("tests/stores/test_publish_store_contract.py",),
-    "stores/publish/official.py": ("tests/stores/test_official_publish_stores.py",),
-    "stores/publish/__main__.py": ("tests/stores/test_file_publish_store.py",),  # inspect tool
-    "stores/publish/file.py": ("tests/stores/test_file_publish_store.py",),
-    "stores/publish/record.py": ("tests/stores/test_file_publish_store.py",),
-    "stores/publish/scan.py": ("tests/stores/test_file_publish_store.py",),
-    "stores/publish/segments.py": ("tests/stores/test_file_publish_store.py",),
-    "stores/publish/sync.py": ("tests/stores/test_file_publish_store.py",),
+    "stores/publish/__main__.py": ("tests/stores/test_publish_file.py",),  # inspect tool
+    "stores/publish/record.py": ("tests/stores/test_publish_file.py",),
+    "stores/publish/scan.py": ("tests/stores/test_publish_file.py",),
+    "stores/publish/segments.py": ("tests/stores/test_publish_file.py",),
+    "stores/publish/sync.py": ("tests/stores/test_publish_file.py",),
     "stores/recovery/base.py": ("tests/stores/test_recovery_adapters.py",),
     "stores/recovery/conflating.py": ("tests/stores/test_recovery_adapters.py",),
     "stores/recovery/file.py": ("tests/stores/test_recovery_adapters.py",),

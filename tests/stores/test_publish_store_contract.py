@@ -1,7 +1,7 @@
 """One contract suite for every publish store (memory, and file with two fsync policies).
 
 File-store-only behaviour (crash safety, corruption, compaction, the CLI) lives in
-``test_file_publish_store.py``.
+``test_publish_file.py``.
 """
 
 from __future__ import annotations
